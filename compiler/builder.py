@@ -1,0 +1,96 @@
+"""GraphBuilder: appends IR nodes, running each op's shape rule as it goes.
+
+Both front ends build through it (the .dl language and `dlc.Graph`), so a
+model written either way gives the same IR. A shape rule's ShapeError becomes
+a CompileError at the node's source position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlc.errors import CompileError, Loc
+
+from . import registry
+from .ir import Graph, Node, Shape, make_attrs
+from .shapes import ShapeError
+
+
+class GraphBuilder:
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.names: dict[str, int] = {}
+        self.inputs: list[str] = []
+        self.params: list[str] = []
+        self.losses: list[str] = []
+        self.name_locs: dict[str, Loc | None] = {}
+        self.dim_uses: dict[str, Loc | None] = {}
+        self._consts: dict[tuple, int] = {}
+
+    # -- nodes ---------------------------------------------------------------
+    def add(self, op: str, inputs: tuple[int, ...] | list[int], loc: Loc | None = None,
+            **attrs: Any) -> int:
+        opdef = registry.get(op)
+        inputs = tuple(inputs)
+        if opdef.arity is not None and len(inputs) != opdef.arity:
+            raise CompileError(f"{op} takes {opdef.arity} inputs, got {len(inputs)}", loc)
+        try:
+            shape = opdef.shape([self.nodes[i].shape for i in inputs], attrs)
+        except ShapeError as e:
+            raise CompileError(str(e), loc) from None
+        self.nodes.append(Node(op, inputs, tuple(shape), make_attrs(**attrs), loc))
+        return len(self.nodes) - 1
+
+    def shape(self, i: int) -> Shape:
+        return self.nodes[i].shape
+
+    def const(self, value: float | list | tuple, shape: Shape = (), loc: Loc | None = None) -> int:
+        """A constant; scalars are shared so that `2` written twice is one node."""
+        flat = tuple(float(v) for v in _flatten(value))
+        key = (flat, tuple(shape))
+        if key not in self._consts:
+            self._consts[key] = self.add("const", (), loc, shape=tuple(shape), value=flat)
+        return self._consts[key]
+
+    # -- names ---------------------------------------------------------------
+    def declare(self, name: str, i: int, loc: Loc | None) -> None:
+        if name in self.names:
+            first = self.name_locs.get(name)
+            where = f" (first defined at line {first.line})" if first else ""
+            raise CompileError(f"duplicate name '{name}'{where}", loc)
+        self.names[name] = i
+        self.name_locs[name] = loc
+
+    def input(self, name: str, shape: Shape, loc: Loc | None = None) -> int:
+        i = self.add("input", (), loc, shape=tuple(shape), name=name)
+        self.declare(name, i, loc)
+        self.inputs.append(name)
+        return i
+
+    def param(self, name: str, shape: Shape, init: tuple, loc: Loc | None = None) -> int:
+        sym = [d for d in shape if isinstance(d, str)]
+        if sym:
+            raise CompileError(f"param '{name}' has symbolic dim '{sym[0]}': "
+                               "a param's shape must be concrete", loc)
+        i = self.add("param", (), loc, shape=tuple(shape), name=name, init=init)
+        self.declare(name, i, loc)
+        self.params.append(name)
+        return i
+
+    def loss(self, name: str, i: int, loc: Loc | None = None) -> None:
+        if self.nodes[i].shape != ():
+            shape = "[" + ", ".join(map(str, self.nodes[i].shape)) + "]"
+            raise CompileError(f"loss '{name}' must be a scalar, but its shape is {shape}", loc)
+        self.losses.append(name)
+
+    def build(self) -> Graph:
+        return Graph(tuple(self.nodes), dict(self.names), tuple(self.inputs),
+                     tuple(self.params), (), tuple(self.losses))
+
+
+def _flatten(v):
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _flatten(x)
+    else:
+        yield v

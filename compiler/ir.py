@@ -1,0 +1,125 @@
+"""The IR: a graph in A-normal form of immutable nodes, each with its shape.
+
+A `Graph` is a topologically ordered tuple of `Node`s; a node is referred to by
+its index. Leaves are `input`, `param`, `const` and `state` nodes (`state` is
+persistent optimizer storage). Every dim of a shape is an int or the name of a
+symbolic dim (bound when data is fed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlc.errors import Loc
+
+Dim = int | str
+Shape = tuple[Dim, ...]
+
+LEAF_OPS = frozenset({"input", "param", "const", "state"})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    op: str
+    inputs: tuple[int, ...]
+    shape: Shape
+    attrs: tuple[tuple[str, Any], ...] = ()
+    loc: Loc | None = field(default=None, compare=False)
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op in LEAF_OPS
+
+
+def make_attrs(**kw: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(kw.items()))
+
+
+@dataclass(frozen=True)
+class Graph:
+    """nodes plus the names a user can refer to.
+
+    names: every named tensor (inputs, params, consts, `NAME = ...`, losses).
+    updates: for a training step, (leaf name, node) pairs: the new value of a
+    param or state tensor after the step.
+    """
+
+    nodes: tuple[Node, ...]
+    names: Mapping[str, int]
+    inputs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    losses: tuple[str, ...] = ()
+    updates: tuple[tuple[str, int], ...] = ()
+
+    def node(self, name: str) -> Node:
+        return self.nodes[self.names[name]]
+
+    def shape(self, name: str) -> Shape:
+        return self.node(name).shape
+
+    def label(self, i: int) -> str:
+        return _labels(self).get(i, f"%{i}")
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+def _labels(g: Graph) -> dict[int, str]:
+    labels: dict[int, str] = {}
+    for name, i in g.names.items():
+        labels.setdefault(i, name)
+    return labels
+
+
+def format_shape(shape: Shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _format_attr(v: Any) -> str:
+    if isinstance(v, tuple) and len(v) > 8:
+        return "(" + ", ".join(_format_attr(x) for x in v[:6]) + f", ... {len(v)} values)"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def format_node(g: Graph, i: int, labels: dict[int, str] | None = None) -> str:
+    labels = labels if labels is not None else _labels(g)
+    n = g.nodes[i]
+    lab = labels.get(i, f"%{i}")
+    args = [labels.get(j, f"%{j}") for j in n.inputs]
+    attrs = [f"{k}={_format_attr(v)}" for k, v in n.attrs if k != "name"]
+    call = f"{n.op}(" + ", ".join(args + attrs) + ")"
+    where = f"  # line {n.loc.line}" if n.loc else ""
+    return f"{lab} = {call} : {format_shape(n.shape)}{where}"
+
+
+def format_graph(g: Graph) -> str:
+    labels = _labels(g)
+    lines = ["graph {"]
+    for i in range(len(g.nodes)):
+        lines.append("  " + format_node(g, i, labels))
+    for name in g.losses:
+        lines.append(f"  loss {name}")
+    for target, i in g.updates:
+        lines.append(f"  update {target} <- {labels.get(i, f'%{i}')}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def consumers(g: Graph) -> list[list[int]]:
+    """For each node, the nodes that read it."""
+    out: list[list[int]] = [[] for _ in g.nodes]
+    for i, n in enumerate(g.nodes):
+        for j in n.inputs:
+            out[j].append(i)
+    return out

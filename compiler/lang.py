@@ -1,0 +1,262 @@
+"""The .dl front end: statements from the parser -> IR through GraphBuilder.
+
+Every name lookup, argument and shape is checked here (or by the shape rules
+the builder runs), so each error carries the position of what caused it.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from dlc.errors import CompileError, Loc
+
+from .builder import GraphBuilder
+from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
+from .initializers import INITIALIZERS, default_init
+from .ir import Graph
+from .parser import BinOp, Call, Expr, ListExpr, Name, Neg, Num, Stmt, Str, parse
+
+
+def did_you_mean(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return f", did you mean '{close[0]}'?" if close else ""
+
+
+class FrontEnd:
+    def __init__(self) -> None:
+        self.b = GraphBuilder()
+        self.dims: dict[str, Loc] = {}
+
+    # -- statements ----------------------------------------------------------
+    def run(self, stmts: list[Stmt]) -> Graph:
+        for s in stmts:
+            getattr(self, "stmt_" + s.kind)(s)
+        return self.b.build()
+
+    def _shape(self, s: Stmt):
+        out = []
+        for d, loc in s.shape or ():
+            if isinstance(d, int) and d <= 0:
+                raise CompileError(f"dims must be positive, got {d}", loc)
+            if isinstance(d, str):
+                self.dims.setdefault(d, loc)
+            out.append(d)
+        return tuple(out)
+
+    def _check_new(self, s: Stmt):
+        if s.name in self.b.names:
+            first = self.b.name_locs.get(s.name)
+            where = f" (first defined at line {first.line})" if first else ""
+            raise CompileError(f"duplicate name '{s.name}'{where}", s.loc)
+
+    def stmt_input(self, s: Stmt):
+        self._check_new(s)
+        self.b.input(s.name, self._shape(s), s.loc)
+
+    def stmt_param(self, s: Stmt):
+        self._check_new(s)
+        shape = self._shape(s)
+        for (d, loc) in s.shape:
+            if isinstance(d, str):
+                raise CompileError(f"param '{s.name}' has symbolic dim '{d}': "
+                                   "a param's shape must be concrete", loc)
+        init = default_init(shape) if s.value is None else self.initializer(s.value)
+        self.b.param(s.name, shape, init, s.loc)
+
+    def stmt_const(self, s: Stmt):
+        self._check_new(s)
+        values, shape = self.literal(s.value)
+        if s.shape is not None:
+            want = self._shape(s)
+            if any(isinstance(d, str) for d in want):
+                raise CompileError(f"const '{s.name}' must have a concrete shape", s.loc)
+            if shape == ():
+                values, shape = [values] * _prod(want), want
+            elif shape != want:
+                raise CompileError(f"const '{s.name}' is declared {_fmt(want)} but its value "
+                                   f"has shape {_fmt(shape)}", s.value.loc)
+        i = self.b.add("const", (), s.loc, shape=shape, value=tuple(_flat(values)))
+        self.b.declare(s.name, i, s.loc)
+
+    def stmt_assign(self, s: Stmt):
+        self._check_new(s)
+        self.b.declare(s.name, self.tensor(s.value), s.loc)
+
+    def stmt_loss(self, s: Stmt):
+        self._check_new(s)
+        i = self.tensor(s.value)
+        self.b.declare(s.name, i, s.loc)
+        self.b.loss(s.name, i, s.value.loc)
+
+    # -- initializers and literals -------------------------------------------
+    def initializer(self, e: Expr) -> tuple:
+        if isinstance(e, (Num, Neg)):
+            return ("value", self.number(e, "an initializer"))
+        if isinstance(e, Name):
+            if e.name in INITIALIZERS and not INITIALIZERS[e.name]:
+                return (e.name,)
+            if e.name in INITIALIZERS:
+                return self._init_call(Call(e.loc, e.name, (), ()))
+            raise CompileError(f"unknown initializer '{e.name}'{did_you_mean(e.name, INITIALIZERS)}",
+                               e.loc)
+        if isinstance(e, Call):
+            return self._init_call(e)
+        raise CompileError("an initializer is a number, zeros, ones, glorot, he, "
+                           "normal(mean, std) or uniform(low, high)", e.loc)
+
+    def _init_call(self, e: Call) -> tuple:
+        if e.func not in INITIALIZERS:
+            raise CompileError(f"unknown initializer '{e.func}'{did_you_mean(e.func, INITIALIZERS)}",
+                               e.loc)
+        params = INITIALIZERS[e.func]
+        values = dict(params)
+        if len(e.args) > len(params):
+            raise CompileError(f"{e.func} takes at most {len(params)} arguments", e.loc)
+        for (key, _), a in zip(params, e.args):
+            values[key] = self.number(a, f"argument '{key}' of {e.func}")
+        for key, a, loc in e.kwargs:
+            if key not in values:
+                raise CompileError(f"{e.func} has no argument '{key}'"
+                                   f"{did_you_mean(key, values)}", loc)
+            values[key] = self.number(a, f"argument '{key}' of {e.func}")
+        return (e.func, *(values[k] for k, _ in params))
+
+    def number(self, e: Expr, what: str) -> float:
+        if isinstance(e, Num):
+            return e.value
+        if isinstance(e, Neg) and isinstance(e.operand, Num):
+            return -e.operand.value
+        raise CompileError(f"{what} must be a number", e.loc)
+
+    def literal(self, e: Expr):
+        """A number or nested list of numbers -> (nested values, shape)."""
+        if isinstance(e, ListExpr):
+            if not e.items:
+                raise CompileError("an empty list is not a tensor", e.loc)
+            parts = [self.literal(i) for i in e.items]
+            shapes = {p[1] for p in parts}
+            if len(shapes) > 1:
+                raise CompileError("a literal's rows must all have the same shape", e.loc)
+            return [p[0] for p in parts], (len(parts), *parts[0][1])
+        return self.number(e, "a literal's element"), ()
+
+    # -- expressions ---------------------------------------------------------
+    def tensor(self, e: Expr) -> int:
+        b = self.b
+        if isinstance(e, Num):
+            return b.const(e.value, (), e.loc)
+        if isinstance(e, Name):
+            if e.name in b.names:
+                return b.names[e.name]
+            if e.name in FUNCTIONS:
+                raise CompileError(f"'{e.name}' is a function: call it as {e.name}(...)", e.loc)
+            raise CompileError(f"unknown name '{e.name}'{did_you_mean(e.name, b.names)}", e.loc)
+        if isinstance(e, Neg):
+            if isinstance(e.operand, Num):
+                return b.const(-e.operand.value, (), e.loc)
+            return self.call_function(FUNCTIONS["neg"], [e.operand], [], e.loc)
+        if isinstance(e, BinOp):
+            return self.call_function(FUNCTIONS[OPERATORS[e.op]], [e.left, e.right], [], e.loc)
+        if isinstance(e, Call):
+            fn = FUNCTIONS.get(e.func)
+            if fn is None:
+                hint = did_you_mean(e.func, FUNCTIONS)
+                raise CompileError(f"unknown function '{e.func}'{hint}", e.loc)
+            return self.call_function(fn, list(e.args), list(e.kwargs), e.loc)
+        if isinstance(e, ListExpr):
+            values, shape = self.literal(e)
+            return b.const(values, shape, e.loc)
+        if isinstance(e, Str):
+            raise CompileError("a string is not a tensor", e.loc)
+        raise CompileError("not an expression", e.loc)
+
+    def call_function(self, fn: Function, args: list[Expr], kwargs, loc: Loc) -> int:
+        params = fn.params
+        if len(args) > len(params):
+            raise CompileError(f"{fn.name} takes at most {len(params)} arguments, got {len(args)}",
+                               args[len(params)].loc)
+        bound: dict[str, Expr] = {p.name: a for p, a in zip(params, args)}
+        names = [p.name for p in params]
+        for key, value, kloc in kwargs:
+            if key not in names:
+                raise CompileError(f"{fn.name} has no argument '{key}'{did_you_mean(key, names)}",
+                                   kloc)
+            if key in bound:
+                raise CompileError(f"{fn.name} got argument '{key}' twice", kloc)
+            bound[key] = value
+        values = {}
+        for p in params:
+            if p.name in bound:
+                values[p.name] = self.convert(bound[p.name], p.kind, f"argument '{p.name}' of {fn.name}")
+            elif p.default is REQUIRED:
+                raise CompileError(f"{fn.name} is missing argument '{p.name}'", loc)
+            else:
+                values[p.name] = p.default
+        return fn.impl(self.b, loc, *values.values())
+
+    def convert(self, e: Expr, kind: str, what: str):
+        if kind == "tensor":
+            return self.tensor(e)
+        if kind == "tensors":
+            if not isinstance(e, ListExpr):
+                raise CompileError(f"{what} must be a list of tensors [a, b, ...]", e.loc)
+            return [self.tensor(i) for i in e.items]
+        if kind == "float":
+            return self.number(e, what)
+        if kind == "int":
+            return self._int(e, what)
+        if kind == "bool":
+            if isinstance(e, Name) and e.name.lower() in ("true", "false"):
+                return e.name.lower() == "true"
+            raise CompileError(f"{what} must be true or false", e.loc)
+        if kind == "str":
+            if isinstance(e, Str):
+                return e.value
+            raise CompileError(f'{what} must be a string such as "same"', e.loc)
+        if kind in ("axis", "ints"):
+            if kind == "axis" and isinstance(e, Name) and e.name in ("all", "none", "None"):
+                return None
+            if isinstance(e, ListExpr):
+                return tuple(self._int(i, what) for i in e.items)
+            return self._int(e, what)
+        if kind == "dims":
+            if not isinstance(e, ListExpr):
+                raise CompileError(f"{what} must be a list of dims [d1, d2, ...]", e.loc)
+            return tuple(self._dim(i, what) for i in e.items)
+        raise AssertionError(kind)
+
+    def _int(self, e: Expr, what: str) -> int:
+        v = self.number(e, what) if isinstance(e, (Num, Neg)) else None
+        if v is None or v != int(v):
+            raise CompileError(f"{what} must be an integer", e.loc)
+        return int(v)
+
+    def _dim(self, e: Expr, what: str):
+        if isinstance(e, Name):
+            if e.name not in self.dims:
+                raise CompileError(f"unknown dim '{e.name}'{did_you_mean(e.name, self.dims)}", e.loc)
+            return e.name
+        return self._int(e, what)
+
+
+def compile_source(text: str, file: str = "<model>") -> Graph:
+    return FrontEnd().run(parse(text, file))
+
+
+def _prod(shape):
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def _flat(v):
+    if isinstance(v, list):
+        for x in v:
+            yield from _flat(x)
+    else:
+        yield float(v)
+
+
+def _fmt(shape):
+    return "[" + ", ".join(map(str, shape)) + "]"

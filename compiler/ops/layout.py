@@ -1,0 +1,64 @@
+"""Layout ops: each output element is one element of an input at a computed
+position (or zero), so codegen can fuse them as gathers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import OpDef, register
+from ..shapes import bind
+
+
+def _reshape(args, attrs, dims):
+    return args[0].reshape(bind(attrs["shape"], dims))
+
+
+def _broadcast_to(args, attrs, dims):
+    return np.broadcast_to(args[0], bind(attrs["shape"], dims)).copy()
+
+
+def _transpose_shape(ins, attrs):
+    return tuple(ins[0][p] for p in attrs["perm"])
+
+
+def _slice_shape(ins, attrs):
+    return tuple(attrs["size"])
+
+
+def _slice(args, attrs, dims):
+    idx = tuple(slice(b, b + s) for b, s in zip(attrs["begin"], bind(attrs["size"], dims)))
+    return args[0][idx]
+
+
+def _pad_shape(ins, attrs):
+    return tuple(
+        d if isinstance(d, str) else d + lo + hi
+        for d, lo, hi in zip(ins[0], attrs["before"], attrs["after"]))
+
+
+def _pad(args, attrs, dims):
+    return np.pad(args[0], list(zip(attrs["before"], attrs["after"])))
+
+
+def _concat_shape(ins, attrs):
+    ax = attrs["axis"]
+    out = list(ins[0])
+    out[ax] = sum(s[ax] for s in ins)
+    return tuple(out)
+
+
+def _one_hot(args, attrs, dims):
+    idx = args[0]
+    return (idx[..., None] == np.arange(attrs["depth"])).astype(idx.dtype)
+
+
+register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1))
+register(OpDef("broadcast_to", "layout", lambda ins, a: tuple(a["shape"]), _broadcast_to, arity=1))
+register(OpDef("transpose", "layout", _transpose_shape,
+               lambda args, a, d: np.transpose(args[0], a["perm"]).copy(), arity=1))
+register(OpDef("slice", "layout", _slice_shape, _slice, arity=1))
+register(OpDef("pad", "layout", _pad_shape, _pad, arity=1))
+register(OpDef("concat", "layout", _concat_shape,
+               lambda args, a, d: np.concatenate(args, axis=a["axis"])))
+register(OpDef("one_hot", "layout", lambda ins, a: (*ins[0], a["depth"]), _one_hot, arity=1,
+               differentiable=False))

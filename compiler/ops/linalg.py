@@ -1,0 +1,34 @@
+"""Matrix products. matmul is rank 2 or 3 (batched) on both sides; ta/tb read
+an operand with its last two axes swapped, so gradients need no transposes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import OpDef, register
+from ..shapes import ShapeError, broadcast, format_dims
+
+
+def matmul_shape(ins, attrs):
+    a, b = ins
+    if len(a) not in (2, 3) or len(b) not in (2, 3):
+        raise ShapeError(f"matmul takes rank 2 or 3 operands, got {format_dims(a)} and {format_dims(b)}")
+    m, ka = (a[-1], a[-2]) if attrs.get("ta") else (a[-2], a[-1])
+    kb, n = (b[-1], b[-2]) if attrs.get("tb") else (b[-2], b[-1])
+    if ka != kb:
+        raise ShapeError(
+            f"matmul shapes {format_dims(a)} and {format_dims(b)} do not fit: {ka} != {kb}")
+    batch = broadcast(a[:-2], b[:-2]) if (len(a) == 3 or len(b) == 3) else ()
+    return (*batch, m, n)
+
+
+def _matmul(args, attrs, dims):
+    a, b = args
+    if attrs.get("ta"):
+        a = np.swapaxes(a, -1, -2)
+    if attrs.get("tb"):
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b)
+
+
+register(OpDef("matmul", "matmul", matmul_shape, _matmul, arity=2))

@@ -1,0 +1,69 @@
+"""Backends run IR for a Session. Each owns the storage of params and state.
+
+A backend implements:
+  set_leaf(name, array) / get_leaf(name) -> np.ndarray   params and optimizer state
+  run(graph, roots, feeds, dims) -> list[np.ndarray]     values of node indices `roots`
+  step(graph, roots, feeds, dims) -> list[np.ndarray]    same, then applies graph.updates
+                                                         (new values of params/state)
+`feeds` maps input names (including runtime scalars such as the learning rate)
+to arrays; `dims` binds the symbolic dims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dlc.compiler.ir import Graph
+from dlc.compiler.reference import evaluate
+
+
+class NumpyBackend:
+    name = "numpy"
+
+    def __init__(self, dtype=np.float32):
+        self.dtype = dtype
+        self.leaves: dict[str, np.ndarray] = {}
+
+    def set_leaf(self, name: str, value: np.ndarray) -> None:
+        self.leaves[name] = np.array(value, dtype=self.dtype)
+
+    def get_leaf(self, name: str) -> np.ndarray:
+        return self.leaves[name].copy()
+
+    def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
+            dims: Mapping[str, int]) -> list[np.ndarray]:
+        values = evaluate(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
+        return [values[i] for i in roots]
+
+    def step(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
+             dims: Mapping[str, int]) -> list[np.ndarray]:
+        targets = [i for _, i in graph.updates]
+        values = evaluate(graph, [*roots, *targets], {**self.leaves, **feeds}, dims, self.dtype)
+        for name, i in graph.updates:
+            self.leaves[name] = values[i]
+        return [values[i] for i in roots]
+
+
+def make_backend(name: str | None):
+    """'numpy', 'gl', or None: gl when a context can be made, else numpy with a notice."""
+    if name == "numpy":
+        return NumpyBackend()
+    if name not in (None, "gl"):
+        raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
+    try:
+        from dlc.gl_backend import GLBackend
+    except ImportError:
+        if name == "gl":
+            raise
+        return NumpyBackend()
+    if name == "gl":
+        return GLBackend()
+    try:
+        return GLBackend()
+    except Exception as e:  # no context: fall back, saying so once
+        import sys
+        print(f"dlc: no OpenGL context ({str(e).splitlines()[0]}); using the numpy backend",
+              file=sys.stderr)
+        return NumpyBackend()

@@ -1,0 +1,52 @@
+"""Errors users see. Kept free of lark and the compiler so the runtime can use them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A place in a model source: 1-based line and column, and the line's text."""
+
+    file: str
+    line: int
+    column: int
+    text: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class DlcError(Exception):
+    """Base of every error dlc reports to a person (exit 1, no traceback)."""
+
+
+class CompileError(DlcError):
+    """A mistake in a model, located at file:line:col with the line and a caret."""
+
+    def __init__(self, message: str, loc: Loc | None = None):
+        self.message = message
+        self.loc = loc
+        self.line = loc.line if loc else None
+        self.column = loc.column if loc else None
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        if self.loc is None:
+            return f"error: {self.message}"
+        out = f"{self.loc}: error: {self.message}"
+        if self.loc.text:
+            line = self.loc.text.rstrip("\n")
+            # Expand tabs so the caret lines up with what the terminal shows.
+            prefix = line[: self.loc.column - 1].expandtabs(4)
+            out += f"\n    {line.expandtabs(4)}\n    {' ' * len(prefix)}^"
+        return out
+
+
+class DataError(DlcError):
+    """Data that does not fit the model: names the input, the file and, for CSV, the line."""
+
+
+class RuntimeFailure(DlcError):
+    """A failure while running (a NaN loss, a missing GL context, ...)."""

@@ -1,0 +1,51 @@
+"""Model: a compiled .dl model (its IR and where it came from)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from dlc.compiler.ir import Graph, Shape
+
+
+@dataclass
+class Model:
+    graph: Graph
+    source: str = ""
+    path: str = "<model>"
+    seed_inits: dict = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> dict[str, Shape]:
+        return {n: self.graph.shape(n) for n in self.graph.inputs}
+
+    @property
+    def params(self) -> dict[str, Shape]:
+        return {n: self.graph.shape(n) for n in self.graph.params}
+
+    @property
+    def tensors(self) -> dict[str, Shape]:
+        """Every named tensor that is neither an input nor a param (losses included)."""
+        skip = set(self.graph.inputs) | set(self.graph.params)
+        return {n: self.graph.node(n).shape for n in self.graph.names if n not in skip}
+
+    @property
+    def losses(self) -> dict[str, Shape]:
+        return {n: () for n in self.graph.losses}
+
+    def __repr__(self) -> str:
+        return (f"Model({self.path!r}, inputs={list(self.inputs)}, params={list(self.params)}, "
+                f"losses={list(self.losses)})")
+
+
+def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
+    """Compile a .dl model from a path or from source text. Raises dlc.CompileError."""
+    from dlc.compiler.lang import compile_source
+
+    text, path = source, name or "<model>"
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
+                                           and source.endswith(".dl")):
+        path = os.fspath(source)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    return Model(compile_source(text, path), text, path)

@@ -1,0 +1,41 @@
+"""Params on disk: .npz only (never pickle), written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from .errors import DataError
+
+
+def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)  # a reader never sees a half-written file
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
+    path = os.fspath(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            out = {k: np.asarray(z[k], dtype=np.float32) for k in z.files}
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (ValueError, OSError) as e:
+        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    if shapes is not None:
+        missing = [k for k in shapes if k not in out]
+        if missing:
+            raise DataError(f"{path}: param '{missing[0]}' is missing")
+    return out
