@@ -227,10 +227,13 @@ def reshape(b, loc, x, shape):
                 _fail(f"cannot reshape {format_dims(old)} to {format_dims(tuple(new))}: "
                       f"symbolic dim {s} does not appear in the input", loc)
             left.remove(s)
-        if left or known_old % known_new:
+        if len(left) == 1 and known_old == known_new:
+            new[new.index(-1)] = left[0]  # the -1 stands for the one symbolic dim left over
+        elif left or known_old % known_new:
             _fail(f"cannot reshape {format_dims(old)} to {format_dims(tuple(new))}: "
                   "the -1 cannot be resolved", loc)
-        new[new.index(-1)] = known_old // known_new
+        else:
+            new[new.index(-1)] = known_old // known_new
     elif (known_old, sym_old) != (known_new, sym_new):
         _fail(f"cannot reshape {format_dims(old)} ({_count(old)} elements) to "
               f"{format_dims(tuple(new))} ({_count(tuple(new))} elements)", loc)

@@ -92,13 +92,27 @@ def _format_attr(v: Any) -> str:
     return str(v)
 
 
+def _format_leaf(n: Node) -> str:
+    if n.op == "const":
+        values = n.attr("value")
+        return "const " + (repr(values[0]) if n.shape == () else _format_attr(values))
+    init = n.attr("init")
+    if init:
+        kind, *args = init
+        return f"{n.op} {kind}" + (f"({', '.join(map(repr, args))})" if args else "")
+    return n.op
+
+
 def format_node(g: Graph, i: int, labels: dict[int, str] | None = None) -> str:
     labels = labels if labels is not None else _labels(g)
     n = g.nodes[i]
     lab = labels.get(i, f"%{i}")
-    args = [labels.get(j, f"%{j}") for j in n.inputs]
-    attrs = [f"{k}={_format_attr(v)}" for k, v in n.attrs if k != "name"]
-    call = f"{n.op}(" + ", ".join(args + attrs) + ")"
+    if n.is_leaf:
+        call = _format_leaf(n)
+    else:
+        args = [labels.get(j, f"%{j}") for j in n.inputs]
+        attrs = [f"{k}={_format_attr(v)}" for k, v in n.attrs]
+        call = f"{n.op}(" + ", ".join(args + attrs) + ")"
     where = f"  # line {n.loc.line}" if n.loc else ""
     return f"{lab} = {call} : {format_shape(n.shape)}{where}"
 

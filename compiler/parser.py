@@ -200,11 +200,14 @@ _WORDS = {
     "LSQB": "'['", "RSQB": "']'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='",
     "ADD_OP": "an operator", "MUL_OP": "an operator", "POW_OP": "'^'", "CMP_OP": "a comparison",
     "NEG": "'-'", "DTYPE": "'f32'", "INPUT": "'input'", "PARAM": "'param'", "CONST": "'const'",
-    "LOSS": "'loss'",
+    "LOSS": "'loss'", "EXPR": "an expression",
 }
 
 
 def _expected(names) -> str:
+    names = set(names)
+    if {"NAME", "NUMBER", "LPAR"} <= names:  # the start of any expression
+        names = (names - {"NAME", "NUMBER", "LPAR", "LSQB", "NEG", "STRING"}) | {"EXPR"}
     words = sorted({_WORDS.get(n, n.lower()) for n in names})
     if "an operator" in words and len(words) > 4:
         words = [w for w in words if w not in ("an operator", "a comparison", "'^'")]
