@@ -1,7 +1,8 @@
 """Param initializers: named in the language, materialized deterministically.
 
 An init is a tuple: ("value", v), ("zeros",), ("ones",), ("normal", mean, std),
-("uniform", low, high), ("glorot",), ("he",). Each param draws from its own
+("uniform", low, high), ("glorot",), ("he",), or ("array", flat values) for a
+variable created from an array (dlc.Graph.variable). Each param draws from its own
 generator seeded by (seed, param name), so adding a param changes no other.
 """
 
@@ -38,6 +39,8 @@ def initial_value(init: tuple, shape, seed: int, name: str) -> np.ndarray:
     kind, *args = init
     if kind == "value":
         out = np.full(shape, args[0])
+    elif kind == "array":
+        out = np.asarray(args[0], dtype=np.float64).reshape(shape)
     elif kind == "zeros":
         out = np.zeros(shape)
     elif kind == "ones":

@@ -97,13 +97,16 @@ def _format_leaf(n: Node) -> str:
         values = n.attr("value")
         return "const " + (repr(values[0]) if n.shape == () else _format_attr(values))
     init = n.attr("init")
+    if init and init[0] == "array":
+        return f"{n.op} array{_format_attr(init[1])}"
     if init:
         kind, *args = init
         return f"{n.op} {kind}" + (f"({', '.join(map(repr, args))})" if args else "")
     return n.op
 
 
-def format_node(g: Graph, i: int, labels: dict[int, str] | None = None) -> str:
+def format_node(g: Graph, i: int, labels: dict[int, str] | None = None,
+                locs: bool = True) -> str:
     labels = labels if labels is not None else _labels(g)
     n = g.nodes[i]
     lab = labels.get(i, f"%{i}")
@@ -113,15 +116,16 @@ def format_node(g: Graph, i: int, labels: dict[int, str] | None = None) -> str:
         args = [labels.get(j, f"%{j}") for j in n.inputs]
         attrs = [f"{k}={_format_attr(v)}" for k, v in n.attrs]
         call = f"{n.op}(" + ", ".join(args + attrs) + ")"
-    where = f"  # line {n.loc.line}" if n.loc else ""
+    where = f"  # line {n.loc.line}" if n.loc and locs else ""
     return f"{lab} = {call} : {format_shape(n.shape)}{where}"
 
 
-def format_graph(g: Graph) -> str:
+def format_graph(g: Graph, locs: bool = True) -> str:
+    """The IR as text; locs=False leaves out source lines (to compare two front ends)."""
     labels = _labels(g)
     lines = ["graph {"]
     for i in range(len(g.nodes)):
-        lines.append("  " + format_node(g, i, labels))
+        lines.append("  " + format_node(g, i, labels, locs))
     for name in g.losses:
         lines.append(f"  loss {name}")
     for target, i in g.updates:

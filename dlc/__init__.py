@@ -25,6 +25,8 @@ _LAZY = {
     "Adam": "dlc.optimizers",
     "Adamax": "dlc.optimizers",
     "load": "dlc.runtime.artifact",
+    "Graph": "dlc.graph",
+    "Tensor": "dlc.graph",
 }
 
 __all__ = ["CompileError", "DataError", "DlcError", "RuntimeFailure", "__version__", *_LAZY]
