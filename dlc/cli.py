@@ -1,0 +1,708 @@
+"""The `dlc` command line: check, compile, train, eval, info (SPEC section 2).
+
+Errors in a model or in data print the located message and exit 1 without a
+traceback (`--debug` shows one); usage errors exit 2 (argparse). A MODEL may
+be a `.dl` file or a compiled artifact folder (`dlc compile` writes one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .errors import DataError, DlcError, RuntimeFailure
+
+OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adagrad", "adadelta", "adam", "adamax")
+DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(DlcError):
+    """A flag combination argparse cannot express; exits 2 like argparse's own errors."""
+
+
+# -- the model a command works on --------------------------------------------------
+
+@dataclass
+class Target:
+    """A .dl model or a compiled artifact: its names and how to make a session over it."""
+
+    path: str
+    inputs: dict[str, tuple]
+    params: dict[str, tuple]
+    tensors: dict[str, tuple]
+    losses: list[str]
+    open_session: Callable[[str | None, int], Any]
+    needed: Callable[[Iterable[str]], set[str]]
+    inits: dict[str, tuple] = field(default_factory=dict)
+    model: Any = None  # the dlc.Model for a .dl file; None for an artifact
+    runner: Any = None  # the artifact's Runner, made when opened
+
+    @property
+    def shapes(self) -> dict[str, tuple]:
+        return {**self.inputs, **self.params, **self.tensors}
+
+    def check_names(self, names: Sequence[str], what: str = "tensor") -> None:
+        shapes = self.shapes
+        for n in names:
+            if n not in shapes:
+                close = difflib.get_close_matches(n, list(shapes), n=1)
+                hint = f", did you mean '{close[0]}'?" if close else ""
+                raise DlcError(f"{self.path}: no {what} named '{n}' in the model{hint}")
+
+    def loss(self, name: str | None) -> str:
+        if not self.losses:
+            raise DlcError(f"{self.path}: the model has no loss to train: add a statement "
+                           "'loss NAME = EXPR'")
+        if name is None:
+            return self.losses[0]
+        if name not in self.losses:
+            close = difflib.get_close_matches(name, self.losses, n=1)
+            hint = f", did you mean '{close[0]}'?" if close else ""
+            raise DlcError(f"{self.path}: '{name}' is not a loss of the model{hint} "
+                           f"(losses: {', '.join(self.losses)})")
+        return name
+
+
+def read_model_source(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise DlcError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DlcError(f"{path}: a folder that is not a compiled artifact "
+                       "(no manifest.json)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DlcError(f"{path}: cannot read the model ({e})") from None
+
+
+def open_target(path: str) -> Target:
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json")):
+        return _open_artifact(path)
+    return _open_source(path)
+
+
+def _open_source(path: str) -> Target:
+    import dlc
+    from dlc.compiler.reference import leaf_inputs
+
+    text = read_model_source(path)
+    # A trailing newline makes dlc.compile take it as source text, never as a path.
+    model = dlc.compile(text if text.endswith("\n") else text + "\n", name=path)
+    graph = model.graph
+
+    def open_session(backend: str | None, seed: int):
+        return dlc.Session(model, backend=backend, seed=seed)
+
+    def needed(names: Iterable[str]) -> set[str]:
+        return leaf_inputs(graph, [graph.names[n] for n in names])
+
+    inits = {n: graph.node(n).attr("init") for n in graph.params}
+    tensors = {n: s for n, s in model.tensors.items()}
+    return Target(path, dict(model.inputs), dict(model.params), tensors, list(model.losses),
+                  open_session, needed, inits, model=model)
+
+
+def _open_artifact(path: str) -> Target:
+    import inspect
+
+    import dlc
+
+    runner = dlc.load(path)
+    accepts_backend = "backend" in inspect.signature(dlc.load).parameters
+
+    def open_session(backend: str | None, seed: int):
+        if backend not in (None, "gl"):
+            if not accepts_backend:
+                raise UsageError(f"{path} is a compiled artifact: it runs on the gl backend only")
+            return dlc.load(path, backend=backend)
+        return runner
+
+    def needed(names: Iterable[str]) -> set[str]:
+        # Runners that know which inputs a fetch reads say so; else all inputs are needed.
+        fn = getattr(runner, "needed_inputs", None)
+        return set(fn(list(names))) if fn else set(runner.inputs)
+
+    return Target(path, dict(runner.inputs), dict(runner.params), dict(runner.tensors),
+                  list(runner.losses), open_session, needed, runner=runner)
+
+
+def default_weights_path(model_path: str) -> str:
+    """`samples/quadratic.dl` -> `samples/quadratic.weights.npz` (beside the model)."""
+    base = os.path.normpath(model_path)
+    stem, ext = os.path.splitext(base)
+    return (stem if ext in (".dl", ".dlc") else base) + ".weights.npz"
+
+
+def default_artifact_path(model_path: str) -> str:
+    stem, ext = os.path.splitext(os.path.normpath(model_path))
+    return (stem if ext == ".dl" else stem + ext) + ".dlc"
+
+
+# -- check -------------------------------------------------------------------------
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .report import model_table
+
+    t = open_target(args.model)
+    print(f"{t.path}: ok")
+    print()
+    print(model_table(t.inputs, t.params, t.tensors, t.losses, t.inits))
+    return 0
+
+
+# -- compile -----------------------------------------------------------------------
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    if os.path.isdir(args.model):
+        raise UsageError(f"{args.model} is a folder; dlc compile takes a .dl model")
+    if args.optimizer and args.train is None:
+        raise UsageError("--optimizer needs --train")
+    t = open_target(args.model)
+    model = t.model
+    train_loss = t.loss(None if args.train is True else args.train) if args.train else None
+    optimizer = None
+    if train_loss is not None:
+        from dlc import optimizers
+        optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=None)
+    options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size)
+    out_dir = args.output or default_artifact_path(args.model)
+
+    if args.emit == "ir":
+        graph = model.graph
+        if train_loss is not None:
+            from dlc.compiler.train_graph import build_train_graph
+            graph = build_train_graph(graph, train_loss, optimizer)
+        print(str(graph))
+    artifact = _artifact_module()
+    if args.emit == "ir" and train_loss is not None:
+        print()
+        print(artifact.emit(model, "kernels", **options))
+    elif args.emit in ("glsl", "plan"):
+        print(artifact.emit(model, args.emit, **options))
+    where = artifact.write_artifact(model, out_dir, **options)
+    print(f"wrote {where}", file=sys.stderr if args.emit else sys.stdout)
+    return 0
+
+
+def _artifact_module():
+    try:
+        from dlc.compiler import artifact
+    except ModuleNotFoundError as e:
+        if e.name != "dlc.compiler.artifact":
+            raise
+        raise DlcError("this build of dlc has no GLSL compiler (dlc.compiler.artifact is "
+                       "missing): cannot write an artifact") from None
+    return artifact
+
+
+# -- evaluation over a data file ---------------------------------------------------
+
+def evaluate(session, data, names: Sequence[str], target: Target,
+             batch_size: int | None) -> dict[str, np.ndarray]:
+    """Fetch `names` over all of `data`, in batches of `batch_size` examples if given.
+
+    Per-example fetches (whose first dim is the data's example dim) are
+    concatenated along axis 0; all others (scalars such as a loss or an
+    accuracy) are averaged over the batches, weighted by batch size.
+    """
+    from .data import example_inputs
+
+    example_dims = {target.inputs[n][0] for n in example_inputs(target.inputs, data.arrays)}
+    shapes = target.shapes
+    per_example = {n for n in names if shapes[n] and shapes[n][0] in example_dims}
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    weights: list[int] = []
+    for feeds, count in data.batches(target.inputs, batch_size):
+        values = session.eval(list(names), feeds)
+        weights.append(count)
+        for n in names:
+            parts[n].append(np.asarray(values[n], dtype=np.float32))
+    out: dict[str, np.ndarray] = {}
+    for n in names:
+        if n in per_example or len(parts[n]) == 1:
+            out[n] = parts[n][0] if len(parts[n]) == 1 else np.concatenate(parts[n], axis=0)
+        else:
+            w = np.asarray(weights, dtype=np.float64)
+            stacked = np.stack(parts[n]).astype(np.float64)
+            avg = np.tensordot(w / w.sum(), stacked, axes=1)
+            out[n] = np.asarray(avg, dtype=np.float32)
+    return out
+
+
+def parse_fetch(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if any(not n for n in names):
+        raise UsageError(f"--fetch '{text}': give names separated by commas, e.g. --fetch y,cost")
+    return list(dict.fromkeys(names))
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .data import load_data
+    from .report import describe_array
+    from .weights import save_npz
+
+    names = parse_fetch(args.fetch)
+    t = open_target(args.model)
+    t.check_names(names)
+    data = load_data(args.data, t.inputs, t.needed(names))
+    if args.weights and not os.path.isfile(args.weights):
+        raise DataError(f"{args.weights}: no such file")
+    session = t.open_session(args.backend, args.seed)
+    if args.weights:
+        session.load(args.weights)
+    values = evaluate(session, data, names, t, args.batch_size)
+    what = f"{data.examples} examples" if data.examples else "the data"
+    if args.batch_size and data.examples > args.batch_size:
+        what += (f" in batches of {args.batch_size}; values without the example axis are "
+                 "means over the batches")
+    print(f"{t.path} on {data.path} ({what}):")
+    for n in names:
+        print("  " + describe_array(n, values[n]))
+    if args.out:
+        save_npz(args.out, values)
+        print(f"saved {', '.join(names)} to {args.out}")
+    return 0
+
+
+# -- train -------------------------------------------------------------------------
+
+class StopFlag:
+    """SIGINT while training: the first one asks to stop after the current step."""
+
+    def __init__(self, notify: Callable[[str], None]):
+        self.stop = False
+        self.notify = notify
+        self._old = None
+
+    def __enter__(self) -> StopFlag:
+        try:
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread (an embedding): keep Python's default
+            self._old = None
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.stop:  # a second Ctrl-C: stop now, without saving
+            raise KeyboardInterrupt
+        self.stop = True
+        self.notify("interrupted: stopping after this step (Ctrl-C again to quit without saving)")
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise DlcError("--plot needs matplotlib, which is not installed: "
+                       "pip install 'dlc[plot]' (or pip install matplotlib)") from None
+
+
+@dataclass
+class TrainLog:
+    """What a run records: one row per step, val metrics on the step that ended an epoch."""
+
+    rows: list[dict[str, float]] = field(default_factory=list)
+    val_columns: list[str] = field(default_factory=list)
+
+    def columns(self) -> list[str]:
+        return ["step", "epoch", "loss", *self.val_columns]
+
+    def write_csv(self, path: str) -> None:
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        cols = self.columns()
+        w.writerow(cols)
+        for r in self.rows:
+            w.writerow([_csv_cell(r.get(c)) for c in cols])
+        _write_atomic(path, buf.getvalue().encode())
+
+    def plot(self, path: str, loss_name: str) -> None:
+        import io
+
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        steps = [r["step"] for r in self.rows]
+        fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+        ax.plot(steps, [r["loss"] for r in self.rows], lw=1, label=f"{loss_name} (train)")
+        val = [(r["step"], r["val_loss"]) for r in self.rows if "val_loss" in r]
+        if val:
+            ax.plot(*zip(*val), "o-", lw=1.5, label=f"{loss_name} (val)")
+        losses = [r["loss"] for r in self.rows if math.isfinite(r["loss"])]
+        if losses and min(losses) > 0 and max(losses) / min(losses) > 100:
+            ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel(loss_name)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        _write_atomic(path, buf.getvalue())
+
+
+def _csv_cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and v != int(v) or isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    return str(int(v)) if isinstance(v, (int, float)) else str(v)
+
+
+def _write_atomic(path: str, payload: bytes) -> None:
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .data import load_data
+    from .progress import TrainProgress
+
+    t = open_target(args.model)
+    loss = t.loss(args.loss)
+    optimizer = None
+    if t.model is not None or args.optimizer or args.lr is not None:
+        from dlc import optimizers
+        optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=args.lr)
+    data = load_data(args.data, t.inputs, t.needed([loss]))
+    val_names = [loss] + (["accuracy"] if "accuracy" in t.tensors else [])
+    val = load_data(args.val, t.inputs, t.needed(val_names)) if args.val else None
+    if args.plot:
+        _require_matplotlib()
+    for path in [args.init] if args.init else []:
+        if not os.path.isfile(path):
+            raise DataError(f"{path}: no such file (--init)")
+    save_path = args.save or default_weights_path(t.path)
+
+    session = t.open_session(args.backend, args.seed)
+    if args.init:
+        session.load(args.init)
+
+    epochs = None if args.steps else (args.epochs or 1)
+    per_epoch = math.ceil(data.examples / args.batch_size) if data.examples else 1
+    total = args.steps or (epochs * per_epoch)
+    log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else [])
+                   if val else [])
+    progress = TrainProgress(total, epochs)
+    first_loss: list[float] = []
+
+    def callback(step: int, epoch: int, value: float, batch_examples: int) -> bool:
+        value = float(value)
+        if not first_loss:
+            first_loss.append(value)
+        progress.update(step, epoch, value, batch_examples)
+        log.rows.append({"step": step, "epoch": epoch, "loss": value})
+        return not stop.stop
+
+    def on_epoch_end(epoch: int) -> None:
+        if val is None:
+            return
+        values = evaluate(session, val, val_names, t, args.batch_size)
+        row = log.rows[-1] if log.rows else {}
+        row["val_loss"] = float(values[loss])
+        text = f"epoch {epoch}: val {loss} {float(values[loss]):.6g}"
+        if "accuracy" in values:
+            row["val_accuracy"] = float(values["accuracy"])
+            text += f"  val accuracy {float(values['accuracy']):.4f}"
+        progress.message(text)
+
+    diverged: RuntimeFailure | None = None
+    interrupted = False
+    with StopFlag(progress.message) as stop:
+        try:
+            session.train(data.arrays, loss=loss, optimizer=optimizer,
+                          batch_size=args.batch_size, epochs=epochs or 1, steps=args.steps,
+                          shuffle=True, callback=callback, on_epoch_end=on_epoch_end)
+        except RuntimeFailure as e:
+            if not hasattr(e, "step"):  # not a TrainingDiverged
+                raise
+            diverged = e
+        except KeyboardInterrupt:  # a second Ctrl-C: quit at once, keep no weights
+            progress.close()
+            print("interrupted twice: quit without saving", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        finally:
+            progress.close()
+        interrupted = stop.stop
+
+    elapsed = progress.elapsed
+    session.save(save_path)
+    if args.log:
+        log.write_csv(args.log)
+    if args.plot and log.rows:
+        log.plot(args.plot, loss)
+    _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch)
+    if diverged is not None:
+        step = getattr(diverged, "step", "?")
+        value = getattr(diverged, "loss", float("nan"))
+        print(f"error: training diverged at step {step}: the loss {loss} is {value}; saved the "
+              f"params of the last step with a finite loss to {save_path}", file=sys.stderr)
+        return 1
+    if interrupted:
+        print("interrupted: stopped early", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_loss: list[float],
+             loss: str, save_path: str, args: argparse.Namespace, per_epoch: int) -> None:
+    steps = len(log.rows)
+    epochs = steps / per_epoch if per_epoch else 0
+    rate = progress.examples / elapsed if elapsed > 0 else 0.0
+    print(f"trained {t.path} on {data.path}: {steps} steps ({epochs:.3g} epochs) in "
+          f"{elapsed:.2f} s, {rate:,.0f} examples/s")
+    if log.rows:
+        print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} "
+              "at the last")
+    last_val = next((r for r in reversed(log.rows) if "val_loss" in r), None)
+    if last_val:
+        acc = (f", accuracy {last_val['val_accuracy']:.4f}" if "val_accuracy" in last_val else "")
+        print(f"  val ({args.val}): {loss} {last_val['val_loss']:.6g}{acc}")
+    print(f"  weights saved to {save_path}")
+    if args.log:
+        print(f"  log written to {args.log}")
+    if args.plot and log.rows:
+        print(f"  loss curve written to {args.plot}")
+
+
+# -- info --------------------------------------------------------------------------
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from dlc.runtime.info import describe
+
+    print(f"dlc {__version__}")
+    print(describe())
+    return 0
+
+
+# -- argument parsing --------------------------------------------------------------
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return v
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str):
+        super().__init__(prog, max_help_position=32)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show a traceback with any error")
+    p = argparse.ArgumentParser(
+        prog="dlc", formatter_class=_Formatter,
+        description="dlc compiles models written in the .dl language to OpenGL shaders and runs "
+                    "them:\nevaluation, gradients and training.",
+        epilog="examples:\n"
+               "  dlc check samples/mlp_digits.dl\n"
+               "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
+               "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y,cost "
+               "--weights samples/quadratic.weights.npz\n"
+               "  dlc compile samples/mlp_digits.dl --emit ir\n\n"
+               "run 'dlc COMMAND --help' for a command's options.")
+    p.add_argument("--version", action="version", version=f"dlc {__version__}")
+    p.add_argument("--debug", action="store_true", default=False,
+                   help="show a traceback with any error")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    c = sub.add_parser(
+        "check", parents=[common], formatter_class=_Formatter,
+        help="parse and shape-check a model; list its inputs, params, tensors and losses",
+        description="Parse and shape-check a model, then print its inputs, params (shape, size, "
+                    "initializer),\nnamed tensors and losses as a table. Exits 1 with the "
+                    "located error if the model is wrong.",
+        epilog="example:\n  dlc check samples/mlp_digits.dl")
+    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+    c.set_defaults(func=cmd_check)
+
+    c = sub.add_parser(
+        "compile", parents=[common], formatter_class=_Formatter,
+        help="compile a model to an artifact folder (GLSL kernels, plan, params)",
+        description="Compile a .dl model and write the artifact folder (manifest.json, one GLSL "
+                    "file per kernel,\nparams.npz). --emit also prints a stage of the "
+                    "compilation.",
+        epilog="examples:\n"
+               "  dlc compile samples/quadratic.dl                 # writes samples/quadratic.dlc/\n"
+               "  dlc compile samples/quadratic.dl --emit ir       # prints the IR\n"
+               "  dlc compile samples/mlp_digits.dl --train --optimizer adam --emit ir\n"
+               "  dlc compile samples/mlp_digits.dl -o /tmp/mlp.dlc --emit plan --batch-size 64")
+    c.add_argument("model", metavar="MODEL.dl", help="the model to compile")
+    c.add_argument("-o", "--output", metavar="DIR",
+                   help="artifact folder to write (default: MODEL.dlc beside the model)")
+    c.add_argument("--emit", choices=("ir", "glsl", "plan"),
+                   help="also print this stage: the IR (with --train: the training-step IR and "
+                        "its kernels), the GLSL, or the kernel and storage plan")
+    c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
+                   help="add the training step for LOSS (default: the model's first loss)")
+    c.add_argument("--optimizer", choices=OPTIMIZERS,
+                   help=f"optimizer of the training step (default: {DEFAULT_OPTIMIZER}); "
+                        "needs --train")
+    c.add_argument("--batch-size", type=_positive_int, metavar="N",
+                   help="plan for batches of N examples")
+    c.set_defaults(func=cmd_compile)
+
+    c = sub.add_parser(
+        "train", parents=[common], formatter_class=_Formatter,
+        help="train a model's params on a data file",
+        description="Train a model on a data file (.npz keyed by input name, or .csv with a "
+                    "header: column x\nfeeds x: [B], columns x.0 ... x.k-1 feed x: [B, k]). The "
+                    "data is checked before the first\nstep. Shows a progress bar, prints a "
+                    "summary and saves the params. Ctrl-C stops after\nthe current step, saves, "
+                    "and exits 130.",
+        epilog="examples:\n"
+               "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
+               "  dlc train samples/mlp_digits.dl --data samples/data/digits_train.npz \\\n"
+               "      --val samples/data/digits_test.npz --optimizer adam --lr 0.01 --epochs 10 "
+               "\\\n      --log train.csv --plot loss.png --save mlp.npz")
+    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+    c.add_argument("--data", required=True, metavar="FILE", help="training data: .npz or .csv")
+    c.add_argument("--loss", metavar="NAME", help="the loss to minimize (default: the first)")
+    c.add_argument("--optimizer", choices=OPTIMIZERS, metavar="NAME",
+                   help=f"{' | '.join(OPTIMIZERS)} (default: {DEFAULT_OPTIMIZER})")
+    c.add_argument("--lr", type=_positive_float, metavar="X",
+                   help="learning rate (default: the optimizer's)")
+    c.add_argument("--batch-size", type=_positive_int, default=32, metavar="N",
+                   help="examples per step (default: 32)")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=_positive_int, metavar="N",
+                   help="passes over the data (default: 1)")
+    g.add_argument("--steps", type=_positive_int, metavar="N",
+                   help="train for N steps instead, cycling over the data")
+    c.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="seed of the initial params and the shuffling (default: 0)")
+    c.add_argument("--init", metavar="W.npz", help="start from these params")
+    c.add_argument("--save", metavar="W.npz",
+                   help="where to save the params (default: MODEL.weights.npz beside the model)")
+    c.add_argument("--backend", choices=("gl", "numpy"),
+                   help="gl (compiled GLSL) or numpy (the reference); default: gl when an "
+                        "OpenGL context can be made, else numpy")
+    c.add_argument("--val", metavar="FILE",
+                   help="validation data: its loss (and accuracy, if the model has an 'accuracy' "
+                        "tensor) after each epoch")
+    c.add_argument("--log", metavar="CSV", help="write step, epoch, loss and val columns to a CSV")
+    c.add_argument("--plot", metavar="PNG",
+                   help="write the loss curve as a PNG (needs matplotlib: pip install 'dlc[plot]')")
+    c.set_defaults(func=cmd_train)
+
+    c = sub.add_parser(
+        "eval", parents=[common], formatter_class=_Formatter,
+        help="evaluate named tensors over a data file",
+        description="Evaluate named tensors over a data file. Prints each scalar fetch (its mean "
+                    "over the data when\nrun in batches) and a summary of the others; --out saves "
+                    "them all. Per-example fetches\n(first dim the example dim) are concatenated "
+                    "over batches; the others are averaged,\nweighted by batch size.",
+        epilog="examples:\n"
+               "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y\n"
+               "  dlc eval samples/mlp_digits.dl --data samples/data/digits_test.npz \\\n"
+               "      --weights mlp.npz --fetch accuracy,prediction --out pred.npz")
+    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+    c.add_argument("--data", required=True, metavar="FILE", help="input data: .npz or .csv")
+    c.add_argument("--fetch", required=True, metavar="NAME[,NAME...]",
+                   help="named tensors to evaluate, separated by commas")
+    c.add_argument("--weights", metavar="W.npz",
+                   help="params to use (default: the initial params for --seed)")
+    c.add_argument("--out", metavar="OUT.npz", help="save every fetch to this .npz")
+    c.add_argument("--batch-size", type=_positive_int, metavar="N",
+                   help="evaluate N examples at a time (default: all at once)")
+    c.add_argument("--backend", choices=("gl", "numpy"),
+                   help="gl or numpy; default: gl when an OpenGL context can be made, else numpy")
+    c.add_argument("--seed", type=int, default=0, metavar="S",
+                   help="seed of the initial params when no --weights are given (default: 0)")
+    c.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser(
+        "info", parents=[common], formatter_class=_Formatter,
+        help="show the OpenGL context dlc finds and the backend it would use",
+        description="Show the OpenGL context found (vendor, renderer, version, limits) and the "
+                    "backend that\n'--backend' would default to.")
+    c.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        if args.debug:
+            traceback.print_exc()
+        parser.exit(2, f"dlc {args.command}: error: {e}\n")
+    except DlcError as e:
+        if args.debug:
+            traceback.print_exc()
+        text = str(e)
+        print(text if text.startswith(_located_prefix(e)) else f"error: {text}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # a bug in dlc: say so briefly, the traceback is one flag away
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(f"dlc: internal error: {type(e).__name__}: {e}\n"
+                  "(run again with --debug for the traceback)", file=sys.stderr)
+        return 1
+    return 0  # unreachable: parser.exit raises
+
+
+def _located_prefix(e: DlcError) -> str:
+    """CompileErrors already print as 'file:line:col: error: ...'."""
+    loc = getattr(e, "loc", None)
+    return str(loc) if loc is not None else "\0"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

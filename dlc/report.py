@@ -1,0 +1,67 @@
+"""Plain-text tables and summaries for the command line (aligned columns, no colour).
+
+Plain text so the output of `dlc check` reads the same in a terminal, a pipe
+and a test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+def fmt_shape(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; trailing spaces stripped."""
+    cells = [list(map(str, header)), *[list(map(str, r)) for r in rows]]
+    widths = [max(len(r[k]) for r in cells) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _init(init) -> str:
+    if not init:
+        return ""
+    kind, *args = init
+    if kind == "value":
+        return f"{args[0]:g}"
+    return f"{kind}({', '.join(f'{a:g}' for a in args)})" if args else kind
+
+
+def model_table(inputs: Mapping[str, tuple], params: Mapping[str, tuple],
+                tensors: Mapping[str, tuple], losses: Sequence[str],
+                inits: Mapping[str, tuple] | None = None) -> str:
+    """One row per name: kind (input, param, tensor, loss), name, shape, size, init."""
+    inits = inits or {}
+    rows = [("input", n, fmt_shape(s), "", "") for n, s in inputs.items()]
+    rows += [("param", n, fmt_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
+             for n, s in params.items()]
+    rows += [("loss" if n in losses else "tensor", n, fmt_shape(s), "", "")
+             for n, s in tensors.items()]
+    total = sum(math.prod(s) for s in params.values())
+    out = table(("kind", "name", "shape", "size", "init"), rows)
+    default = f"; default loss '{losses[0]}'" if losses else "; no loss (cannot be trained)"
+    return (out + f"\n\n{plural(len(inputs), 'input')}, {plural(len(params), 'param')} "
+            f"({plural(total, 'value')}), {plural(len(tensors), 'named tensor')}, "
+            f"{plural(len(losses), 'loss', 'losses')}{default}")
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+def describe_array(name: str, a: np.ndarray, count: int = 6) -> str:
+    """One line: a scalar's value, or shape, dtype, range and the first values."""
+    a = np.asarray(a)
+    if a.ndim == 0:
+        return f"{name} = {float(a):.6g}"
+    flat = a.reshape(-1)
+    first = ", ".join(f"{float(v):.6g}" for v in flat[:count])
+    more = ", ..." if flat.size > count else ""
+    rng = f"  min {float(flat.min()):.6g}  max {float(flat.max()):.6g}" if flat.size else ""
+    return f"{name}: {fmt_shape(a.shape)}{rng}  [{first}{more}]"
