@@ -1,0 +1,399 @@
+"""The process-wide OpenGL context: headless EGL on a device, or a hidden glfw window.
+
+Choice (env `DLC_GL`): `egl` = EGL device platform only; `glfw` = a hidden glfw window only;
+unset = EGL first, then glfw if a display exists (`DISPLAY` / `WAYLAND_DISPLAY`).
+`DLC_EGL_DEVICE=N` picks EGL device N (and rules out the glfw fallback); by default the first
+device that gives an OpenGL >= 4.3 core context wins.
+
+Threads: a GL context is current on at most one thread. The context is made current on the
+thread that first calls `get_context()`, and every GL call dlc makes must come from that thread
+(asyncio coroutines on it are fine). To move it, call `ctx.release_current()` on the old thread,
+then `get_context()` on the new one; if it is still current elsewhere, that raises.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlc.errors import RuntimeFailure
+
+MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers
+INSTALL_HINT = (
+    "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU driver"
+)
+
+_lock = threading.Lock()
+_context: GLContext | None = None
+_failure: str | None = None  # the one-line reason, kept so has_context() does not retry
+
+
+@dataclass
+class GLContext:
+    """A current OpenGL context and what the driver says about itself."""
+
+    vendor: str
+    renderer: str
+    version: str
+    glsl_version: str
+    platform: str  # "egl" or "glfw"
+    device_index: int | None  # EGL device number; None for glfw
+    gl_version: tuple[int, int]
+    limits: dict[str, Any]
+    extensions: frozenset[str] = field(repr=False)
+    device_count: int | None = None
+    _handles: dict[str, Any] = field(default_factory=dict, repr=False)
+    _thread: int = field(default=0, repr=False)
+
+    @property
+    def has_dsa(self) -> bool:
+        """Direct state access (glNamedBuffer*): core in 4.5, an extension before."""
+        return self.gl_version >= (4, 5) or "GL_ARB_direct_state_access" in self.extensions
+
+    def make_current(self) -> None:
+        """Make this context current on the calling thread."""
+        h = self._handles
+        if self.platform == "egl":
+            from dlc.runtime.gl import EGL
+
+            ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
+            if not ok:
+                raise RuntimeFailure(
+                    "the OpenGL context is current on another thread; call "
+                    "release_current() there first"
+                )
+        else:
+            import glfw
+
+            glfw.make_context_current(h["window"])
+        self._thread = threading.get_ident()
+
+    def release_current(self) -> None:
+        """Detach the context from the calling thread so another thread can take it."""
+        h = self._handles
+        if self.platform == "egl":
+            from dlc.runtime.gl import EGL
+
+            EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
+        else:
+            import glfw
+
+            glfw.make_context_current(None)
+        self._thread = 0
+
+
+def get_context() -> GLContext:
+    """The process's GL context, current on the calling thread; RuntimeFailure when none."""
+    global _context, _failure
+    ctx = _context
+    if ctx is not None and ctx._thread == threading.get_ident():
+        return ctx
+    with _lock:
+        if _context is None:
+            if _failure is not None:
+                raise RuntimeFailure(_failure)
+            try:
+                _context = _create()
+            except RuntimeFailure as exc:
+                _failure = str(exc)
+                raise
+        if _context._thread != threading.get_ident():
+            _context.make_current()
+        return _context
+
+
+def has_context() -> bool:
+    """True when a GL context can be made (makes it); never raises."""
+    try:
+        get_context()
+        return True
+    except Exception:
+        return False
+
+
+def _create() -> GLContext:
+    choice = os.environ.get("DLC_GL", "").strip().lower()
+    if choice not in ("", "egl", "glfw"):
+        raise RuntimeFailure(f"no OpenGL context: DLC_GL={choice} is not one of egl, glfw")
+    reasons: list[str] = []
+    installable = True
+    if choice in ("", "egl"):
+        try:
+            return _create_egl()
+        except _NoContext as exc:
+            reasons.append(str(exc))
+            installable = exc.installable
+    # Windows and macOS always have a window system; Linux needs X11 or Wayland.
+    has_display = not sys.platform.startswith("linux") or bool(
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    )
+    explicit_device = "DLC_EGL_DEVICE" in os.environ
+    if choice == "glfw" and not has_display:
+        reasons.append("DLC_GL=glfw needs a display, but neither DISPLAY nor WAYLAND_DISPLAY is set")
+        installable = False
+    elif choice == "glfw" or (choice == "" and has_display and not explicit_device):
+        try:
+            return _create_glfw()
+        except _NoContext as exc:
+            reasons.append(str(exc))
+    message = f"no OpenGL context: {'; '.join(reasons)}"
+    if installable:
+        message += f" ({INSTALL_HINT}"
+        if choice != "glfw" and not has_display:
+            message += "; or set DLC_GL=glfw to use a window where a display exists"
+        message += ")"
+    raise RuntimeFailure(message)
+
+
+class _NoContext(Exception):
+    """One platform could not give a context; the message is a short reason."""
+
+    def __init__(self, reason: str, installable: bool = True):
+        super().__init__(reason)
+        self.installable = installable  # False when a setting, not a missing package, is at fault
+
+
+# ---------------------------------------------------------------- EGL device platform
+
+
+def _create_egl() -> GLContext:
+    from dlc.runtime import gl
+
+    if gl.PYOPENGL_PLATFORM not in ("", "egl"):
+        raise _NoContext(
+            f"PYOPENGL_PLATFORM={gl.PYOPENGL_PLATFORM} rules out EGL (unset it, or set it to egl)",
+            installable=False,
+        )
+    if gl.EGL is None:
+        raise _NoContext(f"EGL is not available ({gl.EGL_IMPORT_ERROR})")
+    EGL = gl.EGL
+    try:
+        from OpenGL.EGL.EXT.device_base import EGLDeviceEXT, eglQueryDevicesEXT
+        from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
+        from OpenGL.EGL.EXT.platform_device import EGL_PLATFORM_DEVICE_EXT
+    except Exception as exc:
+        raise _NoContext(f"EGL lacks the device platform ({exc})") from exc
+
+    count = EGL.EGLint(0)
+    try:
+        if not eglQueryDevicesEXT(0, None, ctypes.pointer(count)):
+            raise _NoContext("eglQueryDevicesEXT failed")
+        devices = (EGLDeviceEXT * max(count.value, 1))()
+        if count.value and not eglQueryDevicesEXT(count.value, devices, ctypes.pointer(count)):
+            raise _NoContext("eglQueryDevicesEXT failed")
+    except _NoContext:
+        raise
+    except Exception as exc:  # e.g. the entry point is missing from this libEGL
+        raise _NoContext(f"EGL device query failed ({exc})") from exc
+    n = count.value
+    if n == 0:
+        raise _NoContext("EGL found no device")
+
+    wanted = os.environ.get("DLC_EGL_DEVICE", "").strip()
+    if wanted:
+        if not wanted.isdigit() or int(wanted) >= n:
+            raise _NoContext(
+                f"DLC_EGL_DEVICE={wanted} but EGL found {n} device(s), numbered 0..{n - 1}",
+                installable=False,
+            )
+        candidates = [int(wanted)]
+    else:
+        candidates = list(range(n))
+
+    reasons = []
+    for index in candidates:
+        try:
+            handles = _egl_context_on(EGL, eglGetPlatformDisplayEXT(
+                EGL_PLATFORM_DEVICE_EXT, devices[index], None))
+            ctx = _describe("egl", index, handles)
+            ctx.device_count = n
+            return ctx
+        except _NoContext as exc:
+            reasons.append(f"EGL device {index}: {exc}")
+    raise _NoContext("; ".join(reasons))
+
+
+def _egl_context_on(EGL: Any, display: Any) -> dict[str, Any]:
+    if not display:
+        raise _NoContext("eglGetPlatformDisplayEXT gave no display")
+    major, minor = EGL.EGLint(), EGL.EGLint()
+    if not EGL.eglInitialize(display, ctypes.pointer(major), ctypes.pointer(minor)):
+        raise _NoContext(f"eglInitialize failed (error 0x{EGL.eglGetError():x})")
+    handles: dict[str, Any] = {"display": display}
+    try:
+        if not EGL.eglBindAPI(EGL.EGL_OPENGL_API):
+            raise _NoContext("this EGL has no desktop OpenGL")
+        config = _egl_config(EGL, display)
+        for want in ((4, 6), (4, 5), MIN_VERSION):
+            attribs = (EGL.EGLint * 7)(
+                EGL.EGL_CONTEXT_MAJOR_VERSION, want[0],
+                EGL.EGL_CONTEXT_MINOR_VERSION, want[1],
+                EGL.EGL_CONTEXT_OPENGL_PROFILE_MASK, EGL.EGL_CONTEXT_OPENGL_CORE_PROFILE_BIT,
+                EGL.EGL_NONE,
+            )  # fmt: skip
+            try:  # PyOpenGL's EGL checks errors itself: a refused version raises
+                context = EGL.eglCreateContext(display, config, EGL.EGL_NO_CONTEXT, attribs)
+            except Exception:
+                context = None
+            if context:
+                break
+        else:
+            raise _NoContext(f"no OpenGL {MIN_VERSION[0]}.{MIN_VERSION[1]} core context")
+        handles["context"] = context
+        # Surfaceless: compute needs no framebuffer (EGL_KHR_surfaceless_context).
+        if not EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, context):
+            raise _NoContext(f"eglMakeCurrent without a surface failed (0x{EGL.eglGetError():x})")
+    except _NoContext:
+        _egl_destroy(EGL, handles)
+        raise
+    except Exception as exc:  # PyOpenGL raises EGLError when DLC_DEBUG turns checking on
+        _egl_destroy(EGL, handles)
+        raise _NoContext(_egl_reason(exc)) from exc
+    return handles
+
+
+def _egl_reason(exc: Exception) -> str:
+    """One line from PyOpenGL's multi-line EGLError."""
+    err = getattr(exc, "err", None)
+    operation = getattr(exc, "baseOperation", None)
+    if err is not None and operation is not None:
+        return f"{getattr(operation, '__name__', operation)} failed ({err})"
+    return str(exc).splitlines()[0]
+
+
+def _egl_config(EGL: Any, display: Any) -> Any:
+    """A config able to render desktop GL; pbuffer-capable if the device offers one."""
+    for surface in (EGL.EGL_PBUFFER_BIT, None):
+        attribs = [EGL.EGL_RENDERABLE_TYPE, EGL.EGL_OPENGL_BIT]
+        if surface is not None:
+            attribs += [EGL.EGL_SURFACE_TYPE, surface]
+        attribs.append(EGL.EGL_NONE)
+        config = EGL.EGLConfig()
+        count = EGL.EGLint(0)
+        ok = EGL.eglChooseConfig(
+            display, (EGL.EGLint * len(attribs))(*attribs), ctypes.pointer(config), 1,
+            ctypes.pointer(count),
+        )
+        if ok and count.value > 0:
+            return config
+    # EGL_KHR_no_config_context: a context without any config.
+    return EGL.EGLConfig()
+
+
+def _egl_destroy(EGL: Any, handles: dict[str, Any]) -> None:
+    try:
+        display = handles["display"]
+        if handles.get("context"):
+            EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
+            EGL.eglDestroyContext(display, handles["context"])
+        EGL.eglTerminate(display)
+    except Exception:
+        pass  # best effort while reporting the real failure
+
+
+# ---------------------------------------------------------------- glfw hidden window
+
+
+def _create_glfw() -> GLContext:
+    try:
+        import glfw
+    except Exception as exc:
+        raise _NoContext(f"glfw is not importable ({exc})") from exc
+    from dlc.runtime import gl
+
+    try:
+        if not glfw.init():
+            raise _NoContext("glfw.init failed (no display?)")
+        # Match PyOpenGL's platform: with PyOpenGL on EGL, ask glfw for an EGL context first.
+        apis = [glfw.NATIVE_CONTEXT_API]
+        if gl.PYOPENGL_PLATFORM == "egl":
+            apis.insert(0, glfw.EGL_CONTEXT_API)
+        window = None
+        for api in apis:
+            glfw.default_window_hints()
+            glfw.window_hint(glfw.VISIBLE, glfw.FALSE)
+            glfw.window_hint(glfw.CONTEXT_CREATION_API, api)
+            glfw.window_hint(glfw.CONTEXT_VERSION_MAJOR, MIN_VERSION[0])
+            glfw.window_hint(glfw.CONTEXT_VERSION_MINOR, MIN_VERSION[1])
+            glfw.window_hint(glfw.OPENGL_PROFILE, glfw.OPENGL_CORE_PROFILE)
+            glfw.window_hint(glfw.OPENGL_FORWARD_COMPAT, glfw.TRUE)
+            try:
+                window = glfw.create_window(16, 16, "dlc", None, None)
+            except Exception:
+                window = None
+            if window:
+                break
+        if not window:
+            raise _NoContext(f"glfw made no OpenGL {MIN_VERSION[0]}.{MIN_VERSION[1]} window")
+        glfw.make_context_current(window)
+    except _NoContext:
+        raise
+    except Exception as exc:  # glfw reports errors as exceptions by default
+        raise _NoContext(f"glfw: {str(exc).splitlines()[0]}") from exc
+    return _describe("glfw", None, {"window": window})
+
+
+# ---------------------------------------------------------------- what the driver says
+
+
+def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) -> GLContext:
+    from dlc.runtime.gl import GL
+
+    def text(name: int) -> str:
+        value = GL.glGetString(name)
+        return value.decode(errors="replace") if value else ""
+
+    version = (int(GL.glGetIntegerv(GL.GL_MAJOR_VERSION)), int(GL.glGetIntegerv(GL.GL_MINOR_VERSION)))
+    if version < MIN_VERSION:
+        raise _NoContext(
+            f"OpenGL {version[0]}.{version[1]} is below {MIN_VERSION[0]}.{MIN_VERSION[1]} "
+            "(compute shaders)"
+        )
+    count = int(GL.glGetIntegerv(GL.GL_NUM_EXTENSIONS))
+    extensions = frozenset(
+        GL.glGetStringi(GL.GL_EXTENSIONS, i).decode(errors="replace") for i in range(count)
+    )
+    ctx = GLContext(
+        vendor=text(GL.GL_VENDOR),
+        renderer=text(GL.GL_RENDERER),
+        version=text(GL.GL_VERSION),
+        glsl_version=text(GL.GL_SHADING_LANGUAGE_VERSION),
+        platform=platform,
+        device_index=device_index,
+        gl_version=version,
+        limits=_limits(GL),
+        extensions=extensions,
+        _handles=handles,
+        _thread=threading.get_ident(),
+    )
+    from dlc.runtime.gl import fast
+
+    fast.resolve()
+    return ctx
+
+
+def _limits(GL: Any) -> dict[str, Any]:
+    def indexed(name: int) -> tuple[int, int, int]:
+        return tuple(int(GL.glGetIntegeri_v(name, i)[0]) for i in range(3))  # type: ignore[return-value]
+
+    def get64(name: int) -> int:
+        # PyOpenGL 3.1.10 returns glGetInteger64v's result as a float64: pass our own int64.
+        value = ctypes.c_int64(0)
+        GL.glGetInteger64v(name, ctypes.byref(value))
+        return value.value
+
+    return {
+        "max_ssbo_size": get64(GL.GL_MAX_SHADER_STORAGE_BLOCK_SIZE),
+        "max_ssbo_bindings": int(GL.glGetIntegerv(GL.GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS)),
+        "max_compute_ssbo_blocks": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS)),
+        "max_work_group_count": indexed(GL.GL_MAX_COMPUTE_WORK_GROUP_COUNT),
+        "max_work_group_size": indexed(GL.GL_MAX_COMPUTE_WORK_GROUP_SIZE),
+        "max_work_group_invocations": int(
+            GL.glGetIntegerv(GL.GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS)
+        ),
+        "max_shared_memory": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHARED_MEMORY_SIZE)),
+    }

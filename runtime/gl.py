@@ -1,0 +1,143 @@
+"""The one place that imports PyOpenGL, in the order it needs, plus direct ctypes entry points.
+
+Import order matters: PyOpenGL picks its platform (EGL, GLX, ...) from `PYOPENGL_PLATFORM` at
+first import, and PyOpenGL 3.1.10's EGL module fails to import once `OpenGL.ERROR_CHECKING` is
+False. So: choose the platform, import `OpenGL.EGL`, set error checking (on only when
+`DLC_DEBUG=1`), then import `OpenGL.GL`.
+
+`fast` holds raw ctypes function pointers for the launch loop (a ctypes call costs ~1.3 us
+against ~2.4 us through PyOpenGL, DESIGN.md). They are resolved the first time they are used,
+after `runtime.context.get_context()` has made a context current.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+DEBUG = os.environ.get("DLC_DEBUG", "") == "1"
+
+
+def _choose_platform() -> str:
+    """Set PYOPENGL_PLATFORM unless the user did; return what PyOpenGL will use ('' = its pick)."""
+    if "PYOPENGL_PLATFORM" in os.environ:
+        return os.environ["PYOPENGL_PLATFORM"]
+    wants_glfw = os.environ.get("DLC_GL", "").lower() == "glfw"
+    # EGL only where a libEGL exists: otherwise PyOpenGL's EGL platform cannot even load, and
+    # the glfw fallback (GLX on X11) must keep PyOpenGL's default platform.
+    if not wants_glfw and sys.platform.startswith("linux") and _find_egl():
+        os.environ["PYOPENGL_PLATFORM"] = "egl"
+        return "egl"
+    return ""
+
+
+def _find_egl() -> bool:
+    if ctypes.util.find_library("EGL"):
+        return True
+    try:  # find_library misses libraries known only by their soname in some containers
+        ctypes.CDLL("libEGL.so.1")
+        return True
+    except OSError:
+        return False
+
+
+PYOPENGL_PLATFORM = _choose_platform()
+
+import OpenGL  # noqa: E402
+
+EGL: ModuleType | None
+EGL_IMPORT_ERROR: str = ""
+if PYOPENGL_PLATFORM == "egl":
+    try:
+        from OpenGL import EGL as _egl  # noqa: E402  (must precede ERROR_CHECKING = False)
+
+        EGL = _egl
+    except Exception as exc:  # a broken or missing libEGL: context.py reports it in one line
+        EGL = None
+        EGL_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+else:
+    EGL = None
+    EGL_IMPORT_ERROR = f"PyOpenGL platform is {PYOPENGL_PLATFORM or 'its default'}, not egl"
+
+OpenGL.ERROR_CHECKING = DEBUG
+from OpenGL import GL  # noqa: E402
+
+GL_SHADER_STORAGE_BUFFER = 0x90D2
+
+
+class _Fast:
+    """Raw ctypes GL entry points for the hot path; no error checking, no argument conversion."""
+
+    # name -> (GL symbol, argument types); all return void.
+    _SIGNATURES: dict[str, tuple[str, tuple[Any, ...]]] = {
+        "use_program": ("glUseProgram", (ctypes.c_uint,)),
+        "_bind_buffer_base": ("glBindBufferBase", (ctypes.c_uint, ctypes.c_uint, ctypes.c_uint)),
+        "dispatch": ("glDispatchCompute", (ctypes.c_uint, ctypes.c_uint, ctypes.c_uint)),
+        "memory_barrier": ("glMemoryBarrier", (ctypes.c_uint,)),
+        "uniform1i": ("glUniform1i", (ctypes.c_int, ctypes.c_int)),
+        "uniform1f": ("glUniform1f", (ctypes.c_int, ctypes.c_float)),
+        "program_uniform1i": ("glProgramUniform1i", (ctypes.c_uint, ctypes.c_int, ctypes.c_int)),
+        "program_uniform1f": (
+            "glProgramUniform1f",
+            (ctypes.c_uint, ctypes.c_int, ctypes.c_float),
+        ),
+    }
+
+    def __init__(self) -> None:
+        self._resolved = False
+
+    def bind_buffer_base(self, index: int, buffer_handle: int) -> None:
+        """Bind a buffer at shader-storage binding `index`."""
+        self._bind_buffer_base(GL_SHADER_STORAGE_BUFFER, index, buffer_handle)
+
+    def resolve(self) -> None:
+        """Look up every entry point; needs a current context on platforms that care."""
+        if self._resolved:
+            return
+        functype = getattr(ctypes, "WINFUNCTYPE", ctypes.CFUNCTYPE)  # GL is stdcall on Windows
+        for attr, (symbol, argtypes) in self._SIGNATURES.items():
+            address = _proc_address(symbol)
+            if not address:
+                raise OSError(f"OpenGL entry point {symbol} not found")
+            setattr(self, attr, functype(None, *argtypes)(address))
+        self._resolved = True
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for entry points not yet resolved: make the context, then resolve.
+        if name.startswith("__") or name not in self._SIGNATURES:
+            raise AttributeError(name)
+        from dlc.runtime.context import get_context
+
+        get_context()  # resolves us once current
+        self.resolve()
+        return object.__getattribute__(self, name)
+
+
+def _proc_address(symbol: str) -> int:
+    """Address of a GL function: the GL library's export first, then the platform's lookup."""
+    from OpenGL import platform
+
+    library = getattr(platform.PLATFORM, "GL", None)
+    if library is not None:
+        try:
+            return ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value or 0
+        except AttributeError:
+            pass
+    address = platform.PLATFORM.getExtensionProcedure(symbol.encode())
+    if address:
+        return int(ctypes.cast(address, ctypes.c_void_p).value or 0)
+    try:  # a glfw context on a PyOpenGL platform whose lookup missed
+        import glfw
+
+        return int(glfw.get_proc_address(symbol) or 0)
+    except Exception:
+        return 0
+
+
+fast = _Fast()
+
+__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "fast"]

@@ -1,0 +1,54 @@
+"""What `dlc info` prints: the GL context found and the backend dlc would use."""
+
+from __future__ import annotations
+
+from dlc.errors import RuntimeFailure
+
+# Extensions worth knowing about when reading a performance report.
+_NOTABLE_EXTENSIONS = ("GL_KHR_shader_subgroup", "GL_NV_gpu_shader5", "GL_ARB_gpu_shader_int64")
+
+
+def describe() -> str:
+    """A few `key: value` lines; never raises for a missing context (says why instead)."""
+    from dlc.runtime.context import get_context
+
+    try:
+        ctx = get_context()
+    except RuntimeFailure as exc:
+        return f"{exc}\nbackend: numpy"
+    if ctx.platform == "egl":
+        where = f"EGL device {ctx.device_index}"
+        if ctx.device_count is not None:
+            where += f" (of {ctx.device_count})"
+    else:
+        where = "glfw (hidden window)"
+    limits = ctx.limits
+    notable = [name for name in _NOTABLE_EXTENSIONS if name in ctx.extensions]
+    lines = [
+        f"vendor: {ctx.vendor}",
+        f"renderer: {ctx.renderer}",
+        f"OpenGL: {ctx.version}",
+        f"GLSL: {ctx.glsl_version}",
+        f"platform: {where}",
+        f"max storage block size: {_bytes(limits['max_ssbo_size'])}",
+        f"max storage buffer bindings: {limits['max_ssbo_bindings']} "
+        f"({limits['max_compute_ssbo_blocks']} per compute shader)",
+        f"max work group count: {_triple(limits['max_work_group_count'])}",
+        f"max work group size: {_triple(limits['max_work_group_size'])} "
+        f"({limits['max_work_group_invocations']} invocations)",
+        f"max shared memory: {_bytes(limits['max_shared_memory'])}",
+        f"extensions: {', '.join(notable) if notable else 'none of note'}",
+        "backend: gl",
+    ]
+    return "\n".join(lines)
+
+
+def _triple(values: tuple[int, int, int]) -> str:
+    return " x ".join(str(v) for v in values)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit} ({n} bytes)"
+    return f"{n} bytes"

@@ -1,0 +1,206 @@
+"""Compute-shader programs: compile and link once per source, set uniforms, dispatch.
+
+A GLSL compile error here is never the user's fault (dlc wrote the shader), so `ShaderError`
+says so, names the kernel and shows the driver's log next to the numbered source lines it
+points at.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Sequence
+
+from dlc.errors import RuntimeFailure
+from dlc.runtime.context import get_context
+from dlc.runtime.gl import DEBUG, GL, fast
+from dlc.runtime.storage import Buffer
+
+# After a dispatch, later shaders may read what it wrote (SHADER_STORAGE) and later copies,
+# uploads and downloads see it (BUFFER_UPDATE).
+BARRIER_BITS = GL.GL_SHADER_STORAGE_BARRIER_BIT | GL.GL_BUFFER_UPDATE_BARRIER_BIT
+
+_cache: dict[str, Program] = {}
+
+# Where driver logs put the source line: Mesa "0:12(5): error:", NVIDIA "0(12) : error C1008:",
+# AMD / Intel / ANGLE "ERROR: 0:12: ".
+_LINE_PATTERNS = (
+    re.compile(r"^\s*\d+:(\d+)\(\d+\)\s*:\s*error", re.IGNORECASE | re.MULTILINE),
+    re.compile(r"^\s*\d+\((\d+)\)\s*:\s*(?:fatal\s+)?error", re.IGNORECASE | re.MULTILINE),
+    re.compile(r"ERROR:\s*\d+:(\d+):", re.MULTILINE),
+)
+_CONTEXT_LINES = 3  # source lines shown either side of the bad one
+_MAX_LINES_SHOWN = 80  # when the log names no line
+
+
+class ShaderError(RuntimeFailure):
+    """A generated shader failed to compile or link: an internal dlc error."""
+
+    def __init__(self, message: str, name: str, log: str, line: int | None):
+        super().__init__(message)
+        self.name = name
+        self.log = log
+        self.line = line
+
+
+class Program:
+    """A linked compute program. Uniforms are set with glProgramUniform (no binding needed)."""
+
+    __slots__ = ("handle", "name", "source", "local_size", "_uniforms", "_limits")
+
+    def __init__(self, handle: int, name: str, source: str, limits: dict):
+        self.handle = handle
+        self.name = name
+        self.source = source
+        # PyOpenGL sizes this query's output as one int: pass our own three.
+        size = (ctypes.c_int * 3)()
+        GL.glGetProgramiv(handle, GL.GL_COMPUTE_WORK_GROUP_SIZE, size)
+        self.local_size: tuple[int, int, int] = (size[0], size[1], size[2])
+        self._uniforms: dict[str, int] = {}
+        self._limits = limits
+
+    def __repr__(self) -> str:
+        return f"Program({self.name!r}, handle={self.handle}, local_size={self.local_size})"
+
+    def uniform_location(self, name: str) -> int:
+        """The uniform's location, or -1 when the program has none by that name."""
+        location = self._uniforms.get(name)
+        if location is None:
+            location = int(GL.glGetUniformLocation(self.handle, name))
+            self._uniforms[name] = location
+        return location
+
+    def set_int(self, name: str, value: int) -> None:
+        """Set an int uniform; a uniform the driver optimized away is ignored, as GL does."""
+        location = self.uniform_location(name)
+        if location >= 0:
+            fast.program_uniform1i(self.handle, location, int(value))
+
+    def set_float(self, name: str, value: float) -> None:
+        location = self.uniform_location(name)
+        if location >= 0:
+            fast.program_uniform1f(self.handle, location, float(value))
+
+    def dispatch(self, groups: tuple[int, int, int], buffers: Sequence[Buffer]) -> None:
+        """Bind buffer i at storage binding i, run `groups` work groups, then a barrier."""
+        x, y, z = groups
+        limits = self._limits
+        max_count = limits["max_work_group_count"]
+        if not (0 <= x <= max_count[0] and 0 <= y <= max_count[1] and 0 <= z <= max_count[2]):
+            raise RuntimeFailure(
+                f"internal dlc error: kernel '{self.name}' dispatches {tuple(groups)} work "
+                f"groups; this GPU allows at most {max_count}"
+            )
+        if len(buffers) > limits["max_ssbo_bindings"]:
+            raise RuntimeFailure(
+                f"internal dlc error: kernel '{self.name}' binds {len(buffers)} buffers; this "
+                f"GPU allows {limits['max_ssbo_bindings']}"
+            )
+        fast.use_program(self.handle)
+        for index, buffer in enumerate(buffers):
+            if not buffer.handle:
+                raise RuntimeFailure(
+                    f"internal dlc error: kernel '{self.name}' got a deleted buffer at binding "
+                    f"{index}"
+                )
+            if buffer.capacity > limits["max_ssbo_size"]:
+                raise RuntimeFailure(
+                    f"kernel '{self.name}': buffer {index} holds {buffer.nbytes} bytes, more "
+                    f"than this GPU's {limits['max_ssbo_size']}-byte storage block limit"
+                )
+            fast.bind_buffer_base(index, buffer.handle)
+        if x and y and z:
+            fast.dispatch(x, y, z)
+            fast.memory_barrier(BARRIER_BITS)
+        if DEBUG:
+            _check_gl_error(f"dispatching kernel '{self.name}'")
+
+    def delete(self) -> None:
+        """Free the program and drop it from the cache."""
+        if self.handle:
+            GL.glDeleteProgram(self.handle)
+            self.handle = 0
+        if _cache.get(self.source) is self:
+            del _cache[self.source]
+
+
+def get_program(source: str, name: str) -> Program:
+    """The linked program for `source`, compiled on first use; `name` labels it in errors."""
+    program = _cache.get(source)
+    if program is not None:
+        return program
+    ctx = get_context()
+    program = Program(_compile_and_link(source, name), name, source, ctx.limits)
+    _cache[source] = program
+    return program
+
+
+def cached_programs() -> int:
+    """How many distinct programs are compiled (for tests of the cache)."""
+    return len(_cache)
+
+
+def clear_cache() -> None:
+    """Delete every cached program."""
+    for program in list(_cache.values()):
+        program.delete()
+
+
+def _compile_and_link(source: str, name: str) -> int:
+    shader = GL.glCreateShader(GL.GL_COMPUTE_SHADER)
+    try:
+        GL.glShaderSource(shader, [source])
+        GL.glCompileShader(shader)
+        if not GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS):
+            raise _shader_error("compile", name, _text(GL.glGetShaderInfoLog(shader)), source)
+        program = GL.glCreateProgram()
+        GL.glAttachShader(program, shader)
+        GL.glLinkProgram(program)
+        GL.glDetachShader(program, shader)
+        if not GL.glGetProgramiv(program, GL.GL_LINK_STATUS):
+            log = _text(GL.glGetProgramInfoLog(program))
+            GL.glDeleteProgram(program)
+            raise _shader_error("link", name, log, source)
+        return int(program)
+    finally:
+        GL.glDeleteShader(shader)
+
+
+def _text(log: bytes | str | None) -> str:
+    if not log:
+        return ""
+    return log.decode(errors="replace") if isinstance(log, bytes) else str(log)
+
+
+def error_line(log: str) -> int | None:
+    """The first source line a driver's error log points at, if it names one."""
+    found = [int(m.group(1)) for pattern in _LINE_PATTERNS for m in [pattern.search(log)] if m]
+    return min(found) if found else None
+
+
+def _shader_error(stage: str, name: str, log: str, source: str) -> ShaderError:
+    line = error_line(log)
+    lines = source.splitlines()
+    if line is not None and 1 <= line <= len(lines):
+        first, last = max(1, line - _CONTEXT_LINES), min(len(lines), line + _CONTEXT_LINES)
+    else:
+        first, last = 1, min(len(lines), _MAX_LINES_SHOWN)
+    width = len(str(last))
+    shown = "\n".join(
+        f"{'>' if i == line else ' '} {i:>{width}} | {lines[i - 1]}" for i in range(first, last + 1)
+    )
+    if last < len(lines) and line is None:
+        shown += f"\n  ... ({len(lines) - last} more lines)"
+    message = (
+        f"internal dlc error: GLSL kernel '{name}' failed to {stage} (this is a bug in dlc's "
+        f"code generator, please report it)\n"
+        f"driver log:\n  " + "\n  ".join(log.strip().splitlines() or ["(empty)"]) + "\n"
+        f"kernel '{name}'" + (f", line {line}" if line else "") + ":\n" + shown
+    )
+    return ShaderError(message, name, log, line)
+
+
+def _check_gl_error(doing: str) -> None:
+    error = GL.glGetError()
+    if error != GL.GL_NO_ERROR:
+        raise RuntimeFailure(f"internal dlc error: OpenGL error 0x{int(error):04x} while {doing}")
