@@ -1,0 +1,45 @@
+"""The training step as one graph: forward, gradients, optimizer updates, simplified.
+
+`build_train_graph(graph, loss, optimizer)` returns a Graph with:
+  - the forward graph and every named tensor of it;
+  - `grad$<param>`: d loss / d param for every param;
+  - the input `$lr` (shape []): the learning rate, fed each step;
+  - `state` leaves for the optimizer's slots (`<param>$<slot>`, `$t`), zeros at start;
+  - `updates`: (param or state name, node of its value after the step);
+  - `losses[0]`: the loss the step minimizes.
+Backends run it with `step`, which applies the updates. `str()` prints it.
+"""
+
+from __future__ import annotations
+
+from .autodiff import differentiate, extend, resolve_loss
+from .ir import Graph
+from .optimizers import add_updates
+from .reference import cone
+from .simplify import simplify
+
+LR = "$lr"
+
+
+def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
+    """The training step of `graph` minimizing `loss` (default: the first) with `optimizer`
+    (a `dlc.optimizers` object: `.name` and its hyper-parameters)."""
+    loss = resolve_loss(graph, loss)
+    with_grads, grads = differentiate(graph, loss)
+    # A param the loss does not depend on keeps its value (its gradient is zero).
+    reached = _reached(graph, loss)
+    trained = {p: g for p, g in grads.items() if p in reached}
+
+    b = extend(with_grads)
+    lr = b.input(LR, ())
+    states, updates = add_updates(b, optimizer, trained, lr)
+    losses = (loss, *(name for name in graph.losses if name != loss))
+    step = Graph(tuple(b.nodes), dict(b.names), tuple(b.inputs), graph.params,
+                 (*graph.states, *states), losses, (*graph.updates, *updates))
+    return simplify(step)
+
+
+def _reached(graph: Graph, loss: str) -> set[str]:
+    """Params the loss depends on."""
+    needed = set(cone(graph, [graph.names[loss]]))
+    return {p for p in graph.params if graph.names[p] in needed}
