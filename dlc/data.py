@@ -77,8 +77,9 @@ def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape],
     missing = [n for n in needed if n not in arrays]
     if missing:
         has = ", ".join(arrays) or "nothing"
-        what = "an array" if ext == ".npz" else "a column 'NAME' or columns 'NAME.0 ...'"
-        raise DataError(f"{path}: input '{missing[0]}' is missing: the file needs {what} for it "
+        name = missing[0]
+        what = "an array" if ext == ".npz" else _csv_columns_for(name, inputs[name])
+        raise DataError(f"{path}: input '{name}' is missing: the file needs {what} for it "
                         f"(it has: {has})")
     _check_finite(path, arrays, where)
     _check_rows(path, inputs, arrays)
@@ -201,6 +202,16 @@ def _column_groups(path: str, header: list[str], header_line: int,
                                 f" with {len(idx)} of {k} present)")
             out[name] = ([idx[i] for i in range(k)], False)
     return out
+
+
+def _csv_columns_for(name: str, shape: Shape) -> str:
+    if len(shape) <= 1:
+        return f"a column '{name}'"
+    tail = shape[1:]
+    if all(isinstance(d, int) for d in tail):
+        k = math.prod(tail)
+        return f"columns '{name}.0'" + (f" ... '{name}.{k - 1}'" if k > 1 else "")
+    return f"columns '{name}.0', '{name}.1', ..."
 
 
 def _number(path: str, line: int, column: str, cell: str) -> float:
