@@ -5,6 +5,8 @@ A backend implements:
   run(graph, roots, feeds, dims) -> list[np.ndarray]     values of node indices `roots`
   step(graph, roots, feeds, dims) -> list[np.ndarray]    same, then applies graph.updates
                                                          (new values of params/state)
+  snapshot() -> token / restore(token)                   save and put back every param and
+                                                         state (training undoes a NaN step)
 `feeds` maps input names (including runtime scalars such as the learning rate)
 to arrays; `dims` binds the symbolic dims.
 """
@@ -35,7 +37,11 @@ class NumpyBackend:
     def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
             dims: Mapping[str, int]) -> list[np.ndarray]:
         values = evaluate(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
-        return [values[i] for i in roots]
+        return [self._out(graph, values, i) for i in roots]
+
+    def _out(self, graph: Graph, values: dict[int, np.ndarray], i: int) -> np.ndarray:
+        # A fetched leaf is the stored array itself: hand out a copy so it stays ours.
+        return values[i].copy() if graph.nodes[i].is_leaf else values[i]
 
     def step(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
              dims: Mapping[str, int]) -> list[np.ndarray]:
@@ -43,7 +49,14 @@ class NumpyBackend:
         values = evaluate(graph, [*roots, *targets], {**self.leaves, **feeds}, dims, self.dtype)
         for name, i in graph.updates:
             self.leaves[name] = values[i]
-        return [values[i] for i in roots]
+        return [self._out(graph, values, i) for i in roots]
+
+    # Leaves are replaced, never written in place, so a snapshot is a shallow copy.
+    def snapshot(self) -> dict[str, np.ndarray]:
+        return dict(self.leaves)
+
+    def restore(self, token: dict[str, np.ndarray]) -> None:
+        self.leaves = dict(token)
 
 
 def make_backend(name: str | None):

@@ -50,3 +50,14 @@ class DataError(DlcError):
 
 class RuntimeFailure(DlcError):
     """A failure while running (a NaN loss, a missing GL context, ...)."""
+
+
+class TrainingDiverged(RuntimeFailure):
+    """The loss became NaN or infinite at `step` (counted from 1); the params were put
+    back to the last ones whose loss was finite."""
+
+    def __init__(self, step: int, loss: float):
+        self.step = step
+        self.loss = loss
+        super().__init__(f"training diverged at step {step}: the loss is {loss}; the params are "
+                         "back to the last ones with a finite loss")

@@ -1,19 +1,25 @@
-"""Session: runs a Model on a backend; holds its params (seed: deeplearn.js Session)."""
+"""Session: runs a Model on a backend; holds its params and optimizer state, evaluates,
+computes gradients and trains (seed: deeplearn.js Session)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
 from dlc.compiler.initializers import initial_value
+from dlc.compiler.ir import Graph
 from dlc.compiler.reference import leaf_inputs
+from dlc.compiler.train_graph import LR, build_train_graph
 
 from .backends import make_backend
 from .errors import DataError
 from .feeds import bind_dims
 from .model import Model, compile
+from .optimizers import SGD, Optimizer
+from .training import Callback, batch_dim, train_loop
 
 
 class Session:
@@ -29,6 +35,11 @@ class Session:
         for name in graph.params:
             node = graph.node(name)
             self.backend.set_leaf(name, initial_value(node.attr("init"), node.shape, seed, name))
+        self._rng = np.random.default_rng(seed)  # batch order: fixed by the seed
+        self._grad_graphs: dict[str, Graph] = {}
+        self._train_graphs: dict[tuple, Graph] = {}
+        self._optimizer: Optimizer | None = None  # whose state the backend holds
+        self._state_ready: set[str] = set()
 
     # -- params ----------------------------------------------------------------
     @property
@@ -86,3 +97,74 @@ class Session:
         values = self.backend.run(self.model.graph, roots, arrays, dims)
         out = {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, values)}
         return out[fetch] if isinstance(fetch, str) else out
+
+    # -- gradients and training --------------------------------------------------
+    def gradients(self, feeds: Mapping[str, np.ndarray] | None = None,
+                  loss: str | None = None) -> dict[str, np.ndarray]:
+        """d loss / d param for every param, over all of `feeds` (default loss: the first)."""
+        graph = self.model.graph
+        loss = resolve_loss(graph, loss)
+        if loss not in self._grad_graphs:
+            self._grad_graphs[loss], _ = differentiate(graph, loss)
+        gg = self._grad_graphs[loss]
+        roots = [gg.names[grad_name(p)] for p in graph.params]
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
+        dims = bind_dims(self.model.inputs, arrays, needed=leaf_inputs(gg, roots))
+        values = self.backend.run(gg, roots, arrays, dims)
+        return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
+
+    def train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None) -> Graph:
+        """The compiled training step for `loss` and `optimizer`'s config (cached)."""
+        loss = resolve_loss(self.model.graph, loss)
+        optimizer = optimizer or self._optimizer or SGD(0.01)
+        key = (loss, optimizer.config())
+        if key not in self._train_graphs:
+            self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer)
+        return self._train_graphs[key]
+
+    def _init_state(self, graph: Graph, optimizer: Optimizer) -> None:
+        """Optimizer state starts at its init for a new optimizer object, then persists."""
+        if optimizer is not self._optimizer:
+            self._optimizer, self._state_ready = optimizer, set()
+        for name in graph.states:
+            if name not in self._state_ready:
+                node = graph.node(name)
+                value = initial_value(node.attr("init"), node.shape, self.seed, name)
+                self.backend.set_leaf(name, value)
+                self._state_ready.add(name)
+
+    def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None,
+              optimizer: Optimizer | None = None, batch_size: int | None = 32, epochs: int = 1,
+              steps: int | None = None, shuffle: bool = True, callback: Callback | None = None,
+              on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
+        """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
+
+        Batches of `batch_size` examples (None: all) are drawn along the leading
+        symbolic dim the inputs share, reshuffled each epoch by the session's
+        seed; the last batch of an epoch may be smaller. `steps` wins over
+        `epochs`. `optimizer` defaults to the last one used, else SGD(0.01); its
+        state persists across calls with the same object, and its `lr` is read
+        at every step. `callback(step, epoch, loss, batch_examples)` runs after
+        each step (returning False stops), `on_epoch_end(epoch)` after each
+        epoch. A NaN or infinite loss raises dlc.errors.TrainingDiverged with
+        the params of the last finite loss restored.
+        """
+        optimizer = optimizer or self._optimizer or SGD(0.01)
+        graph = self.train_graph(loss, optimizer)
+        loss_node = graph.names[graph.losses[0]]
+        needed = leaf_inputs(graph, [loss_node, *(i for _, i in graph.updates)]) - {LR}
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()}
+        dims = bind_dims(self.model.inputs, arrays, needed=needed)
+        arrays = {k: v for k, v in arrays.items() if k in needed}
+        dim = batch_dim(self.model.inputs, list(arrays))
+        self._init_state(graph, optimizer)
+
+        def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
+            batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
+            (value,) = self.backend.step(graph, [loss_node], batch, bdims)
+            return float(value)
+
+        return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
+                          steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
+                          on_epoch_end=on_epoch_end, snapshot=self.backend.snapshot,
+                          restore=self.backend.restore)
