@@ -198,8 +198,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _artifact_module():
+    import importlib
+
     try:
-        from dlc.compiler import artifact
+        artifact = importlib.import_module("dlc.compiler.artifact")
     except ModuleNotFoundError as e:
         if e.name != "dlc.compiler.artifact":
             raise
