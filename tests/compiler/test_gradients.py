@@ -1,0 +1,450 @@
+"""Every differentiable registry op's gradient rule, checked on random inputs.
+
+The sweep is over the registry: a differentiable op with no gradient rule or
+no case here fails `test_every_differentiable_op_is_covered`. Each case builds
+`loss = sum(op(x...) * r)` for a fixed random `r`, differentiates it with
+`autodiff.differentiate` and compares, in float64, with central differences
+and (when importable) with PyTorch's autograd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from dlc.compiler import registry
+from dlc.compiler.autodiff import differentiate
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.gradients import GRADIENTS
+from dlc.compiler.ops.window import out_size
+from dlc.compiler.reference import evaluate
+from dlc.compiler.shapes import bind
+
+
+@dataclass
+class Case:
+    op: str
+    shapes: list[tuple]
+    attrs: dict = field(default_factory=dict)
+    # per input: normal, positive, away (|x| >= 0.3), relu6 (away from 0 and 6), cond, two
+    domains: list[str] | None = None
+    wrt: tuple[int, ...] | None = None  # inputs to check (default: all)
+    dims: dict[str, int] = field(default_factory=dict)
+    label: str = ""
+
+    @property
+    def id(self) -> str:
+        shapes = "x".join("[" + ",".join(map(str, s)) + "]" for s in self.shapes)
+        return f"{self.op}-{self.label or shapes}"
+
+
+def sample(rng: np.random.Generator, domain: str, shape: tuple) -> np.ndarray:
+    if domain == "normal":
+        return rng.normal(size=shape)
+    if domain == "positive":
+        return rng.uniform(0.5, 2.0, size=shape)
+    if domain == "away":
+        return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(0.3, 2.0, size=shape)
+    if domain == "relu6":
+        return rng.choice([-1.0, 3.0, 7.0], size=shape) + rng.uniform(-0.7, 0.7, size=shape)
+    if domain == "cond":
+        return (rng.uniform(size=shape) > 0.5).astype(float)
+    if domain == "two":
+        return np.full(shape, 2.0)
+    raise ValueError(domain)
+
+
+# -- the cases ----------------------------------------------------------------------
+
+RNG = np.random.default_rng(1234)
+
+
+def rand_shape(rank: int, lo: int = 2, hi: int = 4) -> tuple:
+    return tuple(int(d) for d in RNG.integers(lo, hi + 1, size=rank))
+
+
+def broadcast_partner(shape: tuple) -> tuple:
+    """A shape that broadcasts against `shape`: leading axes dropped, some set to 1."""
+    drop = int(RNG.integers(0, len(shape) + 1))
+    tail = list(shape[drop:])
+    for k in range(len(tail)):
+        if RNG.uniform() < 0.5:
+            tail[k] = 1
+    return tuple(tail)
+
+
+UNARY_DOMAINS = {
+    "log": "positive", "sqrt": "positive", "rsqrt": "positive", "reciprocal": "away",
+    "abs": "away", "relu": "away", "leaky_relu": "away", "elu": "away", "selu": "away",
+    "relu6": "relu6",
+}
+UNARY_ATTRS = {"leaky_relu": [{"alpha": 0.2}, {"alpha": 0.05}], "elu": [{"alpha": 1.0}, {"alpha": 0.5}]}
+
+
+def unary_cases() -> list[Case]:
+    out = []
+    for op, d in registry.REGISTRY.items():
+        if d.kind != "elementwise" or d.arity != 1 or not d.differentiable:
+            continue
+        dom = UNARY_DOMAINS.get(op, "normal")
+        for k, attrs in enumerate(UNARY_ATTRS.get(op, [{}])):
+            for rank in (0, 1, 3):
+                out.append(Case(op, [rand_shape(rank)], attrs, [dom], label=f"r{rank}a{k}"))
+    return out
+
+
+BINARY_DOMAINS = {"div": ["normal", "away"], "pow": ["positive", "normal"]}
+
+
+def binary_cases() -> list[Case]:
+    out = []
+    for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"):
+        doms = BINARY_DOMAINS.get(op, ["normal", "normal"])
+        full = rand_shape(3)
+        for shapes in ([full, full], [full, broadcast_partner(full)],
+                       [broadcast_partner(full), full], [(), rand_shape(2)], [rand_shape(1), ()]):
+            out.append(Case(op, list(shapes), {}, doms))
+        out.append(Case(op, [("B", 3), (1, 3)], {}, doms, dims={"B": 2}, label="symbolic"))
+    # x^2 with a negative base: the exponent is fixed, only the base is checked
+    out.append(Case("pow", [(3, 2), ()], {}, ["normal", "two"], wrt=(0,), label="neg-base"))
+    return out
+
+
+def where_cases() -> list[Case]:
+    return [Case("where", [(2, 3), (3,), (2, 1)], {}, ["cond", "normal", "normal"], wrt=(1, 2)),
+            Case("where", [(4,), (4,), ()], {}, ["cond", "normal", "normal"], wrt=(1, 2))]
+
+
+def layout_cases() -> list[Case]:
+    return [
+        Case("reshape", [(2, 3, 4)], {"shape": (4, 6)}),
+        Case("reshape", [("B", 6)], {"shape": ("B", 2, 3)}, dims={"B": 2}, label="symbolic"),
+        Case("reshape", [()], {"shape": (1, 1)}, label="scalar"),
+        Case("broadcast_to", [(3, 1)], {"shape": (2, 3, 4)}),
+        Case("broadcast_to", [()], {"shape": (3,)}, label="scalar"),
+        Case("broadcast_to", [("B", 1)], {"shape": ("B", 3)}, dims={"B": 2}, label="symbolic"),
+        Case("transpose", [(2, 3, 4)], {"perm": (2, 0, 1)}),
+        Case("transpose", [(3, 5)], {"perm": (1, 0)}),
+        Case("slice", [(4, 5)], {"begin": (1, 2), "size": (2, 3)}),
+        Case("slice", [("B", 5)], {"begin": (0, 1), "size": ("B", 3)}, dims={"B": 3},
+             label="symbolic"),
+        Case("pad", [(2, 3)], {"before": (1, 0), "after": (0, 2)}),
+        Case("pad", [("B", 3)], {"before": (0, 1), "after": (0, 1)}, dims={"B": 2},
+             label="symbolic"),
+        Case("concat", [(2, 3), (2, 1), (2, 2)], {"axis": 1}),
+        Case("concat", [(1, 3), (2, 3)], {"axis": 0}),
+    ]
+
+
+def reduce_cases() -> list[Case]:
+    out = []
+    for op in ("sum", "max", "min"):
+        s = rand_shape(3)
+        out += [Case(op, [s], {"axes": (1,), "keepdims": False}, label="ax1"),
+                Case(op, [s], {"axes": (0, 2), "keepdims": True}, label="ax02keep"),
+                Case(op, [s], {"axes": (0, 1, 2), "keepdims": False}, label="all"),
+                Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 4},
+                     label="symbolic")]
+    return out
+
+
+def matmul_cases() -> list[Case]:
+    out = []
+    m, k, n = 2, 3, 4
+    for ta in (False, True):
+        for tb in (False, True):
+            a = (k, m) if ta else (m, k)
+            b = (n, k) if tb else (k, n)
+            out.append(Case("matmul", [a, b], {"ta": ta, "tb": tb}, label=f"2x2-{ta:d}{tb:d}"))
+            out.append(Case("matmul", [(3, *a), (3, *b)], {"ta": ta, "tb": tb},
+                            label=f"3x3-{ta:d}{tb:d}"))
+    f = {"ta": False, "tb": False}
+    out += [Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
+            Case("matmul", [(2, m, k), (k, n)], f, label="3x2"),
+            Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
+            Case("matmul", [("B", k), (k, n)], f, dims={"B": 3}, label="symbolic")]
+    return out
+
+
+def conv_out(x: tuple, k: tuple, stride: tuple, padding: str) -> tuple:
+    return (out_size(x[1], k[0], stride[0], padding)[0], out_size(x[2], k[1], stride[1], padding)[0])
+
+
+WINDOWS = [((1, 1), "same"), ((2, 2), "valid"), ((2, 1), "same"), ((2, 2), "same")]
+
+
+def window_cases() -> list[Case]:
+    out = []
+    x = (2, 5, 5, 3)
+    for stride, pad in WINDOWS:
+        for kh, kw in ((3, 3), (2, 3)):
+            w = (kh, kw, 3, 4)
+            oh, ow = conv_out(x, (kh, kw), stride, pad)
+            wa = {"stride": stride, "padding": pad}
+            lab = f"k{kh}{kw}-s{stride[0]}{stride[1]}-{pad}"
+            out.append(Case("conv2d", [x, w], wa, label=lab))
+            out.append(Case("conv2d_grad_input", [(2, oh, ow, 4), w], {**wa, "x_shape": x},
+                            label=lab))
+            out.append(Case("conv2d_grad_filter", [x, (2, oh, ow, 4)], {**wa, "w_shape": w},
+                            label=lab))
+            pa = {**wa, "size": (kh, kw)}
+            out.append(Case("max_pool", [x], pa, label=lab))
+            out.append(Case("avg_pool", [x], pa, label=lab))
+            out.append(Case("max_pool_grad", [x, (2, oh, ow, 3)], pa, label=lab))
+            out.append(Case("avg_pool_grad", [(2, oh, ow, 3)], {**pa, "x_shape": x}, label=lab))
+    sym = {"stride": (1, 1), "padding": "same"}
+    out.append(Case("conv2d", [("B", 4, 4, 2), (3, 3, 2, 3)], sym, dims={"B": 2},
+                    label="symbolic"))
+    out.append(Case("max_pool", [("B", 4, 4, 2)], {**sym, "size": (2, 2)}, dims={"B": 2},
+                    label="symbolic"))
+    return out
+
+
+CASES: list[Case] = (unary_cases() + binary_cases() + where_cases() + layout_cases()
+                     + reduce_cases() + matmul_cases() + window_cases())
+
+
+# -- building and checking a case ---------------------------------------------------
+
+@dataclass
+class Built:
+    graph: object
+    names: list[str]
+    values: dict[str, np.ndarray]
+    dims: dict[str, int]
+    wrt: list[str]
+    out_shape: tuple
+
+
+def build(case: Case, seed: int = 0) -> Built:
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    names = [f"x{k}" for k in range(len(case.shapes))]
+    doms = case.domains or ["normal"] * len(case.shapes)
+    values = {}
+    ids = []
+    for name, shape, dom in zip(names, case.shapes, doms):
+        ids.append(b.input(name, shape))
+        values[name] = np.asarray(sample(rng, dom, bind(shape, case.dims)), dtype=float)
+    y = b.add(case.op, ids, **case.attrs)
+    r = b.input("r", b.shape(y))
+    values["r"] = np.asarray(rng.normal(size=bind(b.shape(y), case.dims)))
+    prod = b.add("mul", [y, r])
+    loss = b.add("sum", [prod], axes=tuple(range(len(b.shape(y)))), keepdims=False)
+    b.declare("loss", loss, None)
+    b.loss("loss", loss)
+    wrt = [names[k] for k in (case.wrt if case.wrt is not None else range(len(names)))]
+    return Built(b.build(), names, values, dict(case.dims), wrt, b.shape(y))
+
+
+def loss_value(bt: Built, values: dict[str, np.ndarray]) -> float:
+    g = bt.graph
+    i = g.names["loss"]
+    return float(evaluate(g, [i], values, bt.dims, np.float64)[i])
+
+
+def symbolic_grads(bt: Built) -> dict[str, np.ndarray]:
+    g, grads = differentiate(bt.graph, "loss", bt.wrt)
+    vals = evaluate(g, list(grads.values()), bt.values, bt.dims, np.float64)
+    return {name: vals[i] for name, i in grads.items()}
+
+
+def numeric_grad(bt: Built, name: str, h: float = 1e-6) -> np.ndarray:
+    x = bt.values[name]
+    out = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        plus, minus = x.copy(), x.copy()
+        plus[idx] += h
+        minus[idx] -= h
+        out[idx] = (loss_value(bt, {**bt.values, name: plus})
+                    - loss_value(bt, {**bt.values, name: minus})) / (2 * h)
+    return out
+
+
+def test_every_differentiable_op_is_covered():
+    covered = {c.op for c in CASES}
+    for name, op in registry.REGISTRY.items():
+        if op.differentiable:
+            assert name in GRADIENTS, f"differentiable op '{name}' has no gradient rule"
+            assert name in covered, f"differentiable op '{name}' has no gradient test case"
+            assert name in TORCH, f"differentiable op '{name}' has no PyTorch counterpart here"
+
+
+def test_non_differentiable_ops_have_no_rule():
+    for name, op in registry.REGISTRY.items():
+        if not op.differentiable:
+            assert name not in GRADIENTS, f"'{name}' is not differentiable but has a rule"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_gradient_matches_central_differences(case: Case):
+    bt = build(case)
+    got = symbolic_grads(bt)
+    for name in bt.wrt:
+        want = numeric_grad(bt, name)
+        assert got[name].shape == want.shape
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"d loss / d {name} for {case.id}")
+
+
+# -- PyTorch ------------------------------------------------------------------------
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _tf_pads(x_shape, k, attrs):
+    """(top, bottom, left, right) zero padding as TensorFlow's "same"/"valid" places it."""
+    (sh, sw), pad = attrs["stride"], attrs["padding"]
+    out = []
+    for n, kk, s in ((x_shape[1], k[0], sh), (x_shape[2], k[1], sw)):
+        o, lo = out_size(n, kk, s, pad)
+        hi = max((o - 1) * s + kk - n - lo, 0)
+        out += [lo, hi]
+    return out
+
+
+def _t_conv2d(torch, x, w, attrs):
+    F = torch.nn.functional
+    t, b, left, r = _tf_pads(x.shape, w.shape[:2], attrs)
+    xp = F.pad(x.permute(0, 3, 1, 2), (left, r, t, b))
+    y = F.conv2d(xp, w.permute(3, 2, 0, 1), stride=attrs["stride"])
+    return y.permute(0, 2, 3, 1)
+
+
+def _t_pool(torch, x, attrs, kind):
+    F = torch.nn.functional
+    t, b, left, r = _tf_pads(x.shape, attrs["size"], attrs)
+    xc = x.permute(0, 3, 1, 2)
+    k, s = attrs["size"], attrs["stride"]
+    if kind == "max":
+        y = F.max_pool2d(F.pad(xc, (left, r, t, b), value=-float("inf")), k, s)
+    else:
+        total = F.avg_pool2d(F.pad(xc, (left, r, t, b)), k, s) * (k[0] * k[1])
+        ones = F.pad(torch.ones_like(xc[:1, :1]), (left, r, t, b))
+        count = F.avg_pool2d(ones, k, s) * (k[0] * k[1])
+        y = total / count
+    return y.permute(0, 2, 3, 1)
+
+
+def _t_vjp(torch, f, x_shape, dy, dtype):
+    """d <dy, f(x)> / dx at x = 0, kept differentiable (f is linear in x)."""
+    x0 = torch.zeros(x_shape, dtype=dtype, requires_grad=True)
+    (gx,) = torch.autograd.grad(f(x0), x0, dy, create_graph=True)
+    return gx
+
+
+def _t_conv_grad_input(torch, dy, w, attrs, dims):
+    x_shape = bind(attrs["x_shape"], dims)
+    return _t_vjp(torch, lambda x: _t_conv2d(torch, x, w, attrs), x_shape, dy, dy.dtype)
+
+
+def _t_conv_grad_filter(torch, x, dy, attrs, dims):
+    return _t_vjp(torch, lambda w: _t_conv2d(torch, x, w, attrs), attrs["w_shape"], dy, dy.dtype)
+
+
+def _t_max_pool_grad(torch, x, dy, attrs, dims):
+    xd = x.detach().requires_grad_()
+    (gx,) = torch.autograd.grad(_t_pool(torch, xd, attrs, "max"), xd, dy, create_graph=True)
+    return gx
+
+
+def _t_avg_pool_grad(torch, dy, attrs, dims):
+    x_shape = bind(attrs["x_shape"], dims)
+    return _t_vjp(torch, lambda x: _t_pool(torch, x, attrs, "avg"), x_shape, dy, dy.dtype)
+
+
+def _t_pad(torch, x, a):
+    widths = []
+    for lo, hi in reversed(list(zip(a["before"], a["after"]))):
+        widths += [lo, hi]
+    return torch.nn.functional.pad(x, widths)
+
+
+def _t_reduce(fn):
+    def f(torch, x, a, dims):
+        return getattr(torch, fn)(x, dim=a["axes"], keepdim=a["keepdims"]) if a["axes"] else x
+    return f
+
+
+def _t_matmul(torch, a, b, at, dims):
+    if at["ta"]:
+        a = a.transpose(-1, -2)
+    if at["tb"]:
+        b = b.transpose(-1, -2)
+    return torch.matmul(a, b)
+
+
+def _t_slice(torch, x, a, dims):
+    size = bind(a["size"], dims)
+    return x[tuple(slice(b, b + s) for b, s in zip(a["begin"], size))]
+
+
+def _u(fn):
+    return lambda torch, x, a, dims: fn(torch, x, a)
+
+
+def _b(fn):
+    return lambda torch, x, y, a, dims: fn(torch, x, y)
+
+
+TORCH = {
+    "neg": _u(lambda t, x, a: -x), "abs": _u(lambda t, x, a: t.abs(x)),
+    "exp": _u(lambda t, x, a: t.exp(x)), "log": _u(lambda t, x, a: t.log(x)),
+    "sqrt": _u(lambda t, x, a: t.sqrt(x)), "rsqrt": _u(lambda t, x, a: t.rsqrt(x)),
+    "square": _u(lambda t, x, a: t.square(x)), "reciprocal": _u(lambda t, x, a: t.reciprocal(x)),
+    "relu": _u(lambda t, x, a: t.relu(x)),
+    "relu6": _u(lambda t, x, a: t.nn.functional.relu6(x)),
+    "leaky_relu": _u(lambda t, x, a: t.nn.functional.leaky_relu(x, a["alpha"])),
+    "elu": _u(lambda t, x, a: t.nn.functional.elu(x, a["alpha"])),
+    "selu": _u(lambda t, x, a: t.nn.functional.selu(x)),
+    "softplus": _u(lambda t, x, a: t.nn.functional.softplus(x)),
+    "sigmoid": _u(lambda t, x, a: t.sigmoid(x)), "tanh": _u(lambda t, x, a: t.tanh(x)),
+    "sin": _u(lambda t, x, a: t.sin(x)), "cos": _u(lambda t, x, a: t.cos(x)),
+    "add": _b(lambda t, x, y: x + y), "sub": _b(lambda t, x, y: x - y),
+    "mul": _b(lambda t, x, y: x * y), "div": _b(lambda t, x, y: x / y),
+    "pow": _b(lambda t, x, y: t.pow(x, y)),
+    "maximum": _b(lambda t, x, y: t.maximum(x, y)), "minimum": _b(lambda t, x, y: t.minimum(x, y)),
+    "where": lambda t, c, x, y, a, dims: t.where(c != 0, x, y),
+    "reshape": lambda t, x, a, dims: x.reshape(bind(a["shape"], dims)),
+    "broadcast_to": lambda t, x, a, dims: x.broadcast_to(bind(a["shape"], dims)),
+    "transpose": lambda t, x, a, dims: x.permute(a["perm"]),
+    "slice": _t_slice,
+    "pad": _u(lambda t, x, a: _t_pad(t, x, a)),
+    "concat": lambda t, *xs_a_dims: t.cat(xs_a_dims[:-2], dim=xs_a_dims[-2]["axis"]),
+    "sum": _t_reduce("sum"), "max": _t_reduce("amax"), "min": _t_reduce("amin"),
+    "matmul": _t_matmul,
+    "conv2d": lambda t, x, w, a, dims: _t_conv2d(t, x, w, a),
+    "conv2d_grad_input": _t_conv_grad_input, "conv2d_grad_filter": _t_conv_grad_filter,
+    "max_pool": lambda t, x, a, dims: _t_pool(t, x, a, "max"),
+    "avg_pool": lambda t, x, a, dims: _t_pool(t, x, a, "avg"),
+    "max_pool_grad": _t_max_pool_grad, "avg_pool_grad": _t_avg_pool_grad,
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_gradient_matches_pytorch(case: Case):
+    torch = _torch()
+    if torch is None:
+        pytest.skip("PyTorch is not installed (pip install torch): the central-difference "
+                    "check still runs")
+    bt = build(case)
+    got = symbolic_grads(bt)
+    ts = {n: torch.tensor(bt.values[n], dtype=torch.float64, requires_grad=n in bt.wrt)
+          for n in bt.names}
+    y = TORCH[case.op](torch, *(ts[n] for n in bt.names), case.attrs, bt.dims)
+    # forward agrees with the reference first, so the gradients compare like with like
+    ref = evaluate(bt.graph, [len(bt.names)], bt.values, bt.dims, np.float64)[len(bt.names)]
+    np.testing.assert_allclose(y.detach().numpy(), ref, rtol=1e-10, atol=1e-12)
+    loss = (y * torch.tensor(bt.values["r"])).sum()
+    want = torch.autograd.grad(loss, [ts[n] for n in bt.wrt], allow_unused=True)
+    for name, w in zip(bt.wrt, want):
+        w = np.zeros(bt.values[name].shape) if w is None else w.numpy()
+        np.testing.assert_allclose(got[name], w, rtol=1e-9, atol=1e-12,
+                                   err_msg=f"d loss / d {name} for {case.id}")
