@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .errors import DataError, DlcError, RuntimeFailure
+from .errors import DataError, DlcError, TrainingDiverged
 
 OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adagrad", "adadelta", "adam", "adamax")
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
@@ -440,16 +441,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             text += f"  val accuracy {float(values['accuracy']):.4f}"
         progress.message(text)
 
-    diverged: RuntimeFailure | None = None
+    diverged: TrainingDiverged | None = None
     interrupted = False
     with StopFlag(progress.message) as stop:
         try:
             session.train(data.arrays, loss=loss, optimizer=optimizer,
                           batch_size=args.batch_size, epochs=epochs or 1, steps=args.steps,
                           shuffle=True, callback=callback, on_epoch_end=on_epoch_end)
-        except RuntimeFailure as e:
-            if not hasattr(e, "step"):  # not a TrainingDiverged
-                raise
+        except TrainingDiverged as e:  # the session has put back the last finite params
             diverged = e
         except KeyboardInterrupt:  # a second Ctrl-C: quit at once, keep no weights
             progress.close()
@@ -460,6 +459,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         interrupted = stop.stop
 
     elapsed = progress.elapsed
+    args.outcome = "diverged" if diverged else "interrupted" if interrupted else "done"
     session.save(save_path)
     if args.log:
         log.write_csv(args.log)
@@ -467,10 +467,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         log.plot(args.plot, loss)
     _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch)
     if diverged is not None:
-        step = getattr(diverged, "step", "?")
-        value = getattr(diverged, "loss", float("nan"))
-        print(f"error: training diverged at step {step}: the loss {loss} is {value}; saved the "
-              f"params of the last step with a finite loss to {save_path}", file=sys.stderr)
+        print(f"error: training diverged at step {diverged.step}: the loss {loss} is "
+              f"{diverged.loss}; saved the params of the last step with a finite loss to "
+              f"{save_path}", file=sys.stderr)
         return 1
     if interrupted:
         print("interrupted: stopped early", file=sys.stderr)
@@ -483,7 +482,8 @@ def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_los
     steps = len(log.rows)
     epochs = steps / per_epoch if per_epoch else 0
     rate = progress.examples / elapsed if elapsed > 0 else 0.0
-    print(f"trained {t.path} on {data.path}: {steps} steps ({epochs:.3g} epochs) in "
+    verb = "trained" if args.outcome == "done" else f"{args.outcome}: trained"
+    print(f"{verb} {t.path} on {data.path}: {steps} steps ({epochs:.3g} epochs) in "
           f"{elapsed:.2f} s, {rate:,.0f} examples/s")
     if log.rows:
         print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} "
@@ -673,6 +673,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.debug:
+        # NumPy's overflow and invalid-value warnings while running a model are noise here:
+        # a NaN loss is reported as divergence, and fetched values are printed as they are.
+        warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         return args.func(args)
     except UsageError as e:

@@ -125,3 +125,11 @@ def test_check_source_without_trailing_newline_or_dl_suffix(dlc_run, tmp_path):
     p = dlc_run("check", model)
     assert p.returncode == 0, p.stderr
     assert ["loss", "s", "[]"] in [line.split() for line in p.stdout.splitlines()]
+
+
+@pytest.mark.gl
+def test_info(dlc_run):
+    p = dlc_run("info")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"dlc {dlc.__version__}")
+    assert "renderer" in p.stdout.lower() and "backend" in p.stdout.lower()
