@@ -400,7 +400,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         from dlc import optimizers
         optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=args.lr)
     data = load_data(args.data, t.inputs, t.needed([loss]))
-    val_names = [loss] + (["accuracy"] if "accuracy" in t.tensors else [])
+    # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
+    val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
     val = load_data(args.val, t.inputs, t.needed(val_names)) if args.val else None
     if args.plot:
         _require_matplotlib()
