@@ -36,7 +36,8 @@ class NumpyBackend:
 
     def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
             dims: Mapping[str, int]) -> list[np.ndarray]:
-        values = evaluate(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
+        with np.errstate(all="ignore"):  # inf/NaN are values here, as on a GPU
+            values = evaluate(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
         return [self._out(graph, values, i) for i in roots]
 
     def _out(self, graph: Graph, values: dict[int, np.ndarray], i: int) -> np.ndarray:
@@ -46,7 +47,9 @@ class NumpyBackend:
     def step(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
              dims: Mapping[str, int]) -> list[np.ndarray]:
         targets = [i for _, i in graph.updates]
-        values = evaluate(graph, [*roots, *targets], {**self.leaves, **feeds}, dims, self.dtype)
+        with np.errstate(all="ignore"):
+            values = evaluate(graph, [*roots, *targets], {**self.leaves, **feeds}, dims,
+                              self.dtype)
         for name, i in graph.updates:
             self.leaves[name] = values[i]
         return [self._out(graph, values, i) for i in roots]
