@@ -17,6 +17,7 @@ from .ir import Graph
 from .optimizers import add_updates
 from .reference import cone
 from .simplify import simplify
+from .verify import check_graph
 
 LR = "$lr"
 
@@ -26,6 +27,7 @@ def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
     (a `dlc.optimizers` object: `.name` and its hyper-parameters)."""
     loss = resolve_loss(graph, loss)
     with_grads, grads = differentiate(graph, loss)
+    check_graph(with_grads)
     # A param the loss does not depend on keeps its value (its gradient is zero).
     reached = _reached(graph, loss)
     trained = {p: g for p, g in grads.items() if p in reached}
@@ -36,7 +38,10 @@ def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
     losses = (loss, *(name for name in graph.losses if name != loss))
     step = Graph(tuple(b.nodes), dict(b.names), tuple(b.inputs), graph.params,
                  (*graph.states, *states), losses, (*graph.updates, *updates))
-    return simplify(step)
+    check_graph(step)
+    out = simplify(step)
+    check_graph(out)
+    return out
 
 
 def _reached(graph: Graph, loss: str) -> set[str]:

@@ -21,6 +21,7 @@ from dlc.compiler.gradients import GRADIENTS
 from dlc.compiler.ops.window import out_size
 from dlc.compiler.reference import evaluate
 from dlc.compiler.shapes import bind
+from dlc.compiler.verify import check_graph
 
 
 @dataclass
@@ -247,6 +248,7 @@ def loss_value(bt: Built, values: dict[str, np.ndarray]) -> float:
 
 def symbolic_grads(bt: Built) -> dict[str, np.ndarray]:
     g, grads = differentiate(bt.graph, "loss", bt.wrt)
+    check_graph(g)
     vals = evaluate(g, list(grads.values()), bt.values, bt.dims, np.float64)
     return {name: vals[i] for name, i in grads.items()}
 

@@ -18,6 +18,7 @@ from dlc.compiler.simplify import (
     simplify_algebra,
 )
 from dlc.compiler.train_graph import build_train_graph
+from dlc.compiler.verify import check_graph
 
 
 def named(b: GraphBuilder, **tensors: int) -> Graph:
@@ -172,6 +173,8 @@ def test_simplify_keeps_every_value_of_a_training_step(sample, opt, monkeypatch)
     model = dlc.compile(f"samples/{sample}.dl")
     raw = _unsimplified(model.graph, opt, monkeypatch, train_graph)
     done = simplify(raw)
+    check_graph(raw)
+    check_graph(done)
     assert len(done.nodes) < len(raw.nodes)
     rng = np.random.default_rng(0)
     leaves = {}
