@@ -27,6 +27,24 @@ _LAZY = {
     "load": "dlc.runtime.artifact",
     "Graph": "dlc.graph",
     "Tensor": "dlc.graph",
+    # the seeds' eager API: device arrays, ops, scopes, debug mode, seeds-style training
+    "Array": "dlc.arrays",
+    "array": "dlc.arrays",
+    "zeros": "dlc.arrays",
+    "ones": "dlc.arrays",
+    "rand": "dlc.arrays",
+    "randn": "dlc.arrays",
+    "ops": "dlc.ops",
+    "tidy": "dlc.scope",
+    "keep": "dlc.scope",
+    "memory": "dlc.scope",
+    "debug": "dlc.debug",
+    "set_debug": "dlc.debug",
+    "set_backend": "dlc.devices",
+    "get_backend": "dlc.devices",
+    "FeedEntry": "dlc.seeds",
+    "CostReduction": "dlc.seeds",
+    "InCPUMemoryShuffledInputProviderBuilder": "dlc.seeds",
 }
 
 __all__ = ["CompileError", "DataError", "DlcError", "RuntimeFailure", "__version__", *_LAZY]
@@ -36,6 +54,7 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dlc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    imported = importlib.import_module(module)
+    value = imported if module == f"dlc.{name}" else getattr(imported, name)  # a submodule itself
     globals()[name] = value
     return value

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.functions import FUNCTIONS, REQUIRED, Function
+from dlc.compiler.functions import FUNCTIONS, REQUIRED, Function, Param
 from dlc.compiler.initializers import INITIALIZERS, default_init
 from dlc.compiler.ir import Shape, format_graph
 
@@ -167,31 +167,15 @@ class Graph:
 
     def _call(self, fname: str, args: tuple, kwargs: dict) -> Tensor:
         loc = _call_site()
-        fn: Function = FUNCTIONS[fname]
         name = kwargs.pop("name", None)
-        if len(args) > len(fn.params):
-            raise CompileError(f"{fname} takes at most {len(fn.params)} arguments, got {len(args)}", loc)
-        bound = dict(zip((p.name for p in fn.params), args))
-        for k, v in kwargs.items():
-            if k not in {p.name for p in fn.params}:
-                raise CompileError(f"{fname} has no argument '{k}'", loc)
-            bound[k] = v
         values = []
-        for p in fn.params:
-            if p.name not in bound:
-                if p.default is REQUIRED:
-                    raise CompileError(f"{fname} is missing argument '{p.name}'", loc)
-                values.append(p.default)
-            elif p.kind == "tensor":
-                values.append(self._index(bound[p.name], loc))
+        for p, v in bind_args(fname, args, kwargs, loc):
+            if p.kind == "tensor":
+                v = self._index(v, loc)
             elif p.kind == "tensors":
-                values.append([self._index(t, loc) for t in bound[p.name]])
-            elif p.kind == "dims":
-                values.append(tuple(bound[p.name]))
-            else:
-                v = bound[p.name]
-                values.append(tuple(v) if isinstance(v, list) else v)
-        i = fn.impl(self._b, loc, *values)
+                v = [self._index(t, loc) for t in v]
+            values.append(v)
+        i = FUNCTIONS[fname].impl(self._b, loc, *values)
         if name:
             self._b.declare(name, i, loc)
         return Tensor(self, i)
@@ -213,6 +197,35 @@ class Graph:
 
     def __str__(self) -> str:
         return format_graph(self._b.build())
+
+
+def bind_args(fname: str, args: tuple, kwargs: dict, loc: Loc | None) -> list[tuple[Param, Any]]:
+    """Match a call's arguments to the language function's parameters, in their order, with
+    defaults filled in; lists become tuples. Tensor arguments are left as they were given."""
+    fn: Function = FUNCTIONS[fname]
+    if len(args) > len(fn.params):
+        raise CompileError(f"{fname} takes at most {len(fn.params)} arguments, got {len(args)}", loc)
+    bound = dict(zip((p.name for p in fn.params), args))
+    for k, v in kwargs.items():
+        if k not in {p.name for p in fn.params}:
+            raise CompileError(f"{fname} has no argument '{k}'", loc)
+        if k in bound:
+            raise CompileError(f"{fname} got argument '{k}' twice", loc)
+        bound[k] = v
+    out = []
+    for p in fn.params:
+        if p.name not in bound:
+            if p.default is REQUIRED:
+                raise CompileError(f"{fname} is missing argument '{p.name}'", loc)
+            out.append((p, p.default))
+            continue
+        v = bound[p.name]
+        if p.kind == "tensors":
+            v = list(v)
+        elif p.kind == "dims" or (p.kind != "tensor" and isinstance(v, list)):
+            v = tuple(v)
+        out.append((p, v))
+    return out
 
 
 def _shape(shape, loc) -> Shape:

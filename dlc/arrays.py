@@ -1,0 +1,254 @@
+"""Device arrays: the seeds' NDArray. Values live on the GPU (or in numpy) until read.
+
+    a = dlc.array([[1, 2], [3, 4]])       # uploaded once
+    b = (a - 1).square().sum()            # kernels run on the GPU; nothing is read back
+    b.numpy()                             # blocking read
+    await b.data()                        # read without blocking the event loop
+    b.dispose()                           # or let dlc.tidy / the garbage collector free it
+
+Every language function is a method (`a.relu()`, `a.sum(axis=0)`) and a function in
+`dlc.ops`; Python's + - * / @ ** unary -, < <= > >= work too (== and != stay identity
+comparisons so arrays can live in sets and dicts: use `eq` / `ne`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import scope as _scope
+from .devices import Device, get_device
+
+ShapeLike = Sequence[int] | int
+
+
+class Array:
+    """An n-dimensional float32 array on a device. Make one with dlc.array / zeros / ones /
+    rand / randn, or as the result of an op."""
+
+    __slots__ = ("_device", "_handle", "shape", "_nbytes", "_scope", "_kept", "__weakref__")
+
+    # numpy's operators defer to ours (np_array + dlc_array gives an Array).
+    __array_ufunc__ = None
+
+    def __init__(self, device: Device, handle: Any, shape: tuple[int, ...]):
+        self._device = device
+        self._handle = handle
+        self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
+        self._nbytes = 4 * int(np.prod(self.shape, dtype=np.int64))
+        self._scope = None
+        self._kept = False
+        _scope.register(self, self._nbytes)
+
+    # -- facts -----------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self._nbytes // 4
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    @property
+    def backend(self) -> str:
+        return self._device.name
+
+    @property
+    def is_disposed(self) -> bool:
+        return self._handle is None
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    # -- reading -----------------------------------------------------------------------
+    def _live_handle(self) -> Any:
+        if self._handle is None:
+            raise ValueError(f"this array {list(self.shape)} was disposed (by dispose() or when its "
+                             "dlc.tidy scope closed); use dlc.keep or return it from the scope")
+        return self._handle
+
+    def numpy(self) -> np.ndarray:
+        """The values, as a new float32 np.ndarray; blocks until the GPU has computed them."""
+        return self._device.download(self._live_handle(), self.shape)
+
+    async def data(self) -> np.ndarray:
+        """The values, read without blocking: other coroutines run while the GPU works."""
+        return await self._device.read(self._live_handle(), self.shape)
+
+    def item(self) -> float:
+        if self.size != 1:
+            raise ValueError(f"item() needs an array of one element, this one is {list(self.shape)}")
+        return float(self.numpy().reshape(()))
+
+    def get(self, *index: int) -> float:
+        """One element (the seeds' NDArray.get); reads the array back."""
+        return float(self.numpy()[index] if index else self.item())
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return f"dlc.Array(<disposed>, shape={list(self.shape)})"
+        body = np.array2string(self.numpy(), separator=", ", threshold=20, prefix="dlc.array(")
+        return f"dlc.array({body}, backend={self.backend!r})"
+
+    # -- memory ------------------------------------------------------------------------
+    def dispose(self) -> None:
+        """Free the storage now; using the array afterwards is an error. Idempotent."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._device.free(handle)
+            _scope.unregister(self, self._nbytes)
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            return
+        self._handle = None
+        try:
+            self._device.release(handle)
+            _scope.unregister(self, self._nbytes)
+        except Exception:  # interpreter shutdown: modules may be gone
+            pass
+
+    def copy(self) -> Array:
+        return array(self.numpy(), backend=self.backend)
+
+    # -- operators (through dlc.ops) --------------------------------------------------
+    def __add__(self, o): return _op("add", self, o)
+    def __radd__(self, o): return _op("add", o, self)
+    def __sub__(self, o): return _op("sub", self, o)
+    def __rsub__(self, o): return _op("sub", o, self)
+    def __mul__(self, o): return _op("mul", self, o)
+    def __rmul__(self, o): return _op("mul", o, self)
+    def __truediv__(self, o): return _op("div", self, o)
+    def __rtruediv__(self, o): return _op("div", o, self)
+    def __matmul__(self, o): return _op("matmul", self, o)
+    def __rmatmul__(self, o): return _op("matmul", o, self)
+    def __pow__(self, o): return _op("pow", self, o)
+    def __rpow__(self, o): return _op("pow", o, self)
+    def __neg__(self): return _op("neg", self)
+    def __abs__(self): return _op("abs", self)
+    def __lt__(self, o): return _op("lt", self, o)
+    def __le__(self, o): return _op("le", self, o)
+    def __gt__(self, o): return _op("gt", self, o)
+    def __ge__(self, o): return _op("ge", self, o)
+    __hash__ = object.__hash__
+
+    @property
+    def T(self) -> Array:
+        return _op("transpose", self)
+
+
+def _op(name: str, *args: Any) -> Array:
+    from . import ops
+
+    return ops.call(name, args, {})
+
+
+def _install_methods() -> None:
+    """Every language function whose first parameter is a tensor becomes a method."""
+    from dlc.compiler.functions import FUNCTIONS
+
+    from . import ops
+
+    for name, fn in FUNCTIONS.items():
+        if not fn.params or fn.params[0].kind != "tensor" or hasattr(Array, name):
+            continue
+        setattr(Array, name, _method(name, ops))
+
+
+def _method(name: str, ops: Any):
+    def method(self, *args, **kwargs):
+        return ops.call(name, (self, *args), kwargs)
+    func = getattr(ops, name)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = func.__doc__
+    sig = inspect.signature(func)
+    method.__signature__ = sig.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
+                                                   *list(sig.parameters.values())[1:]])
+    return method
+
+
+# -- making arrays --------------------------------------------------------------------
+
+def _shape(shape: ShapeLike) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise ValueError(f"a shape is a list of non-negative ints, got {list(shape)}")
+    return tuple(int(d) for d in shape)
+
+
+def array(value: Any, backend: str | None = None) -> Array:
+    """A device array holding `value` (a number, nested lists, an np.ndarray or an Array),
+    as float32, on `backend` ("gl", "numpy"; default: dlc.set_backend's choice)."""
+    if isinstance(value, Array):
+        value = value.numpy()
+    host = np.asarray(value, dtype=np.float32)
+    device = get_device(backend)
+    return Array(device, device.upload(host), host.shape)
+
+
+def zeros(shape: ShapeLike, backend: str | None = None) -> Array:
+    return array(np.zeros(_shape(shape), np.float32), backend)
+
+
+def ones(shape: ShapeLike, backend: str | None = None) -> Array:
+    return array(np.ones(_shape(shape), np.float32), backend)
+
+
+def full(shape: ShapeLike, value: float, backend: str | None = None) -> Array:
+    return array(np.full(_shape(shape), value, np.float32), backend)
+
+
+_rng = np.random.default_rng()
+
+
+def seed(value: int) -> None:
+    """Seed the generator behind rand / randn (each can also take its own `seed`)."""
+    global _rng
+    _rng = np.random.default_rng(value)
+
+
+def _gen(seed_value: int | None) -> np.random.Generator:
+    return _rng if seed_value is None else np.random.default_rng(seed_value)
+
+
+def rand(shape: ShapeLike, low: float = 0.0, high: float = 1.0, *, seed: int | None = None,
+         backend: str | None = None) -> Array:
+    """Uniform in [low, high) (the seeds' NDArray.randUniform)."""
+    return array(_gen(seed).uniform(low, high, _shape(shape)), backend)
+
+
+def randn(shape: ShapeLike, mean: float = 0.0, std: float = 1.0, *, seed: int | None = None,
+          backend: str | None = None) -> Array:
+    """Normal with `mean` and `std` (the seeds' NDArray.randNormal)."""
+    return array(_gen(seed).normal(mean, std, _shape(shape)), backend)
+
+
+_install_methods()

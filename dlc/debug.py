@@ -1,0 +1,241 @@
+"""Debug mode (the seeds' `enableDebugMode`): time every kernel, stop at the first NaN.
+
+    dlc.set_debug(True)        # or env DLC_DEBUG=1, or `dlc train --debug-kernels`
+
+While on, every kernel is timed (GL timer queries on the GPU; the wall clock on numpy) and
+logged on the `dlc.debug` logger with its name, milliseconds, output shape and size; its
+output is read back and checked for NaN, and the first NaN raises `NaNFound` naming the op
+and the `.dl` line (or, for eager ops, the Python line) it came from. `summary()` is a table
+of time per op; it is also printed on stderr when the process exits.
+
+Covered: eager ops (`dlc.ops`, Array methods) on both devices; Session eval / gradients /
+train on the numpy backend (each IR node is one kernel there). Debug mode is slow: every
+kernel waits for the GPU and is read back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import Loc, RuntimeFailure
+
+log = logging.getLogger("dlc.debug")
+
+_enabled = os.environ.get("DLC_DEBUG", "") == "1"
+_records: list[Record] = []
+_summarized = True  # nothing new to print at exit
+_atexit_registered = False
+_saved_evaluate: Any = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One timed kernel."""
+
+    name: str          # the op (or the fused kernel's name)
+    ms: float
+    shape: tuple[int, ...]
+    size: int
+    where: str         # file:line it came from, or ""
+    device: str        # "gl" or "numpy"
+
+
+class NaNFound(RuntimeFailure):
+    """A kernel produced NaN (debug mode): `op` made it, at `loc` in the model or script."""
+
+    def __init__(self, op: str, loc: Loc | None, detail: str = ""):
+        self.op = op
+        self.loc = loc
+        where = f" at {loc}" if loc is not None else ""
+        message = f"NaN in the output of {op}{where}{detail}"
+        if loc is not None and loc.text:
+            line = loc.text.rstrip("\n")
+            prefix = line[: max(loc.column - 1, 0)].expandtabs(4)
+            message += f"\n    {line.expandtabs(4)}\n    {' ' * len(prefix)}^"
+        super().__init__(message)
+
+
+# -- switching ---------------------------------------------------------------------------
+
+def set_debug(on: bool = True) -> None:
+    """Turn debug mode on or off (env DLC_DEBUG=1 turns it on at import)."""
+    enable() if on else disable()
+
+
+def enable() -> None:
+    """Debug mode on: for the CLI's `--debug-kernels`, then print `summary()` at the end."""
+    global _enabled, _atexit_registered
+    _enabled = True
+    if not log.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("dlc debug: %(message)s"))
+        log.addHandler(handler)
+    if log.level == logging.NOTSET or log.level > logging.INFO:
+        log.setLevel(logging.INFO)
+    _patch_numpy_backend(True)
+    if not _atexit_registered:
+        atexit.register(_print_at_exit)
+        _atexit_registered = True
+
+
+def disable() -> None:
+    global _enabled
+    _enabled = False
+    _patch_numpy_backend(False)
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+# -- the profile -------------------------------------------------------------------------
+
+def records() -> list[Record]:
+    """Every kernel timed since the last `reset()`."""
+    return list(_records)
+
+
+def reset() -> None:
+    global _summarized
+    _records.clear()
+    _summarized = True
+
+
+def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: str = "") -> None:
+    """Log one kernel and keep it for the summary (the GL executor calls this too)."""
+    global _summarized
+    shape = tuple(int(d) for d in shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    _records.append(Record(name, ms, shape, size, where, device))
+    _summarized = False
+    log.info("%-24s %9.3f ms  out %-16s %10d values%s", name, ms, _fmt(shape), size,
+             f"  ({where})" if where else "")
+
+
+def summary() -> str:
+    """A table of the kernels timed since `reset()`: calls, total and mean ms, share of time,
+    largest output; the slowest op first."""
+    global _summarized
+    _summarized = True
+    if not _records:
+        return "dlc debug: no kernels ran"
+    rows: dict[str, list[Record]] = {}
+    for r in _records:
+        rows.setdefault(r.name, []).append(r)
+    total = sum(r.ms for r in _records) or 1e-12
+    order = sorted(rows.items(), key=lambda kv: -sum(r.ms for r in kv[1]))
+    width = max(12, *(len(name) for name in rows))
+    lines = [f"{'op':<{width}} {'calls':>7} {'total ms':>10} {'mean ms':>9} {'share':>7} {'largest out':>12}",
+             "-" * (width + 50)]
+    for name, rs in order:
+        t = sum(r.ms for r in rs)
+        lines.append(f"{name:<{width}} {len(rs):>7} {t:>10.3f} {t / len(rs):>9.4f} {100 * t / total:>6.1f}% "
+                     f"{max(r.size for r in rs):>12}")
+    lines.append("-" * (width + 50))
+    lines.append(f"{'all':<{width}} {len(_records):>7} {total:>10.3f}")
+    return "\n".join(lines)
+
+
+def _print_at_exit() -> None:
+    if _enabled and not _summarized and _records:
+        print("dlc debug: kernel profile\n" + summary(), file=sys.stderr)
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def check_nan(values: np.ndarray, op: str, loc: Loc | None, detail: str = "") -> None:
+    """Raise NaNFound if `values` holds a NaN."""
+    if np.isnan(values).any():
+        raise NaNFound(op, loc, detail)
+
+
+# -- eager ops ---------------------------------------------------------------------------
+
+def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> Any:
+    """Run one eager kernel timed, log it, and stop if its output holds a NaN."""
+    if device.name == "gl":
+        from dlc.runtime.sync import TimerQuery
+
+        timer = TimerQuery()
+        try:
+            timer.begin()
+            out = device.run(kernel, handles)
+            timer.end()
+            ms = timer.elapsed_ms()
+        finally:
+            timer.delete()
+    else:
+        start = time.perf_counter()
+        out = device.run(kernel, handles)
+        ms = (time.perf_counter() - start) * 1e3
+    where = f"{loc.file}:{loc.line}" if loc is not None else ""
+    record(kernel.name, ms, kernel.shape, where, device.name)
+    values = device.download(out, kernel.shape)
+    if np.isnan(values).any():
+        device.free(out)
+        inputs_nan = any(np.isnan(device.download(h, kernel.graph.node(n).shape)).any()
+                         for h, n in zip(handles, kernel.arg_names))
+        detail = " (an input already held NaN)" if inputs_nan else ""
+        raise NaNFound(kernel.name, loc, detail)
+    return out
+
+
+# -- the numpy backend: one IR node at a time ---------------------------------------------
+
+def evaluate(graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray], dims: Mapping[str, int],
+             dtype: Any = np.float32) -> dict[int, np.ndarray]:
+    """`dlc.compiler.reference.evaluate`, timing each node and stopping at the first NaN."""
+    from dlc.compiler import registry
+    from dlc.compiler.reference import cone
+
+    values: dict[int, np.ndarray] = {}
+    dims = dict(dims)
+    for i in cone(graph, roots):
+        n = graph.nodes[i]
+        if n.op in ("input", "param", "state"):
+            values[i] = np.asarray(leaves[n.attr("name")], dtype=dtype)
+            continue
+        start = time.perf_counter()
+        out = np.asarray(registry.get(n.op).ref([values[j] for j in n.inputs], dict(n.attrs), dims), dtype=dtype)
+        ms = (time.perf_counter() - start) * 1e3
+        values[i] = out
+        if n.op == "const":
+            continue
+        where = f"{n.loc.file}:{n.loc.line}" if n.loc is not None else ""
+        record(n.op, ms, out.shape, where, "numpy")
+        if np.isnan(out).any():
+            label = graph.label(i)
+            named = f" (node '{label}')" if not label.startswith("%") else f" (node {label})"
+            raise NaNFound(n.op, n.loc, named)
+    return values
+
+
+def _patch_numpy_backend(on: bool) -> None:
+    """Route the numpy backend's evaluation through `evaluate` above while debugging.
+
+    dlc.backends (not ours) calls its module-level `evaluate`; swapping that name is the one
+    hook it offers. A `debug_evaluate` hook in NumpyBackend would make this explicit."""
+    global _saved_evaluate
+    from . import backends
+
+    if on and _saved_evaluate is None:
+        _saved_evaluate = backends.evaluate
+        backends.evaluate = evaluate
+    elif not on and _saved_evaluate is not None:
+        backends.evaluate = _saved_evaluate
+        _saved_evaluate = None
+
+
+if _enabled:
+    enable()

@@ -1,0 +1,174 @@
+"""Where eager arrays live and their kernels run: the numpy device or the GL device.
+
+A device stores an array's values behind a handle (an np.ndarray on numpy, a GPU Buffer on
+GL) and runs an eager kernel (`dlc.ops.Kernel`: a small IR graph) over handles, giving a new
+handle; results stay where they are until read.
+
+Which device new arrays use: `set_backend("gl" | "numpy")`, else env `DLC_BACKEND`, else gl
+when an OpenGL context can be made (numpy otherwise, said once on stderr). An array keeps the
+device it was made on; an op runs on its arguments' device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from typing import Any, Protocol
+
+import numpy as np
+
+from dlc.compiler.reference import evaluate
+
+_BACKENDS = ("gl", "numpy")
+_devices: dict[str, Device] = {}
+_chosen: str | None = None
+
+
+class Device(Protocol):
+    """What a device does for eager arrays."""
+
+    name: str
+
+    def upload(self, value: np.ndarray) -> Any: ...
+    def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray: ...
+    async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray: ...
+    def free(self, handle: Any) -> None: ...  # now, on the thread that owns the device
+    def release(self, handle: Any) -> None: ...  # from a finalizer: maybe later, on that thread
+    def run(self, kernel: Any, handles: list[Any]) -> Any: ...
+
+
+class NumpyDevice:
+    """Handles are float32 np.ndarrays; kernels run through the reference interpreter."""
+
+    name = "numpy"
+
+    def upload(self, value: np.ndarray) -> np.ndarray:
+        return np.array(value, dtype=np.float32, copy=True)
+
+    def download(self, handle: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        return np.array(handle, dtype=np.float32, copy=True).reshape(shape)
+
+    async def read(self, handle: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        await asyncio.sleep(0)  # still a suspension point, as on the GPU
+        return self.download(handle, shape)
+
+    def free(self, handle: np.ndarray) -> None:
+        pass  # numpy memory goes with the last reference
+
+    def release(self, handle: np.ndarray) -> None:
+        pass
+
+    def run(self, kernel: Any, handles: list[np.ndarray]) -> np.ndarray:
+        leaves = dict(zip(kernel.arg_names, handles))
+        out = evaluate(kernel.graph, [kernel.out], leaves, {}, np.float32)[kernel.out]
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class GLDevice:
+    """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.gl_eager).
+
+    Buffers can only be freed on the thread that holds the GL context, and a finalizer may
+    run anywhere: `release` queues them and the next call on the owning thread frees them.
+    """
+
+    name = "gl"
+
+    def __init__(self) -> None:
+        from dlc.runtime.context import get_context
+
+        self.context = get_context()
+        self._pending: list[Any] = []
+        self._lock = threading.Lock()
+
+    def upload(self, value: np.ndarray) -> Any:
+        from dlc.runtime.storage import Buffer
+
+        self.flush()
+        return Buffer.from_array(np.ascontiguousarray(value, dtype=np.float32))
+
+    def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
+        return handle.download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
+        from dlc.runtime.sync import read_async
+
+        values = await read_async(handle, int(np.prod(shape, dtype=np.int64)))
+        return values.reshape(shape)
+
+    def free(self, handle: Any) -> None:
+        handle.delete()
+
+    def release(self, handle: Any) -> None:
+        with self._lock:
+            self._pending.append(handle)
+
+    def flush(self) -> None:
+        """Free the buffers finalizers queued (call on the GL thread)."""
+        if not self._pending:
+            return
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for handle in pending:
+            handle.delete()
+
+    def run(self, kernel: Any, handles: list[Any]) -> Any:
+        from . import gl_eager
+
+        self.flush()
+        return gl_eager.run(kernel, handles)
+
+
+def set_backend(name: str | None) -> None:
+    """Make new arrays on `name` ("gl" or "numpy"); None: back to the default choice."""
+    global _chosen
+    if name is not None and name not in _BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
+    if name is not None:
+        get_device(name)  # fail now, not at the first array, if gl cannot start
+    _chosen = name
+
+
+def get_backend() -> str:
+    """The backend new arrays go to now."""
+    return get_device().name
+
+
+def get_device(name: str | None = None) -> Device:
+    """The device called `name`, or the current one (see the module doc)."""
+    if name is None:
+        name = _chosen or os.environ.get("DLC_BACKEND", "").strip().lower() or None
+        if name is not None and name not in _BACKENDS:
+            raise ValueError(f"DLC_BACKEND={name!r}: use 'gl' or 'numpy'")
+    if name is None:
+        if "gl" in _devices:
+            return _devices["gl"]
+        if "auto" not in _devices:
+            try:
+                _devices["auto"] = _devices["gl"] = GLDevice()
+            except Exception as e:  # no context: numpy, saying so once
+                print(f"dlc: no OpenGL context ({str(e).splitlines()[0]}); eager arrays use numpy",
+                      file=sys.stderr)
+                _devices["auto"] = get_device("numpy")
+        return _devices["auto"]
+    device = _devices.get(name)
+    if device is None:
+        device = _devices[name] = GLDevice() if name == "gl" else NumpyDevice()
+    return device
+
+
+def flush_pending() -> None:
+    """Free GPU buffers of arrays the garbage collector let go of."""
+    device = _devices.get("gl")
+    if isinstance(device, GLDevice):
+        device.flush()
+
+
+def gl_counts() -> tuple[int | None, int | None]:
+    """GPU buffers and bytes held in all, when the GL device is in use."""
+    if "gl" not in _devices:
+        return None, None
+    from dlc.runtime.storage import live_buffers, live_bytes
+
+    return live_buffers(), live_bytes()

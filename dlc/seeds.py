@@ -1,0 +1,350 @@
+"""The seeds' training and evaluation style on a Session: FeedEntry, CostReduction, input providers.
+
+    x = g.placeholder("input", [3]); label = g.placeholder("label", [1])
+    cost = g.mean_squared_cost(g.matmul(multiplier, x), label)
+    session = dlc.Session(g)
+    entries = [dlc.FeedEntry(x, xs), dlc.FeedEntry(label, ys)]
+    session.train(cost, entries, batch_size, dlc.SGD(lr), dlc.CostReduction.MEAN)  # -> float
+    session.eval(y, [dlc.FeedEntry(x, dlc.array([0.1, 0.2, 0.3]))])              # -> dlc.Array
+
+As in deeplearn.js, where placeholders have no batch dim the graph computes one example: a
+batch of `batch_size` examples gives `batch_size` per-example costs, their gradients are
+averaged and the optimizer makes one update. dlc does that in one program: the graph's
+per-example part is copied once per example of the batch (each copy reading its row of the
+stacked inputs), the costs are averaged, and the optimizer's training step is built over that
+mean, whose gradient is the average of the per-example gradients. Where the placeholders do
+lead with a symbolic batch dim, the batch is fed whole and the cost tensor is taken as the
+batch's mean cost.
+
+The returned cost: CostReduction.MEAN the mean of the per-example costs, SUM their sum
+(batched graphs: the mean times the batch size), NONE nothing (None).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.functions import FUNCTIONS
+from dlc.compiler.ir import Graph
+from dlc.compiler.reference import cone, leaf_inputs
+from dlc.compiler.train_graph import LR, build_train_graph
+
+from .errors import DataError
+from .feeds import bind_dims
+from .graph import Tensor
+
+COST = "$seeds_cost"          # the loss the seeds' step minimizes: mean of per-example costs
+COST_SUM = "$seeds_cost_sum"  # their sum, for CostReduction.SUM
+
+
+class CostReduction(enum.Enum):
+    """What `Session.train` in the seeds' style returns: the batch's cost summed, averaged, or
+    nothing. The update always follows the average of the per-example gradients, as in the
+    seeds."""
+
+    NONE = "none"
+    SUM = "sum"
+    MEAN = "mean"
+
+
+# -- input providers --------------------------------------------------------------------
+
+class InputProvider:
+    """Gives one example at a time (the seeds' InputProvider)."""
+
+    def __init__(self, next_copy: Callable[[], np.ndarray]):
+        self._next = next_copy
+
+    def get_next_copy(self) -> np.ndarray:
+        return self._next()
+
+    def dispose_copy(self, copy: Any) -> None:
+        """Nothing to free: copies are host arrays (kept for the seeds' interface)."""
+
+
+class InCPUMemoryShuffledInputProviderBuilder:
+    """Providers over parallel lists of examples, shuffled together each epoch so that the
+    i-th example of every provider stays matched (the seeds' builder of the same name)."""
+
+    def __init__(self, inputs: Sequence[Sequence[Any]], seed: int | None = None):
+        self.inputs = [[_host(x) for x in examples] for examples in inputs]
+        sizes = {len(examples) for examples in self.inputs}
+        if len(sizes) != 1 or 0 in sizes:
+            raise DataError(f"the inputs must hold the same, non-zero number of examples, got "
+                            f"{[len(e) for e in self.inputs]}")
+        self.count = sizes.pop()
+        self._rng = np.random.default_rng(seed)
+        self._orders: list[np.ndarray] = []
+
+    def _order(self, epoch: int) -> np.ndarray:
+        while len(self._orders) <= epoch:
+            self._orders.append(self._rng.permutation(self.count))
+        return self._orders[epoch]
+
+    def get_input_providers(self) -> list[InputProvider]:
+        providers = []
+        for examples in self.inputs:
+            cursor = [0]
+
+            def next_copy(examples=examples, cursor=cursor) -> np.ndarray:
+                epoch, k = divmod(cursor[0], self.count)
+                cursor[0] += 1
+                return examples[int(self._order(epoch)[k])].copy()
+            providers.append(InputProvider(next_copy))
+        return providers
+
+    getInputProviders = get_input_providers  # noqa: N815  (the seeds' spelling)
+
+
+InMemoryShuffledInputProviderBuilder = InCPUMemoryShuffledInputProviderBuilder
+
+
+# -- feed entries -------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class FeedEntry:
+    """Feeds `data` to placeholder `tensor`. `data`: an InputProvider; a list of per-example
+    arrays; an array whose first axis is examples; or one example (used for every example of
+    a batch, as the seeds do with an NDArray)."""
+
+    tensor: Tensor
+    data: Any
+    _cursor: int = field(default=0, repr=False)
+
+    def examples(self, count: int, example_shape: tuple) -> np.ndarray:
+        """The next `count` examples, stacked; plain data is taken in order, cycling."""
+        data = self.data
+        if hasattr(data, "get_next_copy"):
+            return np.stack([_host(data.get_next_copy()) for _ in range(count)])
+        if isinstance(data, (list, tuple)) and data and not _is_number_list(data, example_shape):
+            data = np.stack([_host(x) for x in data])
+        data = _host(data)
+        rank = len(example_shape)
+        if data.ndim == rank:
+            return np.broadcast_to(data, (count, *data.shape)).copy()
+        if data.ndim != rank + 1 or len(data) == 0:
+            raise DataError(f"feed for '{_name(self.tensor)}' has shape {list(data.shape)}: expected one example "
+                            f"{_fmt(example_shape)} or examples [N, {_fmt(example_shape)[1:]}")
+        idx = (self._cursor + np.arange(count)) % len(data)
+        self._cursor = int((self._cursor + count) % len(data))
+        return data[idx]
+
+    def value(self, shape: tuple) -> np.ndarray:
+        """The value for one evaluation (providers give their next example)."""
+        data = self.data
+        if hasattr(data, "get_next_copy"):
+            return _host(data.get_next_copy())
+        if isinstance(data, (list, tuple)) and data and not _is_number_list(data, shape):
+            return np.stack([_host(x) for x in data])
+        return _host(data)
+
+
+def _is_number_list(data: Sequence, example_shape: tuple) -> bool:
+    """A nested list of numbers that is itself one example or a plain batch, not a list of
+    per-example arrays."""
+    first = data[0]
+    return isinstance(first, (int, float, np.number)) or (isinstance(first, list) and len(example_shape) > 1)
+
+
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=np.float32)
+
+
+def _name(t: Tensor) -> str:
+    return t.name or f"%{t.index}"
+
+
+def _fmt(shape: tuple) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def feed_entries(feeds: Any) -> list[FeedEntry]:
+    """FeedEntry objects from: a list of FeedEntry, {"tensor", "data"} dicts or (tensor, data)
+    pairs; or a mapping tensor (or placeholder name) -> data."""
+    if isinstance(feeds, FeedEntry):
+        return [feeds]
+    if isinstance(feeds, Mapping):
+        return [FeedEntry(k, v) for k, v in feeds.items()]
+    out = []
+    for e in feeds or ():
+        if isinstance(e, FeedEntry):
+            out.append(e)
+        elif isinstance(e, Mapping):
+            out.append(FeedEntry(e["tensor"], e["data"]))
+        else:
+            tensor, data = e
+            out.append(FeedEntry(tensor, data))
+    return out
+
+
+# -- the Session hook ---------------------------------------------------------------------
+
+def seeds_style(method: Callable) -> Callable:
+    """Decorates Session.train and Session.eval: a call whose first argument is a dlc.Tensor
+    (or a list of them, for eval) goes the seeds' way (`train_seeds` / `eval_seeds`)."""
+    seeds = {"train": train_seeds, "eval": eval_seeds}[method.__name__]
+
+    @functools.wraps(method)
+    def dispatch(self, *args, **kwargs):
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if isinstance(first, Tensor) or (isinstance(first, (list, tuple)) and first
+                                         and all(isinstance(t, Tensor) for t in first)):
+            return seeds(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+    return dispatch
+
+
+_compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: step graph}
+
+
+def _node(session: Any, t: Tensor) -> int:
+    """The node of `t` in the session's model, checking that the model came from t's Graph."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a dlc.Tensor of the session's Graph, got {type(t).__name__}")
+    graph = session.model.graph
+    built = t.graph._b.nodes
+    if t.index >= len(graph.nodes) or graph.nodes[t.index] != built[t.index] \
+            or len(graph.nodes) > len(built):
+        raise ValueError(f"tensor {_name(t)} is not from the Graph this Session was made from "
+                         "(or nodes were added to the Graph after the Session was made)")
+    return t.index
+
+
+def eval_seeds(session: Any, fetch: Tensor | Sequence[Tensor], feeds: Any = None) -> Any:
+    """The seeds' `session.eval(tensor, feed_entries)`: a dlc.Array (a list for a list)."""
+    from .arrays import array
+
+    graph = session.model.graph
+    single = isinstance(fetch, Tensor)
+    roots = [_node(session, t) for t in ([fetch] if single else fetch)]
+    arrays = {}
+    for e in feed_entries(feeds):
+        idx = _node(session, e.tensor)
+        if graph.nodes[idx].op != "input":
+            raise DataError(f"'{_name(e.tensor)}' is fed but it is not a placeholder")
+        arrays[graph.nodes[idx].attr("name")] = e.value(graph.nodes[idx].shape)
+    dims = bind_dims(session.model.inputs, arrays, needed=leaf_inputs(graph, roots))
+    values = session.backend.run(graph, roots, arrays, dims)
+    backend = session.backend.name if session.backend.name in ("gl", "numpy") else None
+    out = [array(np.asarray(v, np.float32), backend=backend) for v in values]
+    return out[0] if single else out
+
+
+def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, optimizer: Any = None,
+                cost_reduction: CostReduction = CostReduction.MEAN) -> float | None:
+    """The seeds' `session.train(cost, feed_entries, batch_size, optimizer, reduction)`:
+    one update from a batch; returns the batch's cost (see CostReduction)."""
+    from .optimizers import SGD
+
+    graph = session.model.graph
+    cost_node = _node(session, cost)
+    if graph.nodes[cost_node].shape != ():
+        raise DataError(f"the cost {_name(cost)} must be a scalar, its shape is {_fmt(graph.nodes[cost_node].shape)}")
+    batch_size = int(batch_size)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    optimizer = optimizer or getattr(session, "_optimizer", None) or SGD(0.01)
+    entries = feed_entries(feeds)
+    fed = {}
+    for e in entries:
+        idx = _node(session, e.tensor)
+        if graph.nodes[idx].op != "input":
+            raise DataError(f"'{_name(e.tensor)}' is fed but it is not a placeholder")
+        fed[graph.nodes[idx].attr("name")] = e
+    needed = leaf_inputs(graph, [cost_node])
+    missing = sorted(needed - set(fed))
+    if missing:
+        raise DataError(f"placeholder '{missing[0]}' is needed by the cost but has no FeedEntry")
+    names = sorted(needed)
+    batched = any(graph.shape(n) and isinstance(graph.shape(n)[0], str) for n in names)
+
+    key = (cost_node, batched, None if batched else batch_size, optimizer.config())
+    cache = _compiled.setdefault(session, {})
+    if key not in cache:
+        per_batch = _batched(graph, cost_node) if batched else _unrolled(graph, cost_node, names, batch_size)
+        cache[key] = build_train_graph(per_batch, COST, optimizer)
+    step = cache[key]
+    session._init_state(step, optimizer)
+
+    arrays = {}
+    for n in names:
+        shape = graph.shape(n)
+        arrays[n] = fed[n].examples(batch_size, shape[1:] if batched else shape)
+    if batched:
+        dims = bind_dims(session.model.inputs, arrays, needed=set(names))
+    else:
+        dims = {}
+        for n in names:
+            dims.update(bind_dims({n: graph.shape(n)}, {n: arrays[n][0]}))
+    arrays[LR] = np.asarray(optimizer.lr, dtype=np.float32)
+    roots = [step.names[COST], step.names[COST_SUM]]
+    mean, total = session.backend.step(step, roots, arrays, dims)
+    if cost_reduction in (CostReduction.MEAN, "mean"):
+        return float(mean)
+    if cost_reduction in (CostReduction.SUM, "sum"):
+        return float(total) if not batched else float(mean) * batch_size
+    return None
+
+
+def _batched(graph: Graph, cost_node: int) -> Graph:
+    """The model with its cost tensor as the loss to minimize (inputs fed a whole batch)."""
+    b = _extend(graph)
+    b.declare(COST, cost_node, graph.nodes[cost_node].loc)
+    b.declare(COST_SUM, cost_node, graph.nodes[cost_node].loc)
+    b.losses = [COST]
+    return b.build()
+
+
+def _unrolled(graph: Graph, cost_node: int, inputs: list[str], batch: int) -> Graph:
+    """The per-example part of the model copied `batch` times: each copy reads its row of the
+    stacked inputs (input x [s...] becomes [batch, s...]); params and constants are shared.
+    The loss is the mean of the copies' costs."""
+    b = GraphBuilder()
+    nodes = cone(graph, [cost_node])
+    shared: dict[int, int] = {}
+    stacked: dict[int, int] = {}
+    for i in nodes:
+        n = graph.nodes[i]
+        if n.op == "param":
+            shared[i] = b.param(n.attr("name"), n.shape, n.attr("init"), n.loc)
+        elif n.op == "const":
+            shared[i] = b.const(n.attr("value"), n.shape, n.loc)
+        elif n.op == "input":
+            stacked[i] = b.input(n.attr("name"), (batch, *n.shape), n.loc)
+        elif n.op == "state":
+            raise DataError("the seeds' style of training needs a model without optimizer state leaves")
+    costs = []
+    for k in range(batch):
+        local = dict(shared)
+        for i, x in stacked.items():
+            shape = graph.nodes[i].shape
+            row = FUNCTIONS["slice"].impl(b, graph.nodes[i].loc, x, (k, *[0] * len(shape)), (1, *[-1] * len(shape)))
+            local[i] = FUNCTIONS["reshape"].impl(b, graph.nodes[i].loc, row, tuple(shape))
+        for i in nodes:
+            n = graph.nodes[i]
+            if i not in local:
+                local[i] = b.add(n.op, [local[j] for j in n.inputs], n.loc, **dict(n.attrs))
+        costs.append(local[cost_node])
+    loc = graph.nodes[cost_node].loc
+    total = costs[0]
+    for c in costs[1:]:
+        total = b.add("add", [total, c], loc)
+    b.declare(COST_SUM, total, loc)
+    mean = b.add("div", [total, b.const(float(batch), (), loc)], loc)
+    b.declare(COST, mean, loc)
+    b.loss(COST, mean, loc)
+    return b.build()
+
+
+def _extend(graph: Graph) -> GraphBuilder:
+    from dlc.compiler.autodiff import extend
+
+    return extend(graph)
