@@ -12,6 +12,7 @@ from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
 from dlc.compiler.initializers import initial_value
 from dlc.compiler.ir import Graph
 from dlc.compiler.reference import leaf_inputs
+from dlc.compiler.simplify import simplify
 from dlc.compiler.train_graph import LR, build_train_graph
 
 from .backends import make_backend
@@ -105,7 +106,7 @@ class Session:
         graph = self.model.graph
         loss = resolve_loss(graph, loss)
         if loss not in self._grad_graphs:
-            self._grad_graphs[loss], _ = differentiate(graph, loss)
+            self._grad_graphs[loss] = simplify(differentiate(graph, loss)[0])
         gg = self._grad_graphs[loss]
         roots = [gg.names[grad_name(p)] for p in graph.params]
         arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
