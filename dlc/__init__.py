@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import CompileError, DataError, DlcError, RuntimeFailure
+from .errors import CompileError, DataError, DlcError, RuntimeFailure, TrainingDiverged
 
 __version__ = "0.1.0"
 
@@ -47,7 +47,7 @@ _LAZY = {
     "InCPUMemoryShuffledInputProviderBuilder": "dlc.seeds",
 }
 
-__all__ = ["CompileError", "DataError", "DlcError", "RuntimeFailure", "__version__", *_LAZY]
+__all__ = ["CompileError", "DataError", "DlcError", "RuntimeFailure", "TrainingDiverged", "__version__", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -68,18 +68,17 @@ def make_backend(name: str | None):
         return NumpyBackend()
     if name not in (None, "gl"):
         raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
-    try:
-        from dlc.gl_backend import GLBackend
-    except ImportError:
-        if name == "gl":
-            raise
-        return NumpyBackend()
-    if name == "gl":
-        return GLBackend()
-    try:
-        return GLBackend()
-    except Exception as e:  # no context: fall back, saying so once
+    from dlc.runtime.context import get_context, has_context
+
+    if name is None and not has_context():
         import sys
-        print(f"dlc: no OpenGL context ({str(e).splitlines()[0]}); using the numpy backend",
-              file=sys.stderr)
+
+        try:
+            get_context()
+        except Exception as e:  # the cached one-line reason
+            reason = str(e).splitlines()[0]
+        print(f"dlc: {reason}; using the numpy backend", file=sys.stderr)
         return NumpyBackend()
+    from dlc.gl_backend import GLBackend
+
+    return GLBackend()
