@@ -73,6 +73,7 @@ def make_backend(name: str | None):
     if name is None and not has_context():
         import sys
 
+        reason = "no OpenGL context"
         try:
             get_context()
         except Exception as e:  # the cached one-line reason
