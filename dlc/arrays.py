@@ -13,6 +13,7 @@ comparisons so arrays can live in sets and dicts: use `eq` / `ne`).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -89,8 +90,11 @@ class Array:
         return self._device.download(self._live_handle(), self.shape)
 
     async def data(self) -> np.ndarray:
-        """The values, read without blocking: other coroutines run while the GPU works."""
-        return await self._device.read(self._live_handle(), self.shape)
+        """The values, read without blocking: other coroutines run while the GPU works (and
+        at least once, as with the seeds' promise, even when the values are ready)."""
+        handle = self._live_handle()
+        await asyncio.sleep(0)
+        return await self._device.read(handle, self.shape)
 
     def item(self) -> float:
         if self.size != 1:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -193,7 +194,9 @@ class Graph:
 
     # -- result ------------------------------------------------------------------
     def build(self) -> Model:
-        return Model(self._b.build(), path="<graph>")
+        model = Model(self._b.build(), path="<graph>")
+        model.origin = weakref.ref(self)  # lets a seeds-style Session call check its Tensors' graph
+        return model
 
     def __str__(self) -> str:
         return format_graph(self._b.build())
@@ -243,7 +246,7 @@ def _shape(shape, loc) -> Shape:
 def _init_spec(init, shape, loc) -> tuple:
     if init is None:
         return default_init(shape)
-    if isinstance(init, (int, float)):
+    if isinstance(init, (int, float, np.number)) and not isinstance(init, bool):
         return ("value", float(init))
     if isinstance(init, str):
         init = (init,)

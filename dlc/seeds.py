@@ -210,11 +210,11 @@ def _node(session: Any, t: Tensor) -> int:
     if not isinstance(t, Tensor):
         raise TypeError(f"expected a dlc.Tensor of the session's Graph, got {type(t).__name__}")
     graph = session.model.graph
-    built = t.graph._b.nodes
-    if t.index >= len(graph.nodes) or graph.nodes[t.index] != built[t.index] \
-            or len(graph.nodes) > len(built):
+    origin = getattr(session.model, "origin", None)
+    if (origin is not None and origin() is not t.graph) or t.index >= len(graph.nodes) \
+            or graph.nodes[t.index] != t.graph._b.nodes[t.index]:
         raise ValueError(f"tensor {_name(t)} is not from the Graph this Session was made from "
-                         "(or nodes were added to the Graph after the Session was made)")
+                         "(or it was added to the Graph after the Session was made)")
     return t.index
 
 

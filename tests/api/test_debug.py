@@ -1,0 +1,81 @@
+"""Debug mode: every kernel timed and logged, the first NaN stops the run naming the op and the line."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+import dlc
+from dlc import debug
+
+MODEL = """\
+input x: [B]
+param w: [] = 1.0
+h = x * w + 1
+y = sqrt(h)
+loss cost = mean(y)
+"""
+
+
+@pytest.fixture
+def debugging():
+    debug.reset()
+    dlc.set_debug(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own "invalid value" notes
+        yield
+    dlc.set_debug(False)
+    debug.reset()
+
+
+def test_eager_nan_names_the_op_and_the_python_line(backend, debugging):
+    x = dlc.array([3.0, -5.0])
+    y = x + 1
+    with pytest.raises(debug.NaNFound) as e:
+        y.sqrt()  # the planted NaN
+    assert e.value.op == "sqrt"
+    assert e.value.loc.file == __file__ and "y.sqrt()" in e.value.loc.text
+    assert "NaN in the output of sqrt at" in str(e.value) and "y.sqrt()" in str(e.value)
+
+
+def test_eager_kernels_are_timed_and_logged(backend, debugging, caplog):
+    with caplog.at_level(logging.INFO, logger="dlc.debug"):
+        a = dlc.ones([2, 3])
+        (a @ dlc.ones([3, 4])).relu().sum()
+    names = [r.name for r in debug.records()]
+    assert names == ["matmul", "relu", "sum"]
+    r = debug.records()[0]
+    assert r.shape == (2, 4) and r.size == 8 and r.ms >= 0 and r.device == backend
+    assert r.where.startswith(__file__ + ":")
+    assert any("matmul" in m and "[2, 4]" in m and " ms" in m for m in caplog.messages)
+    table = debug.summary()
+    assert all(n in table for n in names) and "calls" in table and "total ms" in table
+
+
+def test_model_nan_names_the_op_and_the_dl_line(debugging):
+    sess = dlc.Session(dlc.compile(MODEL), backend="numpy")
+    assert sess.eval("y", {"x": np.array([3.0, 8.0], np.float32)}).tolist() == [2.0, 3.0]
+    with pytest.raises(debug.NaNFound) as e:
+        sess.eval("y", {"x": np.array([3.0, -5.0], np.float32)})
+    assert e.value.op == "sqrt" and e.value.loc.line == 4
+    assert "y = sqrt(h)" in str(e.value) and "node 'y'" in str(e.value)
+
+
+def test_training_nan_stops_at_the_forward_line(debugging):
+    sess = dlc.Session(dlc.compile(MODEL), backend="numpy")
+    sess.train({"x": np.array([1.0, 2.0], np.float32)}, optimizer=dlc.SGD(0.1), batch_size=2)
+    ops = {r.name for r in debug.records()}
+    assert {"mul", "add", "sqrt", "sum"} <= ops  # forward, gradient and update nodes all timed
+    with pytest.raises(debug.NaNFound) as e:
+        sess.train({"x": np.array([-9.0, 2.0], np.float32)}, optimizer=dlc.SGD(0.1), batch_size=2)
+    assert e.value.op == "sqrt" and e.value.loc.line == 4
+
+
+def test_off_means_no_records(backend):
+    debug.reset()
+    dlc.set_debug(False)
+    (dlc.ones([2]) + 1).numpy()
+    assert debug.records() == [] and debug.summary() == "dlc debug: no kernels ran"
