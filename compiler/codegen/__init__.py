@@ -1,1 +1,46 @@
+"""Code generation: each fused kernel rendered as a GLSL 4.30 compute shader.
 
+`render(plan, options)` returns one `KernelSource` per kernel, in schedule order. Templates
+live in one module per kernel kind; `glsl.py` holds what they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..plan import Plan
+from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_window
+from .glsl import Context, KernelSource
+
+__all__ = ["KernelSource", "dim_index", "render", "render_kernel"]
+
+
+def dim_index(plan: Plan) -> dict[str, int]:
+    """Symbolic dim -> k of its uniform `dim<k>` (sorted by name, program-wide)."""
+    names = {d for n in plan.fusion.graph.nodes for d in n.shape if isinstance(d, str)}
+    for n in plan.fusion.graph.nodes:  # dims named only in attrs (dim_size, reshape targets)
+        for _, v in n.attrs:
+            if isinstance(v, tuple):
+                names.update(d for d in v if isinstance(d, str) and d.isidentifier())
+    return {d: k for k, d in enumerate(sorted(names))}
+
+
+def render_kernel(plan: Plan, index: int, dims: Mapping[str, int],
+                  options: Mapping | None = None) -> KernelSource:
+    options = options or {}
+    kernel = plan.fusion.kernels[index]
+    ctx = Context(plan.fusion, plan, kernel, dims)
+    if kernel.kind == "elementwise":
+        return kernels_elementwise.render(ctx, allow_vec4=options.get("vec4", True))
+    if kernel.kind == "reduce":
+        return kernels_reduce.render(ctx)
+    if kernel.kind == "matmul":
+        return kernels_matmul.render(ctx, options.get("matmul"))
+    if kernel.kind == "window":
+        return kernels_window.render(ctx)
+    raise AssertionError(f"no template for {kernel.kind} kernels")
+
+
+def render(plan: Plan, options: Mapping | None = None) -> list[KernelSource]:
+    dims = dim_index(plan)
+    return [render_kernel(plan, k, dims, options) for k in range(len(plan.fusion.kernels))]

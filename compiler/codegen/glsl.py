@@ -1,0 +1,466 @@
+"""GLSL 4.30 compute rendering shared by every kernel template.
+
+A kernel is rendered from its fused IR by an `Emitter`, which evaluates a node at an index
+into a GLSL temporary: elementwise ops by the registry's GLSL expression, layout ops as index
+maps (reshape keeps the flat index, transpose permutes coordinates, pad and concat select),
+stored tensors as buffer loads. Results are cached per (node, index), so a value used twice is
+computed once. Indexes are `Ix` values: a flat index, coordinates, or both.
+
+Naming: buffers are `b<binding>` (one per storage slot), symbolic dims are `dim<k>` int
+uniforms, temporaries are `n<node>`: no user name reaches GLSL except inside comments, and
+comments are reduced to printable ASCII.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .. import registry
+from ..fusion import Fusion, Kernel
+from ..ir import Graph, Shape, format_node
+from ..plan import Plan, Size, size_of
+
+GLSL_VERSION = "#version 430"
+LOCAL = 256  # invocations per work group for one-thread-per-element kernels
+
+PREAMBLE = """\
+#define DLC_INF uintBitsToFloat(0x7F800000u)
+#define DLC_NAN uintBitsToFloat(0x7FC00000u)
+
+// x^y with NumPy's meaning for negative bases (integer exponents keep the sign).
+float dlc_pow(float x, float y) {
+    if (y == 0.0) return 1.0;
+    if (y == 1.0) return x;
+    if (y == 2.0) return x * x;
+    if (x == 0.0) return y > 0.0 ? 0.0 : DLC_INF;
+    float r = exp2(y * log2(abs(x)));
+    if (x > 0.0) return r;
+    if (floor(y) != y) return DLC_NAN;
+    return mod(y, 2.0) == 1.0 ? -r : r;
+}
+
+// 1 / (1 + exp(-x)) without overflowing exp for large |x|.
+float dlc_sigmoid(float x) {
+    float e = exp(-abs(x));
+    return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+"""
+
+
+def float_lit(v: float) -> str:
+    v = float(v)
+    if math.isnan(v):
+        return "DLC_NAN"
+    if math.isinf(v) or abs(v) > 3.4028234e38:
+        return "DLC_INF" if v > 0 else "(-DLC_INF)"
+    text = repr(v)
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return f"({text})" if v < 0 else text
+
+
+_UNSAFE = re.compile(r"[^ -~]|\\")
+
+
+def comment(text: str) -> str:
+    """Text made safe for a `//` comment: printable ASCII, no backslash (line splice)."""
+    return _UNSAFE.sub("?", text)
+
+
+def mul(*factors: str) -> str:
+    """A product of GLSL int expressions, dropping ones and folding literal ints."""
+    known = 1
+    rest = []
+    for f in factors:
+        if f.lstrip("-").isdigit():
+            known *= int(f)
+        else:
+            rest.append(f)
+    if known == 0:
+        return "0"
+    parts = ([str(known)] if known != 1 or not rest else []) + rest
+    return parts[0] if len(parts) == 1 else "(" + " * ".join(parts) + ")"
+
+
+def add(a: str, b: str) -> str:
+    if a == "0":
+        return b
+    if b == "0":
+        return a
+    if b.lstrip("-").isdigit() and int(b) < 0:
+        return f"({a} - {-int(b)})"
+    return f"({a} + {b})"
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An index into a tensor: its flat (row-major) position and/or its coordinates."""
+
+    flat: str | None = None
+    multi: tuple[str, ...] | None = None
+
+    def key(self) -> tuple:
+        return ("f", self.flat) if self.flat is not None else ("m", self.multi)
+
+
+class NotVectorizable(Exception):
+    """A vec4 rendering met an access that is not element for element."""
+
+
+VEC = "@vec"  # the flat index of a vec4 kernel's own element (a marker, never printed)
+
+
+class Names:
+    """GLSL names taken in one kernel; `claim` gives `stem`, or `stem_<k>` once taken."""
+
+    def __init__(self, taken: Sequence[str] = ()) -> None:
+        self.taken: set[str] = set(taken)
+        self.count = 0
+
+    def claim(self, stem: str) -> str:
+        name = stem
+        while name in self.taken:
+            self.count += 1
+            name = f"{stem}_{self.count}"
+        self.taken.add(name)
+        return name
+
+
+@dataclass
+class Context:
+    """What one kernel's templates share: graph, bindings, symbolic dims in use."""
+
+    fusion: Fusion
+    plan: Plan
+    kernel: Kernel
+    dim_index: Mapping[str, int]  # program-wide: symbolic dim -> k of uniform dim<k>
+    binding: dict[int, int] = field(default_factory=dict)  # slot -> binding
+    read_slots: set[int] = field(default_factory=set)
+    write_slots: set[int] = field(default_factory=set)
+    dims_used: set[str] = field(default_factory=set)
+    vec_slots: set[int] = field(default_factory=set)  # slots declared as vec4 arrays
+    names: Names = field(default_factory=Names)
+
+    def __post_init__(self) -> None:
+        for t in (*self.kernel.inputs, *self.kernel.outputs):
+            s = self.plan.slot_of[t]
+            self.binding.setdefault(s, len(self.binding))
+        self.read_slots = {self.plan.slot_of[t] for t in self.kernel.inputs}
+        self.write_slots = {self.plan.slot_of[t] for t in self.kernel.outputs}
+
+    @property
+    def graph(self) -> Graph:
+        return self.fusion.graph
+
+    def buf(self, tensor: int) -> str:
+        return f"b{self.binding[self.plan.slot_of[tensor]]}"
+
+    def dim(self, d: int | str) -> str:
+        if isinstance(d, int):
+            return str(d)
+        self.dims_used.add(d)
+        return f"dim{self.dim_index[d]}"
+
+    def numel(self, shape: Shape | Size) -> str:
+        return mul(*(self.dim(d) for d in shape))
+
+    def size(self, size: Size) -> str:
+        return mul(*(self.dim(d) for d in size))
+
+
+def numel_known(shape: Shape) -> int | None:
+    return None if any(isinstance(d, str) for d in shape) else math.prod(shape)
+
+
+class Emitter:
+    """Straight-line GLSL for values of IR nodes at indexes, with per-scope caching.
+
+    `anchor_value` stands for the kernel's anchor (matmul / reduce / window result) in an
+    epilogue; `vec_component` (x, y, z or w) renders one lane of a vec4 kernel.
+    """
+
+    def __init__(self, ctx: Context, indent: int = 1, anchor_value: str | None = None,
+                 vec_component: str | None = None):
+        self.ctx = ctx
+        self.g = ctx.graph
+        self.lines: list[str] = []
+        self.indent = indent
+        self.scopes: list[dict] = [{}]
+        self.anchor_value = anchor_value
+        self.vec_component = vec_component
+        self.names = ctx.names
+        self.inside = set(ctx.kernel.nodes)
+
+    # -- lines and scopes ---------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def open(self, header: str) -> None:
+        self.line(header + " {")
+        self.indent += 1
+        self.scopes.append({})
+
+    def close(self) -> None:
+        self.indent -= 1
+        self.scopes.pop()
+        self.line("}")
+
+    def cached(self, key) -> str | None:
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def bind(self, key, stem: str, expr: str, type_: str = "float", outer: bool = False) -> str:
+        """Emit `type stem = expr;` once per key (names stay unique across the kernel)."""
+        name = self.names.claim(stem)
+        self.line(f"{type_} {name} = {expr};")
+        (self.scopes[0] if outer else self.scopes[-1])[key] = name
+        return name
+
+    # -- indexes ------------------------------------------------------------------------
+    def coords(self, ix: Ix, shape: Shape) -> tuple[str, ...]:
+        """The coordinates of `ix` in a tensor of `shape` (derived from the flat index)."""
+        if ix.multi is not None:
+            return ix.multi
+        if ix.flat == VEC:
+            raise NotVectorizable("coordinates of a vec4 element")
+        key = ("coords", ix.flat, tuple(shape))
+        found = self.cached(key)
+        if found is not None:
+            return found
+        out: list[str] = []
+        stem = ix.flat if ix.flat.isidentifier() else "c"
+        for k, d in enumerate(shape):
+            if d == 1:
+                out.append("0")
+                continue
+            stride = self.ctx.numel(shape[k + 1:])
+            q = ix.flat if stride == "1" else f"{ix.flat} / {stride}"
+            expr = q if k == 0 or all(e == 1 for e in shape[:k]) else \
+                f"({q}) % {self.ctx.dim(d)}" if stride != "1" else f"{q} % {self.ctx.dim(d)}"
+            name = self.names.claim(f"{stem}{k}")
+            self.line(f"int {name} = {expr};")
+            out.append(name)
+        result = tuple(out)
+        self.scopes[-1][key] = result
+        return result
+
+    def flat(self, ix: Ix, shape: Shape) -> str:
+        """The flat position of `ix` in a tensor of `shape`."""
+        if ix.flat is not None:
+            return ix.flat
+        acc = "0"
+        for c, d in zip(ix.multi, shape):
+            if d == 1:
+                continue
+            acc = add(mul(acc, self.ctx.dim(d)) if acc != "0" else "0", c)
+        return acc
+
+    def broadcast(self, ix: Ix, out: Shape, shape: Shape) -> Ix:
+        """The index into an operand of `shape` broadcast (NumPy rules) to `out`."""
+        if tuple(shape) == tuple(out):
+            return ix
+        if numel_known(shape) == 1:
+            return Ix(flat="0")
+        coords = self.coords(ix, out)
+        skip = len(out) - len(shape)
+        return Ix(multi=tuple("0" if d == 1 else coords[skip + k] for k, d in enumerate(shape)))
+
+    # -- values -------------------------------------------------------------------------
+    def value(self, n: int, ix: Ix) -> str:
+        key = ("v", n, self.vec_component, ix.key())
+        found = self.cached(key)
+        if found is not None:
+            return found
+        node = self.g.nodes[n]
+        if n in self.ctx.fusion.literals:
+            return float_lit(node.attr("value")[0])
+        if n == self.ctx.kernel.anchor and self.anchor_value is not None:
+            return self.anchor_value
+        if n not in self.inside:
+            return self.load(n, ix)
+        op = registry.get(node.op)
+        if op.kind == "elementwise":
+            expr = self._elementwise(n, ix)
+        elif op.kind == "layout":
+            expr = getattr(self, "_" + node.op)(n, ix)
+        else:
+            raise AssertionError(f"{node.op} node %{n} cannot be evaluated inline")
+        return self.bind(key, f"n{n}", expr)
+
+    def load(self, n: int, ix: Ix) -> str:
+        shape = self.g.nodes[n].shape
+        buf = self.ctx.buf(n)
+        if self.vec_component is not None:
+            kernel_shape = self.ctx.kernel.shape
+            if ix.flat == VEC and size_of(shape) == size_of(kernel_shape):
+                vec_key = ("vec", n)
+                vec = self.cached(vec_key) or self.bind(
+                    vec_key, f"n{n}", f"{buf}.v[i4]", "vec4", outer=True)
+                self.ctx.vec_slots.add(self.ctx.plan.slot_of[n])
+                return f"{vec}.{self.vec_component}"
+            if numel_known(shape) != 1:
+                raise NotVectorizable(f"%{n} is not read element for element")
+            key = ("s", n)
+            return self.cached(key) or self.bind(key, f"n{n}", f"{buf}.v[0]", outer=True)
+        key = ("v", n, None, ix.key())
+        return self.bind(key, f"n{n}", f"{buf}.v[{self.flat(ix, shape)}]")
+
+    def _elementwise(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        op = registry.get(node.op)
+        if node.op == "dim_size":
+            return f"float({self.ctx.numel(node.attr('dims'))})"
+        args = [self.value(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape))
+                for j in node.inputs]
+        names = dict(zip("abc", args))
+        expr = re.sub(r"\b[abc]\b", lambda m: names[m.group(0)], op.glsl)
+        for k, v in node.attrs:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                expr = expr.replace("{" + k + "}", float_lit(v))
+        return expr
+
+    # layout ops: each maps this node's index to its input's, then reads the input there
+    def _reshape(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        return self.value(node.inputs[0], Ix(flat=self.flat(ix, node.shape)))
+
+    def _broadcast_to(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        src = node.inputs[0]
+        return self.value(src, self.broadcast(ix, node.shape, self.g.nodes[src].shape))
+
+    def _transpose(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        c = self.coords(ix, node.shape)
+        src = [""] * len(c)
+        for k, p in enumerate(node.attr("perm")):
+            src[p] = c[k]
+        return self.value(node.inputs[0], Ix(multi=tuple(src)))
+
+    def _slice(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        c = self.coords(ix, node.shape)
+        return self.value(node.inputs[0], Ix(multi=tuple(
+            add(ck, str(b)) for ck, b in zip(c, node.attr("begin")))))
+
+    def _pad(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        src = node.inputs[0]
+        shape = self.g.nodes[src].shape
+        c = self.coords(ix, node.shape)
+        coords, inside = [], []
+        for ck, lo, hi, d in zip(c, node.attr("before"), node.attr("after"), shape):
+            if lo == 0 and hi == 0:
+                coords.append(ck)
+                continue
+            coords.append(f"clamp({add(ck, str(-lo))}, 0, {self.ctx.dim(d)} - 1)")
+            inside.append(f"{ck} >= {lo} && {ck} < {add(str(lo), self.ctx.dim(d))}")
+        v = self.value(src, Ix(multi=tuple(coords)))
+        return f"({' && '.join(inside)}) ? {v} : 0.0" if inside else v
+
+    def _concat(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        axis = node.attr("axis")
+        c = self.coords(ix, node.shape)
+        parts, offset = [], 0
+        for j in node.inputs:
+            size = self.g.nodes[j].shape[axis]
+            local = f"clamp({add(c[axis], str(-offset))}, 0, {size - 1})"
+            v = self.value(j, Ix(multi=c[:axis] + (local,) + c[axis + 1:]))
+            parts.append((offset + size, v))
+            offset += size
+        expr = parts[-1][1]
+        for end, v in reversed(parts[:-1]):
+            expr = f"({c[axis]} < {end} ? {v} : {expr})"
+        return expr
+
+    def _one_hot(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        c = self.coords(ix, node.shape)
+        v = self.value(node.inputs[0], Ix(multi=c[:-1]) if len(c) > 1 else Ix(flat="0"))
+        return f"({v} == float({c[-1]}) ? 1.0 : 0.0)"
+
+    # -- stores -------------------------------------------------------------------------
+    def store_outputs(self, ix: Ix, outputs: Sequence[int] | None = None) -> None:
+        """Write every output of the kernel at its own element `ix`."""
+        for o in self.ctx.kernel.outputs if outputs is None else outputs:
+            v = self.value(o, ix)
+            self.line(f"{self.ctx.buf(o)}.v[{self.flat(ix, self.g.nodes[o].shape)}] = {v};")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A rendered kernel and what the runtime needs to launch it."""
+
+    name: str
+    source: str
+    slots: tuple[int, ...]  # binding i <- slot
+    uniforms: dict[str, str]  # uniform name -> symbolic dim
+    grid: dict  # {"flat": size, "per_group": n} or {"tiles": [[size, tile], x3]}
+    local_size: tuple[int, int, int]
+    ir: tuple[str, ...]  # the IR lines it implements
+    locs: tuple  # (file, line, column) of each, or None
+    outputs: tuple[int, ...]
+    inputs: tuple[int, ...]
+
+
+def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
+           extra: Sequence[str] = ()) -> list[str]:
+    """Version, the comment listing the IR, work group size, buffers and uniforms."""
+    g, k = ctx.graph, ctx.kernel
+    lines = [GLSL_VERSION, f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
+    for n in k.nodes:
+        where = g.nodes[n].loc
+        text = format_node(g, n).split("  # ")[0]
+        at = f"  ({where.file}:{where.line})" if where else ""
+        lines.append("//   " + comment(text + at))
+    lx, ly, lz = local
+    lines.append(f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;")
+    slot_tensors: dict[int, list[int]] = {}
+    for t in (*k.inputs, *k.outputs):
+        slot_tensors.setdefault(ctx.plan.slot_of[t], []).append(t)
+    for slot, b in sorted(ctx.binding.items(), key=lambda kv: kv[1]):
+        r, w = slot in ctx.read_slots, slot in ctx.write_slots
+        qual = "restrict readonly " if r and not w else "restrict writeonly " if w and not r else ""
+        what = ", ".join(f"{g.label(t)} {_fmt_shape(g.nodes[t].shape)}"
+                         for t in slot_tensors[slot])
+        member = "vec4 v[];" if slot in ctx.vec_slots else "float v[];"
+        decl = f"layout(std430, binding = {b}) {qual}buffer B{b} {{ {member} }} b{b};"
+        lines.append(f"{decl}  // {comment(what)}")
+    for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
+        lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
+    lines.extend(extra)
+    lines.append("")
+    lines.append(PREAMBLE)
+    return lines
+
+
+def _fmt_shape(shape: Shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def global_index() -> str:
+    """This invocation's element for one-thread-per-element kernels on a 2D grid of groups."""
+    return ("int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * "
+            "int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)")
+
+
+def group_index() -> str:
+    """This work group's number on a 2D grid of groups."""
+    return "int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x)"
+
+
+def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
+    g, k = ctx.graph, ctx.kernel
+    slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
+    uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used,
+                                                             key=lambda d: ctx.dim_index[d])}
+    ir = tuple(format_node(g, n).split("  # ")[0] for n in k.nodes)
+    locs = tuple((g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column)
+                 if g.nodes[n].loc else None for n in k.nodes)
+    return KernelSource(k.name, text, slots, uniforms, grid, local, ir, locs, k.outputs, k.inputs)

@@ -1,0 +1,65 @@
+"""Elementwise kernels: one invocation per output element, or per four when every access is
+element for element (then buffers are read and written as vec4 and the fused expression is
+evaluated once per lane)."""
+
+from __future__ import annotations
+
+from ..plan import size_of
+from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable, global_index, header, kernel_source
+
+LANES = "xyzw"
+
+
+def render(ctx: Context, allow_vec4: bool = True) -> KernelSource:
+    size = size_of(ctx.kernel.shape)
+    if allow_vec4 and size[0] % 4 == 0:
+        try:
+            return _render_vec4(Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index))
+        except NotVectorizable:
+            pass
+    return _render_scalar(ctx)
+
+
+def _render_scalar(ctx: Context) -> KernelSource:
+    k = ctx.kernel
+    em = Emitter(ctx)
+    n = ctx.numel(k.shape)
+    em.line(f"int i = {global_index()};")
+    em.line(f"if (i >= {n}) return;")
+    em.store_outputs(Ix(flat="i"))
+    body = ["void main() {", *em.lines, "}"]
+    text = "\n".join(header(ctx, f"elementwise over {_shape(k.shape)}", (LOCAL, 1, 1)) + body)
+    return kernel_source(ctx, text + "\n", {"flat": list(size_of(k.shape)), "per_group": LOCAL},
+                         (LOCAL, 1, 1))
+
+
+def _render_vec4(ctx: Context) -> KernelSource:
+    k = ctx.kernel
+    size = size_of(k.shape)
+    quarter = (size[0] // 4, *size[1:])
+    em = Emitter(ctx)
+    em.line(f"int i4 = {global_index()};")
+    em.line(f"if (i4 >= {ctx.size(quarter)}) return;")
+    lanes: dict[int, list[str]] = {o: [] for o in k.outputs}
+    for lane in LANES:
+        em.vec_component = lane
+        em.scopes.append({})
+        em.line(f"// lane {lane}")
+        for o in k.outputs:
+            lanes[o].append(em.value(o, Ix(flat=VEC)))
+        em.scopes.pop()
+    for o in k.outputs:
+        slot = ctx.plan.slot_of[o]
+        if slot in ctx.read_slots and slot not in ctx.vec_slots:
+            raise NotVectorizable("an in-place output read as scalars")
+        ctx.vec_slots.add(slot)
+        em.line(f"{ctx.buf(o)}.v[i4] = vec4({', '.join(lanes[o])});")
+    body = ["void main() {", *em.lines, "}"]
+    text = "\n".join(header(ctx, f"elementwise over {_shape(k.shape)}, 4 elements an invocation",
+                            (LOCAL, 1, 1)) + body)
+    return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL},
+                         (LOCAL, 1, 1))
+
+
+def _shape(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"

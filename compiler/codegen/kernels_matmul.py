@@ -1,0 +1,321 @@
+"""Matmul kernels: out[b, m, n] = sum_k A[b, m, k] * B[b, k, n], then the fused epilogue.
+
+Operands are read as stored (`ta` / `tb` read A or B with its last two axes swapped, so
+gradients need no transposes); a rank-2 operand or a batch of 1 is shared by every batch.
+
+Two templates, both exact for any size (every load and store is bounds-checked):
+- `tile16`: a 16x16 shared-memory tile, one output per invocation; for small or thin
+  products.
+- `blocked`: a TM x TN tile per work group of 256 invocations, each computing RM x RN outputs
+  from vec4 reads of shared memory, with the next K-slab fetched into registers (vec4 loads
+  when the layout allows) while the current one is multiplied. 128x128 tiles with 8x8
+  outputs each for large products (on the lent H200, 71% of cuBLAS fp32); 64x64 with 4x4
+  when 128x128 tiles would leave most of the GPU idle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..plan import eval_size, size_of
+from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+
+
+@dataclass(frozen=True)
+class Blocking:
+    tm: int
+    tn: int
+    bk: int
+    rm: int
+    rn: int
+
+    @property
+    def threads(self) -> int:
+        return (self.tm // self.rm) * (self.tn // self.rn)
+
+
+BIG = Blocking(128, 128, 8, 8, 8)
+MEDIUM = Blocking(64, 64, 16, 4, 4)
+FULL_WAVE = 128  # work groups that keep a large GPU busy
+
+
+@dataclass(frozen=True)
+class Geometry:
+    a: int
+    b: int
+    ta: bool
+    tb: bool
+    batch: int | str | None  # None for a rank-2 product
+    m: int | str
+    n: int | str
+    k: int | str
+    a_batched: bool
+    b_batched: bool
+
+
+def geometry(ctx: Context) -> Geometry:
+    g = ctx.graph
+    node = g.nodes[ctx.kernel.anchor]
+    a, b = node.inputs
+    sa, sb = g.nodes[a].shape, g.nodes[b].shape
+    ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
+    out = node.shape
+    k = sa[-2] if ta else sa[-1]
+    batch = out[0] if len(out) == 3 else None
+    return Geometry(a, b, ta, tb, batch, out[-2], out[-1], k,
+                    len(sa) == 3 and sa[0] != 1, len(sb) == 3 and sb[0] != 1)
+
+
+def choose(ctx: Context, forced: str | None = None) -> str:
+    """'tile16', 'medium' or 'big', by the sizes at the plan's reference binding."""
+    if forced:
+        return forced
+    geo = geometry(ctx)
+    dims = ctx.plan.ref_dims
+    m, n, k = (eval_size(size_of((d,)), dims) for d in (geo.m, geo.n, geo.k))
+    batch = eval_size(size_of((geo.batch,)), dims) if geo.batch is not None else 1
+    if min(m, n) >= 128 and k >= 8 and batch * math.ceil(m / 128) * math.ceil(n / 128) >= FULL_WAVE:
+        return "big"
+    if min(m, n) >= 64 and k >= 16:
+        return "medium"
+    return "tile16"
+
+
+def render(ctx: Context, variant: str | None = None) -> KernelSource:
+    which = choose(ctx, variant)
+    if which == "tile16":
+        return _render_tile16(ctx)
+    return _render_blocked(ctx, BIG if which == "big" else MEDIUM)
+
+
+def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
+    """Sizes as GLSL, the operand offset helpers and the epilogue function."""
+    geo = geometry(ctx)
+    d = {"M": ctx.dim(geo.m), "N": ctx.dim(geo.n), "K": ctx.dim(geo.k)}
+    d["A"], d["B"] = ctx.buf(geo.a), ctx.buf(geo.b)
+    d["a_off"] = f"bz * {_prod(d['M'], d['K'])}" if geo.a_batched else "0"
+    d["b_off"] = f"bz * {_prod(d['K'], d['N'])}" if geo.b_batched else "0"
+    epi = Emitter(ctx, anchor_value="value")
+    coords = ("bz", "row", "col") if geo.batch is not None else ("row", "col")
+    epi.store_outputs(Ix(flat="o", multi=coords))
+    funcs = ["void epilogue(int o, int bz, int row, int col, float value) {", *epi.lines, "}", ""]
+    return geo, d, funcs
+
+
+def _prod(a: str, b: str) -> str:
+    if a.isdigit() and b.isdigit():
+        return str(int(a) * int(b))
+    return f"{a} * {b}"
+
+
+def _paren(x: str) -> str:
+    return x if x.isidentifier() or x.isdigit() or (x.startswith("(") and x.endswith(")")
+                                                    and x.count("(") == 1) else f"({x})"
+
+
+def _addr_a(geo: Geometry, d: dict, m: str, k: str) -> str:
+    """The flat position of A[bz, m, k] (A stored [K, M] when transposed)."""
+    m, k = _paren(m), _paren(k)
+    inner = f"{k} * {d['M']} + {m}" if geo.ta else f"{m} * {d['K']} + {k}"
+    return inner if d["a_off"] == "0" else f"{d['a_off']} + {inner}"
+
+
+def _addr_b(geo: Geometry, d: dict, k: str, n: str) -> str:
+    """The flat position of B[bz, k, n] (B stored [N, K] when transposed)."""
+    k, n = _paren(k), _paren(n)
+    inner = f"{n} * {d['K']} + {k}" if geo.tb else f"{k} * {d['N']} + {n}"
+    return inner if d["b_off"] == "0" else f"{d['b_off']} + {inner}"
+
+
+def _grid(geo: Geometry, tm: int, tn: int) -> dict:
+    batch = list(size_of((geo.batch,))) if geo.batch is not None else [1]
+    return {"tiles": [[list(size_of((geo.n,))), tn], [list(size_of((geo.m,))), tm], [batch, 1]]}
+
+
+def _describe(geo: Geometry, how: str) -> str:
+    a = f"A{'^T' if geo.ta else ''}"
+    b = f"B{'^T' if geo.tb else ''}"
+    batch = f"{geo.batch} x " if geo.batch is not None else ""
+    return f"matmul {a} {b}: {batch}[{geo.m}, {geo.k}] x [{geo.k}, {geo.n}], {how}"
+
+
+def _render_tile16(ctx: Context) -> KernelSource:
+    geo, d, funcs = _common(ctx)
+    M, N, K = d["M"], d["N"], d["K"]
+    # Neighbouring invocations load neighbouring addresses: for a transposed operand the
+    # tile is loaded with the roles of the two local ids swapped.
+    if geo.ta:
+        load_a = (f"As[lx][ly] = (m0 + lx < {M} && k0 + ly < {K}) ? "
+                  f"{d['A']}.v[{_addr_a(geo, d, 'm0 + lx', 'k0 + ly')}] : 0.0;")
+    else:
+        load_a = (f"As[ly][lx] = (m0 + ly < {M} && k0 + lx < {K}) ? "
+                  f"{d['A']}.v[{_addr_a(geo, d, 'm0 + ly', 'k0 + lx')}] : 0.0;")
+    if geo.tb:
+        load_b = (f"Bs[lx][ly] = (k0 + lx < {K} && n0 + ly < {N}) ? "
+                  f"{d['B']}.v[{_addr_b(geo, d, 'k0 + lx', 'n0 + ly')}] : 0.0;")
+    else:
+        load_b = (f"Bs[ly][lx] = (k0 + ly < {K} && n0 + lx < {N}) ? "
+                  f"{d['B']}.v[{_addr_b(geo, d, 'k0 + ly', 'n0 + lx')}] : 0.0;")
+    main = [
+        "void main() {",
+        "    int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);",
+        "    int n0 = int(gl_WorkGroupID.x) * 16, m0 = int(gl_WorkGroupID.y) * 16;",
+        "    int bz = int(gl_WorkGroupID.z);",
+        "    int row = m0 + ly, col = n0 + lx;",
+        "    float acc = 0.0;",
+        f"    for (int k0 = 0; k0 < {K}; k0 += 16) {{",
+        f"        {load_a}",
+        f"        {load_b}",
+        "        memoryBarrierShared();",
+        "        barrier();",
+        "        for (int kk = 0; kk < 16; ++kk) acc += As[ly][kk] * Bs[kk][lx];",
+        "        barrier();",
+        "    }",
+        f"    if (row < {M} && col < {N}) epilogue((bz * {M} + row) * {N} + col, bz, row, col, acc);",
+        "}",
+    ]
+    extra = ["shared float As[16][17];  // [m][k], padded against bank conflicts",
+             "shared float Bs[16][17];  // [k][n]"]
+    lines = header(ctx, _describe(geo, "16x16 tiles"), (16, 16, 1), extra) + funcs + main
+    return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
+
+
+def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
+    geo, d, funcs = _common(ctx)
+    M, N, K = d["M"], d["N"], d["K"]
+    T = blk.threads
+    tx_count = blk.tn // blk.rn
+    gm, gn = blk.rm // 4, blk.rn // 4  # groups of 4 rows / columns per invocation
+    body: list[str] = []
+    add = body.append
+
+    add("    int tid = int(gl_LocalInvocationID.x);")
+    add(f"    int tx = tid % {tx_count}, ty = tid / {tx_count};")
+    add(f"    int n0 = int(gl_WorkGroupID.x) * {blk.tn}, m0 = int(gl_WorkGroupID.y) * {blk.tm};")
+    add("    int bz = int(gl_WorkGroupID.z);")
+    for i in range(blk.rm):
+        add(f"    vec4 acc{i}[{gn}] = vec4[{gn}](" + ", ".join(["vec4(0.0)"] * gn) + ");")
+
+    # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
+    def operands(kvar: str):
+        a = _operand("A", d, blk.tm, M, blk, T, contiguous_p=geo.ta,
+                     addr=lambda p, k: _addr_a(geo, d, p, k), p0="m0", kvar=kvar)
+        b = _operand("B", d, blk.tn, N, blk, T, contiguous_p=not geo.tb,
+                     addr=lambda p, k: _addr_b(geo, d, k, p), p0="n0", kvar=kvar)
+        return tuple(x + y for x, y in zip(a, b))
+
+    decls, fetch, stash, regs = operands("k0")
+    _, fetch_next, _, _ = operands("k1")
+    add("    // which elements of each K-slab this invocation fetches")
+    body.extend("    " + x for x in decls)
+    for r in regs:
+        add(f"    vec4 {r};")
+    add("    int k0 = 0;")
+    body.extend("    " + x for x in fetch)
+    add(f"    for (; k0 < {K}; k0 += {blk.bk}) {{")
+    body.extend("        " + x for x in stash)
+    add("        memoryBarrierShared();")
+    add("        barrier();")
+    add(f"        int k1 = k0 + {blk.bk};")
+    add(f"        if (k1 < {K}) {{  // fetch the next slab while this one is multiplied")
+    body.extend("            " + x for x in fetch_next)
+    add("        }")
+    add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
+    for g in range(gm):
+        add(f"            vec4 a{g} = As[kk][{_lane('ty', g, blk.tm // 4 // gm)}];")
+    for g in range(gn):
+        add(f"            vec4 b{g} = Bs[kk][{_lane('tx', g, blk.tn // 4 // gn)}];")
+    for i in range(blk.rm):
+        g, c = divmod(i, 4)
+        for j in range(gn):
+            add(f"            acc{i}[{j}] += a{g}.{'xyzw'[c]} * b{j};")
+    add("        }")
+    add("        barrier();")
+    add("    }")
+    # Stores through the epilogue, each element bounds-checked.
+    for i in range(blk.rm):
+        g, c = divmod(i, 4)
+        add(f"    int row{i} = m0 + 4 * {_lane('ty', g, blk.tm // 4 // gm)} + {c};")
+    for j in range(gn):
+        add(f"    int col{j} = n0 + 4 * {_lane('tx', j, blk.tn // 4 // gn)};")
+    for i in range(blk.rm):
+        add(f"    if (row{i} < {M}) {{")
+        for j in range(gn):
+            for c in range(4):
+                col = f"col{j} + {c}" if c else f"col{j}"
+                add(f"        if ({col} < {N}) epilogue((bz * {M} + row{i}) * {N} + {col}, "
+                    f"bz, row{i}, {col}, acc{i}[{j}].{'xyzw'[c]});")
+        add("    }")
+
+    extra = [f"shared vec4 As[{blk.bk}][{blk.tm // 4}];  // [k][m / 4]",
+             f"shared vec4 Bs[{blk.bk}][{blk.tn // 4}];  // [k][n / 4]"]
+    for which, tensor in (("A", geo.a), ("B", geo.b)):
+        binding = ctx.binding[ctx.plan.slot_of[tensor]]
+        extra.append(f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
+                     f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4")
+    how = (f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
+           f"K-slabs of {blk.bk}")
+    lines = header(ctx, _describe(geo, how), (T, 1, 1), extra) + funcs
+    lines += ["void main() {", *body, "}"]
+    return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, blk.tm, blk.tn), (T, 1, 1))
+
+
+def _lane(var: str, group: int, stride: int) -> str:
+    return var if group == 0 else f"{var} + {group * stride}"
+
+
+def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
+             contiguous_p: bool, addr, p0: str, kvar: str):
+    """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
+    memory as `[k][p / 4]` vec4s (p: the row of A, the column of B). `contiguous_p`: memory
+    runs along p, so each invocation fetches 4 neighbouring p; otherwise 4 neighbouring k.
+    Returns (index declarations, fetch lines, stash lines, registers)."""
+    K = d["K"]
+    buf = d[which]
+    vec = f"{buf}_{which.lower()}4"
+    shared = f"{which}s"
+    low = which.lower()
+    decls: list[str] = []
+    fetch: list[str] = []
+    stash: list[str] = []
+    regs: list[str] = []
+    per_row = (tp // 4) if contiguous_p else (blk.bk // 4)
+    count = tp * blk.bk // 4
+    loads = max(1, count // T)
+    assert count % T == 0 or count < T, (tp, blk.bk, T)
+    # vec4 loads need the contiguous axis to be a multiple of 4 (then every offset is too).
+    contiguous_size = P if contiguous_p else K
+    vec_ok = contiguous_size.isdigit() and int(contiguous_size) % 4 == 0
+    for j in range(loads):
+        reg, kk, pp = f"r{low}{j}", f"{low}k{j}", f"{low}p{j}"
+        regs.append(reg)
+        lid = "tid" if j == 0 else f"(tid + {j * T})"
+        if contiguous_p:
+            decls.append(f"int {kk} = {lid} / {per_row}, {pp} = ({lid} % {per_row}) * 4;")
+        else:
+            decls.append(f"int {pp} = {lid} / {per_row}, {kk} = ({lid} % {per_row}) * 4;")
+        gk, gp = f"({kvar} + {kk})", f"({p0} + {pp})"
+        if contiguous_p:
+            inb = f"{gk} < {K} && {gp} + 3 < {P}"
+            comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {buf}.v[{addr(f'{gp} + {c}', gk)}] : 0.0"
+                     for c in range(4)]
+        else:
+            inb = f"{gp} < {P} && {gk} + 3 < {K}"
+            comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {buf}.v[{addr(gp, f'{gk} + {c}')}] : 0.0"
+                     for c in range(4)]
+        guard = f"if ({lid} < {count}) " if count < T else ""
+        slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
+        if vec_ok:
+            fetch.append(f"{guard}if ({inb}) {reg} = {vec}.v[({addr(gp, gk)}) / 4];")
+            fetch.append("else " + slow[0])
+            fetch.extend(slow[1:])
+        else:
+            fetch.append(guard + slow[0] if guard else slow[0])
+            fetch.extend(slow[1:])
+        if contiguous_p:
+            stash.append(f"{guard}{shared}[{kk}][{pp} / 4] = {reg};")
+        else:
+            for c in range(4):
+                stash.append(f"{guard}{shared}[{kk} + {c}][{pp} / 4][{pp} % 4] = {reg}.{'xyzw'[c]};")
+    return decls, fetch, stash, regs

@@ -1,0 +1,225 @@
+"""Window kernels over NHWC images: conv2d, the pools, and their gradients.
+
+One invocation per output element, looping over the window (or, for gradients, over the
+windows that touch the element). Geometry follows `compiler/ops/window.py` (TensorFlow's
+"same" / "valid" padding; pools skip padded positions). Results go through the epilogue.
+"""
+
+from __future__ import annotations
+
+from ..ops.window import window_geometry
+from ..plan import size_of
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, global_index, header, kernel_source
+
+
+def render(ctx: Context) -> KernelSource:
+    g = ctx.graph
+    node = g.nodes[ctx.kernel.anchor]
+    epi = Emitter(ctx, anchor_value="value")
+    epi.store_outputs(Ix(flat="o"))
+    em = Emitter(ctx)
+    em.line(f"int o = {global_index()};")
+    em.line(f"if (o >= {ctx.numel(node.shape)}) return;")
+    what = _BODIES[node.op](ctx, em, node)
+    em.line("epilogue(o, acc);")
+    lines = header(ctx, what, (LOCAL, 1, 1))
+    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+    lines += ["void main() {", *em.lines, "}"]
+    grid = {"flat": list(size_of(node.shape)), "per_group": LOCAL}
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, (LOCAL, 1, 1))
+
+
+def _geo(x_shape, k, attrs) -> dict:
+    oh, ow, pt, pl = window_geometry(x_shape, k, dict(attrs))
+    (sh, sw) = dict(attrs)["stride"]
+    _, h, w, _ = x_shape
+    return {"OH": oh, "OW": ow, "PT": pt, "PL": pl, "SH": sh, "SW": sw, "H": h, "W": w,
+            "KH": k[0], "KW": k[1]}
+
+
+def _coords(em: Emitter, shape) -> tuple[str, ...]:
+    return em.coords(Ix(flat="o"), shape)
+
+
+def _batch(ctx: Context, d) -> str:
+    return ctx.dim(d)
+
+
+def _conv2d(ctx: Context, em: Emitter, node) -> str:
+    g = ctx.graph
+    x, w = node.inputs
+    xs, ws = g.nodes[x].shape, g.nodes[w].shape
+    p = _geo(xs, ws[:2], node.attrs)
+    ci, co = ws[2], ws[3]
+    b, oy, ox, c = _coords(em, node.shape)
+    X, Wb = ctx.buf(x), ctx.buf(w)
+    em.line("float acc = 0.0;")
+    em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
+    em.line(f"int iy = {oy} * {p['SH']} + di - {p['PT']};")
+    em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
+    em.open(f"for (int dj = 0; dj < {p['KW']}; ++dj)")
+    em.line(f"int ix = {ox} * {p['SW']} + dj - {p['PL']};")
+    em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
+    em.line(f"int xb = (({b} * {p['H']} + iy) * {p['W']} + ix) * {ci};")
+    em.line(f"int wb = (di * {p['KW']} + dj) * {ci * co} + {c};")
+    em.line(f"for (int k = 0; k < {ci}; ++k) acc += {X}.v[xb + k] * {Wb}.v[wb + k * {co}];")
+    em.close()
+    em.close()
+    return f"conv2d {list(xs)} * {list(ws)}, stride {list(node.attr('stride'))}, " \
+           f"padding {node.attr('padding')}"
+
+
+def _conv2d_grad_input(ctx: Context, em: Emitter, node) -> str:
+    g = ctx.graph
+    dy, w = node.inputs
+    ws = g.nodes[w].shape
+    xs = node.attr("x_shape")
+    p = _geo(xs, ws[:2], node.attrs)
+    ci, co = ws[2], ws[3]
+    b, y, xx, c = _coords(em, node.shape)
+    DY, Wb = ctx.buf(dy), ctx.buf(w)
+    em.line("float acc = 0.0;")
+    _each_window_touching(em, p, y, xx)
+    em.line(f"int db = (({b} * {p['OH']} + oy) * {p['OW']} + ox) * {co};")
+    em.line(f"int wb = ((di * {p['KW']} + dj) * {ci} + {c}) * {co};")
+    em.line(f"for (int k = 0; k < {co}; ++k) acc += {DY}.v[db + k] * {Wb}.v[wb + k];")
+    em.close()
+    em.close()
+    return f"conv2d gradient for the input {list(xs)}, filter {list(ws)}"
+
+
+def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
+    g = ctx.graph
+    x, dy = node.inputs
+    xs = g.nodes[x].shape
+    ws = node.attr("w_shape")
+    p = _geo(xs, ws[:2], node.attrs)
+    di, dj, c, k = _coords(em, node.shape)
+    X, DY = ctx.buf(x), ctx.buf(dy)
+    ci, co = ws[2], ws[3]
+    em.line("float acc = 0.0;")
+    em.open(f"for (int b = 0; b < {_batch(ctx, xs[0])}; ++b)")
+    em.open(f"for (int oy = 0; oy < {p['OH']}; ++oy)")
+    em.line(f"int iy = oy * {p['SH']} + {di} - {p['PT']};")
+    em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
+    em.open(f"for (int ox = 0; ox < {p['OW']}; ++ox)")
+    em.line(f"int ix = ox * {p['SW']} + {dj} - {p['PL']};")
+    em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
+    em.line(f"acc += {X}.v[((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + {c}]"
+            f" * {DY}.v[((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {k}];")
+    em.close()
+    em.close()
+    em.close()
+    return f"conv2d gradient for the filter {list(ws)}, input {list(xs)}"
+
+
+def _pool(ctx: Context, em: Emitter, node) -> str:
+    g = ctx.graph
+    x = node.inputs[0]
+    xs = g.nodes[x].shape
+    p = _geo(xs, node.attr("size"), node.attrs)
+    b, oy, ox, c = _coords(em, node.shape)
+    X = ctx.buf(x)
+    C = xs[3]
+    is_max = node.op == "max_pool"
+    em.line(f"float acc = {'(-DLC_INF)' if is_max else '0.0'};")
+    if not is_max:
+        em.line("float count = 0.0;")
+    _each_tap(em, p, oy, ox)
+    v = f"{X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}]"
+    if is_max:
+        em.line(f"float v = {v};")
+        em.line("acc = (v > acc || isnan(v)) ? v : acc;")
+    else:
+        em.line(f"acc += {v};")
+        em.line("count += 1.0;")
+    em.close()
+    em.close()
+    if not is_max:
+        em.line("acc /= count;")
+    return f"{node.op} {list(node.attr('size'))} over {list(xs)}, stride " \
+           f"{list(node.attr('stride'))}, padding {node.attr('padding')}"
+
+
+def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
+    """dy goes to the first maximum of each window (as the reference and TensorFlow do)."""
+    g = ctx.graph
+    x, dy = node.inputs
+    xs = g.nodes[x].shape
+    p = _geo(xs, node.attr("size"), node.attrs)
+    b, y, xx, c = _coords(em, node.shape)
+    X, DY = ctx.buf(x), ctx.buf(dy)
+    C = xs[3]
+    em.line("float acc = 0.0;")
+    _each_window_touching(em, p, y, xx)
+    em.line("float best = -DLC_INF;")
+    em.line("int by = -1, bx = -1;")
+    em.open(f"for (int ei = 0; ei < {p['KH']}; ++ei)")
+    em.line(f"int iy = oy * {p['SH']} + ei - {p['PT']};")
+    em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
+    em.open(f"for (int ej = 0; ej < {p['KW']}; ++ej)")
+    em.line(f"int ix = ox * {p['SW']} + ej - {p['PL']};")
+    em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
+    em.line(f"float v = {X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}];")
+    em.line("if (v > best || by < 0) { best = v; by = iy; bx = ix; }")
+    em.close()
+    em.close()
+    em.line(f"if (by == {y} && bx == {xx}) "
+            f"acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}];")
+    em.close()
+    em.close()
+    return f"max_pool gradient {list(node.attr('size'))} over {list(xs)}"
+
+
+def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
+    dy = node.inputs[0]
+    xs = node.attr("x_shape")
+    p = _geo(xs, node.attr("size"), node.attrs)
+    b, y, xx, c = _coords(em, node.shape)
+    DY = ctx.buf(dy)
+    C = xs[3]
+    em.line("float acc = 0.0;")
+    _each_window_touching(em, p, y, xx)
+    # The window's count of unpadded positions, as the forward pool divided by.
+    em.line(f"int y0 = oy * {p['SH']} - {p['PT']}, x0 = ox * {p['SW']} - {p['PL']};")
+    em.line(f"float count = float((min(y0 + {p['KH']}, {p['H']}) - max(y0, 0)) * "
+            f"(min(x0 + {p['KW']}, {p['W']}) - max(x0, 0)));")
+    em.line(f"acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}] / count;")
+    em.close()
+    em.close()
+    return f"avg_pool gradient {list(node.attr('size'))} for {list(xs)}"
+
+
+def _each_tap(em: Emitter, p: dict, oy: str, ox: str) -> None:
+    """Open loops over the unpadded positions (iy, ix) of output (oy, ox)'s window."""
+    em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
+    em.line(f"int iy = {oy} * {p['SH']} + di - {p['PT']};")
+    em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
+    em.open(f"for (int dj = 0; dj < {p['KW']}; ++dj)")
+    em.line(f"int ix = {ox} * {p['SW']} + dj - {p['PL']};")
+    em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
+
+
+def _each_window_touching(em: Emitter, p: dict, y: str, x: str) -> None:
+    """Open loops over the outputs (oy, ox) whose window holds input (y, x), at tap (di, dj)."""
+    em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
+    em.line(f"int ty = {y} + {p['PT']} - di;")
+    em.line(f"if (ty < 0 || ty % {p['SH']} != 0) continue;")
+    em.line(f"int oy = ty / {p['SH']};")
+    em.line(f"if (oy >= {p['OH']}) continue;")
+    em.open(f"for (int dj = 0; dj < {p['KW']}; ++dj)")
+    em.line(f"int tx = {x} + {p['PL']} - dj;")
+    em.line(f"if (tx < 0 || tx % {p['SW']} != 0) continue;")
+    em.line(f"int ox = tx / {p['SW']};")
+    em.line(f"if (ox >= {p['OW']}) continue;")
+
+
+_BODIES = {
+    "conv2d": _conv2d,
+    "conv2d_grad_input": _conv2d_grad_input,
+    "conv2d_grad_filter": _conv2d_grad_filter,
+    "max_pool": _pool,
+    "avg_pool": _pool,
+    "max_pool_grad": _max_pool_grad,
+    "avg_pool_grad": _avg_pool_grad,
+}

@@ -1,0 +1,354 @@
+"""Fusion: the IR grouped into kernels, each one GPU launch.
+
+Every non-leaf node of the work is either *stored* (written to GPU storage by the kernel that
+computes it) or *inlined* (recomputed, as an expression, inside the kernels that read it).
+A kernel has at most one *anchor* (a reduce, matmul or window node); everything else in it is
+elementwise or layout arithmetic evaluated per output element:
+
+- a chain of elementwise ops, broadcasting and layout ops (as index maps) included, is one
+  kernel;
+- a reduction takes its elementwise producers as a prologue (evaluated at each reduced
+  position) and elementwise consumers of its own shape as an epilogue (`mean` = sum / n);
+- a matmul or window op takes elementwise consumers of its own shape as an epilogue
+  (`relu(x @ W + b)` is one kernel); their operands are read from storage.
+
+The pass walks the nodes from the outputs back. A node is inlined when all its readers sit in
+one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
+otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
+extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape.
+Each kernel then computes only ancestors of its *primary* node (the one that started it), so
+ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from . import registry
+from .ir import Graph, Shape, format_node
+from .reference import cone
+
+ANCHOR_KINDS = ("reduce", "matmul", "window")
+STORED_LEAVES = ("input", "param", "state")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch. `nodes` are computed here (topological order); `outputs` are written to
+    storage (the primary first); `inputs` are stored tensors read; `shape` is the iteration
+    space, the shape of every output."""
+
+    index: int
+    kind: str  # "elementwise" | "reduce" | "matmul" | "window"
+    anchor: int | None
+    primary: int
+    nodes: tuple[int, ...]
+    outputs: tuple[int, ...]
+    inputs: tuple[int, ...]
+    shape: Shape
+    name: str
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """The kernels of one program: what to compute (`roots`, `updates`) and how it is grouped.
+
+    `storage[n]` says how tensor n lives: "leaf" (input, param, state or const buffer),
+    "kernel" (written by `producer[n]`), "alias" (a reshape sharing `alias[n]`'s storage),
+    or "inline" (never stored). `literals` are scalar consts written into shader text.
+    `ident[n]` is True when an inlined node is only ever evaluated at its kernel's own
+    output index (anchors fuse an epilogue only through such nodes; in-place updates need it).
+    """
+
+    graph: Graph
+    roots: tuple[int, ...]
+    updates: tuple[tuple[str, int], ...]
+    kernels: tuple[Kernel, ...]
+    storage: dict[int, str]
+    producer: dict[int, int]
+    alias: dict[int, int]
+    literals: frozenset[int]
+    ident: dict[int, bool] = field(default_factory=dict)
+
+    def base(self, n: int) -> int:
+        """The tensor whose storage n uses (itself unless n is an alias)."""
+        while n in self.alias:
+            n = self.alias[n]
+        return n
+
+
+@dataclass
+class _Building:
+    kind: str
+    primary: int
+    shape: Shape
+    anchor: int | None = None
+    nodes: set[int] = field(default_factory=set)
+    outputs: list[int] = field(default_factory=list)
+
+
+def kind_of(graph: Graph, n: int) -> str:
+    op = graph.nodes[n].op
+    return "leaf" if op in STORED_LEAVES or op == "const" else registry.get(op).kind
+
+
+def _numel(shape: Shape) -> int | None:
+    if any(isinstance(d, str) for d in shape):
+        return None
+    return math.prod(shape)
+
+
+def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] = ()) -> Fusion:
+    """Group the work of fetching `roots` (and computing `updates`) into kernels."""
+    roots = tuple(roots)
+    updates = tuple(updates)
+    want = [*roots, *(i for _, i in updates)]
+    order = cone(graph, want)
+    in_work = set(order)
+    readers: dict[int, list[int]] = {i: [] for i in order}
+    for i in order:
+        for j in graph.nodes[i].inputs:
+            readers[j].append(i)
+
+    must = set(want)  # stored because someone outside the kernels needs the values
+    forced: set[int] = set()  # stored because an alias (reshape view) reads their storage
+    storage: dict[int, str] = {}
+    alias: dict[int, int] = {}
+    literals: set[int] = set()
+    home: dict[int, set[int]] = {}  # node -> kernels that compute it
+    ident: dict[int, bool] = {}
+    building: list[_Building] = []
+
+    def start(kind: str, n: int, anchor: int | None = None) -> None:
+        k = len(building)
+        building.append(_Building(kind, n, graph.nodes[n].shape, anchor, {n}, [n]))
+        home[n] = {k}
+        ident[n] = True
+        storage[n] = "kernel"
+
+    def is_leaf_node(j: int) -> bool:
+        return graph.nodes[j].op in STORED_LEAVES or graph.nodes[j].op == "const"
+
+    for n in reversed(order):
+        node = graph.nodes[n]
+        users = readers[n]
+        write = n in must or n in forced
+        if node.op in STORED_LEAVES:
+            storage[n] = "leaf"
+            continue
+        if node.op == "const":
+            if _numel(node.shape) == 1 and not write:
+                storage[n] = "inline"
+                literals.add(n)
+                home[n] = set().union(*(home[c] for c in users))
+            else:
+                storage[n] = "leaf"
+            continue
+
+        kind = kind_of(graph, n)
+        feeds_anchor = any(kind_of(graph, c) in ("matmul", "window") for c in users)
+        where = set().union(*(home[c] for c in users)) if users else set()
+        if kind in ("elementwise", "layout"):
+            # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar
+            # (Adam's bias corrections), a layout view of a leaf.
+            cheap = node.op == "dim_size" or (kind == "elementwise" and _numel(node.shape) == 1) or (
+                kind == "layout" and node.op not in ("concat", "one_hot")
+                and all(is_leaf_node(j) for j in node.inputs))
+            if not write and not feeds_anchor and (len(where) == 1 or (cheap and where)):
+                storage[n] = "inline"
+                home[n] = where
+                for k in where:
+                    building[k].nodes.add(n)
+                ident[n] = len(where) == 1 and all(
+                    kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == node.shape
+                    and ident.get(c, False) for c in users)
+                continue
+            if node.op == "reshape":
+                # A reshape that must be stored is a view: it shares its input's storage.
+                storage[n] = "alias"
+                alias[n] = node.inputs[0]
+                forced.add(node.inputs[0])
+                home[n] = set()
+                continue
+            if (n in must and n not in forced and not feeds_anchor and len(where) == 1):
+                (k,) = where
+                if building[k].shape == node.shape:
+                    # A fetch or update computed by its readers' kernel anyway: write it there.
+                    building[k].nodes.add(n)
+                    building[k].outputs.append(n)
+                    home[n] = {k}
+                    ident[n] = True
+                    storage[n] = "kernel"
+                    continue
+            start("elementwise", n)
+            continue
+
+        # an anchor: reduce, matmul or window
+        if not feeds_anchor and len(where) == 1 and n not in forced:
+            (k,) = where
+            b = building[k]
+            if b.anchor is None and b.shape == node.shape and all(
+                    kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == node.shape
+                    and ident.get(c, False) for c in users):
+                b.kind, b.anchor = kind, n
+                b.nodes.add(n)
+                if n in must:
+                    b.outputs.append(n)
+                home[n] = {k}
+                ident[n] = True
+                storage[n] = "kernel" if n in must else "inline"
+                continue
+        start(kind, n, anchor=n)
+
+    _merge_consumers(graph, building, storage, alias, literals, ident)
+    ranked = _schedule(graph, building, alias, literals)
+    kernels: list[Kernel] = []
+    producer: dict[int, int] = {}
+    for index, k in enumerate(ranked):
+        b = building[k]
+        nodes = tuple(sorted(b.nodes))
+        inputs = sorted(_stored_inputs(graph, b, literals))
+        outputs = tuple(b.outputs)
+        for o in outputs:
+            producer[o] = index
+        kernels.append(Kernel(index, b.kind, b.anchor, b.primary, nodes, outputs, tuple(inputs),
+                              b.shape, kernel_name(graph, index, nodes, b.anchor)))
+    assert all(i in storage for i in in_work)
+    return Fusion(graph, roots, updates, tuple(kernels), storage, producer, alias,
+                  frozenset(literals), ident)
+
+
+def _stored_inputs(graph: Graph, b: _Building, literals: set[int]) -> set[int]:
+    return {j for m in b.nodes for j in graph.nodes[m].inputs
+            if j not in b.nodes and j not in literals}
+
+
+def _producers(graph: Graph, building: list[_Building], alias: dict[int, int],
+               literals: set[int]) -> list[set[int]]:
+    """For each kernel, the kernels whose outputs it reads."""
+    made = {o: k for k, b in enumerate(building) if b is not None for o in b.outputs}
+    deps: list[set[int]] = []
+    for k, b in enumerate(building):
+        found: set[int] = set()
+        if b is not None:
+            for j in _stored_inputs(graph, b, literals):
+                while j in alias:
+                    j = alias[j]
+                if j in made and made[j] != k:
+                    found.add(made[j])
+        deps.append(found)
+    return deps
+
+
+def _merge_consumers(graph: Graph, building: list, storage, alias, literals, ident) -> None:
+    """Fold an elementwise kernel into the kernel that makes its input, when it reads that
+    input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
+    also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
+    lies between the two (that would make a cycle)."""
+    changed = True
+    while changed:
+        changed = False
+        deps = _producers(graph, building, alias, literals)
+        for k2, b2 in enumerate(building):
+            if b2 is None or b2.kind != "elementwise":
+                continue
+            for k1 in sorted(deps[k2]):
+                b1 = building[k1]
+                if b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
+                    continue
+                made = set(b1.outputs)
+                reads = [(c, j) for c in b2.nodes for j in graph.nodes[c].inputs
+                         if j not in b2.nodes and j not in literals]
+                if any(_base(alias, j) in made and j not in made for _, j in reads):
+                    continue  # read through a view
+                if not all(kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == b2.shape
+                           and ident.get(c, False) for c, j in reads if j in made):
+                    continue
+                b1.nodes |= b2.nodes
+                b1.outputs.extend(b2.outputs)
+                building[k2] = None
+                changed = True
+                break
+            if changed:
+                break
+    building[:] = [b for b in building if b is not None]
+
+
+def _base(alias: dict[int, int], j: int) -> int:
+    while j in alias:
+        j = alias[j]
+    return j
+
+
+def _reaches_via_other(deps: list[set[int]], k1: int, k2: int) -> bool:
+    """Does k2 depend on k1 through some third kernel?"""
+    stack = [d for d in deps[k2] if d != k1]
+    seen: set[int] = set()
+    while stack:
+        k = stack.pop()
+        if k == k1:
+            return True
+        if k not in seen:
+            seen.add(k)
+            stack.extend(deps[k])
+    return False
+
+
+def _schedule(graph: Graph, building: list[_Building], alias, literals) -> list[int]:
+    """A topological order of the kernels, earliest primary node first among the ready."""
+    import heapq
+
+    deps = _producers(graph, building, alias, literals)
+    waiting = [len(d) for d in deps]
+    users: list[list[int]] = [[] for _ in building]
+    for k, d in enumerate(deps):
+        for p in d:
+            users[p].append(k)
+    ready = [(building[k].primary, k) for k in range(len(building)) if not waiting[k]]
+    heapq.heapify(ready)
+    out: list[int] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        out.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (building[u].primary, u))
+    assert len(out) == len(building), "kernel graph has a cycle"
+    return out
+
+
+def kernel_name(graph: Graph, index: int, nodes: Sequence[int], anchor: int | None) -> str:
+    """`k03_matmul_add_relu`: the index, then the ops it fuses (anchor first), at most four."""
+    ops: list[str] = []
+    if anchor is not None:
+        ops.append(graph.nodes[anchor].op)
+    for n in nodes:
+        op = graph.nodes[n].op
+        if op not in ops and op != "const":
+            ops.append(op)
+    shown = ops[:4] + ([f"{len(ops) - 4}more"] if len(ops) > 4 else [])
+    return f"k{index:02d}_" + "_".join(shown)
+
+
+def format_fusion(f: Fusion) -> str:
+    """The IR grouped into kernels (`dlc compile --emit ir` with kernels shown)."""
+    g = f.graph
+    label = g.label
+    lines: list[str] = []
+    for k in f.kernels:
+        outs = ", ".join(label(o) for o in k.outputs)
+        lines.append(f"kernel {k.name} ({k.kind}) -> {outs}")
+        reads = ", ".join(label(i) for i in k.inputs) or "nothing"
+        lines.append(f"  reads {reads}")
+        for n in k.nodes:
+            mark = "*" if n in k.outputs else " "
+            lines.append(f"  {mark} {format_node(g, n)}")
+    aliases = [f"{label(a)} = view of {label(b)}" for a, b in sorted(f.alias.items())]
+    if aliases:
+        lines.append("views (no kernel): " + "; ".join(aliases))
+    for target, i in f.updates:
+        lines.append(f"update {target} <- {label(i)}")
+    return "\n".join(lines)

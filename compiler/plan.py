@@ -1,0 +1,240 @@
+"""The storage plan: which GPU buffer ("slot") holds each stored tensor.
+
+Leaves get slots of their own: one per input (uploaded each step), param and state
+(persistent across steps and calls) and stored const (uploaded once). Tensors written by
+kernels are temporaries with a live range over the schedule, [kernel that writes it, last
+kernel that reads it] (to the end for fetches and update values); temporaries share a slot
+when their ranges do not overlap, assigned greedily by size (largest first) at a reference
+binding of the symbolic dims. A slot's size at run time is the largest of its tensors under
+the actual binding, so the plan holds for every batch size.
+
+Updates: the new value of a param or state is written by its kernel straight into the leaf's
+slot when that is safe (nothing later reads the old value, and its kernel reads the old value
+only element for element); otherwise it goes to a temporary and is copied after the kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .fusion import Fusion, kind_of
+from .ir import Shape, format_shape
+
+Size = tuple  # (int, *symbolic dim names): the product is an element count
+
+
+def size_of(shape: Shape) -> Size:
+    known = math.prod(d for d in shape if isinstance(d, int))
+    return (known, *sorted(d for d in shape if isinstance(d, str)))
+
+
+def eval_size(size: Size, dims: Mapping[str, int]) -> int:
+    out = size[0]
+    for d in size[1:]:
+        out *= dims[d]
+    return out
+
+
+def format_size(size: Size) -> str:
+    return "*".join([*size[1:], str(size[0])]) if len(size) > 1 else str(size[0])
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    kind: str  # "temp" | "input" | "param" | "state" | "const"
+    name: str | None  # the leaf's name (input, param, state)
+    sizes: tuple[Size, ...]  # element counts of the tensors it holds
+    node: int | None = None  # const: its node
+
+
+@dataclass(frozen=True)
+class Plan:
+    fusion: Fusion
+    slots: tuple[Slot, ...]
+    slot_of: dict[int, int]  # stored tensor (aliases included) -> slot
+    live: dict[int, tuple[int, int]]  # temporary -> (writer kernel, last reader; n = the end)
+    inplace: tuple[tuple[str, int], ...]  # (param/state, tensor) written into its slot
+    copies: tuple[tuple[str, int], ...]  # (param/state, tensor) copied after the kernels
+    ref_dims: dict[str, int]
+
+    def slot_bytes(self, slot: Slot, dims: Mapping[str, int] | None = None) -> int:
+        dims = self.ref_dims if dims is None else dims
+        return 4 * max((eval_size(s, dims) for s in slot.sizes), default=1)
+
+    def peak_bytes(self, dims: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Bytes of temporaries as planned and with no reuse; bytes of leaves by kind."""
+        dims = self.ref_dims if dims is None else dims
+        out = {"planned": 0, "no_reuse": 0, "input": 0, "param": 0, "state": 0, "const": 0}
+        for slot in self.slots:
+            if slot.kind == "temp":
+                out["planned"] += self.slot_bytes(slot, dims)
+                out["no_reuse"] += 4 * sum(eval_size(s, dims) for s in slot.sizes)
+            else:
+                out[slot.kind] += self.slot_bytes(slot, dims)
+        return out
+
+
+def readers_by_kernel(f: Fusion) -> dict[int, list[int]]:
+    """Stored tensor (by its base) -> the kernels that read it."""
+    out: dict[int, list[int]] = {}
+    for k in f.kernels:
+        for i in k.inputs:
+            out.setdefault(f.base(i), []).append(k.index)
+    return out
+
+
+def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
+    g = f.graph
+    ref_dims = dict(ref_dims or {})
+    for n in g.nodes:
+        for d in n.shape:
+            if isinstance(d, str):
+                ref_dims.setdefault(d, 32)
+    end = len(f.kernels)
+    readers = readers_by_kernel(f)
+
+    slots: list[Slot] = []
+    slot_of: dict[int, int] = {}
+    by_name: dict[str, int] = {}
+
+    def new_slot(kind: str, name: str | None, sizes: tuple[Size, ...], node=None) -> int:
+        slots.append(Slot(len(slots), kind, name, sizes, node))
+        return len(slots) - 1
+
+    # Leaves, in node order so the plan reads like the model.
+    for n, node in enumerate(g.nodes):
+        if f.storage.get(n) != "leaf":
+            continue
+        if node.op == "const":
+            slot_of[n] = new_slot("const", None, (size_of(node.shape),), n)
+        else:
+            name = node.attr("name")
+            if name not in by_name:
+                by_name[name] = new_slot(node.op, name, (size_of(node.shape),))
+            slot_of[n] = by_name[name]
+    # Update targets that the work does not read still need their slot.
+    for target, _ in f.updates:
+        if target not in by_name:
+            node = g.node(target)
+            by_name[target] = new_slot(node.op, target, (size_of(node.shape),))
+
+    inplace, copies = _place_updates(f, readers)
+    for target, u in inplace:
+        slot_of[u] = by_name[target]
+
+    # Temporaries: kernel outputs not written in place.
+    keep_to_end = {f.base(r) for r in f.roots} | {f.base(u) for _, u in copies}
+    live: dict[int, tuple[int, int]] = {}
+    for k in f.kernels:
+        for o in k.outputs:
+            if o in slot_of:
+                continue
+            last = max(readers.get(o, [k.index]))
+            live[o] = (k.index, end if o in keep_to_end else last)
+
+    members: list[list[int]] = []  # temp slot -> its tensors
+    for t in sorted(live, key=lambda t: (-eval_size(size_of(g.nodes[t].shape), ref_dims),
+                                         live[t][0], t)):
+        lo, hi = live[t]
+        free = [s for s, ts in enumerate(members)
+                if all(hi < live[o][0] or live[o][1] < lo for o in ts)]
+        if free:
+            members[free[0]].append(t)  # largest-first: the first free slot is big enough
+        else:
+            members.append([t])
+    for ts in members:
+        sizes = tuple(dict.fromkeys(size_of(g.nodes[t].shape) for t in sorted(ts)))
+        index = new_slot("temp", None, sizes)
+        for t in ts:
+            slot_of[t] = index
+
+    # Aliases share their base's slot.
+    for a in f.alias:
+        slot_of[a] = slot_of[f.base(a)]
+    return Plan(f, tuple(slots), slot_of, live, tuple(inplace), tuple(copies), ref_dims)
+
+
+def _place_updates(f: Fusion, readers: dict[int, list[int]]):
+    """Split updates into in-place writes and end-of-step copies."""
+    g = f.graph
+    inplace: list[tuple[str, int]] = []
+    copies: list[tuple[str, int]] = []
+    taken: set[int] = set()
+    sources = {f.base(u) for _, u in f.updates}
+    roots = {f.base(r) for r in f.roots}
+    for target, u in f.updates:
+        leaf = g.names[target]
+        if u == leaf:
+            continue  # the value does not change
+        if _can_write_in_place(f, leaf, u, readers) and u not in taken and leaf not in sources \
+                and leaf not in roots:
+            inplace.append((target, u))
+            taken.add(u)
+        else:
+            copies.append((target, u))
+    return inplace, copies
+
+
+def _can_write_in_place(f: Fusion, leaf: int, u: int, readers: dict[int, list[int]]) -> bool:
+    g = f.graph
+    if f.storage.get(u) != "kernel" or g.nodes[u].shape != g.nodes[leaf].shape:
+        return False
+    k = f.kernels[f.producer[u]]
+    if any(r > k.index for r in readers.get(leaf, [])):
+        return False  # a later kernel reads the old value
+    if any(f.base(i) == leaf and i != leaf for i in k.inputs):
+        return False  # read through a view
+    if leaf not in k.inputs:
+        return True
+    # Each invocation may read the old value only at the element it writes (never as an
+    # operand of the anchor, which reads across elements).
+    inside = [c for c in k.nodes if leaf in g.nodes[c].inputs]
+    return all(
+        kind_of(g, c) == "elementwise" and g.nodes[c].shape == g.nodes[leaf].shape
+        and f.ident.get(c, False) for c in inside)
+
+
+def format_plan(p: Plan) -> str:
+    """Each kernel with its slots, then the slots and peak bytes (`--emit plan`)."""
+    f, g = p.fusion, p.fusion.graph
+    label = g.label
+    dims = ", ".join(f"{d}={v}" for d, v in sorted(p.ref_dims.items()))
+    lines = [f"plan ({'at ' + dims if dims else 'no symbolic dims'})"]
+    for k in f.kernels:
+        reads = " ".join(f"{label(i)}@s{p.slot_of[i]}" for i in k.inputs)
+        writes = " ".join(f"{label(o)}@s{p.slot_of[o]}" for o in k.outputs)
+        lines.append(f"  {k.name:<36} reads {reads or '-'}  writes {writes}")
+    for target, u in p.copies:
+        lines.append(f"  copy {label(u)}@s{p.slot_of[u]} -> {target}@s{_leaf_slot(p, target)}")
+    lines.append("slots")
+    for s in p.slots:
+        if s.kind == "temp":
+            holds = [label(t) for t in sorted(p.live) if p.slot_of[t] == s.index]
+            what = "temp  " + " | ".join(holds)
+        elif s.kind == "const":
+            what = f"const {format_shape(g.nodes[s.node].shape)}"
+        else:
+            what = f"{s.kind:<5} {s.name}"
+        size = " | ".join(format_size(z) for z in s.sizes)
+        lines.append(f"  s{s.index:<3} {what}  ({size} floats, {_kb(p.slot_bytes(s))})")
+    peak = p.peak_bytes()
+    lines.append(f"peak temporaries: {_kb(peak['planned'])} planned, "
+                 f"{_kb(peak['no_reuse'])} with no reuse")
+    lines.append("leaves: " + ", ".join(f"{k} {_kb(peak[k])}"
+                                        for k in ("input", "param", "state", "const") if peak[k]))
+    return "\n".join(lines)
+
+
+def _leaf_slot(p: Plan, name: str) -> int:
+    for s in p.slots:
+        if s.name == name and s.kind != "temp":
+            return s.index
+    raise KeyError(name)
+
+
+def _kb(n: int) -> str:
+    return f"{n} B" if n < 10240 else f"{n / 1024:.1f} KiB" if n < 10 * 2**20 else \
+        f"{n / 2**20:.1f} MiB"

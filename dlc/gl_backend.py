@@ -1,0 +1,76 @@
+"""The GL backend of Session: the IR compiled to GLSL programs and run on the GPU.
+
+It takes the artifact's path in memory: (graph, fetches[, updates]) -> fuse, plan, GLSL
+(`dlc.compiler.pipeline`) -> a program spec that `dlc.runtime.executor` runs. Programs are
+compiled once per (graph, fetches, training or not) and kept; params and optimizer state live
+on the GPU in a `LeafStore` shared by all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dlc.compiler.ir import Graph
+from dlc.runtime.context import get_context
+from dlc.runtime.executor import Executor, LeafStore
+
+
+class GLBackend:
+    name = "gl"
+
+    def __init__(self, options: Mapping | None = None) -> None:
+        get_context()  # RuntimeFailure with a one-line reason when there is no GL
+        self.store = LeafStore()
+        self.options = dict(options or {})
+        self.hook = None  # per-launch hook for debug mode (see runtime/executor.py)
+        # key -> (graph kept alive so its id stays unique, compiled program, executor)
+        self._programs: dict[tuple, tuple[Graph, object, Executor]] = {}
+
+    # -- leaves ----------------------------------------------------------------------------
+    def set_leaf(self, name: str, value: np.ndarray) -> None:
+        self.store.set(name, value)
+
+    def get_leaf(self, name: str) -> np.ndarray:
+        return self.store.get(name)
+
+    def snapshot(self) -> object:
+        return self.store.snapshot()
+
+    def restore(self, token: object) -> None:
+        self.store.restore(token)
+
+    # -- running ---------------------------------------------------------------------------
+    def program(self, graph: Graph, roots: Sequence[int], training: bool,
+                dims: Mapping[str, int]):
+        """The compiled program for these fetches (compiled on first use, planned at `dims`)."""
+        key = (id(graph), tuple(roots), training)
+        found = self._programs.get(key)
+        if found is None:
+            from dlc.compiler.pipeline import compile_program
+
+            compiled = compile_program(graph, roots, name="train" if training else "eval",
+                                       updates=graph.updates if training else (),
+                                       ref_dims=dims, options=self.options)
+            executor = Executor(compiled.spec, compiled.sources, self.store, self.hook)
+            found = self._programs[key] = (graph, compiled, executor)
+        found[2].hook = self.hook
+        return found[1], found[2]
+
+    def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
+            dims: Mapping[str, int]) -> list[np.ndarray]:
+        _, executor = self.program(graph, roots, False, dims)
+        return executor.run(feeds, dims, list(roots))
+
+    def step(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
+             dims: Mapping[str, int]) -> list[np.ndarray]:
+        _, executor = self.program(graph, roots, True, dims)
+        return executor.run(feeds, dims, list(roots), step=True)
+
+    def close(self) -> None:
+        """Free every GPU buffer this backend holds."""
+        for _, _, executor in self._programs.values():
+            executor.delete()
+        self._programs.clear()
+        self.store.delete()

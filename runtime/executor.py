@@ -1,0 +1,303 @@
+"""Runs a compiled program: the launches a program spec lists, over GPU storage slots.
+
+A program spec (written by `dlc.compiler.pipeline`, stored in an artifact's manifest.json)
+says everything: the slots and their sizes as products of symbolic dims, each kernel's GLSL
+file, buffer bindings, dim uniforms and work-group grid, the update copies. This module
+decides nothing: it binds dims to sizes, allocates, uploads feeds, launches, downloads the
+fetches. It imports neither the compiler nor lark.
+
+Per step the work is: upload the feeds, then for each launch bind its buffers and dispatch
+(through raw ctypes entry points), then copy updates, then read back only the fetches.
+Buffer sizes, uniforms and group counts are worked out again only when the dims change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlc.errors import DataError, RuntimeFailure
+from dlc.runtime.context import get_context
+from dlc.runtime.gl import fast
+from dlc.runtime.program import BARRIER_BITS, get_program
+from dlc.runtime.storage import Buffer
+
+PERSISTENT = ("param", "state")
+SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
+
+# GL program handle -> uniform values last set on it (programs are shared between
+# executors whose kernels have the same text, possibly under other dims).
+_uniforms_set: dict[int, tuple] = {}
+
+
+def eval_size(size: Sequence, dims: Mapping[str, int]) -> int:
+    """A size written as [int, dim names...]: their product under `dims`."""
+    out = int(size[0])
+    for d in size[1:]:
+        out *= int(dims[d])
+    return out
+
+
+def bind_shape(shape: Sequence, dims: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else int(dims[d]) for d in shape)
+
+
+class LeafStore:
+    """Params and optimizer state on the GPU by name; they persist across steps and programs.
+
+    `snapshot()` copies every leaf on the GPU into one of a small ring of buffer sets and
+    returns a token; `restore(token)` copies it back (training undoes a step that diverged).
+    """
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, Buffer] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.version = 0  # bumped when a buffer is replaced: launch records must be rebuilt
+        self._ring: list[dict[str, Buffer]] = [{} for _ in range(SNAPSHOTS)]
+        self._ring_gen = [0] * SNAPSHOTS
+        self._taken = 0
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.buffers
+
+    def set(self, name: str, value) -> None:
+        data = np.ascontiguousarray(value, dtype=np.float32)
+        buf = self.buffers.get(name)
+        if buf is None or buf.nbytes != data.nbytes:
+            if buf is not None:
+                buf.delete()
+            buf = Buffer(data.nbytes)
+            self.buffers[name] = buf
+            self.version += 1
+        buf.upload(data)
+        self.shapes[name] = data.shape
+
+    def get(self, name: str) -> np.ndarray:
+        buf = self.buffer(name)
+        return buf.download(buf.nbytes // 4).reshape(self.shapes[name])
+
+    def buffer(self, name: str) -> Buffer:
+        try:
+            return self.buffers[name]
+        except KeyError:
+            raise RuntimeFailure(f"'{name}' has no value on the GPU yet (set it first)") from None
+
+    def snapshot(self) -> tuple[int, int]:
+        self._taken += 1
+        slot = self._taken % SNAPSHOTS
+        ring = self._ring[slot]
+        for name, buf in self.buffers.items():
+            copy = ring.get(name)
+            if copy is None or copy.nbytes != buf.nbytes:
+                if copy is not None:
+                    copy.delete()
+                copy = ring[name] = Buffer(buf.nbytes)
+            copy.copy_from(buf)
+        self._ring_gen[slot] = self._taken
+        return (slot, self._taken)
+
+    def restore(self, token: tuple[int, int]) -> None:
+        slot, gen = token
+        if self._ring_gen[slot] != gen:
+            raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
+        for name, copy in self._ring[slot].items():
+            if name in self.buffers:
+                self.buffers[name].copy_from(copy)
+
+    def delete(self) -> None:
+        for buf in self.buffers.values():
+            buf.delete()
+        for ring in self._ring:
+            for buf in ring.values():
+                buf.delete()
+            ring.clear()
+        self.buffers.clear()
+
+
+@dataclass
+class Launch:
+    """One dispatch, resolved for a binding of the dims."""
+
+    name: str
+    program: int  # GL program handle
+    bindings: tuple[tuple[int, int], ...]  # (binding, buffer handle)
+    uniforms: tuple[tuple[int, int], ...]  # (location, value)
+    groups: tuple[int, int, int]
+    spec: dict
+
+
+Hook = Callable[[str, list], None]
+
+
+class Executor:
+    """Runs one program spec against a LeafStore.
+
+    `hook`, when set, is called after every launch as `hook(kernel_name, outputs)` where
+    `outputs` lists dicts {tensor, label, buffer, count, shape, ir, locs} of what the kernel
+    wrote (debug mode checks them for NaN); if the hook has a `before(kernel_name)` method it
+    is called before the launch (debug mode starts a timer there).
+    """
+
+    def __init__(self, spec: dict, sources: Mapping[str, str], store: LeafStore,
+                 hook: Hook | None = None):
+        if spec.get("format") != 1:
+            raise RuntimeFailure(f"program format {spec.get('format')} is not one this dlc runs")
+        self.spec = spec
+        self.store = store
+        self.hook = hook
+        self.limits = get_context().limits
+        self.kernels: list[dict] = spec["kernels"]
+        self.programs = [get_program(sources[k["file"]], k["name"]) for k in self.kernels]
+        self.slots: list[dict] = spec["slots"]
+        self.tensors = {int(t): info for t, info in spec["tensors"].items()}
+        self.producer = {int(t): k for t, k in spec["producer"].items()}
+        self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
+        for s, slot in enumerate(self.slots):
+            if slot["kind"] == "const":
+                self.buffers[s] = Buffer.from_array(np.asarray(slot["values"], np.float32))
+        self._dims: tuple | None = None
+        self._version = -1
+        self._launches: list[Launch] = []
+
+    # -- the dims binding -----------------------------------------------------------------
+    def slot_buffer(self, s: int) -> Buffer:
+        slot = self.slots[s]
+        if slot["kind"] in PERSISTENT:
+            return self.store.buffer(slot["name"])
+        return self.buffers[s]
+
+    def prepare(self, dims: Mapping[str, int]) -> None:
+        """Size the slots and resolve every launch for this binding (no-op when unchanged)."""
+        key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec["dims"]))
+        if key == self._dims and self._version == self.store.version:
+            return
+        for s, slot in enumerate(self.slots):
+            if slot["kind"] in ("temp", "input"):
+                need = 4 * max(eval_size(z, dims) for z in slot["sizes"])
+                buf = self.buffers.get(s)
+                if buf is None or buf.nbytes < need:
+                    if buf is not None:
+                        buf.delete()
+                    self.buffers[s] = Buffer(need)
+        max_count = self.limits["max_work_group_count"]
+        launches = []
+        for k, prog in zip(self.kernels, self.programs):
+            bindings = tuple((i, self.slot_buffer(s).handle) for i, s in enumerate(k["slots"]))
+            uniforms = tuple((prog.uniform_location(u), int(dims[d]))
+                             for u, d in k["uniforms"].items())
+            groups = _groups(k["grid"], dims, max_count)
+            if any(g > m for g, m in zip(groups, max_count)):
+                raise RuntimeFailure(f"kernel '{k['name']}' needs {groups} work groups; this GPU "
+                                     f"allows at most {tuple(max_count)}")
+            launches.append(Launch(k["name"], prog.handle, bindings,
+                                   tuple(u for u in uniforms if u[0] >= 0), groups, k))
+        self._launches = launches
+        self._dims = key
+        self._version = self.store.version
+
+    # -- running ---------------------------------------------------------------------------
+    def needed_kernels(self, fetch: Sequence[int]) -> list[int]:
+        """The kernels that `fetch` depends on, in schedule order."""
+        want: set[int] = set()
+        stack = [self.producer[t] for t in fetch if t in self.producer]
+        while stack:
+            k = stack.pop()
+            if k not in want:
+                want.add(k)
+                stack.extend(self.kernels[k]["after"])
+        return sorted(want)
+
+    def needed_inputs(self, fetch: Sequence[int], kernels: Sequence[int]) -> set[str]:
+        names = {n for k in kernels for n in self.kernels[k]["inputs"]}
+        for t in fetch:
+            slot = self.slots[self.tensors[t]["slot"]]
+            if slot["kind"] == "input":
+                names.add(slot["name"])
+        return names
+
+    def run(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
+            fetch: Sequence[int], *, step: bool = False) -> list[np.ndarray]:
+        """Upload feeds, run the launches `fetch` needs (all of them and the updates when
+        `step`), return the fetched tensors."""
+        self.prepare(dims)
+        kernels = list(range(len(self.kernels))) if step else self.needed_kernels(fetch)
+        self._upload(feeds, self.needed_inputs(fetch, kernels))
+        self._launch(kernels)
+        out = [self._download(t, dims) for t in fetch]
+        if step:
+            for copy in self.spec["copies"]:
+                t = copy["tensor"]
+                src = self.slot_buffer(self.tensors[t]["slot"])
+                n = 4 * math.prod(bind_shape(self.tensors[t]["shape"], dims))
+                self.store.buffer(copy["target"]).copy_from(src, n)
+        return out
+
+    def _upload(self, feeds: Mapping[str, np.ndarray], names: set[str]) -> None:
+        for s, slot in enumerate(self.slots):
+            if slot["kind"] != "input" or slot["name"] not in names:
+                continue
+            name = slot["name"]
+            if name not in feeds:
+                raise DataError(f"input '{name}' is missing")
+            data = np.ascontiguousarray(feeds[name], dtype=np.float32)
+            self.buffers[s].upload(data)
+
+    def _launch(self, kernels: Sequence[int]) -> None:
+        hook = self.hook
+        before = getattr(hook, "before", None)
+        use, bind, dispatch, barrier = (fast.use_program, fast.bind_buffer_base, fast.dispatch,
+                                        fast.memory_barrier)
+        set_int = fast.program_uniform1i
+        for k in kernels:
+            launch = self._launches[k]
+            if before is not None:
+                before(launch.name)
+            program = launch.program
+            values = launch.uniforms
+            if _uniforms_set.get(program) != values:
+                for loc, v in values:
+                    set_int(program, loc, v)
+                _uniforms_set[program] = values
+            use(program)
+            for i, handle in launch.bindings:
+                bind(i, handle)
+            x, y, z = launch.groups
+            dispatch(x, y, z)
+            barrier(BARRIER_BITS)
+            if hook is not None:
+                hook(launch.name, self._outputs_info(launch.spec))
+
+    def _outputs_info(self, k: dict) -> list[dict]:
+        dims = dict(self._dims or ())
+        out = []
+        for t in k["writes"]:
+            info = self.tensors[t]
+            shape = bind_shape(info["shape"], dims)
+            out.append({"tensor": t, "label": info["label"], "shape": shape,
+                        "count": math.prod(shape), "buffer": self.slot_buffer(info["slot"]),
+                        "ir": k["ir"], "locs": k["locs"], "kernel": k["name"]})
+        return out
+
+    def _download(self, t: int, dims: Mapping[str, int]) -> np.ndarray:
+        info = self.tensors[t]
+        shape = bind_shape(info["shape"], dims)
+        return self.slot_buffer(info["slot"]).download(math.prod(shape)).reshape(shape)
+
+    def delete(self) -> None:
+        for buf in self.buffers.values():
+            buf.delete()
+        self.buffers.clear()
+
+
+def _groups(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
+    if "tiles" in grid:
+        return tuple(-(-eval_size(size, dims) // tile) for size, tile in grid["tiles"])
+    total = -(-eval_size(grid["flat"], dims) // grid["per_group"])
+    if total <= max_count[0]:
+        return (max(total, 1), 1, 1)
+    # More groups than one axis allows: a 2D grid; kernels bounds-check the excess.
+    gy = -(-total // max_count[0])
+    return (-(-total // gy), gy, 1)
