@@ -1,0 +1,164 @@
+"""The compiled artifact (SPEC section 4): a folder the runtime runs without the compiler.
+
+    manifest.json   format version, inputs, params, fetchable tensors and losses with shapes,
+                    the training setup, and each program (the storage plan and its ordered
+                    kernel launches with bindings, uniforms and sizes; see pipeline.py)
+    <program>_<kernel>.glsl   one readable GLSL compute shader per kernel
+    params.npz      the params' initial values
+    state.npz       the optimizer state's initial values (when compiled with a training step)
+    model.dl        the source it was compiled from
+
+Programs: `eval` fetches any named tensor (the runtime launches only the kernels a fetch
+needs); `train` (with `train_loss` / `optimizer`) runs one training step and its updates.
+`emit(model, stage)` prints a stage for `dlc compile --emit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from dataclasses import fields
+
+import numpy as np
+
+from .fusion import format_fusion
+from .initializers import initial_value
+from .ir import Graph
+from .pipeline import FORMAT, CompiledProgram, compile_program
+from .plan import format_plan
+
+DEFAULT_BATCH = 32  # the binding of symbolic dims the storage plan is drawn up at
+EMIT_STAGES = ("kernels", "plan", "glsl")
+
+
+def _optimizer(optimizer, train_loss):
+    """The optimizer object for a training step (a name, an object, or the default SGD)."""
+    if optimizer is None and train_loss is None:
+        return None
+    from dlc.optimizers import make
+
+    if optimizer is None:
+        return make("sgd")
+    if isinstance(optimizer, str):
+        return make(optimizer)
+    return optimizer
+
+
+def programs(model, *, train_loss: str | None = None, optimizer=None,
+             batch_size: int | None = None, options=None) -> dict[str, CompiledProgram]:
+    """The model's programs: `eval` for every named tensor, `train` when asked for."""
+    from .simplify import simplify
+
+    graph: Graph = simplify(model.graph)  # CSE: softmax and the loss share one max
+    dims = _ref_dims(graph, batch_size)
+    out = {"eval": compile_program(graph, sorted(set(graph.names.values())), name="eval",
+                                   ref_dims=dims, options=options)}
+    graph = model.graph
+    opt = _optimizer(optimizer, train_loss)
+    if opt is not None:
+        step = _train_graph(graph, train_loss, opt)
+        out["train"] = compile_program(step, [step.names[step.losses[0]]], name="train",
+                                       updates=step.updates, ref_dims=dims, options=options)
+    return out
+
+
+def _train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
+    from .train_graph import build_train_graph
+
+    return build_train_graph(graph, loss, optimizer)
+
+
+def _ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
+    names = {d for n in graph.nodes for d in n.shape if isinstance(d, str)}
+    return {d: int(batch_size or DEFAULT_BATCH) for d in names}
+
+
+def emit(model, stage: str, *, train_loss: str | None = None, optimizer=None,
+         batch_size: int | None = None) -> str:
+    """One stage as text: "kernels" (the IR grouped into kernels), "plan" (each kernel with
+    its slots and the peak bytes), or "glsl" (every shader)."""
+    if stage not in EMIT_STAGES:
+        raise ValueError(f"unknown stage '{stage}': choose one of {', '.join(EMIT_STAGES)}")
+    progs = programs(model, train_loss=train_loss, optimizer=optimizer, batch_size=batch_size)
+    parts = []
+    for name, prog in progs.items():
+        parts.append(f"=== program {name}: {len(prog.kernels)} kernels ===")
+        if stage == "kernels":
+            parts.append(format_fusion(prog.fusion))
+        elif stage == "plan":
+            parts.append(format_plan(prog.plan))
+        else:
+            for file, text in prog.sources.items():
+                parts.append(f"// ----- {file} -----\n{text}")
+    return "\n".join(parts)
+
+
+def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) -> dict:
+    g: Graph = progs["eval"].fusion.graph
+    train = None
+    if "train" in progs:
+        step = progs["train"].fusion.graph
+        train = {
+            "loss": step.losses[0],
+            "optimizer": {"name": optimizer.name,
+                          **{f.name: getattr(optimizer, f.name) for f in fields(optimizer)}},
+            "batch_size": batch_size,
+            "states": {s: list(step.shape(s)) for s in step.states},
+        }
+    from dlc import __version__
+
+    return {
+        "format": FORMAT,
+        "dlc_version": __version__,
+        "model": os.path.basename(model.path),
+        "inputs": {n: list(s) for n, s in model.inputs.items()},
+        "params": {n: list(s) for n, s in model.params.items()},
+        "tensors": {n: list(s) for n, s in model.tensors.items()},
+        "losses": list(g.losses),
+        "names": {n: i for n, i in g.names.items()},  # name -> tensor of the eval program
+        "train": train,
+        "programs": {name: p.spec for name, p in progs.items()},
+    }
+
+
+def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=None,
+                   batch_size: int | None = None, seed: int = 0) -> pathlib.Path:
+    """Compile `model` and write its artifact folder; returns the folder's path.
+
+    The folder is written beside its destination and then moved into place, so a failed
+    compile never leaves half an artifact; an existing artifact there is replaced.
+    """
+    out = pathlib.Path(out_dir)
+    opt = _optimizer(optimizer, train_loss)
+    progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size)
+    data = manifest(model, progs, opt, batch_size)
+    g = model.graph
+    params = {n: initial_value(g.node(n).attr("init"), g.node(n).shape, seed, n)
+              for n in g.params}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for prog in progs.values():
+            for file, text in prog.sources.items():
+                (tmp / file).write_text(text, encoding="ascii")
+        np.savez(tmp / "params.npz", **params)
+        if "train" in progs:
+            step = progs["train"].fusion.graph
+            np.savez(tmp / "state.npz", **{
+                s: initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s)
+                for s in step.states})
+        if model.source:
+            (tmp / "model.dl").write_text(model.source, encoding="utf-8")
+        (tmp / "manifest.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        if out.exists():
+            if not (out / "manifest.json").exists() and any(out.iterdir()):
+                raise FileExistsError(f"{out} exists and is not a dlc artifact; not replacing it")
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

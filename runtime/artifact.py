@@ -1,0 +1,192 @@
+"""`dlc.load(DIR)`: a compiled artifact as a Session-like Runner, NumPy and PyOpenGL only.
+
+Nothing here imports the compiler or lark: the manifest says which kernels to launch, on
+which buffers, with which uniforms and group counts (see runtime/executor.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import pathlib
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from dlc.errors import DataError, DlcError, RuntimeFailure
+from dlc.feeds import bind_dims
+from dlc.runtime.executor import Executor, LeafStore
+
+FORMAT = 1
+LR = "$lr"
+
+
+def load(path: str | os.PathLike, seed: int = 0) -> Runner:
+    """Open an artifact folder written by `dlc compile` (or `write_artifact`)."""
+    return Runner(path, seed=seed)
+
+
+class Runner:
+    """Runs an artifact's programs: eval always, train when it was compiled with --train.
+
+    Like Session: `eval`, `train`, `params`, `set_params`, `save`, `load`, and `.inputs`,
+    `.params`, `.tensors`, `.losses` (name -> shape) from the manifest.
+    """
+
+    def __init__(self, path: str | os.PathLike, seed: int = 0):
+        self.path = pathlib.Path(path)
+        file = self.path / "manifest.json"
+        if not file.is_file():
+            raise DataError(f"{self.path} is not a dlc artifact: it has no manifest.json")
+        self.manifest = json.loads(file.read_text(encoding="utf-8"))
+        if self.manifest.get("format") != FORMAT:
+            raise DataError(f"{self.path}: artifact format {self.manifest.get('format')} is not "
+                            f"one this dlc reads ({FORMAT}); recompile the model")
+        m = self.manifest
+        self.inputs = {n: tuple(s) for n, s in m["inputs"].items()}
+        self.params_shapes = {n: tuple(s) for n, s in m["params"].items()}
+        self.tensors = {n: tuple(s) for n, s in m["tensors"].items()}
+        self.losses = {n: () for n in m["losses"]}
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+        self.store = LeafStore()
+        self._executors: dict[str, Executor] = {}
+        self.set_params(self._npz("params.npz"))
+        if m.get("train"):
+            for name, value in self._npz("state.npz").items():
+                self.store.set(name, value)
+
+    # -- Session-like surface ----------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, np.ndarray]:
+        return {n: self.store.get(n) for n in self.params_shapes}
+
+    def set_params(self, values: Mapping[str, np.ndarray]) -> None:
+        for name, v in values.items():
+            if name not in self.params_shapes:
+                raise DataError(f"'{name}' is not a param of the model "
+                                f"(params: {', '.join(self.params_shapes) or 'none'})")
+            v = np.asarray(v, dtype=np.float32)
+            if v.shape != self.params_shapes[name]:
+                raise DataError(f"param '{name}' has shape {list(v.shape)} but the model "
+                                f"expects {list(self.params_shapes[name])}")
+            if not np.all(np.isfinite(v)):
+                raise DataError(f"param '{name}' holds NaN or infinite values")
+        for name, v in values.items():
+            self.store.set(name, np.asarray(v, dtype=np.float32))
+
+    def save(self, path: str | os.PathLike) -> None:
+        from dlc.weights import save_npz
+
+        save_npz(path, self.params)
+
+    def load(self, path: str | os.PathLike) -> None:
+        from dlc.weights import load_npz
+
+        self.set_params(load_npz(path, self.params_shapes))
+
+    def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
+        """One fetch name -> its array; a list of names -> dict name -> array."""
+        names = [fetch] if isinstance(fetch, str) else list(fetch)
+        tensors = [self._tensor(n) for n in names]
+        ex = self._executor("eval")
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
+        needed = ex.needed_inputs(tensors, ex.needed_kernels(tensors))
+        dims = bind_dims(self.inputs, arrays, needed=needed)
+        values = ex.run(arrays, dims, tensors)
+        out = dict(zip(names, values))
+        return out[fetch] if isinstance(fetch, str) else out
+
+    def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None, optimizer=None,
+              batch_size: int | None = 32, epochs: int = 1, steps: int | None = None,
+              shuffle: bool = True, callback: Callable | None = None,
+              on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
+        """Session.train over the compiled training step (its loss and optimizer are fixed)."""
+        from dlc.training import batch_dim, train_loop
+
+        setup = self.manifest.get("train")
+        if not setup:
+            raise DlcError(f"{self.path} was compiled without a training step: recompile with "
+                           "`dlc compile MODEL --train [LOSS] --optimizer NAME`")
+        if loss is not None and loss != setup["loss"]:
+            raise DlcError(f"{self.path} was compiled to train loss '{setup['loss']}', not "
+                           f"'{loss}'")
+        lr = self._lr(setup["optimizer"], optimizer)
+        ex = self._executor("train")
+        spec = ex.spec
+        loss_tensor = spec["roots"][0]
+        needed = ex.needed_inputs([loss_tensor], range(len(spec["kernels"]))) - {LR}
+        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()}
+        dims = bind_dims(self.inputs, arrays, needed=needed)
+        arrays = {k: v for k, v in arrays.items() if k in needed}
+        dim = batch_dim(self.inputs, list(arrays))
+        lr_value = np.asarray(lr, dtype=np.float32)
+
+        def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
+            batch[LR] = lr_value
+            (value,) = ex.run(batch, bdims, [loss_tensor], step=True)
+            return float(value)
+
+        return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
+                          steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
+                          on_epoch_end=on_epoch_end, snapshot=self.store.snapshot,
+                          restore=self.store.restore)
+
+    def close(self) -> None:
+        """Free the GPU buffers."""
+        for ex in self._executors.values():
+            ex.delete()
+        self._executors.clear()
+        self.store.delete()
+
+    def __repr__(self) -> str:
+        return (f"Runner({str(self.path)!r}, inputs={list(self.inputs)}, "
+                f"params={list(self.params_shapes)}, losses={list(self.losses)})")
+
+    # -- internals ---------------------------------------------------------------------------
+    def _npz(self, name: str) -> dict[str, np.ndarray]:
+        file = self.path / name
+        if not file.is_file():
+            raise DataError(f"{self.path} is missing {name}")
+        with np.load(file, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    def _tensor(self, name: str) -> int:
+        names = self.manifest["names"]
+        if name not in names:
+            close = difflib.get_close_matches(name, list(names), n=1)
+            hint = f", did you mean '{close[0]}'?" if close else ""
+            raise KeyError(f"no tensor named '{name}' in the model{hint}")
+        return int(names[name])
+
+    def _executor(self, program: str) -> Executor:
+        ex = self._executors.get(program)
+        if ex is None:
+            spec = self.manifest["programs"][program]
+            sources = {}
+            for k in spec["kernels"]:
+                file = self.path / k["file"]
+                if not file.is_file():
+                    raise RuntimeFailure(f"{self.path} is missing the kernel {k['file']}")
+                sources[k["file"]] = file.read_text(encoding="ascii")
+            ex = self._executors[program] = Executor(spec, sources, self.store)
+        return ex
+
+    def _lr(self, compiled: dict, optimizer) -> float:
+        """The learning rate to feed; any other hyper-parameter must be the compiled one."""
+        if optimizer is None:
+            return float(compiled["lr"])
+        if isinstance(optimizer, str):
+            optimizer = {"name": optimizer.lower()}
+        else:
+            optimizer = {"name": optimizer.name, **vars(optimizer)}
+        if optimizer["name"] != compiled["name"]:
+            raise DlcError(f"{self.path} was compiled with the {compiled['name']} optimizer, "
+                           f"not {optimizer['name']}: recompile with --optimizer "
+                           f"{optimizer['name']}")
+        for k, v in optimizer.items():
+            if k not in ("name", "lr") and k in compiled and compiled[k] != v:
+                raise DlcError(f"{self.path} was compiled with {compiled['name']} {k}="
+                               f"{compiled[k]}, not {v}: recompile to change it")
+        return float(optimizer.get("lr", compiled["lr"]))
