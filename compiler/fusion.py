@@ -203,6 +203,7 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
         start(kind, n, anchor=n)
 
     _merge_consumers(graph, building, storage, alias, literals, ident)
+    _prune_outputs(graph, building, must | forced, literals, storage, ident)
     ranked = _schedule(graph, building, alias, literals)
     kernels: list[Kernel] = []
     producer: dict[int, int] = {}
@@ -274,6 +275,23 @@ def _merge_consumers(graph: Graph, building: list, storage, alias, literals, ide
             if changed:
                 break
     building[:] = [b for b in building if b is not None]
+
+
+def _prune_outputs(graph: Graph, building: list[_Building], keep: set[int], literals,
+                   storage: dict[int, str], ident: dict[int, bool]) -> None:
+    """After merging, an output only its own kernel reads need not be stored."""
+    read_outside = {j for b in building for j in _stored_inputs(graph, b, literals)}
+    for b in building:
+        for o in list(b.outputs):
+            if o in keep or o in read_outside:
+                continue
+            if len(b.outputs) == 1:
+                continue  # a kernel writes something (only happens for unread fetches)
+            b.outputs.remove(o)
+            storage[o] = "inline"
+            readers = [c for c in b.nodes if o in graph.nodes[c].inputs]
+            ident[o] = all(kind_of(graph, c) == "elementwise" and ident.get(c, False)
+                           and graph.nodes[c].shape == graph.nodes[o].shape for c in readers)
 
 
 def _base(alias: dict[int, int], j: int) -> int:
