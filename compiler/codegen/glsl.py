@@ -322,6 +322,8 @@ class Emitter:
         for k, v in node.attrs:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 expr = expr.replace("{" + k + "}", float_lit(v))
+        if "{" in expr:
+            raise AssertionError(f"{node.op} node %{n} lacks an attr its GLSL needs: {op.glsl}")
         return expr
 
     # layout ops: each maps this node's index to its input's, then reads the input there

@@ -194,8 +194,10 @@ def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
     add(f"    int tx = tid % {tx_count}, ty = tid / {tx_count};")
     add(f"    int n0 = int(gl_WorkGroupID.x) * {blk.tn}, m0 = int(gl_WorkGroupID.y) * {blk.tm};")
     add("    int bz = int(gl_WorkGroupID.z);")
+    # acc<i>_<j>: row i of this invocation's block, columns 4j..4j+3 (plain variables, so
+    # they stay in registers)
     for i in range(blk.rm):
-        add(f"    vec4 acc{i}[{gn}] = vec4[{gn}](" + ", ".join(["vec4(0.0)"] * gn) + ");")
+        add("    vec4 " + ", ".join(f"acc{i}_{j} = vec4(0.0)" for j in range(gn)) + ";")
 
     # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
     def operands(kvar: str):
@@ -223,13 +225,13 @@ def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
     add("        }")
     add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
     for g in range(gm):
-        add(f"            vec4 a{g} = As[kk][{_lane('ty', g, blk.tm // 4 // gm)}];")
+        add(f"            vec4 fa{g} = As[kk][{_lane('ty', g, blk.tm // 4 // gm)}];")
     for g in range(gn):
-        add(f"            vec4 b{g} = Bs[kk][{_lane('tx', g, blk.tn // 4 // gn)}];")
+        add(f"            vec4 fb{g} = Bs[kk][{_lane('tx', g, blk.tn // 4 // gn)}];")
     for i in range(blk.rm):
         g, c = divmod(i, 4)
         for j in range(gn):
-            add(f"            acc{i}[{j}] += a{g}.{'xyzw'[c]} * b{j};")
+            add(f"            acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
     add("        }")
     add("        barrier();")
     add("    }")
@@ -245,7 +247,7 @@ def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
             for c in range(4):
                 col = f"col{j} + {c}" if c else f"col{j}"
                 add(f"        if ({col} < {N}) epilogue((bz * {M} + row{i}) * {N} + {col}, "
-                    f"bz, row{i}, {col}, acc{i}[{j}].{'xyzw'[c]});")
+                    f"bz, row{i}, {col}, acc{i}_{j}.{'xyzw'[c]});")
         add("    }")
 
     extra = [f"shared vec4 As[{blk.bk}][{blk.tm // 4}];  // [k][m / 4]",
@@ -262,7 +264,7 @@ def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
 
 
 def _lane(var: str, group: int, stride: int) -> str:
-    return var if group == 0 else f"{var} + {group * stride}"
+    return var if group == 0 else f"({var} + {group * stride})"
 
 
 def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,

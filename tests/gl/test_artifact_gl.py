@@ -1,0 +1,132 @@
+"""The compiled artifact: written by the compiler, run by the runtime alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import dlc
+from dlc.compiler.artifact import emit, write_artifact
+
+pytestmark = pytest.mark.gl
+
+
+def digits(n: int):
+    d = np.load("samples/data/digits_train.npz")
+    return {"pixels": d["pixels"][:n].astype(np.float32),
+            "labels": d["labels"][:n].astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    model = dlc.compile("samples/mlp_digits.dl")
+    out = tmp_path_factory.mktemp("art") / "mlp.dlc"
+    write_artifact(model, out, train_loss="cost", optimizer=dlc.Adam(0.01), batch_size=32)
+    return model, out
+
+
+def test_folder_holds_manifest_shaders_and_params(artifact):
+    model, out = artifact
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["format"] == 1 and set(m["programs"]) == {"eval", "train"}
+    assert m["inputs"] == {"pixels": ["B", 64], "labels": ["B"]}
+    assert m["params"]["W1"] == [64, 64] and m["tensors"]["probs"] == ["B", 10]
+    assert m["train"]["optimizer"]["name"] == "adam" and m["train"]["loss"] == "cost"
+    for prog in m["programs"].values():
+        for k in prog["kernels"]:
+            text = (out / k["file"]).read_text()
+            assert text.startswith("#version 430") and f"// kernel {k['name']}" in text
+            assert k["slots"] and k["grid"] and k["ir"]
+    with np.load(out / "params.npz") as z:
+        assert set(z.files) == set(model.params)
+    with np.load(out / "state.npz") as z:
+        assert "W1$m" in z.files and "$t" in z.files
+
+
+def test_runner_matches_the_session(gl, artifact):
+    model, out = artifact
+    feeds = digits(70)
+    runner = dlc.load(out)
+    sess = dlc.Session(model, backend="numpy", seed=0)
+    got = runner.eval(["probs", "cost", "accuracy"], feeds)
+    want = sess.eval(["probs", "cost", "accuracy"], feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6)
+    # only the kernels a fetch needs: no labels needed for the prediction
+    pred = runner.eval("prediction", {"pixels": feeds["pixels"][:3]})
+    assert pred.shape == (3,)
+    # training: the same steps as a numpy session with the same optimizer and seed
+    lr = runner.train(feeds, batch_size=32, steps=5)
+    ln = sess.train(feeds, optimizer=dlc.Adam(0.01), batch_size=32, steps=5)
+    np.testing.assert_allclose(lr, ln, rtol=1e-4)
+    for name, v in sess.params.items():
+        np.testing.assert_allclose(runner.params[name], v, rtol=1e-4, atol=1e-5)
+    runner.close()
+
+
+def test_runner_save_load_and_wrong_optimizer(gl, artifact, tmp_path):
+    _, out = artifact
+    runner = dlc.load(out)
+    w = tmp_path / "w.npz"
+    runner.save(w)
+    before = runner.params
+    runner.train(digits(40), batch_size=20, steps=2)
+    runner.load(w)
+    for name, v in before.items():
+        np.testing.assert_array_equal(runner.params[name], v)
+    with pytest.raises(dlc.DlcError, match="compiled with the adam optimizer"):
+        runner.train(digits(10), optimizer=dlc.SGD(0.1))
+    with pytest.raises(KeyError, match="did you mean 'probs'"):
+        runner.eval("prob", digits(2))
+    runner.close()
+
+
+def test_the_runtime_imports_neither_the_compiler_nor_lark(gl, artifact):
+    _, out = artifact
+    code = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        import dlc.runtime.artifact
+        runner = dlc.runtime.artifact.load({str(out)!r})
+        d = np.load("samples/data/digits_test.npz")
+        feeds = {{"pixels": d["pixels"][:50].astype(np.float32),
+                  "labels": d["labels"][:50].astype(np.float32)}}
+        print(float(runner.eval("accuracy", feeds)))
+        runner.train(feeds, batch_size=25, steps=2)
+        bad = [m for m in sys.modules if m == "lark" or m.startswith("lark.")
+               or m.startswith("dlc.compiler")]
+        assert not bad, bad
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_rewriting_replaces_the_artifact(tmp_path):
+    model = dlc.compile("input x: [3]\ny = exp(x)\n")
+    out = tmp_path / "m.dlc"
+    write_artifact(model, out)
+    (out / "eval_k07_stale.glsl").write_text("left from an older compile")
+    write_artifact(model, out)
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".glsl") == ["eval_k00_exp.glsl"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        write_artifact(model, tmp_path / "other")
+
+
+@pytest.mark.parametrize("stage", ["kernels", "plan", "glsl"])
+def test_emit_stages(stage):
+    model = dlc.compile("samples/mlp_digits.dl")
+    text = emit(model, stage, train_loss="cost", optimizer=dlc.SGD(0.1))
+    assert "=== program eval" in text and "=== program train" in text
+    want = {"kernels": "kernel k01_matmul_add_relu (matmul)", "plan": "peak temporaries:",
+            "glsl": "#version 430"}[stage]
+    assert want in text

@@ -1,0 +1,125 @@
+"""Kernel templates and the executor on GL: matmul variants at awkward sizes, random fused
+graphs (with in-place updates) against the reference, 2D grids, and a broken shader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from random_graphs import random_graph
+
+from dlc.backends import NumpyBackend
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.pipeline import compile_program
+from dlc.compiler.reference import evaluate
+from dlc.runtime.executor import Executor, LeafStore, _groups
+
+pytestmark = pytest.mark.gl
+
+
+def matmul_graph(a_shape, b_shape, ta, tb, epilogue: bool):
+    b = GraphBuilder()
+    a, w = b.input("a", a_shape), b.input("w", b_shape)
+    y = b.add("matmul", [a, w], ta=ta, tb=tb)
+    if epilogue:
+        bias = b.input("bias", (b.shape(y)[-1],))
+        y = b.add("relu", [b.add("add", [y, bias])])
+    return b.build(), y
+
+
+@pytest.mark.parametrize("variant", ["tile16", "medium", "big"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
+    from dlc.gl_backend import GLBackend
+
+    rng = np.random.default_rng(0)
+    m, k, n = 131, 21, 67  # no multiple of any tile; k spans two and a half K-slabs
+    a_shape = (k, m) if ta else (m, k)
+    b_shape = (n, k) if tb else (k, n)
+    g, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue=True)
+    feeds = {"a": rng.normal(size=a_shape).astype(np.float32),
+             "w": rng.normal(size=b_shape).astype(np.float32),
+             "bias": rng.normal(size=n).astype(np.float32)}
+    backend = GLBackend({"matmul": variant})
+    (got,) = backend.run(g, [y], feeds, {})
+    want = evaluate(g, [y], feeds, {})[y]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    backend.close()
+
+
+@pytest.mark.parametrize("variant", ["tile16", "medium", "big"])
+def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
+    from dlc.gl_backend import GLBackend
+
+    rng = np.random.default_rng(1)
+    g, y = matmul_graph(("B", 9, 64), (64, 12), False, False, epilogue=False)
+    backend = GLBackend({"matmul": variant})
+    for batch in (3, 1):
+        feeds = {"a": rng.normal(size=(batch, 9, 64)).astype(np.float32),
+                 "w": rng.normal(size=(64, 12)).astype(np.float32)}
+        (got,) = backend.run(g, [y], feeds, {"B": batch})
+        np.testing.assert_allclose(got, feeds["a"] @ feeds["w"], rtol=1e-4, atol=1e-4)
+    backend.close()
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_fused_graphs_step_like_the_reference(backend, seed):
+    g, roots = random_graph(seed)
+    rng = np.random.default_rng(seed)
+    values = {"w": rng.normal(0, 0.5, (4, 3)).astype(np.float32),
+              "c": rng.normal(0, 0.5, 3).astype(np.float32)}
+    ref = NumpyBackend()
+    for name, v in values.items():
+        backend.set_leaf(name, v)
+        ref.set_leaf(name, v)
+    for batch in (5, 2):  # planned at 5; a smaller binding reuses the same program
+        feeds = {"x": rng.normal(size=(batch, 4)).astype(np.float32),
+                 "y": rng.normal(size=(batch, 3)).astype(np.float32),
+                 "s": rng.normal(size=4).astype(np.float32)}
+        got = backend.step(g, roots, feeds, {"B": batch})
+        want = ref.step(g, roots, feeds, {"B": batch})
+        for r, u, v in zip(roots, got, want):
+            np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-4, err_msg=f"%{r} seed {seed}")
+        for name in values:
+            np.testing.assert_allclose(backend.get_leaf(name), ref.get_leaf(name), rtol=1e-4,
+                                       atol=1e-4, err_msg=f"update of {name}")
+
+
+def test_group_counts_beyond_the_limit_become_a_2d_grid():
+    limit = (100, 100, 100)
+    assert _groups({"flat": [1000], "per_group": 10}, {}, limit) == (100, 1, 1)
+    x, y, z = _groups({"flat": [3, "B"], "per_group": 1}, {"B": 1001}, limit)
+    assert x <= 100 and y <= 100 and x * y >= 3003 and z == 1
+    assert _groups({"tiles": [[[67], 16], [[1, "B"], 16], [[1], 1]]}, {"B": 33}, limit) == (5, 3, 1)
+
+
+def test_kernels_cover_every_element_on_a_2d_grid(gl):
+    # A tiny limit forces the split the GPU needs past 65535 groups, on a small tensor.
+    b = GraphBuilder()
+    x = b.input("x", (1037,))
+    y = b.add("exp", [b.add("neg", [x])])
+    s = b.add("sum", [x], axes=(0,), keepdims=False)
+    prog = compile_program(b.build(), [y, s])
+    ex = Executor(prog.spec, prog.sources, LeafStore())
+    ex.limits = {**ex.limits, "max_work_group_count": (3, 65535, 65535)}
+    xs = np.linspace(-2, 2, 1037).astype(np.float32)
+    got_y, got_s = ex.run({"x": xs}, {}, [y, s])
+    assert any(launch.groups[1] > 1 for launch in ex._launches)
+    np.testing.assert_allclose(got_y, np.exp(-xs), rtol=1e-6)
+    np.testing.assert_allclose(got_s, xs.sum(), atol=1e-3)
+    ex.delete()
+
+
+def test_a_broken_shader_is_a_clear_internal_error(gl):
+    from dlc.runtime.program import ShaderError
+
+    b = GraphBuilder()
+    x = b.input("x", (5,))
+    y = b.add("sigmoid", [x])
+    prog = compile_program(b.build(), [y])
+    (file,) = prog.sources
+    broken = prog.sources[file].replace("dlc_sigmoid(n0)", "dlc_sigmoid(n0, )")
+    with pytest.raises(ShaderError) as info:
+        Executor(prog.spec, {file: broken}, LeafStore())
+    text = str(info.value)
+    assert "internal dlc error" in text and "k00_sigmoid" in text
+    assert "dlc_sigmoid(n0, )" in text  # the bad line is shown
