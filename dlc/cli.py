@@ -49,6 +49,7 @@ class Target:
     inits: dict[str, tuple] = field(default_factory=dict)
     model: Any = None  # the dlc.Model for a .dl file; None for an artifact
     runner: Any = None  # the artifact's Runner, made when opened
+    optimizer: str | None = None  # the optimizer an artifact's training step was compiled with
 
     @property
     def shapes(self) -> dict[str, tuple]:
@@ -117,27 +118,29 @@ def _open_source(path: str) -> Target:
 
 
 def _open_artifact(path: str) -> Target:
-    import inspect
-
     import dlc
 
     runner = dlc.load(path)
-    accepts_backend = "backend" in inspect.signature(dlc.load).parameters
 
     def open_session(backend: str | None, seed: int):
         if backend not in (None, "gl"):
-            if not accepts_backend:
-                raise UsageError(f"{path} is a compiled artifact: it runs on the gl backend only")
-            return dlc.load(path, backend=backend)
-        return runner
+            raise UsageError(f"{path} is a compiled artifact: it runs on the gl backend only "
+                             "(run the .dl model for --backend numpy)")
+        return runner if seed == runner.seed else dlc.load(path, seed=seed)
 
     def needed(names: Iterable[str]) -> set[str]:
         # Runners that know which inputs a fetch reads say so; else all inputs are needed.
         fn = getattr(runner, "needed_inputs", None)
         return set(fn(list(names))) if fn else set(runner.inputs)
 
-    return Target(path, dict(runner.inputs), dict(runner.params), dict(runner.tensors),
-                  list(runner.losses), open_session, needed, runner=runner)
+    # The loss the artifact was compiled to train comes first: it is the default.
+    train = runner.manifest.get("train") or {}
+    losses = sorted(runner.losses, key=lambda n: n != train.get("loss"))
+    shapes = getattr(runner, "params_shapes", None)  # the manifest's; `.params` holds values
+    params = dict(shapes) if shapes is not None else {n: v.shape for n, v in runner.params.items()}
+    return Target(path, dict(runner.inputs), params, dict(runner.tensors), losses,
+                  open_session, needed, runner=runner,
+                  optimizer=(train.get("optimizer") or {}).get("name"))
 
 
 def default_weights_path(model_path: str) -> str:
@@ -397,8 +400,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     loss = t.loss(args.loss)
     optimizer = None
     if t.model is not None or args.optimizer or args.lr is not None:
+        # An artifact trains with its compiled optimizer; only --lr may change (it is fed).
         from dlc import optimizers
-        optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=args.lr)
+        optimizer = optimizers.make(args.optimizer or t.optimizer or DEFAULT_OPTIMIZER, lr=args.lr)
     data = load_data(args.data, t.inputs, t.needed([loss]))
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
     val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])

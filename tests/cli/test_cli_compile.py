@@ -53,6 +53,7 @@ def test_train_with_named_loss(dlc_run, tmp_path):
 
 
 @needs_artifact
+@pytest.mark.gl  # opening the folder uploads its params
 def test_artifact_default_folder_and_model_folder_commands(dlc_run, models):
     p = dlc_run("compile", "quadratic.dl", cwd=models)
     assert p.returncode == 0, p.stderr
