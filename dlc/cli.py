@@ -385,6 +385,9 @@ def _write_atomic(path: str, payload: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -486,9 +489,10 @@ def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_los
              loss: str, save_path: str, args: argparse.Namespace, per_epoch: int) -> None:
     steps = len(log.rows)
     epochs = steps / per_epoch if per_epoch else 0
+    shown = f"{epochs:,.0f}" if epochs >= 100 else f"{epochs:.3g}"
     rate = progress.examples / elapsed if elapsed > 0 else 0.0
     verb = "trained" if args.outcome == "done" else f"{args.outcome}: trained"
-    print(f"{verb} {t.path} on {data.path}: {steps} steps ({epochs:.3g} epochs) in "
+    print(f"{verb} {t.path} on {data.path}: {steps:,} steps ({shown} epochs) in "
           f"{elapsed:.2f} s, {rate:,.0f} examples/s")
     if log.rows:
         print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} "
