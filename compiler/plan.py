@@ -69,11 +69,9 @@ class Plan:
         dims = self.ref_dims if dims is None else dims
         out = {"planned": 0, "no_reuse": 0, "input": 0, "param": 0, "state": 0, "const": 0}
         for slot in self.slots:
-            if slot.kind == "temp":
-                out["planned"] += self.slot_bytes(slot, dims)
-                out["no_reuse"] += 4 * sum(eval_size(s, dims) for s in slot.sizes)
-            else:
-                out[slot.kind] += self.slot_bytes(slot, dims)
+            out["planned" if slot.kind == "temp" else slot.kind] += self.slot_bytes(slot, dims)
+        g = self.fusion.graph
+        out["no_reuse"] = 4 * sum(eval_size(size_of(g.nodes[t].shape), dims) for t in self.live)
         return out
 
 

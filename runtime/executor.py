@@ -235,6 +235,16 @@ class Executor:
                 self.store.buffer(copy["target"]).copy_from(src, n)
         return out
 
+    def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
+        """Size the slots for `dims` and upload every input in `feeds` (benchmarks then call
+        `launch` repeatedly without moving data)."""
+        self.prepare(dims)
+        self._upload(feeds, set(feeds))
+
+    def launch(self, kernels: Sequence[int] | None = None) -> None:
+        """Dispatch `kernels` (default: all) on the data already in place; no sync."""
+        self._launch(range(len(self.kernels)) if kernels is None else kernels)
+
     def _upload(self, feeds: Mapping[str, np.ndarray], names: set[str]) -> None:
         for s, slot in enumerate(self.slots):
             if slot["kind"] != "input" or slot["name"] not in names:

@@ -70,6 +70,17 @@ def test_reuse_lowers_the_peak_of_a_training_step():
     assert "s0   input pixels" in text
 
 
+def test_a_deep_chain_needs_two_slots():
+    lines = ["input x: [B, 16]"] + [f"param W{k}: [16, 16]\nh{k} = relu({'x' if k == 0 else f'h{k - 1}'}"
+                                    f" @ W{k})" for k in range(6)]
+    g = compile_source("\n".join(lines) + "\n", "deep.dl")
+    p = plan(fuse(g, [g.names["h5"]]), {"B": 10})
+    check_plan(p)
+    peak = p.peak_bytes()
+    assert peak["no_reuse"] == 6 * 4 * 160
+    assert peak["planned"] == 2 * 4 * 160  # activations ping-pong between two slots
+
+
 def test_slot_sizes_follow_the_binding():
     g = compile_source("input x: [B, 3]\ny = relu(x) * 2\nz = sum(y, axis=1)\n", "t.dl")
     p = plan(fuse(g, [g.names["z"]]), {"B": 4})
