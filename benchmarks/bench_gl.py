@@ -197,14 +197,18 @@ def bench_matmul(m: int, reps: int, torch, skip) -> list[dict]:
     a = rng.normal(size=(m, m)).astype(np.float32)
     b = rng.normal(size=(m, m)).astype(np.float32)
     source = f"input a: [{m}, {m}]\ninput b: [{m}, {m}]\ny = a @ b\n"
-    ref = None
+    if m <= 1024:
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+    elif torch is not None and torch.cuda.is_available():
+        ref = (torch.from_numpy(a).cuda().double() @ torch.from_numpy(b).cuda().double()).cpu()
+        ref = ref.numpy()
+    else:
+        ref = None
     for variant in (None, "medium"):
         prog, ex = gl_program(source, {"matmul": variant} if variant else None)
         ex.upload({"a": a, "b": b}, {})
         ms = gl_gpu_ms(ex.launch, reps)
         y = ex.run({"a": a, "b": b}, {}, [prog.spec["roots"][0]])[0]
-        if ref is None:
-            ref = a.astype(np.float64) @ b.astype(np.float64) if m <= 1024 else None
         err = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref))) if ref is not None else None
         how = prog.kernels[0].source.split("\n")[1].split("], ")[-1]
         rows.append({"row": "matmul", "impl": f"dlc GL ({how})", "ms": ms,
@@ -385,23 +389,46 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPUs", flush=True)
     rows: list[dict] = []
     storage: list[dict] = []
-    if "chain" not in skip:
-        rows += bench_chain(n, reps, torch, skip)
-        print(table([r for r in rows if r["row"] in ("chain", "copy")],
-                    ["row", "impl", "ms", "GB/s", "kernels"]), flush=True)
-    if "matmul" not in skip:
-        mrows = bench_matmul(mm, reps, torch, skip)
-        rows += mrows
-        print(table(mrows, ["row", "impl", "ms", "TFLOP/s", "rel_err"]), flush=True)
-    if "mlp" not in skip:
-        mlp_rows, storage = bench_mlp(batch, reps, torch, skip)
-        storage += deep_storage(batch)
-        rows += mlp_rows
-        print(table(mlp_rows, ["row", "impl", "ms", "kernels"]), flush=True)
+    failed: list[str] = []
+
+    def section(name: str, fn) -> None:
+        # One section failing (a driver refusing a shader, say) must not lose the others.
+        if name in skip:
+            return
+        try:
+            fn()
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+            failed.append(name)
+
+    def chain() -> None:
+        got = bench_chain(n, reps, torch, skip)
+        rows.extend(got)
+        print(table(got, ["row", "impl", "ms", "GB/s", "kernels", "max_abs_err"]), flush=True)
+
+    def matmul() -> None:
+        got = bench_matmul(mm, reps, torch, skip)
+        rows.extend(got)
+        print(table(got, ["row", "impl", "ms", "TFLOP/s", "rel_err"]), flush=True)
+
+    def mlp() -> None:
+        got, store = bench_mlp(batch, reps, torch, skip)
+        rows.extend(got)
+        storage.extend(store + deep_storage(batch))
+        print(table(got, ["row", "impl", "ms", "kernels"]), flush=True)
         print(table(storage, ["what", "MiB"]), flush=True)
+
+    section("chain", chain)
+    section("matmul", matmul)
+    section("mlp", mlp)
+    if failed:
+        print("failed sections:", ", ".join(failed))
     for note in sorted(TIMER_NOTES):
         print("note:", note)
-    result = {"machine": head, "rows": rows, "storage": storage, "notes": sorted(TIMER_NOTES)}
+    result = {"machine": head, "rows": rows, "storage": storage, "notes": sorted(TIMER_NOTES),
+              "failed": failed}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
@@ -410,7 +437,7 @@ def main(argv=None) -> int:
             f.write(f"GL renderer: {ctx.renderer} ({ctx.version}); PyTorch: {torch_device}\n\n")
             f.write(table(rows, ["row", "impl", "ms", "GB/s", "TFLOP/s", "kernels"]) + "\n\n")
             f.write(table(storage, ["what", "MiB"]) + "\n")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
