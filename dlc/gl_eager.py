@@ -1,0 +1,103 @@
+"""Eager kernels on the GPU: one `dlc.ops.Kernel` compiled to GLSL once, run over arrays' buffers.
+
+The GL compiler (`dlc.compiler.pipeline.compile_program`) turns the op's small graph into a
+program spec; this module launches it with the argument arrays' own buffers bound to its
+input slots (no upload), and hands the buffer the result was written to over to the new array
+(no download). Scratch buffers of multi-kernel ops (softmax, ...) are kept per compiled op and
+reused by later calls; the GPU runs commands in order, so reuse is safe without waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlc.runtime.context import get_context
+from dlc.runtime.program import Program, get_program
+from dlc.runtime.storage import Buffer
+
+
+@dataclass
+class _Compiled:
+    """One eager op's program: its launches, and the buffers it keeps between calls."""
+
+    kernels: list[tuple[Program, tuple[int, ...], tuple[int, int, int]]]  # program, slots, groups
+    slots: list[dict]
+    input_slot: dict[str, int]      # input name -> slot
+    out_slot: int
+    out_count: int
+    scratch: dict[int, Buffer] = field(default_factory=dict)  # temp slots but the output's
+    consts: dict[int, Buffer] = field(default_factory=dict)
+
+
+_programs: dict[int, _Compiled] = {}  # id(Kernel) -> compiled; Kernels live in dlc.ops' cache
+
+
+def run(kernel: Any, handles: list[Buffer]) -> Buffer:
+    """Run eager `kernel` over input buffers `handles` (in `kernel.arg_names` order); the
+    result is a new buffer the caller owns."""
+    compiled = _programs.get(id(kernel))
+    if compiled is None:
+        compiled = _programs[id(kernel)] = _compile(kernel)
+    buffers: dict[int, Buffer] = {**compiled.scratch, **compiled.consts}
+    for name, handle in zip(kernel.arg_names, handles):
+        if name in compiled.input_slot:
+            buffers[compiled.input_slot[name]] = handle
+    out_kind = compiled.slots[compiled.out_slot]["kind"]
+    out = Buffer(4 * compiled.out_count)
+    if out_kind == "temp":
+        buffers[compiled.out_slot] = out
+    for program, slots, groups in compiled.kernels:
+        program.dispatch(groups, [buffers[s] for s in slots])
+    if out_kind != "temp":  # the result is an input's or a constant's storage (a reshape): copy
+        out.copy_from(buffers[compiled.out_slot], 4 * compiled.out_count)
+    return out
+
+
+def _compile(kernel: Any) -> _Compiled:
+    from dlc.compiler.pipeline import compile_program
+
+    program = compile_program(kernel.graph, [kernel.out], name=f"eager_{kernel.name}", ref_dims={})
+    spec, sources = program.spec, program.sources
+    slots = spec["slots"]
+    max_count = get_context().limits["max_work_group_count"]
+    launches = []
+    for k in spec["kernels"]:
+        if k["uniforms"]:
+            raise AssertionError(f"eager kernel {k['name']} has symbolic dims {k['uniforms']}")
+        launches.append((get_program(sources[k["file"]], k["name"]), tuple(k["slots"]),
+                         _groups(k["grid"], max_count)))
+    out_slot = spec["tensors"][str(kernel.out)]["slot"]
+    compiled = _Compiled(launches, slots, {s["name"]: i for i, s in enumerate(slots) if s["kind"] == "input"},
+                         out_slot, math.prod(kernel.shape))
+    for i, s in enumerate(slots):
+        if s["kind"] == "const":
+            compiled.consts[i] = Buffer.from_array(np.asarray(s["values"], np.float32))
+        elif s["kind"] == "temp" and i != out_slot:
+            compiled.scratch[i] = Buffer(4 * max(_size(z) for z in s["sizes"]))
+    return compiled
+
+
+def _size(size: list) -> int:
+    if len(size) > 1:
+        raise AssertionError(f"eager kernels have concrete shapes, got size {size}")
+    return int(size[0])
+
+
+def _groups(grid: dict, max_count: list[int]) -> tuple[int, int, int]:
+    """Work groups for a kernel's grid (concrete sizes; see runtime/executor.py)."""
+    if "tiles" in grid:
+        return tuple(-(-_size(size) // tile) for size, tile in grid["tiles"])  # type: ignore[return-value]
+    total = -(-_size(grid["flat"]) // grid["per_group"])
+    if total <= max_count[0]:
+        return (max(total, 1), 1, 1)
+    gy = -(-total // max_count[0])
+    return (-(-total // gy), gy, 1)
+
+
+def compiled_programs() -> int:
+    """How many eager ops have a GL program (for tests)."""
+    return len(_programs)
