@@ -8,9 +8,11 @@ output is read back and checked for NaN, and the first NaN raises `NaNFound` nam
 and the `.dl` line (or, for eager ops, the Python line) it came from. `summary()` is a table
 of time per op; it is also printed on stderr when the process exits.
 
-Covered: eager ops (`dlc.ops`, Array methods) on both devices; Session eval / gradients /
-train on the numpy backend (each IR node is one kernel there). Debug mode is slow: every
-kernel waits for the GPU and is read back.
+Covered: eager ops (`dlc.ops`, Array methods) on both devices, one record per op; Session
+eval / gradients / train on the numpy backend (each IR node is one kernel there) and on the GL
+backend (each fused GLSL kernel; a NaN in its output is traced to the first of its IR nodes
+that makes one, by re-running the kernel's nodes in NumPy on its inputs read back). Debug mode
+is slow: every kernel waits for the GPU and is read back.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ _records: list[Record] = []
 _summarized = True  # nothing new to print at exit
 _atexit_registered = False
 _saved_evaluate: Any = None
+_saved_program: Any = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ def enable() -> None:
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)
     _patch_numpy_backend(True)
+    _patch_gl_backend(True)
     if not _atexit_registered:
         atexit.register(_print_at_exit)
         _atexit_registered = True
@@ -91,6 +95,7 @@ def disable() -> None:
     global _enabled
     _enabled = False
     _patch_numpy_backend(False)
+    _patch_gl_backend(False)
 
 
 def enabled() -> bool:
@@ -235,6 +240,122 @@ def _patch_numpy_backend(on: bool) -> None:
     elif not on and _saved_evaluate is not None:
         backends.evaluate = _saved_evaluate
         _saved_evaluate = None
+
+
+# -- the GL backend: one fused kernel at a time --------------------------------------------
+
+class GLHook:
+    """The executor's per-launch hook (runtime/executor.py): a GL timer query around each
+    launch, then its outputs read back and checked for NaN."""
+
+    def __init__(self, graph: Any = None, fusion: Any = None, executor: Any = None):
+        self.graph, self.fusion, self.executor = graph, fusion, executor
+        self._timer: Any = None
+
+    def before(self, name: str) -> None:
+        from dlc.runtime.sync import TimerQuery
+
+        if self._timer is None:
+            self._timer = TimerQuery()
+        self._timer.begin()
+
+    def __call__(self, name: str, outputs: list[dict]) -> None:
+        ms = 0.0
+        if self._timer is not None:
+            self._timer.end()
+            ms = self._timer.elapsed_ms()
+        first = outputs[0] if outputs else {}
+        loc = self._loc(first.get("tensor"), first.get("locs"))
+        record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl")
+        for out in outputs:
+            values = out["buffer"].download(out["count"])
+            if np.isnan(values).any():
+                self._raise(name, out)
+
+    def _loc(self, tensor: int | None, locs: list | None) -> Loc | None:
+        if self.graph is not None and tensor is not None:
+            return self.graph.nodes[tensor].loc
+        found = [x for x in locs or () if x]
+        return Loc(*found[-1]) if found else None
+
+    def _raise(self, name: str, out: dict) -> None:
+        """Name the first node of the kernel whose value is NaN (found on the CPU), else the
+        kernel's output."""
+        culprit = None
+        try:
+            culprit = self._first_nan_node(name)
+        except Exception:  # tracing is best effort: the kernel's output is still named
+            culprit = None
+        if culprit is not None:
+            n = self.graph.nodes[culprit]
+            label = self.graph.label(culprit)
+            raise NaNFound(n.op, n.loc, f" (node '{label}', in kernel {name})")
+        label = out.get("label", "?")
+        raise NaNFound(f"kernel {name}", self._loc(out.get("tensor"), out.get("locs")), f" (writing '{label}')")
+
+    def _first_nan_node(self, name: str) -> int | None:
+        from dlc.compiler import registry
+        from dlc.runtime.executor import bind_shape
+
+        ex, g = self.executor, self.graph
+        if ex is None or g is None or self.fusion is None:
+            return None
+        index = next(i for i, k in enumerate(ex.kernels) if k["name"] == name)
+        kernel = self.fusion.kernels[index]
+        dims = dict(ex._dims or ())
+        values: dict[int, np.ndarray] = {}
+        for t in kernel.inputs:
+            info = ex.tensors[t]
+            shape = bind_shape(info["shape"], dims)
+            values[t] = ex.slot_buffer(info["slot"]).download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+            if np.isnan(values[t]).any():
+                return None  # NaN came in: an earlier kernel's output, not this one's doing
+
+        def value(i: int) -> np.ndarray:
+            if i not in values:
+                n = g.nodes[i]
+                args = [value(j) for j in n.inputs]
+                values[i] = np.asarray(registry.get(n.op).ref(args, dict(n.attrs), dims), np.float32)
+            return values[i]
+
+        with np.errstate(all="ignore"):
+            for i in kernel.nodes:
+                if np.isnan(value(i)).any():
+                    return i
+        return None
+
+
+def gl_hook(graph: Any = None, fusion: Any = None, executor: Any = None) -> GLHook | None:
+    """The hook a GL executor should run with now: a GLHook in debug mode, else None."""
+    return GLHook(graph, fusion, executor) if _enabled else None
+
+
+def _patch_gl_backend(on: bool) -> None:
+    """Give every GL Session program a GLHook while debugging.
+
+    GLBackend (not ours) passes its `hook` attribute to each executor when a program is
+    fetched; wrapping `GLBackend.program` sets ours there. A `dlc.debug.gl_hook(...)` call in
+    GLBackend.program would make this explicit."""
+    global _saved_program
+    try:
+        from dlc.gl_backend import GLBackend
+    except ImportError:
+        return
+    if on and _saved_program is None:
+        original = _saved_program = GLBackend.program
+
+        def program(self, graph, roots, training, dims):
+            compiled, executor = original(self, graph, roots, training, dims)
+            if _enabled and self.hook is None:
+                hook = getattr(executor, "_dlc_debug_hook", None)
+                if hook is None:
+                    hook = executor._dlc_debug_hook = GLHook(graph, compiled.fusion, executor)
+                executor.hook = hook
+            return compiled, executor
+        GLBackend.program = program
+    elif not on and _saved_program is not None:
+        GLBackend.program = _saved_program
+        _saved_program = None
 
 
 if _enabled:
