@@ -26,9 +26,11 @@ class FrontEnd:
     def __init__(self) -> None:
         self.b = GraphBuilder()
         self.dims: dict[str, Loc] = {}
+        self.later: dict[str, Loc] = {}
 
     # -- statements ----------------------------------------------------------
     def run(self, stmts: list[Stmt]) -> Graph:
+        self.later = {s.name: s.loc for s in reversed(stmts)}  # to say "defined later"
         for s in stmts:
             getattr(self, "stmt_" + s.kind)(s)
         return self.b.build()
@@ -111,7 +113,7 @@ class FrontEnd:
         params = INITIALIZERS[e.func]
         values = dict(params)
         if len(e.args) > len(params):
-            raise CompileError(f"{e.func} takes at most {len(params)} arguments", e.loc)
+            raise CompileError(f"{e.func} takes at most {len(params)} arguments", e.args[len(params)].loc)
         for (key, _), a in zip(params, e.args):
             values[key] = self.number(a, f"argument '{key}' of {e.func}")
         for key, a, loc in e.kwargs:
@@ -134,9 +136,9 @@ class FrontEnd:
             if not e.items:
                 raise CompileError("an empty list is not a tensor", e.loc)
             parts = [self.literal(i) for i in e.items]
-            shapes = {p[1] for p in parts}
-            if len(shapes) > 1:
-                raise CompileError("a literal's rows must all have the same shape", e.loc)
+            for item, (_, shape) in zip(e.items, parts):
+                if shape != parts[0][1]:
+                    raise CompileError("a literal's rows must all have the same shape", item.loc)
             return [p[0] for p in parts], (len(parts), *parts[0][1])
         return self.number(e, "a literal's element"), ()
 
@@ -150,6 +152,9 @@ class FrontEnd:
                 return b.names[e.name]
             if e.name in FUNCTIONS:
                 raise CompileError(f"'{e.name}' is a function: call it as {e.name}(...)", e.loc)
+            if e.name in self.later:
+                raise CompileError(f"'{e.name}' is used before its definition at line "
+                                   f"{self.later[e.name].line}", e.loc)
             raise CompileError(f"unknown name '{e.name}'{did_you_mean(e.name, b.names)}", e.loc)
         if isinstance(e, Neg):
             if isinstance(e.operand, Num):
@@ -173,8 +178,9 @@ class FrontEnd:
     def call_function(self, fn: Function, args: list[Expr], kwargs, loc: Loc) -> int:
         params = fn.params
         if len(args) > len(params):
-            raise CompileError(f"{fn.name} takes at most {len(params)} arguments, got {len(args)}",
-                               args[len(params)].loc)
+            n = len(params)
+            raise CompileError(f"{fn.name} takes at most {n} argument{'s' if n != 1 else ''}, "
+                               f"got {len(args)}", args[n].loc)
         bound: dict[str, Expr] = {p.name: a for p, a in zip(params, args)}
         names = [p.name for p in params]
         for key, value, kloc in kwargs:

@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
 
 from dlc.errors import CompileError, Loc
@@ -75,6 +75,7 @@ class Stmt:
 
 # -- lark ------------------------------------------------------------------------
 
+F32_MAX = 3.4028234663852886e38
 BRACKETS_OPEN = {"LPAR", "LSQB"}
 BRACKETS_CLOSE = {"RPAR", "RSQB"}
 
@@ -148,7 +149,10 @@ class _ToAst(Transformer):
     # expressions
     def number(self, items):
         (t,) = items
-        return Num(self._loc(t), float(t), str(t))
+        value = float(t)
+        if abs(value) > F32_MAX:
+            raise CompileError(f"number {t} is beyond float32's range (about 3.4e38)", self._loc(t))
+        return Num(self._loc(t), value, str(t))
 
     def name(self, items):
         (t,) = items
@@ -158,14 +162,9 @@ class _ToAst(Transformer):
         (t,) = items
         return Str(self._loc(t), str(t)[1:-1])
 
-    def list(self, items):
-        return ListExpr(self._loc_of_first(items), tuple(i for i in items if i is not None))
-
-    def _loc_of_first(self, items):
-        for i in items:
-            if i is not None:
-                return i.loc
-        return Loc(self.file, 0, 0)
+    @v_args(meta=True)
+    def list(self, meta, items):
+        return ListExpr(self._tree_loc(meta), tuple(i for i in items if i is not None))
 
     def call(self, items):
         fname, *args = items
@@ -244,6 +243,7 @@ def _syntax_error(e: UnexpectedInput, file: str, lines: list[str]) -> CompileErr
         tok = e.token
         what = ("end of line" if tok.type == "_NL" else "end of file" if tok.type == "$END"
                 else f"'{tok}'")
-        exp = _expected(e.expected)
+        exp = _expected(set(getattr(e, "accepts", None) or e.expected) - {"_NL"}
+                        if tok.type != "_NL" else getattr(e, "accepts", None) or e.expected)
         return CompileError(f"syntax error: unexpected {what}" + (f", {exp}" if exp else ""), loc)
     return CompileError("syntax error: unexpected end of input", loc)

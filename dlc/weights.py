@@ -18,6 +18,9 @@ def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; weights are ordinary files
         os.replace(tmp, path)  # a reader never sees a half-written file
     except BaseException:
         if os.path.exists(tmp):

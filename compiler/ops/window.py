@@ -58,7 +58,7 @@ def conv2d_shape(ins, attrs):
         raise ShapeError(f"conv2d takes x [B, H, W, Cin] and w [kh, kw, Cin, Cout], got "
                          f"[{', '.join(map(str, x))}] and [{', '.join(map(str, w))}]")
     if x[3] != w[2]:
-        raise ShapeError(f"conv2d input has {x[3]} channels but the filter expects {w[2]}")
+        raise ShapeError(f"conv2d input has Cin = {x[3]} channels but the filter expects Cin = {w[2]}")
     oh, ow, _, _ = window_geometry(x, w[:2], attrs)
     return (x[0], oh, ow, w[3])
 
