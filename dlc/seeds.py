@@ -194,7 +194,7 @@ def seeds_style(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def dispatch(self, *args, **kwargs):
-        first = args[0] if args else next(iter(kwargs.values()), None)
+        first = args[0] if args else kwargs.get("cost", kwargs.get("fetch", kwargs.get("feeds")))
         if isinstance(first, Tensor) or (isinstance(first, (list, tuple)) and first
                                          and all(isinstance(t, Tensor) for t in first)):
             return seeds(self, *args, **kwargs)

@@ -92,3 +92,21 @@ def test_nan_inside_a_fused_kernel_is_traced_to_its_op(backend, debugging):
     with pytest.raises(debug.NaNFound) as e:
         sess.eval("out", {"x": np.array([3.0, 1.0], np.float32)})
     assert e.value.op == "sqrt" and e.value.loc.line == 3 and e.value.loc.column == 11
+
+
+def test_env_switch_and_summary_at_exit(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text("import dlc\nx = dlc.array([1.0, 4.0])\nprint((x.sqrt() * 2).sum().item())\n")
+    env = {**os.environ, "DLC_DEBUG": "1", "DLC_BACKEND": "numpy"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "6.0"
+    assert "dlc debug: sqrt" in proc.stderr and "kernel profile" in proc.stderr and "total ms" in proc.stderr
+    script.write_text("import dlc\nx = dlc.array([1.0, -4.0])\ny = x.sqrt()\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode != 0
+    assert f"NaN in the output of sqrt at {script}:3" in proc.stderr and "y = x.sqrt()" in proc.stderr
