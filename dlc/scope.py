@@ -2,8 +2,8 @@
 
     with dlc.tidy() as scope:          # a context manager ...
         y = scope.returns(f(x))        # ... y survives and moves to the enclosing scope
-    @dlc.tidy                          # ... or a decorator: what the function returns
-    def step(x): return (x * 2).relu() # survives and moves to the enclosing scope
+    @dlc.tidy                          # ... or a decorator (async functions too): what the
+    def step(x): return (x * 2).relu() # function returns survives, in the enclosing scope
 
 Every array made while a scope is open is tracked by the innermost one and disposed when it
 closes, unless it is returned (it then belongs to the enclosing scope, or to nobody at the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -98,6 +99,15 @@ class Scope:
 
 
 def _wrap(fn: F, name: str | None) -> F:
+    if inspect.iscoroutinefunction(fn):  # the scope spans the awaits of one call
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            with Scope(name or getattr(fn, "__name__", None)) as scope:
+                result = await fn(*args, **kwargs)
+                scope.returns(result)
+                return result
+        return run_async  # type: ignore[return-value]
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         with Scope(name or getattr(fn, "__name__", None)) as scope:

@@ -114,3 +114,20 @@ def test_thousand_iterations_leave_no_gpu_buffers(gl):
     del made, y, z
     dlc.memory()
     assert live_buffers() == start
+
+
+def test_tidy_decorates_coroutines(backend):
+    import asyncio
+
+    made = []
+
+    @dlc.tidy
+    async def step(x):
+        t = x * 2
+        made.append(t)
+        values = await t.data()  # the scope stays open across the await
+        return t + float(values.sum())
+
+    x = dlc.array([1.0, 2.0])
+    out = asyncio.run(step(x))
+    assert made[0].is_disposed and out.numpy().tolist() == [8.0, 10.0]
