@@ -33,6 +33,44 @@ SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 _uniforms_set: dict[int, tuple] = {}
 
 
+# Copies between buffers run as a compute shader: on the lent H200, glCopyBufferSubData moved
+# 80 GB/s where a one-op kernel moved 4 TB/s (BENCHMARKS.md).
+_COPY_SOURCE = """#version 430
+// dlc runtime: copy n floats (n4 vec4s first, then the rest one by one)
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) restrict readonly buffer S { vec4 v[]; } src4;
+layout(std430, binding = 1) restrict writeonly buffer D { vec4 v[]; } dst4;
+layout(std430, binding = 0) restrict readonly buffer S1 { float v[]; } src;
+layout(std430, binding = 1) restrict writeonly buffer D1 { float v[]; } dst;
+uniform int n;
+void main() {
+    int i = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256
+            + int(gl_LocalInvocationID.x);
+    int n4 = n / 4;
+    if (i < n4) dst4.v[i] = src4.v[i];
+    else if (i - n4 < n % 4) dst.v[4 * n4 + i - n4] = src.v[4 * n4 + i - n4];
+}
+"""
+
+
+def gpu_copy(dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
+    """Copy `nbytes` (default all of `src`) from the start of `src` to the start of `dst`."""
+    n = (src.nbytes if nbytes is None else nbytes) // 4
+    if n == 0:
+        return
+    prog = get_program(_COPY_SOURCE, "dlc_copy")
+    loc = prog.uniform_location("n")
+    fast.program_uniform1i(prog.handle, loc, n)
+    _uniforms_set.pop(prog.handle, None)
+    limit = get_context().limits["max_work_group_count"]
+    groups = _groups({"flat": [n // 4 + 3], "per_group": 256}, {}, limit)
+    fast.use_program(prog.handle)
+    fast.bind_buffer_base(0, src.handle)
+    fast.bind_buffer_base(1, dst.handle)
+    fast.dispatch(*groups)
+    fast.memory_barrier(BARRIER_BITS)
+
+
 def eval_size(size: Sequence, dims: Mapping[str, int]) -> int:
     """A size written as [int, dim names...]: their product under `dims`."""
     out = int(size[0])
@@ -95,7 +133,7 @@ class LeafStore:
                 if copy is not None:
                     copy.delete()
                 copy = ring[name] = Buffer(buf.nbytes)
-            copy.copy_from(buf)
+            gpu_copy(copy, buf)
         self._ring_gen[slot] = self._taken
         return (slot, self._taken)
 
@@ -105,7 +143,7 @@ class LeafStore:
             raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
         for name, copy in self._ring[slot].items():
             if name in self.buffers:
-                self.buffers[name].copy_from(copy)
+                gpu_copy(self.buffers[name], copy)
 
     def delete(self) -> None:
         for buf in self.buffers.values():
@@ -232,7 +270,7 @@ class Executor:
                 t = copy["tensor"]
                 src = self.slot_buffer(self.tensors[t]["slot"])
                 n = 4 * math.prod(bind_shape(self.tensors[t]["shape"], dims))
-                self.store.buffer(copy["target"]).copy_from(src, n)
+                gpu_copy(self.store.buffer(copy["target"]), src, n)
         return out
 
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:

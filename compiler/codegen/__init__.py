@@ -31,11 +31,13 @@ def render_kernel(plan: Plan, index: int, dims: Mapping[str, int],
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims)
     if kernel.kind == "elementwise":
-        return kernels_elementwise.render(ctx, allow_vec4=options.get("vec4", True))
+        return kernels_elementwise.render(ctx, allow_vec4=options.get("vec4", True),
+                                          local=options.get("elementwise_local", 256))
     if kernel.kind == "reduce":
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
-        return kernels_matmul.render(ctx, options.get("matmul"))
+        return kernels_matmul.render(ctx, options.get("matmul"), options.get("blocking"),
+                                     options.get("prefetch", True))
     if kernel.kind == "window":
         return kernels_window.render(ctx)
     raise AssertionError(f"no template for {kernel.kind} kernels")

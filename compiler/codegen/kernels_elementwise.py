@@ -10,17 +10,17 @@ from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizabl
 LANES = "xyzw"
 
 
-def render(ctx: Context, allow_vec4: bool = True) -> KernelSource:
+def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelSource:
     size = size_of(ctx.kernel.shape)
     if allow_vec4 and size[0] % 4 == 0:
         try:
-            return _render_vec4(Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index))
+            return _render_vec4(Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index), local)
         except NotVectorizable:
             pass
-    return _render_scalar(ctx)
+    return _render_scalar(ctx, local)
 
 
-def _render_scalar(ctx: Context) -> KernelSource:
+def _render_scalar(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     k = ctx.kernel
     em = Emitter(ctx)
     n = ctx.numel(k.shape)
@@ -33,7 +33,7 @@ def _render_scalar(ctx: Context) -> KernelSource:
                          (LOCAL, 1, 1))
 
 
-def _render_vec4(ctx: Context) -> KernelSource:
+def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     k = ctx.kernel
     size = size_of(k.shape)
     quarter = (size[0] // 4, *size[1:])

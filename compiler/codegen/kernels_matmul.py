@@ -82,11 +82,15 @@ def choose(ctx: Context, forced: str | None = None) -> str:
     return "tile16"
 
 
-def render(ctx: Context, variant: str | None = None) -> KernelSource:
+def render(ctx: Context, variant: str | None = None, blocking=None,
+           prefetch: bool = True) -> KernelSource:
+    """`variant` forces a template; `blocking` (tm, tn, bk, rm, rn) a blocked shape."""
+    if blocking is not None:
+        return _render_blocked(ctx, Blocking(*blocking), prefetch)
     which = choose(ctx, variant)
     if which == "tile16":
         return _render_tile16(ctx)
-    return _render_blocked(ctx, BIG if which == "big" else MEDIUM)
+    return _render_blocked(ctx, BIG if which == "big" else MEDIUM, prefetch)
 
 
 def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
@@ -181,7 +185,7 @@ def _render_tile16(ctx: Context) -> KernelSource:
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
 
 
-def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
+def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> KernelSource:
     geo, d, funcs = _common(ctx)
     M, N, K = d["M"], d["N"], d["K"]
     T = blk.threads
@@ -214,15 +218,19 @@ def _render_blocked(ctx: Context, blk: Blocking) -> KernelSource:
     for r in regs:
         add(f"    vec4 {r};")
     add("    int k0 = 0;")
-    body.extend("    " + x for x in fetch)
+    if prefetch:
+        body.extend("    " + x for x in fetch)
     add(f"    for (; k0 < {K}; k0 += {blk.bk}) {{")
+    if not prefetch:
+        body.extend("        " + x for x in fetch)
     body.extend("        " + x for x in stash)
     add("        memoryBarrierShared();")
     add("        barrier();")
-    add(f"        int k1 = k0 + {blk.bk};")
-    add(f"        if (k1 < {K}) {{  // fetch the next slab while this one is multiplied")
-    body.extend("            " + x for x in fetch_next)
-    add("        }")
+    if prefetch:
+        add(f"        int k1 = k0 + {blk.bk};")
+        add(f"        if (k1 < {K}) {{  // fetch the next slab while this one is multiplied")
+        body.extend("            " + x for x in fetch_next)
+        add("        }")
     add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
     for g in range(gm):
         add(f"            vec4 fa{g} = As[kk][{_lane('ty', g, blk.tm // 4 // gm)}];")
@@ -270,8 +278,13 @@ def _lane(var: str, group: int, stride: int) -> str:
 def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
              contiguous_p: bool, addr, p0: str, kvar: str):
     """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
-    memory as `[k][p / 4]` vec4s (p: the row of A, the column of B). `contiguous_p`: memory
-    runs along p, so each invocation fetches 4 neighbouring p; otherwise 4 neighbouring k.
+    memory as `[k][p / 4]` vec4s (p: the row of A, the column of B).
+
+    When memory runs along p (`contiguous_p`: A transposed, B not), an invocation fetches 4
+    neighbouring p at one k and stores them as they are. Otherwise memory runs along k: an
+    invocation fetches a 4 x 4 block (4 p, each 4 neighbouring k) and transposes it in
+    registers, so that every shared-memory store is a whole vec4 (storing into a vec4
+    component chosen at run time compiles to a chain of branches on NVIDIA).
     Returns (index declarations, fetch lines, stash lines, registers)."""
     K = d["K"]
     buf = d[which]
@@ -282,42 +295,48 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
     fetch: list[str] = []
     stash: list[str] = []
     regs: list[str] = []
-    per_row = (tp // 4) if contiguous_p else (blk.bk // 4)
-    count = tp * blk.bk // 4
+    # elements one invocation fetches: 4 (contiguous) or 16 (a block to transpose)
+    per = 4 if contiguous_p else 16
+    count = tp * blk.bk // per  # invocations needed
     loads = max(1, count // T)
     assert count % T == 0 or count < T, (tp, blk.bk, T)
     # vec4 loads need the contiguous axis to be a multiple of 4 (then every offset is too).
     contiguous_size = P if contiguous_p else K
     vec_ok = contiguous_size.isdigit() and int(contiguous_size) % 4 == 0
     for j in range(loads):
-        reg, kk, pp = f"r{low}{j}", f"{low}k{j}", f"{low}p{j}"
-        regs.append(reg)
         lid = "tid" if j == 0 else f"(tid + {j * T})"
-        if contiguous_p:
-            decls.append(f"int {kk} = {lid} / {per_row}, {pp} = ({lid} % {per_row}) * 4;")
-        else:
-            decls.append(f"int {pp} = {lid} / {per_row}, {kk} = ({lid} % {per_row}) * 4;")
-        gk, gp = f"({kvar} + {kk})", f"({p0} + {pp})"
-        if contiguous_p:
-            inb = f"{gk} < {K} && {gp} + 3 < {P}"
-            comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {buf}.v[{addr(f'{gp} + {c}', gk)}] : 0.0"
-                     for c in range(4)]
-        else:
-            inb = f"{gp} < {P} && {gk} + 3 < {K}"
-            comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {buf}.v[{addr(gp, f'{gk} + {c}')}] : 0.0"
-                     for c in range(4)]
         guard = f"if ({lid} < {count}) " if count < T else ""
-        slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
-        if vec_ok:
-            fetch.append(f"{guard}if ({inb}) {reg} = {vec}.v[({addr(gp, gk)}) / 4];")
-            fetch.append("else " + slow[0])
-            fetch.extend(slow[1:])
+        kk, pp = f"{low}k{j}", f"{low}p{j}"
+        if contiguous_p:
+            per_row = tp // 4
+            decls.append(f"int {kk} = {lid} / {per_row}, {pp} = ({lid} % {per_row}) * 4;")
+            rows = [(f"r{low}{j}", f"({kvar} + {kk})", f"({p0} + {pp})")]
         else:
-            fetch.append(guard + slow[0] if guard else slow[0])
+            per_row = blk.bk // 4
+            decls.append(f"int {pp} = ({lid} / {per_row}) * 4, {kk} = ({lid} % {per_row}) * 4;")
+            rows = [(f"r{low}{j}_{r}", f"({kvar} + {kk})", f"({p0} + {pp} + {r})")
+                    for r in range(4)]
+        for reg, gk, gp in rows:
+            regs.append(reg)
+            if contiguous_p:
+                inb = f"{gk} < {K} && {gp} + 3 < {P}"
+                comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {buf}.v[{addr(f'{gp} + {c}', gk)}]"
+                         " : 0.0" for c in range(4)]
+            else:
+                inb = f"{gp} < {P} && {gk} + 3 < {K}"
+                comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {buf}.v[{addr(gp, f'{gk} + {c}')}]"
+                         " : 0.0" for c in range(4)]
+            slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
+            if vec_ok:
+                fetch.append(f"{guard}if ({inb}) {reg} = {vec}.v[({addr(gp, gk)}) / 4];")
+                fetch.append("else " + slow[0])
+            else:
+                fetch.append(guard + slow[0])
             fetch.extend(slow[1:])
         if contiguous_p:
-            stash.append(f"{guard}{shared}[{kk}][{pp} / 4] = {reg};")
+            stash.append(f"{guard}{shared}[{kk}][{pp} / 4] = {rows[0][0]};")
         else:
             for c in range(4):
-                stash.append(f"{guard}{shared}[{kk} + {c}][{pp} / 4][{pp} % 4] = {reg}.{'xyzw'[c]};")
+                lanes = ", ".join(f"{reg}.{'xyzw'[c]}" for reg, _, _ in rows)
+                stash.append(f"{guard}{shared}[{kk} + {c}][{pp} / 4] = vec4({lanes});")
     return decls, fetch, stash, regs
