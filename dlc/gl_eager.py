@@ -10,6 +10,7 @@ reused by later calls; the GPU runs commands in order, so reuse is safe without 
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +34,16 @@ class _Compiled:
     consts: dict[int, Buffer] = field(default_factory=dict)
 
 
-_programs: dict[int, _Compiled] = {}  # id(Kernel) -> compiled; Kernels live in dlc.ops' cache
+# Kernel -> its program; kernels live in dlc.ops' cache, so in practice entries never go
+_programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def run(kernel: Any, handles: list[Buffer]) -> Buffer:
     """Run eager `kernel` over input buffers `handles` (in `kernel.arg_names` order); the
     result is a new buffer the caller owns."""
-    compiled = _programs.get(id(kernel))
+    compiled = _programs.get(kernel)
     if compiled is None:
-        compiled = _programs[id(kernel)] = _compile(kernel)
+        compiled = _programs[kernel] = _compile(kernel)
     buffers: dict[int, Buffer] = {**compiled.scratch, **compiled.consts}
     for name, handle in zip(kernel.arg_names, handles):
         if name in compiled.input_slot:
