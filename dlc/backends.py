@@ -20,6 +20,13 @@ import numpy as np
 from dlc.compiler.ir import Graph
 from dlc.compiler.reference import evaluate
 
+from . import debug
+
+
+def _evaluator():
+    """Debug mode evaluates node by node, timing each and stopping at the first NaN."""
+    return debug.evaluate if debug.enabled() else evaluate
+
 
 class NumpyBackend:
     name = "numpy"
@@ -37,7 +44,7 @@ class NumpyBackend:
     def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
             dims: Mapping[str, int]) -> list[np.ndarray]:
         with np.errstate(all="ignore"):  # inf/NaN are values here, as on a GPU
-            values = evaluate(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
+            values = _evaluator()(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
         return [self._out(graph, values, i) for i in roots]
 
     def _out(self, graph: Graph, values: dict[int, np.ndarray], i: int) -> np.ndarray:
@@ -48,8 +55,8 @@ class NumpyBackend:
              dims: Mapping[str, int]) -> list[np.ndarray]:
         targets = [i for _, i in graph.updates]
         with np.errstate(all="ignore"):
-            values = evaluate(graph, [*roots, *targets], {**self.leaves, **feeds}, dims,
-                              self.dtype)
+            values = _evaluator()(graph, [*roots, *targets], {**self.leaves, **feeds}, dims,
+                                  self.dtype)
         for name, i in graph.updates:
             self.leaves[name] = values[i]
         return [self._out(graph, values, i) for i in roots]

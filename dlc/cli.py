@@ -642,6 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--log", metavar="CSV", help="write step, epoch, loss and val columns to a CSV")
     c.add_argument("--plot", metavar="PNG",
                    help="write the loss curve as a PNG (needs matplotlib: pip install 'dlc[plot]')")
+    c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_train)
 
     c = sub.add_parser(
@@ -668,6 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gl or numpy; default: gl when an OpenGL context can be made, else numpy")
     c.add_argument("--seed", type=int, default=0, metavar="S",
                    help="seed of the initial params when no --weights are given (default: 0)")
+    c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_eval)
 
     c = sub.add_parser(
@@ -679,6 +681,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+DEBUG_KERNELS_HELP = ("debug mode: time every kernel and log it (name, ms, output shape), stop at the "
+                      "first NaN naming the op and its model line, and print a profile at the end")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -686,6 +692,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # NumPy's overflow and invalid-value warnings while running a model are noise here:
         # a NaN loss is reported as divergence, and fetched values are printed as they are.
         warnings.filterwarnings("ignore", category=RuntimeWarning)
+    profile = getattr(args, "debug_kernels", False)
+    if profile:
+        from . import debug
+        debug.enable()
     try:
         return args.func(args)
     except UsageError as e:
@@ -710,6 +720,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dlc: internal error: {type(e).__name__}: {e}\n"
                   "(run again with --debug for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        if profile:
+            print("dlc debug: kernel profile\n" + debug.summary(), file=sys.stderr)
     return 0  # unreachable: parser.exit raises
 
 

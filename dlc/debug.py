@@ -36,7 +36,6 @@ _enabled = os.environ.get("DLC_DEBUG", "") == "1"
 _records: list[Record] = []
 _summarized = True  # nothing new to print at exit
 _atexit_registered = False
-_saved_evaluate: Any = None
 _saved_program: Any = None
 
 
@@ -84,7 +83,6 @@ def enable() -> None:
         log.addHandler(handler)
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)
-    _patch_numpy_backend(True)
     _patch_gl_backend(True)
     if not _atexit_registered:
         atexit.register(_print_at_exit)
@@ -94,7 +92,6 @@ def enable() -> None:
 def disable() -> None:
     global _enabled
     _enabled = False
-    _patch_numpy_backend(False)
     _patch_gl_backend(False)
 
 
@@ -224,22 +221,6 @@ def evaluate(graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray],
             named = f" (node '{label}')" if not label.startswith("%") else f" (node {label})"
             raise NaNFound(n.op, n.loc, named)
     return values
-
-
-def _patch_numpy_backend(on: bool) -> None:
-    """Route the numpy backend's evaluation through `evaluate` above while debugging.
-
-    dlc.backends (not ours) calls its module-level `evaluate`; swapping that name is the one
-    hook it offers. A `debug_evaluate` hook in NumpyBackend would make this explicit."""
-    global _saved_evaluate
-    from . import backends
-
-    if on and _saved_evaluate is None:
-        _saved_evaluate = backends.evaluate
-        backends.evaluate = evaluate
-    elif not on and _saved_evaluate is not None:
-        backends.evaluate = _saved_evaluate
-        _saved_evaluate = None
 
 
 # -- the GL backend: one fused kernel at a time --------------------------------------------

@@ -20,6 +20,7 @@ from .errors import DataError
 from .feeds import bind_dims
 from .model import Model, compile
 from .optimizers import SGD, Optimizer
+from .seeds import seeds_style
 from .training import Callback, batch_dim, train_loop
 
 
@@ -90,6 +91,7 @@ class Session:
             out.append(graph.names[n])
         return out
 
+    @seeds_style
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
         """One fetch name -> its array; a list of names -> dict name -> array."""
         names = [fetch] if isinstance(fetch, str) else list(fetch)
@@ -134,6 +136,7 @@ class Session:
                 self.backend.set_leaf(name, value)
                 self._state_ready.add(name)
 
+    @seeds_style
     def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None,
               optimizer: Optimizer | None = None, batch_size: int | None = 32, epochs: int = 1,
               steps: int | None = None, shuffle: bool = True, callback: Callback | None = None,
