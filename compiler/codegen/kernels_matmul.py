@@ -8,9 +8,10 @@ Two templates, both exact for any size (every load and store is bounds-checked):
   products.
 - `blocked`: a TM x TN tile per work group of 256 invocations, each computing RM x RN outputs
   from vec4 reads of shared memory, with the next K-slab fetched into registers (vec4 loads
-  when the layout allows) while the current one is multiplied. 128x128 tiles with 8x8
-  outputs each for large products (on the lent H200, 71% of cuBLAS fp32); 64x64 with 4x4
-  when 128x128 tiles would leave most of the GPU idle.
+  when the layout allows) while the current one is multiplied. 128x128 tiles, 8x8 outputs
+  each, K-slabs of 16 for large products (on the lent H200: 31 TFLOP/s at 4096^3, 61% of
+  PyTorch's fp32); 64x64 with 4x4 when 128x128 tiles would leave most of the GPU idle
+  (benchmarks/tune_gl.py measures them all).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Blocking:
         return (self.tm // self.rm) * (self.tn // self.rn)
 
 
-BIG = Blocking(128, 128, 8, 8, 8)
+BIG = Blocking(128, 128, 16, 8, 8)  # K-slabs of 16: 31 TFLOP/s on the H200, 24 with 8
 MEDIUM = Blocking(64, 64, 16, 4, 4)
 FULL_WAVE = 128  # work groups that keep a large GPU busy
 

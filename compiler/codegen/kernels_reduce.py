@@ -9,7 +9,11 @@ consumers of the output's shape) to the outputs. Two shapes of kernel:
   neighbouring elements);
 - one work group per output element, its invocations striding over the reduced elements and
   combining partial results in shared memory: for long reductions over the last axis and
-  for few outputs (a loss over the whole batch).
+  for few outputs (a loss over the whole batch);
+- columns: for long reductions over leading axes with many outputs (a bias gradient summed
+  over the batch), a work group takes 16 neighbouring outputs with 16 invocations each, which
+  stride down the rows and combine in shared memory: reads stay coalesced and 16 times as
+  many invocations share the work as with one per output.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ INIT = {"sum": "0.0", "max": "(-DLC_INF)", "min": "DLC_INF", "argmax": "(-DLC_IN
         "argmin": "DLC_INF"}
 BETTER = {"max": ">", "min": "<", "argmax": ">", "argmin": "<"}
 SHORT = 64  # a reduction of at most this many elements runs in one invocation
+COLS = 16  # outputs per work group of the column template (and invocations per output)
 
 
 def geometry(ctx: Context) -> tuple[tuple[int, ...], bool]:
@@ -39,6 +44,20 @@ def geometry(ctx: Context) -> tuple[tuple[int, ...], bool]:
     if node.op in ("argmax", "argmin"):
         return (node.attr("axis"),), False
     return tuple(node.attr("axes")), bool(node.attr("keepdims"))
+
+
+def template(ctx: Context) -> str:
+    """'group' (one work group per output), 'columns' or 'thread' (one invocation each)."""
+    if one_group_per_output(ctx):
+        return "group"
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xshape = ctx.graph.nodes[node.inputs[0]].shape
+    axes, _ = geometry(ctx)
+    reduced = numel_known(tuple(xshape[a] for a in axes))
+    leading = list(axes) == list(range(len(axes)))
+    if leading and (reduced is None or reduced > SHORT) and node.op in ("sum", "max", "min"):
+        return "columns"
+    return "thread"
 
 
 def one_group_per_output(ctx: Context) -> bool:
@@ -62,7 +81,9 @@ def render(ctx: Context) -> KernelSource:
     red_shape = tuple(xshape[a] for a in axes)
     kept = [a for a in range(len(xshape)) if a not in axes]
     out_shape = node.shape
-    per_group = one_group_per_output(ctx)
+    shape_of_kernel = template(ctx)
+    per_group = shape_of_kernel == "group"
+    columns = shape_of_kernel == "columns"
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
@@ -73,6 +94,12 @@ def render(ctx: Context) -> KernelSource:
         em.line(f"if (o >= {n_out}) return;  // the whole group leaves together")
         em.line("int lid = int(gl_LocalInvocationID.x);")
         loop = f"for (int r = lid; r < {n_red}; r += {LOCAL})"
+    elif columns:
+        em.line(f"int cx = int(gl_LocalInvocationID.x) % {COLS}, "
+                f"ry = int(gl_LocalInvocationID.x) / {COLS};")
+        em.line(f"int o = {group_index()} * {COLS} + cx;")
+        em.line(f"bool live = o < {n_out};  // no early return: the group meets at barriers")
+        loop = f"for (int r = ry; live && r < {n_red}; r += {LOCAL // COLS})"
     else:
         em.line(f"int o = {global_index()};")
         em.line(f"if (o >= {n_out}) return;")
@@ -109,6 +136,25 @@ def render(ctx: Context) -> KernelSource:
     em.close()
     result = "float(best)" if arg else "acc"
     extra: list[str] = []
+    if columns:
+        rows = LOCAL // COLS
+        extra = [f"shared float part[{rows}][{COLS + 1}];  // [row group][output], padded"]
+        em.line("part[ry][cx] = acc;")
+        em.line("memoryBarrierShared();")
+        em.line("barrier();")
+        em.open(f"for (int s = {rows // 2}; s > 0; s >>= 1)")
+        em.open("if (ry < s)")
+        em.line("float a = part[ry][cx], b = part[ry + s][cx];")
+        if op == "sum":
+            em.line("part[ry][cx] = a + b;")
+        else:
+            em.line(f"part[ry][cx] = (b {BETTER[op]} a || isnan(b)) ? b : a;")
+        em.close()
+        em.line("memoryBarrierShared();")
+        em.line("barrier();")
+        em.close()
+        em.line("if (ry != 0 || !live) return;")
+        result = "part[0][cx]"
     if per_group:
         extra = [f"shared float part[{LOCAL}];"] + ([f"shared int part_arg[{LOCAL}];"] if arg else [])
         em.line("part[lid] = acc;")
@@ -135,11 +181,14 @@ def render(ctx: Context) -> KernelSource:
         result = "float(part_arg[0])" if arg else "part[0]"
     em.line(f"epilogue(o, {result});")
 
-    how = "one work group per output" if per_group else "one invocation per output"
+    how = {"group": "one work group per output", "thread": "one invocation per output",
+           "columns": f"{COLS} outputs a work group, {LOCAL // COLS} invocations each"}[
+        shape_of_kernel]
     what = f"{op} over axes {list(axes)} of {list(xshape)}, {how}"
     local = (LOCAL, 1, 1)
     lines = header(ctx, what, local, extra)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
-    grid = {"flat": list(size_of(out_shape)), "per_group": 1 if per_group else LOCAL}
+    per = 1 if per_group else COLS if columns else LOCAL
+    grid = {"flat": list(size_of(out_shape)), "per_group": per}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)

@@ -91,8 +91,11 @@ def test_reductions_pick_a_shape_of_kernel():
     # a short row or a reduction over the batch: one invocation per output
     (k,) = kernels("input x: [B, 10]\ny = max(x, axis=1)\n", "y")
     assert "shared" not in k.source and k.grid["per_group"] == 256
+    (k,) = kernels("input x: [B, 10]\ny = sum(x, axis=0)\n", "y")  # few outputs: a group each
+    assert k.grid["per_group"] == 1
+    # a long reduction over the batch with many outputs: 16 columns a work group
     (k,) = kernels("input x: [B, 1000]\ny = sum(x, axis=0)\n", "y")
-    assert "shared" not in k.source
+    assert "shared float part[16][17]" in k.source and k.grid == {"flat": [1000], "per_group": 16}
     # argmax keeps the first maximum's index
     (k,) = kernels("input x: [B, 10]\ny = argmax(x)\n", "y")
     assert "best = r;" in k.source and "epilogue(o, float(best));" in k.source

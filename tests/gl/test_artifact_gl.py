@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -86,14 +87,15 @@ def test_runner_save_load_and_wrong_optimizer(gl, artifact, tmp_path):
     runner.close()
 
 
-def test_the_runtime_imports_neither_the_compiler_nor_lark(gl, artifact):
+def test_the_runtime_imports_neither_the_compiler_nor_lark(gl, artifact, tmp_path):
     _, out = artifact
+    data = pathlib.Path("samples/data/digits_test.npz").resolve()
     code = textwrap.dedent(f"""
         import sys
         import numpy as np
         import dlc.runtime.artifact
         runner = dlc.runtime.artifact.load({str(out)!r})
-        d = np.load("samples/data/digits_test.npz")
+        d = np.load({str(data)!r})
         feeds = {{"pixels": d["pixels"][:50].astype(np.float32),
                   "labels": d["labels"][:50].astype(np.float32)}}
         print(float(runner.eval("accuracy", feeds)))
@@ -103,8 +105,9 @@ def test_the_runtime_imports_neither_the_compiler_nor_lark(gl, artifact):
         assert not bad, bad
         print("ok")
     """)
+    # run elsewhere, so that the checkout's dlc/ folder cannot stand in for the installed one
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
 

@@ -109,6 +109,7 @@ def reduce_cases() -> list[Case]:
                 Case(op, [ODD], {"axes": (0, 2), "keepdims": True}, label="ax02keep"),
                 Case(op, [ODD], {"axes": (0, 1, 2), "keepdims": False}, label="all"),
                 Case(op, [(3, 301)], {"axes": (1,), "keepdims": True}, label="longrow"),
+                Case(op, [(70, 300)], {"axes": (0,), "keepdims": True}, label="longcol"),
                 Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 5},
                      label="symbolic")]
     for op in ("argmax", "argmin"):
