@@ -100,6 +100,7 @@ def gl_gpu_ms(launch, reps: int, warmup: int = 3) -> float:
 
 
 TIMER_NOTES: set[str] = set()
+KERNEL_TABLES: dict[str, list[dict]] = {}
 
 
 def torch_gpu_ms(torch, fn, reps: int, warmup: int = 3) -> float:
@@ -303,6 +304,7 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
     rows.append({"row": f"mlp step {opt_name}", "impl": "dlc GL Session.train (per step)",
                  "ms": (time.perf_counter() - t) * 1e3 / reps})
     if opt_name == "Adam":
+        KERNEL_TABLES["MLP Adam step"] = per_kernel(ex)
         g = model.graph
         fwd = compile_program(g, [g.names["logits"], g.names["cost"]], ref_dims=dims)
         for what, prog in (("MLP forward (logits, cost)", fwd), ("MLP Adam step", compiled)):
@@ -332,6 +334,43 @@ def deep_storage(batch: int) -> list[dict]:
     return [{"what": "8-layer MLP forward temporaries, planned", "MiB": peak["planned"] / 2**20},
             {"what": "8-layer MLP forward temporaries, no reuse",
              "MiB": peak["no_reuse"] / 2**20}]
+
+
+class KernelTimes:
+    """An executor hook timing every launch with a GL timer query (as debug mode can)."""
+
+    def __init__(self) -> None:
+        self.done: list = []
+        self.current = None
+
+    def before(self, name: str) -> None:
+        from dlc.runtime.sync import TimerQuery
+
+        self.current = (name, TimerQuery())
+        self.current[1].begin()
+
+    def __call__(self, name: str, outputs: list) -> None:
+        self.current[1].end()
+        self.done.append(self.current)
+
+    def table(self) -> list[dict]:
+        out = [{"kernel": name, "ms": q.elapsed_ms()} for name, q in self.done]
+        for _, q in self.done:
+            q.delete()
+        return out
+
+
+def per_kernel(ex, reps: int = 5) -> list[dict]:
+    """Median GPU ms of each kernel of a program over `reps` runs."""
+    runs = []
+    for _ in range(reps):
+        timer = KernelTimes()
+        ex.hook = timer
+        ex.launch()
+        ex.hook = None
+        runs.append(timer.table())
+    return [{"kernel": r["kernel"], "ms": statistics.median(x[i]["ms"] for x in runs)}
+            for i, r in enumerate(runs[0])]
 
 
 def torch_mlp(torch, data, batch, opt_name, reps, storage) -> list[dict]:
@@ -445,6 +484,9 @@ def main(argv=None) -> int:
         storage.extend(store + deep_storage(batch))
         print(table(got, ["row", "impl", "ms", "kernels"]), flush=True)
         print(table(storage, ["what", "MiB"]), flush=True)
+        for name, kt in KERNEL_TABLES.items():
+            print(f"{name}, GPU ms per kernel:")
+            print(table(kt, ["kernel", "ms"]), flush=True)
 
     section("chain", chain)
     section("matmul", matmul)
@@ -454,7 +496,7 @@ def main(argv=None) -> int:
     for note in sorted(TIMER_NOTES):
         print("note:", note)
     result = {"machine": head, "rows": rows, "storage": storage, "notes": sorted(TIMER_NOTES),
-              "failed": failed}
+              "kernels": KERNEL_TABLES, "failed": failed}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
