@@ -15,7 +15,8 @@ Rows:
 
 GPU times of dlc kernels come from GL timer queries, PyTorch's from CUDA events; steps are
 wall-clock, synchronized by reading the loss. Each figure is the median of --reps runs after
-a warm-up. --json/--markdown write the results.
+0.3 s of running the same work (the GPU clocks down in any gap). --json/--markdown write the
+results.
 """
 
 from __future__ import annotations
@@ -57,6 +58,19 @@ def chain_numpy(x):
 
 # -- timing helpers ----------------------------------------------------------------------------
 
+WARM_S = 0.3  # seconds of running a workload before timing it (set by --small to 0.02)
+
+
+def keep_busy(fn, sync, seconds: float) -> None:
+    """Run `fn` for `seconds` so the GPU is at full clocks when timing starts (a gap of a
+    shader compile or an upload is enough for the H200 to clock down)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(5):
+            fn()
+        sync()
+
+
 def median_ms(fn, reps: int, warmup: int = 2) -> float:
     for _ in range(warmup):
         fn()
@@ -76,7 +90,7 @@ def gl_gpu_ms(launch, reps: int, warmup: int = 3) -> float:
 
     for _ in range(warmup):
         launch()
-    GL.glFinish()
+    keep_busy(launch, GL.glFinish, WARM_S)
     q = TimerQuery()
     times, walls = [], []
     for _ in range(reps):
@@ -108,7 +122,7 @@ def torch_gpu_ms(torch, fn, reps: int, warmup: int = 3) -> float:
         return median_ms(fn, reps, warmup)
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    keep_busy(fn, torch.cuda.synchronize, WARM_S)
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -294,7 +308,11 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
     feeds = {**one, "$lr": np.asarray(opt.lr, np.float32)}
     dims = {"B": batch}
     compiled, ex = backend.program(step_graph, [loss], True, dims)
-    ms = median_ms(lambda: backend.step(step_graph, [loss], feeds, dims), reps)
+    def one_step():
+        backend.step(step_graph, [loss], feeds, dims)
+
+    keep_busy(one_step, lambda: None, WARM_S)
+    ms = median_ms(one_step, reps)
     rows.append({"row": f"mlp step {opt_name}", "impl": "dlc GL (backend.step: upload, "
                  "kernels, loss read back)", "ms": ms, "kernels": len(compiled.kernels)})
     rows.append({"row": f"mlp step {opt_name}", "impl": "dlc GL kernels only (GPU time)",
@@ -394,6 +412,7 @@ def torch_mlp(torch, data, batch, opt_name, reps, storage) -> list[dict]:
     def step_from_host():
         return step(x_host.to(dev), y_host.to(dev))
 
+    keep_busy(step, lambda: None, WARM_S)
     rows = [{"row": f"mlp step {opt_name}", "impl": f"PyTorch eager, batch on {dev}",
              "ms": median_ms(step, reps, warmup=3)},
             {"row": f"mlp step {opt_name}", "impl": f"PyTorch eager, batch from host ({dev})",
@@ -435,6 +454,8 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", help="write the tables here")
     args = p.parse_args(argv)
     small = args.small
+    global WARM_S
+    WARM_S = 0.02 if small else WARM_S
     n = args.n or (1 << 20 if small else 64 << 20)
     mm = args.mm or (256 if small else 4096)
     batch = args.batch or (64 if small else 1024)
