@@ -86,6 +86,12 @@ class Runner:
 
         self.set_params(load_npz(path, self.params_shapes))
 
+    def needed_inputs(self, names) -> set[str]:
+        """The inputs that fetching `names` reads (only the kernels they need run)."""
+        tensors = [self._tensor(n) for n in names]
+        ex = self._executor("eval")
+        return ex.needed_inputs(tensors, ex.needed_kernels(tensors))
+
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
         """One fetch name -> its array; a list of names -> dict name -> array."""
         names = [fetch] if isinstance(fetch, str) else list(fetch)

@@ -61,6 +61,8 @@ def test_runner_matches_the_session(gl, artifact):
     # only the kernels a fetch needs: no labels needed for the prediction
     pred = runner.eval("prediction", {"pixels": feeds["pixels"][:3]})
     assert pred.shape == (3,)
+    assert runner.needed_inputs(["prediction"]) == {"pixels"}
+    assert runner.needed_inputs(["cost"]) == {"pixels", "labels"}
     # training: the same steps as a numpy session with the same optimizer and seed
     lr = runner.train(feeds, batch_size=32, steps=5)
     ln = sess.train(feeds, optimizer=dlc.Adam(0.01), batch_size=32, steps=5)
