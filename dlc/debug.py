@@ -36,7 +36,6 @@ _enabled = os.environ.get("DLC_DEBUG", "") == "1"
 _records: list[Record] = []
 _summarized = True  # nothing new to print at exit
 _atexit_registered = False
-_saved_program: Any = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,6 @@ def enable() -> None:
         log.addHandler(handler)
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)
-    _patch_gl_backend(True)
     if not _atexit_registered:
         atexit.register(_print_at_exit)
         _atexit_registered = True
@@ -92,7 +90,6 @@ def enable() -> None:
 def disable() -> None:
     global _enabled
     _enabled = False
-    _patch_gl_backend(False)
 
 
 def enabled() -> bool:
@@ -275,12 +272,12 @@ class GLHook:
         raise NaNFound(f"kernel {name}", self._loc(out.get("tensor"), out.get("locs")), f" (writing '{label}')")
 
     def _first_nan_node(self, name: str) -> int | None:
+        ex, g = self.executor, self.graph
+        if ex is None or g is None or self.fusion is None:
+            return None  # an artifact: no IR to trace with (and no compiler to import)
         from dlc.compiler import registry
         from dlc.runtime.executor import bind_shape
 
-        ex, g = self.executor, self.graph
-        if ex is None or g is None or self.fusion is None:
-            return None
         index = next(i for i, k in enumerate(ex.kernels) if k["name"] == name)
         kernel = self.fusion.kernels[index]
         dims = dict(ex._dims or ())
@@ -309,34 +306,6 @@ class GLHook:
 def gl_hook(graph: Any = None, fusion: Any = None, executor: Any = None) -> GLHook | None:
     """The hook a GL executor should run with now: a GLHook in debug mode, else None."""
     return GLHook(graph, fusion, executor) if _enabled else None
-
-
-def _patch_gl_backend(on: bool) -> None:
-    """Give every GL Session program a GLHook while debugging.
-
-    GLBackend (not ours) passes its `hook` attribute to each executor when a program is
-    fetched; wrapping `GLBackend.program` sets ours there. A `dlc.debug.gl_hook(...)` call in
-    GLBackend.program would make this explicit."""
-    global _saved_program
-    try:
-        from dlc.gl_backend import GLBackend
-    except ImportError:
-        return
-    if on and _saved_program is None:
-        original = _saved_program = GLBackend.program
-
-        def program(self, graph, roots, training, dims):
-            compiled, executor = original(self, graph, roots, training, dims)
-            if _enabled and self.hook is None:
-                hook = getattr(executor, "_dlc_debug_hook", None)
-                if hook is None:
-                    hook = executor._dlc_debug_hook = GLHook(graph, compiled.fusion, executor)
-                executor.hook = hook
-            return compiled, executor
-        GLBackend.program = program
-    elif not on and _saved_program is not None:
-        GLBackend.program = _saved_program
-        _saved_program = None
 
 
 if _enabled:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dlc import debug
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
 from dlc.runtime.executor import Executor, LeafStore
@@ -24,9 +25,10 @@ class GLBackend:
         get_context()  # RuntimeFailure with a one-line reason when there is no GL
         self.store = LeafStore()
         self.options = dict(options or {})
-        self.hook = None  # per-launch hook for debug mode (see runtime/executor.py)
+        self.hook = None  # a per-launch hook of the caller's (see runtime/executor.py)
         # key -> (graph kept alive so its id stays unique, compiled program, executor)
         self._programs: dict[tuple, tuple[Graph, object, Executor]] = {}
+        self._debug_hooks: dict[tuple, debug.GLHook] = {}
 
     # -- leaves ----------------------------------------------------------------------------
     def set_leaf(self, name: str, value: np.ndarray) -> None:
@@ -55,8 +57,17 @@ class GLBackend:
                                        ref_dims=dims, options=self.options)
             executor = Executor(compiled.spec, compiled.sources, self.store, self.hook)
             found = self._programs[key] = (graph, compiled, executor)
-        found[2].hook = self.hook
-        return found[1], found[2]
+        graph, compiled, executor = found
+        executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor)
+                                      if debug.enabled() else None)
+        return compiled, executor
+
+    def _debug_hook(self, key: tuple, graph: Graph, compiled, executor: Executor) -> debug.GLHook:
+        """Debug mode: time each launch and trace a NaN to the IR node (and .dl line) making it."""
+        hook = self._debug_hooks.get(key)
+        if hook is None:
+            hook = self._debug_hooks[key] = debug.GLHook(graph, compiled.fusion, executor)
+        return hook
 
     def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
             dims: Mapping[str, int]) -> list[np.ndarray]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from dlc import debug
 from dlc.errors import DataError, DlcError, RuntimeFailure
 from dlc.feeds import bind_dims
 from dlc.runtime.executor import Executor, LeafStore
@@ -176,7 +177,7 @@ class Runner:
                 if not file.is_file():
                     raise RuntimeFailure(f"{self.path} is missing the kernel {k['file']}")
                 sources[k["file"]] = file.read_text(encoding="ascii")
-            ex = self._executors[program] = Executor(spec, sources, self.store)
+            ex = self._executors[program] = Executor(spec, sources, self.store, debug.gl_hook())
         return ex
 
     def _lr(self, compiled: dict, optimizer) -> float:

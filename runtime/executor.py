@@ -102,6 +102,7 @@ class LeafStore:
         return name in self.buffers
 
     def set(self, name: str, value) -> None:
+        shape = np.shape(value)  # ascontiguousarray makes a 0-d array 1-d: keep the real shape
         data = np.ascontiguousarray(value, dtype=np.float32)
         buf = self.buffers.get(name)
         if buf is None or buf.nbytes != data.nbytes:
@@ -111,7 +112,7 @@ class LeafStore:
             self.buffers[name] = buf
             self.version += 1
         buf.upload(data)
-        self.shapes[name] = data.shape
+        self.shapes[name] = shape
 
     def get(self, name: str) -> np.ndarray:
         buf = self.buffer(name)

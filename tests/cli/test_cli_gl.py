@@ -82,9 +82,6 @@ def test_artifact_folder_train(dlc_run, models):
     assert p.returncode == 1 and "compiled with the momentum optimizer" in p.stderr
 
 
-@pytest.mark.xfail(reason="Runner.params returns scalar params as shape [1], not [] "
-                          "(runtime/artifact.py), so weights saved from an artifact do not load "
-                          "into the .dl model", strict=False)
 def test_weights_from_an_artifact_load_into_the_model(dlc_run, models):
     assert dlc_run("compile", "quadratic.dl", "--train", cwd=models).returncode == 0
     p = dlc_run("train", "quadratic.dlc", "--data", QUAD, "--steps", 3, cwd=models)
