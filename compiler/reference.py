@@ -5,7 +5,8 @@ float32 by default (to compare with GL), float64 for gradient checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -31,8 +32,12 @@ def leaf_inputs(graph: Graph, roots: Iterable[int]) -> set[str]:
 
 
 def evaluate(graph: Graph, roots: Iterable[int], leaves: Mapping[str, np.ndarray],
-             dims: Mapping[str, int], dtype=np.float32) -> dict[int, np.ndarray]:
-    """Values of `roots` (and everything they need). `leaves`: input, param and state values."""
+             dims: Mapping[str, int], dtype=np.float32,
+             on_node: Callable[[int, np.ndarray, float], None] | None = None) -> dict[int, np.ndarray]:
+    """Values of `roots` (and everything they need). `leaves`: input, param and state values.
+
+    `on_node(i, value, seconds)`, if given, sees each computed node as it is made (debug mode
+    times nodes and stops at the first NaN with it)."""
     values: dict[int, np.ndarray] = {}
     dims = dict(dims)
     for i in cone(graph, roots):
@@ -41,6 +46,9 @@ def evaluate(graph: Graph, roots: Iterable[int], leaves: Mapping[str, np.ndarray
             values[i] = np.asarray(leaves[n.attr("name")], dtype=dtype)
             continue
         op = registry.get(n.op)
+        start = time.perf_counter()
         out = op.ref([values[j] for j in n.inputs], dict(n.attrs), dims)
         values[i] = np.asarray(out, dtype=dtype)
+        if on_node is not None:
+            on_node(i, values[i], time.perf_counter() - start)
     return values

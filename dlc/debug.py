@@ -195,29 +195,20 @@ def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> 
 def evaluate(graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray], dims: Mapping[str, int],
              dtype: Any = np.float32) -> dict[int, np.ndarray]:
     """`dlc.compiler.reference.evaluate`, timing each node and stopping at the first NaN."""
-    from dlc.compiler import registry
-    from dlc.compiler.reference import cone
+    from dlc.compiler.reference import evaluate as reference_evaluate
 
-    values: dict[int, np.ndarray] = {}
-    dims = dict(dims)
-    for i in cone(graph, roots):
+    def on_node(i: int, out: np.ndarray, seconds: float) -> None:
         n = graph.nodes[i]
-        if n.op in ("input", "param", "state"):
-            values[i] = np.asarray(leaves[n.attr("name")], dtype=dtype)
-            continue
-        start = time.perf_counter()
-        out = np.asarray(registry.get(n.op).ref([values[j] for j in n.inputs], dict(n.attrs), dims), dtype=dtype)
-        ms = (time.perf_counter() - start) * 1e3
-        values[i] = out
         if n.op == "const":
-            continue
+            return
         where = f"{n.loc.file}:{n.loc.line}" if n.loc is not None else ""
-        record(n.op, ms, out.shape, where, "numpy")
+        record(n.op, seconds * 1e3, out.shape, where, "numpy")
         if np.isnan(out).any():
             label = graph.label(i)
             named = f" (node '{label}')" if not label.startswith("%") else f" (node {label})"
             raise NaNFound(n.op, n.loc, named)
-    return values
+
+    return reference_evaluate(graph, roots, leaves, dims, dtype, on_node)
 
 
 # -- the GL backend: one fused kernel at a time --------------------------------------------

@@ -16,7 +16,6 @@ from dlc.compiler.simplify import simplify
 from dlc.compiler.train_graph import LR, build_train_graph
 
 from .backends import make_backend
-from .errors import DataError
 from .feeds import bind_dims
 from .model import Model, compile
 from .optimizers import SGD, Optimizer
@@ -49,19 +48,10 @@ class Session:
         return {n: self.backend.get_leaf(n) for n in self.model.graph.params}
 
     def set_params(self, values: Mapping[str, np.ndarray]) -> None:
-        shapes = self.model.params
-        for name, v in values.items():
-            if name not in shapes:
-                raise DataError(f"'{name}' is not a param of the model "
-                                f"(params: {', '.join(shapes) or 'none'})")
-            v = np.asarray(v, dtype=np.float32)
-            if v.shape != tuple(shapes[name]):
-                raise DataError(f"param '{name}' has shape {list(v.shape)} but the model "
-                                f"expects {list(shapes[name])}")
-            if not np.all(np.isfinite(v)):
-                raise DataError(f"param '{name}' holds NaN or infinite values")
-        for name, v in values.items():
-            self.backend.set_leaf(name, np.asarray(v, dtype=np.float32))
+        from .weights import checked_params
+
+        for name, v in checked_params(values, self.model.params).items():
+            self.backend.set_leaf(name, v)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the params to an .npz atomically (a temp file, then rename)."""

@@ -42,3 +42,21 @@ def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
         if missing:
             raise DataError(f"{path}: param '{missing[0]}' is missing")
     return out
+
+
+def checked_params(values, shapes) -> dict[str, np.ndarray]:
+    """`values` as float32 arrays, refused (DataError) unless each names a param, has its
+    shape and is finite. Checked whole before anything is set, so a bad file changes nothing."""
+    out = {}
+    for name, v in values.items():
+        if name not in shapes:
+            raise DataError(f"'{name}' is not a param of the model "
+                            f"(params: {', '.join(shapes) or 'none'})")
+        v = np.asarray(v, dtype=np.float32)
+        if v.shape != tuple(shapes[name]):
+            raise DataError(f"param '{name}' has shape {list(v.shape)} but the model "
+                            f"expects {list(shapes[name])}")
+        if not np.all(np.isfinite(v)):
+            raise DataError(f"param '{name}' holds NaN or infinite values")
+        out[name] = v
+    return out

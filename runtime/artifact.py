@@ -64,18 +64,10 @@ class Runner:
         return {n: self.store.get(n) for n in self.params_shapes}
 
     def set_params(self, values: Mapping[str, np.ndarray]) -> None:
-        for name, v in values.items():
-            if name not in self.params_shapes:
-                raise DataError(f"'{name}' is not a param of the model "
-                                f"(params: {', '.join(self.params_shapes) or 'none'})")
-            v = np.asarray(v, dtype=np.float32)
-            if v.shape != self.params_shapes[name]:
-                raise DataError(f"param '{name}' has shape {list(v.shape)} but the model "
-                                f"expects {list(self.params_shapes[name])}")
-            if not np.all(np.isfinite(v)):
-                raise DataError(f"param '{name}' holds NaN or infinite values")
-        for name, v in values.items():
-            self.store.set(name, np.asarray(v, dtype=np.float32))
+        from dlc.weights import checked_params
+
+        for name, v in checked_params(values, self.params_shapes).items():
+            self.store.set(name, v)
 
     def save(self, path: str | os.PathLike) -> None:
         from dlc.weights import save_npz
