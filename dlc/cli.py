@@ -160,11 +160,22 @@ def default_artifact_path(model_path: str) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     from .report import model_table
 
-    t = open_target(args.model)
-    print(f"{t.path}: ok")
-    print()
-    print(model_table(t.inputs, t.params, t.tensors, t.losses, t.inits))
-    return 0
+    status = 0
+    for k, path in enumerate(args.models):
+        if k:
+            print()
+        try:
+            t = open_target(path)
+        except DlcError as e:  # report each bad model and go on to the next
+            if len(args.models) == 1:
+                raise
+            print(e, file=sys.stderr)
+            status = 1
+            continue
+        print(f"{t.path}: ok")
+        print()
+        print(model_table(t.inputs, t.params, t.tensors, t.losses, t.inits))
+    return status
 
 
 # -- compile -----------------------------------------------------------------------
@@ -571,8 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Parse and shape-check a model, then print its inputs, params (shape, size, "
                     "initializer),\nnamed tensors and losses as a table. Exits 1 with the "
                     "located error if the model is wrong.",
-        epilog="example:\n  dlc check samples/mlp_digits.dl")
-    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+        epilog="examples:\n  dlc check samples/mlp_digits.dl\n  dlc check samples/*.dl")
+    c.add_argument("models", metavar="MODEL", nargs="+",
+                   help="one or more .dl models or compiled artifact folders")
     c.set_defaults(func=cmd_check)
 
     c = sub.add_parser(

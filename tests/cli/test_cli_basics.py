@@ -133,3 +133,15 @@ def test_info(dlc_run):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"dlc {dlc.__version__}")
     assert "renderer" in p.stdout.lower() and "backend" in p.stdout.lower()
+
+
+def test_check_takes_several_models_and_reports_each_bad_one(dlc_run):
+    samples = sorted(str(p) for p in (ROOT / "samples").glob("*.dl"))
+    p = dlc_run("check", *samples)
+    assert p.returncode == 0, p.stderr
+    assert all(f"{s}: ok" in p.stdout for s in samples)
+    bad = FIXTURES / "matmul_mismatch.dl"
+    p = dlc_run("check", samples[0], bad, samples[1])
+    assert p.returncode == 1
+    assert f"{samples[0]}: ok" in p.stdout and f"{samples[1]}: ok" in p.stdout
+    assert f"{bad}:5:12: error: matmul shapes" in p.stderr
