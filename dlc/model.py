@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dlc.compiler.ir import Graph, Shape
 
@@ -13,7 +13,6 @@ class Model:
     graph: Graph
     source: str = ""
     path: str = "<model>"
-    seed_inits: dict = field(default_factory=dict)
 
     @property
     def inputs(self) -> dict[str, Shape]:
