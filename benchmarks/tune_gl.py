@@ -8,6 +8,10 @@
 - matmul: each blocking (tile M x N, K-slab, outputs per invocation), with and without
   register prefetch, at M = N = K = 4096 and on the shapes of the MLP benchmark's step; each
   result checked against NumPy/PyTorch.
+- `--mlp`: only matmuls, on every product of the MLP benchmark's training step (forward,
+  and backward with its transposed operands, the thin 10-wide ones too), over the blockings
+  in MLP_BLOCKINGS (K-groups inside a work group, swizzled fetch, slab depths, tile shapes),
+  plus the large default with and without the swizzled fetch at 4096^3.
 """
 
 from __future__ import annotations
@@ -27,6 +31,28 @@ BLOCKINGS = [
     (128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (256, 128, 8, 8, 8), (128, 256, 8, 8, 8),
     (128, 64, 8, 8, 4), (64, 128, 8, 4, 8), (64, 64, 16, 4, 4), (64, 64, 8, 4, 4),
 ]
+
+# Blockings: (tm, tn, bk, rm, rn[, ks K-groups per work group[, swizzled fetch]]).
+MLP_BLOCKINGS = [
+    (64, 64, 16, 4, 4, 1, False), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4),
+    (64, 64, 16, 4, 4, 2), (64, 64, 32, 4, 4, 2), (64, 64, 32, 8, 8, 4), (64, 64, 64, 8, 8, 4),
+    (64, 64, 32, 8, 4, 2), (64, 64, 16, 8, 4), (128, 64, 16, 8, 4), (64, 128, 16, 4, 8),
+    (128, 128, 16, 8, 8), (128, 64, 32, 8, 4, 2), (32, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2),
+    (128, 64, 32, 8, 4, 2, False), (128, 64, 32, 8, 4), (128, 64, 16, 8, 4, 2),
+    (64, 128, 32, 4, 8, 2), (64, 64, 64, 4, 4, 4),
+]
+THIN_BLOCKINGS = [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8),
+                  (64, 16, 64, 4, 4, 4)]
+# (m, k, n, ta, tb) of each product in the MLP 784-1024-1024-10 step at batch 1024
+MLP_SHAPES = {
+    (1024, 784, 1024, False, False): "x @ W1",
+    (1024, 1024, 1024, False, False): "h1 @ W2",
+    (1024, 1024, 1024, False, True): "dh1 = dh2 @ W2^T",
+    (784, 1024, 1024, True, False): "dW1 = x^T @ dh1",
+    (1024, 1024, 1024, True, False): "dW2 = h1^T @ dh2",
+    (1024, 1024, 10, False, False): "h2 @ W3",
+    (1024, 1024, 10, True, False): "dW3 = h2^T @ dlogits",
+}
 
 
 class StorageBuffer:
@@ -108,10 +134,12 @@ def bandwidth(n: int, reps: int, torch) -> list[dict]:
     return rows
 
 
-def matmul(shapes, reps: int, torch) -> list[dict]:
+def matmul(shapes, reps: int, torch, blockings=None, variants=("tile16",),
+           no_prefetch: bool = True) -> list[dict]:
     rows = []
     rng = np.random.default_rng(1)
     for (m, k, n, ta, tb) in shapes:
+        blks = blockings(m, n) if callable(blockings) else (blockings or BLOCKINGS)
         a_shape = (k, m) if ta else (m, k)
         b_shape = (n, k) if tb else (k, n)
         a = rng.normal(size=a_shape).astype(np.float32)
@@ -127,9 +155,9 @@ def matmul(shapes, reps: int, torch) -> list[dict]:
                          "ms": ms, "TFLOP/s": 2 * m * n * k / ms / 1e9})
         else:
             want = A.astype(np.float64) @ B.astype(np.float64)
-        for blk in BLOCKINGS:
+        for blk in blks:
             for prefetch in (True, False):
-                if not prefetch and blk != BLOCKINGS[0]:
+                if not prefetch and (blk != blks[0] or not no_prefetch):
                     continue
                 try:
                     ms, err = _time_matmul(a, b, ta, tb, {"blocking": blk, "prefetch": prefetch},
@@ -137,11 +165,14 @@ def matmul(shapes, reps: int, torch) -> list[dict]:
                 except Exception as exc:  # a blocking the driver refuses: say so, go on
                     rows.append({"shape": f"{m}x{k}x{n}", "what": f"{blk} failed: {exc}"[:120]})
                     continue
+                extra = (f" ks {blk[5]}" if len(blk) > 5 and blk[5] > 1 else "") + (
+                    " unswizzled" if len(blk) > 6 and not blk[6] else "")
                 rows.append({"shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}",
                              "what": f"tile {blk[0]}x{blk[1]} bk {blk[2]} per-thread "
-                                     f"{blk[3]}x{blk[4]}{'' if prefetch else ' no prefetch'}",
+                                     f"{blk[3]}x{blk[4]}{extra}"
+                                     f"{'' if prefetch else ' no prefetch'}",
                              "ms": ms, "TFLOP/s": 2 * m * n * k / ms / 1e9, "rel_err": err})
-        for variant in ("tile16",):
+        for variant in variants:
             ms, err = _time_matmul(a, b, ta, tb, {"matmul": variant}, want, reps)
             rows.append({"shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}", "what": variant,
                          "ms": ms, "TFLOP/s": 2 * m * n * k / ms / 1e9, "rel_err": err})
@@ -184,10 +215,33 @@ def dump_binary(out_dir: str) -> None:
     ex.delete()
 
 
+def tune_mlp(args, reps: int, torch) -> int:
+    if args.small:
+        shapes = {(96, 130, 72, True, False): "small", (96, 70, 10, False, False): "thin"}
+    else:
+        shapes = MLP_SHAPES
+    mm = matmul(list(shapes), reps, torch,
+                blockings=lambda m, n: THIN_BLOCKINGS if n < 64 else MLP_BLOCKINGS,
+                variants=("tile16", "medium"), no_prefetch=False)
+    big = [] if args.small else matmul(
+        [(4096, 4096, 4096, False, False), (4096, 4096, 4096, False, True)], reps, torch,
+        blockings=[(128, 128, 16, 8, 8), (128, 128, 16, 8, 8, 1, False)], variants=(),
+        no_prefetch=False)
+    for r in mm:
+        key = tuple(int(x) if x.isdigit() else x == "ta=1" or x == "tb=1"
+                    for x in r["shape"].replace("x", " ").split())
+        r["product"] = shapes.get(key, "")
+    print(table(mm + big, ["shape", "product", "what", "ms", "TFLOP/s", "rel_err"]), flush=True)
+    with open(os.path.join(args.out, "tune_mlp.json"), "w") as f:
+        json.dump({"matmul": mm + big, "median_of": reps}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--small", action="store_true")
     p.add_argument("--out", default=".")
+    p.add_argument("--mlp", action="store_true", help="only the MLP step's matmuls")
     args = p.parse_args(argv)
     from bench_gl import get_torch
 
@@ -195,6 +249,8 @@ def main(argv=None) -> int:
     n = 1 << 20 if args.small else 64 << 20
     reps = 3 if args.small else 20
     warm_up(0.3 if args.small else 2.0)
+    if args.mlp:
+        return tune_mlp(args, reps, torch)
     bw = bandwidth(n, reps, torch)
     print(table(bw, ["what", "ms", "GB/s", "err"]), flush=True)
     if args.small:

@@ -4,14 +4,19 @@ Operands are read as stored (`ta` / `tb` read A or B with its last two axes swap
 gradients need no transposes); a rank-2 operand or a batch of 1 is shared by every batch.
 
 Two templates, both exact for any size (every load and store is bounds-checked):
-- `tile16`: a 16x16 shared-memory tile, one output per invocation; for small or thin
-  products.
-- `blocked`: a TM x TN tile per work group of 256 invocations, each computing RM x RN outputs
-  from vec4 reads of shared memory, with the next K-slab fetched into registers (vec4 loads
-  when the layout allows) while the current one is multiplied. 128x128 tiles, 8x8 outputs
-  each, K-slabs of 16 for large products (on the lent H200: 31 TFLOP/s at 4096^3, 61% of
-  PyTorch's fp32); 64x64 with 4x4 when 128x128 tiles would leave most of the GPU idle
-  (benchmarks/tune_gl.py measures them all).
+- `tile16`: a 16x16 shared-memory tile, one output per invocation; for small products.
+- `blocked`: a TM x TN tile per work group, each invocation computing RM x RN outputs from
+  vec4 reads of shared memory, with the next K-slab fetched into registers (vec4 loads when
+  the layout allows) while the current one is multiplied; optionally KS K-groups per work
+  group, each multiplying its part of every slab, their sums added in shared memory before
+  the epilogue (split-K inside the work group: more invocations per tile when tiles are few,
+  and no second pass, so fused epilogues such as relu' masks and Adam updates stay fused).
+  Chosen by size (`choose`; on the lent H200, benchmarks/tune_gl.py): 128x128 tiles, 8x8
+  outputs each, K-slabs of 16 for large products (31 TFLOP/s at 4096^3, 61% of PyTorch's
+  fp32); 128x64 tiles, 8x4 each, slabs of 32 split between 2 K-groups when 128x128 tiles
+  would leave most of the GPU idle (1024-sized products), 64x64 with 4x4 when there are
+  fewer than 128 rows; 16x16 tiles with 16 K-groups for
+  thin outputs (N = 10 classes) over a long K.
 """
 
 from __future__ import annotations
@@ -25,20 +30,43 @@ from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
 
 @dataclass(frozen=True)
 class Blocking:
+    """A TM x TN output tile per work group, RM x RN outputs per invocation, K-slabs of BK.
+
+    `ks` > 1 splits each K-slab among `ks` groups of invocations inside the work group (more
+    invocations per tile when tiles are few), their sums added in shared memory before the
+    epilogue. `swizzle` orders the fetch of an operand stored along K so that neighbouring
+    invocations store to neighbouring vec4s of shared memory (no bank conflicts)."""
+
     tm: int
     tn: int
     bk: int
     rm: int
     rn: int
+    ks: int = 1
+    swizzle: bool = True
+
+    @property
+    def group_threads(self) -> int:
+        """Invocations that share one K-slice of the tile."""
+        return (self.tm // self.rm) * (self.tn // self.rn)
 
     @property
     def threads(self) -> int:
-        return (self.tm // self.rm) * (self.tn // self.rn)
+        return self.group_threads * self.ks
 
 
-BIG = Blocking(128, 128, 16, 8, 8)  # K-slabs of 16: 31 TFLOP/s on the H200, 24 with 8
-MEDIUM = Blocking(64, 64, 16, 4, 4)
+# Measured on the lent H200 (benchmarks/results/h200_tune*.json):
+BIG = Blocking(128, 128, 16, 8, 8)  # K-slabs of 16: 31 TFLOP/s at 4096^3, 24 with 8
+# Few tiles (a 1024 x 1024 output): 128 work groups of 2 K-groups each; 19-28 TFLOP/s on
+# every product of the MLP step, where 64x64 tiles with 4x4 and K-slabs of 16 ran 6-26.
+SPLIT = Blocking(128, 64, 32, 8, 4, 2)  # "medium" with 128 rows or more
+MEDIUM = Blocking(64, 64, 32, 4, 4)  # "medium" under 128 rows: 18-27 TFLOP/s at those sizes
+# A thin output (N = 10 classes) with a long K: 16 K-groups share each 16x16 tile.
+THIN = Blocking(16, 16, 64, 4, 4, 16)
 FULL_WAVE = 128  # work groups that keep a large GPU busy
+THIN_MAX_TILES = 4 * FULL_WAVE  # beyond this many 16x16 tiles, one invocation an output
+THIN_MIN_K = 256
+SHARED_LIMIT = 32768  # bytes of shared memory a work group may take (GL's minimum maximum)
 
 
 @dataclass(frozen=True)
@@ -68,30 +96,49 @@ def geometry(ctx: Context) -> Geometry:
                     len(sa) == 3 and sa[0] != 1, len(sb) == 3 and sb[0] != 1)
 
 
-def choose(ctx: Context, forced: str | None = None) -> str:
-    """'tile16', 'medium' or 'big', by the sizes at the plan's reference binding."""
-    if forced:
-        return forced
+def _sizes(ctx: Context) -> tuple[int, int, int, int]:
+    """(batch, m, n, k) at the plan's reference binding."""
     geo = geometry(ctx)
     dims = ctx.plan.ref_dims
     m, n, k = (eval_size(size_of((d,)), dims) for d in (geo.m, geo.n, geo.k))
     batch = eval_size(size_of((geo.batch,)), dims) if geo.batch is not None else 1
+    return batch, m, n, k
+
+
+def choose(ctx: Context, forced: str | None = None) -> str:
+    """'tile16', 'thin', 'medium' or 'big', by the sizes at the plan's reference binding."""
+    if forced:
+        return forced
+    batch, m, n, k = _sizes(ctx)
     if min(m, n) >= 128 and k >= 8 and batch * math.ceil(m / 128) * math.ceil(n / 128) >= FULL_WAVE:
         return "big"
     if min(m, n) >= 64 and k >= 16:
         return "medium"
+    # a thin output (one side under 64, the other not) over a long K, in few tiles
+    if (max(m, n) >= 64 and k >= THIN_MIN_K
+            and batch * math.ceil(m / 16) * math.ceil(n / 16) <= THIN_MAX_TILES):
+        return "thin"
     return "tile16"
+
+
+def blocking_of(ctx: Context, which: str) -> Blocking:
+    """The blocking of a blocked variant; 'medium' takes 128-row tiles split between two
+    K-groups where there are 128 rows to fill them."""
+    if which == "medium":
+        return SPLIT if _sizes(ctx)[1] >= 128 else MEDIUM
+    return {"big": BIG, "thin": THIN}[which]
 
 
 def render(ctx: Context, variant: str | None = None, blocking=None,
            prefetch: bool = True) -> KernelSource:
-    """`variant` forces a template; `blocking` (tm, tn, bk, rm, rn) a blocked shape."""
+    """`variant` forces a template; `blocking` (tm, tn, bk, rm, rn[, ks[, swizzle]]) a
+    blocked shape."""
     if blocking is not None:
         return _render_blocked(ctx, Blocking(*blocking), prefetch)
     which = choose(ctx, variant)
     if which == "tile16":
         return _render_tile16(ctx)
-    return _render_blocked(ctx, BIG if which == "big" else MEDIUM, prefetch)
+    return _render_blocked(ctx, blocking_of(ctx, which), prefetch)
 
 
 def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
@@ -189,14 +236,27 @@ def _render_tile16(ctx: Context) -> KernelSource:
 def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> KernelSource:
     geo, d, funcs = _common(ctx)
     M, N, K = d["M"], d["N"], d["K"]
-    T = blk.threads
+    T, TG, KS = blk.threads, blk.group_threads, blk.ks
+    assert blk.bk % KS == 0 and KS & (KS - 1) == 0, blk
     tx_count = blk.tn // blk.rn
     gm, gn = blk.rm // 4, blk.rn // 4  # groups of 4 rows / columns per invocation
+    # One shared array holds the A slab [k][m / 4], the B slab [k][n / 4] and, after the
+    # K loop, the partial sums of the K-groups (ks > 1) being added.
+    a_words, b_words = blk.bk * blk.tm // 4, blk.bk * blk.tn // 4
+    red_words = (KS // 2) * TG * blk.rm * gn
+    shared_bytes = 16 * max(a_words + b_words, red_words)
+    assert shared_bytes <= SHARED_LIMIT, f"{blk} needs {shared_bytes} bytes of shared memory"
+    shared_a = _shared(0, blk.tm // 4)
+    shared_b = _shared(a_words, blk.tn // 4)
     body: list[str] = []
     add = body.append
 
     add("    int tid = int(gl_LocalInvocationID.x);")
-    add(f"    int tx = tid % {tx_count}, ty = tid / {tx_count};")
+    if KS > 1:
+        add(f"    int ks = tid / {TG}, t = tid % {TG};  // this invocation's K-group")
+    else:
+        add("    int t = tid;")
+    add(f"    int tx = t % {tx_count}, ty = t / {tx_count};")
     add(f"    int n0 = int(gl_WorkGroupID.x) * {blk.tn}, m0 = int(gl_WorkGroupID.y) * {blk.tm};")
     add("    int bz = int(gl_WorkGroupID.z);")
     # acc<i>_<j>: row i of this invocation's block, columns 4j..4j+3 (plain variables, so
@@ -207,9 +267,11 @@ def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> Kerne
     # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
     def operands(kvar: str):
         a = _operand("A", d, blk.tm, M, blk, T, contiguous_p=geo.ta,
-                     addr=lambda p, k: _addr_a(geo, d, p, k), p0="m0", kvar=kvar)
+                     addr=lambda p, k: _addr_a(geo, d, p, k), p0="m0", kvar=kvar,
+                     shared=shared_a)
         b = _operand("B", d, blk.tn, N, blk, T, contiguous_p=not geo.tb,
-                     addr=lambda p, k: _addr_b(geo, d, k, p), p0="n0", kvar=kvar)
+                     addr=lambda p, k: _addr_b(geo, d, k, p), p0="n0", kvar=kvar,
+                     shared=shared_b)
         return tuple(x + y for x, y in zip(a, b))
 
     decls, fetch, stash, regs = operands("k0")
@@ -232,11 +294,16 @@ def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> Kerne
         add(f"        if (k1 < {K}) {{  // fetch the next slab while this one is multiplied")
         body.extend("            " + x for x in fetch_next)
         add("        }")
-    add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
+    if KS > 1:
+        per = blk.bk // KS
+        add(f"        for (int q = 0; q < {per}; ++q) {{  // this K-group's part of the slab")
+        add(f"            int kk = ks * {per} + q;")
+    else:
+        add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
     for g in range(gm):
-        add(f"            vec4 fa{g} = As[kk][{_lane('ty', g, blk.tm // 4 // gm)}];")
+        add(f"            vec4 fa{g} = {shared_a('kk', _lane('ty', g, blk.tm // 4 // gm))};")
     for g in range(gn):
-        add(f"            vec4 fb{g} = Bs[kk][{_lane('tx', g, blk.tn // 4 // gn)}];")
+        add(f"            vec4 fb{g} = {shared_b('kk', _lane('tx', g, blk.tn // 4 // gn))};")
     for i in range(blk.rm):
         g, c = divmod(i, 4)
         for j in range(gn):
@@ -244,6 +311,9 @@ def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> Kerne
     add("        }")
     add("        barrier();")
     add("    }")
+    if KS > 1:
+        body.extend(_add_k_groups(blk))
+        add("    if (ks != 0) return;  // K-group 0 holds the sums")
     # Stores through the epilogue, each element bounds-checked.
     for i in range(blk.rm):
         g, c = divmod(i, 4)
@@ -259,17 +329,51 @@ def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> Kerne
                     f"bz, row{i}, {col}, acc{i}_{j}.{'xyzw'[c]});")
         add("    }")
 
-    extra = [f"shared vec4 As[{blk.bk}][{blk.tm // 4}];  // [k][m / 4]",
-             f"shared vec4 Bs[{blk.bk}][{blk.tn // 4}];  // [k][n / 4]"]
+    extra = [f"shared vec4 sm[{shared_bytes // 16}];  "
+             f"// A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}"
+             + ("; then partial sums" if KS > 1 else "")]
     for which, tensor in (("A", geo.a), ("B", geo.b)):
         binding = ctx.binding[ctx.plan.slot_of[tensor]]
         extra.append(f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
                      f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4")
     how = (f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
-           f"K-slabs of {blk.bk}")
+           f"K-slabs of {blk.bk}" + (f" split among {KS} K-groups" if KS > 1 else ""))
     lines = header(ctx, _describe(geo, how), (T, 1, 1), extra) + funcs
     lines += ["void main() {", *body, "}"]
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, blk.tm, blk.tn), (T, 1, 1))
+
+
+def _shared(base: int, width: int):
+    """Index into the shared array for a slab stored [k][p / 4] at `base`."""
+    def at(k: str, p: str) -> str:
+        row = f"{_paren(k)} * {width}"
+        return f"sm[{base} + {row} + {p}]" if base else f"sm[{row} + {p}]"
+    return at
+
+
+def _add_k_groups(blk: Blocking) -> list[str]:
+    """Add the K-groups' accumulators pairwise in shared memory (log2(ks) rounds): in each
+    round the upper half of the remaining groups stores, the lower half adds. Neighbouring
+    invocations touch neighbouring vec4s."""
+    gn = blk.rn // 4
+    TG = blk.group_threads
+    regs = [f"acc{i}_{j}" for i in range(blk.rm) for j in range(gn)]
+    lines = []
+    half = blk.ks // 2
+    while half >= 1:
+        slot = f"(ks - {half}) * {len(regs) * TG} + t"
+        lines.append(f"    if (ks >= {half} && ks < {2 * half}) {{")
+        lines += [f"        sm[{slot} + {r * TG}] = {reg};" for r, reg in enumerate(regs)]
+        lines.append("    }")
+        lines += ["    memoryBarrierShared();", "    barrier();"]
+        lines.append(f"    if (ks < {half}) {{")
+        lines += [f"        {reg} += sm[ks * {len(regs) * TG} + t + {r * TG}];"
+                  for r, reg in enumerate(regs)]
+        lines.append("    }")
+        if half > 1:
+            lines.append("    barrier();")
+        half //= 2
+    return lines
 
 
 def _lane(var: str, group: int, stride: int) -> str:
@@ -277,7 +381,7 @@ def _lane(var: str, group: int, stride: int) -> str:
 
 
 def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
-             contiguous_p: bool, addr, p0: str, kvar: str):
+             contiguous_p: bool, addr, p0: str, kvar: str, shared):
     """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
     memory as `[k][p / 4]` vec4s (p: the row of A, the column of B).
 
@@ -290,7 +394,6 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
     K = d["K"]
     buf = d[which]
     vec = f"{buf}_{which.lower()}4"
-    shared = f"{which}s"
     low = which.lower()
     decls: list[str] = []
     fetch: list[str] = []
@@ -312,6 +415,15 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
             per_row = tp // 4
             decls.append(f"int {kk} = {lid} / {per_row}, {pp} = ({lid} % {per_row}) * 4;")
             rows = [(f"r{low}{j}", f"({kvar} + {kk})", f"({p0} + {pp})")]
+        elif blk.swizzle and tp // 4 >= 8:
+            # 8 neighbouring invocations take 8 neighbouring p-groups at one k-group (so
+            # their shared stores hit distinct banks); the next 8 the next k-group of the
+            # same rows (so a warp still reads whole runs of K from each row).
+            kq = blk.bk // 4
+            decls.append(f"int {pp} = ({lid} % 8 + 8 * ({lid} / {8 * kq})) * 4, "
+                         f"{kk} = (({lid} / 8) % {kq}) * 4;")
+            rows = [(f"r{low}{j}_{r}", f"({kvar} + {kk})", f"({p0} + {pp} + {r})")
+                    for r in range(4)]
         else:
             per_row = blk.bk // 4
             decls.append(f"int {pp} = ({lid} / {per_row}) * 4, {kk} = ({lid} % {per_row}) * 4;")
@@ -335,9 +447,9 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
                 fetch.append(guard + slow[0])
             fetch.extend(slow[1:])
         if contiguous_p:
-            stash.append(f"{guard}{shared}[{kk}][{pp} / 4] = {rows[0][0]};")
+            stash.append(f"{guard}{shared(kk, f'{pp} / 4')} = {rows[0][0]};")
         else:
             for c in range(4):
                 lanes = ", ".join(f"{reg}.{'xyzw'[c]}" for reg, _, _ in rows)
-                stash.append(f"{guard}{shared}[{kk} + {c}][{pp} / 4] = vec4({lanes});")
+                stash.append(f"{guard}{shared(f'{kk} + {c}', f'{pp} / 4')} = vec4({lanes});")
     return decls, fetch, stash, regs
