@@ -31,8 +31,13 @@ class GLBackend:
         self._debug_hooks: dict[tuple, debug.GLHook] = {}
 
     # -- leaves ----------------------------------------------------------------------------
-    def set_leaf(self, name: str, value: np.ndarray) -> None:
-        self.store.set(name, value)
+    def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:
+        """`snapshot=False`: a leaf no step writes (training data), left out of snapshots."""
+        self.store.set(name, value, snapshot=snapshot)
+
+    def drop_leaf(self, name: str) -> None:
+        """Free a leaf's GPU buffer."""
+        self.store.drop(name)
 
     def get_leaf(self, name: str) -> np.ndarray:
         return self.store.get(name)

@@ -12,6 +12,7 @@ from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
 from dlc.compiler.initializers import initial_value
 from dlc.compiler.ir import Graph
 from dlc.compiler.reference import leaf_inputs
+from dlc.compiler.resident import IDX, data_name, resident_graph
 from dlc.compiler.simplify import simplify
 from dlc.compiler.train_graph import LR, build_train_graph
 
@@ -20,7 +21,9 @@ from .feeds import bind_dims
 from .model import Model, compile
 from .optimizers import SGD, Optimizer
 from .seeds import seeds_style
-from .training import Callback, batch_dim, train_loop
+from .training import Callback, batch_dim, steps_per_epoch, train_loop
+
+MAX_RESIDENT_ROWS = 2 ** 24  # row indices travel as float32: exact up to here
 
 
 class Session:
@@ -39,6 +42,10 @@ class Session:
         self._rng = np.random.default_rng(seed)  # batch order: fixed by the seed
         self._grad_graphs: dict[str, Graph] = {}
         self._train_graphs: dict[tuple, Graph] = {}
+        self._resident_graphs: dict[tuple, Graph] = {}
+        # On GL, train() keeps its data on the GPU when it would upload more rows than the
+        # data holds (see _resident); False always uploads each batch (benchmarks compare).
+        self.resident_data = True
         self._optimizer: Optimizer | None = None  # whose state the backend holds
         self._state_ready: set[str] = set()
 
@@ -142,6 +149,9 @@ class Session:
         each step (returning False stops), `on_epoch_end(epoch)` after each
         epoch. A NaN or infinite loss raises dlc.errors.TrainingDiverged with
         the params of the last finite loss restored.
+
+        On GL, when the batches would upload more rows than `feeds` holds, the data goes to
+        the GPU once (freed when train returns) and each step uploads only its rows' indices.
         """
         optimizer = optimizer or self._optimizer or SGD(0.01)
         graph = self.train_graph(loss, optimizer)
@@ -152,13 +162,50 @@ class Session:
         arrays = {k: v for k, v in arrays.items() if k in needed}
         dim = batch_dim(self.model.inputs, list(arrays))
         self._init_state(graph, optimizer)
+        select = None
+        resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
+        if resident:
+            # The data goes to the GPU once; each step uploads only its rows' indices.
+            key = (graph.losses[0], optimizer.config(), dims[dim])
+            if key not in self._resident_graphs:
+                self._resident_graphs[key] = resident_graph(graph, list(arrays), dim, dims[dim])
+            graph = self._resident_graphs[key]
+            loss_node = graph.names[graph.losses[0]]
+            for name, v in arrays.items():
+                self.backend.set_leaf(data_name(name), v, snapshot=False)
+
+            def select(rows: np.ndarray) -> dict[str, np.ndarray]:
+                return {IDX: rows.astype(np.float32)}
 
         def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
             batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
             (value,) = self.backend.step(graph, [loss_node], batch, bdims)
             return float(value)
 
-        return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
-                          steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
-                          on_epoch_end=on_epoch_end, snapshot=self.backend.snapshot,
-                          restore=self.backend.restore)
+        try:
+            return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
+                              steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
+                              on_epoch_end=on_epoch_end, snapshot=self.backend.snapshot,
+                              restore=self.backend.restore, select=select)
+        finally:
+            if resident:
+                for name in arrays:
+                    self.backend.drop_leaf(data_name(name))
+
+    def _resident(self, arrays: Mapping[str, np.ndarray], dims: Mapping[str, int],
+                  dim: str | None, batch_size: int | None, epochs: int,
+                  steps: int | None) -> bool:
+        """Whether train() keeps its data on the GPU: on GL, with batches drawn along `dim`
+        from inputs whose other dims are concrete, when the run would upload more rows than
+        the data has (one epoch or less uploads each row once anyway)."""
+        if not (self.resident_data and dim is not None and hasattr(self.backend, "drop_leaf")):
+            return False
+        if any(isinstance(d, str) for name in arrays for d in self.model.inputs[name][1:]):
+            return False
+        n = dims[dim]
+        size = n if batch_size is None else max(1, min(int(batch_size), n))
+        per_epoch = steps_per_epoch(n, size)
+        total = int(steps) if steps is not None else int(epochs) * per_epoch
+        epochs_done, rest = divmod(total, per_epoch)
+        rows = epochs_done * n + min(rest * size, n)  # the rows the batches would upload
+        return n < MAX_RESIDENT_ROWS and rows > n

@@ -45,7 +45,9 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
                rng: np.random.Generator | None = None, callback: Callback | None = None,
                on_epoch_end: Callable[[int], None] | None = None,
                snapshot: Callable[[], object] | None = None,
-               restore: Callable[[object], None] | None = None) -> list[float]:
+               restore: Callable[[object], None] | None = None,
+               select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
+               ) -> list[float]:
     """Run `step` over batches of `feeds` along `dim`; return each step's loss.
 
     `steps` (if given) wins over `epochs` and may span epochs; the last batch of
@@ -53,7 +55,9 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
     after every step (both counted from 1); returning False stops after that
     step. `on_epoch_end(epoch)` runs after each full epoch. A NaN or infinite
     loss puts back the params of the last finite loss (via snapshot/restore)
-    and raises TrainingDiverged.
+    and raises TrainingDiverged. `select(rows)`, when given, makes a step's batch from the
+    indices of its examples along `dim` (default: those rows of every feed); a backend that
+    holds the data on the GPU takes the indices alone.
     """
     n = dims[dim] if dim is not None else 1
     size = n if batch_size is None else int(batch_size)
@@ -80,7 +84,8 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
             batch, bdims, examples = dict(feeds), dict(dims), 1
         else:
             idx = order[pos * size: (pos + 1) * size]
-            batch = {name: v[idx] for name, v in feeds.items()}
+            batch = select(idx) if select is not None else {
+                name: v[idx] for name, v in feeds.items()}
             bdims, examples = {**dims, dim: len(idx)}, len(idx)
         if snapshot is not None:
             before_prev, before = before, snapshot()

@@ -88,6 +88,7 @@ class LeafStore:
 
     `snapshot()` copies every leaf on the GPU into one of a small ring of buffer sets and
     returns a token; `restore(token)` copies it back (training undoes a step that diverged).
+    Leaves set with `snapshot=False` (training data: read, never written) are left out.
     """
 
     def __init__(self) -> None:
@@ -97,11 +98,12 @@ class LeafStore:
         self._ring: list[dict[str, Buffer]] = [{} for _ in range(SNAPSHOTS)]
         self._ring_gen = [0] * SNAPSHOTS
         self._taken = 0
+        self._unsnapshotted: set[str] = set()
 
     def __contains__(self, name: str) -> bool:
         return name in self.buffers
 
-    def set(self, name: str, value) -> None:
+    def set(self, name: str, value, *, snapshot: bool = True) -> None:
         shape = np.shape(value)  # ascontiguousarray makes a 0-d array 1-d: keep the real shape
         data = np.ascontiguousarray(value, dtype=np.float32)
         buf = self.buffers.get(name)
@@ -113,6 +115,19 @@ class LeafStore:
             self.version += 1
         buf.upload(data)
         self.shapes[name] = shape
+        if snapshot:
+            self._unsnapshotted.discard(name)
+        else:
+            self._unsnapshotted.add(name)
+
+    def drop(self, name: str) -> None:
+        """Free leaf `name` (programs reading it then need it set again)."""
+        buf = self.buffers.pop(name, None)
+        if buf is not None:
+            buf.delete()
+            self.version += 1
+        self.shapes.pop(name, None)
+        self._unsnapshotted.discard(name)
 
     def get(self, name: str) -> np.ndarray:
         buf = self.buffer(name)
@@ -128,7 +143,11 @@ class LeafStore:
         self._taken += 1
         slot = self._taken % SNAPSHOTS
         ring = self._ring[slot]
-        for name, buf in self.buffers.items():
+        names = [n for n in self.buffers if n not in self._unsnapshotted]
+        for name in set(ring) - set(names):  # no longer snapshotted: restore must skip it
+            ring.pop(name).delete()
+        for name in names:
+            buf = self.buffers[name]
             copy = ring.get(name)
             if copy is None or copy.nbytes != buf.nbytes:
                 if copy is not None:

@@ -2,9 +2,10 @@
 
 A kernel is rendered from its fused IR by an `Emitter`, which evaluates a node at an index
 into a GLSL temporary: elementwise ops by the registry's GLSL expression, layout ops as index
-maps (reshape keeps the flat index, transpose permutes coordinates, pad and concat select),
-stored tensors as buffer loads. Results are cached per (node, index), so a value used twice is
-computed once. Indexes are `Ix` values: a flat index, coordinates, or both.
+maps (reshape keeps the flat index, transpose permutes coordinates, pad and concat select, take
+reads the row its index names), stored tensors as buffer loads. Results are cached per (node,
+index), so a value used twice is computed once. Indexes are `Ix` values: a flat index,
+coordinates, or both.
 
 Naming: buffers are `b<binding>` (one per storage slot), symbolic dims are `dim<k>` int
 uniforms, temporaries are `n<node>`: no user name reaches GLSL except inside comments, and
@@ -405,6 +406,18 @@ class Emitter:
         c = self.coords(ix, node.shape)
         v = self.value(node.inputs[0], Ix(multi=c[:-1]) if len(c) > 1 else Ix(flat="0"))
         return f"({v} == float({c[-1]}) ? 1.0 : 0.0)"
+
+    def _take(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        src, idx = node.inputs
+        c = self.coords(ix, node.shape)
+        i = self.value(idx, Ix(multi=c[:1]))
+        # Clamped, so a bad index reads a wrong row rather than past the buffer.
+        rows = self.ctx.dim(self.g.nodes[src].shape[0])
+        key = ("row", i, rows)
+        row = self.cached(key) or self.bind(key, f"n{n}row",
+                                            f"clamp(int({i}), 0, {rows} - 1)", "int")
+        return self.value(src, Ix(multi=(row, *c[1:])))
 
     # -- stores -------------------------------------------------------------------------
     def store_outputs(self, ix: Ix, outputs: Sequence[int] | None = None) -> None:

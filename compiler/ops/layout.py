@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import OpDef, register
-from ..shapes import bind
+from ..shapes import ShapeError, bind, format_dims
 
 
 def _reshape(args, attrs, dims):
@@ -52,6 +52,19 @@ def _one_hot(args, attrs, dims):
     return (idx[..., None] == np.arange(attrs["depth"])).astype(idx.dtype)
 
 
+def _take_shape(ins, attrs):
+    x, idx = ins
+    if not x or len(idx) != 1:
+        raise ShapeError(f"take needs a tensor of rank >= 1 and an index vector, got "
+                         f"{format_dims(x)} and {format_dims(idx)}")
+    return (idx[0], *x[1:])
+
+
+def _take(args, attrs, dims):
+    # Rows of x by index (idx holds whole numbers as floats, like one_hot's indices).
+    return np.take(args[0], args[1].astype(int), axis=0)
+
+
 register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1))
 register(OpDef("broadcast_to", "layout", lambda ins, a: tuple(a["shape"]), _broadcast_to, arity=1))
 register(OpDef("transpose", "layout", _transpose_shape,
@@ -62,3 +75,6 @@ register(OpDef("concat", "layout", _concat_shape,
                lambda args, a, d: np.concatenate(args, axis=a["axis"])))
 register(OpDef("one_hot", "layout", lambda ins, a: (*ins[0], a["depth"]), _one_hot, arity=1,
                differentiable=False))
+# out[i, ...] = x[int(idx[i]), ...]: training gathers its batches from data kept on the GPU
+# (compiler/resident.py). Not differentiable: only data flows through it.
+register(OpDef("take", "layout", _take_shape, _take, arity=2, differentiable=False))

@@ -280,6 +280,23 @@ def test_non_differentiable_ops_have_no_rule():
             assert name not in GRADIENTS, f"'{name}' is not differentiable but has a rule"
 
 
+def test_take_passes_no_gradient():
+    # take only gathers training data (compiler/resident.py): the data gets zeros, the
+    # indices nothing, and the rest of the graph its gradients as without it.
+    b = GraphBuilder()
+    x, i, w = b.input("x", (4, 3)), b.input("i", ("B",)), b.input("w", (3,))
+    y = b.add("mul", [b.add("take", [x, i]), w])
+    b.declare("loss", b.add("sum", [y], axes=(0, 1), keepdims=False), None)
+    b.loss("loss", b.names["loss"])
+    g, grads = differentiate(b.build(), "loss", ["x", "w"])
+    xs = RNG.normal(size=(4, 3))
+    rows = np.array([3.0, 0.0, 3.0, 1.0, 2.0])
+    vals = evaluate(g, list(grads.values()), {"x": xs, "i": rows, "w": np.ones(3)}, {"B": 5},
+                    np.float64)
+    np.testing.assert_array_equal(vals[grads["x"]], np.zeros((4, 3)))
+    np.testing.assert_allclose(vals[grads["w"]], xs[[3, 0, 3, 1, 2]].sum(axis=0))
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_gradient_matches_central_differences(case: Case):
     bt = build(case)

@@ -49,6 +49,8 @@ def sample(rng, domain: str, shape) -> np.ndarray:
         return (rng.uniform(size=shape) > 0.5).astype(float)
     if domain == "index":
         return rng.integers(-1, 6, size=shape).astype(float)  # some out of [0, depth)
+    if domain == "rows":
+        return rng.integers(0, 3, size=shape).astype(float)  # rows of a tensor of >= 3
     return rng.normal(size=shape)
 
 
@@ -99,6 +101,10 @@ def layout_cases() -> list[Case]:
         Case("concat", [(1, 5), (2, 5)], {"axis": 0}),
         Case("one_hot", [(3, 5)], {"depth": 4}, ["index"]),
         Case("one_hot", [("B",)], {"depth": 6}, ["index"], dims={"B": 7}, label="symbolic"),
+        Case("take", [(5, 7), (9,)], {}, ["normal", "rows"]),
+        Case("take", [(3, 2, 5), ("B",)], {}, ["normal", "rows"], dims={"B": 7},
+             label="symbolic"),
+        Case("take", [(3, 4), (8,)], {}, ["normal", "rows"], label="vec4"),
     ]
 
 

@@ -1,0 +1,64 @@
+"""A training step that reads its batch from data kept on the GPU.
+
+`resident_graph(step, inputs, dim, examples)` rewrites a training step (`build_train_graph`)
+so that each batched input `x: [dim, ...]` named in `inputs` becomes `take($data$x, $idx)`:
+`$data$x: [examples, ...]` is a `state` leaf holding the whole data set, uploaded once per
+training run, and `$idx: [dim]` a new input, the rows of this step's batch (as floats). Per
+step only `$idx` (and `$lr`) move from the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .ir import Graph, Node, make_attrs
+from .optimizers import ZEROS
+from .verify import check_graph
+
+DATA = "$data$"
+IDX = "$idx"
+
+
+def data_name(name: str) -> str:
+    """The state leaf that holds all of input `name`'s examples."""
+    return DATA + name
+
+
+def resident_graph(step: Graph, inputs: Sequence[str], dim: str, examples: int) -> Graph:
+    """`step` with every input in `inputs` (each led by symbolic `dim`, its other dims concrete)
+    gathered by `$idx` from a state leaf of `examples` rows."""
+    batched = set(inputs)
+    nodes: list[Node] = []
+    remap: dict[int, int] = {}
+
+    def append(node: Node) -> int:
+        nodes.append(node)
+        return len(nodes) - 1
+
+    idx: int | None = None
+    states: dict[str, int] = {}  # data leaf name -> its node
+    for i, n in enumerate(step.nodes):
+        name = n.attr("name") if n.op == "input" else None
+        if name not in batched:
+            remap[i] = append(Node(n.op, tuple(remap[j] for j in n.inputs), n.shape, n.attrs,
+                                   n.loc))
+            continue
+        if n.shape[:1] != (dim,) or any(isinstance(d, str) for d in n.shape[1:]):
+            raise ValueError(f"input '{name}' {list(n.shape)} is not [{dim}, concrete dims...]")
+        if idx is None:
+            idx = append(Node("input", (), (dim,), make_attrs(name=IDX, shape=(dim,))))
+        rows = (examples, *n.shape[1:])
+        data = states[data_name(name)] = append(Node(
+            "state", (), rows, make_attrs(name=data_name(name), shape=rows, init=ZEROS), n.loc))
+        remap[i] = append(Node("take", (data, idx), n.shape, (), n.loc))
+
+    names = {k: remap[i] for k, i in step.names.items()}
+    names.update(states)
+    if idx is not None:
+        names[IDX] = idx
+    out = Graph(tuple(nodes), names,
+                tuple(k for k in step.inputs if k not in batched) + ((IDX,) if states else ()),
+                step.params, (*step.states, *states), step.losses,
+                tuple((k, remap[i]) for k, i in step.updates))
+    check_graph(out)
+    return out

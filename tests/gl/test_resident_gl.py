@@ -1,0 +1,111 @@
+"""Session.train on GL with its data on the GPU: each step uploads only its rows' indices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlc
+from dlc.compiler.reference import evaluate
+from dlc.compiler.resident import IDX, data_name, resident_graph
+from dlc.compiler.train_graph import LR, build_train_graph
+
+
+def digits(n: int = 50):
+    d = np.load("samples/data/digits_train.npz")
+    return {"pixels": d["pixels"][:n].astype(np.float32),
+            "labels": d["labels"][:n].astype(np.float32)}
+
+
+def test_resident_graph_reads_the_rows_it_is_given():
+    # The NumPy reference: the rewritten step over (all data, rows) equals the step over the
+    # rows sliced on the host, updates included.
+    model = dlc.compile("samples/mlp_digits.dl")
+    step = build_train_graph(model.graph, None, dlc.Adam(0.01))
+    res = resident_graph(step, ["pixels", "labels"], "B", 50)
+    assert set(res.inputs) == {LR, IDX}
+    assert {data_name("pixels"), data_name("labels")} <= set(res.states)
+    assert res.node(data_name("pixels")).shape == (50, 64)
+    data, rows = digits(), np.array([7, 3, 49, 0, 3])
+    leaves = dlc.Session(model, backend="numpy").backend.leaves
+    leaves = {**leaves, **{s: np.zeros(step.node(s).shape, np.float32) for s in step.states}}
+    lr = np.float32(0.01)
+    want_roots = [step.names["cost"], *(i for _, i in step.updates)]
+    got_roots = [res.names["cost"], *(i for _, i in res.updates)]
+    want = evaluate(step, want_roots, {**leaves, LR: lr, **{k: v[rows] for k, v in data.items()}},
+                    {"B": 5})
+    got = evaluate(res, got_roots, {**leaves, LR: lr, IDX: rows.astype(np.float32),
+                                    **{data_name(k): v for k, v in data.items()}}, {"B": 5})
+    for w, g in zip(want_roots, got_roots):
+        np.testing.assert_array_equal(got[g], want[w])
+
+
+class Spy:
+    """Records what each backend.step uploads and which leaves each snapshot holds."""
+
+    def __init__(self, sess):
+        self.feeds: list[set[str]] = []
+        self.snapshots: list[set[str]] = []
+        be = sess.backend
+        step, snapshot = be.step, be.snapshot
+
+        def spy_step(graph, roots, feeds, dims):
+            self.feeds.append(set(feeds))
+            return step(graph, roots, feeds, dims)
+
+        def spy_snapshot():
+            token = snapshot()
+            self.snapshots.append(set(be.store._ring[token[0]]))
+            self.held = set(be.store.buffers)
+            return token
+
+        be.step, be.snapshot = spy_step, spy_snapshot
+
+
+def test_steps_upload_only_indices_and_the_data_is_freed(gl):
+    sess = dlc.Session("samples/mlp_digits.dl", backend="gl", seed=0)
+    spy = Spy(sess)
+    sess.train(digits(), optimizer=dlc.Adam(0.01), batch_size=16, epochs=2)
+    assert len(spy.feeds) == 8 and all(f == {IDX, LR} for f in spy.feeds)
+    # During training the data is on the GPU but no snapshot copies it: params and state only.
+    assert data_name("pixels") in spy.held
+    want = set(sess.model.params) | {n for n in spy.held if not n.startswith("$data$")}
+    assert all(s == want for s in spy.snapshots)
+    assert not any(n.startswith("$data$") for n in sess.backend.store.buffers)
+
+
+def test_resident_and_uploaded_batches_train_the_same(gl):
+    out = []
+    for resident in (True, False):
+        sess = dlc.Session("samples/mlp_digits.dl", backend="gl", seed=3)
+        sess.resident_data = resident
+        losses = sess.train(digits(), optimizer=dlc.SGD(0.05), batch_size=20, epochs=2)
+        losses += sess.train(digits(30), optimizer=dlc.SGD(0.05), batch_size=7, steps=9)
+        out.append((losses, sess.params))
+    (lr, pr), (lu, pu) = out
+    np.testing.assert_allclose(lr, lu, rtol=1e-6)
+    for name in pr:
+        np.testing.assert_allclose(pr[name], pu[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("kw", [{"epochs": 1}, {"steps": 1}], ids=["one-epoch", "one-step"])
+def test_one_pass_or_less_uploads_batches(gl, kw):
+    # Uploading the data set first would move at least as many rows as the batches do.
+    sess = dlc.Session("samples/mlp_digits.dl", backend="gl", seed=0)
+    spy = Spy(sess)
+    sess.train(digits(), optimizer=dlc.SGD(0.05), batch_size=16, **kw)
+    assert spy.feeds and all(f == {"pixels", "labels", LR} for f in spy.feeds)
+
+
+def test_a_diverging_resident_run_restores_params_and_frees_the_data(gl):
+    sess = dlc.Session("samples/quadratic.dl", backend="gl", seed=0)
+    data = np.load("samples/data/quadratic.npz")
+    feeds = {k: data[k].astype(np.float32) for k in data.files}
+    before = sess.params
+    with pytest.raises(dlc.errors.TrainingDiverged) as info:
+        sess.train(feeds, optimizer=dlc.SGD(1e6), batch_size=8, epochs=5)
+    assert all(np.all(np.isfinite(v)) for v in sess.params.values())
+    if info.value.step == 1:
+        for name, v in before.items():
+            np.testing.assert_array_equal(sess.params[name], v)
+    assert not any(n.startswith("$data$") for n in sess.backend.store.buffers)
