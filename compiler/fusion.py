@@ -27,8 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import registry
-from .ir import Graph, Shape, format_node
-from .reference import cone
+from .ir import Graph, Shape, cone, format_node
 
 ANCHOR_KINDS = ("reduce", "matmul", "window")
 STORED_LEAVES = ("input", "param", "state")

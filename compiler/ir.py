@@ -8,7 +8,7 @@ symbolic dim (bound when data is fed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,3 +141,15 @@ def consumers(g: Graph) -> list[list[int]]:
         for j in n.inputs:
             out[j].append(i)
     return out
+
+
+def cone(graph: Graph, roots: Iterable[int]) -> list[int]:
+    """The nodes that `roots` depend on, in topological (index) order."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(graph.nodes[i].inputs)
+    return sorted(seen)

@@ -11,19 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from . import registry
-from .ir import Graph
-
-
-def cone(graph: Graph, roots: Iterable[int]) -> list[int]:
-    """The nodes that `roots` depend on, in topological (index) order."""
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        i = stack.pop()
-        if i not in seen:
-            seen.add(i)
-            stack.extend(graph.nodes[i].inputs)
-    return sorted(seen)
+from .ir import Graph, cone
 
 
 def leaf_inputs(graph: Graph, roots: Iterable[int]) -> set[str]:

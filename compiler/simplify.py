@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from . import registry
-from .ir import Graph, Node, Shape, make_attrs
+from .ir import Graph, Node, Shape, cone, make_attrs
 from .shapes import ShapeError, broadcast, symbols
 
 
@@ -174,17 +174,6 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
 
 # -- dead code ----------------------------------------------------------------------
 
-def live_nodes(g: Graph, roots: Iterable[int]) -> set[int]:
-    live: set[int] = set()
-    stack = list(roots)
-    while stack:
-        i = stack.pop()
-        if i not in live:
-            live.add(i)
-            stack.extend(g.nodes[i].inputs)
-    return live
-
-
 def eliminate_dead_code(g: Graph, keep: Iterable[int] | None = None, start: int = 0) -> Graph:
     """Drop nodes nothing kept depends on. Kept by default: every named node (inputs,
     params, states, named tensors, losses) and every update. Only nodes at index
@@ -192,7 +181,7 @@ def eliminate_dead_code(g: Graph, keep: Iterable[int] | None = None, start: int 
     roots = set(g.names.values()) | {i for _, i in g.updates}
     if keep is not None:
         roots |= set(keep)
-    live = live_nodes(g, roots) | set(range(start))
+    live = set(cone(g, roots)) | set(range(start))
 
     def visit(rw: _Rewriter, i: int, n: Node) -> int:
         return rw.append(n) if i in live else -1

@@ -13,9 +13,8 @@ Backends run it with `step`, which applies the updates. `str()` prints it.
 from __future__ import annotations
 
 from .autodiff import differentiate, extend, resolve_loss
-from .ir import Graph
+from .ir import Graph, cone
 from .optimizers import add_updates
-from .reference import cone
 from .simplify import simplify
 from .verify import check_graph
 

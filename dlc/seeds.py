@@ -33,8 +33,8 @@ import numpy as np
 
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.functions import FUNCTIONS
-from dlc.compiler.ir import Graph
-from dlc.compiler.reference import cone, leaf_inputs
+from dlc.compiler.ir import Graph, cone
+from dlc.compiler.reference import leaf_inputs
 from dlc.compiler.train_graph import LR, build_train_graph
 
 from .errors import DataError
