@@ -28,9 +28,8 @@ from .fusion import format_fusion
 from .initializers import initial_value
 from .ir import Graph
 from .pipeline import FORMAT, CompiledProgram, compile_program
-from .plan import format_plan
+from .plan import DEFAULT_BATCH, format_plan
 
-DEFAULT_BATCH = 32  # the binding of symbolic dims the storage plan is drawn up at
 EMIT_STAGES = ("kernels", "plan", "glsl")
 
 

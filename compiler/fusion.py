@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from . import registry
 from .ir import Graph, Shape, cone, format_node
 
-ANCHOR_KINDS = ("reduce", "matmul", "window")
 STORED_LEAVES = ("input", "param", "state")
 
 
@@ -73,9 +72,7 @@ class Fusion:
 
     def base(self, n: int) -> int:
         """The tensor whose storage n uses (itself unless n is an alias)."""
-        while n in self.alias:
-            n = self.alias[n]
-        return n
+        return _base(self.alias, n)
 
 
 @dataclass
@@ -89,8 +86,14 @@ class _Building:
 
 
 def kind_of(graph: Graph, n: int) -> str:
-    op = graph.nodes[n].op
-    return "leaf" if op in STORED_LEAVES or op == "const" else registry.get(op).kind
+    return registry.get(graph.nodes[n].op).kind
+
+
+def reads_own_element(graph: Graph, ident: dict[int, bool], c: int, shape: Shape) -> bool:
+    """Reader c is elementwise over `shape` and evaluated only at its kernel's own index, so it
+    reads each input element where it writes. Epilogue fusion, merging kernels, pruning outputs
+    and in-place updates are all safe only under this rule."""
+    return kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == shape and ident.get(c, False)
 
 
 def _numel(shape: Shape) -> int | None:
@@ -127,9 +130,6 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
         ident[n] = True
         storage[n] = "kernel"
 
-    def is_leaf_node(j: int) -> bool:
-        return graph.nodes[j].op in STORED_LEAVES or graph.nodes[j].op == "const"
-
     for n in reversed(order):
         node = graph.nodes[n]
         users = readers[n]
@@ -154,15 +154,14 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
             # (Adam's bias corrections), a layout view of a leaf.
             cheap = node.op == "dim_size" or (kind == "elementwise" and _numel(node.shape) == 1) or (
                 kind == "layout" and node.op not in ("concat", "one_hot")
-                and all(is_leaf_node(j) for j in node.inputs))
+                and all(graph.nodes[j].is_leaf for j in node.inputs))
             if not write and not feeds_anchor and (len(where) == 1 or (cheap and where)):
                 storage[n] = "inline"
                 home[n] = where
                 for k in where:
                     building[k].nodes.add(n)
                 ident[n] = len(where) == 1 and all(
-                    kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == node.shape
-                    and ident.get(c, False) for c in users)
+                    reads_own_element(graph, ident, c, node.shape) for c in users)
                 continue
             if node.op == "reshape":
                 # A reshape that must be stored is a view: it shares its input's storage.
@@ -189,8 +188,7 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
             (k,) = where
             b = building[k]
             if b.anchor is None and b.shape == node.shape and all(
-                    kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == node.shape
-                    and ident.get(c, False) for c in users):
+                    reads_own_element(graph, ident, c, node.shape) for c in users):
                 b.kind, b.anchor = kind, n
                 b.nodes.add(n)
                 if n in must:
@@ -201,7 +199,7 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
                 continue
         start(kind, n, anchor=n)
 
-    _merge_consumers(graph, building, storage, alias, literals, ident)
+    _merge_consumers(graph, building, alias, literals, ident)
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
     ranked = _schedule(graph, building, alias, literals)
     kernels: list[Kernel] = []
@@ -234,15 +232,14 @@ def _producers(graph: Graph, building: list[_Building], alias: dict[int, int],
         found: set[int] = set()
         if b is not None:
             for j in _stored_inputs(graph, b, literals):
-                while j in alias:
-                    j = alias[j]
+                j = _base(alias, j)
                 if j in made and made[j] != k:
                     found.add(made[j])
         deps.append(found)
     return deps
 
 
-def _merge_consumers(graph: Graph, building: list, storage, alias, literals, ident) -> None:
+def _merge_consumers(graph: Graph, building: list, alias, literals, ident) -> None:
     """Fold an elementwise kernel into the kernel that makes its input, when it reads that
     input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
     also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
@@ -263,8 +260,7 @@ def _merge_consumers(graph: Graph, building: list, storage, alias, literals, ide
                          if j not in b2.nodes and j not in literals]
                 if any(_base(alias, j) in made and j not in made for _, j in reads):
                     continue  # read through a view
-                if not all(kind_of(graph, c) == "elementwise" and graph.nodes[c].shape == b2.shape
-                           and ident.get(c, False) for c, j in reads if j in made):
+                if not all(reads_own_element(graph, ident, c, b2.shape) for c, j in reads if j in made):
                     continue
                 b1.nodes |= b2.nodes
                 b1.outputs.extend(b2.outputs)
@@ -289,8 +285,7 @@ def _prune_outputs(graph: Graph, building: list[_Building], keep: set[int], lite
             b.outputs.remove(o)
             storage[o] = "inline"
             readers = [c for c in b.nodes if o in graph.nodes[c].inputs]
-            ident[o] = all(kind_of(graph, c) == "elementwise" and ident.get(c, False)
-                           and graph.nodes[c].shape == graph.nodes[o].shape for c in readers)
+            ident[o] = all(reads_own_element(graph, ident, c, graph.nodes[o].shape) for c in readers)
 
 
 def _base(alias: dict[int, int], j: int) -> int:

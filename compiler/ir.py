@@ -134,15 +134,6 @@ def format_graph(g: Graph, locs: bool = True) -> str:
     return "\n".join(lines)
 
 
-def consumers(g: Graph) -> list[list[int]]:
-    """For each node, the nodes that read it."""
-    out: list[list[int]] = [[] for _ in g.nodes]
-    for i, n in enumerate(g.nodes):
-        for j in n.inputs:
-            out[j].append(i)
-    return out
-
-
 def cone(graph: Graph, roots: Iterable[int]) -> list[int]:
     """The nodes that `roots` depend on, in topological (index) order."""
     seen: set[int] = set()

@@ -17,7 +17,6 @@ from .fusion import Fusion, fuse
 from .ir import Graph
 from .plan import Plan, plan
 
-STAGES = ("fuse", "plan", "codegen", "spec")
 FORMAT = 1  # the version of the program spec and manifest layout
 
 
@@ -46,7 +45,7 @@ def compile_program(graph: Graph, roots: Sequence[int], *, name: str = "eval",
 def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict, dict[str, str]]:
     f, g = p.fusion, p.fusion.graph
     label = g.label
-    made = {o: k.index for k in f.kernels for o in k.outputs}
+    made = f.producer
     sources: dict[str, str] = {}
     kernel_specs = []
     for k, ks in zip(f.kernels, kernels):
@@ -85,7 +84,7 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict,
     spec = {
         "format": FORMAT,
         "name": name,
-        "dims": sorted(dim_index(p), key=dim_index(p).get),
+        "dims": list(dim_index(p)),  # in uniform order
         "ref_dims": dict(p.ref_dims),
         "slots": slots,
         "tensors": tensors,

@@ -15,19 +15,21 @@ only element for element); otherwise it goes to a temporary and is copied after 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .fusion import Fusion, kind_of
+from .fusion import Fusion, reads_own_element
 from .ir import Shape, format_shape
+from .shapes import split_size
 
 Size = tuple  # (int, *symbolic dim names): the product is an element count
 
+DEFAULT_BATCH = 32  # the binding of symbolic dims a plan is drawn up at, unless told
+
 
 def size_of(shape: Shape) -> Size:
-    known = math.prod(d for d in shape if isinstance(d, int))
-    return (known, *sorted(d for d in shape if isinstance(d, str)))
+    known, symbolic = split_size(shape)
+    return (known, *symbolic)
 
 
 def eval_size(size: Size, dims: Mapping[str, int]) -> int:
@@ -90,7 +92,7 @@ def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
     for n in g.nodes:
         for d in n.shape:
             if isinstance(d, str):
-                ref_dims.setdefault(d, 32)
+                ref_dims.setdefault(d, DEFAULT_BATCH)
     end = len(f.kernels)
     readers = readers_by_kernel(f)
 
@@ -190,9 +192,7 @@ def _can_write_in_place(f: Fusion, leaf: int, u: int, readers: dict[int, list[in
     # Each invocation may read the old value only at the element it writes (never as an
     # operand of the anchor, which reads across elements).
     inside = [c for c in k.nodes if leaf in g.nodes[c].inputs]
-    return all(
-        kind_of(g, c) == "elementwise" and g.nodes[c].shape == g.nodes[leaf].shape
-        and f.ident.get(c, False) for c in inside)
+    return all(reads_own_element(g, f.ident, c, g.nodes[leaf].shape) for c in inside)
 
 
 def format_plan(p: Plan) -> str:

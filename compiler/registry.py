@@ -57,10 +57,6 @@ def get(name: str) -> OpDef:
         raise KeyError(f"no op named {name!r} in the registry") from None
 
 
-def ops_of_kind(kind: str) -> list[str]:
-    return [n for n, o in REGISTRY.items() if o.kind == kind]
-
-
 def _load() -> None:
     # Importing the op modules fills the registry.
     from .ops import elementwise, layout, leaf, linalg, reduce, window  # noqa: F401

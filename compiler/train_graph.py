@@ -26,7 +26,6 @@ def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
     (a `dlc.optimizers` object: `.name` and its hyper-parameters)."""
     loss = resolve_loss(graph, loss)
     with_grads, grads = differentiate(graph, loss)
-    check_graph(with_grads)
     # A param the loss does not depend on keeps its value (its gradient is zero).
     reached = _reached(graph, loss)
     trained = {p: g for p, g in grads.items() if p in reached}

@@ -14,6 +14,7 @@ comments are reduced to printable ASCII.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .. import registry
 from ..fusion import Fusion, Kernel
-from ..ir import Graph, Shape, format_node
+from ..ir import Graph, Shape, format_node, format_shape
 from ..plan import Plan, Size, size_of
 
 GLSL_VERSION = "#version 430"
@@ -187,8 +188,10 @@ class Context:
     def numel(self, shape: Shape | Size) -> str:
         return mul(*(self.dim(d) for d in shape))
 
-    def size(self, size: Size) -> str:
-        return mul(*(self.dim(d) for d in size))
+    @functools.cached_property
+    def ir_lines(self) -> tuple[str, ...]:
+        """The IR each of the kernel's nodes implements, as text (header comment and manifest)."""
+        return tuple(format_node(self.graph, n, locs=False) for n in self.kernel.nodes)
 
 
 def numel_known(shape: Shape) -> int | None:
@@ -439,8 +442,6 @@ class KernelSource:
     local_size: tuple[int, int, int]
     ir: tuple[str, ...]  # the IR lines it implements
     locs: tuple  # (file, line, column) of each, or None
-    outputs: tuple[int, ...]
-    inputs: tuple[int, ...]
 
 
 def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
@@ -448,9 +449,8 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
     """Version, the comment listing the IR, work group size, buffers and uniforms."""
     g, k = ctx.graph, ctx.kernel
     lines = [GLSL_VERSION, f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
-    for n in k.nodes:
+    for n, text in zip(k.nodes, ctx.ir_lines):
         where = g.nodes[n].loc
-        text = format_node(g, n).split("  # ")[0]
         at = f"  ({where.file}:{where.line})" if where else ""
         lines.append("//   " + comment(text + at))
     lx, ly, lz = local
@@ -461,7 +461,7 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
     for slot, b in sorted(ctx.binding.items(), key=lambda kv: kv[1]):
         r, w = slot in ctx.read_slots, slot in ctx.write_slots
         qual = "restrict readonly " if r and not w else "restrict writeonly " if w and not r else ""
-        what = ", ".join(f"{g.label(t)} {_fmt_shape(g.nodes[t].shape)}"
+        what = ", ".join(f"{g.label(t)} {format_shape(g.nodes[t].shape)}"
                          for t in slot_tensors[slot])
         member = "vec4 v[];" if slot in ctx.vec_slots else "float v[];"
         decl = f"layout(std430, binding = {b}) {qual}buffer B{b} {{ {member} }} b{b};"
@@ -472,10 +472,6 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
     lines.append("")
     lines.append(PREAMBLE)
     return lines
-
-
-def _fmt_shape(shape: Shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def global_index() -> str:
@@ -494,7 +490,6 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
     slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
     uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used,
                                                              key=lambda d: ctx.dim_index[d])}
-    ir = tuple(format_node(g, n).split("  # ")[0] for n in k.nodes)
     locs = tuple((g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column)
                  if g.nodes[n].loc else None for n in k.nodes)
-    return KernelSource(k.name, text, slots, uniforms, grid, local, ir, locs, k.outputs, k.inputs)
+    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs)

@@ -4,6 +4,7 @@ evaluated once per lane)."""
 
 from __future__ import annotations
 
+from ..ir import format_shape
 from ..plan import size_of
 from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable, global_index, header, kernel_source
 
@@ -28,7 +29,7 @@ def _render_scalar(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     em.line(f"if (i >= {n}) return;")
     em.store_outputs(Ix(flat="i"))
     body = ["void main() {", *em.lines, "}"]
-    text = "\n".join(header(ctx, f"elementwise over {_shape(k.shape)}", (LOCAL, 1, 1)) + body)
+    text = "\n".join(header(ctx, f"elementwise over {format_shape(k.shape)}", (LOCAL, 1, 1)) + body)
     return kernel_source(ctx, text + "\n", {"flat": list(size_of(k.shape)), "per_group": LOCAL},
                          (LOCAL, 1, 1))
 
@@ -39,7 +40,7 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     quarter = (size[0] // 4, *size[1:])
     em = Emitter(ctx)
     em.line(f"int i4 = {global_index()};")
-    em.line(f"if (i4 >= {ctx.size(quarter)}) return;")
+    em.line(f"if (i4 >= {ctx.numel(quarter)}) return;")
     lanes: dict[int, list[str]] = {o: [] for o in k.outputs}
     for lane in LANES:
         em.vec_component = lane
@@ -55,11 +56,7 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
         ctx.vec_slots.add(slot)
         em.line(f"{ctx.buf(o)}.v[i4] = vec4({', '.join(lanes[o])});")
     body = ["void main() {", *em.lines, "}"]
-    text = "\n".join(header(ctx, f"elementwise over {_shape(k.shape)}, 4 elements an invocation",
+    text = "\n".join(header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation",
                             (LOCAL, 1, 1)) + body)
     return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL},
                          (LOCAL, 1, 1))
-
-
-def _shape(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
