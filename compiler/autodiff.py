@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlc.errors import CompileError
+from dlc.errors import CompileError, did_you_mean
 
 from .builder import GraphBuilder
 from .gradients import Emit, rule_for
@@ -45,9 +45,7 @@ def resolve_loss(g: Graph, loss: str | None) -> str:
                                "add a statement `loss NAME = EXPR`")
         return g.losses[0]
     if loss not in g.names:
-        import difflib
-        close = difflib.get_close_matches(loss, list(g.losses) or list(g.names), n=1)
-        hint = f", did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(loss, list(g.losses) or list(g.names))
         raise CompileError(f"no tensor named '{loss}' in the model{hint}")
     shape = g.shape(loss)
     if shape != ():

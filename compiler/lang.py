@@ -6,20 +6,13 @@ the builder runs), so each error carries the position of what caused it.
 
 from __future__ import annotations
 
-import difflib
-
-from dlc.errors import CompileError, Loc
+from dlc.errors import CompileError, Loc, did_you_mean
 
 from .builder import GraphBuilder
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
 from .initializers import INITIALIZERS, default_init
 from .ir import Graph
 from .parser import BinOp, Call, Expr, ListExpr, Name, Neg, Num, Stmt, Str, parse
-
-
-def did_you_mean(name: str, options) -> str:
-    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
-    return f", did you mean '{close[0]}'?" if close else ""
 
 
 class FrontEnd:

@@ -8,7 +8,6 @@ be a `.dl` file or a compiled artifact folder (`dlc compile` writes one).
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import os
 import signal
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .errors import DataError, DlcError, TrainingDiverged
+from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
 
 OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adagrad", "adadelta", "adam", "adamax")
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
@@ -59,8 +58,7 @@ class Target:
         shapes = self.shapes
         for n in names:
             if n not in shapes:
-                close = difflib.get_close_matches(n, list(shapes), n=1)
-                hint = f", did you mean '{close[0]}'?" if close else ""
+                hint = did_you_mean(n, shapes)
                 raise DlcError(f"{self.path}: no {what} named '{n}' in the model{hint}")
 
     def loss(self, name: str | None) -> str:
@@ -70,8 +68,7 @@ class Target:
         if name is None:
             return self.losses[0]
         if name not in self.losses:
-            close = difflib.get_close_matches(name, self.losses, n=1)
-            hint = f", did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(name, self.losses)
             raise DlcError(f"{self.path}: '{name}' is not a loss of the model{hint} "
                            f"(losses: {', '.join(self.losses)})")
         return name

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+def did_you_mean(name: str, options: Iterable[str]) -> str:
+    """", did you mean 'x'?" for the closest of `options`, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return f", did you mean '{close[0]}'?" if close else ""
 
 
 @dataclass(frozen=True, slots=True)

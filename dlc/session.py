@@ -17,6 +17,7 @@ from dlc.compiler.simplify import simplify
 from dlc.compiler.train_graph import LR, build_train_graph
 
 from .backends import make_backend
+from .errors import did_you_mean
 from .feeds import bind_dims
 from .model import Model, compile
 from .optimizers import SGD, Optimizer
@@ -81,10 +82,7 @@ class Session:
         out = []
         for n in names:
             if n not in graph.names:
-                import difflib
-                close = difflib.get_close_matches(n, list(graph.names), n=1)
-                hint = f", did you mean '{close[0]}'?" if close else ""
-                raise KeyError(f"no tensor named '{n}' in the model{hint}")
+                raise KeyError(f"no tensor named '{n}' in the model{did_you_mean(n, graph.names)}")
             out.append(graph.names[n])
         return out
 

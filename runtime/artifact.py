@@ -6,7 +6,6 @@ which buffers, with which uniforms and group counts (see runtime/executor.py).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import pathlib
@@ -15,7 +14,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from dlc import debug
-from dlc.errors import DataError, DlcError, RuntimeFailure
+from dlc.errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from dlc.feeds import bind_dims
 from dlc.runtime.executor import Executor, LeafStore
 
@@ -154,9 +153,7 @@ class Runner:
     def _tensor(self, name: str) -> int:
         names = self.manifest["names"]
         if name not in names:
-            close = difflib.get_close_matches(name, list(names), n=1)
-            hint = f", did you mean '{close[0]}'?" if close else ""
-            raise KeyError(f"no tensor named '{name}' in the model{hint}")
+            raise KeyError(f"no tensor named '{name}' in the model{did_you_mean(name, names)}")
         return int(names[name])
 
     def _executor(self, program: str) -> Executor:
