@@ -55,19 +55,25 @@ void main() {
 
 def gpu_copy(dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
     """Copy `nbytes` (default all of `src`) from the start of `src` to the start of `dst`."""
-    n = (src.nbytes if nbytes is None else nbytes) // 4
-    if n == 0:
-        return
+    gpu_copy_many([(dst, src, nbytes)])
+
+
+def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
+    """Independent copies (dst, src, nbytes or None for all of src), none reading what another
+    writes: one program bind and one barrier for all of them (snapshots copy every leaf)."""
     prog = get_program(_COPY_SOURCE, "dlc_copy")
     loc = prog.uniform_location("n")
-    fast.program_uniform1i(prog.handle, loc, n)
-    _uniforms_set.pop(prog.handle, None)
     limit = get_context().limits["max_work_group_count"]
-    groups = _groups({"flat": [n // 4 + 3], "per_group": 256}, {}, limit)
     fast.use_program(prog.handle)
-    fast.bind_buffer_base(0, src.handle)
-    fast.bind_buffer_base(1, dst.handle)
-    fast.dispatch(*groups)
+    _uniforms_set.pop(prog.handle, None)
+    for dst, src, nbytes in copies:
+        n = (src.nbytes if nbytes is None else nbytes) // 4
+        if n == 0:
+            continue
+        fast.program_uniform1i(prog.handle, loc, n)
+        fast.bind_buffer_base(0, src.handle)
+        fast.bind_buffer_base(1, dst.handle)
+        fast.dispatch(*_groups({"flat": [n // 4 + 3], "per_group": 256}, {}, limit))
     fast.memory_barrier(BARRIER_BITS)
 
 
@@ -146,6 +152,7 @@ class LeafStore:
         names = [n for n in self.buffers if n not in self._unsnapshotted]
         for name in set(ring) - set(names):  # no longer snapshotted: restore must skip it
             ring.pop(name).delete()
+        copies = []
         for name in names:
             buf = self.buffers[name]
             copy = ring.get(name)
@@ -153,7 +160,8 @@ class LeafStore:
                 if copy is not None:
                     copy.delete()
                 copy = ring[name] = Buffer(buf.nbytes)
-            gpu_copy(copy, buf)
+            copies.append((copy, buf, None))
+        gpu_copy_many(copies)
         self._ring_gen[slot] = self._taken
         return (slot, self._taken)
 
@@ -161,9 +169,8 @@ class LeafStore:
         slot, gen = token
         if self._ring_gen[slot] != gen:
             raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
-        for name, copy in self._ring[slot].items():
-            if name in self.buffers:
-                gpu_copy(self.buffers[name], copy)
+        gpu_copy_many([(self.buffers[name], copy, None)
+                       for name, copy in self._ring[slot].items() if name in self.buffers])
 
     def delete(self) -> None:
         for buf in self.buffers.values():
@@ -285,12 +292,10 @@ class Executor:
         self._upload(feeds, self.needed_inputs(fetch, kernels))
         self._launch(kernels)
         out = [self._download(t, dims) for t in fetch]
-        if step:
-            for copy in self.spec["copies"]:
-                t = copy["tensor"]
-                src = self.slot_buffer(self.tensors[t]["slot"])
-                n = 4 * math.prod(bind_shape(self.tensors[t]["shape"], dims))
-                gpu_copy(self.store.buffer(copy["target"]), src, n)
+        if step and self.spec["copies"]:
+            gpu_copy_many([(self.store.buffer(c["target"]), self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
+                            4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)))
+                           for c in self.spec["copies"]])
         return out
 
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
