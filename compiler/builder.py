@@ -24,7 +24,6 @@ class GraphBuilder:
         self.params: list[str] = []
         self.losses: list[str] = []
         self.name_locs: dict[str, Loc | None] = {}
-        self.dim_uses: dict[str, Loc | None] = {}
         self._consts: dict[tuple, int] = {}
 
     # -- nodes ---------------------------------------------------------------

@@ -30,7 +30,7 @@ class Array:
     """An n-dimensional float32 array on a device. Make one with dlc.array / zeros / ones /
     rand / randn, or as the result of an op."""
 
-    __slots__ = ("_device", "_handle", "shape", "_nbytes", "_scope", "_kept", "__weakref__")
+    __slots__ = ("_device", "_handle", "shape", "_nbytes", "_scope", "__weakref__")
 
     # numpy's operators defer to ours (np_array + dlc_array gives an Array).
     __array_ufunc__ = None
@@ -41,7 +41,6 @@ class Array:
         self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
         self._nbytes = 4 * int(np.prod(self.shape, dtype=np.int64))
         self._scope = None
-        self._kept = False
         _scope.register(self, self._nbytes)
 
     # -- facts -----------------------------------------------------------------------

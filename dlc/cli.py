@@ -47,7 +47,6 @@ class Target:
     needed: Callable[[Iterable[str]], set[str]]
     inits: dict[str, tuple] = field(default_factory=dict)
     model: Any = None  # the dlc.Model for a .dl file; None for an artifact
-    runner: Any = None  # the artifact's Runner, made when opened
     optimizer: str | None = None  # the optimizer an artifact's training step was compiled with
 
     @property
@@ -126,17 +125,13 @@ def _open_artifact(path: str) -> Target:
         return runner if seed == runner.seed else dlc.load(path, seed=seed)
 
     def needed(names: Iterable[str]) -> set[str]:
-        # Runners that know which inputs a fetch reads say so; else all inputs are needed.
-        fn = getattr(runner, "needed_inputs", None)
-        return set(fn(list(names))) if fn else set(runner.inputs)
+        return set(runner.needed_inputs(list(names)))
 
     # The loss the artifact was compiled to train comes first: it is the default.
     train = runner.manifest.get("train") or {}
     losses = sorted(runner.losses, key=lambda n: n != train.get("loss"))
-    shapes = getattr(runner, "params_shapes", None)  # the manifest's; `.params` holds values
-    params = dict(shapes) if shapes is not None else {n: v.shape for n, v in runner.params.items()}
-    return Target(path, dict(runner.inputs), params, dict(runner.tensors), losses,
-                  open_session, needed, runner=runner,
+    return Target(path, dict(runner.inputs), dict(runner.params_shapes), dict(runner.tensors), losses,
+                  open_session, needed,
                   optimizer=(train.get("optimizer") or {}).get("name"))
 
 

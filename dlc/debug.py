@@ -153,12 +153,6 @@ def _fmt(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
 
-def check_nan(values: np.ndarray, op: str, loc: Loc | None, detail: str = "") -> None:
-    """Raise NaNFound if `values` holds a NaN."""
-    if np.isnan(values).any():
-        raise NaNFound(op, loc, detail)
-
-
 # -- eager ops ---------------------------------------------------------------------------
 
 def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> Any:

@@ -99,7 +99,3 @@ def _groups(grid: dict, max_count: list[int]) -> tuple[int, int, int]:
     gy = -(-total // max_count[0])
     return (-(-total // gy), gy, 1)
 
-
-def compiled_programs() -> int:
-    """How many eager ops have a GL program (for tests)."""
-    return len(_programs)

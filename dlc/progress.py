@@ -20,7 +20,6 @@ class TrainProgress:
         self.epochs = epochs
         self.live = self.stream.isatty() if live is None else live
         self.examples = 0
-        self.steps = 0
         self.start = time.perf_counter()
         self.every = max(1, (total_steps or 100) // 10)
         self._bar = None
@@ -57,7 +56,6 @@ class TrainProgress:
 
     def update(self, step: int, epoch: int, loss: float, batch_examples: int) -> None:
         """After a step; `step` and `epoch` count from 1."""
-        self.steps = step
         self.examples += batch_examples
         if self._bar is not None:
             self._bar.update(self._task, completed=step, epoch=self._epoch(epoch),

@@ -133,7 +133,6 @@ def keep(array: Any) -> Any:
     for a in _arrays_in((array,)):
         if a._scope is not None:
             a._scope.untrack(a)
-        a._kept = True
     return array
 
 

@@ -135,17 +135,6 @@ def get_program(source: str, name: str) -> Program:
     return program
 
 
-def cached_programs() -> int:
-    """How many distinct programs are compiled (for tests of the cache)."""
-    return len(_cache)
-
-
-def clear_cache() -> None:
-    """Delete every cached program."""
-    for program in list(_cache.values()):
-        program.delete()
-
-
 def _compile_and_link(source: str, name: str) -> int:
     shader = GL.glCreateShader(GL.GL_COMPUTE_SHADER)
     try:
