@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlc.runtime.context import get_context
+from dlc.runtime.executor import eval_size, gpu_copy, group_counts
 from dlc.runtime.program import Program, get_program
 from dlc.runtime.storage import Buffer
 
@@ -55,7 +56,7 @@ def run(kernel: Any, handles: list[Buffer]) -> Buffer:
     for program, slots, groups in compiled.kernels:
         program.dispatch(groups, [buffers[s] for s in slots])
     if out_kind != "temp":  # the result is an input's or a constant's storage (a reshape): copy
-        out.copy_from(buffers[compiled.out_slot], 4 * compiled.out_count)
+        gpu_copy(out, buffers[compiled.out_slot], 4 * compiled.out_count)
     return out
 
 
@@ -71,7 +72,7 @@ def _compile(kernel: Any) -> _Compiled:
         if k["uniforms"]:
             raise AssertionError(f"eager kernel {k['name']} has symbolic dims {k['uniforms']}")
         launches.append((get_program(sources[k["file"]], k["name"]), tuple(k["slots"]),
-                         _groups(k["grid"], max_count)))
+                         group_counts(k["grid"], {}, max_count)))
     out_slot = spec["tensors"][str(kernel.out)]["slot"]
     compiled = _Compiled(launches, slots, {s["name"]: i for i, s in enumerate(slots) if s["kind"] == "input"},
                          out_slot, math.prod(kernel.shape))
@@ -79,23 +80,5 @@ def _compile(kernel: Any) -> _Compiled:
         if s["kind"] == "const":
             compiled.consts[i] = Buffer.from_array(np.asarray(s["values"], np.float32))
         elif s["kind"] == "temp" and i != out_slot:
-            compiled.scratch[i] = Buffer(4 * max(_size(z) for z in s["sizes"]))
+            compiled.scratch[i] = Buffer(4 * max(eval_size(z, {}) for z in s["sizes"]))
     return compiled
-
-
-def _size(size: list) -> int:
-    if len(size) > 1:
-        raise AssertionError(f"eager kernels have concrete shapes, got size {size}")
-    return int(size[0])
-
-
-def _groups(grid: dict, max_count: list[int]) -> tuple[int, int, int]:
-    """Work groups for a kernel's grid (concrete sizes; see runtime/executor.py)."""
-    if "tiles" in grid:
-        return tuple(-(-_size(size) // tile) for size, tile in grid["tiles"])  # type: ignore[return-value]
-    total = -(-_size(grid["flat"]) // grid["per_group"])
-    if total <= max_count[0]:
-        return (max(total, 1), 1, 1)
-    gy = -(-total // max_count[0])
-    return (-(-total // gy), gy, 1)
-

@@ -73,7 +73,7 @@ def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
         fast.program_uniform1i(prog.handle, loc, n)
         fast.bind_buffer_base(0, src.handle)
         fast.bind_buffer_base(1, dst.handle)
-        fast.dispatch(*_groups({"flat": [n // 4 + 3], "per_group": 256}, {}, limit))
+        fast.dispatch(*group_counts({"flat": [n // 4 + 3], "per_group": 256}, {}, limit))
     fast.memory_barrier(BARRIER_BITS)
 
 
@@ -253,7 +253,7 @@ class Executor:
             bindings = tuple((i, self.slot_buffer(s).handle) for i, s in enumerate(k["slots"]))
             uniforms = tuple((prog.uniform_location(u), int(dims[d]))
                              for u, d in k["uniforms"].items())
-            groups = _groups(k["grid"], dims, max_count)
+            groups = group_counts(k["grid"], dims, max_count)
             if any(g > m for g, m in zip(groups, max_count)):
                 raise RuntimeFailure(f"kernel '{k['name']}' needs {groups} work groups; this GPU "
                                      f"allows at most {tuple(max_count)}")
@@ -365,7 +365,7 @@ class Executor:
         self.buffers.clear()
 
 
-def _groups(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
+def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
     if "tiles" in grid:
         return tuple(-(-eval_size(size, dims) // tile) for size, tile in grid["tiles"])
     total = -(-eval_size(grid["flat"], dims) // grid["per_group"])
