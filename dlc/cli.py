@@ -22,6 +22,7 @@ import numpy as np
 
 from . import __version__
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
+from .training import steps_per_epoch
 
 OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adagrad", "adadelta", "adam", "adamax")
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
@@ -425,7 +426,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         session.load(args.init)
 
     epochs = None if args.steps else (args.epochs or 1)
-    per_epoch = math.ceil(data.examples / args.batch_size) if data.examples else 1
+    per_epoch = steps_per_epoch(data.examples, args.batch_size)
     total = args.steps or (epochs * per_epoch)
     log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else [])
                    if val else [])

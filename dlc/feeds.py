@@ -54,3 +54,10 @@ def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
         if g == 0:
             raise DataError(f"input '{first[d]}'{where} binds {d} = 0: no examples")
     return dims
+
+
+def prepare(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray] | None,
+            needed: set[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Feeds as float32 arrays, checked against `inputs`, and the symbolic dims they bind."""
+    arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
+    return arrays, bind_dims(inputs, arrays, needed=needed)

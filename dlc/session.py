@@ -18,11 +18,11 @@ from dlc.compiler.train_graph import LR, build_train_graph
 
 from .backends import make_backend
 from .errors import did_you_mean
-from .feeds import bind_dims
+from .feeds import prepare
 from .model import Model, compile
 from .optimizers import SGD, Optimizer
 from .seeds import seeds_style
-from .training import Callback, batch_dim, steps_per_epoch, train_loop
+from .training import Callback, schedule, train_feeds, train_loop
 
 MAX_RESIDENT_ROWS = 2 ** 24  # row indices travel as float32: exact up to here
 
@@ -71,11 +71,8 @@ class Session:
         self.set_params(load_npz(path, self.model.params))
 
     # -- evaluation ------------------------------------------------------------
-    def _feeds(self, feeds: Mapping[str, np.ndarray], roots) -> tuple[dict, dict]:
-        graph = self.model.graph
-        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()}
-        dims = bind_dims(self.model.inputs, arrays, needed=leaf_inputs(graph, roots))
-        return arrays, dims
+    def _feeds(self, feeds: Mapping[str, np.ndarray] | None, graph: Graph, roots) -> tuple[dict, dict]:
+        return prepare(self.model.inputs, feeds, leaf_inputs(graph, roots))
 
     def _roots(self, names) -> list[int]:
         graph = self.model.graph
@@ -91,7 +88,7 @@ class Session:
         """One fetch name -> its array; a list of names -> dict name -> array."""
         names = [fetch] if isinstance(fetch, str) else list(fetch)
         roots = self._roots(names)
-        arrays, dims = self._feeds(feeds or {}, roots)
+        arrays, dims = self._feeds(feeds, self.model.graph, roots)
         values = self.backend.run(self.model.graph, roots, arrays, dims)
         out = {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, values)}
         return out[fetch] if isinstance(fetch, str) else out
@@ -106,8 +103,7 @@ class Session:
             self._grad_graphs[loss] = simplify(differentiate(graph, loss)[0])
         gg = self._grad_graphs[loss]
         roots = [gg.names[grad_name(p)] for p in graph.params]
-        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
-        dims = bind_dims(self.model.inputs, arrays, needed=leaf_inputs(gg, roots))
+        arrays, dims = self._feeds(feeds, gg, roots)
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
@@ -155,10 +151,7 @@ class Session:
         graph = self.train_graph(loss, optimizer)
         loss_node = graph.names[graph.losses[0]]
         needed = leaf_inputs(graph, [loss_node, *(i for _, i in graph.updates)]) - {LR}
-        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()}
-        dims = bind_dims(self.model.inputs, arrays, needed=needed)
-        arrays = {k: v for k, v in arrays.items() if k in needed}
-        dim = batch_dim(self.model.inputs, list(arrays))
+        arrays, dims, dim = train_feeds(self.model.inputs, feeds, needed)
         self._init_state(graph, optimizer)
         select = None
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
@@ -201,9 +194,7 @@ class Session:
         if any(isinstance(d, str) for name in arrays for d in self.model.inputs[name][1:]):
             return False
         n = dims[dim]
-        size = n if batch_size is None else max(1, min(int(batch_size), n))
-        per_epoch = steps_per_epoch(n, size)
-        total = int(steps) if steps is not None else int(epochs) * per_epoch
+        size, per_epoch, total = schedule(n, batch_size, epochs, steps)
         epochs_done, rest = divmod(total, per_epoch)
         rows = epochs_done * n + min(rest * size, n)  # the rows the batches would upload
         return n < MAX_RESIDENT_ROWS and rows > n

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .errors import DataError, TrainingDiverged
+from .feeds import prepare
 
 Step = Callable[[dict[str, np.ndarray], dict[str, int]], float]
 Callback = Callable[[int, int, float, int], "bool | None"]
@@ -39,6 +40,28 @@ def steps_per_epoch(examples: int, batch_size: int) -> int:
     return max(1, math.ceil(examples / batch_size))
 
 
+def schedule(n: int, batch_size: int | None, epochs: int, steps: int | None) -> tuple[int, int, int]:
+    """(batch size, steps per epoch, total steps) for `n` examples."""
+    size = n if batch_size is None else int(batch_size)
+    if size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    size = min(size, n)
+    per_epoch = steps_per_epoch(n, size)
+    total = int(steps) if steps is not None else int(epochs) * per_epoch
+    if total < 0:
+        raise ValueError(f"steps and epochs must not be negative, got {steps or epochs}")
+    return size, per_epoch, total
+
+
+def train_feeds(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], needed: set[str]
+                ) -> tuple[dict[str, np.ndarray], dict[str, int], str | None]:
+    """The fed arrays a training step reads (checked, float32), the dims they bind, and the
+    dim batches are drawn along."""
+    arrays, dims = prepare(inputs, feeds, needed)
+    arrays = {k: v for k, v in arrays.items() if k in needed}
+    return arrays, dims, batch_dim(inputs, list(arrays))
+
+
 def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
                dim: str | None, *, batch_size: int | None = 32, epochs: int = 1,
                steps: int | None = None, shuffle: bool = True,
@@ -60,14 +83,7 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
     holds the data on the GPU takes the indices alone.
     """
     n = dims[dim] if dim is not None else 1
-    size = n if batch_size is None else int(batch_size)
-    if size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    size = min(size, n)
-    per_epoch = steps_per_epoch(n, size)
-    total = int(steps) if steps is not None else int(epochs) * per_epoch
-    if total < 0:
-        raise ValueError(f"steps and epochs must not be negative, got {steps or epochs}")
+    size, per_epoch, total = schedule(n, batch_size, epochs, steps)
     rng = rng if rng is not None else np.random.default_rng(0)
 
     losses: list[float] = []

@@ -15,7 +15,7 @@ import numpy as np
 
 from dlc import debug
 from dlc.errors import DataError, DlcError, RuntimeFailure, did_you_mean
-from dlc.feeds import bind_dims
+from dlc.feeds import prepare
 from dlc.runtime.executor import Executor, LeafStore
 
 FORMAT = 1
@@ -89,9 +89,7 @@ class Runner:
         names = [fetch] if isinstance(fetch, str) else list(fetch)
         tensors = [self._tensor(n) for n in names]
         ex = self._executor("eval")
-        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
-        needed = ex.needed_inputs(tensors, ex.needed_kernels(tensors))
-        dims = bind_dims(self.inputs, arrays, needed=needed)
+        arrays, dims = prepare(self.inputs, feeds, ex.needed_inputs(tensors, ex.needed_kernels(tensors)))
         values = ex.run(arrays, dims, tensors)
         out = dict(zip(names, values))
         return out[fetch] if isinstance(fetch, str) else out
@@ -101,7 +99,7 @@ class Runner:
               shuffle: bool = True, callback: Callable | None = None,
               on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
         """Session.train over the compiled training step (its loss and optimizer are fixed)."""
-        from dlc.training import batch_dim, train_loop
+        from dlc.training import train_feeds, train_loop
 
         setup = self.manifest.get("train")
         if not setup:
@@ -115,10 +113,7 @@ class Runner:
         spec = ex.spec
         loss_tensor = spec["roots"][0]
         needed = ex.needed_inputs([loss_tensor], range(len(spec["kernels"]))) - {LR}
-        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items()}
-        dims = bind_dims(self.inputs, arrays, needed=needed)
-        arrays = {k: v for k, v in arrays.items() if k in needed}
-        dim = batch_dim(self.inputs, list(arrays))
+        arrays, dims, dim = train_feeds(self.inputs, feeds, needed)
         lr_value = np.asarray(lr, dtype=np.float32)
 
         def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
