@@ -23,6 +23,7 @@ import numpy as np
 from . import __version__
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
 from .training import steps_per_epoch
+from .weights import write_atomic
 
 OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adagrad", "adadelta", "adam", "adamax")
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
@@ -343,11 +344,9 @@ class TrainLog:
         w.writerow(cols)
         for r in self.rows:
             w.writerow([_csv_cell(r.get(c)) for c in cols])
-        _write_atomic(path, buf.getvalue().encode())
+        write_atomic(path, lambda f: f.write(buf.getvalue().encode()))
 
     def plot(self, path: str, loss_name: str) -> None:
-        import io
-
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -366,10 +365,8 @@ class TrainLog:
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
+        write_atomic(path, lambda f: fig.savefig(f, format="png"))
         plt.close(fig)
-        _write_atomic(path, buf.getvalue())
 
 
 def _csv_cell(v) -> str:
@@ -378,25 +375,6 @@ def _csv_cell(v) -> str:
     if isinstance(v, float) and v != int(v) or isinstance(v, float) and not math.isfinite(v):
         return repr(v)
     return str(int(v)) if isinstance(v, (int, float)) else str(v)
-
-
-def _write_atomic(path: str, payload: bytes) -> None:
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
+from typing import BinaryIO
 
 import numpy as np
 
@@ -11,17 +13,23 @@ from .errors import DataError
 
 
 def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
+    write_atomic(path, lambda f: np.savez(f, **arrays))
+
+
+def write_atomic(path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file through `write(f)` into a temp file beside it, then rename: a reader (or
+    a run stopped half-way) never sees a half-written file."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; weights are ordinary files
-        os.replace(tmp, path)  # a reader never sees a half-written file
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; these are ordinary files
+        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
