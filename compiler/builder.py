@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlc.errors import CompileError, Loc
+from dlc.errors import CompileError, Loc, format_shape
 
 from . import registry
 from .ir import Graph, Node, Shape, make_attrs
@@ -78,7 +78,7 @@ class GraphBuilder:
 
     def loss(self, name: str, i: int, loc: Loc | None = None) -> None:
         if self.nodes[i].shape != ():
-            shape = "[" + ", ".join(map(str, self.nodes[i].shape)) + "]"
+            shape = format_shape(self.nodes[i].shape)
             raise CompileError(f"loss '{name}' must be a scalar, but its shape is {shape}", loc)
         self.losses.append(name)
 

@@ -20,7 +20,7 @@ from dlc.errors import CompileError, Loc
 
 from .builder import GraphBuilder
 from .ir import Shape
-from .shapes import ShapeError, format_dims, norm_axes, norm_axis, reduced, split_size
+from .shapes import ShapeError, format_shape, norm_axes, norm_axis, reduced, split_size
 
 REQUIRED = object()
 
@@ -105,10 +105,10 @@ def _where(b, loc, cond, x, y):
 def matmul(b: GraphBuilder, loc, x, y):
     sa, sb = b.shape(x), b.shape(y)
     if not sa or not sb or len(sa) > 3 or len(sb) > 3:
-        _fail(f"matmul takes operands of rank 1, 2 or 3, got {format_dims(sa)} and {format_dims(sb)}", loc)
+        _fail(f"matmul takes operands of rank 1, 2 or 3, got {format_shape(sa)} and {format_shape(sb)}", loc)
     ka, kb = sa[-1], (sb[0] if len(sb) == 1 else sb[-2])
     if ka != kb:
-        _fail(f"matmul shapes {format_dims(sa)} and {format_dims(sb)} do not fit: {ka} != {kb}", loc)
+        _fail(f"matmul shapes {format_shape(sa)} and {format_shape(sb)} do not fit: {ka} != {kb}", loc)
     x2 = b.add("reshape", [x], loc, shape=(1, *sa)) if len(sa) == 1 else x
     y2 = b.add("reshape", [y], loc, shape=(*sb, 1)) if len(sb) == 1 else y
     out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)
@@ -224,19 +224,19 @@ def reshape(b, loc, x, shape):
         left = list(sym_old)
         for s in sym_new:
             if s not in left:
-                _fail(f"cannot reshape {format_dims(old)} to {format_dims(tuple(new))}: "
+                _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: "
                       f"symbolic dim {s} does not appear in the input", loc)
             left.remove(s)
         if len(left) == 1 and known_old == known_new:
             new[new.index(-1)] = left[0]  # the -1 stands for the one symbolic dim left over
         elif left or known_old % known_new:
-            _fail(f"cannot reshape {format_dims(old)} to {format_dims(tuple(new))}: "
+            _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: "
                   "the -1 cannot be resolved", loc)
         else:
             new[new.index(-1)] = known_old // known_new
     elif (known_old, sym_old) != (known_new, sym_new):
-        _fail(f"cannot reshape {format_dims(old)} ({_count(old)} elements) to "
-              f"{format_dims(tuple(new))} ({_count(tuple(new))} elements)", loc)
+        _fail(f"cannot reshape {format_shape(old)} ({_count(old)} elements) to "
+              f"{format_shape(tuple(new))} ({_count(tuple(new))} elements)", loc)
     return b.add("reshape", [x], loc, shape=tuple(new))
 
 
@@ -257,7 +257,7 @@ def concat(b, loc, xs, axis):
         _fail(str(e), loc)
     for s in shapes:
         if len(s) != rank or any(d != e for k, (d, e) in enumerate(zip(s, shapes[0])) if k != ax):
-            _fail(f"concat shapes {' and '.join(map(format_dims, shapes))} do not fit "
+            _fail(f"concat shapes {' and '.join(map(format_shape, shapes))} do not fit "
                   f"along axis {ax}", loc)
         if isinstance(s[ax], str):
             _fail(f"concat along symbolic dim {s[ax]} is not supported", loc)
@@ -269,7 +269,7 @@ def slice_(b, loc, x, begin, size):
     shape = b.shape(x)
     begin, size = list(begin), list(size)
     if len(begin) != len(shape) or len(size) != len(shape):
-        _fail(f"slice of {format_dims(shape)} needs {len(shape)} begin and size values, "
+        _fail(f"slice of {format_shape(shape)} needs {len(shape)} begin and size values, "
               f"got {len(begin)} and {len(size)}", loc)
     out = []
     for k, (d, start, n) in enumerate(zip(shape, begin, size)):
@@ -281,7 +281,7 @@ def slice_(b, loc, x, begin, size):
         n = d - start if n == -1 else n
         if start < 0 or n <= 0 or start + n > d:
             _fail(f"slice begin {start} size {n} is out of bounds for axis {k} of "
-                  f"{format_dims(shape)}", loc)
+                  f"{format_shape(shape)}", loc)
         out.append(n)
     return b.add("slice", [x], loc, begin=tuple(begin), size=tuple(out))
 
@@ -339,8 +339,8 @@ def mean_squared(b, loc, pred, target):
 @function("softmax_cross_entropy", Param("logits", T), Param("labels", T))
 def softmax_cross_entropy(b, loc, logits, labels):
     if b.shape(logits) != b.shape(labels):
-        _fail(f"softmax_cross_entropy logits {format_dims(b.shape(logits))} and labels "
-              f"{format_dims(b.shape(labels))} must have the same shape", loc)
+        _fail(f"softmax_cross_entropy logits {format_shape(b.shape(logits))} and labels "
+              f"{format_shape(b.shape(labels))} must have the same shape", loc)
     per = b.add("sum", [b.add("mul", [labels, log_softmax(b, loc, logits, -1)], loc)], loc,
                 axes=(len(b.shape(logits)) - 1,), keepdims=False)
     return b.add("neg", [mean(b, loc, per, None, False)], loc)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlc.errors import Loc
+from dlc.errors import Loc, format_shape
 
 Dim = int | str
 Shape = tuple[Dim, ...]
@@ -80,8 +80,6 @@ def _labels(g: Graph) -> dict[int, str]:
     return labels
 
 
-def format_shape(shape: Shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _format_attr(v: Any) -> str:

@@ -6,7 +6,7 @@ the builder runs), so each error carries the position of what caused it.
 
 from __future__ import annotations
 
-from dlc.errors import CompileError, Loc, did_you_mean
+from dlc.errors import CompileError, Loc, did_you_mean, format_shape
 
 from .builder import GraphBuilder
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
@@ -68,8 +68,8 @@ class FrontEnd:
             if shape == ():
                 values, shape = [values] * _prod(want), want
             elif shape != want:
-                raise CompileError(f"const '{s.name}' is declared {_fmt(want)} but its value "
-                                   f"has shape {_fmt(shape)}", s.value.loc)
+                raise CompileError(f"const '{s.name}' is declared {format_shape(want)} but its value "
+                                   f"has shape {format_shape(shape)}", s.value.loc)
         i = self.b.add("const", (), s.loc, shape=shape, value=tuple(_flat(values)))
         self.b.declare(s.name, i, s.loc)
 
@@ -257,5 +257,3 @@ def _flat(v):
         yield float(v)
 
 
-def _fmt(shape):
-    return "[" + ", ".join(map(str, shape)) + "]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .ir import Dim, Shape
+from .ir import Dim, Shape, format_shape
 
 
 class ShapeError(Exception):
@@ -19,14 +19,12 @@ def broadcast(*shapes: Shape) -> Shape:
         dims = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0}
         dims.discard(1)
         if len(dims) > 1:
-            shown = " and ".join(format_dims(s) for s in shapes)
+            shown = " and ".join(format_shape(s) for s in shapes)
             raise ShapeError(f"shapes {shown} do not broadcast: {' != '.join(map(str, sorted(dims, key=str)))}")
         out.append(dims.pop() if dims else 1)
     return tuple(out)
 
 
-def format_dims(shape: Shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def norm_axis(axis: int, rank: int) -> int:

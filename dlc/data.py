@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, format_shape
 from .feeds import bind_dims
 
 Shape = tuple  # of int | str
@@ -229,16 +229,16 @@ def _shape_columns(path: str, name: str, want: Shape, block: np.ndarray,
     k = block.shape[1]
     tail = want[1:]
     if len(want) <= 1:
-        raise DataError(f"{path}:{header_line}: input '{name}' has shape {_fmt(want)}: it is fed "
+        raise DataError(f"{path}:{header_line}: input '{name}' has shape {format_shape(want)}: it is fed "
                         f"by one column '{name}', not by columns '{name}.0 ...'")
     if len(tail) == 1:
         return block  # a symbolic trailing dim binds to k; bind_dims checks a concrete one
     if any(isinstance(d, str) for d in tail):
-        raise DataError(f"{path}: input '{name}' has shape {_fmt(want)}: a CSV can feed its "
+        raise DataError(f"{path}: input '{name}' has shape {format_shape(want)}: a CSV can feed its "
                         "trailing dims only when they are concrete")
     size = math.prod(tail)
     if k != size:
-        raise DataError(f"{path}:{header_line}: input '{name}' has shape {_fmt(want)}, which "
+        raise DataError(f"{path}:{header_line}: input '{name}' has shape {format_shape(want)}, which "
                         f"takes {size} columns '{name}.0 ... {name}.{size - 1}', but the file "
                         f"has {k}")
     return block.reshape((block.shape[0], *tail))
@@ -279,5 +279,3 @@ def _two_different(counts: dict[str, int]):
     raise AssertionError("counts are equal")
 
 
-def _fmt(shape: Shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import Loc, RuntimeFailure
+from .errors import Loc, RuntimeFailure, format_shape
 
 log = logging.getLogger("dlc.debug")
 
@@ -57,12 +57,8 @@ class NaNFound(RuntimeFailure):
         self.op = op
         self.loc = loc
         where = f" at {loc}" if loc is not None else ""
-        message = f"NaN in the output of {op}{where}{detail}"
-        if loc is not None and loc.text:
-            line = loc.text.rstrip("\n")
-            prefix = line[: max(loc.column - 1, 0)].expandtabs(4)
-            message += f"\n    {line.expandtabs(4)}\n    {' ' * len(prefix)}^"
-        super().__init__(message)
+        caret = loc.caret() if loc is not None else ""
+        super().__init__(f"NaN in the output of {op}{where}{detail}{caret}")
 
 
 # -- switching ---------------------------------------------------------------------------
@@ -116,7 +112,7 @@ def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: 
     size = int(np.prod(shape, dtype=np.int64))
     _records.append(Record(name, ms, shape, size, where, device))
     _summarized = False
-    log.info("%-24s %9.3f ms  out %-16s %10d values%s", name, ms, _fmt(shape), size,
+    log.info("%-24s %9.3f ms  out %-16s %10d values%s", name, ms, format_shape(shape), size,
              f"  ({where})" if where else "")
 
 
@@ -149,8 +145,6 @@ def _print_at_exit() -> None:
         print("dlc debug: kernel profile\n" + summary(), file=sys.stderr)
 
 
-def _fmt(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 # -- eager ops ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Errors users see. Kept free of lark and the compiler so the runtime can use them."""
+"""Errors users see, and the helpers that word them. Free of lark and the compiler so the
+runtime can use them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ def did_you_mean(name: str, options: Iterable[str]) -> str:
     return f", did you mean '{close[0]}'?" if close else ""
 
 
+def format_shape(shape) -> str:
+    """A shape as messages and dumps write it: [B, 64]."""
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
 @dataclass(frozen=True, slots=True)
 class Loc:
     """A place in a model source: 1-based line and column, and the line's text."""
@@ -24,6 +30,15 @@ class Loc:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"
+
+    def caret(self) -> str:
+        """The source line and a caret under the column (indented), or "" with no text."""
+        if not self.text:
+            return ""
+        line = self.text.rstrip("\n")
+        # Expand tabs so the caret lines up with what the terminal shows.
+        prefix = line[: max(self.column - 1, 0)].expandtabs(4)
+        return f"\n    {line.expandtabs(4)}\n    {' ' * len(prefix)}^"
 
 
 class DlcError(Exception):
@@ -43,13 +58,7 @@ class CompileError(DlcError):
     def format(self) -> str:
         if self.loc is None:
             return f"error: {self.message}"
-        out = f"{self.loc}: error: {self.message}"
-        if self.loc.text:
-            line = self.loc.text.rstrip("\n")
-            # Expand tabs so the caret lines up with what the terminal shows.
-            prefix = line[: self.loc.column - 1].expandtabs(4)
-            out += f"\n    {line.expandtabs(4)}\n    {' ' * len(prefix)}^"
-        return out
+        return f"{self.loc}: error: {self.message}{self.loc.caret()}"
 
 
 class DataError(DlcError):

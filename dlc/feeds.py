@@ -10,11 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .errors import DataError
-
-
-def _fmt(shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
+from .errors import DataError, format_shape
 
 
 def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
@@ -37,19 +33,19 @@ def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
         want = tuple(inputs[name])
         got = np.shape(value)
         if len(got) != len(want):
-            raise DataError(f"input '{name}'{where} has shape {_fmt(got)} but the model expects "
-                            f"{_fmt(want)}: rank {len(got)} != {len(want)}")
+            raise DataError(f"input '{name}'{where} has shape {format_shape(got)} but the model expects "
+                            f"{format_shape(want)}: rank {len(got)} != {len(want)}")
         for d, g in zip(want, got):
             if isinstance(d, str):
                 if d in dims and dims[d] != g:
                     raise DataError(
-                        f"input '{name}'{where} has shape {_fmt(got)} but the model expects "
-                        f"{_fmt(want)}: {d} = {g} here but {dims[d]} from input '{first[d]}'")
+                        f"input '{name}'{where} has shape {format_shape(got)} but the model expects "
+                        f"{format_shape(want)}: {d} = {g} here but {dims[d]} from input '{first[d]}'")
                 dims.setdefault(d, g)
                 first.setdefault(d, name)
             elif d != g:
-                raise DataError(f"input '{name}'{where} has shape {_fmt(got)} but the model "
-                                f"expects {_fmt(want)}: {g} != {d}")
+                raise DataError(f"input '{name}'{where} has shape {format_shape(got)} but the model "
+                                f"expects {format_shape(want)}: {g} != {d}")
     for d, g in dims.items():
         if g == 0:
             raise DataError(f"input '{first[d]}'{where} binds {d} = 0: no examples")

@@ -11,9 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-
-def fmt_shape(shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
+from .errors import format_shape
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -38,10 +36,10 @@ def model_table(inputs: Mapping[str, tuple], params: Mapping[str, tuple],
                 inits: Mapping[str, tuple] | None = None) -> str:
     """One row per name: kind (input, param, tensor, loss), name, shape, size, init."""
     inits = inits or {}
-    rows = [("input", n, fmt_shape(s), "", "") for n, s in inputs.items()]
-    rows += [("param", n, fmt_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
+    rows = [("input", n, format_shape(s), "", "") for n, s in inputs.items()]
+    rows += [("param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
              for n, s in params.items()]
-    rows += [("loss" if n in losses else "tensor", n, fmt_shape(s), "", "")
+    rows += [("loss" if n in losses else "tensor", n, format_shape(s), "", "")
              for n, s in tensors.items()]
     total = sum(math.prod(s) for s in params.values())
     out = table(("kind", "name", "shape", "size", "init"), rows)
@@ -64,4 +62,4 @@ def describe_array(name: str, a: np.ndarray, count: int = 6) -> str:
     first = ", ".join(f"{float(v):.6g}" for v in flat[:count])
     more = ", ..." if flat.size > count else ""
     rng = f"  min {float(flat.min()):.6g}  max {float(flat.max()):.6g}" if flat.size else ""
-    return f"{name}: {fmt_shape(a.shape)}{rng}  [{first}{more}]"
+    return f"{name}: {format_shape(a.shape)}{rng}  [{first}{more}]"

@@ -37,7 +37,7 @@ from dlc.compiler.ir import Graph, cone
 from dlc.compiler.reference import leaf_inputs
 from dlc.compiler.train_graph import LR, build_train_graph
 
-from .errors import DataError
+from .errors import DataError, format_shape
 from .feeds import bind_dims
 from .graph import Tensor
 
@@ -132,7 +132,7 @@ class FeedEntry:
             return np.broadcast_to(data, (count, *data.shape)).copy()
         if data.ndim != rank + 1 or len(data) == 0:
             raise DataError(f"feed for '{_name(self.tensor)}' has shape {list(data.shape)}: expected one example "
-                            f"{_fmt(example_shape)} or examples [N, {_fmt(example_shape)[1:]}")
+                            f"{format_shape(example_shape)} or examples [N, {format_shape(example_shape)[1:]}")
         idx = (self._cursor + np.arange(count)) % len(data)
         self._cursor = int((self._cursor + count) % len(data))
         return data[idx]
@@ -162,8 +162,6 @@ def _name(t: Tensor) -> str:
     return t.name or f"%{t.index}"
 
 
-def _fmt(shape: tuple) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def feed_entries(feeds: Any) -> list[FeedEntry]:
@@ -247,7 +245,8 @@ def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, opt
     graph = session.model.graph
     cost_node = _node(session, cost)
     if graph.nodes[cost_node].shape != ():
-        raise DataError(f"the cost {_name(cost)} must be a scalar, its shape is {_fmt(graph.nodes[cost_node].shape)}")
+        shape = format_shape(graph.nodes[cost_node].shape)
+        raise DataError(f"the cost {_name(cost)} must be a scalar, its shape is {shape}")
     batch_size = int(batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")

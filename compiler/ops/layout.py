@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import OpDef, register
-from ..shapes import ShapeError, bind, format_dims
+from ..shapes import ShapeError, bind, format_shape
 
 
 def _reshape(args, attrs, dims):
@@ -56,7 +56,7 @@ def _take_shape(ins, attrs):
     x, idx = ins
     if not x or len(idx) != 1:
         raise ShapeError(f"take needs a tensor of rank >= 1 and an index vector, got "
-                         f"{format_dims(x)} and {format_dims(idx)}")
+                         f"{format_shape(x)} and {format_shape(idx)}")
     return (idx[0], *x[1:])
 
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import OpDef, register
-from ..shapes import ShapeError, broadcast, format_dims
+from ..shapes import ShapeError, broadcast, format_shape
 
 
 def matmul_shape(ins, attrs):
     a, b = ins
     if len(a) not in (2, 3) or len(b) not in (2, 3):
-        raise ShapeError(f"matmul takes rank 2 or 3 operands, got {format_dims(a)} and {format_dims(b)}")
+        raise ShapeError(f"matmul takes rank 2 or 3 operands, got {format_shape(a)} and {format_shape(b)}")
     m, ka = (a[-1], a[-2]) if attrs.get("ta") else (a[-2], a[-1])
     kb, n = (b[-1], b[-2]) if attrs.get("tb") else (b[-2], b[-1])
     if ka != kb:
         raise ShapeError(
-            f"matmul shapes {format_dims(a)} and {format_dims(b)} do not fit: {ka} != {kb}")
+            f"matmul shapes {format_shape(a)} and {format_shape(b)} do not fit: {ka} != {kb}")
     batch = broadcast(a[:-2], b[:-2]) if (len(a) == 3 or len(b) == 3) else ()
     return (*batch, m, n)
 
