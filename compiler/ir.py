@@ -8,6 +8,7 @@ symbolic dim (bound when data is fed).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,18 +67,19 @@ class Graph:
     def shape(self, name: str) -> Shape:
         return self.node(name).shape
 
+    @functools.cached_property
+    def labels(self) -> dict[int, str]:
+        """Node -> the first name given to it (an immutable graph's names never change)."""
+        labels: dict[int, str] = {}
+        for name, i in self.names.items():
+            labels.setdefault(i, name)
+        return labels
+
     def label(self, i: int) -> str:
-        return _labels(self).get(i, f"%{i}")
+        return self.labels.get(i, f"%{i}")
 
     def __str__(self) -> str:
         return format_graph(self)
-
-
-def _labels(g: Graph) -> dict[int, str]:
-    labels: dict[int, str] = {}
-    for name, i in g.names.items():
-        labels.setdefault(i, name)
-    return labels
 
 
 
@@ -105,7 +107,7 @@ def _format_leaf(n: Node) -> str:
 
 def format_node(g: Graph, i: int, labels: dict[int, str] | None = None,
                 locs: bool = True) -> str:
-    labels = labels if labels is not None else _labels(g)
+    labels = labels if labels is not None else g.labels
     n = g.nodes[i]
     lab = labels.get(i, f"%{i}")
     if n.is_leaf:
@@ -120,7 +122,7 @@ def format_node(g: Graph, i: int, labels: dict[int, str] | None = None,
 
 def format_graph(g: Graph, locs: bool = True) -> str:
     """The IR as text; locs=False leaves out source lines (to compare two front ends)."""
-    labels = _labels(g)
+    labels = g.labels
     lines = ["graph {"]
     for i in range(len(g.nodes)):
         lines.append("  " + format_node(g, i, labels, locs))
