@@ -9,10 +9,12 @@ step only `$idx` (and `$lr`) move from the host.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from .ir import Graph, Node, make_attrs
 from .optimizers import ZEROS
+from .simplify import Rewriter, rewrite
 from .verify import check_graph
 
 DATA = "$data$"
@@ -28,37 +30,27 @@ def resident_graph(step: Graph, inputs: Sequence[str], dim: str, examples: int) 
     """`step` with every input in `inputs` (each led by symbolic `dim`, its other dims concrete)
     gathered by `$idx` from a state leaf of `examples` rows."""
     batched = set(inputs)
-    nodes: list[Node] = []
-    remap: dict[int, int] = {}
-
-    def append(node: Node) -> int:
-        nodes.append(node)
-        return len(nodes) - 1
-
     idx: int | None = None
     states: dict[str, int] = {}  # data leaf name -> its node
-    for i, n in enumerate(step.nodes):
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        nonlocal idx
         name = n.attr("name") if n.op == "input" else None
         if name not in batched:
-            remap[i] = append(Node(n.op, tuple(remap[j] for j in n.inputs), n.shape, n.attrs,
-                                   n.loc))
-            continue
+            return rw.append(n)
         if n.shape[:1] != (dim,) or any(isinstance(d, str) for d in n.shape[1:]):
             raise ValueError(f"input '{name}' {list(n.shape)} is not [{dim}, concrete dims...]")
         if idx is None:
-            idx = append(Node("input", (), (dim,), make_attrs(name=IDX, shape=(dim,))))
+            idx = rw.append(Node("input", (), (dim,), make_attrs(name=IDX, shape=(dim,))))
         rows = (examples, *n.shape[1:])
-        data = states[data_name(name)] = append(Node(
+        data = states[data_name(name)] = rw.append(Node(
             "state", (), rows, make_attrs(name=data_name(name), shape=rows, init=ZEROS), n.loc))
-        remap[i] = append(Node("take", (data, idx), n.shape, (), n.loc))
+        return rw.append(Node("take", (data, idx), n.shape, (), n.loc))
 
-    names = {k: remap[i] for k, i in step.names.items()}
-    names.update(states)
-    if idx is not None:
-        names[IDX] = idx
-    out = Graph(tuple(nodes), names,
-                tuple(k for k in step.inputs if k not in batched) + ((IDX,) if states else ()),
-                step.params, (*step.states, *states), step.losses,
-                tuple((k, remap[i]) for k, i in step.updates))
+    g = rewrite(step, visit)
+    out = dataclasses.replace(
+        g, names={**g.names, **states, **({IDX: idx} if idx is not None else {})},
+        inputs=tuple(k for k in step.inputs if k not in batched) + ((IDX,) if states else ()),
+        states=(*step.states, *states))
     check_graph(out)
     return out

@@ -2,7 +2,7 @@
 
 Each pass is a pure function Graph -> Graph that keeps every name, loss and
 update pointing at a node of the same value. `simplify` runs them to a fixed
-point. Passes rebuild the node list through `_Rewriter`, which renumbers
+point. Passes rebuild the node list through `Rewriter`, which renumbers
 inputs, names and updates.
 """
 
@@ -17,7 +17,7 @@ from .ir import Graph, Node, Shape, cone, make_attrs
 from .shapes import ShapeError, broadcast, symbols
 
 
-class _Rewriter:
+class Rewriter:
     """Builds a new node list; `remap[i]` is the new index of old node i."""
 
     def __init__(self, g: Graph) -> None:
@@ -40,9 +40,9 @@ class _Rewriter:
         return Graph(tuple(self.nodes), names, g.inputs, g.params, g.states, g.losses, updates)
 
 
-def _rewrite(g: Graph, visit: Callable[[_Rewriter, int, Node], int]) -> Graph:
+def rewrite(g: Graph, visit: Callable[[Rewriter, int, Node], int]) -> Graph:
     """Apply `visit(rewriter, old index, node with new inputs) -> new index` to every node."""
-    rw = _Rewriter(g)
+    rw = Rewriter(g)
     for i, n in enumerate(g.nodes):
         rw.remap[i] = visit(rw, i, rw.node(n))
     return rw.graph()
@@ -61,7 +61,7 @@ def fold_constants(g: Graph) -> Graph:
     grows the IR (broadcast_to of a scalar zero stays a broadcast).
     """
 
-    def visit(rw: _Rewriter, i: int, n: Node) -> int:
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
         ins = [rw.nodes[j] for j in n.inputs]
         foldable = (ins and not n.is_leaf and all(m.op == "const" for m in ins)
                     and not symbols(n.shape))
@@ -75,7 +75,7 @@ def fold_constants(g: Graph) -> Graph:
                 return rw.append(Node("const", (), n.shape, attrs, n.loc))
         return rw.append(n)
 
-    return _rewrite(g, visit)
+    return rewrite(g, visit)
 
 
 # -- algebraic identities -----------------------------------------------------------
@@ -88,7 +88,7 @@ def simplify_algebra(g: Graph) -> Graph:
     """x+0, 0+x, x-0, x*1, 1*x, x/1, x^1, -(-x), and reshape/broadcast_to/transpose
     that change nothing become x, where x already has the result's shape."""
 
-    def same(rw: _Rewriter, n: Node) -> int | None:
+    def same(rw: Rewriter, n: Node) -> int | None:
         ins = [rw.nodes[j] for j in n.inputs]
         keep: int | None = None
         if n.op in ("add", "sub", "mul", "div", "pow"):
@@ -108,7 +108,7 @@ def simplify_algebra(g: Graph) -> Graph:
             return keep
         return None
 
-    def visit(rw: _Rewriter, i: int, n: Node) -> int:
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
         keep = same(rw, n)
         if keep is not None:
             return keep
@@ -119,7 +119,7 @@ def simplify_algebra(g: Graph) -> Graph:
             n = Node(n.op, rw.nodes[n.inputs[0]].inputs, n.shape, n.attrs, n.loc)
         return rw.append(n)
 
-    return _rewrite(g, visit)
+    return rewrite(g, visit)
 
 
 def _broadcast_source(nodes: list[Node], j: int) -> int:
@@ -163,13 +163,13 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
     """Merge nodes with the same op, inputs and attrs (leaves differ by their name attr)."""
     seen: dict[tuple, int] = {}
 
-    def visit(rw: _Rewriter, i: int, n: Node) -> int:
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
         key = (n.op, n.inputs, n.attrs)
         if key not in seen:
             seen[key] = rw.append(n)
         return seen[key]
 
-    return _rewrite(g, visit)
+    return rewrite(g, visit)
 
 
 # -- dead code ----------------------------------------------------------------------
@@ -183,10 +183,10 @@ def eliminate_dead_code(g: Graph, keep: Iterable[int] | None = None, start: int 
         roots |= set(keep)
     live = set(cone(g, roots)) | set(range(start))
 
-    def visit(rw: _Rewriter, i: int, n: Node) -> int:
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
         return rw.append(n) if i in live else -1
 
-    return _rewrite(g, visit)
+    return rewrite(g, visit)
 
 
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
