@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from . import __version__, optimizers
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
 from .training import steps_per_epoch
 from .weights import write_atomic
 
-OPTIMIZERS = ("sgd", "momentum", "rmsprop", "adagrad", "adadelta", "adam", "adamax")
+OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # names, in the order --help lists them
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
 EXIT_INTERRUPTED = 130
 
@@ -184,7 +184,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     train_loss = t.loss(None if args.train is True else args.train) if args.train else None
     optimizer = None
     if train_loss is not None:
-        from dlc import optimizers
         optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=None)
     options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size)
     out_dir = args.output or default_artifact_path(args.model)
@@ -386,7 +385,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     optimizer = None
     if t.model is not None or args.optimizer or args.lr is not None:
         # An artifact trains with its compiled optimizer; only --lr may change (it is fed).
-        from dlc import optimizers
         optimizer = optimizers.make(args.optimizer or t.optimizer or DEFAULT_OPTIMIZER, lr=args.lr)
     data = load_data(args.data, t.inputs, t.needed([loss]))
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).

@@ -240,8 +240,6 @@ def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, opt
                 cost_reduction: CostReduction = CostReduction.MEAN) -> float | None:
     """The seeds' `session.train(cost, feed_entries, batch_size, optimizer, reduction)`:
     one update from a batch; returns the batch's cost (see CostReduction)."""
-    from .optimizers import SGD
-
     graph = session.model.graph
     cost_node = _node(session, cost)
     if graph.nodes[cost_node].shape != ():
@@ -250,7 +248,7 @@ def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, opt
     batch_size = int(batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    optimizer = optimizer or getattr(session, "_optimizer", None) or SGD(0.01)
+    optimizer = session.optimizer(optimizer)
     entries = feed_entries(feeds)
     fed = {}
     for e in entries:

@@ -107,10 +107,14 @@ class Session:
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
+    def optimizer(self, optimizer: Optimizer | None = None) -> Optimizer:
+        """`optimizer`, else the last one train() used, else SGD(0.01)."""
+        return optimizer or self._optimizer or SGD(0.01)
+
     def train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None) -> Graph:
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
         loss = resolve_loss(self.model.graph, loss)
-        optimizer = optimizer or self._optimizer or SGD(0.01)
+        optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
         if key not in self._train_graphs:
             self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer)
@@ -147,7 +151,7 @@ class Session:
         On GL, when the batches would upload more rows than `feeds` holds, the data goes to
         the GPU once (freed when train returns) and each step uploads only its rows' indices.
         """
-        optimizer = optimizer or self._optimizer or SGD(0.01)
+        optimizer = self.optimizer(optimizer)
         graph = self.train_graph(loss, optimizer)
         loss_node = graph.names[graph.losses[0]]
         needed = leaf_inputs(graph, [loss_node, *(i for _, i in graph.updates)]) - {LR}
