@@ -79,9 +79,14 @@ def emit(model, stage: str, *, train_loss: str | None = None, optimizer=None,
          batch_size: int | None = None) -> str:
     """One stage as text: "kernels" (the IR grouped into kernels), "plan" (each kernel with
     its slots and the peak bytes), or "glsl" (every shader)."""
+    return format_stage(programs(model, train_loss=train_loss, optimizer=optimizer,
+                                 batch_size=batch_size), stage)
+
+
+def format_stage(progs: dict[str, CompiledProgram], stage: str) -> str:
+    """`emit` over programs already compiled (`dlc compile --emit` also writes them)."""
     if stage not in EMIT_STAGES:
         raise ValueError(f"unknown stage '{stage}': choose one of {', '.join(EMIT_STAGES)}")
-    progs = programs(model, train_loss=train_loss, optimizer=optimizer, batch_size=batch_size)
     parts = []
     for name, prog in progs.items():
         parts.append(f"=== program {name}: {len(prog.kernels)} kernels ===")
@@ -124,7 +129,8 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
 
 
 def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=None,
-                   batch_size: int | None = None, seed: int = 0) -> pathlib.Path:
+                   batch_size: int | None = None, seed: int = 0,
+                   progs: dict[str, CompiledProgram] | None = None) -> pathlib.Path:
     """Compile `model` and write its artifact folder; returns the folder's path.
 
     The folder is written beside its destination and then moved into place, so a failed
@@ -132,7 +138,8 @@ def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=N
     """
     out = pathlib.Path(out_dir)
     opt = _optimizer(optimizer, train_loss)
-    progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size)
+    if progs is None:  # `progs`: the same model compiled with the same options already
+        progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size)
     data = manifest(model, progs, opt, batch_size)
     g = model.graph
     params = {n: initial_value(g.node(n).attr("init"), g.node(n).shape, seed, n)

@@ -188,19 +188,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size)
     out_dir = args.output or default_artifact_path(args.model)
 
-    if args.emit == "ir":
-        graph = model.graph
-        if train_loss is not None:
-            from dlc.compiler.train_graph import build_train_graph
-            graph = build_train_graph(graph, train_loss, optimizer)
-        print(str(graph))
     artifact = _artifact_module()
-    if args.emit == "ir" and train_loss is not None:
-        print()
-        print(artifact.emit(model, "kernels", **options))
+    progs = artifact.programs(model, **options)  # compiled once: printed and written
+    if args.emit == "ir":
+        # The model's IR, or with --train the training step (gradients and updates).
+        print(str(progs["train"].fusion.graph if train_loss is not None else model.graph))
+        if train_loss is not None:
+            print()
+            print(artifact.format_stage(progs, "kernels"))
     elif args.emit in ("glsl", "plan"):
-        print(artifact.emit(model, args.emit, **options))
-    where = artifact.write_artifact(model, out_dir, **options)
+        print(artifact.format_stage(progs, args.emit))
+    where = artifact.write_artifact(model, out_dir, **options, progs=progs)
     print(f"wrote {where}", file=sys.stderr if args.emit else sys.stdout)
     return 0
 
