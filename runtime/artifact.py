@@ -82,14 +82,14 @@ class Runner:
         """The inputs that fetching `names` reads (only the kernels they need run)."""
         tensors = [self._tensor(n) for n in names]
         ex = self._executor("eval")
-        return ex.needed_inputs(tensors, ex.needed_kernels(tensors))
+        return set(ex.needs(tensors)[1])
 
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
         """One fetch name -> its array; a list of names -> dict name -> array."""
         names = [fetch] if isinstance(fetch, str) else list(fetch)
         tensors = [self._tensor(n) for n in names]
         ex = self._executor("eval")
-        arrays, dims = prepare(self.inputs, feeds, ex.needed_inputs(tensors, ex.needed_kernels(tensors)))
+        arrays, dims = prepare(self.inputs, feeds, ex.needs(tensors)[1])
         values = ex.run(arrays, dims, tensors)
         out = dict(zip(names, values))
         return out[fetch] if isinstance(fetch, str) else out
@@ -112,7 +112,7 @@ class Runner:
         ex = self._executor("train")
         spec = ex.spec
         loss_tensor = spec["roots"][0]
-        needed = ex.needed_inputs([loss_tensor], range(len(spec["kernels"]))) - {LR}
+        needed = ex.needs([loss_tensor], step=True)[1] - {LR}
         arrays, dims, dim = train_feeds(self.inputs, feeds, needed)
         lr_value = np.asarray(lr, dtype=np.float32)
 

@@ -219,6 +219,7 @@ class Executor:
         self.slots: list[dict] = spec["slots"]
         self.tensors = {int(t): info for t, info in spec["tensors"].items()}
         self.producer = {int(t): k for t, k in spec["producer"].items()}
+        self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
@@ -264,6 +265,16 @@ class Executor:
         self._version = self.store.version
 
     # -- running ---------------------------------------------------------------------------
+    def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
+        """The kernels to launch for `fetch` (all of them for a step) and the inputs they read;
+        fixed per program, so worked out once per fetch list."""
+        key = (tuple(fetch), step)
+        found = self._needs.get(key)
+        if found is None:
+            kernels = list(range(len(self.kernels))) if step else self.needed_kernels(fetch)
+            found = self._needs[key] = (kernels, self.needed_inputs(fetch, kernels))
+        return found
+
     def needed_kernels(self, fetch: Sequence[int]) -> list[int]:
         """The kernels that `fetch` depends on, in schedule order."""
         want: set[int] = set()
@@ -288,8 +299,8 @@ class Executor:
         """Upload feeds, run the launches `fetch` needs (all of them and the updates when
         `step`), return the fetched tensors."""
         self.prepare(dims)
-        kernels = list(range(len(self.kernels))) if step else self.needed_kernels(fetch)
-        self._upload(feeds, self.needed_inputs(fetch, kernels))
+        kernels, inputs = self.needs(fetch, step)
+        self._upload(feeds, inputs)
         self._launch(kernels)
         out = [self._download(t, dims) for t in fetch]
         if step and self.spec["copies"]:
@@ -315,8 +326,7 @@ class Executor:
             name = slot["name"]
             if name not in feeds:
                 raise DataError(f"input '{name}' is missing")
-            data = np.ascontiguousarray(feeds[name], dtype=np.float32)
-            self.buffers[s].upload(data)
+            self.buffers[s].upload(feeds[name])  # upload makes it contiguous float32
 
     def _launch(self, kernels: Sequence[int]) -> None:
         hook = self.hook
