@@ -41,10 +41,6 @@ def _coords(em: Emitter, shape) -> tuple[str, ...]:
     return em.coords(Ix(flat="o"), shape)
 
 
-def _batch(ctx: Context, d) -> str:
-    return ctx.dim(d)
-
-
 def _conv2d(ctx: Context, em: Emitter, node) -> str:
     g = ctx.graph
     x, w = node.inputs
@@ -54,12 +50,7 @@ def _conv2d(ctx: Context, em: Emitter, node) -> str:
     b, oy, ox, c = _coords(em, node.shape)
     X, Wb = ctx.buf(x), ctx.buf(w)
     em.line("float acc = 0.0;")
-    em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
-    em.line(f"int iy = {oy} * {p['SH']} + di - {p['PT']};")
-    em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
-    em.open(f"for (int dj = 0; dj < {p['KW']}; ++dj)")
-    em.line(f"int ix = {ox} * {p['SW']} + dj - {p['PL']};")
-    em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
+    _each_tap(em, p, oy, ox)
     em.line(f"int xb = (({b} * {p['H']} + iy) * {p['W']} + ix) * {ci};")
     em.line(f"int wb = (di * {p['KW']} + dj) * {ci * co} + {c};")
     em.line(f"for (int k = 0; k < {ci}; ++k) acc += {X}.v[xb + k] * {Wb}.v[wb + k * {co}];")
@@ -98,7 +89,7 @@ def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
     X, DY = ctx.buf(x), ctx.buf(dy)
     ci, co = ws[2], ws[3]
     em.line("float acc = 0.0;")
-    em.open(f"for (int b = 0; b < {_batch(ctx, xs[0])}; ++b)")
+    em.open(f"for (int b = 0; b < {ctx.dim(xs[0])}; ++b)")
     em.open(f"for (int oy = 0; oy < {p['OH']}; ++oy)")
     em.line(f"int iy = oy * {p['SH']} + {di} - {p['PT']};")
     em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
@@ -154,12 +145,7 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     _each_window_touching(em, p, y, xx)
     em.line("float best = -DLC_INF;")
     em.line("int by = -1, bx = -1;")
-    em.open(f"for (int ei = 0; ei < {p['KH']}; ++ei)")
-    em.line(f"int iy = oy * {p['SH']} + ei - {p['PT']};")
-    em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
-    em.open(f"for (int ej = 0; ej < {p['KW']}; ++ej)")
-    em.line(f"int ix = ox * {p['SW']} + ej - {p['PL']};")
-    em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
+    _each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
     em.line(f"float v = {X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}];")
     em.line("if (v > best || by < 0) { best = v; by = iy; bx = ix; }")
     em.close()
@@ -190,13 +176,15 @@ def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
     return f"avg_pool gradient {list(node.attr('size'))} for {list(xs)}"
 
 
-def _each_tap(em: Emitter, p: dict, oy: str, ox: str) -> None:
-    """Open loops over the unpadded positions (iy, ix) of output (oy, ox)'s window."""
-    em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
-    em.line(f"int iy = {oy} * {p['SH']} + di - {p['PT']};")
+def _each_tap(em: Emitter, p: dict, oy: str, ox: str, taps: tuple[str, str] = ("di", "dj")) -> None:
+    """Open loops (counters `taps`) over the unpadded positions (iy, ix) of output (oy, ox)'s
+    window."""
+    di, dj = taps
+    em.open(f"for (int {di} = 0; {di} < {p['KH']}; ++{di})")
+    em.line(f"int iy = {oy} * {p['SH']} + {di} - {p['PT']};")
     em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
-    em.open(f"for (int dj = 0; dj < {p['KW']}; ++dj)")
-    em.line(f"int ix = {ox} * {p['SW']} + dj - {p['PL']};")
+    em.open(f"for (int {dj} = 0; {dj} < {p['KW']}; ++{dj})")
+    em.line(f"int ix = {ox} * {p['SW']} + {dj} - {p['PL']};")
     em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
 
 
