@@ -223,17 +223,24 @@ def eval_seeds(session: Any, fetch: Tensor | Sequence[Tensor], feeds: Any = None
     graph = session.model.graph
     single = isinstance(fetch, Tensor)
     roots = [_node(session, t) for t in ([fetch] if single else fetch)]
-    arrays = {}
-    for e in feed_entries(feeds):
-        idx = _node(session, e.tensor)
-        if graph.nodes[idx].op != "input":
-            raise DataError(f"'{_name(e.tensor)}' is fed but it is not a placeholder")
-        arrays[graph.nodes[idx].attr("name")] = e.value(graph.nodes[idx].shape)
+    arrays = {name: e.value(graph.shape(name)) for name, e in _placeholders(session, feeds).items()}
     dims = bind_dims(session.model.inputs, arrays, needed=leaf_inputs(graph, roots))
     values = session.backend.run(graph, roots, arrays, dims)
     backend = session.backend.name if session.backend.name in ("gl", "numpy") else None
     out = [array(np.asarray(v, np.float32), backend=backend) for v in values]
     return out[0] if single else out
+
+
+def _placeholders(session: Any, feeds: Any) -> dict[str, FeedEntry]:
+    """Placeholder name -> its feed entry, refusing entries that feed anything else."""
+    graph = session.model.graph
+    fed = {}
+    for e in feed_entries(feeds):
+        idx = _node(session, e.tensor)
+        if graph.nodes[idx].op != "input":
+            raise DataError(f"'{_name(e.tensor)}' is fed but it is not a placeholder")
+        fed[graph.nodes[idx].attr("name")] = e
+    return fed
 
 
 def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, optimizer: Any = None,
@@ -249,13 +256,7 @@ def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, opt
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     optimizer = session.optimizer(optimizer)
-    entries = feed_entries(feeds)
-    fed = {}
-    for e in entries:
-        idx = _node(session, e.tensor)
-        if graph.nodes[idx].op != "input":
-            raise DataError(f"'{_name(e.tensor)}' is fed but it is not a placeholder")
-        fed[graph.nodes[idx].attr("name")] = e
+    fed = _placeholders(session, feeds)
     needed = leaf_inputs(graph, [cost_node])
     missing = sorted(needed - set(fed))
     if missing:
