@@ -58,6 +58,7 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict,
             "kind": k.kind,
             "slots": list(ks.slots),
             "uniforms": dict(ks.uniforms),
+            **({"scalars": dict(ks.scalars)} if ks.scalars else {}),  # eager numbers only
             "grid": ks.grid,
             "local_size": list(ks.local_size),
             "reads": list(k.inputs),

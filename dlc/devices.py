@@ -1,8 +1,8 @@
 """Where eager arrays live and their kernels run: the numpy device or the GL device.
 
 A device stores an array's values behind a handle (an np.ndarray on numpy, a GPU Buffer on
-GL) and runs an eager kernel (`dlc.ops.Kernel`: a small IR graph) over handles, giving a new
-handle; results stay where they are until read.
+GL) and runs an eager call (`dlc.ops.Call`: a small IR graph with this call's numbers and
+dims) over handles, giving a new handle; results stay where they are until read.
 
 Which device new arrays use: `set_backend("gl" | "numpy")`, else env `DLC_BACKEND`, else gl
 when an OpenGL context can be made (numpy otherwise, said once on stderr). An array keeps the
@@ -36,7 +36,7 @@ class Device(Protocol):
     async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray: ...
     def free(self, handle: Any) -> None: ...  # now, on the thread that owns the device
     def release(self, handle: Any) -> None: ...  # from a finalizer: maybe later, on that thread
-    def run(self, kernel: Any, handles: list[Any]) -> Any: ...
+    def run(self, call: Any, handles: list[Any]) -> Any: ...  # call: a dlc.ops.Call
 
 
 class NumpyDevice:
@@ -60,10 +60,12 @@ class NumpyDevice:
     def release(self, handle: np.ndarray) -> None:
         pass
 
-    def run(self, kernel: Any, handles: list[np.ndarray]) -> np.ndarray:
-        leaves = dict(zip(kernel.arg_names, handles))
-        out = evaluate(kernel.graph, [kernel.out], leaves, {}, np.float32)[kernel.out]
-        return np.ascontiguousarray(out, dtype=np.float32)
+    def run(self, call: Any, handles: list[np.ndarray]) -> np.ndarray:
+        leaves = dict(zip(call.arg_names, (h.reshape(_bound(call.graph.node(n).shape, call.dims))
+                                           for n, h in zip(call.arg_names, handles))))
+        leaves.update((n, np.float32(v)) for n, v in zip(call.scalar_names, call.scalars))
+        out = evaluate(call.graph, [call.out], leaves, call.dims, np.float32)[call.out]
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(call.shape)
 
 
 class GLDevice:
@@ -113,11 +115,15 @@ class GLDevice:
         for handle in pending:
             handle.delete()
 
-    def run(self, kernel: Any, handles: list[Any]) -> Any:
+    def run(self, call: Any, handles: list[Any]) -> Any:
         from . import gl_eager
 
         self.flush()
-        return gl_eager.run(kernel, handles)
+        return gl_eager.run(call, handles)
+
+
+def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else int(dims[d]) for d in shape)
 
 
 def set_backend(name: str | None) -> None:

@@ -2,18 +2,27 @@
 
     y = dlc.ops.relu(dlc.ops.matmul(x, w) + b)
 
-Each call builds a small IR graph for the function (inputs a0, a1, ... of the arguments'
-shapes; numbers and static arguments baked in), compiles it once per (function, shapes,
-static arguments), and runs it on the arguments' device; the result stays there. A shape
-mistake raises dlc.CompileError pointing at the Python line of the call.
+Each call builds a small IR graph for the function (inputs a0, a1, ... for the array
+arguments; static arguments such as `axis` baked in), compiles it once, and runs it on the
+arguments' device; the result stays there. A shape mistake raises dlc.CompileError pointing at
+the Python line of the call.
 
-Numbers passed where a tensor goes (`x * 2`) are baked into the kernel as constants, so a
-loop over many different numbers compiles many kernels: pass a 0-d array instead.
+What a compiled op is keyed by, so that loops compile once:
+- Python numbers passed where a tensor goes (`x * 2.5`) are inputs s0, s1, ... marked
+  `uniform`: on GL a float uniform set at each call, never a constant in the kernel.
+- Elementwise functions whose array arguments all have one shape (numbers and 0-d arrays
+  beside them) run over a flat symbolic length `N` (`[4, N]` when the length divides by 4, so
+  the kernel still reads vec4s), bound at each call as a dim uniform: one kernel for every
+  shape. Other functions (broadcasting, reductions, matmul, ...) compile per shape.
+Compiled ops live in an LRU cache as large as the GL program cache
+(`dlc.runtime.program.program_cache_limit`); an evicted op frees its GPU scratch buffers.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,46 +36,123 @@ from .devices import Device, get_device
 from .errors import CompileError
 from .graph import SEED_ALIASES, _call_site, bind_args
 
+# Functions made of elementwise ops alone: they may run over a flat symbolic length.
+FLAT_FUNCTIONS = frozenset(
+    ["neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "relu", "relu6",
+     "selu", "softplus", "sigmoid", "tanh", "sin", "cos", "step", "add", "sub", "mul", "div", "pow",
+     "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "leaky_relu", "elu", "clip", "where"])
+FLAT_DIM = "N"  # the symbolic length of a flat kernel
+
 
 @dataclass(frozen=True, eq=False)
 class Kernel:
-    """One eager op compiled for fixed shapes: `graph` reads inputs `arg_names` and
-    computes node `out` of concrete `shape`."""
+    """One eager op compiled: `graph` reads array inputs `arg_names` and number inputs
+    `scalar_names` (0-d, marked uniform) and computes node `out`. `shape` is its output shape,
+    symbolic (FLAT_DIM) for a flat kernel; a `Call` binds it."""
 
     name: str
     graph: Graph
     out: int
     arg_names: tuple[str, ...]
+    shape: tuple
+    scalar_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """One run of a `Kernel`: this call's numbers, dims and output shape. Devices and debug
+    mode take it where they take a kernel."""
+
+    kernel: Kernel
+    scalars: tuple[float, ...]
+    dims: dict
     shape: tuple[int, ...]
 
+    @property
+    def name(self) -> str:
+        return self.kernel.name
 
-_cache: dict[tuple, Kernel] = {}
+    @property
+    def graph(self) -> Graph:
+        return self.kernel.graph
+
+    @property
+    def out(self) -> int:
+        return self.kernel.out
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return self.kernel.arg_names
+
+    @property
+    def scalar_names(self) -> tuple[str, ...]:
+        return self.kernel.scalar_names
+
+
+_cache: OrderedDict[tuple, Kernel] = OrderedDict()  # key -> kernel, least recently used first
 
 
 def cached_kernels() -> int:
-    """How many eager kernels have been built (for tests of the cache)."""
+    """How many eager kernels are cached now (for tests of the cache)."""
     return len(_cache)
+
+
+def cache_limit() -> int:
+    """How many compiled eager ops are kept: the GL program cache's limit."""
+    from dlc.runtime.program import program_cache_limit
+
+    return program_cache_limit()
+
+
+def _remember(key: tuple, kernel: Kernel) -> None:
+    """Cache `kernel`, evicting the least recently used ops past the limit."""
+    _cache[key] = kernel
+    limit = cache_limit()
+    while len(_cache) > limit:
+        _, old = _cache.popitem(last=False)
+        _forget(old)
+
+
+def _forget(kernel: Kernel) -> None:
+    """Free what the GL device keeps for `kernel` (scratch and constant buffers)."""
+    from .devices import _devices
+
+    if "gl" in _devices:
+        from . import gl_eager
+
+        gl_eager.drop(kernel)
+
+
+def clear_cache() -> None:
+    """Drop every compiled eager op (their GL programs stay in the program cache)."""
+    while _cache:
+        _forget(_cache.popitem()[1])
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
 def call(fname: str, args: tuple, kwargs: dict) -> Any:
     """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
+    from . import debug
     from .arrays import Array, array
 
-    loc = None
     try:
         bound = bind_args(fname, args, dict(kwargs), None)
     except CompileError as e:
         raise CompileError(e.message, _call_site()) from None
 
     arrays: list[Array] = []
+    scalars: list[float] = []
     temporaries: list[Array] = []
-    key_parts: list[Any] = [fname]
 
-    def tensor_key(v: Any) -> Any:
-        # An Array becomes an input of the kernel; a number a constant baked in; other
+    def tensor(v: Any) -> Any:
+        # An Array becomes an input of the kernel; a number a uniform input; other
         # array-likes are uploaded for this call.
-        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
-            return ("c", float(v))
+        if _is_number(v):
+            scalars.append(float(v))
+            return ("s",)
         if not isinstance(v, Array):
             try:
                 host = np.asarray(v, dtype=np.float32)
@@ -78,32 +164,61 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
         arrays.append(v)
         return ("a", v.shape)
 
+    parts: list[Any] = []
     for p, v in bound:
         if p.kind == "tensor":
-            key_parts.append(tensor_key(v))
+            parts.append(tensor(v))
         elif p.kind == "tensors":
-            key_parts.append(tuple(tensor_key(t) for t in v))
+            parts.append(tuple(tensor(t) for t in v))
         else:
-            key_parts.append(_hashable(v))
-    key = tuple(key_parts)
+            parts.append(_hashable(v))
 
     try:
         device = _device_of(arrays, fname)
+        flat = None if debug.enabled() else _flat_shape(fname, arrays)
+        if flat is not None:  # every array argument of one shape: key by the flat layout
+            count = math.prod(flat)
+            layout = (4, FLAT_DIM) if count % 4 == 0 else (FLAT_DIM,)
+            parts = [_flatten_part(x, flat, layout) for x in parts]
+            dims, shape = {FLAT_DIM: count // 4 if count % 4 == 0 else count}, flat
+        key = (fname, flat is not None, *parts)
         kernel = _cache.get(key)
+        loc = None
         if kernel is None:
             loc = _call_site()
-            kernel = _cache[key] = _build(fname, key, loc)
-        handles = [a._live_handle() for a in arrays]
-        from . import debug
-
-        if debug.enabled():
-            handle = debug.run_eager(device, kernel, handles, loc or _call_site())
+            kernel = _build(fname, parts, loc)
+            _remember(key, kernel)
         else:
-            handle = device.run(kernel, handles)
-        return Array(device, handle, kernel.shape)
+            _cache.move_to_end(key)
+        if flat is None:
+            dims, shape = {}, kernel.shape
+        run = Call(kernel, tuple(scalars), dims, tuple(shape))
+        handles = [a._live_handle() for a in arrays]
+        if debug.enabled():
+            handle = debug.run_eager(device, run, handles, loc or _call_site())
+        else:
+            handle = device.run(run, handles)
+        return Array(device, handle, run.shape)
     finally:
         for t in temporaries:
             t.dispose()
+
+
+def _flat_shape(fname: str, arrays: list) -> tuple[int, ...] | None:
+    """The one shape of the array arguments (0-d ones aside) when `fname` may run flat."""
+    if fname not in FLAT_FUNCTIONS:
+        return None
+    shapes = {a.shape for a in arrays if a.shape != ()}
+    if len(shapes) != 1:
+        return None
+    shape = shapes.pop()
+    return shape if math.prod(shape) > 0 else None
+
+
+def _flatten_part(part: Any, shape: tuple[int, ...], layout: tuple) -> Any:
+    if isinstance(part, tuple) and part[:1] == ("a",) and part[1] == shape:
+        return ("a", layout)
+    return part
 
 
 def _device_of(arrays: list, fname: str) -> Device:
@@ -123,21 +238,26 @@ def _hashable(v: Any) -> Any:
     return v
 
 
-def _build(fname: str, key: tuple, loc: Any) -> Kernel:
-    """The IR of one call: an input leaf per array argument, constants for numbers."""
+def _build(fname: str, parts: list, loc: Any) -> Kernel:
+    """The IR of one call: an input leaf per array argument, a uniform input per number."""
     b = GraphBuilder()
     names: list[str] = []
+    scalar_names: list[str] = []
 
     def leaf(part: tuple) -> int:
-        kind, value = part
-        if kind == "c":
-            return b.const(value, (), loc)
+        if part[0] == "s":
+            name = f"s{len(scalar_names)}"
+            scalar_names.append(name)
+            i = b.add("input", (), loc, shape=(), name=name, uniform=True)
+            b.declare(name, i, loc)
+            b.inputs.append(name)
+            return i
         name = f"a{len(names)}"
         names.append(name)
-        return b.input(name, value, loc)
+        return b.input(name, part[1], loc)
 
     values = []
-    for p, part in zip(FUNCTIONS[fname].params, key[1:]):
+    for p, part in zip(FUNCTIONS[fname].params, parts):
         if p.kind == "tensor":
             values.append(leaf(part))
         elif p.kind == "tensors":
@@ -146,8 +266,8 @@ def _build(fname: str, key: tuple, loc: Any) -> Kernel:
             values.append(part)
     out = FUNCTIONS[fname].impl(b, loc, *values)
     graph = b.build()
-    shape = tuple(int(d) for d in graph.nodes[out].shape)
-    return Kernel(fname, graph, out, tuple(names), shape)
+    shape = tuple(d if isinstance(d, str) else int(d) for d in graph.nodes[out].shape)
+    return Kernel(fname, graph, out, tuple(names), shape, tuple(scalar_names))
 
 
 # -- one module-level function per language function ---------------------------------
@@ -169,7 +289,7 @@ def _make(fname: str):
     return op
 
 
-__all__ = ["Kernel", "call", "cached_kernels"]
+__all__ = ["Call", "Kernel", "cache_limit", "call", "cached_kernels", "clear_cache"]
 for _name in FUNCTIONS:
     globals()[_name] = _make(_name)
     __all__.append(_name)

@@ -22,7 +22,7 @@ import numpy as np
 from dlc.errors import DataError, RuntimeFailure
 from dlc.runtime.context import get_context
 from dlc.runtime.gl import fast
-from dlc.runtime.program import BARRIER_BITS, get_program
+from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
 from dlc.runtime.storage import Buffer
 
 PERSISTENT = ("param", "state")
@@ -31,6 +31,14 @@ SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 # GL program handle -> uniform values last set on it (programs are shared between
 # executors whose kernels have the same text, possibly under other dims).
 _uniforms_set: dict[int, tuple] = {}
+
+
+def forget_uniforms(handle: int) -> None:
+    """Uniforms of program `handle` were set elsewhere, or it was deleted: set them next time."""
+    _uniforms_set.pop(handle, None)
+
+
+on_delete(forget_uniforms)
 
 
 # Copies between buffers run as a compute shader: on the lent H200, glCopyBufferSubData moved
@@ -215,7 +223,11 @@ class Executor:
         self.hook = hook
         self.limits = get_context().limits
         self.kernels: list[dict] = spec["kernels"]
-        self.programs = [get_program(sources[k["file"]], k["name"]) for k in self.kernels]
+        self.programs = []
+        for k in self.kernels:  # pinned one by one: the cache may evict while we link
+            program = get_program(sources[k["file"]], k["name"])
+            pin(program)
+            self.programs.append(program)
         self.slots: list[dict] = spec["slots"]
         self.tensors = {int(t): info for t, info in spec["tensors"].items()}
         self.producer = {int(t): k for t, k in spec["producer"].items()}
@@ -373,6 +385,14 @@ class Executor:
         for buf in self.buffers.values():
             buf.delete()
         self.buffers.clear()
+        programs, self.programs = self.programs, []
+        for program in programs:  # the cache may now evict them
+            unpin(program)
+
+    def buffer_bytes(self) -> tuple[int, int]:
+        """GPU buffers this executor holds itself (temp, input and const slots) and their bytes."""
+        live = [b for b in self.buffers.values() if b.handle]
+        return len(live), sum(b.capacity for b in live)
 
 
 def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:

@@ -1,5 +1,12 @@
 """Compute-shader programs: compile and link once per source, set uniforms, dispatch.
 
+Linked programs are kept in a bounded LRU cache keyed by source text: past its limit
+(`DEFAULT_CACHE_LIMIT`, env `DLC_PROGRAM_CACHE`, or `set_program_cache_limit`) the least
+recently used program is deleted from GL. Programs a live executor uses are pinned (`pin` /
+`unpin`): they count toward the limit but are never evicted, since executors keep their
+handles. Whoever keeps a `Program` without pinning it checks `handle` (0 once evicted) and
+asks `get_program` again.
+
 A GLSL compile error here is never the user's fault (dlc wrote the shader), so `ShaderError`
 says so, names the kernel and shows the driver's log next to the numbered source lines it
 points at.
@@ -8,8 +15,10 @@ points at.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 from dlc.errors import RuntimeFailure
 from dlc.runtime.context import get_context
@@ -20,7 +29,15 @@ from dlc.runtime.storage import Buffer
 # uploads and downloads see it (BUFFER_UPDATE).
 BARRIER_BITS = GL.GL_SHADER_STORAGE_BARRIER_BIT | GL.GL_BUFFER_UPDATE_BARRIER_BIT
 
-_cache: dict[str, Program] = {}
+DEFAULT_CACHE_LIMIT = 256  # linked programs kept; llvmpipe holds ~0.3 MiB of code for each
+CACHE_ENV = "DLC_PROGRAM_CACHE"
+
+_cache: OrderedDict[str, Program] = OrderedDict()  # source -> program, least recently used first
+_limit: int | None = None  # None: not read from the environment yet
+_evicted = 0
+# Called with a program's GL handle when it is deleted (GL reuses handle numbers, so caches
+# keyed by handle must forget it).
+_on_delete: list[Callable[[int], None]] = []
 
 # Where driver logs put the source line: Mesa "0:12(5): error:", NVIDIA "0(12) : error C1008:",
 # AMD / Intel / ANGLE "ERROR: 0:12: ".
@@ -46,7 +63,7 @@ class ShaderError(RuntimeFailure):
 class Program:
     """A linked compute program. Uniforms are set with glProgramUniform (no binding needed)."""
 
-    __slots__ = ("handle", "name", "source", "local_size", "_uniforms", "_limits")
+    __slots__ = ("handle", "name", "source", "local_size", "nbytes", "pins", "_uniforms", "_limits")
 
     def __init__(self, handle: int, name: str, source: str, limits: dict):
         self.handle = handle
@@ -58,6 +75,8 @@ class Program:
         self.local_size: tuple[int, int, int] = (size[0], size[1], size[2])
         self._uniforms: dict[str, int] = {}
         self._limits = limits
+        self.nbytes = _program_bytes(handle, source)
+        self.pins = 0  # live users that keep the handle (see the module doc)
 
     def __repr__(self) -> str:
         return f"Program({self.name!r}, handle={self.handle}, local_size={self.local_size})"
@@ -118,21 +137,111 @@ class Program:
     def delete(self) -> None:
         """Free the program and drop it from the cache."""
         if self.handle:
-            GL.glDeleteProgram(self.handle)
-            self.handle = 0
+            handle, self.handle = self.handle, 0
+            GL.glDeleteProgram(handle)
+            for forget in _on_delete:
+                forget(handle)
         if _cache.get(self.source) is self:
             del _cache[self.source]
 
 
 def get_program(source: str, name: str) -> Program:
-    """The linked program for `source`, compiled on first use; `name` labels it in errors."""
+    """The linked program for `source`, compiled on first use; `name` labels it in errors.
+    Using it makes it the most recently used; adding one may evict the least recently used."""
     program = _cache.get(source)
     if program is not None:
+        _cache.move_to_end(source)
         return program
     ctx = get_context()
     program = Program(_compile_and_link(source, name), name, source, ctx.limits)
     _cache[source] = program
+    _evict(keep=program)
     return program
+
+
+def pin(program: Program) -> None:
+    """Keep `program` linked until as many `unpin` calls (an executor holds its handle)."""
+    program.pins += 1
+
+
+def unpin(program: Program) -> None:
+    program.pins = max(program.pins - 1, 0)
+    _evict()
+
+
+def on_delete(callback: Callable[[int], None]) -> None:
+    """Call `callback(handle)` whenever a program is deleted."""
+    _on_delete.append(callback)
+
+
+def program_cache_limit() -> int:
+    """How many linked programs the cache keeps (pinned ones may take it over)."""
+    global _limit
+    if _limit is None:
+        _limit = _limit_from_env()
+    return _limit
+
+
+def set_program_cache_limit(limit: int | None) -> None:
+    """Keep at most `limit` (>= 1) linked programs, evicting now if over; None: back to the
+    default (or env DLC_PROGRAM_CACHE)."""
+    global _limit
+    if limit is None:
+        _limit = _limit_from_env()
+    else:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"the program cache limit must be an int >= 1, got {limit!r}")
+        _limit = limit
+    _evict()
+
+
+def program_cache_stats() -> dict:
+    """Linked programs kept now, their estimated driver bytes, pinned ones, the limit, and how
+    many were evicted so far."""
+    return {"programs": len(_cache), "bytes": sum(p.nbytes for p in _cache.values()),
+            "pinned": sum(1 for p in _cache.values() if p.pins), "limit": program_cache_limit(),
+            "evicted": _evicted}
+
+
+def _limit_from_env() -> int:
+    text = os.environ.get(CACHE_ENV, "").strip()
+    if not text:
+        return DEFAULT_CACHE_LIMIT
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{CACHE_ENV}={text!r}: the program cache limit must be an int >= 1")
+    return value
+
+
+def _evict(keep: Program | None = None) -> None:
+    """Delete least recently used unpinned programs while over the limit."""
+    global _evicted
+    limit = program_cache_limit()
+    if len(_cache) <= limit:
+        return
+    for program in list(_cache.values()):
+        if len(_cache) <= limit:
+            break
+        if program.pins or program is keep:
+            continue
+        program.delete()
+        _evicted += 1
+
+
+def _program_bytes(handle: int, source: str) -> int:
+    """The driver's size of the linked program (its binary), or the source's when the driver
+    gives none: an estimate of what the cache holds."""
+    try:
+        size = ctypes.c_int(0)
+        GL.glGetProgramiv(handle, GL.GL_PROGRAM_BINARY_LENGTH, ctypes.byref(size))
+        if size.value > 0:
+            return int(size.value)
+    except Exception:  # a 4.3 driver without program binaries
+        GL.glGetError()
+    return len(source)
 
 
 def _compile_and_link(source: str, name: str) -> int:

@@ -165,8 +165,12 @@ class Context:
     vec_slots: set[int] = field(default_factory=set)  # slots declared as vec4 arrays
     names: Names = field(default_factory=Names)
 
+    scalars_used: dict[str, str] = field(default_factory=dict)  # uniform -> input name
+
     def __post_init__(self) -> None:
         for t in (*self.kernel.inputs, *self.kernel.outputs):
+            if self.is_uniform_input(t):  # read as a uniform float, no buffer
+                continue
             s = self.plan.slot_of[t]
             self.binding.setdefault(s, len(self.binding))
         self.read_slots = {self.plan.slot_of[t] for t in self.kernel.inputs}
@@ -178,6 +182,17 @@ class Context:
 
     def buf(self, tensor: int) -> str:
         return f"b{self.binding[self.plan.slot_of[tensor]]}"
+
+    def is_uniform_input(self, tensor: int) -> bool:
+        """An input marked `uniform` (an eager op's Python number): a float uniform, not a buffer."""
+        node = self.graph.nodes[tensor]
+        return node.op == "input" and bool(node.attr("uniform"))
+
+    def scalar(self, tensor: int) -> str:
+        """The uniform holding input `tensor` (see `is_uniform_input`)."""
+        name = f"scalar{tensor}"
+        self.scalars_used[name] = self.graph.nodes[tensor].attr("name")
+        return name
 
     def dim(self, d: int | str) -> str:
         if isinstance(d, int):
@@ -316,6 +331,8 @@ class Emitter:
         return self.bind(key, f"n{n}", expr)
 
     def load(self, n: int, ix: Ix) -> str:
+        if self.ctx.is_uniform_input(n):
+            return self.ctx.scalar(n)
         shape = self.g.nodes[n].shape
         buf = self.ctx.buf(n)
         if self.vec_component is not None:
@@ -442,6 +459,7 @@ class KernelSource:
     local_size: tuple[int, int, int]
     ir: tuple[str, ...]  # the IR lines it implements
     locs: tuple  # (file, line, column) of each, or None
+    scalars: dict[str, str] = field(default_factory=dict)  # float uniform -> input name
 
 
 def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
@@ -468,6 +486,8 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
         lines.append(f"{decl}  // {comment(what)}")
     for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
         lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
+    for u, name in sorted(ctx.scalars_used.items()):
+        lines.append(f"uniform float {u};  // {comment(name)}")
     lines.extend(extra)
     lines.append("")
     lines.append(PREAMBLE)
@@ -492,4 +512,5 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
                                                              key=lambda d: ctx.dim_index[d])}
     locs = tuple((g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column)
                  if g.nodes[n].loc else None for n in k.nodes)
-    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs)
+    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs,
+                        dict(ctx.scalars_used))

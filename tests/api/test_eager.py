@@ -135,18 +135,20 @@ def test_constructors(backend):
     assert s.shape == () and float(s) == 2.5
 
 
-def test_kernels_are_cached_by_op_shapes_and_static_args(backend, monkeypatch):
-    monkeypatch.setattr(dlc.ops, "_cache", {})  # count from empty, whatever ran before
+def test_kernels_are_cached_by_op_shapes_and_static_args(backend):
+    dlc.ops.clear_cache()  # count from empty, whatever ran before
     a, b = dlc.array(arr(2, 3)), dlc.array(arr(2, 3))
     dlc.ops.add(a, b)
-    n = dlc.ops.cached_kernels()
+    assert dlc.ops.cached_kernels() == 1
     dlc.ops.add(b, a)
     dlc.ops.add(dlc.array(arr(2, 3)), a)
-    assert dlc.ops.cached_kernels() == n
-    dlc.ops.add(dlc.array(arr(3, 3)), dlc.array(arr(3, 3)))
+    dlc.ops.add(dlc.array(arr(3, 4)), dlc.array(arr(3, 4)))  # flat length 12: the same kernel
+    assert dlc.ops.cached_kernels() == 1
+    dlc.ops.add(dlc.array(arr(3, 3)), dlc.array(arr(3, 3)))  # 9 is not a multiple of 4: scalar lanes
+    dlc.ops.add(a, dlc.array(arr(3)))  # broadcasting: compiled for its shapes
     dlc.ops.sum(a, axis=0)
     dlc.ops.sum(a, axis=1)
-    assert dlc.ops.cached_kernels() == n + 3 == 4
+    assert dlc.ops.cached_kernels() == 5
 
 
 def test_shape_error_points_at_the_call(backend):
