@@ -142,9 +142,9 @@ def test_kernels_are_cached_by_op_shapes_and_static_args(backend):
     assert dlc.ops.cached_kernels() == 1
     dlc.ops.add(b, a)
     dlc.ops.add(dlc.array(arr(2, 3)), a)
-    dlc.ops.add(dlc.array(arr(3, 4)), dlc.array(arr(3, 4)))  # flat length 12: the same kernel
+    dlc.ops.add(dlc.array(arr(3, 5)), dlc.array(arr(3, 5)))  # another shape: the same flat kernel
     assert dlc.ops.cached_kernels() == 1
-    dlc.ops.add(dlc.array(arr(3, 3)), dlc.array(arr(3, 3)))  # 9 is not a multiple of 4: scalar lanes
+    dlc.ops.add(dlc.array(arr(3, 4)), dlc.array(arr(3, 4)))  # a multiple of 4: the vec4 kernel
     dlc.ops.add(a, dlc.array(arr(3)))  # broadcasting: compiled for its shapes
     dlc.ops.sum(a, axis=0)
     dlc.ops.sum(a, axis=1)
