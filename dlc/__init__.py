@@ -38,6 +38,7 @@ _LAZY = {
     "tidy": "dlc.scope",
     "keep": "dlc.scope",
     "memory": "dlc.scope",
+    "set_program_cache_limit": "dlc.scope",
     "debug": "dlc.debug",
     "set_debug": "dlc.debug",
     "set_backend": "dlc.devices",

@@ -8,6 +8,7 @@ on the GPU in a `LeafStore` shared by all of them.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,6 +17,13 @@ from dlc import debug
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
 from dlc.runtime.executor import Executor, LeafStore
+
+# Live GL backends, for dlc.memory()'s account of what sessions hold.
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+def live_backends() -> list[GLBackend]:
+    return list(_live)
 
 
 class GLBackend:
@@ -29,6 +37,7 @@ class GLBackend:
         # key -> (graph kept alive so its id stays unique, compiled program, executor)
         self._programs: dict[tuple, tuple[Graph, object, Executor]] = {}
         self._debug_hooks: dict[tuple, debug.GLHook] = {}
+        _live.add(self)
 
     # -- leaves ----------------------------------------------------------------------------
     def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:
@@ -83,6 +92,25 @@ class GLBackend:
              dims: Mapping[str, int]) -> list[np.ndarray]:
         _, executor = self.program(graph, roots, True, dims)
         return executor.run(feeds, dims, list(roots), step=True)
+
+    def memory(self) -> dict[str, tuple[int, int]]:
+        """GPU buffers and bytes this backend holds, by what they hold: "params", "state"
+        (optimizer state), "data" (training data kept on the GPU), "snapshots" (copies of
+        params and state to undo a diverged step) and "slots" (the programs' planned storage)."""
+        state = {s["name"] for _, _, ex in self._programs.values() for s in ex.slots if s["kind"] == "state"}
+        out = {k: (0, 0) for k in ("params", "state", "data", "snapshots", "slots")}
+
+        def add(kind: str, count: int, nbytes: int) -> None:
+            out[kind] = (out[kind][0] + count, out[kind][1] + nbytes)
+
+        for name, buf in self.store.buffers.items():
+            kind = "data" if self.store.is_data(name) else "state" if name in state else "params"
+            add(kind, 1, buf.capacity)
+        snaps = self.store.snapshot_buffers()
+        add("snapshots", len(snaps), sum(b.capacity for b in snaps))
+        for _, _, executor in self._programs.values():
+            add("slots", *executor.buffer_bytes())
+        return out
 
     def close(self) -> None:
         """Free every GPU buffer this backend holds."""

@@ -22,7 +22,6 @@ import numpy as np
 
 from dlc.runtime.context import get_context
 from dlc.runtime.executor import eval_size, forget_uniforms, gpu_copy, group_counts
-from dlc.runtime.gl import fast
 from dlc.runtime.program import Program, get_program
 from dlc.runtime.storage import Buffer
 

@@ -14,8 +14,8 @@ What a compiled op is keyed by, so that loops compile once:
   beside them) run over a flat symbolic length `N` (`[4, N]` when the length divides by 4, so
   the kernel still reads vec4s), bound at each call as a dim uniform: one kernel for every
   shape. Other functions (broadcasting, reductions, matmul, ...) compile per shape.
-Compiled ops live in an LRU cache as large as the GL program cache
-(`dlc.runtime.program.program_cache_limit`); an evicted op frees its GPU scratch buffers.
+Compiled ops live in an LRU cache as large as the GL program cache (`dlc.set_program_cache_limit`,
+env DLC_PROGRAM_CACHE; `runtime/cache_limit.py`); an evicted op frees its GPU scratch buffers.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.functions import FUNCTIONS, REQUIRED
 from dlc.compiler.ir import Graph
+from dlc.runtime import cache_limit as _limits
 
 from .devices import Device, get_device
 from .errors import CompileError
@@ -90,6 +91,7 @@ class Call:
 
 
 _cache: OrderedDict[tuple, Kernel] = OrderedDict()  # key -> kernel, least recently used first
+_limits.on_change(lambda limit: _shrink(limit))
 
 
 def cached_kernels() -> int:
@@ -99,15 +101,16 @@ def cached_kernels() -> int:
 
 def cache_limit() -> int:
     """How many compiled eager ops are kept: the GL program cache's limit."""
-    from dlc.runtime.program import program_cache_limit
-
-    return program_cache_limit()
+    return _limits.limit()
 
 
 def _remember(key: tuple, kernel: Kernel) -> None:
     """Cache `kernel`, evicting the least recently used ops past the limit."""
     _cache[key] = kernel
-    limit = cache_limit()
+    _shrink(cache_limit())
+
+
+def _shrink(limit: int) -> None:
     while len(_cache) > limit:
         _, old = _cache.popitem(last=False)
         _forget(old)

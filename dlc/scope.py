@@ -163,23 +163,83 @@ def unregister(array: Any, nbytes: int) -> None:
 
 
 @dataclass(frozen=True)
+class SessionMemory:
+    """GPU buffers and bytes the live GL sessions hold, in all and by what they hold."""
+
+    sessions: int
+    buffers: int
+    bytes: int
+    params: int  # bytes of params
+    state: int  # bytes of optimizer state
+    data: int  # bytes of training data kept on the GPU
+    snapshots: int  # bytes of the copies training keeps to undo a diverged step
+    slots: int  # bytes of the programs' planned storage (temporaries, inputs, constants)
+
+
+@dataclass(frozen=True)
 class Memory:
-    """What `dlc.memory()` reports: live device arrays and their bytes (float32), and, on
-    the GL backend, the GPU buffers dlc holds in all (arrays, sessions, staging)."""
+    """What `dlc.memory()` reports: live device arrays and their bytes (float32); on the GL
+    backend also the GPU buffers dlc holds in all (arrays, sessions, eager scratch, staging),
+    the GL program cache (linked programs, an estimate of their driver bytes, its limit), the
+    compiled eager ops kept, and what live sessions hold (`SessionMemory`)."""
 
     arrays: int
     bytes: int
     gl_buffers: int | None = None
     gl_bytes: int | None = None
+    programs: int | None = None
+    program_bytes: int | None = None
+    program_cache_limit: int | None = None
+    eager_ops: int = 0
+    sessions: SessionMemory | None = None
 
 
 def memory() -> Memory:
-    """Live arrays and bytes now (frees first what the garbage collector let go of)."""
+    """Live arrays and bytes now (frees first what the garbage collector let go of), and
+    on GL the buffers, programs and sessions behind them."""
+    import sys
+
+    from . import ops
     from .devices import flush_pending, gl_counts
 
     flush_pending()
     buffers, nbytes = gl_counts()
-    return Memory(_live_arrays, _live_bytes, buffers, nbytes)
+    if buffers is None and "dlc.runtime.storage" in sys.modules:  # sessions use GL, arrays not
+        from dlc.runtime.storage import live_buffers, live_bytes
+
+        buffers, nbytes = live_buffers(), live_bytes()
+    programs = program_bytes = limit = None
+    sessions = None
+    if "dlc.runtime.program" in sys.modules:  # GL was used: say what it holds
+        from dlc.runtime.program import program_cache_stats
+
+        stats = program_cache_stats()
+        programs, program_bytes, limit = stats["programs"], stats["bytes"], stats["limit"]
+    if "dlc.gl_backend" in sys.modules:
+        from dlc.gl_backend import live_backends
+
+        sessions = _sessions_memory(live_backends())
+    return Memory(_live_arrays, _live_bytes, buffers, nbytes, programs, program_bytes, limit,
+                  ops.cached_kernels(), sessions)
+
+
+def set_program_cache_limit(limit: int | None) -> None:
+    """Keep at most `limit` (an int >= 1) compiled GL programs and as many compiled eager ops,
+    deleting the least recently used past it (now and from then on); None: back to the default,
+    256, or env DLC_PROGRAM_CACHE. Programs a live Session uses are never deleted."""
+    from dlc.runtime.cache_limit import set_limit
+
+    set_limit(limit)
+
+
+def _sessions_memory(backends: list) -> SessionMemory:
+    kinds = {"params": 0, "state": 0, "data": 0, "snapshots": 0, "slots": 0}
+    count = 0
+    for backend in backends:
+        for kind, (n, b) in backend.memory().items():
+            kinds[kind] += b
+            count += n
+    return SessionMemory(len(backends), count, sum(kinds.values()), **kinds)
 
 
 def _arrays_in(value: Any) -> Iterator[Any]:

@@ -14,6 +14,7 @@ Buffer sizes, uniforms and group counts are worked out again only when the dims 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -180,6 +181,14 @@ class LeafStore:
         gpu_copy_many([(self.buffers[name], copy, None)
                        for name, copy in self._ring[slot].items() if name in self.buffers])
 
+    def snapshot_buffers(self) -> list[Buffer]:
+        """The buffers snapshots are kept in (for memory reports)."""
+        return [buf for ring in self._ring for buf in ring.values() if buf.handle]
+
+    def is_data(self, name: str) -> bool:
+        """Whether leaf `name` was set with `snapshot=False` (data, not a param or state)."""
+        return name in self._unsnapshotted
+
     def delete(self) -> None:
         for buf in self.buffers.values():
             buf.delete()
@@ -228,6 +237,9 @@ class Executor:
             program = get_program(sources[k["file"]], k["name"])
             pin(program)
             self.programs.append(program)
+        # An executor dropped without delete() unpins its programs (no GL call: a finalizer
+        # may run on any thread; the cache evicts them at its next insertion).
+        weakref.finalize(self, _release_pins, self.programs)
         self.slots: list[dict] = spec["slots"]
         self.tensors = {int(t): info for t, info in spec["tensors"].items()}
         self.producer = {int(t): k for t, k in spec["producer"].items()}
@@ -385,7 +397,8 @@ class Executor:
         for buf in self.buffers.values():
             buf.delete()
         self.buffers.clear()
-        programs, self.programs = self.programs, []
+        programs = list(self.programs)
+        self.programs.clear()  # the finalizer's list too: unpinned once
         for program in programs:  # the cache may now evict them
             unpin(program)
 
@@ -393,6 +406,12 @@ class Executor:
         """GPU buffers this executor holds itself (temp, input and const slots) and their bytes."""
         live = [b for b in self.buffers.values() if b.handle]
         return len(live), sum(b.capacity for b in live)
+
+
+def _release_pins(programs: list) -> None:
+    for program in programs:
+        program.pins = max(program.pins - 1, 0)
+    programs.clear()
 
 
 def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:

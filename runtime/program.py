@@ -1,7 +1,7 @@
 """Compute-shader programs: compile and link once per source, set uniforms, dispatch.
 
 Linked programs are kept in a bounded LRU cache keyed by source text: past its limit
-(`DEFAULT_CACHE_LIMIT`, env `DLC_PROGRAM_CACHE`, or `set_program_cache_limit`) the least
+(`runtime/cache_limit.py`: 256, env `DLC_PROGRAM_CACHE`, or `set_program_cache_limit`) the least
 recently used program is deleted from GL. Programs a live executor uses are pinned (`pin` /
 `unpin`): they count toward the limit but are never evicted, since executors keep their
 handles. Whoever keeps a `Program` without pinning it checks `handle` (0 once evicted) and
@@ -15,12 +15,12 @@ points at.
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from dlc.errors import RuntimeFailure
+from dlc.runtime import cache_limit
 from dlc.runtime.context import get_context
 from dlc.runtime.gl import DEBUG, GL, fast
 from dlc.runtime.storage import Buffer
@@ -29,11 +29,7 @@ from dlc.runtime.storage import Buffer
 # uploads and downloads see it (BUFFER_UPDATE).
 BARRIER_BITS = GL.GL_SHADER_STORAGE_BARRIER_BIT | GL.GL_BUFFER_UPDATE_BARRIER_BIT
 
-DEFAULT_CACHE_LIMIT = 256  # linked programs kept; llvmpipe holds ~0.3 MiB of code for each
-CACHE_ENV = "DLC_PROGRAM_CACHE"
-
 _cache: OrderedDict[str, Program] = OrderedDict()  # source -> program, least recently used first
-_limit: int | None = None  # None: not read from the environment yet
 _evicted = 0
 # Called with a program's GL handle when it is deleted (GL reuses handle numbers, so caches
 # keyed by handle must forget it).
@@ -176,23 +172,13 @@ def on_delete(callback: Callable[[int], None]) -> None:
 
 def program_cache_limit() -> int:
     """How many linked programs the cache keeps (pinned ones may take it over)."""
-    global _limit
-    if _limit is None:
-        _limit = _limit_from_env()
-    return _limit
+    return cache_limit.limit()
 
 
 def set_program_cache_limit(limit: int | None) -> None:
     """Keep at most `limit` (>= 1) linked programs, evicting now if over; None: back to the
     default (or env DLC_PROGRAM_CACHE)."""
-    global _limit
-    if limit is None:
-        _limit = _limit_from_env()
-    else:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"the program cache limit must be an int >= 1, got {limit!r}")
-        _limit = limit
-    _evict()
+    cache_limit.set_limit(limit)
 
 
 def program_cache_stats() -> dict:
@@ -201,19 +187,6 @@ def program_cache_stats() -> dict:
     return {"programs": len(_cache), "bytes": sum(p.nbytes for p in _cache.values()),
             "pinned": sum(1 for p in _cache.values() if p.pins), "limit": program_cache_limit(),
             "evicted": _evicted}
-
-
-def _limit_from_env() -> int:
-    text = os.environ.get(CACHE_ENV, "").strip()
-    if not text:
-        return DEFAULT_CACHE_LIMIT
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{CACHE_ENV}={text!r}: the program cache limit must be an int >= 1")
-    return value
 
 
 def _evict(keep: Program | None = None) -> None:
@@ -302,3 +275,6 @@ def _check_gl_error(doing: str) -> None:
     error = GL.glGetError()
     if error != GL.GL_NO_ERROR:
         raise RuntimeFailure(f"internal dlc error: OpenGL error 0x{int(error):04x} while {doing}")
+
+
+cache_limit.on_change(lambda _limit: _evict())

@@ -1,0 +1,284 @@
+"""Eager numbers as uniforms, flat kernels over any length, the bounded program cache, and
+dlc.memory()'s account of programs and sessions. Results are checked against NumPy float32."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlc
+from dlc.runtime import cache_limit
+
+rng = np.random.default_rng(7)
+
+# Numbers a loop might pass: signed zeros, NaN, infinities, tiny and huge, ints, numpy scalars.
+NUMBERS = [0.0, -0.0, 1.0, -2.5, 0.1, 1e-30, -1e-45, 3.4e38, 1e39, float("nan"), float("inf"),
+           float("-inf"), 7, -3, np.float32(0.75), np.float64(-1.25), np.int64(4)]
+
+# op -> NumPy float32 oracle, number on the right (x op c) and on the left (c op x)
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+}
+
+
+def same(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal values, NaN where NumPy has NaN, and the sign of every zero as NumPy's."""
+    want = np.asarray(want, np.float32)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=2e-6, atol=0)
+    zeros = ok & (want == 0)
+    np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+
+
+@pytest.fixture
+def links(monkeypatch):
+    """Counts GL program links (compiles), whatever the cache holds."""
+    from dlc.runtime import program
+
+    count = [0]
+    original = program._compile_and_link
+
+    def counting(source, name):
+        count[0] += 1
+        return original(source, name)
+
+    monkeypatch.setattr(program, "_compile_and_link", counting)
+    return count
+
+
+@pytest.fixture
+def small_cache():
+    """A program cache of 6, put back afterwards."""
+    dlc.set_program_cache_limit(6)
+    yield 6
+    dlc.set_program_cache_limit(None)
+
+
+def test_numbers_are_not_baked_into_kernels(backend):
+    dlc.ops.clear_cache()
+    host = np.array([[-1.5, 0.0, -0.0, 2.0], [3.0, np.inf, -np.inf, np.nan]], np.float32)
+    x = dlc.array(host)
+    with np.errstate(all="ignore"):
+        for name, fn in BINARY.items():
+            for c in NUMBERS:
+                c32 = np.float32(c)
+                same(getattr(dlc.ops, name)(x, c).numpy(), fn(host, c32))
+                same(getattr(dlc.ops, name)(c, x).numpy(), fn(c32, host))
+    # one kernel for each op and side, whatever the number
+    assert dlc.ops.cached_kernels() == 2 * len(BINARY)
+
+
+@pytest.mark.gl
+def test_two_thousand_scalars_link_one_program(gl, links):
+    x_host = rng.uniform(-3, 3, 37).astype(np.float32)
+    x = dlc.array(x_host)
+    before = dlc.memory()
+    cs = rng.normal(0, 10, 2000)
+    with dlc.tidy():
+        for i, c in enumerate(cs):
+            y = x * float(c)
+            if i % 50 == 0:
+                same(y.numpy(), x_host * np.float32(c))
+    assert links[0] <= 1  # `x * c` for any c (and any length) is one program
+    after = dlc.memory()
+    assert after.programs - before.programs <= 1
+    assert after.eager_ops - before.eager_ops <= 1
+    assert after.arrays == before.arrays and after.gl_buffers == before.gl_buffers  # nothing leaks
+
+
+@pytest.mark.gl
+def test_numbers_are_float_uniforms_in_the_glsl(gl):
+    from dlc.runtime import program
+
+    x = dlc.array(np.ones(8, np.float32))
+    x * 123.25
+    sources = [p.source for p in program._cache.values() if "123.25" in p.source or "scalar" in p.source]
+    assert sources and all("123.25" not in s for s in sources)
+    assert any("uniform float scalar" in s for s in sources)
+
+
+def test_flat_elementwise_ops_compile_once_for_every_shape(backend, links):
+    dlc.ops.clear_cache()
+    shapes = [(1,), (3,), (2, 5), (7, 3), (4,), (2, 2, 3), (16, 8), (5, 0 + 1, 3)]
+    for shape in shapes:
+        a_host = rng.normal(size=shape).astype(np.float32)
+        b_host = rng.normal(size=shape).astype(np.float32)
+        a, b = dlc.array(a_host), dlc.array(b_host)
+        same((a * b + 0.5).numpy(), a_host * b_host + np.float32(0.5))
+        same(dlc.ops.where(a > 0.0, a, -0.0).numpy(), np.where(a_host > 0, a_host, np.float32(-0.0)))
+        same(dlc.ops.clip(a, -0.25, b).numpy(), np.minimum(np.maximum(a_host, np.float32(-0.25)), b_host))
+        same(dlc.ops.tanh(a).numpy(), np.tanh(a_host))
+    # mul, add, gt, where, clip, tanh: each once with vec4 lanes (length % 4 == 0), once without
+    assert dlc.ops.cached_kernels() == 2 * 6
+    if backend == "gl":
+        assert links[0] <= 2 * 6
+
+
+def test_broadcasting_and_other_ops_still_compile_per_shape(backend):
+    a_host, b_host = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    a, b = dlc.array(a_host), dlc.array(b_host)
+    same((a - b).numpy(), a_host - b_host)
+    same((b * 2.0 - a).numpy(), b_host * np.float32(2) - a_host)
+    same(dlc.ops.sum(a * 3.0, axis=0).numpy(), (a_host * np.float32(3)).sum(0))
+    same(dlc.ops.add(dlc.array(2.0), 3.0).numpy(), np.float32(5))
+    same(dlc.ops.add(2.0, -3.0).numpy(), np.float32(-1))
+    same(dlc.ops.reshape(4.5, [1, 1]).numpy(), np.full((1, 1), 4.5, np.float32))
+    same((a ** 2).numpy(), a_host ** 2)
+    same((2.0 ** a).numpy(), np.float32(2) ** a_host)
+
+
+@pytest.mark.gl
+def test_cache_never_exceeds_its_bound_and_deletes_what_it_evicts(gl, small_cache):
+    from dlc.runtime import program
+    from dlc.runtime.gl import GL
+
+    dlc.ops.clear_cache()
+    seen: dict[int, program.Program] = {}
+    handles: dict[int, int] = {}  # id of a program -> the GL handle it had
+    results = []
+    for n in range(1, 21):  # sums over 20 shapes: 20 programs, 20 eager ops
+        host = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+        results.append((host, dlc.ops.sum(dlc.array(host), axis=0)))
+        for p in program._cache.values():
+            seen[id(p)] = p
+            handles[id(p)] = p.handle
+        stats = program.program_cache_stats()
+        assert stats["programs"] <= small_cache and stats["limit"] == small_cache
+        assert dlc.ops.cached_kernels() <= small_cache
+        assert dlc.memory().programs <= small_cache
+    evicted = [p for p in seen.values() if p.source not in program._cache]
+    assert len(evicted) >= 20 - small_cache
+    for p in evicted:
+        assert p.handle == 0
+    for host, out in results:
+        same(out.numpy(), host.sum(0))  # results computed before eviction are intact
+    # an evicted op runs again correctly (linked anew)
+    host = np.arange(3, dtype=np.float32).reshape(1, 3)
+    same(dlc.ops.sum(dlc.array(host), axis=0).numpy(), host.sum(0))
+    # GL itself no longer knows them (unless a later program got the same number)
+    GL.glUseProgram(0)  # a deleted program stays alive while it is the current one
+    live = {p.handle for p in program._cache.values()}
+    gone = [handles[id(p)] for p in evicted if handles[id(p)] not in live]
+    assert gone and not any(GL.glIsProgram(h) for h in gone)
+
+
+@pytest.mark.gl
+def test_an_evicted_flat_program_is_linked_again(gl, small_cache, links):
+    x_host = rng.normal(size=10).astype(np.float32)
+    x = dlc.array(x_host)
+    same((x * 3.0).numpy(), x_host * 3)
+    for n in range(1, 10):  # push the flat `mul` program out
+        dlc.ops.sum(dlc.array(np.ones((n, 2), np.float32)), axis=0)
+    before = links[0]
+    same((x * -4.0).numpy(), x_host * np.float32(-4))
+    assert links[0] == before + 1
+
+
+@pytest.mark.gl
+def test_programs_of_a_live_session_are_never_evicted(gl, small_cache):
+    from dlc.runtime import program
+
+    model = dlc.compile("input x: [B, 3]\nparam w: [3, 2] = ones\ny = relu(x @ w) * 2\n")
+    sess = dlc.Session(model, backend="gl")
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(4, 3)}
+    want = np.maximum(feeds["x"] @ np.ones((3, 2), np.float32), 0) * 2
+    pins = {id(p): p.pins for p in program._cache.values()}
+    same(sess.eval("y", feeds), want)
+    pinned = [p for p in program._cache.values() if p.pins > pins.get(id(p), 0)]
+    assert pinned
+    for n in range(1, 15):
+        dlc.ops.sum(dlc.array(np.ones((n, 5), np.float32)), axis=1)
+    assert all(p.handle and program._cache.get(p.source) is p for p in pinned)
+    same(sess.eval("y", feeds), want)
+    sess.backend.close()
+    assert all(p.pins == pins.get(id(p), 0) for p in pinned)
+
+
+@pytest.mark.gl
+def test_a_dropped_session_unpins_its_programs(gl):
+    import gc
+
+    from dlc.runtime import program
+
+    model = dlc.compile("input x: [B]\ny = exp(x) * 3 + 1\n")
+    sess = dlc.Session(model, backend="gl")
+    pins = {id(p): p.pins for p in program._cache.values()}
+    sess.eval("y", {"x": np.zeros(3, np.float32)})
+    pinned = [p for p in program._cache.values() if p.pins > pins.get(id(p), 0)]
+    assert pinned
+    del sess
+    gc.collect()
+    assert all(p.pins == pins.get(id(p), 0) for p in pinned)
+
+
+def test_cache_limit_from_the_environment(monkeypatch):
+    monkeypatch.setenv(cache_limit.CACHE_ENV, "12")
+    try:
+        cache_limit.set_limit(None)
+        assert cache_limit.limit() == 12 == dlc.ops.cache_limit()
+        monkeypatch.setenv(cache_limit.CACHE_ENV, "lots")
+        with pytest.raises(ValueError, match="DLC_PROGRAM_CACHE='lots'"):
+            cache_limit.set_limit(None)
+        monkeypatch.delenv(cache_limit.CACHE_ENV)
+        cache_limit.set_limit(None)
+        assert cache_limit.limit() == cache_limit.DEFAULT_CACHE_LIMIT
+        for bad in (0, -1, 2.5, True, "8"):
+            with pytest.raises(ValueError, match="int >= 1"):
+                dlc.set_program_cache_limit(bad)
+    finally:
+        monkeypatch.delenv(cache_limit.CACHE_ENV, raising=False)
+        cache_limit.set_limit(None)
+
+
+def test_lowering_the_limit_shrinks_the_eager_cache(backend):
+    dlc.ops.clear_cache()
+    for n in range(1, 6):
+        dlc.ops.sum(dlc.array(np.ones(n, np.float32)))
+    assert dlc.ops.cached_kernels() == 5
+    try:
+        dlc.set_program_cache_limit(2)
+        assert dlc.ops.cached_kernels() == 2
+    finally:
+        dlc.set_program_cache_limit(None)
+
+
+@pytest.mark.gl
+def test_memory_reports_programs_and_what_sessions_hold(gl):
+    from dlc.runtime import program
+
+    model = dlc.compile("input x: [B, 3]\ninput t: [B, 2]\nparam w: [3, 2] = ones\nparam b: [2] = zeros\n"
+                        "loss cost = mean_squared(x @ w + b, t)\n")
+    sess = dlc.Session(model, backend="gl")
+    data = {"x": rng.normal(size=(16, 3)).astype(np.float32), "t": rng.normal(size=(16, 2)).astype(np.float32)}
+    sess.train(data, optimizer=dlc.Adam(0.01), batch_size=4, epochs=1)
+    mem = dlc.memory()
+    s = mem.sessions
+    assert s.sessions >= 1
+    mine = sess.backend.memory()
+    assert mine["params"] == (2, 4 * (6 + 2))  # w and b
+    assert mine["state"][0] >= 4 and mine["state"][1] >= 4 * 2 * (6 + 2)  # Adam's m and v at least
+    assert mine["slots"][1] > 0 and mine["snapshots"][1] >= mine["params"][1]
+    assert s.bytes == s.params + s.state + s.data + s.snapshots + s.slots
+    assert s.params >= mine["params"][1] and s.slots >= mine["slots"][1]
+    assert mem.gl_bytes >= s.bytes + mem.bytes
+    stats = program.program_cache_stats()
+    assert (mem.programs, mem.program_bytes, mem.program_cache_limit) == (
+        stats["programs"], stats["bytes"], stats["limit"])
+    assert mem.program_bytes >= mem.programs > 0
+    assert mem.eager_ops == dlc.ops.cached_kernels()
+    sess.backend.close()
+    after = dlc.memory()
+    assert after.gl_bytes <= mem.gl_bytes - s.params  # its buffers are freed
+    assert sess.backend.memory()["params"] == (0, 0)
+
+
+def test_memory_fields(backend):
+    a = dlc.array(np.ones((2, 3), np.float32))
+    mem = dlc.memory()
+    assert mem.arrays >= 1 and mem.bytes >= a.nbytes
+    assert isinstance(mem.eager_ops, int)
+    if backend == "gl":
+        assert mem.gl_buffers >= 1 and mem.programs is not None and mem.program_cache_limit >= 1
