@@ -13,7 +13,8 @@ What a compiled op is keyed by, so that loops compile once:
 - Elementwise functions whose array arguments all have one shape (numbers and 0-d arrays
   beside them) run over a flat symbolic length `N` (`[4, N]` when the length divides by 4, so
   the kernel still reads vec4s), bound at each call as a dim uniform: one kernel for every
-  shape. Other functions (broadcasting, reductions, matmul, ...) compile per shape.
+  shape. So do sum, mean, max and min over all of an array's elements. Other calls
+  (broadcasting, reductions over axes, matmul, ...) compile per shape.
 Compiled ops live in an LRU cache as large as the GL program cache (`dlc.set_program_cache_limit`,
 env DLC_PROGRAM_CACHE; `runtime/cache_limit.py`); an evicted op frees its GPU scratch buffers.
 """
@@ -42,6 +43,8 @@ FLAT_FUNCTIONS = frozenset(
     ["neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "relu", "relu6",
      "selu", "softplus", "sigmoid", "tanh", "sin", "cos", "step", "add", "sub", "mul", "div", "pow",
      "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "leaky_relu", "elu", "clip", "where"])
+# Reductions over every element (axis=None, keepdims=False) of one array: also flat.
+FLAT_REDUCTIONS = frozenset(["sum", "mean", "max", "min"])
 FLAT_DIM = "N"  # the symbolic length of a flat kernel
 
 
@@ -178,12 +181,13 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
 
     try:
         device = _device_of(arrays, fname)
-        flat = None if debug.enabled() else _flat_shape(fname, arrays)
+        flat = None if debug.enabled() else _flat_shape(fname, arrays, bound)
         if flat is not None:  # every array argument of one shape: key by the flat layout
             count = math.prod(flat)
-            layout = (4, FLAT_DIM) if count % 4 == 0 else (FLAT_DIM,)
+            vec4 = count % 4 == 0 and fname in FLAT_FUNCTIONS  # vec4 lanes need [4, N]
+            layout = (4, FLAT_DIM) if vec4 else (FLAT_DIM,)
             parts = [_flatten_part(x, flat, layout) for x in parts]
-            dims, shape = {FLAT_DIM: count // 4 if count % 4 == 0 else count}, flat
+            dims = {FLAT_DIM: count // 4 if vec4 else count}
         key = (fname, flat is not None, *parts)
         kernel = _cache.get(key)
         loc = None
@@ -195,6 +199,8 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
             _cache.move_to_end(key)
         if flat is None:
             dims, shape = {}, kernel.shape
+        else:  # elementwise: the arrays' shape; a reduction: its own (a scalar)
+            shape = flat if FLAT_DIM in kernel.shape else kernel.shape
         run = Call(kernel, tuple(scalars), dims, tuple(shape))
         handles = [a._live_handle() for a in arrays]
         if debug.enabled():
@@ -207,9 +213,13 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
             t.dispose()
 
 
-def _flat_shape(fname: str, arrays: list) -> tuple[int, ...] | None:
+def _flat_shape(fname: str, arrays: list, bound: list) -> tuple[int, ...] | None:
     """The one shape of the array arguments (0-d ones aside) when `fname` may run flat."""
-    if fname not in FLAT_FUNCTIONS:
+    if fname in FLAT_REDUCTIONS:
+        static = {p.name: v for p, v in bound if p.kind != "tensor"}
+        if static != {"axis": None, "keepdims": False}:
+            return None
+    elif fname not in FLAT_FUNCTIONS:
         return None
     shapes = {a.shape for a in arrays if a.shape != ()}
     if len(shapes) != 1:

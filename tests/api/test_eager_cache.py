@@ -117,6 +117,23 @@ def test_flat_elementwise_ops_compile_once_for_every_shape(backend, links):
         assert links[0] <= 2 * 6
 
 
+def test_whole_array_reductions_compile_once_for_every_shape(backend):
+    dlc.ops.clear_cache()
+    for shape in [(1,), (5,), (2, 3), (4, 4), (7, 3, 2), (1000,), (300, 7)]:
+        host = rng.normal(size=shape).astype(np.float32)
+        a = dlc.array(host)
+        for name in ("sum", "mean", "max", "min"):
+            got = getattr(dlc.ops, name)(a).numpy()
+            want = getattr(np, name)(host.astype(np.float64))
+            assert got.shape == ()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert dlc.ops.cached_kernels() == 4
+    a = dlc.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(dlc.ops.sum(a, keepdims=True).numpy(), [[15.0]])
+    np.testing.assert_array_equal(dlc.ops.max(a, axis=1).numpy(), [2.0, 5.0])
+    assert dlc.ops.cached_kernels() == 6  # axes and keepdims: compiled for the shape
+
+
 def test_broadcasting_and_other_ops_still_compile_per_shape(backend):
     a_host, b_host = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=4).astype(np.float32)
     a, b = dlc.array(a_host), dlc.array(b_host)
@@ -236,7 +253,7 @@ def test_cache_limit_from_the_environment(monkeypatch):
 def test_lowering_the_limit_shrinks_the_eager_cache(backend):
     dlc.ops.clear_cache()
     for n in range(1, 6):
-        dlc.ops.sum(dlc.array(np.ones(n, np.float32)))
+        dlc.ops.sum(dlc.array(np.ones((n, 2), np.float32)), axis=0)
     assert dlc.ops.cached_kernels() == 5
     try:
         dlc.set_program_cache_limit(2)
