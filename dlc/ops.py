@@ -13,8 +13,11 @@ What a compiled op is keyed by, so that loops compile once:
 - Elementwise functions whose array arguments all have one shape (numbers and 0-d arrays
   beside them) run over a flat symbolic length `N` (`[4, N]` when the length divides by 4, so
   the kernel still reads vec4s), bound at each call as a dim uniform: one kernel for every
-  shape. So do sum, mean, max and min over all of an array's elements. Other calls
-  (broadcasting, reductions over axes, matmul, ...) compile per shape.
+  shape. So do sum, mean, max and min over all of an array's elements.
+- Elementwise functions over arrays that broadcast (`x[B, 4] + b[4]`) are built over symbolic
+  dims `D0, D1, ...` (one per distinct size other than 1): one kernel for every shape with the
+  same pattern of ones and equal sizes. Other calls (reductions over axes, matmul, conv,
+  layout ops, ...) compile per shape.
 Compiled ops live in an LRU cache as large as the GL program cache (`dlc.set_program_cache_limit`,
 env DLC_PROGRAM_CACHE; `runtime/cache_limit.py`); an evicted op frees its GPU scratch buffers.
 """
@@ -182,13 +185,17 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
     try:
         device = _device_of(arrays, fname)
         flat = None if debug.enabled() else _flat_shape(fname, arrays, bound)
+        symbolic: dict[tuple, tuple] = {}  # array shape -> the shape the kernel is built for
+        dims: dict[str, int] = {}
         if flat is not None:  # every array argument of one shape: key by the flat layout
             count = math.prod(flat)
             vec4 = count % 4 == 0 and fname in FLAT_FUNCTIONS  # vec4 lanes need [4, N]
-            layout = (4, FLAT_DIM) if vec4 else (FLAT_DIM,)
-            parts = [_flatten_part(x, flat, layout) for x in parts]
+            symbolic = {flat: (4, FLAT_DIM) if vec4 else (FLAT_DIM,)}
             dims = {FLAT_DIM: count // 4 if vec4 else count}
-        key = (fname, flat is not None, *parts)
+        elif not debug.enabled():
+            symbolic, dims = _broadcast_dims(fname, arrays)
+        parts = [_rename_shapes(x, symbolic) for x in parts]
+        key = (fname, *parts)
         kernel = _cache.get(key)
         loc = None
         if kernel is None:
@@ -197,10 +204,10 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
             _remember(key, kernel)
         else:
             _cache.move_to_end(key)
-        if flat is None:
-            dims, shape = {}, kernel.shape
-        else:  # elementwise: the arrays' shape; a reduction: its own (a scalar)
-            shape = flat if FLAT_DIM in kernel.shape else kernel.shape
+        if flat is not None and FLAT_DIM in kernel.shape:  # the arrays' shape, not [4, N]
+            shape = flat
+        else:
+            shape = tuple(dims[d] if isinstance(d, str) else d for d in kernel.shape)
         run = Call(kernel, tuple(scalars), dims, tuple(shape))
         handles = [a._live_handle() for a in arrays]
         if debug.enabled():
@@ -228,9 +235,32 @@ def _flat_shape(fname: str, arrays: list, bound: list) -> tuple[int, ...] | None
     return shape if math.prod(shape) > 0 else None
 
 
-def _flatten_part(part: Any, shape: tuple[int, ...], layout: tuple) -> Any:
-    if isinstance(part, tuple) and part[:1] == ("a",) and part[1] == shape:
-        return ("a", layout)
+def _broadcast_dims(fname: str, arrays: list) -> tuple[dict[tuple, tuple], dict[str, int]]:
+    """For an elementwise function over arrays of shapes that broadcast: each shape with its
+    dims other than 1 made symbolic (`D<k>`, one name per distinct size), and the binding.
+    The kernel then depends only on where sizes are 1 and which are equal."""
+    shapes = {a.shape for a in arrays}
+    if fname not in FLAT_FUNCTIONS or any(0 in shape for shape in shapes):
+        return {}, {}
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:  # the concrete shapes give the clearer error
+        return {}, {}
+    names: dict[int, str] = {}  # named in argument order, so the key follows the pattern
+    for a in arrays:
+        for d in a.shape:
+            if d != 1 and d not in names:
+                names[d] = f"D{len(names)}"
+    return ({shape: tuple(names.get(d, 1) for d in shape) for shape in shapes},
+            {name: d for d, name in names.items()})
+
+
+def _rename_shapes(part: Any, symbolic: dict[tuple, tuple]) -> Any:
+    """A key part with its array shapes replaced as `symbolic` says."""
+    if isinstance(part, tuple) and part[:1] == ("a",):
+        return ("a", symbolic.get(part[1], part[1]))
+    if isinstance(part, tuple) and part and isinstance(part[0], tuple) and part[0][:1] in (("a",), ("s",)):
+        return tuple(_rename_shapes(x, symbolic) for x in part)
     return part
 
 

@@ -134,7 +134,23 @@ def test_whole_array_reductions_compile_once_for_every_shape(backend):
     assert dlc.ops.cached_kernels() == 6  # axes and keepdims: compiled for the shape
 
 
-def test_broadcasting_and_other_ops_still_compile_per_shape(backend):
+def test_broadcasting_ops_compile_once_per_pattern(backend):
+    dlc.ops.clear_cache()
+    for b, c in [(2, 3), (5, 3), (7, 6), (16, 2), (3, 9)]:
+        x_host = rng.normal(size=(b, c)).astype(np.float32)
+        row_host, col_host = rng.normal(size=c).astype(np.float32), rng.normal(size=(b, 1)).astype(np.float32)
+        x, row, col = dlc.array(x_host), dlc.array(row_host), dlc.array(col_host)
+        same((x + row).numpy(), x_host + row_host)  # [B, C] + [C]
+        same((col * row - 1.5).numpy(), col_host * row_host - np.float32(1.5))  # [B, 1] * [C]: an outer product
+        same(dlc.ops.where(x > col, row, -0.0).numpy(), np.where(x_host > col_host, row_host, np.float32(-0.0)))
+    # add, mul, gt, where over [D0, D1] patterns; `- 1.5` is flat (one shape and a number):
+    # vec4 lanes for 16 x 2, scalar lanes for the others
+    assert dlc.ops.cached_kernels() == 6
+    with pytest.raises(dlc.CompileError, match=r"\[3\] and \[4\] do not broadcast"):
+        dlc.array(np.ones(3, np.float32)) + dlc.array(np.ones(4, np.float32))
+
+
+def test_other_ops_still_compile_per_shape(backend):
     a_host, b_host = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=4).astype(np.float32)
     a, b = dlc.array(a_host), dlc.array(b_host)
     same((a - b).numpy(), a_host - b_host)
