@@ -160,7 +160,7 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
         # An Array becomes an input of the kernel; a number a uniform input; other
         # array-likes are uploaded for this call.
         if _is_number(v):
-            scalars.append(float(v))
+            scalars.append(_to_float(v))
             return ("s",)
         if not isinstance(v, Array):
             try:
@@ -218,6 +218,13 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
     finally:
         for t in temporaries:
             t.dispose()
+
+
+def _to_float(v: Any) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # an int past float64: infinite, as in float32
+        return math.inf if v > 0 else -math.inf
 
 
 def _flat_shape(fname: str, arrays: list, bound: list) -> tuple[int, ...] | None:
