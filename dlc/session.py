@@ -134,7 +134,8 @@ class Session:
     @seeds_style
     def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None,
               optimizer: Optimizer | None = None, batch_size: int | None = 32,
-              epochs: int | None = None, steps: int | None = None, shuffle: bool = True, callback: Callback | None = None,
+              epochs: int | None = None, steps: int | None = None, shuffle: bool = True,
+              callback: Callback | None = None,
               on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
 
