@@ -1,4 +1,4 @@
-"""The `dlc` command line: check, compile, train, eval, info (SPEC section 2).
+"""The `dlc` command line: check, compile, train, eval, plot-model, info (SPEC section 2).
 
 Errors in a model or in data print the located message and exit 1 without a
 traceback (`--debug` shows one); usage errors exit 2 (argparse). A MODEL may
@@ -247,8 +247,52 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(artifact.format_stage(progs, "kernels"))
     elif args.emit in ("glsl", "plan"):
         print(artifact.format_stage(progs, args.emit))
+    elif args.emit == "dot":
+        print(model_dot(model, train_loss, optimizer, kernels=False, progs=progs), end="")
     where = artifact.write_artifact(model, out_dir, **options, progs=progs)
     print(f"wrote {where}", file=sys.stderr if args.emit else sys.stdout)
+    return 0
+
+
+def model_dot(model, train_loss: str | None, optimizer, kernels: bool, progs=None) -> str:
+    """The DOT text of the model (with a loss to train: of its training step); `kernels`
+    draws the fused GLSL kernels as clusters."""
+    from dlc.compiler.dot import to_dot
+
+    if progs is None and (kernels or train_loss is not None):
+        progs = _artifact_module().programs(model, train_loss=train_loss, optimizer=optimizer)
+    name = os.path.splitext(os.path.basename(model.path))[0] or "model"
+    if train_loss is not None:
+        fusion = progs["train"].fusion
+        return to_dot(fusion.graph, fusion if kernels else None, f"{name} (training step)")
+    if kernels:
+        fusion = progs["eval"].fusion
+        return to_dot(fusion.graph, fusion, name)
+    return to_dot(model.graph, None, name)
+
+
+# -- plot-model --------------------------------------------------------------------
+
+def cmd_plot_model(args: argparse.Namespace) -> int:
+    from dlc.compiler.dot import FORMATS, RenderError, render
+
+    fmt = os.path.splitext(args.output)[1].lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise UsageError(f"-o {args.output}: name a .svg, .png or .pdf file (the extension "
+                         "picks the format)")
+    if os.path.isdir(args.model):
+        raise UsageError(f"{args.model} is a folder; dlc plot-model takes a .dl model")
+    t = open_target(args.model)
+    train_loss = t.loss(None if args.train is True else args.train) if args.train else None
+    optimizer = optimizers.make(DEFAULT_OPTIMIZER) if train_loss is not None else None
+    text = model_dot(t.model, train_loss, optimizer, kernels=args.kernels)
+    try:
+        picture = render(text, fmt)
+    except RenderError as e:
+        raise DlcError(f"{e}; `dlc compile {args.model} --emit dot` prints the graph as text "
+                       "without Graphviz") from None
+    write_atomic(args.output, lambda f: f.write(picture))
+    print(f"wrote {args.output}")
     return 0
 
 
@@ -634,9 +678,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", metavar="MODEL.dl", help="the model to compile")
     c.add_argument("-o", "--output", metavar="DIR",
                    help="artifact folder to write (default: MODEL.dlc beside the model)")
-    c.add_argument("--emit", choices=("ir", "glsl", "plan"),
+    c.add_argument("--emit", choices=("ir", "glsl", "plan", "dot"),
                    help="also print this stage: the IR (with --train: the training-step IR and "
-                        "its kernels), the GLSL, or the kernel and storage plan")
+                        "its kernels), the GLSL, the kernel and storage plan, or the graph as "
+                        "Graphviz DOT text")
     c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
                    help="add the training step for LOSS (default: the model's first loss)")
     c.add_argument("--optimizer", choices=OPTIMIZERS,
@@ -716,6 +761,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the initial params when no --weights are given (default: 0)")
     c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser(
+        "plot-model", parents=[common], formatter_class=_Formatter,
+        help="draw the model's graph to an SVG, PNG or PDF (needs Graphviz)",
+        description="Draw the model as a graph: inputs, params, ops, named tensors and losses, "
+                    "with the shape\nof each tensor on its edges. --kernels boxes the ops each "
+                    "fused GLSL kernel computes.\nNeeds Graphviz: pip install 'dlc[viz]' and its "
+                    "dot program (apt-get install graphviz).",
+        epilog="examples:\n"
+               "  dlc plot-model samples/mlp_digits.dl -o mlp.svg\n"
+               "  dlc plot-model samples/mlp_digits.dl -o mlp.png --kernels\n"
+               "  dlc compile samples/mlp_digits.dl --emit dot    # the same graph as text")
+    c.add_argument("model", metavar="MODEL.dl", help="the model to draw")
+    c.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the picture to write: .svg, .png or .pdf")
+    c.add_argument("--kernels", action="store_true",
+                   help="draw the fused GLSL kernels as clusters around their ops")
+    c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
+                   help="draw the training step for LOSS (gradients and updates) instead")
+    c.set_defaults(func=cmd_plot_model)
 
     c = sub.add_parser(
         "info", parents=[common], formatter_class=_Formatter,

@@ -6,13 +6,16 @@ ignored with a notice, a start line names backend, target, device and weights.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "samples" / "data"
@@ -186,3 +189,83 @@ def test_readme_python_quickstart_runs():
     p = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+# -- 8: the plan's sizes ---------------------------------------------------------------------
+
+def test_plan_prints_one_float_and_symbolic_sizes_plainly(models):
+    p = run_dlc("compile", "quadratic.dl", "--emit", "plan", "-o", "q.dlc", cwd=models)
+    assert p.returncode == 0, p.stderr
+    assert "param a  (1 float, 4 B)" in p.stdout and "input x  (B floats," in p.stdout
+    assert "1 floats" not in p.stdout and "B*1" not in p.stdout and "1*B" not in p.stdout
+    p = run_dlc("compile", "mlp_digits.dl", "--emit", "plan", "-o", "m.dlc", cwd=models)
+    assert "(B*64 floats," in p.stdout and "(64 floats," in p.stdout
+
+
+# -- 9: the model as a picture --------------------------------------------------------------
+
+def dot_structure(text: str) -> tuple[dict[str, str], list[tuple[str, str, str]], list[str]]:
+    """(node id -> label, edges (from, to, label), cluster labels) of DOT text from dlc."""
+    nodes = dict(re.findall(r'^\s+(n\d+) \[label="((?:[^"\\]|\\.)*)"', text, re.M))
+    edges = re.findall(r'^\s+(n\d+) -> (n\d+) \[(?:[^\]]*?)label="([^"]*)"', text, re.M)
+    clusters = re.findall(r'subgraph cluster_\d+ \{\n\s+label="([^"]*)"', text)
+    return nodes, edges, clusters
+
+
+def test_emit_dot_draws_inputs_params_ops_names_and_losses_with_shapes(models):
+    p = run_dlc("compile", "mlp_digits.dl", "--emit", "dot", "-o", "m.dlc", cwd=models)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith('digraph "mlp_digits" {') and p.stdout.rstrip().endswith("}")
+    nodes, edges, clusters = dot_structure(p.stdout)
+    labels = set(nodes.values())
+    assert {r"input pixels\n[B, 64]", r"input labels\n[B]", r"param W1\n[64, 64]",
+            r"param b2\n[10]", r"h\nrelu", r"logits\nadd", r"loss cost\nneg"} <= labels
+    assert not clusters
+    for a, b, shape in edges:  # every edge joins declared nodes and carries a shape
+        assert a in nodes and b in nodes and re.fullmatch(r"\[[\w, ]*\]", shape)
+    by_label = {v: k for k, v in nodes.items()}
+    pixels = by_label[r"input pixels\n[B, 64]"]
+    assert any(a == pixels and nodes[b] == "div" and s == "[B, 64]" for a, b, s in edges)
+    assert any(b == by_label[r"h\nrelu"] and s == "[B, 64]" for a, b, s in edges)
+
+
+def test_emit_dot_of_the_training_step_shows_updates(models):
+    p = run_dlc("compile", "quadratic.dl", "--train", "--emit", "dot", "-o", "q.dlc", cwd=models)
+    assert p.returncode == 0, p.stderr
+    assert "training step" in p.stdout.splitlines()[0]
+    for name in "abc":
+        assert f'label="update {name}"' in p.stdout
+
+
+def test_plot_model_without_graphviz_says_what_to_install(models, tmp_path):
+    env_path = str(tmp_path / "empty-bin")  # no `dot` on this PATH
+    p = subprocess.run([sys.executable, "-m", "dlc", "plot-model", "quadratic.dl", "-o", "q.svg"],
+                       cwd=models, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PATH": env_path})
+    assert p.returncode == 1, p.stdout
+    assert "Graphviz" in p.stderr and "apt-get install graphviz" in p.stderr
+    assert "--emit dot" in p.stderr and "Traceback" not in p.stderr
+    assert not (models / "q.svg").exists()
+    p = run_dlc("plot-model", "quadratic.dl", "-o", "q.gif", cwd=models)
+    assert p.returncode == 2 and ".svg, .png or .pdf" in p.stderr
+
+
+@pytest.mark.skipif(shutil.which("dot") is None,
+                    reason="Graphviz's dot program is not installed (apt-get install graphviz)")
+def test_plot_model_draws_svg_and_png_with_kernel_clusters(models):
+    p = run_dlc("plot-model", "mlp_digits.dl", "-o", "m.svg", "--kernels", cwd=models)
+    assert p.returncode == 0, p.stderr
+    svg = (models / "m.svg").read_text()
+    assert "<svg" in svg and "k01_matmul_add_relu" in svg and "input pixels" in svg
+    assert svg.count('class="cluster"') >= 5
+    p = run_dlc("plot-model", "quadratic.dl", "-o", "q.png", cwd=models)
+    assert p.returncode == 0, p.stderr
+    assert (models / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.skipif(shutil.which("dot") is None,
+                    reason="Graphviz's dot program is not installed (apt-get install graphviz)")
+def test_dot_program_draws_without_the_python_package():
+    from dlc.compiler.dot import _render_with_dot
+
+    assert b"<svg" in _render_with_dot('digraph "g" { a -> b }', "svg")
