@@ -646,7 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
                "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y,cost "
                "--weights samples/quadratic.weights.npz\n"
-               "  dlc compile samples/mlp_digits.dl --emit ir\n\n"
+               "  dlc compile samples/mlp_digits.dl --emit ir\n"
+               "  dlc plot-model samples/mlp_digits.dl -o mlp.svg --kernels\n\n"
                "run 'dlc COMMAND --help' for a command's options.")
     p.add_argument("--version", action="version", version=f"dlc {__version__}")
     p.add_argument("--debug", action="store_true", default=False,

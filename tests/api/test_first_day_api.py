@@ -163,3 +163,45 @@ def test_session_train_refuses_epochs_with_steps():
         sess.train({"x": x, "y_label": x}, epochs=3, steps=5)
     assert len(sess.train({"x": x, "y_label": x}, batch_size=2, epochs=3)) == 6
     assert len(sess.train({"x": x, "y_label": x}, batch_size=2, steps=5)) == 5
+
+
+# -- debug mode's kernel times -------------------------------------------------------------
+
+@pytest.fixture
+def debugging(monkeypatch):
+    from dlc import debug
+
+    monkeypatch.setattr(debug, "_wall_clock", False)
+    debug.reset()
+    dlc.set_debug(True)
+    yield debug
+    dlc.set_debug(False)
+    debug.reset()
+
+
+def test_gl_times_fall_back_to_the_wall_clock_when_timer_queries_read_zero(gl, debugging,
+                                                                            monkeypatch):
+    from dlc.runtime.sync import TimerQuery
+
+    monkeypatch.setattr(TimerQuery, "elapsed_ms", lambda self: 0.0)  # as llvmpipe answers
+    a = dlc.array(np.ones((256, 256), np.float32))
+    for _ in range(3):
+        a = (a @ a) * 0.001
+    records = debugging.records()
+    assert records and all(r.ms > 0 for r in records)
+    assert "wall clock around glFinish" in debugging.summary()
+
+
+def test_debug_log_lines_align_for_long_kernel_names(debugging, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="dlc.debug"):
+        for name in ("k00_div", "k06_sum_one_hot_log_add_2more", "k1"):
+            debugging.record(name, 1.5, (3, 4), device="gl", width=29)
+        debugging.record("k07_one", 1.0, (), device="gl", width=29)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len({line.index(" ms ") for line in lines}) == 1, lines
+    assert lines[-1].rstrip().endswith("1 value")
+    table = debugging.summary().splitlines()
+    header = next(line for line in table if line.startswith("op"))
+    assert all(len(line) <= len(header) + 1 for line in table if line.startswith("k"))
