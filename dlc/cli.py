@@ -365,7 +365,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.weights:
         session.load(args.weights)
     announce_run(session, weights_text(args.weights, t, args.seed))
-    if not args.weights:
+    if not args.weights and t.model is not None:  # an artifact holds params of its own
         print(f"warning: no --weights given: evaluating the initial params (seed {args.seed}); "
               f"pass --weights W.npz for trained ones", file=sys.stderr)
     values = evaluate(session, data, names, t, args.batch_size)

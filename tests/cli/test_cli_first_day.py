@@ -269,3 +269,23 @@ def test_dot_program_draws_without_the_python_package():
     from dlc.compiler.dot import _render_with_dot
 
     assert b"<svg" in _render_with_dot('digraph "g" { a -> b }', "svg")
+
+
+# -- 7: an artifact folder runs on the numpy backend ------------------------------------------
+
+def test_artifact_trains_on_the_numpy_backend_with_its_compiled_optimizer(models):
+    p = run_dlc("compile", "quadratic.dl", "--train", "--optimizer", "momentum", cwd=models)
+    assert p.returncode == 0, p.stderr
+    common = ("--data", QUAD, "--steps", 10, "--lr", "0.005", "--backend", "numpy")
+    p = run_dlc("train", "quadratic.dlc", *common, "--save", "art.npz", cwd=models)
+    assert p.returncode == 0, p.stderr
+    assert "backend numpy" in p.stderr and "the artifact's params" in p.stderr
+    p = run_dlc("train", "quadratic.dl", *common, "--optimizer", "momentum", "--save", "src.npz",
+                cwd=models)
+    assert p.returncode == 0, p.stderr
+    with np.load(models / "art.npz") as a, np.load(models / "src.npz") as b:
+        for k in "abc":
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-6)
+    p = run_dlc("eval", "quadratic.dlc", "--data", QUAD, "--fetch", "cost", "--backend", "numpy",
+                cwd=models)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
