@@ -264,8 +264,10 @@ def concat(b, loc, xs, axis):
     return b.add("concat", list(xs), loc, axis=ax)
 
 
-@function("slice", Param("x", T), Param("begin", "ints"), Param("size", "ints"))
+@function("slice", Param("x", T), Param("begin", "ints"), Param("size", "dims"))
 def slice_(b, loc, x, begin, size):
+    """x[begin[k] : begin[k] + size[k]] along every axis k; a size of -1 runs to the end of
+    its axis, and a symbolic axis is taken whole: size -1 or its own name (`[B, 32]`)."""
     shape = b.shape(x)
     begin, size = list(begin), list(size)
     if len(begin) != len(shape) or len(size) != len(shape):
@@ -274,10 +276,14 @@ def slice_(b, loc, x, begin, size):
     out = []
     for k, (d, start, n) in enumerate(zip(shape, begin, size)):
         if isinstance(d, str):
-            if start != 0 or n != -1:
-                _fail(f"slice along symbolic dim {d} must take all of it (begin 0, size -1)", loc)
+            if start != 0 or n not in (-1, d):
+                _fail(f"slice along symbolic dim {d} (axis {k}) must take all of it: begin 0 "
+                      f"and size {d} or -1, got begin {start} and size {n}", loc)
             out.append(d)
             continue
+        if isinstance(n, str):
+            _fail(f"slice size {n} for axis {k} of {format_shape(shape)}: that axis is {d} "
+                  "long, not symbolic", loc)
         n = d - start if n == -1 else n
         if start < 0 or n <= 0 or start + n > d:
             _fail(f"slice begin {start} size {n} is out of bounds for axis {k} of "

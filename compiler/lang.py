@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dlc.errors import CompileError, Loc, did_you_mean, format_shape
 
+from . import seed_names
 from .builder import GraphBuilder
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
 from .initializers import INITIALIZERS, default_init
@@ -158,7 +159,7 @@ class FrontEnd:
         if isinstance(e, Call):
             fn = FUNCTIONS.get(e.func)
             if fn is None:
-                hint = did_you_mean(e.func, FUNCTIONS)
+                hint = seed_names.suggest(e.func, FUNCTIONS)  # knows the seeds' camelCase
                 raise CompileError(f"unknown function '{e.func}'{hint}", e.loc)
             return self.call_function(fn, list(e.args), list(e.kwargs), e.loc)
         if isinstance(e, ListExpr):

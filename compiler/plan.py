@@ -40,7 +40,15 @@ def eval_size(size: Size, dims: Mapping[str, int]) -> int:
 
 
 def format_size(size: Size) -> str:
-    return "*".join([*size[1:], str(size[0])]) if len(size) > 1 else str(size[0])
+    """An element count as plans print it: `64`, `B` (not `B*1`), `B*64`."""
+    known = [str(size[0])] if size[0] != 1 or len(size) == 1 else []
+    return "*".join([*size[1:], *known])
+
+
+def format_floats(sizes: tuple[Size, ...]) -> str:
+    """`1 float`, `64 floats`, `B floats`, `B*64 | 10 floats`."""
+    one = len(sizes) == 1 and len(sizes[0]) == 1 and sizes[0][0] == 1
+    return " | ".join(format_size(z) for z in sizes) + (" float" if one else " floats")
 
 
 @dataclass(frozen=True)
@@ -216,8 +224,7 @@ def format_plan(p: Plan) -> str:
             what = f"const {format_shape(g.nodes[s.node].shape)}"
         else:
             what = f"{s.kind:<5} {s.name}"
-        size = " | ".join(format_size(z) for z in s.sizes)
-        lines.append(f"  s{s.index:<3} {what}  ({size} floats, {_kb(p.slot_bytes(s))})")
+        lines.append(f"  s{s.index:<3} {what}  ({format_floats(s.sizes)}, {_kb(p.slot_bytes(s))})")
     peak = p.peak_bytes()
     lines.append(f"peak temporaries: {_kb(peak['planned'])} planned, "
                  f"{_kb(peak['no_reuse'])} with no reuse")

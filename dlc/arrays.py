@@ -77,6 +77,13 @@ class Array:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
 
+    def __getitem__(self, key: Any) -> Array:
+        """NumPy's basic indexing (`a[0]`, `a[1:3]`, `a[:, 2]`, `a[..., ::2]`, `a[None]`),
+        computed on the device: a new Array (dlc/indexing.py)."""
+        from .indexing import getitem
+
+        return getitem(self, key)
+
     # -- reading -----------------------------------------------------------------------
     def _live_handle(self) -> Any:
         if self._handle is None:

@@ -1,4 +1,4 @@
-"""The `dlc` command line: check, compile, train, eval, info (SPEC section 2).
+"""The `dlc` command line: check, compile, train, eval, plot-model, info (SPEC section 2).
 
 Errors in a model or in data print the located message and exit 1 without a
 traceback (`--debug` shows one); usage errors exit 2 (argparse). A MODEL may
@@ -22,6 +22,7 @@ import numpy as np
 
 from . import __version__, optimizers
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
+from .stdout_guard import guard_stdout
 from .training import steps_per_epoch
 from .weights import write_atomic
 
@@ -50,6 +51,7 @@ class Target:
     inits: dict[str, tuple] = field(default_factory=dict)
     model: Any = None  # the dlc.Model for a .dl file; None for an artifact
     optimizer: str | None = None  # the optimizer an artifact's training step was compiled with
+    optimizer_config: dict | None = None  # and its hyper-parameters (manifest "train.optimizer")
 
     @property
     def shapes(self) -> dict[str, tuple]:
@@ -61,6 +63,14 @@ class Target:
             if n not in shapes:
                 hint = did_you_mean(n, shapes)
                 raise DlcError(f"{self.path}: no {what} named '{n}' in the model{hint}")
+
+    def compiled_optimizer(self, lr: float | None) -> optimizers.Optimizer:
+        """The optimizer an artifact was compiled with (its hyper-parameters), `lr` if given."""
+        config = dict(self.optimizer_config or {"name": DEFAULT_OPTIMIZER})
+        cls = optimizers.OPTIMIZERS[config.pop("name")]
+        if lr is not None:
+            config["lr"] = lr
+        return cls(**config)
 
     def loss(self, name: str | None) -> str:
         if not self.losses:
@@ -121,9 +131,8 @@ def _open_artifact(path: str) -> Target:
     runner = dlc.load(path)
 
     def open_session(backend: str | None, seed: int):
-        if backend not in (None, "gl"):
-            raise UsageError(f"{path} is a compiled artifact: it runs on the gl backend only "
-                             "(run the .dl model for --backend numpy)")
+        if backend == "numpy":
+            return _artifact_reference_session(path, runner, seed)
         return runner if seed == runner.seed else dlc.load(path, seed=seed)
 
     def needed(names: Iterable[str]) -> set[str]:
@@ -134,7 +143,47 @@ def _open_artifact(path: str) -> Target:
     losses = sorted(runner.losses, key=lambda n: n != train.get("loss"))
     return Target(path, dict(runner.inputs), dict(runner.params_shapes), dict(runner.tensors), losses,
                   open_session, needed,
-                  optimizer=(train.get("optimizer") or {}).get("name"))
+                  optimizer=(train.get("optimizer") or {}).get("name"),
+                  optimizer_config=train.get("optimizer"))
+
+
+def _artifact_reference_session(path: str, runner, seed: int):
+    """A numpy Session over the model an artifact holds (its model.dl), with its params."""
+    import dlc
+
+    source = os.path.join(path, "model.dl")
+    if not os.path.isfile(source):
+        raise DlcError(f"{path}: the artifact holds no model.dl, so it runs on the gl backend "
+                       "only (recompile it with `dlc compile`, or run the .dl model)")
+    text = read_model_source(source)
+    model = dlc.compile(text if text.endswith("\n") else text + "\n", name=source)
+    session = dlc.Session(model, backend="numpy", seed=seed)
+    session.set_params(runner.params)
+    return session
+
+
+def weights_text(path: str | None, t: Target, seed: int) -> str:
+    """Which params a run starts from, as the start line says it."""
+    if path:
+        return path
+    return f"the artifact's params ({t.path})" if t.model is None else f"initial params, seed {seed}"
+
+
+def run_line(session, weights: str) -> str:
+    """'backend gl, target compute, device RENDERER; weights ...': where and with what a
+    command runs (one line, printed at the start of train and eval)."""
+    backend = getattr(getattr(session, "backend", None), "name", "gl")  # an artifact runs on gl
+    if backend == "gl":
+        from dlc.runtime.context import get_context
+
+        device = get_context().renderer
+    else:
+        device = "CPU (NumPy reference)"
+    return f"dlc: backend {backend}, target compute, device {device}; weights: {weights}"
+
+
+def announce_run(session, weights: str) -> None:
+    print(run_line(session, weights), file=sys.stderr, flush=True)
 
 
 def default_weights_path(model_path: str) -> str:
@@ -198,8 +247,52 @@ def cmd_compile(args: argparse.Namespace) -> int:
             print(artifact.format_stage(progs, "kernels"))
     elif args.emit in ("glsl", "plan"):
         print(artifact.format_stage(progs, args.emit))
+    elif args.emit == "dot":
+        print(model_dot(model, train_loss, optimizer, kernels=False, progs=progs), end="")
     where = artifact.write_artifact(model, out_dir, **options, progs=progs)
     print(f"wrote {where}", file=sys.stderr if args.emit else sys.stdout)
+    return 0
+
+
+def model_dot(model, train_loss: str | None, optimizer, kernels: bool, progs=None) -> str:
+    """The DOT text of the model (with a loss to train: of its training step); `kernels`
+    draws the fused GLSL kernels as clusters."""
+    from dlc.compiler.dot import to_dot
+
+    if progs is None and (kernels or train_loss is not None):
+        progs = _artifact_module().programs(model, train_loss=train_loss, optimizer=optimizer)
+    name = os.path.splitext(os.path.basename(model.path))[0] or "model"
+    if train_loss is not None:
+        fusion = progs["train"].fusion
+        return to_dot(fusion.graph, fusion if kernels else None, f"{name} (training step)")
+    if kernels:
+        fusion = progs["eval"].fusion
+        return to_dot(fusion.graph, fusion, name)
+    return to_dot(model.graph, None, name)
+
+
+# -- plot-model --------------------------------------------------------------------
+
+def cmd_plot_model(args: argparse.Namespace) -> int:
+    from dlc.compiler.dot import FORMATS, RenderError, render
+
+    fmt = os.path.splitext(args.output)[1].lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise UsageError(f"-o {args.output}: name a .svg, .png or .pdf file (the extension "
+                         "picks the format)")
+    if os.path.isdir(args.model):
+        raise UsageError(f"{args.model} is a folder; dlc plot-model takes a .dl model")
+    t = open_target(args.model)
+    train_loss = t.loss(None if args.train is True else args.train) if args.train else None
+    optimizer = optimizers.make(DEFAULT_OPTIMIZER) if train_loss is not None else None
+    text = model_dot(t.model, train_loss, optimizer, kernels=args.kernels)
+    try:
+        picture = render(text, fmt)
+    except RenderError as e:
+        raise DlcError(f"{e}; `dlc compile {args.model} --emit dot` prints the graph as text "
+                       "without Graphviz") from None
+    write_atomic(args.output, lambda f: f.write(picture))
+    print(f"wrote {args.output}")
     return 0
 
 
@@ -271,6 +364,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     session = t.open_session(args.backend, args.seed)
     if args.weights:
         session.load(args.weights)
+    announce_run(session, weights_text(args.weights, t, args.seed))
+    if not args.weights and t.model is not None:  # an artifact holds params of its own
+        print(f"warning: no --weights given: evaluating the initial params (seed {args.seed}); "
+              f"pass --weights W.npz for trained ones", file=sys.stderr)
     values = evaluate(session, data, names, t, args.batch_size)
     what = f"{data.examples} examples" if data.examples else "the data"
     if args.batch_size and data.examples > args.batch_size:
@@ -398,6 +495,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     session = t.open_session(args.backend, args.seed)
     if args.init:
         session.load(args.init)
+    if t.model is None and not args.optimizer and not hasattr(session, "manifest"):
+        optimizer = t.compiled_optimizer(args.lr)  # an artifact's model on the numpy backend
+    announce_run(session, weights_text(args.init, t, args.seed))
 
     epochs = None if args.steps else (args.epochs or 1)
     per_epoch = steps_per_epoch(data.examples, args.batch_size)
@@ -421,7 +521,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         values = evaluate(session, val, val_names, t, args.batch_size)
         row = log.rows[-1] if log.rows else {}
         row["val_loss"] = float(values[loss])
-        text = f"epoch {epoch}: val {loss} {float(values[loss]):.6g}"
+        text = f"epoch {epoch} (step {len(log.rows)}): val {loss} {float(values[loss]):.6g}"
         if "accuracy" in values:
             row["val_accuracy"] = float(values["accuracy"])
             text += f"  val accuracy {float(values['accuracy']):.4f}"
@@ -431,8 +531,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     interrupted = False
     with StopFlag(progress.message) as stop:
         try:
+            length = dict(steps=args.steps) if args.steps else dict(epochs=epochs)
             session.train(data.arrays, loss=loss, optimizer=optimizer,
-                          batch_size=args.batch_size, epochs=epochs or 1, steps=args.steps,
+                          batch_size=args.batch_size, **length,
                           shuffle=True, callback=callback, on_epoch_end=on_epoch_end)
         except TrainingDiverged as e:  # the session has put back the last finite params
             diverged = e
@@ -451,7 +552,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         log.write_csv(args.log)
     if args.plot and log.rows:
         log.plot(args.plot, loss)
-    _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch)
+    final_val = None
+    if val is not None:  # the summary describes the params just saved, whatever step they are
+        final_val = evaluate(session, val, val_names, t, args.batch_size)
+    _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch,
+             final_val, diverged)
     if diverged is not None:
         print(f"error: training diverged at step {diverged.step}: the loss {loss} is "
               f"{diverged.loss}; saved the params of the last step with a finite loss to "
@@ -464,7 +569,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_loss: list[float],
-             loss: str, save_path: str, args: argparse.Namespace, per_epoch: int) -> None:
+             loss: str, save_path: str, args: argparse.Namespace, per_epoch: int,
+             final_val: dict[str, np.ndarray] | None, diverged: TrainingDiverged | None
+             ) -> None:
     steps = len(log.rows)
     epochs = steps / per_epoch if per_epoch else 0
     shown = f"{epochs:,.0f}" if epochs >= 100 else f"{epochs:.3g}"
@@ -475,10 +582,13 @@ def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_los
     if log.rows:
         print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} "
               "at the last")
-    last_val = next((r for r in reversed(log.rows) if "val_loss" in r), None)
-    if last_val:
-        acc = (f", accuracy {last_val['val_accuracy']:.4f}" if "val_accuracy" in last_val else "")
-        print(f"  val ({args.val}): {loss} {last_val['val_loss']:.6g}{acc}")
+    if final_val is not None:
+        acc = (f", accuracy {float(final_val['accuracy']):.4f}" if "accuracy" in final_val
+               else "")
+        which = ("the last params with a finite loss" if diverged is not None
+                 else f"after step {steps:,}")
+        print(f"  val ({args.val}) of the saved params ({which}): {loss} "
+              f"{float(final_val[loss]):.6g}{acc}")
     print(f"  weights saved to {save_path}")
     if args.log:
         print(f"  log written to {args.log}")
@@ -536,7 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
                "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
                "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y,cost "
                "--weights samples/quadratic.weights.npz\n"
-               "  dlc compile samples/mlp_digits.dl --emit ir\n\n"
+               "  dlc compile samples/mlp_digits.dl --emit ir\n"
+               "  dlc plot-model samples/mlp_digits.dl -o mlp.svg --kernels\n\n"
                "run 'dlc COMMAND --help' for a command's options.")
     p.add_argument("--version", action="version", version=f"dlc {__version__}")
     p.add_argument("--debug", action="store_true", default=False,
@@ -568,9 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", metavar="MODEL.dl", help="the model to compile")
     c.add_argument("-o", "--output", metavar="DIR",
                    help="artifact folder to write (default: MODEL.dlc beside the model)")
-    c.add_argument("--emit", choices=("ir", "glsl", "plan"),
+    c.add_argument("--emit", choices=("ir", "glsl", "plan", "dot"),
                    help="also print this stage: the IR (with --train: the training-step IR and "
-                        "its kernels), the GLSL, or the kernel and storage plan")
+                        "its kernels), the GLSL, the kernel and storage plan, or the graph as "
+                        "Graphviz DOT text")
     c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
                    help="add the training step for LOSS (default: the model's first loss)")
     c.add_argument("--optimizer", choices=OPTIMIZERS,
@@ -652,6 +764,26 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_eval)
 
     c = sub.add_parser(
+        "plot-model", parents=[common], formatter_class=_Formatter,
+        help="draw the model's graph to an SVG, PNG or PDF (needs Graphviz)",
+        description="Draw the model as a graph: inputs, params, ops, named tensors and losses, "
+                    "with the shape\nof each tensor on its edges. --kernels boxes the ops each "
+                    "fused GLSL kernel computes.\nNeeds Graphviz: pip install 'dlc[viz]' and its "
+                    "dot program (apt-get install graphviz).",
+        epilog="examples:\n"
+               "  dlc plot-model samples/mlp_digits.dl -o mlp.svg\n"
+               "  dlc plot-model samples/mlp_digits.dl -o mlp.png --kernels\n"
+               "  dlc compile samples/mlp_digits.dl --emit dot    # the same graph as text")
+    c.add_argument("model", metavar="MODEL.dl", help="the model to draw")
+    c.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the picture to write: .svg, .png or .pdf")
+    c.add_argument("--kernels", action="store_true",
+                   help="draw the fused GLSL kernels as clusters around their ops")
+    c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
+                   help="draw the training step for LOSS (gradients and updates) instead")
+    c.set_defaults(func=cmd_plot_model)
+
+    c = sub.add_parser(
         "info", parents=[common], formatter_class=_Formatter,
         help="show the OpenGL context dlc finds and the backend it would use",
         description="Show the OpenGL context found (vendor, renderer, version, limits) and the "
@@ -675,8 +807,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if profile:
         from . import debug
         debug.enable()
+    plain_stdout = sys.stdout
+    guard_stdout()  # `dlc ... | head` stops the printing, never the work
     try:
         return args.func(args)
+    except BrokenPipeError:  # stderr's reader gone too: nothing left to say it to
+        return 0
     except UsageError as e:
         if args.debug:
             traceback.print_exc()
@@ -701,8 +837,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         if profile:
-            print("dlc debug: kernel profile\n" + debug.summary(), file=sys.stderr)
+            _print_profile(debug.summary())
+        sys.stdout = plain_stdout
     return 0  # unreachable: parser.exit raises
+
+
+def _print_profile(text: str) -> None:
+    try:
+        print("dlc debug: kernel profile\n" + text, file=sys.stderr)
+    except BrokenPipeError:
+        pass
 
 
 def _located_prefix(e: DlcError) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DataError, format_shape
-from .feeds import bind_dims
+from .feeds import _suggest, bind_dims, ignore_unknown
 
 Shape = tuple  # of int | str
 
@@ -74,13 +74,16 @@ def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape],
     else:
         arrays, where = read_csv(path, inputs)
     needed = list(inputs) if needed is None else [n for n in inputs if n in set(needed)]
+    names = _names_in(path, ext)
+    ignored = ignore_unknown(inputs, list(dict.fromkeys(_input_of(n, inputs) for n in names)), set(needed),
+                             source=path, what="array" if ext == ".npz" else "column")
     missing = [n for n in needed if n not in arrays]
     if missing:
         has = ", ".join(arrays) or "nothing"
         name = missing[0]
         what = "an array" if ext == ".npz" else _csv_columns_for(name, inputs[name])
         raise DataError(f"{path}: input '{name}' is missing: the file needs {what} for it "
-                        f"(it has: {has})")
+                        f"(it has: {has}){_suggest(name, ignored)}")
     _check_finite(path, arrays, where)
     _check_rows(path, inputs, arrays)
     dims = bind_dims(inputs, arrays, needed=set(needed), source=path)
@@ -89,23 +92,35 @@ def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape],
     return Data(path, arrays, dims, examples)
 
 
+def _names_in(path: str, ext: str) -> list[str]:
+    """The array names of an .npz, or the header of a CSV (already read once, so readable)."""
+    if ext == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return list(z.files)
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        header = next((row for row in csv.reader(f) if row and any(c.strip() for c in row)), [])
+    return [c.strip() for c in header]
+
+
+def _input_of(name: str, inputs: Mapping[str, Shape]) -> str:
+    """The array a CSV column belongs to: `x.3` is `x`'s (one notice for `labels.0 ...`)."""
+    m = _GROUP.match(name)
+    return m["name"] if name not in inputs and m else name
+
+
 # -- .npz ------------------------------------------------------------------------
 
 def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
-    """Arrays of an .npz as float32, refusing unknown names and non-numeric arrays."""
+    """The arrays of an .npz that feed inputs, as float32, refusing non-numeric ones."""
     try:
         z = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
         raise DataError(f"{path}: not a readable .npz file ({e})") from None
     out: dict[str, np.ndarray] = {}
     with z:
-        unknown = [k for k in z.files if k not in inputs]
-        if unknown:
-            raise DataError(f"{path}: array{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(repr(k) for k in unknown)} "
-                            f"{'are' if len(unknown) > 1 else 'is'} not an input of the model "
-                            f"(inputs: {', '.join(inputs) or 'none'})")
         for k in z.files:
+            if k not in inputs:  # an array no input reads (labels, ids, ...): load_data notes it
+                continue
             try:
                 a = z[k]
             except ValueError as e:  # object arrays need pickle, which is never allowed
@@ -145,9 +160,11 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
         raise DataError(f"{path}: empty file: a CSV data file needs a header line")
     groups = _column_groups(path, header, header_line, inputs)
     values = np.empty((len(rows), len(header)), dtype=np.float32)
+    used = {c for cols, _ in groups.values() for c in cols}  # ignored columns may hold text
     for r, (row, line) in enumerate(zip(rows, lines)):
         for c, cell in enumerate(row):
-            values[r, c] = _number(path, line, header[c], cell)
+            if c in used:
+                values[r, c] = _number(path, line, header[c], cell)
     out: dict[str, np.ndarray] = {}
     for name, (cols, plain) in groups.items():
         block = values[:, cols]
@@ -160,12 +177,12 @@ def _column_groups(path: str, header: list[str], header_line: int,
                    inputs: Mapping[str, Shape]) -> dict[str, tuple[list[int], bool]]:
     """Input name -> (header indices feeding it in order, whether it is one plain column `x`).
 
-    Refuses unknown and duplicate columns and column groups with gaps.
+    Refuses duplicate columns and column groups with gaps; leaves out columns that feed no
+    input (load_data notes them).
     """
     seen: dict[str, int] = {}
     plain: dict[str, int] = {}
     grouped: dict[str, dict[int, int]] = {}
-    unknown: list[str] = []
     where = f"{path}:{header_line}"
     for c, col in enumerate(header):
         if not col:
@@ -178,13 +195,6 @@ def _column_groups(path: str, header: list[str], header_line: int,
             plain[col] = c
         elif m and m["name"] in inputs:
             grouped.setdefault(m["name"], {})[int(m["index"])] = c
-        else:
-            unknown.append(col)
-    if unknown:
-        raise DataError(f"{where}: column{'s' if len(unknown) > 1 else ''} "
-                        f"{', '.join(repr(u) for u in unknown)} "
-                        f"{'do' if len(unknown) > 1 else 'does'} not feed an input of the model "
-                        f"(inputs: {', '.join(inputs) or 'none'})")
     out: dict[str, tuple[list[int], bool]] = {}
     for name in inputs:  # model order, so errors come out in a stable order
         if name in plain and name in grouped:

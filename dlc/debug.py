@@ -105,15 +105,72 @@ def reset() -> None:
     _summarized = True
 
 
-def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: str = "") -> None:
-    """Log one kernel and keep it for the summary (the GL executor calls this too)."""
+def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: str = "",
+           width: int = 24) -> None:
+    """Log one kernel and keep it for the summary (the GL executor calls this too). `width`:
+    the name column's, the longest kernel name of the program, so the log lines align."""
     global _summarized
     shape = tuple(int(d) for d in shape)
     size = int(np.prod(shape, dtype=np.int64))
     _records.append(Record(name, ms, shape, size, where, device))
     _summarized = False
-    log.info("%-24s %9.3f ms  out %-16s %10d values%s", name, ms, format_shape(shape), size,
+    log.info("%-*s %9.3f ms  out %-16s %10d %s%s", max(width, len(name)), name, ms,
+             format_shape(shape), size, "value " if size == 1 else "values",
              f"  ({where})" if where else "")
+
+
+# -- timing GL kernels -----------------------------------------------------------------------
+# GL timer queries time the GPU itself, but some drivers (Mesa's llvmpipe) answer 0 (or a
+# nanosecond) for every query. Then the wall clock around the launch, with glFinish on both sides, times it instead
+# (it includes the driver's overhead): the log says so once, and the summary's header too.
+
+_wall_clock = False  # a timer query has read 0: GL kernels are timed by the wall clock
+
+
+class KernelTimer:
+    """Times one GL launch at a time: begin() before it, end() after, in milliseconds."""
+
+    def __init__(self) -> None:
+        from dlc.runtime.sync import TimerQuery
+
+        self._query = TimerQuery()
+        self._start = 0.0
+
+    def begin(self) -> None:
+        from dlc.runtime.gl import GL
+
+        GL.glFinish()  # earlier work must not count
+        self._start = time.perf_counter()
+        if not _wall_clock:
+            self._query.begin()
+
+    def end(self) -> float:
+        global _wall_clock
+        from dlc.runtime.gl import GL
+
+        if not _wall_clock:
+            self._query.end()
+        GL.glFinish()
+        wall = (time.perf_counter() - self._start) * 1e3
+        if not _wall_clock:
+            ms = self._query.elapsed_ms()
+            # No real launch takes under a microsecond of GPU time: such a reading, while
+            # the wall clock saw the launch take a while, is a driver that does not time.
+            if ms >= 1e-3 or wall < 0.02:
+                return ms
+            _wall_clock = True
+            log.info("GL timer queries read %.6f ms for a launch that took %.3f ms: timing "
+                     "kernels with the wall clock around glFinish instead", ms, wall)
+        return wall
+
+    def delete(self) -> None:
+        self._query.delete()
+
+
+def timing_note() -> str:
+    """How GL kernels were timed, when not by timer queries ("" otherwise)."""
+    return ("GL times: wall clock around glFinish (the driver's timer queries read 0)"
+            if _wall_clock else "")
 
 
 def summary() -> str:
@@ -129,7 +186,8 @@ def summary() -> str:
     total = sum(r.ms for r in _records) or 1e-12
     order = sorted(rows.items(), key=lambda kv: -sum(r.ms for r in kv[1]))
     width = max(12, *(len(name) for name in rows))
-    lines = [f"{'op':<{width}} {'calls':>7} {'total ms':>10} {'mean ms':>9} {'share':>7} {'largest out':>12}",
+    lines = [timing_note()] if timing_note() else []
+    lines += [f"{'op':<{width}} {'calls':>7} {'total ms':>10} {'mean ms':>9} {'share':>7} {'largest out':>12}",
              "-" * (width + 50)]
     for name, rs in order:
         t = sum(r.ms for r in rs)
@@ -152,14 +210,11 @@ def _print_at_exit() -> None:
 def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> Any:
     """Run one eager kernel timed, log it, and stop if its output holds a NaN."""
     if device.name == "gl":
-        from dlc.runtime.sync import TimerQuery
-
-        timer = TimerQuery()
+        timer = KernelTimer()
         try:
             timer.begin()
             out = device.run(kernel, handles)
-            timer.end()
-            ms = timer.elapsed_ms()
+            ms = timer.end()
         finally:
             timer.delete()
     else:
@@ -210,20 +265,18 @@ class GLHook:
         self._timer: Any = None
 
     def before(self, name: str) -> None:
-        from dlc.runtime.sync import TimerQuery
-
         if self._timer is None:
-            self._timer = TimerQuery()
+            self._timer = KernelTimer()
         self._timer.begin()
 
     def __call__(self, name: str, outputs: list[dict]) -> None:
-        ms = 0.0
-        if self._timer is not None:
-            self._timer.end()
-            ms = self._timer.elapsed_ms()
+        ms = self._timer.end() if self._timer is not None else 0.0
         first = outputs[0] if outputs else {}
         loc = self._loc(first.get("tensor"), first.get("locs"))
-        record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl")
+        kernels = getattr(self.executor, "kernels", None) or ()
+        width = max((len(k["name"]) for k in kernels), default=24)
+        record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl",
+               width)
         for out in outputs:
             values = out["buffer"].download(out["count"])
             if np.isnan(values).any():

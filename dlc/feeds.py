@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .errors import DataError, format_shape
+from .errors import DataError, did_you_mean, format_shape
 
 
 def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
@@ -54,6 +54,53 @@ def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
 
 def prepare(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray] | None,
             needed: set[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Feeds as float32 arrays, checked against `inputs`, and the symbolic dims they bind."""
-    arrays = {k: np.asarray(v, dtype=np.float32) for k, v in (feeds or {}).items()}
+    """Feeds as float32 arrays, checked against `inputs`, and the symbolic dims they bind.
+
+    Arrays that feed no input are ignored, with a one-line notice."""
+    feeds = feeds or {}
+    ignored = ignore_unknown(inputs, feeds, needed)
+    check_missing(inputs, feeds, needed, ignored)
+    arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items() if k not in ignored}
     return arrays, bind_dims(inputs, arrays, needed=needed)
+
+
+_noticed: set[tuple] = set()  # notices already given: a training loop calling eval says it once
+
+
+def ignore_unknown(inputs: Mapping[str, tuple], names, needed: set[str] | None = None,
+                   source: str = "", what: str = "array") -> list[str]:
+    """The `names` that feed no input of the model. Says once, on stderr, that they are
+    ignored, suggesting an input that one of them looks like a misspelling of."""
+    unknown = [k for k in names if k not in inputs]
+    if unknown:
+        key = (tuple(inputs), tuple(unknown), source)
+        if key not in _noticed:
+            _noticed.add(key)
+            import sys
+
+            absent = [n for n in inputs if n not in names and (needed is None or n in needed)]
+            hints = "".join(did_you_mean(k, absent) and f" ('{k}'{did_you_mean(k, absent)})"
+                            for k in unknown)
+            where = f" in {source}" if source else ""
+            plural = "s" if len(unknown) > 1 else ""
+            print(f"dlc: note: ignoring {what}{plural} {', '.join(repr(k) for k in unknown)}{where}: "
+                  f"not input{plural} of the model (inputs: {', '.join(inputs) or 'none'})"
+                  f"{hints}", file=sys.stderr)
+    return unknown
+
+
+def check_missing(inputs: Mapping[str, tuple], present, needed: set[str] | None,
+                  ignored: list[str], source: str = "") -> None:
+    """Refuse a needed input that is absent, suggesting an ignored name close to it."""
+    where = f" in {source}" if source else ""
+    for name in (needed if needed is not None else inputs):
+        if name in inputs and name not in present:
+            raise DataError(f"input '{name}' is missing{where}{_suggest(name, ignored)}")
+
+
+def _suggest(name: str, ignored: list[str]) -> str:
+    """" (the data has 'pixel': a misspelling of it?)" for an ignored name close to `name`."""
+    import difflib
+
+    close = difflib.get_close_matches(name, ignored, n=1, cutoff=0.6)
+    return f" (the data has '{close[0]}': a misspelling of it?)" if close else ""

@@ -189,7 +189,9 @@ class Graph:
     def __getattr__(self, attr: str):
         fname = SEED_ALIASES.get(attr, attr)
         if fname not in FUNCTIONS:
-            raise AttributeError(f"Graph has no op {attr!r}")
+            from dlc.compiler.seed_names import suggest
+
+            raise AttributeError(f"Graph has no op {attr!r}{suggest(attr, FUNCTIONS)}")
         return lambda *args, **kwargs: self._call(fname, args, dict(kwargs))
 
     # -- result ------------------------------------------------------------------

@@ -351,3 +351,24 @@ for _alias, _target in {**SEED_ALIASES, "matrix_times_vector": "matmul", "vector
         globals()[_alias] = globals()[_target]
         __all__.append(_alias)
 # Note: this module's `sum`, `max`, `min`, `abs`, `pow` and `slice` are ops, not the builtins.
+
+
+# -- what `dlc.ops` shows ---------------------------------------------------------------
+# Only the ops (and the names in __all__): the names this module imports for its own use
+# (np, inspect, dataclass, Any, ...) are no attributes of it for users, nor in dir(). The
+# functions above still read them, from the module's globals.
+
+class _OpsModule(type(__import__("sys"))):
+    def __getattribute__(self, name: str):
+        if name[:1] != "_" and name not in _PUBLIC:
+            from dlc.compiler.seed_names import suggest
+
+            raise AttributeError(f"module 'dlc.ops' has no op '{name}'{suggest(name, _PUBLIC)}")
+        return super().__getattribute__(name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(n for n in super().__dir__() if n[:1] == "_" or n in _PUBLIC)
+
+
+_PUBLIC = frozenset(__all__)
+__import__("sys").modules[__name__].__class__ = _OpsModule

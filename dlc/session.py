@@ -133,15 +133,16 @@ class Session:
 
     @seeds_style
     def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None,
-              optimizer: Optimizer | None = None, batch_size: int | None = 32, epochs: int = 1,
-              steps: int | None = None, shuffle: bool = True, callback: Callback | None = None,
+              optimizer: Optimizer | None = None, batch_size: int | None = 32,
+              epochs: int | None = None, steps: int | None = None, shuffle: bool = True,
+              callback: Callback | None = None,
               on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
 
         Batches of `batch_size` examples (None: all) are drawn along the leading
         symbolic dim the inputs share, reshuffled each epoch by the session's
-        seed; the last batch of an epoch may be smaller. `steps` wins over
-        `epochs`. `optimizer` defaults to the last one used, else SGD(0.01); its
+        seed; the last batch of an epoch may be smaller. Give `epochs` (default
+        1) or `steps` (which may span epochs), not both. `optimizer` defaults to the last one used, else SGD(0.01); its
         state persists across calls with the same object, and its `lr` is read
         at every step. `callback(step, epoch, loss, batch_examples)` runs after
         each step (returning False stops), `on_epoch_end(epoch)` after each
@@ -151,6 +152,10 @@ class Session:
         On GL, when the batches would upload more rows than `feeds` holds, the data goes to
         the GPU once (freed when train returns) and each step uploads only its rows' indices.
         """
+        if epochs is not None and steps is not None:
+            raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, "
+                             f"steps={steps})")
+        epochs = 1 if epochs is None else epochs
         optimizer = self.optimizer(optimizer)
         graph = self.train_graph(loss, optimizer)
         loss_node = graph.names[graph.losses[0]]

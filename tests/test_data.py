@@ -189,16 +189,28 @@ def test_csv_column_group_with_a_gap(tmp_path):
     assert msg.startswith(f"{p}:1:") and "gap" in msg and "'x.2' is missing" in msg
 
 
-def test_unknown_npz_arrays_are_named(tmp_path):
+def test_unknown_npz_arrays_are_ignored_with_a_notice(tmp_path, capsys):
     p = write_npz(tmp_path, x=np.ones(2), y_label=np.ones(2), extra=np.ones(2), more=np.ones(2))
-    msg = refused(p, QUAD)
-    assert "'extra'" in msg and "'more'" in msg and "not an input" in msg
+    d = load_data(p, QUAD)
+    assert sorted(d.arrays) == ["x", "y_label"]
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "'extra'" in err and "'more'" in err
+    assert "ignoring" in err and "not inputs of the model" in err
 
 
-def test_unknown_csv_columns_are_named(tmp_path):
-    p = write_csv(tmp_path, "x,y_label,z.0,weight\n1,2,3,4\n")
+def test_unknown_csv_columns_are_ignored_even_with_text(tmp_path, capsys):
+    p = write_csv(tmp_path, "x,y_label,z.0,weight\n1,2,3,heavy\n")
+    d = load_data(p, QUAD)
+    assert sorted(d.arrays) == ["x", "y_label"] and d.arrays["y_label"].tolist() == [2.0]
+    err = capsys.readouterr().err
+    assert "ignoring columns 'z', 'weight'" in err
+
+
+def test_missing_input_names_a_close_ignored_array(tmp_path, capsys):
+    p = write_npz(tmp_path, x=np.ones(2), y_lable=np.ones(2))
     msg = refused(p, QUAD)
-    assert msg.startswith(f"{p}:1:") and "'z.0'" in msg and "'weight'" in msg
+    assert "input 'y_label' is missing" in msg and "'y_lable': a misspelling" in msg
+    assert "did you mean 'y_label'?" in capsys.readouterr().err
 
 
 def test_both_plain_and_grouped_columns(tmp_path):

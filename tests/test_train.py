@@ -103,12 +103,17 @@ def test_batches_epochs_and_the_last_partial_batch():
     assert ends == [1, 2]
 
 
-def test_steps_win_over_epochs_and_span_epochs():
+def test_steps_span_epochs():
     seen, ends = [], []
-    costs = probe().train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=4, epochs=50, steps=7,
+    costs = probe().train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=4, steps=7,
                           shuffle=False, callback=lambda *a: seen.append(a[3]),
                           on_epoch_end=ends.append)
     assert len(costs) == 7 and seen == [4, 4, 2, 4, 4, 2, 4] and ends == [1, 2]
+
+
+def test_epochs_and_steps_together_are_refused_as_the_cli_refuses_them():
+    with pytest.raises(ValueError, match="epochs or steps, not both"):
+        probe().train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=4, epochs=3, steps=5)
 
 
 def test_shuffling_covers_every_example_once_per_epoch_and_follows_the_seed():

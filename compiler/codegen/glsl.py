@@ -66,6 +66,72 @@ float dlc_sigmoid(float x) {
 """
 
 
+# -- the preamble, pruned per kernel ------------------------------------------------------
+# A kernel carries only the helpers of PREAMBLE it uses (and those they use). PREAMBLE stays
+# one text; it is split here into named parts: a `#define NAME`, or a function `dlc_xxx`
+# with the comment lines above it. A part without a name is always kept.
+
+_DEFINE = re.compile(r"#define\s+(\w+)")
+_FUNCTION = re.compile(r"^\w[\w\s]*?\b(\w+)\s*\([^;]*$")
+
+
+@functools.lru_cache(maxsize=4)
+def preamble_parts(text: str = PREAMBLE) -> tuple[tuple[str | None, str], ...]:
+    """(name, text) of each helper of a preamble, in order."""
+    parts: list[tuple[str | None, str]] = []
+    pending: list[str] = []  # comments and blank lines: they go with the next part
+    lines = text.splitlines()
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            pending.append(line)
+            k += 1
+            continue
+        define, function = _DEFINE.match(stripped), _FUNCTION.match(line)
+        body = [line]
+        if function and not define:
+            depth = line.count("{") - line.count("}")
+            opened = "{" in line
+            while (depth > 0 or not opened) and k + 1 < len(lines):
+                k += 1
+                body.append(lines[k])
+                depth += lines[k].count("{") - lines[k].count("}")
+                opened = opened or "{" in lines[k]
+        name = define[1] if define else function[1] if function else None
+        parts.append((name, "\n".join(pending + body)))
+        pending = []
+        k += 1
+    if pending:
+        parts.append((None, "\n".join(pending)))
+    return tuple(parts)
+
+
+def pruned_preamble(body: str, text: str = PREAMBLE) -> str:
+    """The parts of `text` that `body` uses, directly or through another part."""
+    parts = preamble_parts(text)
+    needed: set[str] = set()
+    reach = body
+    while True:
+        more = {n for n, _ in parts if n and n not in needed and re.search(rf"\b{n}\b", reach)}
+        if not more:
+            break
+        needed |= more
+        reach = "\n".join(t for n, t in parts if n in more)
+    kept = [t for n, t in parts if n is None or n in needed]
+    return "\n".join(kept).strip("\n") + "\n" if any(n in needed for n, _ in parts) else ""
+
+
+def prune_preamble(source: str) -> str:
+    """A kernel's source with its copy of PREAMBLE cut down to the helpers it uses."""
+    at = source.find(PREAMBLE)
+    if at < 0:
+        return source
+    body = source[:at] + source[at + len(PREAMBLE):]
+    return source[:at] + pruned_preamble(body) + source[at + len(PREAMBLE):]
+
+
 def float_lit(v: float) -> str:
     v = float(v)
     if math.isnan(v):
@@ -507,6 +573,7 @@ def group_index() -> str:
 
 def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
     g, k = ctx.graph, ctx.kernel
+    text = prune_preamble(text)
     slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
     uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used,
                                                              key=lambda d: ctx.dim_index[d])}

@@ -134,12 +134,10 @@ def bad_files(tmp_path: Path) -> list[tuple[Path, str]]:
     npz("rank.npz", "input 'x'", x=np.ones((6, 2)), y_label=x)
     npz("unequal.npz", "rows of unequal count", x=x, y_label=x[:4])
     npz("nan.npz", "NaN", x=np.where(x > 0.5, np.nan, x), y_label=x)
-    npz("extra.npz", "'weights' is not an input", x=x, y_label=x, weights=x)
     csv("cell.csv", "bad.csv:3: column 'x' holds 'one'".replace("bad.csv", "cell.csv"),
         "x,y_label\n1,2\none,2\n")
     csv("gap.csv", "'x.1' is missing", "x.0,x.2,y_label\n1,2,3\n")
     csv("nan.csv", "nan.csv:4: input 'y_label' holds NaN", "x,y_label\n1,2\n3,4\n5,nan\n")
-    csv("extra.csv", "'z'", "x,y_label,z\n1,2,3\n")
     return cases
 
 
