@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlc.runtime.context import get_context
-from dlc.runtime.executor import eval_size, gpu_copy, group_counts
+from dlc.runtime.executor import eval_size, gpu_copy, group_counts, scratch_words
 from dlc.runtime.program import Program, get_program
 from dlc.runtime.storage import Buffer
 
@@ -76,6 +76,12 @@ def _compile(kernel: Any) -> _Compiled:
     out_slot = spec["tensors"][str(kernel.out)]["slot"]
     compiled = _Compiled(launches, slots, {s["name"]: i for i, s in enumerate(slots) if s["kind"] == "input"},
                          out_slot, math.prod(kernel.shape))
+    for j, k in enumerate(spec["kernels"]):  # a split reduction's scratch, bound after its slots
+        words = scratch_words(k["grid"], {})
+        if words:
+            compiled.scratch[-1 - j] = Buffer(4 * words, zero=True)
+            program, kslots, groups = launches[j]
+            launches[j] = (program, (*kslots, -1 - j), groups)
     for i, s in enumerate(slots):
         if s["kind"] == "const":
             compiled.consts[i] = Buffer.from_array(np.asarray(s["values"], np.float32))

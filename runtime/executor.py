@@ -44,8 +44,8 @@ layout(std430, binding = 0) restrict readonly buffer S1 { float v[]; } src;
 layout(std430, binding = 1) restrict writeonly buffer D1 { float v[]; } dst;
 uniform int n;
 void main() {
-    int i = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256
-            + int(gl_LocalInvocationID.x);
+    int i = int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x
+                + gl_WorkGroupID.x) * 256 + int(gl_LocalInvocationID.x);
     int n4 = n / 4;
     if (i < n4) dst4.v[i] = src4.v[i];
     else if (i - n4 < n % 4) dst.v[4 * n4 + i - n4] = src.v[4 * n4 + i - n4];
@@ -221,6 +221,7 @@ class Executor:
         self.producer = {int(t): k for t, k in spec["producer"].items()}
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
+        self.scratch: dict[int, Buffer] = {}  # kernel index -> its scratch (split reductions)
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
                 self.buffers[s] = Buffer.from_array(np.asarray(slot["values"], np.float32))
@@ -250,8 +251,16 @@ class Executor:
                     self.buffers[s] = Buffer(need)
         max_count = self.limits["max_work_group_count"]
         launches = []
-        for k, prog in zip(self.kernels, self.programs):
+        for index, (k, prog) in enumerate(zip(self.kernels, self.programs)):
             bindings = tuple((i, self.slot_buffer(s).handle) for i, s in enumerate(k["slots"]))
+            words = scratch_words(k["grid"], dims)
+            if words:  # a split reduction's counters and partials, bound after the slots
+                buf = self.scratch.get(index)
+                if buf is None or buf.nbytes < 4 * words:
+                    if buf is not None:
+                        buf.delete()
+                    buf = self.scratch[index] = Buffer(4 * words, zero=True)
+                bindings += ((len(k["slots"]), buf.handle),)
             uniforms = tuple((prog.uniform_location(u), int(dims[d]))
                              for u, d in k["uniforms"].items())
             groups = group_counts(k["grid"], dims, max_count)
@@ -370,17 +379,47 @@ class Executor:
         return self.slot_buffer(info["slot"]).download(math.prod(shape)).reshape(shape)
 
     def delete(self) -> None:
-        for buf in self.buffers.values():
+        for buf in (*self.buffers.values(), *self.scratch.values()):
             buf.delete()
         self.buffers.clear()
+        self.scratch.clear()
+
+
+def chunks(grid: dict, dims: Mapping[str, int]) -> int:
+    """How many chunks a split reduction's grid cuts each output's reduction into (else 1)."""
+    if "split" not in grid:
+        return 1
+    size, chunk = grid["split"]
+    return max(1, -(-eval_size(size, dims) // int(chunk)))
+
+
+def scratch_words(grid: dict, dims: Mapping[str, int]) -> int:
+    """The 4-byte words of scratch a kernel needs bound after its slots (0: none): a counter
+    per output, then `scratch` words per (output, chunk)."""
+    if "scratch" not in grid:
+        return 0
+    outputs = eval_size(grid["flat"], dims)
+    return outputs + outputs * chunks(grid, dims) * int(grid["scratch"])
 
 
 def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
+    """The work groups to dispatch for `grid` under `dims`, within `max_count` per axis."""
     if "tiles" in grid:
         return tuple(-(-eval_size(size, dims) // tile) for size, tile in grid["tiles"])
-    total = -(-eval_size(grid["flat"], dims) // grid["per_group"])
-    if total <= max_count[0]:
-        return (max(total, 1), 1, 1)
-    # More groups than one axis allows: a 2D grid; kernels bounds-check the excess.
-    gy = -(-total // max_count[0])
-    return (-(-total // gy), gy, 1)
+    total = -(-eval_size(grid["flat"], dims) // grid["per_group"]) * chunks(grid, dims)
+    return wrap_groups(total, max_count)
+
+
+def wrap_groups(total: int, max_count: Sequence[int]) -> tuple[int, int, int]:
+    """`total` work groups laid out on up to three axes, none over its limit. Flat kernels
+    number their group (z * ny + y) * nx + x and return at once when it is past the end, so
+    the few groups over `total` that filling out the grid adds do nothing."""
+    mx, my, mz = (int(m) for m in max_count)
+    x = min(max(total, 1), mx)
+    rest = -(-total // x)
+    y = min(max(rest, 1), my)
+    z = max(1, -(-rest // y))
+    if z > mz:
+        raise RuntimeFailure(f"{total} work groups do not fit this GPU's grid of at most "
+                             f"{mx} x {my} x {mz}")
+    return (x, y, z)

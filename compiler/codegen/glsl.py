@@ -475,14 +475,15 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
 
 
 def global_index() -> str:
-    """This invocation's element for one-thread-per-element kernels on a 2D grid of groups."""
-    return ("int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * "
-            "int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)")
+    """This invocation's element for one-thread-per-element kernels on a 3D grid of groups
+    (the runtime wraps a long row of groups onto y and z to stay within the device's limits)."""
+    return f"{group_index()} * int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)"
 
 
 def group_index() -> str:
-    """This work group's number on a 2D grid of groups."""
-    return "int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x)"
+    """This work group's number on a 3D grid of groups."""
+    return ("int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x"
+            " + gl_WorkGroupID.x)")
 
 
 def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
