@@ -23,7 +23,8 @@ from dlc.errors import DataError, RuntimeFailure
 from dlc.runtime.context import get_context
 from dlc.runtime.gl import fast
 from dlc.runtime.program import BARRIER_BITS, get_program
-from dlc.runtime.storage import Buffer
+from dlc.runtime.sizes import check_bound
+from dlc.runtime.storage import Buffer, OutOfMemory
 
 PERSISTENT = ("param", "state")
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
@@ -241,6 +242,8 @@ class Executor:
         key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec["dims"]))
         if key == self._dims and self._version == self.store.version:
             return
+        if key != self._dims:
+            check_bound(self.spec, dims, self.limits["max_ssbo_size"])
         for s, slot in enumerate(self.slots):
             if slot["kind"] in ("temp", "input"):
                 need = 4 * max(eval_size(z, dims) for z in slot["sizes"])
@@ -248,7 +251,8 @@ class Executor:
                 if buf is None or buf.nbytes < need:
                     if buf is not None:
                         buf.delete()
-                    self.buffers[s] = Buffer(need)
+                        del self.buffers[s]
+                    self.buffers[s] = self._allocate(need, s)
         max_count = self.limits["max_work_group_count"]
         launches = []
         for index, (k, prog) in enumerate(zip(self.kernels, self.programs)):
@@ -263,15 +267,31 @@ class Executor:
                 bindings += ((len(k["slots"]), buf.handle),)
             uniforms = tuple((prog.uniform_location(u), int(dims[d]))
                              for u, d in k["uniforms"].items())
-            groups = group_counts(k["grid"], dims, max_count)
-            if any(g > m for g, m in zip(groups, max_count)):
-                raise RuntimeFailure(f"kernel '{k['name']}' needs {groups} work groups; this GPU "
-                                     f"allows at most {tuple(max_count)}")
+            if "tiles" in k["grid"]:  # a tiled kernel's tile counts (uniforms where symbolic)
+                tiles = tile_counts(k["grid"], dims)
+                uniforms += tuple((prog.uniform_location(f"dlc_tiles_{axis}"), n)
+                                  for axis, n in zip("xyz", tiles))
+            try:
+                groups = group_counts(k["grid"], dims, max_count)
+            except RuntimeFailure as e:
+                raise RuntimeFailure(f"kernel '{k['name']}': {e}") from None
             launches.append(Launch(k["name"], prog.handle, bindings,
                                    tuple(u for u in uniforms if u[0] >= 0), groups, k))
         self._launches = launches
         self._dims = key
         self._version = self.store.version
+
+    def _allocate(self, nbytes: int, slot: int) -> Buffer:
+        """A buffer for `slot`; out of GPU memory is reported naming the program and bytes."""
+        try:
+            return Buffer(nbytes)
+        except OutOfMemory:
+            held = sum(b.nbytes for b in self.buffers.values() if b.handle)
+            labels = [info["label"] for info in self.tensors.values() if info["slot"] == slot]
+            raise OutOfMemory(
+                f"out of GPU memory running program '{self.spec.get('name', '?')}': allocating "
+                f"{nbytes:,} bytes for {', '.join(repr(x) for x in labels) or 'a buffer'} with "
+                f"{held:,} bytes of its buffers already held", nbytes) from None
 
     # -- running ---------------------------------------------------------------------------
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
@@ -404,10 +424,18 @@ def scratch_words(grid: dict, dims: Mapping[str, int]) -> int:
 
 def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
     """The work groups to dispatch for `grid` under `dims`, within `max_count` per axis."""
-    if "tiles" in grid:
-        return tuple(-(-eval_size(size, dims) // tile) for size, tile in grid["tiles"])
+    if "tiles" in grid:  # tiled kernels decode their tile from a wrapped grid (glsl.wrap_tiles)
+        tiles = tile_counts(grid, dims)
+        if all(n <= m for n, m in zip(tiles, max_count)):
+            return tiles
+        return wrap_groups(math.prod(tiles), max_count)
     total = -(-eval_size(grid["flat"], dims) // grid["per_group"]) * chunks(grid, dims)
     return wrap_groups(total, max_count)
+
+
+def tile_counts(grid: dict, dims: Mapping[str, int]) -> tuple[int, int, int]:
+    x, y, z = (max(1, -(-eval_size(size, dims) // int(tile))) for size, tile in grid["tiles"])
+    return (x, y, z)
 
 
 def wrap_groups(total: int, max_count: Sequence[int]) -> tuple[int, int, int]:
