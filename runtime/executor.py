@@ -23,7 +23,7 @@ from dlc.errors import DataError, RuntimeFailure
 from dlc.runtime.context import get_context
 from dlc.runtime.gl import fast
 from dlc.runtime.program import BARRIER_BITS, get_program
-from dlc.runtime.sizes import check_bound
+from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.storage import Buffer, OutOfMemory
 
 PERSISTENT = ("param", "state")
@@ -216,6 +216,8 @@ class Executor:
         self.hook = hook
         self.limits = get_context().limits
         self.kernels: list[dict] = spec["kernels"]
+        for k in self.kernels:
+            check_kernel(k["name"], sources[k["file"]], k["local_size"], self.limits)
         self.programs = [get_program(sources[k["file"]], k["name"]) for k in self.kernels]
         self.slots: list[dict] = spec["slots"]
         self.tensors = {int(t): info for t, info in spec["tensors"].items()}

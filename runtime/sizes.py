@@ -11,9 +11,10 @@ Free of GL, the compiler and lark: the compiler imports the limit from here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
-from dlc.errors import DataError, format_shape
+from dlc.errors import DataError, RuntimeFailure, format_shape
 
 MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
 
@@ -65,3 +66,31 @@ def _what(spec: dict, info: dict) -> str:
     kind = "input" if spec["slots"][info["slot"]]["kind"] == "input" else "tensor"
     return (f"program '{spec.get('name', '?')}': {kind} '{info['label']}' "
             f"{format_shape(info['shape'])}")
+
+
+_SHARED = re.compile(r"^\s*shared\s+(\w+)\s+\w+((?:\s*\[\s*\d+\s*\])*)\s*;", re.MULTILINE)
+_TYPE_BYTES = {"float": 4, "int": 4, "uint": 4, "bool": 4, "vec2": 8, "ivec2": 8, "vec3": 12,
+               "vec4": 16, "ivec4": 16, "uvec4": 16}
+
+
+def shared_bytes(source: str) -> int:
+    """The shared memory a compute shader's `shared` declarations take (arrays of fixed size;
+    what std430-free shared storage may pad is left to the driver's own check)."""
+    total = 0
+    for type_, dims in _SHARED.findall(source):
+        count = math.prod(int(d) for d in re.findall(r"\d+", dims))
+        total += _TYPE_BYTES.get(type_, 4) * count
+    return total
+
+
+def check_kernel(name: str, source: str, local_size: Sequence[int], limits: Mapping) -> None:
+    """Refuse a kernel whose work group is larger, or takes more shared memory, than this
+    GPU allows (named, before GL fails to link it as if dlc's shader were broken)."""
+    sizes, invocations = limits["max_work_group_size"], limits["max_work_group_invocations"]
+    if any(n > m for n, m in zip(local_size, sizes)) or math.prod(local_size) > invocations:
+        raise RuntimeFailure(f"kernel '{name}' runs work groups of {tuple(local_size)} invocations; "
+                             f"this GPU allows at most {tuple(sizes)} and {invocations} in all")
+    shared = shared_bytes(source)
+    if shared > limits["max_shared_memory"]:
+        raise RuntimeFailure(f"kernel '{name}' needs {shared:,} bytes of shared memory; this GPU "
+                             f"allows {limits['max_shared_memory']:,}")

@@ -71,3 +71,21 @@ def test_dlc_check_refuses_the_shape(tmp_path):
                        text=True)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.startswith(f"{path}:1:7: error: input 'x': [B, 70000, 40000] has at least")
+
+
+LIMITS = {"max_work_group_size": (1024, 1024, 64), "max_work_group_invocations": 1024,
+          "max_shared_memory": 32768}
+
+
+def test_kernels_over_the_work_group_or_shared_memory_limits_are_refused():
+    from dlc.runtime.sizes import check_kernel, shared_bytes
+
+    source = "shared vec4 sm[2048];  // a comment\nshared float part[16][17];\nshared bool last;\n"
+    assert shared_bytes(source) == 16 * 2048 + 4 * 16 * 17 + 4
+    check_kernel("k", "shared vec4 sm[2048];\n", (256, 1, 1), LIMITS)
+    with pytest.raises(dlc.RuntimeFailure, match="kernel 'k' needs 33,860 bytes of shared memory"):
+        check_kernel("k", source, (256, 1, 1), LIMITS)
+    with pytest.raises(dlc.RuntimeFailure, match=r"work groups of \(1, 1, 65\) invocations"):
+        check_kernel("k", "", (1, 1, 65), LIMITS)
+    with pytest.raises(dlc.RuntimeFailure, match="1024 in all"):
+        check_kernel("k", "", (64, 32, 1), LIMITS)
