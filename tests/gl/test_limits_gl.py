@@ -157,3 +157,14 @@ def test_out_of_gpu_memory_names_the_program_and_bytes(gl, monkeypatch):
             sess.eval("y", {"x": np.zeros(3087, np.float32)})
     finally:
         monkeypatch.setattr(storage.GL, "glGetError", real)
+
+
+@pytest.mark.parametrize("expr", ["sum(x, axis=1)", "argmin(x, axis=1)"])
+def test_a_long_middle_axis_with_many_outputs_is_not_one_invocations_loop(gl, expr):
+    # 300 outputs of 5000 elements each: past THREAD_MAX, so a work group an output, not one
+    # invocation looping over the 5000.
+    assert 5000 > kernels_reduce.THREAD_MAX
+    rng = np.random.default_rng(3)
+    x = rng.integers(-50, 50, size=(30, 5000, 10)).astype(np.float32)
+    (got,), (want,) = run_both(f"input x: [B, 5000, 10]\ny = {expr}\n", {"x": x}, ["y"])
+    np.testing.assert_array_equal(got, want)
