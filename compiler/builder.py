@@ -7,9 +7,11 @@ a CompileError at the node's source position.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dlc.errors import CompileError, Loc, format_shape
+from dlc.runtime.sizes import too_many
 
 from . import registry
 from .ir import Graph, Node, Shape, make_attrs
@@ -37,6 +39,11 @@ class GraphBuilder:
             shape = opdef.shape([self.nodes[i].shape for i in inputs], attrs)
         except ShapeError as e:
             raise CompileError(str(e), loc) from None
+        known = math.prod(d for d in shape if isinstance(d, int))
+        why = too_many(known, shape)
+        if why:  # symbolic dims are at least 1: the fixed part alone is too big already
+            what = f"{op} {attrs['name']!r}" if op in ("input", "param") else f"the {op}"
+            raise CompileError(f"{what}: {why}", loc)
         self.nodes.append(Node(op, inputs, tuple(shape), make_attrs(**attrs), loc))
         return len(self.nodes) - 1
 

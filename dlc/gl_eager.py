@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dlc.runtime.context import get_context
-from dlc.runtime.executor import eval_size, forget_uniforms, gpu_copy, group_counts
+from dlc.runtime.executor import eval_size, forget_uniforms, gpu_copy, group_counts, scratch_words
 from dlc.runtime.program import Program, get_program
 from dlc.runtime.storage import Buffer
 
@@ -45,12 +45,14 @@ class _Compiled:
     out_slot: int
     scratch: dict[int, Buffer] = field(default_factory=dict)  # temp slots but the output's
     consts: dict[int, Buffer] = field(default_factory=dict)
+    split: dict[int, Buffer] = field(default_factory=dict)  # launch -> a split reduction's scratch
 
     def delete(self) -> None:
-        for buf in (*self.scratch.values(), *self.consts.values()):
+        for buf in (*self.scratch.values(), *self.consts.values(), *self.split.values()):
             buf.delete()
         self.scratch.clear()
         self.consts.clear()
+        self.split.clear()
 
 
 # Kernel -> its compiled program; dlc.ops calls `drop` when it evicts the kernel
@@ -93,7 +95,7 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
     if out_slot["kind"] == "temp":
         buffers[compiled.out_slot] = out
     max_count = get_context().limits["max_work_group_count"]
-    for launch in compiled.launches:
+    for j, launch in enumerate(compiled.launches):
         program = launch.program
         if not program.handle:  # evicted from the program cache: link it again
             program = launch.program = get_program(program.source, program.name)
@@ -103,7 +105,16 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
             program.set_float(uniform, scalars[name])
         if launch.dims:  # executors sharing this program must set their dims again
             forget_uniforms(program.handle)
-        program.dispatch(group_counts(launch.grid, dims, max_count), [buffers[s] for s in launch.slots])
+        bound = [buffers[s] for s in launch.slots]
+        words = scratch_words(launch.grid, dims)
+        if words:  # a split reduction's counters and partials, bound after its slots
+            buf = compiled.split.get(j)
+            if buf is None or buf.nbytes < 4 * words:  # zeroed once: the kernel resets its counters
+                if buf is not None:
+                    buf.delete()
+                buf = compiled.split[j] = Buffer(4 * words, zero=True)
+            bound.append(buf)
+        program.dispatch(group_counts(launch.grid, dims, max_count), bound)
     if out_slot["kind"] == "temp":
         return out
     if out_slot.get("name") in scalars:  # the result is a number as it came (a reshape of it)

@@ -24,7 +24,8 @@ from dlc.errors import DataError, RuntimeFailure
 from dlc.runtime.context import get_context
 from dlc.runtime.gl import fast
 from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
-from dlc.runtime.storage import Buffer
+from dlc.runtime.sizes import check_bound, check_kernel
+from dlc.runtime.storage import Buffer, OutOfMemory
 
 PERSISTENT = ("param", "state")
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
@@ -53,8 +54,8 @@ layout(std430, binding = 0) restrict readonly buffer S1 { float v[]; } src;
 layout(std430, binding = 1) restrict writeonly buffer D1 { float v[]; } dst;
 uniform int n;
 void main() {
-    int i = int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * 256
-            + int(gl_LocalInvocationID.x);
+    int i = int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x
+                + gl_WorkGroupID.x) * 256 + int(gl_LocalInvocationID.x);
     int n4 = n / 4;
     if (i < n4) dst4.v[i] = src4.v[i];
     else if (i - n4 < n % 4) dst.v[4 * n4 + i - n4] = src.v[4 * n4 + i - n4];
@@ -232,6 +233,8 @@ class Executor:
         self.hook = hook
         self.limits = get_context().limits
         self.kernels: list[dict] = spec["kernels"]
+        for k in self.kernels:
+            check_kernel(k["name"], sources[k["file"]], k["local_size"], self.limits)
         self.programs = []
         for k in self.kernels:  # pinned one by one: the cache may evict while we link
             program = get_program(sources[k["file"]], k["name"])
@@ -245,6 +248,7 @@ class Executor:
         self.producer = {int(t): k for t, k in spec["producer"].items()}
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
+        self.scratch: dict[int, Buffer] = {}  # kernel index -> its scratch (split reductions)
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
                 self.buffers[s] = Buffer.from_array(np.asarray(slot["values"], np.float32))
@@ -264,6 +268,8 @@ class Executor:
         key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec["dims"]))
         if key == self._dims and self._version == self.store.version:
             return
+        if key != self._dims:
+            check_bound(self.spec, dims, self.limits["max_ssbo_size"])
         for s, slot in enumerate(self.slots):
             if slot["kind"] in ("temp", "input"):
                 need = 4 * max(eval_size(z, dims) for z in slot["sizes"])
@@ -271,22 +277,47 @@ class Executor:
                 if buf is None or buf.nbytes < need:
                     if buf is not None:
                         buf.delete()
-                    self.buffers[s] = Buffer(need)
+                        del self.buffers[s]
+                    self.buffers[s] = self._allocate(need, s)
         max_count = self.limits["max_work_group_count"]
         launches = []
-        for k, prog in zip(self.kernels, self.programs):
+        for index, (k, prog) in enumerate(zip(self.kernels, self.programs)):
             bindings = tuple((i, self.slot_buffer(s).handle) for i, s in enumerate(k["slots"]))
+            words = scratch_words(k["grid"], dims)
+            if words:  # a split reduction's counters and partials, bound after the slots
+                buf = self.scratch.get(index)
+                if buf is None or buf.nbytes < 4 * words:
+                    if buf is not None:
+                        buf.delete()
+                    buf = self.scratch[index] = Buffer(4 * words, zero=True)
+                bindings += ((len(k["slots"]), buf.handle),)
             uniforms = tuple((prog.uniform_location(u), int(dims[d]))
                              for u, d in k["uniforms"].items())
-            groups = group_counts(k["grid"], dims, max_count)
-            if any(g > m for g, m in zip(groups, max_count)):
-                raise RuntimeFailure(f"kernel '{k['name']}' needs {groups} work groups; this GPU "
-                                     f"allows at most {tuple(max_count)}")
+            if "tiles" in k["grid"]:  # a tiled kernel's tile counts (uniforms where symbolic)
+                tiles = tile_counts(k["grid"], dims)
+                uniforms += tuple((prog.uniform_location(f"dlc_tiles_{axis}"), n)
+                                  for axis, n in zip("xyz", tiles))
+            try:
+                groups = group_counts(k["grid"], dims, max_count)
+            except RuntimeFailure as e:
+                raise RuntimeFailure(f"kernel '{k['name']}': {e}") from None
             launches.append(Launch(k["name"], prog.handle, bindings,
                                    tuple(u for u in uniforms if u[0] >= 0), groups, k))
         self._launches = launches
         self._dims = key
         self._version = self.store.version
+
+    def _allocate(self, nbytes: int, slot: int) -> Buffer:
+        """A buffer for `slot`; out of GPU memory is reported naming the program and bytes."""
+        try:
+            return Buffer(nbytes)
+        except OutOfMemory:
+            held = sum(b.nbytes for b in self.buffers.values() if b.handle)
+            labels = [info["label"] for info in self.tensors.values() if info["slot"] == slot]
+            raise OutOfMemory(
+                f"out of GPU memory running program '{self.spec.get('name', '?')}': allocating "
+                f"{nbytes:,} bytes for {', '.join(repr(x) for x in labels) or 'a buffer'} with "
+                f"{held:,} bytes of its buffers already held", nbytes) from None
 
     # -- running ---------------------------------------------------------------------------
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
@@ -394,9 +425,10 @@ class Executor:
         return self.slot_buffer(info["slot"]).download(math.prod(shape)).reshape(shape)
 
     def delete(self) -> None:
-        for buf in self.buffers.values():
+        for buf in (*self.buffers.values(), *self.scratch.values()):
             buf.delete()
         self.buffers.clear()
+        self.scratch.clear()
         programs = list(self.programs)
         self.programs.clear()  # the finalizer's list too: unpinned once
         for program in programs:  # the cache may now evict them
@@ -414,12 +446,49 @@ def _release_pins(programs: list) -> None:
     programs.clear()
 
 
+def chunks(grid: dict, dims: Mapping[str, int]) -> int:
+    """How many chunks a split reduction's grid cuts each output's reduction into (else 1)."""
+    if "split" not in grid:
+        return 1
+    size, chunk = grid["split"]
+    return max(1, -(-eval_size(size, dims) // int(chunk)))
+
+
+def scratch_words(grid: dict, dims: Mapping[str, int]) -> int:
+    """The 4-byte words of scratch a kernel needs bound after its slots (0: none): a counter
+    per output, then `scratch` words per (output, chunk)."""
+    if "scratch" not in grid:
+        return 0
+    outputs = eval_size(grid["flat"], dims)
+    return outputs + outputs * chunks(grid, dims) * int(grid["scratch"])
+
+
 def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
-    if "tiles" in grid:
-        return tuple(-(-eval_size(size, dims) // tile) for size, tile in grid["tiles"])
-    total = -(-eval_size(grid["flat"], dims) // grid["per_group"])
-    if total <= max_count[0]:
-        return (max(total, 1), 1, 1)
-    # More groups than one axis allows: a 2D grid; kernels bounds-check the excess.
-    gy = -(-total // max_count[0])
-    return (-(-total // gy), gy, 1)
+    """The work groups to dispatch for `grid` under `dims`, within `max_count` per axis."""
+    if "tiles" in grid:  # tiled kernels decode their tile from a wrapped grid (glsl.wrap_tiles)
+        tiles = tile_counts(grid, dims)
+        if all(n <= m for n, m in zip(tiles, max_count)):
+            return tiles
+        return wrap_groups(math.prod(tiles), max_count)
+    total = -(-eval_size(grid["flat"], dims) // grid["per_group"]) * chunks(grid, dims)
+    return wrap_groups(total, max_count)
+
+
+def tile_counts(grid: dict, dims: Mapping[str, int]) -> tuple[int, int, int]:
+    x, y, z = (max(1, -(-eval_size(size, dims) // int(tile))) for size, tile in grid["tiles"])
+    return (x, y, z)
+
+
+def wrap_groups(total: int, max_count: Sequence[int]) -> tuple[int, int, int]:
+    """`total` work groups laid out on up to three axes, none over its limit. Flat kernels
+    number their group (z * ny + y) * nx + x and return at once when it is past the end, so
+    the few groups over `total` that filling out the grid adds do nothing."""
+    mx, my, mz = (int(m) for m in max_count)
+    x = min(max(total, 1), mx)
+    rest = -(-total // x)
+    y = min(max(rest, 1), my)
+    z = max(1, -(-rest // y))
+    if z > mz:
+        raise RuntimeFailure(f"{total} work groups do not fit this GPU's grid of at most "
+                             f"{mx} x {my} x {mz}")
+    return (x, y, z)

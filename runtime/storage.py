@@ -33,6 +33,14 @@ def live_bytes() -> int:
     return _live_bytes
 
 
+class OutOfMemory(RuntimeFailure):
+    """GL_OUT_OF_MEMORY creating a buffer of `nbytes` bytes."""
+
+    def __init__(self, message: str, nbytes: int):
+        super().__init__(message)
+        self.nbytes = nbytes
+
+
 class Buffer:
     """A GPU buffer bound as a shader storage block. Sizes and offsets are in bytes.
 
@@ -64,7 +72,7 @@ class Buffer:
         if GL.glGetError() == GL.GL_OUT_OF_MEMORY:
             GL.glDeleteBuffers(1, ctypes.byref(handle))
             self.handle = 0
-            raise RuntimeFailure(f"out of GPU memory allocating a buffer of {nbytes} bytes")
+            raise OutOfMemory(f"out of GPU memory allocating a buffer of {nbytes:,} bytes", nbytes)
         _live_count += 1
         _live_bytes += self.capacity
         if zero:

@@ -561,19 +561,54 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
 
 
 def global_index() -> str:
-    """This invocation's element for one-thread-per-element kernels on a 2D grid of groups."""
-    return ("int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * "
-            "int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)")
+    """This invocation's element for one-thread-per-element kernels on a 3D grid of groups
+    (the runtime wraps a long row of groups onto y and z to stay within the device's limits)."""
+    return f"{group_index()} * int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)"
 
 
 def group_index() -> str:
-    """This work group's number on a 2D grid of groups."""
-    return "int(gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x)"
+    """This work group's number on a 3D grid of groups."""
+    return ("int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x"
+            " + gl_WorkGroupID.x)")
+
+
+TILE_AXES = "xyz"
+
+
+def wrap_tiles(text: str, grid: dict) -> str:
+    """A tiled kernel (its group IDs are tile coordinates) made to run on any grid within the
+    device's group-count limits: main() first numbers its group linearly over the grid the
+    runtime dispatched, leaves when that is past the last tile, and decodes the tile's
+    coordinates into `dlc_tile`, which the text then uses in place of gl_WorkGroupID. Tile
+    counts are constants when the sizes are fixed, else `dlc_tiles_<axis>` int uniforms the
+    runtime sets."""
+    counts, decls = [], []
+    for axis, (size, tile) in zip(TILE_AXES, grid["tiles"]):
+        if len(size) == 1:
+            counts.append(f"{-(-int(size[0]) // int(tile))}u")
+        else:
+            counts.append(f"uint(dlc_tiles_{axis})")
+            decls.append(f"uniform int dlc_tiles_{axis};  // tiles along {axis}, set by the runtime")
+    tx, ty, tz = counts
+    prologue = [
+        "    uint dlc_linear = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y)"
+        " * gl_NumWorkGroups.x + gl_WorkGroupID.x;",
+        f"    if (dlc_linear >= {tx} * {ty} * {tz}) return;  // past the last tile: the group leaves",
+        f"    dlc_tile = uvec3(dlc_linear % {tx}, (dlc_linear / {tx}) % {ty}, dlc_linear / ({tx} * {ty}));",
+    ]
+    head, main, body = text.partition("void main() {\n")
+    if not main:
+        raise AssertionError("a tiled kernel without main()")
+    body = body.replace("gl_WorkGroupID", "dlc_tile")
+    return (head + "\n".join([*decls, "uvec3 dlc_tile;  // this group's tile", ""]) + main
+            + "\n".join(prologue) + "\n" + body)
 
 
 def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
     g, k = ctx.graph, ctx.kernel
     text = prune_preamble(text)
+    if "tiles" in grid:
+        text = wrap_tiles(text, grid)
     slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
     uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used,
                                                              key=lambda d: ctx.dim_index[d])}

@@ -14,6 +14,14 @@ consumers of the output's shape) to the outputs. Two shapes of kernel:
   over the batch), a work group takes 16 neighbouring outputs with 16 invocations each, which
   stride down the rows and combine in shared memory: reads stay coalesced and 16 times as
   many invocations share the work as with one per output.
+
+Long reductions are split into chunks (`split`): no invocation loops more than `CHUNK_ITERS`
+times, because drivers bound the work of one invocation (llvmpipe ends any invocation's loops
+after 65535 iterations in all, silently; other GPUs' watchdogs reset a long-running kernel). A
+"group" or "columns" kernel whose reduced size is not known to fit one chunk then runs one work
+group per (outputs, chunk); each writes its partial result to a scratch buffer the runtime
+binds after the slots, and the last group to finish an output (counted with an atomic) combines
+its partials in chunk order (so sums do not depend on scheduling) and runs the epilogue.
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ INIT = {"sum": "0.0", "max": "(-DLC_INF)", "min": "DLC_INF", "argmax": "(-DLC_IN
         "argmin": "DLC_INF"}
 BETTER = {"max": ">", "min": "<", "argmax": ">", "argmin": "<"}
 SHORT = 64  # a reduction of at most this many elements runs in one invocation
+THREAD_MAX = 4096  # nor one of more than this many (past it: a work group per output)
 COLS = 16  # outputs per work group of the column template (and invocations per output)
+CHUNK_ITERS = 1024  # loop iterations of one invocation over one chunk of a split reduction
 
 
 def geometry(ctx: Context) -> tuple[tuple[int, ...], bool]:
@@ -57,7 +67,14 @@ def template(ctx: Context) -> str:
     leading = list(axes) == list(range(len(axes)))
     if leading and (reduced is None or reduced > SHORT) and node.op in ("sum", "max", "min"):
         return "columns"
+    if reduced is None or reduced > THREAD_MAX:
+        return "group"  # one invocation must not loop over a long reduction
     return "thread"
+
+
+def chunk_size(shape_of_kernel: str) -> int:
+    """Reduced elements one work group covers in one chunk of a split reduction."""
+    return (LOCAL if shape_of_kernel == "group" else LOCAL // COLS) * CHUNK_ITERS
 
 
 def one_group_per_output(ctx: Context) -> bool:
@@ -84,25 +101,53 @@ def render(ctx: Context) -> KernelSource:
     shape_of_kernel = template(ctx)
     per_group = shape_of_kernel == "group"
     columns = shape_of_kernel == "columns"
+    chunk = chunk_size(shape_of_kernel)
+    known = numel_known(red_shape)
+    split = (per_group or columns) and (known is None or known > chunk)
+    ctx.names.taken.update({"o", "r", "lid", "cx", "ry", "live", "acc", "best", "nchunk",
+                            "grp", "blk", "chunk", "rbase", "rlen", "q", "i", "sc"})
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
     n_out, n_red = ctx.numel(out_shape), ctx.numel(red_shape)
+    rows = LOCAL // COLS
+    if split:
+        em.line(f"int nchunk = {n_red} / {chunk} + ({n_red} % {chunk} != 0 ? 1 : 0);"
+                "  // chunks of the reduction")
+        em.line(f"int grp = {group_index()};")
     if per_group:
-        em.line(f"int o = {group_index()};")
+        if split:
+            em.line("int o = grp / nchunk, chunk = grp - o * nchunk;")
+        else:
+            em.line(f"int o = {group_index()};")
         em.line(f"if (o >= {n_out}) return;  // the whole group leaves together")
         em.line("int lid = int(gl_LocalInvocationID.x);")
-        loop = f"for (int r = lid; r < {n_red}; r += {LOCAL})"
+        first, step = "lid", LOCAL
     elif columns:
         em.line(f"int cx = int(gl_LocalInvocationID.x) % {COLS}, "
                 f"ry = int(gl_LocalInvocationID.x) / {COLS};")
-        em.line(f"int o = {group_index()} * {COLS} + cx;")
+        if split:
+            em.line("int blk = grp / nchunk, chunk = grp - blk * nchunk;")
+            em.line(f"if (blk * {COLS} >= {n_out}) return;  // the whole group leaves together")
+            em.line(f"int o = blk * {COLS} + cx;")
+        else:
+            em.line(f"int o = {group_index()} * {COLS} + cx;")
         em.line(f"bool live = o < {n_out};  // no early return: the group meets at barriers")
-        loop = f"for (int r = ry; live && r < {n_red}; r += {LOCAL // COLS})"
+        first, step = "ry", rows
     else:
         em.line(f"int o = {global_index()};")
         em.line(f"if (o >= {n_out}) return;")
+    if split:
+        # Offsets within the chunk: no int overflow near 2^31 elements.
+        em.line(f"int rbase = chunk * {chunk}, rlen = min({n_red} - rbase, {chunk});")
+        cond = "live && " if columns else ""
+        loop = f"for (int i = {first}; {cond}i < rlen; i += {step})"
+    elif per_group:
+        loop = f"for (int r = lid; r < {n_red}; r += {LOCAL})"
+    elif columns:
+        loop = f"for (int r = ry; live && r < {n_red}; r += {rows})"
+    else:
         loop = f"for (int r = 0; r < {n_red}; ++r)"
     arg = op in ("argmax", "argmin")
     em.line(f"float acc = {INIT[op]};")
@@ -124,39 +169,40 @@ def render(ctx: Context) -> KernelSource:
             coords[a] = rc[j]
         return Ix(multi=tuple(coords))
 
-    em.open(loop)
-    v = em.value(x, x_index())
-    if op == "sum":
-        em.line(f"acc += {v};")
-    elif arg:
-        em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; "
-                "best = r; }")
-    else:
-        em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
-    em.close()
-    result = "float(best)" if arg else "acc"
-    extra: list[str] = []
-    if columns:
-        rows = LOCAL // COLS
-        extra = [f"shared float part[{rows}][{COLS + 1}];  // [row group][output], padded"]
-        em.line("part[ry][cx] = acc;")
-        em.line("memoryBarrierShared();")
-        em.line("barrier();")
-        em.open(f"for (int s = {rows // 2}; s > 0; s >>= 1)")
-        em.open("if (ry < s)")
-        em.line("float a = part[ry][cx], b = part[ry + s][cx];")
+    def combine(v: str, index: str) -> None:
+        """acc (and best) take value `v` found at reduced position `index`."""
         if op == "sum":
-            em.line("part[ry][cx] = a + b;")
+            em.line(f"acc += {v};")
+        elif arg:
+            em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; "
+                    f"best = {index}; }}")
         else:
-            em.line(f"part[ry][cx] = (b {BETTER[op]} a || isnan(b)) ? b : a;")
-        em.close()
-        em.line("memoryBarrierShared();")
-        em.line("barrier();")
-        em.close()
-        em.line("if (ry != 0 || !live) return;")
-        result = "part[0][cx]"
-    if per_group:
-        extra = [f"shared float part[{LOCAL}];"] + ([f"shared int part_arg[{LOCAL}];"] if arg else [])
+            em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
+
+    em.open(loop)
+    if split:
+        em.line("int r = rbase + i;")
+    combine(em.value(x, x_index()), "r")
+    em.close()
+
+    def tree() -> str:
+        """Combine the group's accumulators in shared memory; the expression of the result."""
+        if columns:
+            em.line("part[ry][cx] = acc;")
+            em.line("memoryBarrierShared();")
+            em.line("barrier();")
+            em.open(f"for (int s = {rows // 2}; s > 0; s >>= 1)")
+            em.open("if (ry < s)")
+            em.line("float a = part[ry][cx], b = part[ry + s][cx];")
+            if op == "sum":
+                em.line("part[ry][cx] = a + b;")
+            else:
+                em.line(f"part[ry][cx] = (b {BETTER[op]} a || isnan(b)) ? b : a;")
+            em.close()
+            em.line("memoryBarrierShared();")
+            em.line("barrier();")
+            em.close()
+            return "part[0][cx]"
         em.line("part[lid] = acc;")
         if arg:
             em.line("part_arg[lid] = best;")
@@ -177,13 +223,63 @@ def render(ctx: Context) -> KernelSource:
         em.line("memoryBarrierShared();")
         em.line("barrier();")
         em.close()
-        em.line("if (lid != 0) return;")
-        result = "float(part_arg[0])" if arg else "part[0]"
+        return "float(part_arg[0])" if arg else "part[0]"
+
+    result = "float(best)" if arg else "acc"
+    extra: list[str] = []
+    done = "if (ry != 0 || !live) return;" if columns else "if (lid != 0) return;"
+    if columns:
+        extra = [f"shared float part[{rows}][{COLS + 1}];  // [row group][output], padded"]
+    if per_group:
+        extra = [f"shared float part[{LOCAL}];"] + ([f"shared int part_arg[{LOCAL}];"] if arg else [])
+    if per_group or columns:
+        result = tree()
+    if split:
+        scratch = len(ctx.binding)
+        extra += [f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
+                  "  // scratch: a counter per output (or column block), then the partials",
+                  "shared bool last_group;"]
+        em.open("if (nchunk == 1)")
+        em.line(done)
+        em.line(f"epilogue(o, {result});")
+        em.line("return;")
+        em.close()
+        # This chunk's partial, then count the chunks done; the last group combines them.
+        parts = f"({n_out} + o * nchunk)"
+        em.open("if (ry == 0 && live)" if columns else "if (lid == 0)")
+        em.line(f"sc.w[{parts} + chunk] = floatBitsToUint({'part[0]' if arg else result});")
+        if arg:
+            em.line(f"sc.w[{parts} + {n_out} * nchunk + chunk] = uint(part_arg[0]);")
+        em.close()
+        em.line("memoryBarrierBuffer();")
+        em.line("barrier();")
+        em.open("if (gl_LocalInvocationIndex == 0u)")
+        counter = "blk" if columns else "o"
+        em.line(f"last_group = atomicAdd(sc.w[{counter}], 1u) == uint(nchunk - 1);")
+        em.close()
+        em.line("memoryBarrierShared();")
+        em.line("barrier();")
+        em.line("if (!last_group) return;  // the whole group leaves together")
+        em.line("memoryBarrierBuffer();")
+        em.line(f"acc = {INIT[op]};")
+        if arg:
+            em.line("best = 0;")
+        em.open(f"for (int q = {first}; {'live && ' if columns else ''}q < nchunk; q += {step})")
+        v = em.names.claim("partial")
+        em.line(f"float {v} = uintBitsToFloat(sc.w[{parts} + q]);")
+        combine(v, f"int(sc.w[{parts} + {n_out} * nchunk + q])")
+        em.close()
+        result = tree()
+        em.line(f"if (gl_LocalInvocationIndex == 0u) sc.w[{counter}] = 0u;  // ready for the next launch")
+    if per_group or columns:
+        em.line(done)
     em.line(f"epilogue(o, {result});")
 
     how = {"group": "one work group per output", "thread": "one invocation per output",
            "columns": f"{COLS} outputs a work group, {LOCAL // COLS} invocations each"}[
         shape_of_kernel]
+    if split:
+        how += f", in chunks of {chunk}"
     what = f"{op} over axes {list(axes)} of {list(xshape)}, {how}"
     local = (LOCAL, 1, 1)
     lines = header(ctx, what, local, extra)
@@ -191,4 +287,9 @@ def render(ctx: Context) -> KernelSource:
     lines += ["void main() {", *em.lines, "}"]
     per = 1 if per_group else COLS if columns else LOCAL
     grid = {"flat": list(size_of(out_shape)), "per_group": per}
+    if split:
+        # Groups: one per (per_group outputs, chunk); scratch: a uint per output, then
+        # `scratch` uints per (output, chunk).
+        grid["split"] = [list(size_of(red_shape)), chunk]
+        grid["scratch"] = 2 if arg else 1
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)

@@ -95,7 +95,16 @@ def test_reductions_pick_a_shape_of_kernel():
     assert k.grid["per_group"] == 1
     # a long reduction over the batch with many outputs: 16 columns a work group
     (k,) = kernels("input x: [B, 1000]\ny = sum(x, axis=0)\n", "y")
-    assert "shared float part[16][17]" in k.source and k.grid == {"flat": [1000], "per_group": 16}
+    assert "shared float part[16][17]" in k.source and k.grid["flat"] == [1000] \
+        and k.grid["per_group"] == 16
+    # ... cut into chunks of 16384 rows (B is not known to fit one), with a scratch buffer
+    assert k.grid["split"] == [[1, "B"], 16384] and k.grid["scratch"] == 1
+    # a reduction known to fit one chunk is not split
+    (k,) = kernels("input x: [1000, 1000]\ny = sum(x, axis=0)\n", "y")
+    assert "split" not in k.grid and "sc.w" not in k.source
+    # a long reduction over a middle axis: a work group an output, however many outputs
+    (k,) = kernels("input x: [B, 5000, 10]\ny = sum(x, axis=1)\n", "y")
+    assert k.grid["per_group"] == 1 and "shared float part[256];" in k.source
     # argmax keeps the first maximum's index
     (k,) = kernels("input x: [B, 10]\ny = argmax(x)\n", "y")
     assert "best = r;" in k.source and "epilogue(o, float(best));" in k.source

@@ -1,0 +1,96 @@
+"""Tensor sizes against what dlc's kernels and the device support.
+
+Kernels index with 32-bit signed ints (GLSL `int`), so no tensor may hold more than
+`MAX_ELEMENTS` = 2^31 - 1 elements: dlc refuses larger ones rather than compute with
+wrapped-around indexes. The compiler checks fixed shapes (and the fixed part of symbolic
+ones) where they are written; `check_bound` checks every tensor of a program again once the
+feeds bind its symbolic dims, and every storage slot against the device's storage block size.
+Free of GL, the compiler and lark: the compiler imports the limit from here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+from dlc.errors import DataError, RuntimeFailure, format_shape
+
+MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
+
+
+def too_many(count: int, shape: Sequence) -> str | None:
+    """Why `count` elements of `shape` cannot be indexed, or None when they can. With symbolic
+    dims in `shape`, `count` is the product of its fixed dims (a symbolic dim is at least 1)."""
+    if count <= MAX_ELEMENTS:
+        return None
+    least = " at least" if any(isinstance(d, str) for d in shape) else ""
+    return (f"{format_shape(shape)} has{least} {count:,} elements, more than the {MAX_ELEMENTS:,} "
+            "(2^31 - 1) that dlc's 32-bit index math supports")
+
+
+def _where(spec: dict, t: int) -> str:
+    """' (written by kernel K at file:line)' for tensor `t`, when the spec knows."""
+    k = spec.get("producer", {}).get(str(t))
+    if k is None:
+        return ""
+    kernel = spec["kernels"][k]
+    locs = [loc for loc in kernel.get("locs", []) if loc]
+    at = f" at {locs[-1][0]}:{locs[-1][1]}" if locs else ""
+    return f" (kernel {kernel['name']}{at})"
+
+
+def check_bound(spec: dict, dims: Mapping[str, int], max_block_bytes: int) -> None:
+    """Refuse a binding of the dims under which a tensor of program `spec` has more elements
+    than the index math supports, or a storage slot more bytes than a storage block may."""
+    bound = ", ".join(f"{d} = {v}" for d, v in sorted(dims.items()) if d in spec.get("dims", ()))
+    bound = f" with {bound}" if bound else ""
+    largest: dict[int, tuple[int, int, dict]] = {}  # slot -> (count, tensor, info)
+    for key, info in spec["tensors"].items():
+        shape = [d if isinstance(d, int) else int(dims[d]) for d in info["shape"]]
+        count = math.prod(shape)
+        why = too_many(count, shape)
+        if why:
+            raise DataError(f"{_what(spec, info)}{bound}: {why}{_where(spec, int(key))}")
+        slot = info["slot"]
+        if slot not in largest or count > largest[slot][0]:
+            largest[slot] = (count, int(key), info)
+    for count, t, info in largest.values():
+        if 4 * count > max_block_bytes:
+            raise DataError(f"{_what(spec, info)}{bound} needs {4 * count:,} bytes, more than this "
+                            f"GPU's {max_block_bytes:,}-byte storage block limit{_where(spec, t)}")
+
+
+def _what(spec: dict, info: dict) -> str:
+    """"program 'eval': input 'x' [B, 10]" (or tensor 'y' ...)."""
+    kind = "input" if spec["slots"][info["slot"]]["kind"] == "input" else "tensor"
+    return (f"program '{spec.get('name', '?')}': {kind} '{info['label']}' "
+            f"{format_shape(info['shape'])}")
+
+
+_SHARED = re.compile(r"^\s*shared\s+(\w+)\s+\w+((?:\s*\[\s*\d+\s*\])*)\s*;", re.MULTILINE)
+_TYPE_BYTES = {"float": 4, "int": 4, "uint": 4, "bool": 4, "vec2": 8, "ivec2": 8, "vec3": 12,
+               "vec4": 16, "ivec4": 16, "uvec4": 16}
+
+
+def shared_bytes(source: str) -> int:
+    """The shared memory a compute shader's `shared` declarations take (arrays of fixed size;
+    what std430-free shared storage may pad is left to the driver's own check)."""
+    total = 0
+    for type_, dims in _SHARED.findall(source):
+        count = math.prod(int(d) for d in re.findall(r"\d+", dims))
+        total += _TYPE_BYTES.get(type_, 4) * count
+    return total
+
+
+def check_kernel(name: str, source: str, local_size: Sequence[int], limits: Mapping) -> None:
+    """Refuse a kernel whose work group is larger, or takes more shared memory, than this
+    GPU allows (named, before GL fails to link it as if dlc's shader were broken)."""
+    sizes, invocations = limits["max_work_group_size"], limits["max_work_group_invocations"]
+    if any(n > m for n, m in zip(local_size, sizes)) or math.prod(local_size) > invocations:
+        raise RuntimeFailure(f"kernel '{name}' runs work groups of {tuple(local_size)} invocations; "
+                             f"this GPU allows at most {tuple(sizes)} and {invocations} in all")
+    shared = shared_bytes(source)
+    if shared > limits["max_shared_memory"]:
+        raise RuntimeFailure(f"kernel '{name}' needs {shared:,} bytes of shared memory; this GPU "
+                             f"allows {limits['max_shared_memory']:,}")
