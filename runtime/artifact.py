@@ -6,7 +6,6 @@ which buffers, with which uniforms and group counts (see runtime/executor.py).
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from collections.abc import Callable, Mapping
@@ -14,12 +13,13 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from dlc import debug
-from dlc.errors import DataError, DlcError, RuntimeFailure, did_you_mean
+from dlc.errors import DataError, DlcError, did_you_mean
 from dlc.feeds import prepare
 from dlc.runtime.executor import Executor, LeafStore
+from dlc.runtime.manifest import FORMAT, LR, MANIFEST, leaf_shapes, read_manifest
+from dlc.runtime.manifest_files import read_npz, read_shaders
 
-FORMAT = 1
-LR = "$lr"
+__all__ = ["FORMAT", "Runner", "load"]
 
 
 def load(path: str | os.PathLike, seed: int = 0) -> Runner:
@@ -36,26 +36,27 @@ class Runner:
 
     def __init__(self, path: str | os.PathLike, seed: int = 0):
         self.path = pathlib.Path(path)
-        file = self.path / "manifest.json"
-        if not file.is_file():
-            raise DataError(f"{self.path} is not a dlc artifact: it has no manifest.json")
-        self.manifest = json.loads(file.read_text(encoding="utf-8"))
-        if self.manifest.get("format") != FORMAT:
-            raise DataError(f"{self.path}: artifact format {self.manifest.get('format')} is not "
-                            f"one this dlc reads ({FORMAT}); recompile the model")
-        m = self.manifest
+        if not (self.path / MANIFEST).is_file():
+            raise DataError(f"{self.path} is not a dlc artifact: it has no {MANIFEST}")
+        # Untrusted input: the manifest is validated whole, then the files it names are read
+        # (confined to the folder) and checked against it, all before any GL call.
+        where = str(self.path / MANIFEST)
+        self.manifest = m = read_manifest(self.path)
+        self._sources = read_shaders(self.path, m, where)
+        params, states = leaf_shapes(m)
+        initial = read_npz(self.path, "params.npz", params, where, "params")
+        state = read_npz(self.path, "state.npz", states, where, "train.states") if m.get("train") else {}
         self.inputs = {n: tuple(s) for n, s in m["inputs"].items()}
-        self.params_shapes = {n: tuple(s) for n, s in m["params"].items()}
+        self.params_shapes = params
         self.tensors = {n: tuple(s) for n, s in m["tensors"].items()}
         self.losses = {n: () for n in m["losses"]}
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self.store = LeafStore()
         self._executors: dict[str, Executor] = {}
-        self.set_params(self._npz("params.npz"))
-        if m.get("train"):
-            for name, value in self._npz("state.npz").items():
-                self.store.set(name, value)
+        self.set_params(initial)
+        for name, value in state.items():
+            self.store.set(name, value)
 
     # -- Session-like surface ----------------------------------------------------------------
     @property
@@ -138,13 +139,6 @@ class Runner:
                 f"params={list(self.params_shapes)}, losses={list(self.losses)})")
 
     # -- internals ---------------------------------------------------------------------------
-    def _npz(self, name: str) -> dict[str, np.ndarray]:
-        file = self.path / name
-        if not file.is_file():
-            raise DataError(f"{self.path} is missing {name}")
-        with np.load(file, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-
     def _tensor(self, name: str) -> int:
         names = self.manifest["names"]
         if name not in names:
@@ -155,13 +149,8 @@ class Runner:
         ex = self._executors.get(program)
         if ex is None:
             spec = self.manifest["programs"][program]
-            sources = {}
-            for k in spec["kernels"]:
-                file = self.path / k["file"]
-                if not file.is_file():
-                    raise RuntimeFailure(f"{self.path} is missing the kernel {k['file']}")
-                sources[k["file"]] = file.read_text(encoding="ascii")
-            ex = self._executors[program] = Executor(spec, sources, self.store, debug.gl_hook())
+            ex = Executor(spec, self._sources[program], self.store, debug.gl_hook())
+            self._executors[program] = ex
         return ex
 
     def _lr(self, compiled: dict, optimizer) -> float:
