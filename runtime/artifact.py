@@ -16,10 +16,10 @@ from dlc import debug
 from dlc.errors import DataError, DlcError, did_you_mean
 from dlc.feeds import prepare
 from dlc.runtime.executor import Executor, LeafStore
-from dlc.runtime.manifest import FORMAT, LR, MANIFEST, leaf_shapes, read_manifest
-from dlc.runtime.manifest_files import read_npz, read_shaders
+from dlc.runtime.manifest import FORMAT, LR, MANIFEST
+from dlc.runtime.manifest_files import read_artifact
 
-__all__ = ["FORMAT", "Runner", "load"]
+__all__ = ["FORMAT", "LR", "Runner", "load"]
 
 
 def load(path: str | os.PathLike, seed: int = 0) -> Runner:
@@ -38,14 +38,10 @@ class Runner:
         self.path = pathlib.Path(path)
         if not (self.path / MANIFEST).is_file():
             raise DataError(f"{self.path} is not a dlc artifact: it has no {MANIFEST}")
-        # Untrusted input: the manifest is validated whole, then the files it names are read
-        # (confined to the folder) and checked against it, all before any GL call.
-        where = str(self.path / MANIFEST)
-        self.manifest = m = read_manifest(self.path)
-        self._sources = read_shaders(self.path, m, where)
-        params, states = leaf_shapes(m)
-        initial = read_npz(self.path, "params.npz", params, where, "params")
-        state = read_npz(self.path, "state.npz", states, where, "train.states") if m.get("train") else {}
+        files = read_artifact(self.path)  # everything checked before any GL call
+        self.manifest = m = files.manifest
+        self._sources = files.sources
+        params = files.param_shapes
         self.inputs = {n: tuple(s) for n, s in m["inputs"].items()}
         self.params_shapes = params
         self.tensors = {n: tuple(s) for n, s in m["tensors"].items()}
@@ -54,8 +50,8 @@ class Runner:
         self._rng = np.random.default_rng(seed)
         self.store = LeafStore()
         self._executors: dict[str, Executor] = {}
-        self.set_params(initial)
-        for name, value in state.items():
+        self.set_params(files.params)
+        for name, value in files.state.items():
             self.store.set(name, value)
 
     # -- Session-like surface ----------------------------------------------------------------

@@ -359,6 +359,12 @@ class _Manifest:
         if kind == "input":  # the fed array is uploaded into the slot's buffer: it must fit
             shape = self.inputs.get(slot["name"], [1])  # '$lr' is one number
             self.covers(slot, _count(tuple(shape)), f, f"input '{slot['name']}'s slot")
+        if kind in PERSISTENT:  # the leaf's own buffer: exactly its elements
+            have = self.leaves[kind][slot["name"]]
+            for i, z in enumerate(sizes):
+                if z != [have]:
+                    self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not the {have} elements of "
+                                                 f"{kind} '{slot['name']}'")
         if kind == "const":
             values = self.list(slot.get("values"), f"{f}.values", MAX_ELEMENTS)
             for i, v in enumerate(values):

@@ -16,10 +16,11 @@ import re
 import stat
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.manifest import ArtifactError, check_file_name
+from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
 
 MAX_SHADER_BYTES = 1 << 20
 NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data
@@ -28,17 +29,42 @@ _UNIFORM = re.compile(r"\buniform\s+(\w+)\s+(\w+)\s*;")
 _BINDING = re.compile(r"\bbinding\s*=\s*(\w+)")
 
 
-def _fail(where: str, field: str):
-    def fail(f: str, problem: str):
-        raise ArtifactError(f"{where}: {f}: {problem}")
+def _fail(where: str, prefix: str = ""):
+    """`fail(field, problem)` raising an ArtifactError for the manifest at `where`; `field`
+    is put after `prefix` (the kernel's field) when there is one."""
+    def fail(field: str, problem: str):
+        raise ArtifactError(f"{where}: {prefix + '.' if prefix else ''}{field}: {problem}")
     return fail
+
+
+@dataclass
+class ArtifactFiles:
+    """An artifact folder read and checked whole: what `dlc.load` needs before any GL call."""
+
+    manifest: dict
+    sources: dict[str, dict[str, str]]  # program -> {file -> GLSL text}
+    param_shapes: dict[str, tuple]
+    params: dict[str, np.ndarray]  # initial values
+    state: dict[str, np.ndarray]  # optimizer state (empty without a training step)
+
+
+def read_artifact(folder: str | os.PathLike) -> ArtifactFiles:
+    """Validate manifest.json, then read the files it names (ArtifactError on any problem)."""
+    folder = pathlib.Path(folder)
+    where = str(folder / MANIFEST)
+    m = read_manifest(folder)
+    sources = read_shaders(folder, m, where)
+    params, states = leaf_shapes(m)
+    initial = read_npz(folder, "params.npz", params, where, "params")
+    state = read_npz(folder, "state.npz", states, where, "train.states") if m.get("train") else {}
+    return ArtifactFiles(m, sources, params, initial, state)
 
 
 def read_confined(folder: pathlib.Path, name: str, limit: int, where: str, field: str) -> bytes:
     """The bytes of file `name` in `folder`, refused unless it is a regular file inside the
     folder (after resolving symlinks) of at most `limit` bytes. Messages start with `where`
     (the manifest) and `field` (what named the file)."""
-    fail = _fail(where, field)
+    fail = _fail(where)
     check_file_name(name, field, fail)
     if not folder.is_dir():
         raise ArtifactError(f"{folder}: not a dlc artifact folder")
@@ -88,12 +114,12 @@ def read_shaders(folder: pathlib.Path, m: Mapping, where: str) -> dict[str, dict
             except UnicodeDecodeError as e:
                 raise ArtifactError(f"{where}: {field}.file: '{k['file']}' is not ASCII text "
                                     f"(byte {e.start})") from None
-            check_shader(text, k, field, _fail(where, field))
+            check_shader(text, k, _fail(where, field))
             sources[k["file"]] = text
     return out
 
 
-def check_shader(text: str, kernel: Mapping, field: str, fail) -> None:
+def check_shader(text: str, kernel: Mapping, fail) -> None:
     """Declared uniforms and bindings of `text` against the kernel's manifest entry."""
     if "\0" in text:
         fail("file", f"'{kernel['file']}' holds a NUL byte")
@@ -120,7 +146,7 @@ def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where
     finite. Headers are checked before data is read; no pickles."""
     want_bytes = sum(8 * int(np.prod(s, dtype=np.int64)) for s in shapes.values())
     raw = read_confined(folder, name, want_bytes + NPZ_SLACK + 512 * len(shapes), where, field)
-    fail = _fail(where, field)
+    fail = _fail(where)
     out = {}
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
