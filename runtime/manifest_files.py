@@ -25,8 +25,15 @@ from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_
 MAX_SHADER_BYTES = 1 << 20
 NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data
 
-_UNIFORM = re.compile(r"\buniform\s+(\w+)\s+(\w+)\s*;")
-_BINDING = re.compile(r"\bbinding\s*=\s*(\w+)")
+# No leading \b: a pattern that starts with its literal is scanned much faster (fuzzing
+# reads thousands of shaders); `_words` drops matches inside a longer word instead.
+_UNIFORM = re.compile(r"uniform\s+(\w+)\s+(\w+)\s*;")
+_BINDING = re.compile(r"binding\s*=\s*(\w+)")
+
+
+def _words(pattern: re.Pattern, text: str) -> list:
+    return [m.groups() for m in pattern.finditer(text)
+            if m.start() == 0 or not (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_")]
 
 
 def _fail(where: str, prefix: str = ""):
@@ -51,8 +58,12 @@ class ArtifactFiles:
 def read_artifact(folder: str | os.PathLike) -> ArtifactFiles:
     """Validate manifest.json, then read the files it names (ArtifactError on any problem)."""
     folder = pathlib.Path(folder)
+    return read_named_files(folder, read_manifest(folder))
+
+
+def read_named_files(folder: pathlib.Path, m: dict) -> ArtifactFiles:
+    """The shaders and .npz files that the validated manifest `m` of `folder` names."""
     where = str(folder / MANIFEST)
-    m = read_manifest(folder)
     sources = read_shaders(folder, m, where)
     params, states = leaf_shapes(m)
     initial = read_npz(folder, "params.npz", params, where, "params")
@@ -124,7 +135,7 @@ def check_shader(text: str, kernel: Mapping, fail) -> None:
     if "\0" in text:
         fail("file", f"'{kernel['file']}' holds a NUL byte")
     declared = {}
-    for kind, name in _UNIFORM.findall(text):
+    for kind, name in _words(_UNIFORM, text):
         declared[name] = kind
     for u in kernel["uniforms"]:
         if declared.get(u) != "int":
@@ -134,10 +145,15 @@ def check_shader(text: str, kernel: Mapping, fail) -> None:
             fail("uniforms", f"'{kernel['file']}' declares uniform {kind} {name}, which the "
                              "manifest gives no value")
     bound = len(kernel["slots"])
-    for b in _BINDING.findall(text):
+    used = set()
+    for (b,) in _words(_BINDING, text):
         if not b.isdigit() or int(b) >= bound:
             fail("slots", f"'{kernel['file']}' uses buffer binding {b}; the kernel binds "
                           f"{bound} slot{'s' if bound != 1 else ''} (0 to {bound - 1})")
+        used.add(int(b))
+    if len(used) != bound:  # every slot the manifest binds is one the shader declares
+        fail("slots", f"{bound} slots for the {len(used)} buffer bindings that "
+                      f"'{kernel['file']}' declares")
 
 
 def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where: str,
