@@ -86,8 +86,9 @@ class Runner:
         names = [fetch] if isinstance(fetch, str) else list(fetch)
         tensors = [self._tensor(n) for n in names]
         ex = self._executor("eval")
-        arrays, dims = prepare(self.inputs, feeds, ex.needs(tensors)[1])
-        values = ex.run(arrays, dims, tensors)
+        kernels, needed = ex.needs(tensors)
+        arrays, dims = prepare(self.inputs, feeds, needed)
+        values = ex.run(arrays, self._all_dims(ex, kernels, tensors, dims), tensors)
         out = dict(zip(names, values))
         return out[fetch] if isinstance(fetch, str) else out
 
@@ -148,6 +149,22 @@ class Runner:
             ex = Executor(spec, self._sources[program], self.store, debug.gl_hook())
             self._executors[program] = ex
         return ex
+
+    def _all_dims(self, ex: Executor, kernels, fetch, dims: dict[str, int]) -> dict[str, int]:
+        """`dims` plus 1 for each dim that only unfed inputs bind: the eval program sizes
+        every buffer, but the kernels a fetch launches must not depend on such a dim."""
+        used = {d for t in fetch for d in ex.tensors[t]["shape"] if isinstance(d, str)}
+        for k in kernels:
+            spec = ex.kernels[k]
+            used.update(spec["uniforms"].values())
+            used.update(d for t in spec["reads"] + spec["writes"]
+                        for d in ex.tensors[t]["shape"] if isinstance(d, str))
+        for d in sorted(used - set(dims)):
+            binders = sorted(n for n, s in self.inputs.items() if d in s)
+            raise DataError(f"fetching these tensors needs the dim {d}: feed "
+                            f"{' or '.join(repr(n) for n in binders)}, which binds it")
+        unbound = {d for s in self.inputs.values() for d in s if isinstance(d, str)} - set(dims)
+        return {**dict.fromkeys(unbound, 1), **dims}
 
     def _lr(self, compiled: dict, optimizer) -> float:
         """The learning rate to feed; any other hyper-parameter must be the compiled one."""

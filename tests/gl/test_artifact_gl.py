@@ -186,3 +186,17 @@ def test_accepted_mutants_run_or_fail_cleanly(gl, artifact, tmp_path):
         if ran == {"inert": 4, "other": 4}:
             break
     assert ran == {"inert": 4, "other": 4}, ran
+
+
+def test_a_fetch_needs_only_the_dims_of_its_inputs(gl, tmp_path):
+    """The eval program sizes every buffer; a dim only an unfed input binds is not needed."""
+    model = dlc.compile("input x: [B, 3]\ninput y: [N]\na = sum(x)\nb = sum(y * y)\n")
+    out = write_artifact(model, tmp_path / "two.dlc")
+    runner = dlc.load(out)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.arange(5, dtype=np.float32)
+    assert runner.eval("a", {"x": x}) == x.sum()
+    assert runner.eval("b", {"y": y}) == (y * y).sum()
+    got = runner.eval(["a", "b"], {"x": x[:1], "y": y[:2]})
+    assert got == {"a": x[:1].sum(), "b": (y[:2] ** 2).sum()}
+    runner.close()
