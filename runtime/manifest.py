@@ -300,13 +300,12 @@ class _Manifest:
             if not re.fullmatch(r"0|[1-9][0-9]{0,9}", key):
                 self.fail(f"{f}.tensors", f"the key {_show(key)} is not a tensor id")
             g = f"{f}.tensors.{key}"
-            self.obj(info, g, required=("slot", "shape"))
+            self.obj(info, g, required=("slot", "shape", "label"))
             s = self.int(info["slot"], f"{g}.slot", 0, max(len(slots) - 1, 0))
             if not slots:
                 self.fail(f"{g}.slot", "the program has no slots")
             shape = self.shape(info["shape"], f"{g}.shape", dims)
-            if "label" in info:
-                self.str(info["label"], f"{g}.label", 4096)
+            self.str(info["label"], f"{g}.label", 4096)
             self.covers(slots[s], _count(shape), g, f"slot {s}")
         ids = {int(k) for k in tensors}
 
@@ -397,8 +396,9 @@ class _Manifest:
                      f"(sizes {_show(slot['sizes'])})")
 
     def kernel(self, k, f: str, index: int, slots, dims, inputs, tensor, tensors) -> None:
+        # ir, locs (and the tensors' labels) are what debug mode reports
         self.obj(k, f, required=("name", "file", "slots", "uniforms", "grid", "reads",
-                                 "writes", "after", "inputs"))
+                                 "writes", "after", "inputs", "ir", "locs"))
         self.name(k["name"], f"{f}.name", what="a kernel name")
         check_file_name(k["file"], f"{f}.file", self.fail)
         if not k["file"].endswith(".glsl"):
@@ -427,18 +427,16 @@ class _Manifest:
             self.int(a, f"{f}.after[{i}]", 0, index - 1)
         for i, n in enumerate(self.list(k["inputs"], f"{f}.inputs")):
             self.member(n, inputs, f"{f}.inputs[{i}]", "an input of the artifact")
-        if "ir" in k:
-            for i, line in enumerate(self.list(k["ir"], f"{f}.ir")):
-                self.str(line, f"{f}.ir[{i}]")
-        if "locs" in k:
-            for i, loc in enumerate(self.list(k["locs"], f"{f}.locs")):
-                if loc is not None:
-                    g = f"{f}.locs[{i}]"
-                    if not isinstance(loc, list) or len(loc) != 3:
-                        self.fail(g, "must be null or [file, line, column]")
-                    self.str(loc[0], f"{g}[0]", 4096)
-                    self.int(loc[1], f"{g}[1]")
-                    self.int(loc[2], f"{g}[2]")
+        for i, line in enumerate(self.list(k["ir"], f"{f}.ir")):
+            self.str(line, f"{f}.ir[{i}]")
+        for i, loc in enumerate(self.list(k["locs"], f"{f}.locs")):
+            if loc is not None:
+                g = f"{f}.locs[{i}]"
+                if not isinstance(loc, list) or len(loc) != 3:
+                    self.fail(g, "must be null or [file, line, column]")
+                self.str(loc[0], f"{g}[0]", 4096)
+                self.int(loc[1], f"{g}[1]")
+                self.int(loc[2], f"{g}[2]")
 
     def grid(self, g, f: str, dims) -> None:
         self.obj(g, f)
