@@ -244,10 +244,21 @@ class _Manifest:
         for name, spec in progs.items():
             self.program(spec, name)
         eval_tensors = progs["eval"]["tensors"]
+        declared = {**m["tensors"], **inputs, **m["params"]}
         for n, t in names.items():
-            self.int(t, f"names.{n}")
+            self.int(t, f"names.{n}", 0, 2**34)
             if str(t) not in eval_tensors:
                 self.fail(f"names.{n}", f"tensor {t} is not a tensor of the eval program")
+            shape = eval_tensors[str(t)]["shape"]
+            if n in declared and declared[n] != shape:
+                self.fail(f"names.{n}", f"tensor {t} has shape {_show(shape)}, but '{n}' is "
+                                        f"declared {_show(declared[n])}")
+        if train is not None:  # the step returns its loss as one number
+            loss = progs["train"]["roots"][0]
+            shape = progs["train"]["tensors"][str(loss)]["shape"]
+            if shape:
+                self.fail("programs.train.roots[0]", f"the loss tensor {loss} has shape "
+                                                     f"{_show(shape)}, not a scalar's []")
 
     def fixed(self, v, field: str) -> int:
         """A shape of ints only (params, optimizer state); returns its element count."""

@@ -248,6 +248,10 @@ def _delete(path):
      r"programs\.eval\.slots\[0\]\.kind: 'magic' is not a slot kind"),
     (_set(["programs", "nope"], {}), r"programs: 'nope' is not a program this dlc runs"),
     (_set(["inputs", "pixels"], ["B", "x y"]), r"inputs\.pixels\[1\]: 'x y' is not a dim name"),
+    (_set(["tensors", "h"], ["B", 10]),
+     r"names\.h: tensor 10 has shape \['B', 64\], but 'h' is declared \['B', 10\]"),
+    (_set(["programs", "train", "roots"], [0]),
+     r"programs\.train\.roots\[0\]: the loss tensor 0 has shape \['B', 64\], not a scalar"),
 ])
 def test_each_broken_field_is_named(art, change, match):
     edit(art, change)
