@@ -6,6 +6,7 @@ which buffers, with which uniforms and group counts (see runtime/executor.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 from collections.abc import Callable, Mapping
@@ -13,13 +14,30 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from dlc import debug
-from dlc.errors import DataError, DlcError, did_you_mean
+from dlc.errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from dlc.feeds import prepare
 from dlc.runtime.executor import Executor, LeafStore
 from dlc.runtime.manifest import FORMAT, LR, MANIFEST
 from dlc.runtime.manifest_files import read_artifact
 
 __all__ = ["FORMAT", "LR", "Runner", "load"]
+
+
+@contextlib.contextmanager
+def _gpu_memory(path: pathlib.Path, program: str):
+    """A buffer the driver cannot allocate (an artifact may size its buffers absurdly) as a
+    dlc error naming the program, not PyOpenGL's GLError."""
+    from OpenGL.error import GLError
+
+    try:
+        yield
+    except GLError as e:
+        if getattr(e, "err", None) != 0x0505:  # GL_OUT_OF_MEMORY
+            raise
+        args = getattr(e, "pyArgs", None) or ()
+        size = f" of {args[1]} bytes" if len(args) > 1 and isinstance(args[1], int) else ""
+        raise RuntimeFailure(f"{path}: the {program} program ran out of GPU memory allocating "
+                             f"a buffer{size}") from None
 
 
 def load(path: str | os.PathLike, seed: int = 0) -> Runner:
@@ -88,7 +106,8 @@ class Runner:
         ex = self._executor("eval")
         kernels, needed = ex.needs(tensors)
         arrays, dims = prepare(self.inputs, feeds, needed)
-        values = ex.run(arrays, self._all_dims(ex, kernels, tensors, dims), tensors)
+        with _gpu_memory(self.path, "eval"):
+            values = ex.run(arrays, self._all_dims(ex, kernels, tensors, dims), tensors)
         out = dict(zip(names, values))
         return out[fetch] if isinstance(fetch, str) else out
 
@@ -116,7 +135,8 @@ class Runner:
 
         def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
             batch[LR] = lr_value
-            (value,) = ex.run(batch, bdims, [loss_tensor], step=True)
+            with _gpu_memory(self.path, "train"):
+                (value,) = ex.run(batch, bdims, [loss_tensor], step=True)
             return float(value)
 
         return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,

@@ -200,3 +200,22 @@ def test_a_fetch_needs_only_the_dims_of_its_inputs(gl, tmp_path):
     got = runner.eval(["a", "b"], {"x": x[:1], "y": y[:2]})
     assert got == {"a": x[:1].sum(), "b": (y[:2] ** 2).sum()}
     runner.close()
+
+
+def test_an_absurd_buffer_size_is_a_dlc_error(gl, tmp_path):
+    """A slot sized within the schema's bounds but beyond the GPU's memory: a dlc error naming
+    the program (or, on a GPU with room for it, a run like any other), never PyOpenGL's."""
+    model = dlc.compile("input x: [B]\nparam w: [1] = 0.5\nloss cost = mean(square(x * w))\n")
+    out = write_artifact(model, tmp_path / "q.dlc", train_loss="cost")
+    m = json.loads((out / "manifest.json").read_text())
+    temps = [s for s in m["programs"]["train"]["slots"] if s["kind"] == "temp" and
+             len(s["sizes"][0]) > 1]
+    temps[0]["sizes"][0][0] = 2**31 - 1  # times B: far beyond any GPU at B = 64
+    (out / "manifest.json").write_text(json.dumps(m))
+    runner = dlc.load(out)
+    try:
+        runner.train({"x": np.ones(64, np.float32)}, batch_size=64, steps=1)
+    except dlc.DlcError as e:
+        assert f"{out}: the train program ran out of GPU memory allocating a buffer" in str(e)
+    finally:
+        runner.close()
