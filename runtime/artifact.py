@@ -6,7 +6,7 @@ which buffers, with which uniforms and group counts (see runtime/executor.py).
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import pathlib
 from collections.abc import Callable, Mapping
@@ -17,9 +17,27 @@ from dlc import debug
 from dlc.errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from dlc.feeds import prepare
 from dlc.runtime.executor import Executor, LeafStore
+from dlc.runtime.manifest import FORMAT, LR, MANIFEST
+from dlc.runtime.manifest_files import read_artifact
 
-FORMAT = 1
-LR = "$lr"
+__all__ = ["FORMAT", "LR", "Runner", "load"]
+
+
+@contextlib.contextmanager
+def _gpu_memory(path: pathlib.Path, program: str):
+    """A buffer the driver cannot allocate (an artifact may size its buffers absurdly) as a
+    dlc error naming the program, not PyOpenGL's GLError."""
+    from OpenGL.error import GLError
+
+    try:
+        yield
+    except GLError as e:
+        if getattr(e, "err", None) != 0x0505:  # GL_OUT_OF_MEMORY
+            raise
+        args = getattr(e, "pyArgs", None) or ()
+        size = f" of {args[1]} bytes" if len(args) > 1 and isinstance(args[1], int) else ""
+        raise RuntimeFailure(f"{path}: the {program} program ran out of GPU memory allocating "
+                             f"a buffer{size}") from None
 
 
 def load(path: str | os.PathLike, seed: int = 0) -> Runner:
@@ -36,26 +54,23 @@ class Runner:
 
     def __init__(self, path: str | os.PathLike, seed: int = 0):
         self.path = pathlib.Path(path)
-        file = self.path / "manifest.json"
-        if not file.is_file():
-            raise DataError(f"{self.path} is not a dlc artifact: it has no manifest.json")
-        self.manifest = json.loads(file.read_text(encoding="utf-8"))
-        if self.manifest.get("format") != FORMAT:
-            raise DataError(f"{self.path}: artifact format {self.manifest.get('format')} is not "
-                            f"one this dlc reads ({FORMAT}); recompile the model")
-        m = self.manifest
+        if not (self.path / MANIFEST).is_file():
+            raise DataError(f"{self.path} is not a dlc artifact: it has no {MANIFEST}")
+        files = read_artifact(self.path)  # everything checked before any GL call
+        self.manifest = m = files.manifest
+        self._sources = files.sources
+        params = files.param_shapes
         self.inputs = {n: tuple(s) for n, s in m["inputs"].items()}
-        self.params_shapes = {n: tuple(s) for n, s in m["params"].items()}
+        self.params_shapes = params
         self.tensors = {n: tuple(s) for n, s in m["tensors"].items()}
         self.losses = {n: () for n in m["losses"]}
         self.seed = seed
         self._rng = np.random.default_rng(seed)
         self.store = LeafStore()
         self._executors: dict[str, Executor] = {}
-        self.set_params(self._npz("params.npz"))
-        if m.get("train"):
-            for name, value in self._npz("state.npz").items():
-                self.store.set(name, value)
+        self.set_params(files.params)
+        for name, value in files.state.items():
+            self.store.set(name, value)
 
     # -- Session-like surface ----------------------------------------------------------------
     @property
@@ -89,8 +104,10 @@ class Runner:
         names = [fetch] if isinstance(fetch, str) else list(fetch)
         tensors = [self._tensor(n) for n in names]
         ex = self._executor("eval")
-        arrays, dims = prepare(self.inputs, feeds, ex.needs(tensors)[1])
-        values = ex.run(arrays, dims, tensors)
+        kernels, needed = ex.needs(tensors)
+        arrays, dims = prepare(self.inputs, feeds, needed)
+        with _gpu_memory(self.path, "eval"):
+            values = ex.run(arrays, self._all_dims(ex, kernels, tensors, dims), tensors)
         out = dict(zip(names, values))
         return out[fetch] if isinstance(fetch, str) else out
 
@@ -118,7 +135,8 @@ class Runner:
 
         def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
             batch[LR] = lr_value
-            (value,) = ex.run(batch, bdims, [loss_tensor], step=True)
+            with _gpu_memory(self.path, "train"):
+                (value,) = ex.run(batch, bdims, [loss_tensor], step=True)
             return float(value)
 
         return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
@@ -138,13 +156,6 @@ class Runner:
                 f"params={list(self.params_shapes)}, losses={list(self.losses)})")
 
     # -- internals ---------------------------------------------------------------------------
-    def _npz(self, name: str) -> dict[str, np.ndarray]:
-        file = self.path / name
-        if not file.is_file():
-            raise DataError(f"{self.path} is missing {name}")
-        with np.load(file, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-
     def _tensor(self, name: str) -> int:
         names = self.manifest["names"]
         if name not in names:
@@ -155,14 +166,25 @@ class Runner:
         ex = self._executors.get(program)
         if ex is None:
             spec = self.manifest["programs"][program]
-            sources = {}
-            for k in spec["kernels"]:
-                file = self.path / k["file"]
-                if not file.is_file():
-                    raise RuntimeFailure(f"{self.path} is missing the kernel {k['file']}")
-                sources[k["file"]] = file.read_text(encoding="ascii")
-            ex = self._executors[program] = Executor(spec, sources, self.store, debug.gl_hook())
+            ex = Executor(spec, self._sources[program], self.store, debug.gl_hook())
+            self._executors[program] = ex
         return ex
+
+    def _all_dims(self, ex: Executor, kernels, fetch, dims: dict[str, int]) -> dict[str, int]:
+        """`dims` plus 1 for each dim that only unfed inputs bind: the eval program sizes
+        every buffer, but the kernels a fetch launches must not depend on such a dim."""
+        used = {d for t in fetch for d in ex.tensors[t]["shape"] if isinstance(d, str)}
+        for k in kernels:
+            spec = ex.kernels[k]
+            used.update(spec["uniforms"].values())
+            used.update(d for t in spec["reads"] + spec["writes"]
+                        for d in ex.tensors[t]["shape"] if isinstance(d, str))
+        for d in sorted(used - set(dims)):
+            binders = sorted(n for n, s in self.inputs.items() if d in s)
+            raise DataError(f"fetching these tensors needs the dim {d}: feed "
+                            f"{' or '.join(repr(n) for n in binders)}, which binds it")
+        unbound = {d for s in self.inputs.values() for d in s if isinstance(d, str)} - set(dims)
+        return {**dict.fromkeys(unbound, 1), **dims}
 
     def _lr(self, compiled: dict, optimizer) -> float:
         """The learning rate to feed; any other hyper-parameter must be the compiled one."""

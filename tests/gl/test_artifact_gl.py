@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -135,3 +136,86 @@ def test_emit_stages(stage):
     want = {"kernels": "kernel k01_matmul_add_relu (matmul)", "plan": "peak temporaries:",
             "glsl": "#version 430"}[stage]
     assert want in text
+
+
+def test_accepted_mutants_run_or_fail_cleanly(gl, artifact, tmp_path):
+    """The GL half of the manifest fuzzer (tests/runtime/test_manifest_fuzz.py): tampered
+    manifests that pass validation run to a result or a dlc error, never another exception;
+    those that change only fields the runtime ignores give the pristine results."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "runtime"))
+    from manifest_mutants import inert, json_mutant
+
+    from dlc.runtime.manifest import ArtifactError, parse, validate
+
+    _, out = artifact
+    text = (out / "manifest.json").read_text()
+    feeds = digits(8)
+    pristine = dlc.load(out)
+    want = pristine.eval(["probs", "cost"], feeds)
+    pristine.close()
+    rng = np.random.default_rng(80)
+    ran = {"inert": 0, "other": 0}
+    for i in range(400):
+        raw, what, changed = json_mutant(text, rng)
+        try:
+            validate(parse(raw, "m"), "m")
+        except ArtifactError:
+            continue
+        kind = "inert" if inert(changed) else "other"
+        if ran[kind] >= 4:
+            continue
+        ran[kind] += 1
+        folder = tmp_path / f"m{i}"
+        shutil.copytree(out, folder)
+        (folder / "manifest.json").write_bytes(raw)
+        try:
+            runner = dlc.load(folder)
+            try:
+                got = runner.eval(["probs", "cost"], feeds)
+                runner.train(feeds, batch_size=8, steps=1)
+            finally:
+                runner.close()
+        except dlc.DlcError:
+            assert kind == "other", f"mutant {i} ({what}) of an ignored field was refused"
+            continue
+        except Exception as e:  # noqa: BLE001 - name the mutant that broke it
+            pytest.fail(f"mutant {i} ({what}) raised {type(e).__name__}: {e}")
+        if kind == "inert":
+            for name in want:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=f"mutant {i}: {what}")
+        if ran == {"inert": 4, "other": 4}:
+            break
+    assert ran == {"inert": 4, "other": 4}, ran
+
+
+def test_a_fetch_needs_only_the_dims_of_its_inputs(gl, tmp_path):
+    """The eval program sizes every buffer; a dim only an unfed input binds is not needed."""
+    model = dlc.compile("input x: [B, 3]\ninput y: [N]\na = sum(x)\nb = sum(y * y)\n")
+    out = write_artifact(model, tmp_path / "two.dlc")
+    runner = dlc.load(out)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.arange(5, dtype=np.float32)
+    assert runner.eval("a", {"x": x}) == x.sum()
+    assert runner.eval("b", {"y": y}) == (y * y).sum()
+    got = runner.eval(["a", "b"], {"x": x[:1], "y": y[:2]})
+    assert got == {"a": x[:1].sum(), "b": (y[:2] ** 2).sum()}
+    runner.close()
+
+
+def test_an_absurd_buffer_size_is_a_dlc_error(gl, tmp_path):
+    """A slot sized within the schema's bounds but beyond the GPU's memory: a dlc error naming
+    the program (or, on a GPU with room for it, a run like any other), never PyOpenGL's."""
+    model = dlc.compile("input x: [B]\nparam w: [1] = 0.5\nloss cost = mean(square(x * w))\n")
+    out = write_artifact(model, tmp_path / "q.dlc", train_loss="cost")
+    m = json.loads((out / "manifest.json").read_text())
+    temps = [s for s in m["programs"]["train"]["slots"] if s["kind"] == "temp" and
+             len(s["sizes"][0]) > 1]
+    temps[0]["sizes"][0][0] = 2**31 - 1  # times B: far beyond any GPU at B = 64
+    (out / "manifest.json").write_text(json.dumps(m))
+    runner = dlc.load(out)
+    try:
+        runner.train({"x": np.ones(64, np.float32)}, batch_size=64, steps=1)
+    except dlc.DlcError as e:
+        assert f"{out}: the train program ran out of GPU memory allocating a buffer" in str(e)
+    finally:
+        runner.close()

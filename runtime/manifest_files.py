@@ -1,0 +1,217 @@
+"""The files an artifact's manifest names, read as untrusted input.
+
+Every file is read through `read_confined`: a plain name inside the artifact folder (symlinks
+are resolved and must stay inside), a regular file (no FIFO or device that would block), at
+most a bounded number of bytes. Shaders must be ASCII and declare only the uniforms and
+buffer bindings the manifest gives them values for; .npz files are read without pickles, their
+names and shapes checked against the manifest before any array data is read.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import re
+import stat
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
+
+MAX_SHADER_BYTES = 1 << 20
+NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data
+
+# No leading \b: a pattern that starts with its literal is scanned much faster (fuzzing
+# reads thousands of shaders); `_words` drops matches inside a longer word instead.
+_UNIFORM = re.compile(r"uniform\s+(\w+)\s+(\w+)\s*;")
+_BINDING = re.compile(r"binding\s*=\s*(\w+)")
+
+
+def _words(pattern: re.Pattern, text: str) -> list:
+    return [m.groups() for m in pattern.finditer(text)
+            if m.start() == 0 or not (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_")]
+
+
+def _fail(where: str, prefix: str = ""):
+    """`fail(field, problem)` raising an ArtifactError for the manifest at `where`; `field`
+    is put after `prefix` (the kernel's field) when there is one."""
+    def fail(field: str, problem: str):
+        raise ArtifactError(f"{where}: {prefix + '.' if prefix else ''}{field}: {problem}")
+    return fail
+
+
+@dataclass
+class ArtifactFiles:
+    """An artifact folder read and checked whole: what `dlc.load` needs before any GL call."""
+
+    manifest: dict
+    sources: dict[str, dict[str, str]]  # program -> {file -> GLSL text}
+    param_shapes: dict[str, tuple]
+    params: dict[str, np.ndarray]  # initial values
+    state: dict[str, np.ndarray]  # optimizer state (empty without a training step)
+
+
+def read_artifact(folder: str | os.PathLike) -> ArtifactFiles:
+    """Validate manifest.json, then read the files it names (ArtifactError on any problem)."""
+    folder = pathlib.Path(folder)
+    return read_named_files(folder, read_manifest(folder))
+
+
+def read_named_files(folder: pathlib.Path, m: dict) -> ArtifactFiles:
+    """The shaders and .npz files that the validated manifest `m` of `folder` names."""
+    where = str(folder / MANIFEST)
+    sources = read_shaders(folder, m, where)
+    params, states = leaf_shapes(m)
+    initial = read_npz(folder, "params.npz", params, where, "params")
+    state = read_npz(folder, "state.npz", states, where, "train.states") if m.get("train") else {}
+    return ArtifactFiles(m, sources, params, initial, state)
+
+
+def read_confined(folder: pathlib.Path, name: str, limit: int, where: str, field: str) -> bytes:
+    """The bytes of file `name` in `folder`, refused unless it is a regular file inside the
+    folder (after resolving symlinks) of at most `limit` bytes. Messages start with `where`
+    (the manifest) and `field` (what named the file)."""
+    fail = _fail(where)
+    check_file_name(name, field, fail)
+    if not folder.is_dir():
+        raise ArtifactError(f"{folder}: not a dlc artifact folder")
+    root = folder.resolve()
+    path = folder / name
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        fail(field, f"'{name}' is missing from {folder}")
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop
+        fail(field, f"'{name}' cannot be opened ({e})")
+    if real.parent != root:
+        fail(field, f"'{name}' is a link that leaves the artifact folder")
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        fail(field, f"'{name}' cannot be opened ({e.strerror})")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            fail(field, f"'{name}' is not a regular file")
+        if info.st_size > limit:
+            fail(field, f"'{name}' is {info.st_size} bytes; at most {limit} are allowed")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        fail(field, f"'{name}' cannot be read ({e.strerror})")
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        fail(field, f"'{name}' is over {limit} bytes")
+    return data
+
+
+def read_shaders(folder: pathlib.Path, m: Mapping, where: str) -> dict[str, dict[str, str]]:
+    """program -> {file -> GLSL text} for every kernel of a validated manifest, each checked
+    against its kernel's entry: a uniform the manifest does not set would silently stay 0,
+    and a binding beyond the kernel's slots would read whatever buffer was bound last."""
+    out: dict[str, dict[str, str]] = {}
+    for prog, spec in m["programs"].items():
+        sources = out[prog] = {}
+        for i, k in enumerate(spec["kernels"]):
+            field = f"programs.{prog}.kernels[{i}]"
+            raw = read_confined(folder, k["file"], MAX_SHADER_BYTES, where, f"{field}.file")
+            try:
+                text = raw.decode("ascii")
+            except UnicodeDecodeError as e:
+                raise ArtifactError(f"{where}: {field}.file: '{k['file']}' is not ASCII text "
+                                    f"(byte {e.start})") from None
+            check_shader(text, k, _fail(where, field))
+            sources[k["file"]] = text
+    return out
+
+
+def check_shader(text: str, kernel: Mapping, fail) -> None:
+    """Declared uniforms and bindings of `text` against the kernel's manifest entry."""
+    if "\0" in text:
+        fail("file", f"'{kernel['file']}' holds a NUL byte")
+    declared = {}
+    for kind, name in _words(_UNIFORM, text):
+        declared[name] = kind
+    for u in kernel["uniforms"]:
+        if declared.get(u) != "int":
+            fail(f"uniforms.{u}", f"'{kernel['file']}' declares no uniform int {u}")
+    for name, kind in declared.items():
+        if name not in kernel["uniforms"]:
+            fail("uniforms", f"'{kernel['file']}' declares uniform {kind} {name}, which the "
+                             "manifest gives no value")
+    bound = len(kernel["slots"])
+    used = set()
+    for (b,) in _words(_BINDING, text):
+        if not b.isdigit() or int(b) >= bound:
+            fail("slots", f"'{kernel['file']}' uses buffer binding {b}; the kernel binds "
+                          f"{bound} slot{'s' if bound != 1 else ''} (0 to {bound - 1})")
+        used.add(int(b))
+    if len(used) != bound:  # every slot the manifest binds is one the shader declares
+        fail("slots", f"{bound} slots for the {len(used)} buffer bindings that "
+                      f"'{kernel['file']}' declares")
+
+
+def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where: str,
+             field: str) -> dict[str, np.ndarray]:
+    """Arrays of `folder/name` as float32: exactly the names of `shapes`, each of its shape,
+    finite. Headers are checked before data is read; no pickles."""
+    want_bytes = sum(8 * int(np.prod(s, dtype=np.int64)) for s in shapes.values())
+    raw = read_confined(folder, name, want_bytes + NPZ_SLACK + 512 * len(shapes), where, field)
+    fail = _fail(where)
+    out = {}
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            members = {}
+            for info in z.infolist():
+                key = info.filename[:-4] if info.filename.endswith(".npy") else None
+                if key not in shapes:
+                    fail(field, f"'{name}' holds '{info.filename[:100]}', which is not one of "
+                                f"the manifest's {len(shapes)} arrays")
+                if key in members:
+                    fail(field, f"'{name}' holds '{info.filename[:100]}' twice")
+                members[key] = info
+            for key in shapes:
+                if key not in members:
+                    fail(field, f"'{name}' has no array '{key}'")
+            for key, info in members.items():
+                out[key] = _read_member(z, info, tuple(shapes[key]), name, fail, field)
+    except ArtifactError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
+            NotImplementedError, RuntimeError, KeyError) as e:
+        fail(field, f"'{name}' is not a readable .npz file ({type(e).__name__}: {e})")
+    return out
+
+
+def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, name: str, fail,
+                 field: str) -> np.ndarray:
+    key = info.filename[:-4]
+    count = int(np.prod(shape, dtype=np.int64))
+    if info.file_size > 8 * count + NPZ_SLACK:  # checked before inflating anything
+        fail(field, f"'{name}': array '{key}' claims {info.file_size} bytes")
+    with z.open(info) as f:
+        data = f.read(8 * count + NPZ_SLACK + 1)
+    buf = io.BytesIO(data)
+    version = np.lib.format.read_magic(buf)
+    if version == (1, 0):
+        got, fortran, dtype = np.lib.format.read_array_header_1_0(buf)
+    elif version in ((2, 0), (3, 0)):
+        got, fortran, dtype = np.lib.format.read_array_header_2_0(buf)
+    else:
+        fail(field, f"'{name}': array '{key}' has .npy version {version}")
+    if tuple(got) != shape:
+        fail(field, f"'{name}': array '{key}' has shape {list(got)} but the manifest says "
+                    f"{list(shape)}")
+    if dtype.hasobject or dtype.kind not in "fiu" or dtype.itemsize > 8:
+        fail(field, f"'{name}': array '{key}' holds {dtype}, not numbers")
+    buf.seek(0)
+    arr = np.lib.format.read_array(buf, allow_pickle=False)
+    arr = np.asarray(arr, dtype=np.float32).reshape(shape)
+    if not np.all(np.isfinite(arr)):
+        fail(field, f"'{name}': array '{key}' holds NaN or infinite values")
+    return arr
