@@ -465,6 +465,16 @@ class _Manifest:
             self.obj(g, f, required=("per_group",))
             self.size(g["flat"], f"{f}.flat", dims)
             self.int(g["per_group"], f"{f}.per_group", 1)
+            if "split" in g:  # a long reduction cut into chunks (kernels_reduce)
+                split = self.list(g["split"], f"{f}.split", 2)
+                if len(split) != 2:
+                    self.fail(f"{f}.split", "must be [size, chunk]")
+                self.size(split[0], f"{f}.split[0]", dims)
+                self.int(split[1], f"{f}.split[1]", 1)
+            if "scratch" in g:  # words per (output, chunk) of the split's scratch buffer
+                if "split" not in g:
+                    self.fail(f"{f}.scratch", "needs 'split'")
+                self.int(g["scratch"], f"{f}.scratch", 1, 2)
         else:
             self.fail(f, "needs 'tiles' or 'flat'")
 

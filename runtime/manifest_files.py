@@ -140,11 +140,16 @@ def check_shader(text: str, kernel: Mapping, fail) -> None:
     for u in kernel["uniforms"]:
         if declared.get(u) != "int":
             fail(f"uniforms.{u}", f"'{kernel['file']}' declares no uniform int {u}")
+    # Tile counts of a wrapped grid are set by the runtime from the grid (glsl.wrap_tiles).
+    runtime_set = {f"dlc_tiles_{axis}" for axis in "xyz"} if "tiles" in kernel["grid"] else set()
     for name, kind in declared.items():
+        if name in runtime_set and kind == "int":
+            continue
         if name not in kernel["uniforms"]:
             fail("uniforms", f"'{kernel['file']}' declares uniform {kind} {name}, which the "
                              "manifest gives no value")
-    bound = len(kernel["slots"])
+    # A split reduction's scratch buffer is bound after the slots (runtime.executor.scratch_words).
+    bound = len(kernel["slots"]) + ("scratch" in kernel["grid"])
     used = set()
     for (b,) in _words(_BINDING, text):
         if not b.isdigit() or int(b) >= bound:
