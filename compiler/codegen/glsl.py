@@ -32,16 +32,45 @@ PREAMBLE = """\
 #define DLC_INF uintBitsToFloat(0x7F800000u)
 #define DLC_NAN uintBitsToFloat(0x7FC00000u)
 
-// x^y with NumPy's meaning for negative bases (integer exponents keep the sign).
+// NaN tests and NaN-propagating max/min with NumPy's meaning. GLSL leaves max/min/clamp of a
+// NaN undefined (llvmpipe returns the other operand), and a driver compiling with fast-math
+// may fold isnan() away: the exponent and mantissa bits of a NaN survive any float rewrite.
+bool dlc_isnan(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+bool dlc_unordered(float a, float b) { return dlc_isnan(a) || dlc_isnan(b); }
+// np.maximum / np.minimum: a NaN operand wins; on a tie (0 against -0) the second operand.
+float dlc_max(float a, float b) { return dlc_isnan(b) ? b : (a > b || dlc_isnan(a)) ? a : b; }
+float dlc_min(float a, float b) { return dlc_isnan(b) ? b : (a < b || dlc_isnan(a)) ? a : b; }
+// np.clip(x, 0, 6): NaN stays NaN, -0 stays -0.
+float dlc_relu6(float x) { return dlc_isnan(x) ? x : x < 0.0 ? 0.0 : x > 6.0 ? 6.0 : x; }
+float dlc_exp(float x) { return dlc_isnan(x) ? x : exp(x); }  // llvmpipe: exp(NaN) may be 1
+
+// x^y as NumPy's float32 power (C99 powf): x^0 = 1 and 1^y = 1 even for NaN; signed zeros and
+// infinities by the parity of an integer exponent; a negative base with a fractional one: NaN.
 float dlc_pow(float x, float y) {
-    if (y == 0.0) return 1.0;
+    if (y == 0.0 || x == 1.0) return 1.0;
+    if (dlc_unordered(x, y)) return DLC_NAN;
     if (y == 1.0) return x;
     if (y == 2.0) return x * x;
-    if (x == 0.0) return y > 0.0 ? 0.0 : DLC_INF;
+    float ay = abs(y);
+    bool odd = ay < 16777216.0 && mod(ay, 2.0) == 1.0;  // every float from 2^24 up is even
+    uint sign_x = floatBitsToUint(x) & 0x80000000u;
+    if (ay == DLC_INF) {
+        if (x == -1.0) return 1.0;
+        return (y > 0.0) == (abs(x) > 1.0) ? DLC_INF : 0.0;
+    }
+    if (x == 0.0) {  // +0 or -0: the sign survives odd exponents
+        if (y > 0.0) return odd ? x : 0.0;
+        return odd ? uintBitsToFloat(sign_x | 0x7F800000u) : DLC_INF;
+    }
+    if (abs(x) == DLC_INF) {
+        if (x > 0.0) return y > 0.0 ? DLC_INF : 0.0;
+        if (y > 0.0) return odd ? -DLC_INF : DLC_INF;
+        return odd ? uintBitsToFloat(0x80000000u) : 0.0;
+    }
     float r = exp2(y * log2(abs(x)));
     if (x > 0.0) return r;
     if (floor(y) != y) return DLC_NAN;
-    return mod(y, 2.0) == 1.0 ? -r : r;
+    return odd ? -r : r;
 }
 
 // tanh from one exp: (1 - e^-2a) / (1 + e^-2a), a = |x|, with its series near 0 where that
@@ -53,13 +82,14 @@ float dlc_tanh(float x) {
         return x * (1.0 + x2 * (-0.33333333 + x2 * (0.13333333 + x2 * (-0.053968254
                                                                      + x2 * 0.021869488))));
     }
-    if (isnan(x)) return x;
+    if (dlc_isnan(x)) return x;
     float e = exp(-2.0 * min(a, 15.0));
     return sign(x) * ((1.0 - e) / (1.0 + e));
 }
 
-// 1 / (1 + exp(-x)) without overflowing exp for large |x|.
+// 1 / (1 + exp(-x)) without overflowing exp for large |x|; NaN stays NaN.
 float dlc_sigmoid(float x) {
+    if (dlc_isnan(x)) return x;
     float e = exp(-abs(x));
     return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
