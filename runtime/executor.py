@@ -227,6 +227,10 @@ class Executor:
         self._dims: tuple | None = None
         self._version = -1
         self._launches: list[Launch] = []
+        # Debug-mode kernels (spec "nan_flags") set a float per checked node when it is NaN;
+        # one buffer serves them all, bound after a kernel's slots (dlc/debug.py reads it).
+        flags = max((len(k.get("nan_flags", ())) for k in self.kernels), default=0)
+        self.nan_buffer = Buffer(4 * flags, zero=True) if flags else None
 
     # -- the dims binding -----------------------------------------------------------------
     def slot_buffer(self, s: int) -> Buffer:
@@ -252,6 +256,8 @@ class Executor:
         launches = []
         for k, prog in zip(self.kernels, self.programs):
             bindings = tuple((i, self.slot_buffer(s).handle) for i, s in enumerate(k["slots"]))
+            if k.get("nan_flags"):
+                bindings += ((len(k["slots"]), self.nan_buffer.handle),)
             uniforms = tuple((prog.uniform_location(u), int(dims[d]))
                              for u, d in k["uniforms"].items())
             groups = group_counts(k["grid"], dims, max_count)
@@ -373,6 +379,9 @@ class Executor:
         for buf in self.buffers.values():
             buf.delete()
         self.buffers.clear()
+        if self.nan_buffer is not None:
+            self.nan_buffer.delete()
+            self.nan_buffer = None
 
 
 def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:

@@ -194,8 +194,13 @@ class Context:
     dims_used: set[str] = field(default_factory=set)
     vec_slots: set[int] = field(default_factory=set)  # slots declared as vec4 arrays
     names: Names = field(default_factory=Names)
+    # Debug mode: every value the kernel computes is tested for NaN, and a NaN sets its node's
+    # flag in buffer `dlc_nan` (bound after the slots): node -> flag index.
+    nan_check: bool = False
+    nan_flags: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.nan_flags = {}
         for t in (*self.kernel.inputs, *self.kernel.outputs):
             s = self.plan.slot_of[t]
             self.binding.setdefault(s, len(self.binding))
@@ -333,6 +338,7 @@ class Emitter:
         if n in self.ctx.fusion.literals:
             return float_lit(node.attr("value")[0])
         if n == self.ctx.kernel.anchor and self.anchor_value is not None:
+            self.flag_nan(n, self.anchor_value)
             return self.anchor_value
         if n not in self.inside:
             return self.load(n, ix)
@@ -343,7 +349,21 @@ class Emitter:
             expr = getattr(self, "_" + node.op)(n, ix)
         else:
             raise AssertionError(f"{node.op} node %{n} cannot be evaluated inline")
-        return self.bind(key, f"n{n}", expr)
+        name = self.bind(key, f"n{n}", expr)
+        self.flag_nan(n, name)
+        return name
+
+    def flag_nan(self, n: int, value: str) -> None:
+        """Debug mode: set node n's flag when `value` (its value here) is NaN, so a NaN that a
+        later op of the kernel hides (`where(c, sqrt(x), 0)`, `x * 0`) is still seen."""
+        if not self.ctx.nan_check:
+            return
+        key = ("nan", n, value)
+        if self.cached(key) is not None:
+            return
+        flag = self.ctx.nan_flags.setdefault(n, len(self.ctx.nan_flags))
+        self.line(f"if (dlc_isnan({value})) dlc_nan.f[{flag}] = 1.0;")
+        self.scopes[-1][key] = value
 
     def load(self, n: int, ix: Ix) -> str:
         shape = self.g.nodes[n].shape
@@ -472,6 +492,7 @@ class KernelSource:
     local_size: tuple[int, int, int]
     ir: tuple[str, ...]  # the IR lines it implements
     locs: tuple  # (file, line, column) of each, or None
+    nan_flags: tuple[int, ...] = ()  # debug mode: the node whose NaN sets each flag
 
 
 def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
@@ -496,6 +517,9 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
         member = "vec4 v[];" if slot in ctx.vec_slots else "float v[];"
         decl = f"layout(std430, binding = {b}) {qual}buffer B{b} {{ {member} }} b{b};"
         lines.append(f"{decl}  // {comment(what)}")
+    if ctx.nan_flags:
+        lines.append(f"layout(std430, binding = {len(ctx.binding)}) buffer DLCNaN {{ float f[]; }} "
+                     "dlc_nan;  // debug mode: NaN flags")
     for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
         lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
     lines.extend(extra)
@@ -522,4 +546,5 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
                                                              key=lambda d: ctx.dim_index[d])}
     locs = tuple((g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column)
                  if g.nodes[n].loc else None for n in k.nodes)
-    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs)
+    flags = tuple(sorted(ctx.nan_flags, key=ctx.nan_flags.get))
+    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs, flags)
