@@ -31,6 +31,7 @@ class _Compiled:
     input_slot: dict[str, int]      # input name -> slot
     out_slot: int
     out_count: int
+    out_slot_count: int  # elements the output's slot holds (>= out_count)
     scratch: dict[int, Buffer] = field(default_factory=dict)  # temp slots but the output's
     consts: dict[int, Buffer] = field(default_factory=dict)
 
@@ -50,7 +51,8 @@ def run(kernel: Any, handles: list[Buffer]) -> Buffer:
         if name in compiled.input_slot:
             buffers[compiled.input_slot[name]] = handle
     out_kind = compiled.slots[compiled.out_slot]["kind"]
-    out = Buffer(4 * compiled.out_count)
+    # The planner may share the output's slot with a larger temp written before it.
+    out = Buffer(4 * (compiled.out_slot_count if out_kind == "temp" else compiled.out_count))
     if out_kind == "temp":
         buffers[compiled.out_slot] = out
     for program, slots, groups in compiled.kernels:
@@ -75,7 +77,8 @@ def _compile(kernel: Any) -> _Compiled:
                          group_counts(k["grid"], {}, max_count)))
     out_slot = spec["tensors"][str(kernel.out)]["slot"]
     compiled = _Compiled(launches, slots, {s["name"]: i for i, s in enumerate(slots) if s["kind"] == "input"},
-                         out_slot, math.prod(kernel.shape))
+                         out_slot, math.prod(kernel.shape),
+                         max(eval_size(z, {}) for z in slots[out_slot]["sizes"]))
     for i, s in enumerate(slots):
         if s["kind"] == "const":
             compiled.consts[i] = Buffer.from_array(np.asarray(s["values"], np.float32))
