@@ -16,7 +16,6 @@ import pytest
 
 import dlc
 from dlc import debug
-from dlc.compiler.functions import FUNCTIONS  # noqa: F401  (the language's functions loaded)
 
 pytestmark = pytest.mark.gl
 
@@ -88,8 +87,7 @@ def test_nan_checks_only_in_debug_mode(gl, debugging):
     """Debug mode compiles its own programs with the checks; outside it kernels carry none."""
     from dlc.compiler.pipeline import compile_program
 
-    g = dlc.compile("input x: [N]\nout = where(x > 0, sqrt(x), 0)\n")
-    graph = g.graph if hasattr(g, "graph") else g
+    graph = dlc.compile("input x: [N]\nout = where(x > 0, sqrt(x), 0)\n").graph
     roots = [graph.names["out"]]
     plain = compile_program(graph, roots, ref_dims={"N": 4})
     checked = compile_program(graph, roots, ref_dims={"N": 4}, options={"nan_flags": True})
