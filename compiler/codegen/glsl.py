@@ -465,12 +465,13 @@ class Emitter:
         src, idx = node.inputs
         c = self.coords(ix, node.shape)
         i = self.value(idx, Ix(multi=c[:1]))
-        # Clamped, so a bad index reads a wrong row rather than past the buffer.
+        # Clamped (as a float: int() of inf or NaN is undefined), so a bad index reads the
+        # nearest row rather than past the buffer; a NaN index gives NaN, as the reference.
         rows = self.ctx.dim(self.g.nodes[src].shape[0])
         key = ("row", i, rows)
-        row = self.cached(key) or self.bind(key, f"n{n}row",
-                                            f"clamp(int({i}), 0, {rows} - 1)", "int")
-        return self.value(src, Ix(multi=(row, *c[1:])))
+        row = self.cached(key) or self.bind(
+            key, f"n{n}row", f"dlc_isnan({i}) ? 0 : int(clamp({i}, 0.0, float({rows} - 1)))", "int")
+        return f"(dlc_isnan({i}) ? DLC_NAN : {self.value(src, Ix(multi=(row, *c[1:])))})"
 
     # -- stores -------------------------------------------------------------------------
     def store_outputs(self, ix: Ix, outputs: Sequence[int] | None = None) -> None:
