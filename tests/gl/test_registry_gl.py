@@ -366,3 +366,24 @@ def test_pow_edge_cases_match_c99(backend):
     (got,) = backend.run(b.build(), [y_], {"x": x, "y": y}, {})
     for xi, yi, g, w in zip(x, y, got, want):
         same_specials(np.array([g]), np.array([w]), f"pow({xi}, {yi})", rtol=1e-5)
+
+
+@pytest.mark.parametrize("m, k, n", [(256, 64, 256), (64, 900, 8)], ids=["tiles", "thin"])
+def test_blocked_matmul_propagates_nan_and_inf(backend, m, k, n):
+    """The large-tile and thin matmul templates (the sweep's small cases take the 16x16 one):
+    NaN rows and columns, inf times 0, inf plus -inf, as NumPy."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(m, k)).astype(np.float32)
+    b = rng.normal(size=(k, n)).astype(np.float32)
+    a[rng.uniform(size=a.shape) < 0.001] = np.nan
+    b[rng.uniform(size=b.shape) < 0.002] = np.inf
+    b[rng.uniform(size=b.shape) < 0.002] = -np.inf
+    a[5, :] = 0.0
+    g = GraphBuilder()
+    y = g.add("matmul", [g.input("a", a.shape), g.input("b", b.shape)], ta=False, tb=False)
+    graph = g.build()
+    (got,) = backend.run(graph, [y], {"a": a, "b": b}, {})
+    with np.errstate(all="ignore"):
+        want = evaluate(graph, [y], {"a": a, "b": b}, {})[y]
+    assert np.isnan(want).any() and np.isinf(want).any()
+    same_specials(got, want, f"matmul {m}x{k}x{n}", rtol=1e-3, atol=1e-3, zero_signs=False)
