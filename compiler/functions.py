@@ -204,7 +204,12 @@ def softmax(b, loc, x, axis):
 
 @function("log_softmax", Param("x", T), Param("axis", "int", -1))
 def log_softmax(b, loc, x, axis):
-    return b.add("sub", [x, logsumexp(b, loc, x, axis, True)], loc)
+    # (x - m) - log(sum(exp(x - m))): exact at large logits, where x - (m + log(...)) rounds
+    # m + log(...) to float32 first (row [10000, 10001, 10002, 10003]: -0.44043, not -0.44019).
+    axes = _axes(b, loc, x, axis)
+    shifted = b.add("sub", [x, _keepdims_max(b, loc, x, axes)], loc)
+    s = b.add("sum", [b.add("exp", [shifted], loc)], loc, axes=axes, keepdims=True)
+    return b.add("sub", [shifted, b.add("log", [s], loc)], loc)
 
 
 # -- shape -----------------------------------------------------------------------

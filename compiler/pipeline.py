@@ -68,6 +68,7 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict,
                               if g.nodes[b].op == "input"}),
             "ir": list(ks.ir),
             "locs": [list(x) if x else None for x in ks.locs],
+            **({"nan_flags": list(ks.nan_flags)} if ks.nan_flags else {}),
         })
     slots = []
     for s in p.slots:

@@ -10,9 +10,13 @@ of time per op; it is also printed on stderr when the process exits.
 
 Covered: eager ops (`dlc.ops`, Array methods) on both devices, one record per op; Session
 eval / gradients / train on the numpy backend (each IR node is one kernel there) and on the GL
-backend (each fused GLSL kernel; a NaN in its output is traced to the first of its IR nodes
-that makes one, by re-running the kernel's nodes in NumPy on its inputs read back). Debug mode
-is slow: every kernel waits for the GPU and is read back.
+backend (each fused GLSL kernel). On GL the Session's kernels are compiled with NaN checks: every
+value a kernel computes, intermediate ones included, is tested and a NaN sets its IR node's flag
+in a small buffer read after the launch, so a NaN that a later op of the same kernel hides
+(`where(x > 0, sqrt(x), 0)`, `sqrt(x) * 0`) still stops the run, naming the first node that
+made one. Kernels without flags (artifacts) have their outputs checked, and a NaN there is
+traced to its node by re-running the kernel's nodes in NumPy on its inputs read back. Debug
+mode is slow: every kernel waits for the GPU and is read back.
 """
 
 from __future__ import annotations
@@ -265,9 +269,19 @@ class GLHook:
         self._timer: Any = None
 
     def before(self, name: str) -> None:
+        if self._flags(name) is not None:
+            self.executor.nan_buffer.fill_zero()
         if self._timer is None:
             self._timer = KernelTimer()
         self._timer.begin()
+
+    def _flags(self, name: str) -> list[int] | None:
+        """The nodes whose NaN flags kernel `name` sets (debug-mode codegen), or None."""
+        ex = self.executor
+        if ex is None or getattr(ex, "nan_buffer", None) is None:
+            return None
+        spec = next((k for k in ex.kernels if k["name"] == name), None)
+        return spec.get("nan_flags") if spec is not None else None
 
     def __call__(self, name: str, outputs: list[dict]) -> None:
         ms = self._timer.end() if self._timer is not None else 0.0
@@ -277,6 +291,11 @@ class GLHook:
         width = max((len(k["name"]) for k in kernels), default=24)
         record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl",
                width)
+        flags = self._flags(name)
+        if flags:
+            hit = np.flatnonzero(self.executor.nan_buffer.download(len(flags)))
+            if hit.size:
+                self._raise_flagged(name, min(int(flags[i]) for i in hit))
         for out in outputs:
             values = out["buffer"].download(out["count"])
             if np.isnan(values).any():
@@ -302,6 +321,29 @@ class GLHook:
             raise NaNFound(n.op, n.loc, f" (node '{label}', in kernel {name})")
         label = out.get("label", "?")
         raise NaNFound(f"kernel {name}", self._loc(out.get("tensor"), out.get("locs")), f" (writing '{label}')")
+
+    def _raise_flagged(self, name: str, node: int) -> None:
+        """Node `node` (the kernel's first to be NaN somewhere) is named, and whether the NaN
+        came in with the kernel's inputs."""
+        g = self.fusion.graph if self.fusion is not None else self.graph
+        n = g.nodes[node]
+        came_in = self._inputs_hold_nan(name)
+        detail = f" (node '{g.label(node)}', in kernel {name}"
+        detail += "; an input of the kernel already held NaN)" if came_in else ")"
+        raise NaNFound(n.op, n.loc, detail)
+
+    def _inputs_hold_nan(self, name: str) -> bool:
+        from dlc.runtime.executor import bind_shape
+
+        ex = self.executor
+        spec = next(k for k in ex.kernels if k["name"] == name)
+        dims = dict(ex._dims or ())
+        for t in spec["reads"]:
+            info = ex.tensors[t]
+            count = int(np.prod(bind_shape(info["shape"], dims), dtype=np.int64))
+            if np.isnan(ex.slot_buffer(info["slot"]).download(count)).any():
+                return True
+        return False
 
     def _first_nan_node(self, name: str) -> int | None:
         ex, g = self.executor, self.graph

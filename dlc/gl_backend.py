@@ -61,14 +61,16 @@ class GLBackend:
     def program(self, graph: Graph, roots: Sequence[int], training: bool,
                 dims: Mapping[str, int]):
         """The compiled program for these fetches (compiled on first use, planned at `dims`)."""
-        key = (id(graph), tuple(roots), training)
+        checked = debug.enabled() and self.hook is None  # debug mode: kernels flag NaN per node
+        key = (id(graph), tuple(roots), training, checked)
         found = self._programs.get(key)
         if found is None:
             from dlc.compiler.pipeline import compile_program
 
+            options = {**self.options, "nan_flags": True} if checked else self.options
             compiled = compile_program(graph, roots, name="train" if training else "eval",
                                        updates=graph.updates if training else (),
-                                       ref_dims=dims, options=self.options)
+                                       ref_dims=dims, options=options)
             executor = Executor(compiled.spec, compiled.sources, self.store, self.hook)
             found = self._programs[key] = (graph, compiled, executor)
         graph, compiled, executor = found

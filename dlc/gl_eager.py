@@ -91,7 +91,10 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
             buffers[compiled.input_slot[name]] = handle
     count = math.prod(call.shape)
     out_slot = compiled.slots[compiled.out_slot]
-    out = Buffer(4 * count)
+    if out_slot["kind"] == "temp":  # the planner may share it with a larger temp written before it
+        out = Buffer(4 * max(count, *(eval_size(z, dims) for z in out_slot["sizes"])))
+    else:
+        out = Buffer(4 * count)
     if out_slot["kind"] == "temp":
         buffers[compiled.out_slot] = out
     max_count = get_context().limits["max_work_group_count"]

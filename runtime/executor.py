@@ -255,6 +255,10 @@ class Executor:
         self._dims: tuple | None = None
         self._version = -1
         self._launches: list[Launch] = []
+        # Debug-mode kernels (spec "nan_flags") set a float per checked node when it is NaN;
+        # one buffer serves them all, bound after a kernel's slots (dlc/debug.py reads it).
+        flags = max((len(k.get("nan_flags", ())) for k in self.kernels), default=0)
+        self.nan_buffer = Buffer(4 * flags, zero=True) if flags else None
 
     # -- the dims binding -----------------------------------------------------------------
     def slot_buffer(self, s: int) -> Buffer:
@@ -291,6 +295,8 @@ class Executor:
                         buf.delete()
                     buf = self.scratch[index] = Buffer(4 * words, zero=True)
                 bindings += ((len(k["slots"]), buf.handle),)
+            if k.get("nan_flags"):  # debug mode's NaN flags, bound after the slots and scratch
+                bindings += ((len(k["slots"]) + bool(words), self.nan_buffer.handle),)
             uniforms = tuple((prog.uniform_location(u), int(dims[d]))
                              for u, d in k["uniforms"].items())
             if "tiles" in k["grid"]:  # a tiled kernel's tile counts (uniforms where symbolic)
@@ -429,6 +435,9 @@ class Executor:
             buf.delete()
         self.buffers.clear()
         self.scratch.clear()
+        if self.nan_buffer is not None:
+            self.nan_buffer.delete()
+            self.nan_buffer = None
         programs = list(self.programs)
         self.programs.clear()  # the finalizer's list too: unpinned once
         for program in programs:  # the cache may now evict them

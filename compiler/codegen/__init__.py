@@ -29,7 +29,7 @@ def render_kernel(plan: Plan, index: int, dims: Mapping[str, int],
                   options: Mapping | None = None) -> KernelSource:
     options = options or {}
     kernel = plan.fusion.kernels[index]
-    ctx = Context(plan.fusion, plan, kernel, dims)
+    ctx = Context(plan.fusion, plan, kernel, dims, nan_check=bool(options.get("nan_flags")))
     if kernel.kind == "elementwise":
         return kernels_elementwise.render(ctx, allow_vec4=options.get("vec4", True),
                                           local=options.get("elementwise_local", 256))

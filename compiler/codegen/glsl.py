@@ -32,16 +32,45 @@ PREAMBLE = """\
 #define DLC_INF uintBitsToFloat(0x7F800000u)
 #define DLC_NAN uintBitsToFloat(0x7FC00000u)
 
-// x^y with NumPy's meaning for negative bases (integer exponents keep the sign).
+// NaN tests and NaN-propagating max/min with NumPy's meaning. GLSL leaves max/min/clamp of a
+// NaN undefined (llvmpipe returns the other operand), and a driver compiling with fast-math
+// may fold isnan() away: the exponent and mantissa bits of a NaN survive any float rewrite.
+bool dlc_isnan(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+bool dlc_unordered(float a, float b) { return dlc_isnan(a) || dlc_isnan(b); }
+// np.maximum / np.minimum: a NaN operand wins; on a tie (0 against -0) the second operand.
+float dlc_max(float a, float b) { return dlc_isnan(b) ? b : (a > b || dlc_isnan(a)) ? a : b; }
+float dlc_min(float a, float b) { return dlc_isnan(b) ? b : (a < b || dlc_isnan(a)) ? a : b; }
+// np.clip(x, 0, 6): NaN stays NaN, -0 stays -0.
+float dlc_relu6(float x) { return dlc_isnan(x) ? x : x < 0.0 ? 0.0 : x > 6.0 ? 6.0 : x; }
+float dlc_exp(float x) { return dlc_isnan(x) ? x : exp(x); }  // llvmpipe: exp(NaN) may be 1
+
+// x^y as NumPy's float32 power (C99 powf): x^0 = 1 and 1^y = 1 even for NaN; signed zeros and
+// infinities by the parity of an integer exponent; a negative base with a fractional one: NaN.
 float dlc_pow(float x, float y) {
-    if (y == 0.0) return 1.0;
+    if (y == 0.0 || x == 1.0) return 1.0;
+    if (dlc_unordered(x, y)) return DLC_NAN;
     if (y == 1.0) return x;
     if (y == 2.0) return x * x;
-    if (x == 0.0) return y > 0.0 ? 0.0 : DLC_INF;
+    float ay = abs(y);
+    bool odd = ay < 16777216.0 && mod(ay, 2.0) == 1.0;  // every float from 2^24 up is even
+    uint sign_x = floatBitsToUint(x) & 0x80000000u;
+    if (ay == DLC_INF) {
+        if (x == -1.0) return 1.0;
+        return (y > 0.0) == (abs(x) > 1.0) ? DLC_INF : 0.0;
+    }
+    if (x == 0.0) {  // +0 or -0: the sign survives odd exponents
+        if (y > 0.0) return odd ? x : 0.0;
+        return odd ? uintBitsToFloat(sign_x | 0x7F800000u) : DLC_INF;
+    }
+    if (abs(x) == DLC_INF) {
+        if (x > 0.0) return y > 0.0 ? DLC_INF : 0.0;
+        if (y > 0.0) return odd ? -DLC_INF : DLC_INF;
+        return odd ? uintBitsToFloat(0x80000000u) : 0.0;
+    }
     float r = exp2(y * log2(abs(x)));
     if (x > 0.0) return r;
     if (floor(y) != y) return DLC_NAN;
-    return mod(y, 2.0) == 1.0 ? -r : r;
+    return odd ? -r : r;
 }
 
 // tanh from one exp: (1 - e^-2a) / (1 + e^-2a), a = |x|, with its series near 0 where that
@@ -53,13 +82,14 @@ float dlc_tanh(float x) {
         return x * (1.0 + x2 * (-0.33333333 + x2 * (0.13333333 + x2 * (-0.053968254
                                                                      + x2 * 0.021869488))));
     }
-    if (isnan(x)) return x;
+    if (dlc_isnan(x)) return x;
     float e = exp(-2.0 * min(a, 15.0));
     return sign(x) * ((1.0 - e) / (1.0 + e));
 }
 
-// 1 / (1 + exp(-x)) without overflowing exp for large |x|.
+// 1 / (1 + exp(-x)) without overflowing exp for large |x|; NaN stays NaN.
 float dlc_sigmoid(float x) {
+    if (dlc_isnan(x)) return x;
     float e = exp(-abs(x));
     return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
@@ -72,7 +102,7 @@ float dlc_sigmoid(float x) {
 # with the comment lines above it. A part without a name is always kept.
 
 _DEFINE = re.compile(r"#define\s+(\w+)")
-_FUNCTION = re.compile(r"^\w[\w\s]*?\b(\w+)\s*\([^;]*$")
+_FUNCTION = re.compile(r"^\w[\w\s]*?\b(\w+)\s*\(")  # a definition, on one line or several
 
 
 @functools.lru_cache(maxsize=4)
@@ -230,10 +260,16 @@ class Context:
     dims_used: set[str] = field(default_factory=set)
     vec_slots: set[int] = field(default_factory=set)  # slots declared as vec4 arrays
     names: Names = field(default_factory=Names)
+    # Debug mode: every value the kernel computes is tested for NaN, and a NaN sets its node's
+    # flag in buffer `dlc_nan` (bound after the slots): node -> flag index.
+    nan_check: bool = False
+    nan_flags: dict[int, int] = field(default_factory=dict)
+    scratch_buffers: int = 0  # buffers a template binds after the slots (a split reduction's)
 
     scalars_used: dict[str, str] = field(default_factory=dict)  # uniform -> input name
 
     def __post_init__(self) -> None:
+        self.nan_flags = {}
         for t in (*self.kernel.inputs, *self.kernel.outputs):
             if self.is_uniform_input(t):  # read as a uniform float, no buffer
                 continue
@@ -384,6 +420,7 @@ class Emitter:
         if n in self.ctx.fusion.literals:
             return float_lit(node.attr("value")[0])
         if n == self.ctx.kernel.anchor and self.anchor_value is not None:
+            self.flag_nan(n, self.anchor_value)
             return self.anchor_value
         if n not in self.inside:
             return self.load(n, ix)
@@ -394,7 +431,21 @@ class Emitter:
             expr = getattr(self, "_" + node.op)(n, ix)
         else:
             raise AssertionError(f"{node.op} node %{n} cannot be evaluated inline")
-        return self.bind(key, f"n{n}", expr)
+        name = self.bind(key, f"n{n}", expr)
+        self.flag_nan(n, name)
+        return name
+
+    def flag_nan(self, n: int, value: str) -> None:
+        """Debug mode: set node n's flag when `value` (its value here) is NaN, so a NaN that a
+        later op of the kernel hides (`where(c, sqrt(x), 0)`, `x * 0`) is still seen."""
+        if not self.ctx.nan_check:
+            return
+        key = ("nan", n, value)
+        if self.cached(key) is not None:
+            return
+        flag = self.ctx.nan_flags.setdefault(n, len(self.ctx.nan_flags))
+        self.line(f"if (dlc_isnan({value})) dlc_nan.f[{flag}] = 1.0;")
+        self.scopes[-1][key] = value
 
     def load(self, n: int, ix: Ix) -> str:
         if self.ctx.is_uniform_input(n):
@@ -498,12 +549,13 @@ class Emitter:
         src, idx = node.inputs
         c = self.coords(ix, node.shape)
         i = self.value(idx, Ix(multi=c[:1]))
-        # Clamped, so a bad index reads a wrong row rather than past the buffer.
+        # Clamped (as a float: int() of inf or NaN is undefined), so a bad index reads the
+        # nearest row rather than past the buffer; a NaN index gives NaN, as the reference.
         rows = self.ctx.dim(self.g.nodes[src].shape[0])
         key = ("row", i, rows)
-        row = self.cached(key) or self.bind(key, f"n{n}row",
-                                            f"clamp(int({i}), 0, {rows} - 1)", "int")
-        return self.value(src, Ix(multi=(row, *c[1:])))
+        row = self.cached(key) or self.bind(
+            key, f"n{n}row", f"dlc_isnan({i}) ? 0 : int(clamp({i}, 0.0, float({rows} - 1)))", "int")
+        return f"(dlc_isnan({i}) ? DLC_NAN : {self.value(src, Ix(multi=(row, *c[1:])))})"
 
     # -- stores -------------------------------------------------------------------------
     def store_outputs(self, ix: Ix, outputs: Sequence[int] | None = None) -> None:
@@ -526,6 +578,7 @@ class KernelSource:
     ir: tuple[str, ...]  # the IR lines it implements
     locs: tuple  # (file, line, column) of each, or None
     scalars: dict[str, str] = field(default_factory=dict)  # float uniform -> input name
+    nan_flags: tuple[int, ...] = ()  # debug mode: the node whose NaN sets each flag
 
 
 def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
@@ -550,6 +603,10 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
         member = "vec4 v[];" if slot in ctx.vec_slots else "float v[];"
         decl = f"layout(std430, binding = {b}) {qual}buffer B{b} {{ {member} }} b{b};"
         lines.append(f"{decl}  // {comment(what)}")
+    if ctx.nan_flags:
+        binding = len(ctx.binding) + ctx.scratch_buffers  # the executor binds them in this order
+        lines.append(f"layout(std430, binding = {binding}) buffer DLCNaN {{ float f[]; }} "
+                     "dlc_nan;  // debug mode: NaN flags")
     for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
         lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
     for u, name in sorted(ctx.scalars_used.items()):
@@ -614,5 +671,6 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
                                                              key=lambda d: ctx.dim_index[d])}
     locs = tuple((g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column)
                  if g.nodes[n].loc else None for n in k.nodes)
+    flags = tuple(sorted(ctx.nan_flags, key=ctx.nan_flags.get))
     return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs,
-                        dict(ctx.scalars_used))
+                        dict(ctx.scalars_used), flags)

@@ -15,7 +15,8 @@ def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelS
     size = size_of(ctx.kernel.shape)
     if allow_vec4 and size[0] % 4 == 0:
         try:
-            return _render_vec4(Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index), local)
+            return _render_vec4(Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index,
+                                        nan_check=ctx.nan_check), local)
         except NotVectorizable:
             pass
     return _render_scalar(ctx, local)

@@ -236,6 +236,7 @@ def render(ctx: Context) -> KernelSource:
         result = tree()
     if split:
         scratch = len(ctx.binding)
+        ctx.scratch_buffers = 1
         extra += [f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
                   "  // scratch: a counter per output (or column block), then the partials",
                   "shared bool last_group;"]

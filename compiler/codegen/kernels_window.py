@@ -133,7 +133,8 @@ def _pool(ctx: Context, em: Emitter, node) -> str:
 
 
 def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
-    """dy goes to the first maximum of each window (as the reference and TensorFlow do)."""
+    """dy goes to the first maximum of each window (as the reference and TensorFlow do), or
+    to its first NaN."""
     g = ctx.graph
     x, dy = node.inputs
     xs = g.nodes[x].shape
@@ -147,7 +148,8 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     em.line("int by = -1, bx = -1;")
     _each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
     em.line(f"float v = {X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}];")
-    em.line("if (v > best || by < 0) { best = v; by = iy; bx = ix; }")
+    em.line("if (v > best || by < 0 || (dlc_isnan(v) && !dlc_isnan(best))) "
+            "{ best = v; by = iy; bx = ix; }")
     em.close()
     em.close()
     em.line(f"if (by == {y} && bx == {xx}) "

@@ -41,27 +41,27 @@ UNARY = {
     # name: (reference, GLSL, differentiable)
     "neg": (lambda x, a: -x, "(-a)", True),
     "abs": (lambda x, a: np.abs(x), "abs(a)", True),
-    "sign": (lambda x, a: np.sign(x), "sign(a)", False),
-    "exp": (lambda x, a: np.exp(x), "exp(a)", True),
+    "sign": (lambda x, a: np.sign(x), "(dlc_isnan(a) ? a : sign(a))", False),
+    "exp": (lambda x, a: np.exp(x), "dlc_exp(a)", True),
     "log": (lambda x, a: np.log(x), "log(a)", True),
     "sqrt": (lambda x, a: np.sqrt(x), "sqrt(a)", True),
     "rsqrt": (lambda x, a: 1 / np.sqrt(x), "inversesqrt(a)", True),
     "square": (lambda x, a: x * x, "(a * a)", True),
     "reciprocal": (lambda x, a: 1 / x, "(1.0 / a)", True),
-    "relu": (lambda x, a: np.maximum(x, 0), "max(a, 0.0)", True),
-    "relu6": (lambda x, a: np.clip(x, 0, 6), "clamp(a, 0.0, 6.0)", True),
+    "relu": (lambda x, a: np.maximum(x, 0), "dlc_max(a, 0.0)", True),
+    "relu6": (lambda x, a: np.clip(x, 0, 6), "dlc_relu6(a)", True),
     "leaky_relu": (
-        lambda x, a: np.where(x >= 0, x, a["alpha"] * x), "(a >= 0.0 ? a : {alpha} * a)", True),
-    "elu": (lambda x, a: _elu(x, a["alpha"]), "(a >= 0.0 ? a : {alpha} * (exp(a) - 1.0))", True),
+        lambda x, a: np.where(x >= 0, x, a["alpha"] * x), "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * a)", True),
+    "elu": (lambda x, a: _elu(x, a["alpha"]), "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * (exp(a) - 1.0))", True),
     "selu": (
         lambda x, a: SELU_SCALE * _elu(x, SELU_ALPHA),
-        f"({SELU_SCALE!r} * (a >= 0.0 ? a : {SELU_ALPHA!r} * (exp(a) - 1.0)))", True),
-    "softplus": (lambda x, a: _softplus(x), "(max(a, 0.0) + log(1.0 + exp(-abs(a))))", True),
+        f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * (exp(a) - 1.0)))", True),
+    "softplus": (lambda x, a: _softplus(x), "(dlc_max(a, 0.0) + log(1.0 + exp(-abs(a))))", True),
     "sigmoid": (lambda x, a: _sigmoid(x), "dlc_sigmoid(a)", True),
     "tanh": (lambda x, a: np.tanh(x), "tanh(clamp(a, -15.0, 15.0))", True),
     "sin": (lambda x, a: np.sin(x), "sin(a)", True),
     "cos": (lambda x, a: np.cos(x), "cos(a)", True),
-    "step": (lambda x, a: (x > 0).astype(x.dtype), "(a > 0.0 ? 1.0 : 0.0)", False),
+    "step": (lambda x, a: np.heaviside(x, 0), "(dlc_isnan(a) ? a : a > 0.0 ? 1.0 : 0.0)", False),
     # Identity whose gradient is zero: logsumexp subtracts its max through it.
     "stop_gradient": (lambda x, a: x, "a", False),
 }
@@ -78,14 +78,14 @@ BINARY = {
     "mul": (lambda x, y: x * y, "(a * b)", True),
     "div": (lambda x, y: x / y, "(a / b)", True),
     "pow": (_pow, "dlc_pow(a, b)", True),
-    "maximum": (np.maximum, "max(a, b)", True),
-    "minimum": (np.minimum, "min(a, b)", True),
-    "eq": (lambda x, y: (x == y), "((a == b) ? 1.0 : 0.0)", False),
-    "ne": (lambda x, y: (x != y), "((a != b) ? 1.0 : 0.0)", False),
-    "lt": (lambda x, y: (x < y), "((a < b) ? 1.0 : 0.0)", False),
-    "le": (lambda x, y: (x <= y), "((a <= b) ? 1.0 : 0.0)", False),
-    "gt": (lambda x, y: (x > y), "((a > b) ? 1.0 : 0.0)", False),
-    "ge": (lambda x, y: (x >= y), "((a >= b) ? 1.0 : 0.0)", False),
+    "maximum": (np.maximum, "dlc_max(a, b)", True),
+    "minimum": (np.minimum, "dlc_min(a, b)", True),
+    "eq": (lambda x, y: (x == y), "((a == b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "ne": (lambda x, y: (x != y), "((a != b || dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "lt": (lambda x, y: (x < y), "((a < b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "le": (lambda x, y: (x <= y), "((a <= b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "gt": (lambda x, y: (x > y), "((a > b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "ge": (lambda x, y: (x >= y), "((a >= b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
 }
 
 
@@ -118,4 +118,4 @@ def _where(args, attrs, dims):
     return np.where(c != 0, x, y).astype(np.result_type(x, y))
 
 
-register(OpDef("where", "elementwise", _bcast, _where, arity=3, glsl="((a != 0.0) ? b : c)"))
+register(OpDef("where", "elementwise", _bcast, _where, arity=3, glsl="((a != 0.0 || dlc_isnan(a)) ? b : c)"))

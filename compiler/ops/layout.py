@@ -61,8 +61,14 @@ def _take_shape(ins, attrs):
 
 
 def _take(args, attrs, dims):
-    # Rows of x by index (idx holds whole numbers as floats, like one_hot's indices).
-    return np.take(args[0], args[1].astype(int), axis=0)
+    # Rows of x by index (idx holds whole numbers as floats, like one_hot's indices), clamped
+    # to the rows there are as on GL; a NaN index gives a row of NaN.
+    x, idx = args
+    nan = np.isnan(idx)
+    rows = np.clip(np.where(nan, 0, idx), 0, x.shape[0] - 1).astype(int)
+    out = np.take(x, rows, axis=0)
+    out[nan] = np.nan
+    return out
 
 
 register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1))

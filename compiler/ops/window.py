@@ -132,7 +132,7 @@ def _avg_pool(args, attrs, dims):
 
 
 def _max_pool_grad(args, attrs, dims):
-    """dy routed to the first maximum of each window (as TensorFlow does)."""
+    """dy routed to the first maximum of each window (as TensorFlow does), or its first NaN."""
     x, dy = args
     kh, kw = attrs["size"]
     sh, sw = attrs["stride"]
@@ -142,7 +142,7 @@ def _max_pool_grad(args, attrs, dims):
     taken = np.zeros(best.shape, bool)
     dxp = np.zeros(xp.shape, dy.dtype)
     for di, dj, p in _patches(xp, kh, kw, oh, ow, sh, sw):
-        hit = (p == best) & ~taken
+        hit = ((p == best) | np.isnan(p)) & ~taken  # a window's first NaN is its maximum
         taken |= hit
         dxp[:, di: di + sh * (oh - 1) + 1: sh, dj: dj + sw * (ow - 1) + 1: sw, :] += np.where(hit, dy, 0)
     return dxp[:, pt: pt + x.shape[1], pl: pl + x.shape[2], :]

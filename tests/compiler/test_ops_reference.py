@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from special_values import SPECIALS, pow_inputs, same_specials
 
 import dlc
 from dlc.compiler.functions import FUNCTIONS
@@ -314,3 +315,80 @@ COVERED = set(UNARY_ORACLES) | {"leaky_relu", "elu", "clip", "maximum", "minimum
 
 def test_every_function_of_the_language_is_covered_here():
     assert set(FUNCTIONS) - COVERED == set()
+
+
+# -- NaN, infinities and signed zeros ---------------------------------------------------------
+
+MILD_SPECIALS = SPECIALS[(np.abs(SPECIALS) < 1e6) | ~np.isfinite(SPECIALS)]  # no 1e30: oracles
+SPECIAL_ORACLES = {**UNARY_ORACLES, "step": lambda x: np.heaviside(x, 0.0),
+                   "softplus": lambda x: np.logaddexp(x, 0.0),
+                   # np.clip's: -0 stays -0 (NaN fails both tests and stays too)
+                   "relu6": lambda x: np.where(x < 0, 0.0, np.where(x > 6, 6.0, x))}
+
+
+@pytest.mark.parametrize("fn", sorted(UNARY_ORACLES))
+def test_unary_special_values(fn):
+    """NaN propagates, infinities and signed zeros come out as NumPy makes them."""
+    x = MILD_SPECIALS
+    got = run(f"input x: [N]\nout = {fn}(x)\n", x=x)
+    with np.errstate(all="ignore"):
+        want = SPECIAL_ORACLES[fn](x.astype(np.float64)).astype(np.float32)
+    same_specials(got, want, fn, rtol=2e-6)
+
+
+SPECIAL_BINARY = {"maximum": np.maximum, "minimum": np.minimum, "==": np.equal,
+                  "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+                  ">=": np.greater_equal, "+": np.add, "-": np.subtract, "*": np.multiply,
+                  "/": np.divide}
+
+
+@pytest.mark.parametrize("op", sorted(SPECIAL_BINARY))
+def test_binary_special_values(op):
+    """Every special value against every other: comparisons with NaN are false but !=."""
+    a, b = MILD_SPECIALS.reshape(-1, 1), MILD_SPECIALS.reshape(1, -1)
+    call = f"{op}(a, b)" if op.isalpha() else f"a {op} b"
+    got = run(f"input a: [N, 1]\ninput b: [1, M]\nout = {call}\n", a=a, b=b)
+    with np.errstate(all="ignore"):
+        want = SPECIAL_BINARY[op](a, b).astype(np.float32)
+    same_specials(got, want, op)
+
+
+def test_clip_and_where_with_nan():
+    x = MILD_SPECIALS
+    got = run("input x: [N]\nout = clip(x, -1, 2)\n", x=x)
+    same_specials(got, np.clip(x, -1, 2), "clip")
+    got = run("input x: [N]\nout = where(x, 1, 2)\n", x=x)  # NaN is not zero: true
+    same_specials(got, np.where(x != 0, 1.0, 2.0).astype(np.float32), "where")
+
+
+def test_pow_edge_cases_match_c99():
+    x, y, want = pow_inputs()
+    got = run("input x: [N]\ninput y: [N]\nout = pow(x, y)\n", x=x, y=y)
+    for xi, yi, g, w in zip(x, y, got, want):
+        same_specials(np.array([g]), np.array([w]), f"pow({xi}, {yi})", rtol=1e-6)
+
+
+@pytest.mark.parametrize("fn", ["max", "min", "argmax", "argmin", "sum"])
+def test_reductions_with_nan(fn):
+    """max/min propagate NaN; argmax/argmin give the first NaN's index, as NumPy's do."""
+    x = np.array([[1, np.nan, 3, np.nan], [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [2, 5, np.inf, -1]], np.float32)
+    got = run(f"input x: [B, 4]\nout = {fn}(x, 1)\n" if fn.startswith("arg") else
+              f"input x: [B, 4]\nout = {fn}(x, axis=1)\n", x=x)
+    with np.errstate(all="ignore"):
+        want = getattr(np, fn)(x, axis=1).astype(np.float32)
+    same_specials(got, want, fn, zero_signs=False)
+
+
+def test_log_softmax_is_exact_at_large_logits():
+    """(x - m) - log(sum(exp(x - m))) against the float64 closed form: the float32 result
+    rounds to -3.44019, -2.44019, -1.44019, -0.44019."""
+    x = np.array([[10000, 10001, 10002, 10003], [0.0, 1.0, 2.0, 3.0]], np.float32)
+    got = run("input x: [B, 4]\nout = log_softmax(x)\n", x=x)
+    want = np.array([0.0, 1.0, 2.0, 3.0]) - 3.0 - np.log1p(np.exp(-1.0) + np.exp(-2.0) + np.exp(-3.0))
+    np.testing.assert_allclose(got, np.stack([want, want]), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(np.round(got[0], 5), [-3.44019, -2.44019, -1.44019, -0.44019])
+    labels = np.array([[0, 0, 0, 1], [1, 0, 0, 0]], np.float32)
+    cost = run("input x: [B, 4]\ninput y: [B, 4]\nout = softmax_cross_entropy(x, y)\n",
+               x=x, y=labels)
+    np.testing.assert_allclose(cost, -(want[3] + want[0]) / 2, rtol=1e-6)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from special_values import SPECIALS, pow_inputs, same_specials
 
 from dlc.compiler import registry
 from dlc.compiler.autodiff import differentiate
@@ -238,3 +239,151 @@ def test_dim_size_follows_the_binding(backend):
         (nv, yv) = backend.run(g, [n, y], {"x": xs}, {"B": size})
         assert float(nv) == size * 3
         np.testing.assert_allclose(yv, xs.mean(), rtol=1e-6)
+
+
+# -- NaN, infinities and signed zeros: NumPy's semantics on GL -----------------------------
+
+# GLSL leaves sin/cos of huge arguments imprecise (no exact range reduction): NaN and the
+# infinities still go in.
+HUGE_ARGS_IMPRECISE = {"sin", "cos"}
+
+
+def special_inputs(op: str, arity: int, n: int) -> list[np.ndarray]:
+    """Every special value against every other: operand k varies along axis k."""
+    s = SPECIALS[:n]
+    if op in HUGE_ARGS_IMPRECISE:
+        s = s[(np.abs(s) < 1e6) | ~np.isfinite(s)]
+    shapes = [[1] * arity for _ in range(arity)]
+    for k in range(arity):
+        shapes[k][k] = len(s)
+    return [s.reshape(sh) for sh in shapes]
+
+
+ELEMENTWISE = sorted(name for name, op in registry.REGISTRY.items()
+                     if op.kind == "elementwise" and name != "dim_size")
+
+
+@pytest.mark.parametrize("n", [len(SPECIALS), len(SPECIALS) - 1], ids=["vec4", "odd"])
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_elementwise_special_values_match_numpy(backend, op, n):
+    arity = registry.get(op).arity
+    xs = special_inputs(op, arity, n)
+    b = GraphBuilder()
+    ids = [b.input(f"x{k}", x.shape) for k, x in enumerate(xs)]
+    attrs = {"alpha": 0.3} if op in ("leaky_relu", "elu") else {}
+    y = b.add(op, ids, **attrs)
+    g = b.build()
+    feeds = {f"x{k}": x for k, x in enumerate(xs)}
+    (got,) = backend.run(g, [y], feeds, {})
+    with np.errstate(all="ignore"):
+        want = evaluate(g, [y], feeds, {})[y]
+    same_specials(got, want, op)
+
+
+# The operand a padded convolution multiplies by its zero padding: the reference pads with
+# zeros (0 * NaN = 0 * inf = NaN at the border) where the GL kernels skip padded taps, so there
+# it gets signed zeros only (unpadded convolutions get every special value in every operand).
+PADDED_PRODUCT = {"conv2d": 1, "conv2d_grad_input": 1, "conv2d_grad_filter": 1}
+
+
+def inject_specials(case: Case, feeds: dict, seed: int = 1) -> dict:
+    """The case's float inputs with about a quarter of their elements made NaN, +-inf or +-0."""
+    rng = np.random.default_rng(seed)
+    out = dict(feeds)
+    for k in range(len(case.shapes)):  # indexes too: take's NaN row is NaN, one_hot's zeros
+        x = out[f"x{k}"].copy()
+        hit = rng.uniform(size=x.shape) < 0.25
+        padded = case.attrs.get("padding") == "same" and PADDED_PRODUCT.get(case.op) == k
+        pool = SPECIALS[[3, 4]] if padded else SPECIALS[:5]
+        x[hit] = rng.choice(pool, size=int(hit.sum()))
+        out[f"x{k}"] = x
+    return out
+
+
+SPECIAL_CASES = [c for c in CASES if registry.get(c.op).kind != "elementwise"]
+
+
+@pytest.mark.parametrize("case", SPECIAL_CASES, ids=lambda c: c.id)
+def test_forward_with_nan_and_inf_matches_numpy(backend, case: Case):
+    """Reductions, matmul, windows and layout ops propagate NaN and infinities as NumPy does
+    (max/min propagate NaN, argmax/argmin give the first NaN's index, max_pool over a window
+    holding NaN is NaN)."""
+    g, feeds = build(case)
+    feeds = inject_specials(case, feeds)
+    y = g.names["y"]
+    (got,) = backend.run(g, [y], {k: v for k, v in feeds.items() if k != "r"}, case.dims)
+    with np.errstate(all="ignore"):
+        want = evaluate(g, [y], feeds, case.dims)[y]
+    # The sign of a zero max or sum depends on the order NumPy combines in: not compared.
+    same_specials(got, want, case.id, rtol=1e-4, atol=1e-4, zero_signs=False)
+
+
+REDUCE_GEOMETRIES = {"thread": ((4, 7), (1,)), "group": ((3, 300), (1,)),
+                     "columns": ((300, 40), (0,)), "leading": ((5, 3), (0,)),
+                     "mixed": ((2, 3, 70), (0, 2))}
+
+
+@pytest.mark.parametrize("op, shape, axes", [
+    pytest.param(op, shape, axes, id=f"{op}-{name}")
+    for op in ("max", "min", "argmax", "argmin", "sum")
+    for name, (shape, axes) in REDUCE_GEOMETRIES.items()
+    if len(axes) == 1 or not op.startswith("arg")])  # argmax/argmin reduce one axis
+def test_reductions_of_rows_with_nan(backend, op, shape, axes):
+    """A row with one NaN, one with several, one all -inf, one all +inf, one of -0 and 0: every
+    kernel template gives NumPy's answer."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=shape).astype(np.float32)
+    flat = np.moveaxis(x, axes[0], -1)  # a view: rows along the (first) reduced axis
+    flat[0, ..., -1] = np.nan
+    flat[1 % flat.shape[0], ..., 1] = np.nan
+    flat[1 % flat.shape[0], ..., -2] = np.nan
+    flat[-1, ..., :] = -np.inf
+    if flat.shape[0] > 3:
+        flat[2, ..., :] = np.inf
+        flat[3, ..., ::2] = -0.0
+        flat[3, ..., 1::2] = 0.0
+    b = GraphBuilder()
+    xi = b.input("x", shape)
+    if op.startswith("arg"):
+        y = b.add(op, [xi], axis=axes[0])
+    else:
+        y = b.add(op, [xi], axes=axes, keepdims=False)
+    g = b.build()
+    (got,) = backend.run(g, [y], {"x": x}, {})
+    with np.errstate(all="ignore"):
+        want = evaluate(g, [y], {"x": x}, {})[y]
+    if op.startswith("arg"):
+        np.testing.assert_array_equal(got, want, err_msg=f"{op} over {shape}")
+    else:
+        same_specials(got, want, f"{op} over {shape}", rtol=1e-5, atol=1e-5, zero_signs=False)
+
+
+def test_pow_edge_cases_match_c99(backend):
+    """pow on GL against C99's powf case table (NumPy's float32 power), written out by hand."""
+    x, y, want = pow_inputs()
+    b = GraphBuilder()
+    y_ = b.add("pow", [b.input("x", x.shape), b.input("y", y.shape)])
+    (got,) = backend.run(b.build(), [y_], {"x": x, "y": y}, {})
+    for xi, yi, g, w in zip(x, y, got, want):
+        same_specials(np.array([g]), np.array([w]), f"pow({xi}, {yi})", rtol=1e-5)
+
+
+@pytest.mark.parametrize("m, k, n", [(256, 64, 256), (64, 900, 8)], ids=["tiles", "thin"])
+def test_blocked_matmul_propagates_nan_and_inf(backend, m, k, n):
+    """The large-tile and thin matmul templates (the sweep's small cases take the 16x16 one):
+    NaN rows and columns, inf times 0, inf plus -inf, as NumPy."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(m, k)).astype(np.float32)
+    b = rng.normal(size=(k, n)).astype(np.float32)
+    a[rng.uniform(size=a.shape) < 0.001] = np.nan
+    b[rng.uniform(size=b.shape) < 0.002] = np.inf
+    b[rng.uniform(size=b.shape) < 0.002] = -np.inf
+    a[5, :] = 0.0
+    g = GraphBuilder()
+    y = g.add("matmul", [g.input("a", a.shape), g.input("b", b.shape)], ta=False, tb=False)
+    graph = g.build()
+    (got,) = backend.run(graph, [y], {"a": a, "b": b}, {})
+    with np.errstate(all="ignore"):
+        want = evaluate(graph, [y], {"a": a, "b": b}, {})[y]
+    assert np.isnan(want).any() and np.isinf(want).any()
+    same_specials(got, want, f"matmul {m}x{k}x{n}", rtol=1e-3, atol=1e-3, zero_signs=False)
