@@ -286,6 +286,34 @@ def slice_(b, loc, x, begin, size):
     return b.add("slice", [x], loc, begin=tuple(begin), size=tuple(out))
 
 
+@function("pad", Param("x", T), Param("before", "ints"), Param("after", "ints"))
+def pad(b, loc, x, before, after):
+    # Zeros around x: `before[k]` in front of axis k and `after[k]` behind it.
+    shape = b.shape(x)
+    before, after = [before] if isinstance(before, int) else list(before), \
+        [after] if isinstance(after, int) else list(after)
+    if len(before) != len(shape) or len(after) != len(shape):
+        _fail(f"pad of {format_shape(shape)} needs {len(shape)} before and after values, "
+              f"got {len(before)} and {len(after)}", loc)
+    for k, (d, lo, hi) in enumerate(zip(shape, before, after)):
+        if lo < 0 or hi < 0:
+            _fail(f"pad amounts must be >= 0, got {lo} and {hi} for axis {k}", loc)
+        if isinstance(d, str) and (lo or hi):
+            _fail(f"pad along symbolic dim {d} is not supported", loc)
+    return b.add("pad", [x], loc, before=tuple(before), after=tuple(after))
+
+
+@function("broadcast_to", Param("x", T), Param("shape", "dims"))
+def broadcast_to(b, loc, x, shape):
+    # NumPy's broadcast_to: x's dims line up with the trailing dims of shape.
+    old, new = b.shape(x), tuple(shape)
+    if len(new) < len(old) or any(o not in (1, n) for o, n in zip(old[::-1], new[::-1])):
+        _fail(f"cannot broadcast {format_shape(old)} to {format_shape(new)}", loc)
+    if any(isinstance(d, int) and d <= 0 for d in new):
+        _fail(f"broadcast_to dims must be positive, got {list(new)}", loc)
+    return b.add("broadcast_to", [x], loc, shape=new)
+
+
 @function("one_hot", Param("indices", T), Param("depth", "int"), differentiable=False)
 def _one_hot(b, loc, x, depth):
     if int(depth) <= 0:

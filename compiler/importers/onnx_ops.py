@@ -1,0 +1,875 @@
+"""ONNX op handlers: each writes the .dl statements for one node.
+
+A handler gets the Converter, the node, its input Values (None for an
+omitted optional input) and its attributes; it calls `c.emit` for each output.
+Nodes whose inputs are all known constants are folded with onnx's reference
+evaluator instead (Shape, ConstantOfShape, Range and the like then never reach
+the .dl text). Lowerings to existing dlc ops are exact (up to float rounding).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from .onnx_model import TO_NHWC, Converter, Value, fmt_list, fmt_num, fmt_shape
+
+Handler = Callable[[Converter, object, list, dict], None]
+HANDLERS: dict[str, Handler] = {}
+FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range", "Size", "Shape")  # constants at import
+
+
+def handler(*ops: str):
+    def deco(fn):
+        for op in ops:
+            HANDLERS[op] = fn
+        return fn
+    return deco
+
+
+def supported_ops() -> list[str]:
+    return sorted({*HANDLERS, *FOLDED_ONLY})
+
+
+def only_indices(graph, name: str) -> bool:
+    """Whether every use of `name` is as Gather's indices (an integer input dlc accepts)."""
+    uses = [(n.op_type, k) for n in graph.node for k, i in enumerate(n.input) if i == name]
+    return bool(uses) and all(u == ("Gather", 1) for u in uses)
+
+
+# -- driving -------------------------------------------------------------------------
+
+def _attrs(node) -> dict:
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def convert_node(c: Converter, node) -> None:
+    if id(node) in c.skip:  # folded into the node before it
+        return
+    if node.domain not in ("", "ai.onnx"):
+        raise c.fail(f"op domain '{node.domain}' is not supported (only the default ONNX domain)")
+    ins = []
+    for name in node.input:
+        if not name:
+            ins.append(None)
+        elif name not in c.values:
+            raise c.fail(f"input '{name}' is not computed before this node")
+        else:
+            ins.append(c.values[name])
+    attrs = _attrs(node)
+    if node.op_type in ("Shape", "Size") and ins[0].const is None:
+        _shape_const(c, node, ins[0], attrs)
+        return
+    present = [v for v in ins if v is not None]
+    if all(v.const is not None for v in present) and node.op_type not in ("Dropout",):
+        _fold(c, node, ins)
+        return
+    fn = HANDLERS.get(node.op_type)
+    if fn is None:
+        if node.op_type in FOLDED_ONLY:
+            raise c.fail(f"{node.op_type} is supported only when its inputs are known at import")
+        raise c.fail(f"op {node.op_type} is not supported")
+    fn(c, node, ins, attrs)
+
+
+def _shape_const(c, node, x: Value, attrs) -> None:
+    if any(isinstance(d, str) for d in x.shape):
+        raise c.fail(f"{node.op_type} of a tensor with a symbolic dim ({fmt_shape(x.shape)}) "
+                     "cannot be folded at import; import with a fixed batch size")
+    shape = np.array(x.shape, np.int64)
+    if node.op_type == "Size":
+        c.set_const(node.output[0], np.array(np.prod(shape), np.int64), False)
+        return
+    start, end = attrs.get("start", 0), attrs.get("end", None)
+    c.set_const(node.output[0], shape[start:end], False)
+
+
+def _fold(c, node, ins) -> None:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    feeds, inputs = {}, []
+    for name, v in zip(node.input, ins):
+        if v is not None:
+            feeds[name] = v.const
+            inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(v.const.dtype), v.const.shape))
+    outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output if o]
+    graph = helper.make_graph([node], "fold", inputs, outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c.opset)])
+    try:
+        results = ReferenceEvaluator(model).run(None, feeds)
+    except Exception as e:
+        raise c.fail(f"folding this constant node failed: {e}") from None
+    param = any(v is not None and v.param for v in ins)
+    for name, r in zip([o for o in node.output if o], results):
+        r = np.asarray(r)
+        c.set_const(name, r, param and np.issubdtype(r.dtype, np.floating))
+
+
+def batch_norms_after_convs(nodes: list, graph_outputs: set[str]) -> dict[str, object]:
+    """Conv output -> the BatchNormalization that is its only use: the Conv handler folds
+    the normalization into its filter and bias when the statistics are constants."""
+    uses: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            uses.setdefault(i, []).append(n)
+    out = {}
+    for n in nodes:
+        if n.op_type != "Conv" or n.output[0] in graph_outputs:
+            continue
+        after = uses.get(n.output[0], [])
+        if len(after) == 1 and after[0].op_type == "BatchNormalization" \
+                and after[0].input[0] == n.output[0] and not _attrs(after[0]).get("training_mode"):
+            out[n.output[0]] = after[0]
+    return out
+
+
+def _fold_bn(c, w: np.ndarray, b: np.ndarray | None, bn) -> tuple[np.ndarray, np.ndarray] | None:
+    """(filter, bias) with the BatchNormalization `bn` folded in; None if its stats are
+    not constants (or it has more outputs in use)."""
+    stats = [c.values.get(i) for i in bn.input[1:5]]
+    if any(v is None or v.const is None for v in stats) or \
+            any(o in c.used for o in bn.output[1:] if o):
+        return None
+    scale, shift, mean, var = (v.const.astype(np.float64) for v in stats)
+    k = scale / np.sqrt(var + _attrs(bn).get("epsilon", 1e-5))
+    b = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
+    return ((w.astype(np.float64) * k[:, None, None, None]).astype(np.float32),
+            ((b - mean) * k + shift).astype(np.float32))
+
+
+# -- helpers -------------------------------------------------------------------------
+
+def _out_shape(c: Converter, name: str) -> tuple:
+    shape = c.shapes.get(name)
+    if shape is None:
+        raise c.fail(f"the shape of '{name}' is unknown (ONNX shape inference gave none)")
+    return tuple(d if isinstance(d, int) else c.dim_names.get(d, d) for d in shape)
+
+
+def _one_out(c, node) -> str:
+    extra = [o for o in node.output[1:] if o and o in c.used]
+    if extra:
+        raise c.fail(f"output(s) {', '.join(extra)} are not supported (only the first output)")
+    return node.output[0]
+
+
+def _const_ints(c, v: Value | None, what: str) -> list[int] | None:
+    if v is None:
+        return None
+    if v.const is None:
+        raise c.fail(f"{what} must be known at import (a constant), not computed at run time")
+    return [int(x) for x in np.asarray(v.const).reshape(-1)]
+
+
+def _pick_nhwc(c, ins, out_rank: int) -> bool:
+    return out_rank == 4 and any(v is not None and v.nhwc for v in ins)
+
+
+def _elementwise(c, node, ins, expr: Callable[..., str]) -> None:
+    out = _one_out(c, node)
+    shape = _out_shape(c, out)
+    nhwc = _pick_nhwc(c, ins, len(shape))
+    c.emit(out, expr(*[c.operand(v, nhwc) for v in ins]), shape, nhwc)
+
+
+def _nhwc_axis(axis: int) -> int:
+    return TO_NHWC.index(axis)
+
+
+def _norm_axis(c, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise c.fail(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+# -- elementwise ---------------------------------------------------------------------
+
+UNARY = {
+    "Relu": "relu({})", "Sigmoid": "sigmoid({})", "Tanh": "tanh({})", "Exp": "exp({})",
+    "Log": "log({})", "Sqrt": "sqrt({})", "Abs": "abs({})", "Neg": "(-{})",
+    "Reciprocal": "reciprocal({})", "Softplus": "softplus({})", "Sin": "sin({})",
+    "Cos": "cos({})", "Sign": "sign({})", "Softsign": "({0} / (1.0 + abs({0})))",
+}
+BINARY = {
+    "Add": "({} + {})", "Sub": "({} - {})", "Mul": "({} * {})", "Div": "({} / {})",
+    "Pow": "pow({}, {})", "Equal": "eq({}, {})", "Less": "lt({}, {})",
+    "LessOrEqual": "le({}, {})", "Greater": "gt({}, {})", "GreaterOrEqual": "ge({}, {})",
+}
+
+
+def _unary(template):
+    def fn(c, node, ins, attrs):
+        _elementwise(c, node, ins[:1], lambda x: template.format(x))
+    return fn
+
+
+def _binary(template):
+    def fn(c, node, ins, attrs):
+        _elementwise(c, node, ins[:2], lambda a, b: template.format(a, b))
+    return fn
+
+
+for _op, _t in UNARY.items():
+    HANDLERS[_op] = _unary(_t)
+for _op, _t in BINARY.items():
+    HANDLERS[_op] = _binary(_t)
+
+
+@handler("LeakyRelu")
+def _leaky_relu(c, node, ins, attrs):
+    a = fmt_num(attrs.get("alpha", 0.01))
+    _elementwise(c, node, ins[:1], lambda x: f"leaky_relu({x}, alpha={a})")
+
+
+@handler("Elu")
+def _elu(c, node, ins, attrs):
+    a = fmt_num(attrs.get("alpha", 1.0))
+    _elementwise(c, node, ins[:1], lambda x: f"elu({x}, alpha={a})")
+
+
+@handler("Selu")
+def _selu(c, node, ins, attrs):
+    a = fmt_num(attrs.get("alpha", 1.67326319217681884765625))
+    g = fmt_num(attrs.get("gamma", 1.05070102214813232421875))
+    _elementwise(c, node, ins[:1], lambda x: f"({g} * elu({x}, alpha={a}))")
+
+
+@handler("HardSigmoid")
+def _hard_sigmoid(c, node, ins, attrs):
+    a, b = fmt_num(attrs.get("alpha", 0.2)), fmt_num(attrs.get("beta", 0.5))
+    _elementwise(c, node, ins[:1], lambda x: f"clip({x} * {a} + {b}, 0.0, 1.0)")
+
+
+@handler("HardSwish")
+def _hard_swish(c, node, ins, attrs):
+    _elementwise(c, node, ins[:1], lambda x: f"({x} * clip({x} * {fmt_num(1 / 6)} + 0.5, 0.0, 1.0))")
+
+
+@handler("PRelu")
+def _prelu(c, node, ins, attrs):
+    _elementwise(c, node, ins[:2], lambda x, s: f"where(lt({x}, 0.0), {x} * {s}, {x})")
+
+
+@handler("Clip")
+def _clip(c, node, ins, attrs):
+    lo, hi = (ins + [None, None])[1:3] if c.opset >= 11 else (None, None)
+    lo_v = attrs.get("min") if c.opset < 11 else None
+    hi_v = attrs.get("max") if c.opset < 11 else None
+    x = ins[0]
+
+    def expr(xs, *bounds):
+        out, k = xs, 0
+        if lo is not None:
+            out, k = f"maximum({out}, {bounds[k]})", k + 1
+        elif lo_v is not None and math.isfinite(lo_v):
+            out = f"maximum({out}, {fmt_num(lo_v)})"
+        if hi is not None:
+            out = f"minimum({out}, {bounds[k]})"
+        elif hi_v is not None and math.isfinite(hi_v):
+            out = f"minimum({out}, {fmt_num(hi_v)})"
+        return out
+    _elementwise(c, node, [x, *(v for v in (lo, hi) if v is not None)], expr)
+
+
+def _variadic(join: Callable[[list[str]], str]):
+    def fn(c, node, ins, attrs):
+        _elementwise(c, node, ins, lambda *xs: join(list(xs)))
+    return fn
+
+
+def _nest(f: str):
+    def join(xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = f"{f}({out}, {x})"
+        return out
+    return join
+
+
+HANDLERS["Max"] = _variadic(_nest("maximum"))
+HANDLERS["Min"] = _variadic(_nest("minimum"))
+HANDLERS["Sum"] = _variadic(lambda xs: "(" + " + ".join(xs) + ")")
+HANDLERS["Mean"] = _variadic(lambda xs: "((" + " + ".join(xs) + f") / {fmt_num(len(xs))})")
+
+
+@handler("Where")
+def _where(c, node, ins, attrs):
+    _elementwise(c, node, ins[:3], lambda k, a, b: f"where({k}, {a}, {b})")
+
+
+@handler("Identity", "Dropout")
+def _identity(c, node, ins, attrs):
+    if node.op_type == "Dropout":
+        if len(node.output) > 1 and node.output[1] in c.used:
+            raise c.fail("Dropout's mask output is not supported (inference only)")
+        if len(ins) > 2 and ins[2] is not None and (ins[2].const is None or bool(ins[2].const)):
+            raise c.fail("Dropout with training_mode is not supported (inference only)")
+    x = ins[0]
+    if x.const is not None:
+        c.set_const(node.output[0], x.const, x.param)
+        return
+    c.emit(node.output[0], x.name, x.shape, x.nhwc)
+
+
+@handler("Cast")
+def _cast(c, node, ins, attrs):
+    from .onnx_model import FLOAT_TYPES
+    if attrs["to"] not in FLOAT_TYPES:
+        raise c.fail(f"Cast to {_type_name(attrs['to'])} is not supported: dlc computes in float32 "
+                     "(Cast among float types is)")
+    _identity(c, node, ins, attrs)
+
+
+def _type_name(t):
+    from onnx import TensorProto
+    return TensorProto.DataType.Name(t)
+
+
+# -- linear algebra ------------------------------------------------------------------
+
+@handler("MatMul")
+def _matmul(c, node, ins, attrs):
+    a, b = ins
+    if not 1 <= a.rank <= 3 or not 1 <= b.rank <= 3:
+        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (ranks 1-3)")
+    out = _one_out(c, node)
+    c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", _out_shape(c, out))
+
+
+@handler("Gemm")
+def _gemm(c, node, ins, attrs):
+    a, b = ins[:2]
+    bias = ins[2] if len(ins) > 2 else None
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    xa = c.data(a)
+    if attrs.get("transA", 0):
+        xa = f"transpose({xa})"
+    if attrs.get("transB", 0):
+        if b.const is not None:  # stored as [K, N], the layout dlc's matmul reads
+            xb = c.declare_const(b.onnx_name, b.const.T, b.param)
+        else:
+            xb = f"transpose({c.data(b)})"
+    else:
+        xb = c.data(b)
+    expr = f"{xa} @ {xb}"
+    if alpha != 1.0:
+        expr = f"{fmt_num(alpha)} * ({expr})"
+    if bias is not None and beta != 0.0:
+        term = c.data(bias) if beta == 1.0 else f"{fmt_num(beta)} * {c.data(bias)}"
+        expr = f"{expr} + {term}"
+    out = _one_out(c, node)
+    c.emit(out, expr, _out_shape(c, out))
+
+
+# -- convolution and pooling ---------------------------------------------------------
+
+def _spatial(c, node, x: Value, kernel, strides, attrs, dilations=(1, 1)):
+    """(pt, pl, pb, pr) from pads / auto_pad for a 2-D window op over NCHW x."""
+    if x.rank != 4 or len(kernel) != 2:
+        raise c.fail(f"only 2-D {node.op_type} over NCHW input is supported, got input "
+                     f"{fmt_shape(x.shape)} and kernel {list(kernel)}")
+    h, w = x.shape[2:]
+    if isinstance(h, str) or isinstance(w, str):
+        raise c.fail("height and width must be concrete")
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for n, k, s in zip((h, w), eff, strides):
+            total = max((-(-n // s) - 1) * s + k - n, 0)
+            small = total // 2
+            pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+        return pads[0][0], pads[1][0], pads[0][1], pads[1][1]
+    if auto == "VALID":
+        return 0, 0, 0, 0
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    if len(pads) != 4:
+        raise c.fail(f"pads {pads} must have 4 values for a 2-D {node.op_type}")
+    return pads[0], pads[1], pads[2], pads[3]
+
+
+def _same_as_tf(n, k, s, before, total_after) -> bool:
+    """Whether ONNX's windows (pad `before`, `total_after`) are TensorFlow's "same" ones."""
+    out = (n + before + total_after - k) // s + 1
+    tf_out = -(-n // s)
+    tf_total = max((tf_out - 1) * s + k - n, 0)
+    return out == tf_out and before == tf_total // 2
+
+
+def _padding_mode(shape, kernel, strides, pads) -> str | None:
+    pt, pl, pb, pr = pads
+    if not any(pads):
+        return "valid"
+    h, w = shape[2:]
+    if _same_as_tf(h, kernel[0], strides[0], pt, pb) and _same_as_tf(w, kernel[1], strides[1], pl, pr):
+        return "same"
+    return None
+
+
+def _pad_nhwc(c, x: str, base: str, pads) -> str:
+    pt, pl, pb, pr = pads
+    return c.temp(base + "_pad", f"pad({x}, [0, {pt}, {pl}, 0], [0, {pb}, {pr}, 0])")
+
+
+@handler("Conv")
+def _conv(c, node, ins, attrs):
+    x, w = ins[:2]
+    bias = ins[2] if len(ins) > 2 else None
+    out = _one_out(c, node)
+    kernel = list(attrs.get("kernel_shape", w.shape[2:]))
+    strides = list(attrs.get("strides", [1] * len(kernel)))
+    dil = list(attrs.get("dilations", [1] * len(kernel)))
+    groups = attrs.get("group", 1)
+    pads = _spatial(c, node, x, kernel, strides, attrs, dil)
+    if (dil != [1, 1] or groups != 1) and w.const is None:
+        raise c.fail("a Conv with dilations or groups needs a constant filter")
+    bn = c.bn_after.get(out)
+    folded = _fold_bn(c, w.const, bias.const if bias is not None else None, bn) \
+        if bn is not None and w.const is not None and (bias is None or bias.const is not None) else None
+    if folded is not None:  # Conv + BatchNormalization -> one Conv
+        c.skip.add(id(bn))
+        out = bn.output[0]
+        w = Value(w.shape, const=folded[0], param=True, onnx_name=w.onnx_name + "_bn")
+        bias = Value(folded[1].shape, const=folded[1], param=True, onnx_name=out + "_bias")
+    if w.const is not None:
+        wk = w.const
+        if dil != [1, 1]:  # a dilated filter is the filter with zeros between its taps
+            kh, kw = wk.shape[2:]
+            big = np.zeros((*wk.shape[:2], (kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1), wk.dtype)
+            big[:, :, ::dil[0], ::dil[1]] = wk
+            wk = big
+        wk = wk.transpose(2, 3, 1, 0)  # [Cout, Cin/G, kh, kw] -> dlc's [kh, kw, Cin/G, Cout]
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    mode = _padding_mode(x.shape, eff, strides, pads)
+    xs = c.nhwc(x)
+    if mode is None:
+        xs, mode = _pad_nhwc(c, xs, out, pads), "valid"
+    stride = strides[0] if strides[0] == strides[1] else fmt_list(strides)
+    if groups == 1:
+        wn = c.declare_const(w.onnx_name, wk, w.param) if w.const is not None else \
+            f"transpose({c.data(w)}, perm=[2, 3, 1, 0])"
+        expr = f"conv2d({xs}, {wn}, stride={stride}, padding=\"{mode}\")"
+    else:
+        cin = wk.shape[2]
+        cout = wk.shape[3] // groups
+        parts = []
+        for g in range(groups):
+            xg = c.temp(f"{out}_x{g}", f"slice({xs}, [0, 0, 0, {g * cin}], [-1, -1, -1, {cin}])")
+            wn = c.declare_const(f"{w.onnx_name}_g{g}", wk[..., g * cout:(g + 1) * cout], w.param)
+            parts.append(c.temp(f"{out}_g{g}", f"conv2d({xg}, {wn}, stride={stride}, "
+                                               f"padding=\"{mode}\")"))
+        expr = f"concat([{', '.join(parts)}], axis=3)"
+    if bias is not None:
+        expr = f"{expr} + {c.data(bias)}"  # [Cout] broadcasts along NHWC's last axis
+    c.emit(out, expr, _out_shape(c, out), nhwc=True)
+
+
+def _pool_geometry(c, node, x, attrs):
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides", [1] * len(kernel)))
+    if list(attrs.get("dilations", [1] * len(kernel))) != [1] * len(kernel):
+        raise c.fail("pool dilations other than 1 are not supported")
+    pads = _spatial(c, node, x, kernel, strides, attrs)
+    extra = [0, 0]
+    if attrs.get("ceil_mode", 0):
+        for k, (n, kk, s, lo, hi) in enumerate(zip(x.shape[2:], kernel, strides, pads[:2], pads[2:])):
+            out = -(-(n + lo + hi - kk) // s) + 1
+            if (out - 1) * s >= n + lo:  # the last window must start inside the input or its pad
+                out -= 1
+            extra[k] = max((out - 1) * s + kk - (n + lo + hi), 0)
+    return kernel, strides, pads, extra
+
+
+def _ones_padded(c, base, x, pads, extra) -> str:
+    """A [1, H', W', 1] mask: 1 over the input, 0 over pads and ceil_mode's extra."""
+    h, w = x.shape[2:]
+    pt, pl, pb, pr = pads
+    ones = c.declare_const(base + "_ones", np.ones((1, h, w, 1), np.float32), False) \
+        if h * w <= 16 else _ones_decl(c, base, h, w)
+    return f"pad({ones}, [0, {pt}, {pl}, 0], [0, {pb + extra[0]}, {pr + extra[1]}, 0])"
+
+
+def _ones_decl(c, base, h, w) -> str:
+    name = c.names.new(base + "_ones")
+    c.decls.append(f"const {name}: [1, {h}, {w}, 1] = 1")
+    return name
+
+
+@handler("MaxPool", "AveragePool")
+def _pool(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    kernel, strides, pads, extra = _pool_geometry(c, node, x, attrs)
+    size = kernel[0] if kernel[0] == kernel[1] else fmt_list(kernel)
+    stride = strides[0] if strides[0] == strides[1] else fmt_list(strides)
+    fn = "max_pool" if node.op_type == "MaxPool" else "avg_pool"
+    include = node.op_type == "AveragePool" and attrs.get("count_include_pad", 0)
+    all_pads = (pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1])
+    mode = _padding_mode(x.shape, kernel, strides, all_pads)
+    xs = c.nhwc(x)
+    if mode == "valid" or (mode == "same" and not (include and any(all_pads))):
+        c.emit(out, f"{fn}({xs}, {size}, stride={stride}, padding=\"{mode}\")",
+               _out_shape(c, out), nhwc=True)
+        return
+    xp = _pad_nhwc(c, xs, out, all_pads)
+    if fn == "max_pool":  # padded positions must never win: -1e30 there, x + 0 elsewhere
+        mask = c.temp(out + "_mask", f"({_ones_padded(c, out, x, pads, extra)} - 1.0) * 1e30")
+        xp = c.temp(out + "_padm", f"{xp} + {mask}")
+        c.emit(out, f"max_pool({xp}, {size}, stride={stride})", _out_shape(c, out), nhwc=True)
+        return
+    # The average over the positions ONNX counts: the input, and the pads too when
+    # count_include_pad (never ceil_mode's extra).
+    if include:
+        counted = (f"pad({c.temp(out + '_in', _ones_full(c, out, x, pads))}, [0, 0, 0, 0], "
+                   f"[0, {extra[0]}, {extra[1]}, 0])")
+    else:
+        counted = _ones_padded(c, out, x, pads, extra)
+    share = c.temp(out + "_count", f"avg_pool({counted}, {size}, stride={stride})")
+    c.emit(out, f"avg_pool({xp}, {size}, stride={stride}) / {share}", _out_shape(c, out), nhwc=True)
+
+
+def _ones_full(c, base, x, pads) -> str:
+    h, w = x.shape[2:]
+    return _ones_decl(c, base + "_padded", h + pads[0] + pads[2], w + pads[1] + pads[3])
+
+
+@handler("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    fn = "mean" if node.op_type == "GlobalAveragePool" else "max"
+    if x.rank == 4:
+        c.emit(out, f"{fn}({c.nhwc(x)}, axis=[1, 2], keepdims=true)", _out_shape(c, out), nhwc=True)
+    else:
+        axes = list(range(2, x.rank))
+        c.emit(out, f"{fn}({c.data(x)}, axis={fmt_list(axes)}, keepdims=true)", _out_shape(c, out))
+
+
+@handler("BatchNormalization")
+def _batch_norm(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    if attrs.get("training_mode", 0):
+        raise c.fail("BatchNormalization with training_mode=1 is not supported (inference only)")
+    if any(v.const is None for v in ins[1:5]):
+        raise c.fail("BatchNormalization's scale, bias, mean and var must be constants")
+    scale, shift, mean, var = (v.const.astype(np.float64) for v in ins[1:5])
+    k = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
+    bshape = (-1,) + (1,) * (x.rank - 2)
+    ks = Value(tuple(k.reshape(bshape).shape), const=k.reshape(bshape).astype(np.float32),
+               param=ins[1].param, onnx_name=out + "_scale")
+    ts = Value(ks.shape, const=(shift - mean * k).reshape(bshape).astype(np.float32),
+               param=ins[2].param, onnx_name=out + "_shift")
+    nhwc = x.nhwc and x.rank == 4
+    c.emit(out, f"{c.operand(x, nhwc)} * {c.operand(ks, nhwc)} + {c.operand(ts, nhwc)}",
+           _out_shape(c, out), nhwc)
+
+
+@handler("LRN")
+def _lrn(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    size = attrs["size"]
+    alpha, beta, bias = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+    if x.rank != 4:
+        raise c.fail("LRN over a rank other than 4 is not supported")
+    ch = x.shape[1]
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    xs = c.nhwc(x)
+    sq = c.temp(out + "_sq", f"pad(square({xs}), [0, 0, 0, {lo}], [0, 0, 0, {hi}])")
+    window = " + ".join(f"slice({sq}, [0, 0, 0, {k}], [-1, -1, -1, {ch}])" for k in range(size))
+    s = c.temp(out + "_sum", window)
+    c.emit(out, f"{xs} / pow({fmt_num(bias)} + {fmt_num(alpha / size)} * {s}, {fmt_num(beta)})",
+           _out_shape(c, out), nhwc=True)
+
+
+# -- softmax ------------------------------------------------------------------------
+
+@handler("Softmax", "LogSoftmax")
+def _softmax(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    fn = "softmax" if node.op_type == "Softmax" else "log_softmax"
+    shape = _out_shape(c, out)
+    if c.opset >= 13:
+        axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+        if x.nhwc:
+            c.emit(out, f"{fn}({x.name}, axis={_nhwc_axis(axis)})", shape, nhwc=True)
+        else:
+            c.emit(out, f"{fn}({c.data(x)}, axis={axis})", shape)
+        return
+    # Before opset 13 the input is seen as 2-D: [prod(dims before axis), prod(the rest)].
+    axis = _norm_axis(c, attrs.get("axis", 1), x.rank)
+    if axis == x.rank - 1:
+        c.emit(out, f"{fn}({c.data(x)}, axis=-1)", shape)
+        return
+    rest = x.shape[axis:]
+    if any(isinstance(d, str) for d in rest):
+        raise c.fail(f"{node.op_type} over symbolic dims {fmt_shape(rest)} is not supported")
+    flat = c.temp(out + "_2d", f"reshape({c.data(x)}, [-1, {math.prod(rest)}])")
+    c.emit(out, f"reshape({fn}({flat}, axis=-1), {fmt_shape(shape)})", shape)
+
+
+# -- shape ops ----------------------------------------------------------------------
+
+def _reshape_to(c, node, x: Value) -> None:
+    out = _one_out(c, node)
+    shape = _out_shape(c, out)
+    if tuple(shape) == tuple(x.shape):
+        c.emit(out, c.data(x), shape)
+    else:
+        c.emit(out, f"reshape({c.data(x)}, {fmt_shape(shape)})", shape)
+
+
+@handler("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(c, node, ins, attrs):
+    _reshape_to(c, node, ins[0])
+
+
+@handler("Transpose")
+def _transpose(c, node, ins, attrs):
+    x = ins[0]
+    perm = list(attrs.get("perm", reversed(range(x.rank))))
+    out = _one_out(c, node)
+    if x.nhwc:  # read the NHWC tensor directly: logical axis a is its axis TO_NHWC.index(a)
+        perm = [TO_NHWC.index(p) for p in perm]
+        c.emit(out, f"transpose({x.name}, perm={fmt_list(perm)})", _out_shape(c, out))
+        return
+    c.emit(out, f"transpose({c.data(x)}, perm={fmt_list(perm)})", _out_shape(c, out))
+
+
+@handler("Concat")
+def _concat(c, node, ins, attrs):
+    out = _one_out(c, node)
+    shape = _out_shape(c, out)
+    axis = _norm_axis(c, attrs["axis"], len(shape))
+    if len(shape) == 4 and any(v.nhwc for v in ins):
+        parts = [c.nhwc(v) for v in ins]
+        c.emit(out, f"concat([{', '.join(parts)}], axis={_nhwc_axis(axis)})", shape, nhwc=True)
+        return
+    c.emit(out, f"concat([{', '.join(c.data(v) for v in ins)}], axis={axis})", shape)
+
+
+@handler("Expand")
+def _expand(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    shape = _out_shape(c, out)
+    if tuple(shape) == tuple(x.shape):
+        c.emit(out, c.data(x), shape)
+    else:
+        c.emit(out, f"broadcast_to({c.data(x)}, {fmt_shape(shape)})", shape)
+
+
+@handler("Tile")
+def _tile(c, node, ins, attrs):
+    x = ins[0]
+    reps = _const_ints(c, ins[1], "Tile's repeats")
+    out = _one_out(c, node)
+    cur = c.data(x)
+    for axis, r in enumerate(reps):
+        if r < 1:
+            raise c.fail(f"Tile repeats must be >= 1, got {reps}")
+        if r > 1:
+            if isinstance(x.shape[axis], str):
+                raise c.fail(f"Tile along symbolic dim {x.shape[axis]} is not supported")
+            cur = c.temp(f"{out}_t{axis}", f"concat([{', '.join([cur] * r)}], axis={axis})")
+    c.emit(out, cur, _out_shape(c, out))
+
+
+@handler("Pad")
+def _pad(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    mode = attrs.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise c.fail(f"Pad mode '{mode}' is not supported (only 'constant')")
+    pads = _const_ints(c, ins[1], "Pad's pads") if c.opset >= 11 else list(attrs["pads"])
+    value = 0.0
+    if c.opset >= 11 and len(ins) > 2 and ins[2] is not None:
+        if ins[2].const is None:
+            raise c.fail("Pad's constant_value must be a constant")
+        value = float(np.asarray(ins[2].const).reshape(-1)[0]) if ins[2].const.size else 0.0
+    elif c.opset < 11:
+        value = attrs.get("value", 0.0)
+    if value != 0.0:
+        raise c.fail(f"Pad with constant_value {value} is not supported (only 0)")
+    axes = list(range(x.rank))
+    if len(ins) > 3 and ins[3] is not None:
+        axes = [_norm_axis(c, a, x.rank) for a in _const_ints(c, ins[3], "Pad's axes")]
+    before, after = [0] * x.rank, [0] * x.rank
+    for k, a in enumerate(axes):
+        before[a], after[a] = pads[k], pads[k + len(axes)]
+    if min(before + after) < 0:
+        raise c.fail(f"negative pads {pads} are not supported")
+    c.emit(out, f"pad({c.data(x)}, {fmt_list(before)}, {fmt_list(after)})", _out_shape(c, out))
+
+
+def _slice_expr(c, x: Value, begin, size) -> str:
+    if all(b == 0 for b in begin) and all(s == -1 or s == d for s, d in zip(size, x.shape)):
+        return c.data(x)
+    return f"slice({c.data(x)}, {fmt_list(begin)}, {fmt_list(size)})"
+
+
+@handler("Slice")
+def _slice(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    if c.opset >= 10:
+        starts = _const_ints(c, ins[1], "Slice's starts")
+        ends = _const_ints(c, ins[2], "Slice's ends")
+        axes = _const_ints(c, ins[3], "Slice's axes") if len(ins) > 3 and ins[3] is not None \
+            else list(range(len(starts)))
+        steps = _const_ints(c, ins[4], "Slice's steps") if len(ins) > 4 and ins[4] is not None \
+            else [1] * len(starts)
+    else:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes = list(attrs.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    begin, size = [0] * x.rank, [-1] * x.rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = _norm_axis(c, a, x.rank)
+        d = x.shape[a]
+        if st != 1:
+            raise c.fail(f"Slice steps other than 1 are not supported (got {st} on axis {a})")
+        if isinstance(d, str):
+            if s == 0 and e >= 2 ** 31 - 1:
+                continue
+            raise c.fail(f"Slice along symbolic dim {d} must take all of it")
+        s = max(0, min(d, s + d if s < 0 else s))
+        e = max(0, min(d, e + d if e < 0 else e))
+        if e <= s:
+            raise c.fail(f"Slice gives an empty tensor on axis {a}: dlc tensors are never empty")
+        begin[a], size[a] = s, e - s
+    c.emit(out, _slice_expr(c, x, begin, size), _out_shape(c, out))
+
+
+@handler("Split")
+def _split(c, node, ins, attrs):
+    x = ins[0]
+    axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
+    outs = [o for o in node.output]
+    d = x.shape[axis]
+    if isinstance(d, str):
+        raise c.fail(f"Split along symbolic dim {d} is not supported")
+    if len(ins) > 1 and ins[1] is not None:
+        sizes = _const_ints(c, ins[1], "Split's sizes")
+    elif "split" in attrs:
+        sizes = list(attrs["split"])
+    else:
+        n = len(outs)
+        step = -(-d // n)
+        sizes = [min(step, d - k * step) for k in range(n)]
+    offset = 0
+    for o, n in zip(outs, sizes):
+        begin = [0] * x.rank
+        size = [-1] * x.rank
+        begin[axis], size[axis] = offset, n
+        offset += n
+        if o:
+            c.emit(o, _slice_expr(c, x, begin, size), _out_shape(c, o))
+
+
+@handler("Gather")
+def _gather(c, node, ins, attrs):
+    x, idx = ins
+    out = _one_out(c, node)
+    axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
+    if idx.const is None:
+        raise c.fail("Gather with run-time indices is not supported (constant indices are)")
+    d = x.shape[axis]
+    if isinstance(d, str):
+        raise c.fail(f"Gather along symbolic dim {d} is not supported")
+    flat = [int(i) + d if int(i) < 0 else int(i) for i in idx.const.reshape(-1)]
+    if any(not 0 <= i < d for i in flat):
+        raise c.fail(f"Gather index out of range for axis {axis} of size {d}")
+    parts = []
+    for i in flat:
+        begin, size = [0] * x.rank, [-1] * x.rank
+        begin[axis], size[axis] = i, 1
+        parts.append(_slice_expr(c, x, begin, size))
+    expr = parts[0] if len(parts) == 1 else f"concat([{', '.join(parts)}], axis={axis})"
+    shape = _out_shape(c, out)
+    c.emit(out, f"reshape({expr}, {fmt_shape(shape)})", shape)
+
+
+# -- reductions ---------------------------------------------------------------------
+
+REDUCE = {
+    "ReduceSum": "sum({x}, axis={a}, keepdims={k})",
+    "ReduceMean": "mean({x}, axis={a}, keepdims={k})",
+    "ReduceMax": "max({x}, axis={a}, keepdims={k})",
+    "ReduceMin": "min({x}, axis={a}, keepdims={k})",
+    "ReduceL1": "sum(abs({x}), axis={a}, keepdims={k})",
+    "ReduceL2": "sqrt(sum(square({x}), axis={a}, keepdims={k}))",
+    "ReduceSumSquare": "sum(square({x}), axis={a}, keepdims={k})",
+    "ReduceLogSum": "log(sum({x}, axis={a}, keepdims={k}))",
+    "ReduceLogSumExp": "logsumexp({x}, axis={a}, keepdims={k})",
+}
+# opset from which each reduction takes its axes as an input instead of an attribute
+AXES_INPUT_FROM = {"ReduceSum": 13}
+
+
+@handler(*REDUCE)
+def _reduce(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    if c.opset >= AXES_INPUT_FROM.get(node.op_type, 18):
+        axes = _const_ints(c, ins[1], f"{node.op_type}'s axes") if len(ins) > 1 else None
+    else:
+        axes = attrs.get("axes")
+    if not axes:
+        if attrs.get("noop_with_empty_axes", 0):
+            c.emit(out, c.data(x), x.shape)
+            return
+        axes = list(range(x.rank))
+    axes = sorted(_norm_axis(c, a, x.rank) for a in axes)
+    keep = bool(attrs.get("keepdims", 1))
+    shape = _out_shape(c, out)
+    if x.nhwc and keep:
+        a = sorted(_nhwc_axis(k) for k in axes)
+        c.emit(out, REDUCE[node.op_type].format(x=x.name, a=fmt_list(a), k="true"), shape, nhwc=True)
+        return
+    c.emit(out, REDUCE[node.op_type].format(x=c.data(x), a=fmt_list(axes), k=str(keep).lower()),
+           shape)
+
+
+@handler("ArgMax", "ArgMin")
+def _arg(c, node, ins, attrs):
+    x = ins[0]
+    out = _one_out(c, node)
+    if attrs.get("select_last_index", 0):
+        raise c.fail("select_last_index=1 is not supported (dlc picks the first extremum)")
+    axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
+    fn = node.op_type.lower()
+    expr = f"{fn}({c.data(x)}, axis={axis})"
+    shape = _out_shape(c, out)
+    if attrs.get("keepdims", 1):
+        expr = f"reshape({expr}, {fmt_shape(shape)})"
+    c.emit(out, expr, shape)
+
+
+@handler("LayerNormalization")
+def _layer_norm(c, node, ins, attrs):
+    x, scale = ins[:2]
+    bias = ins[2] if len(ins) > 2 else None
+    out = _one_out(c, node)
+    axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+    eps = fmt_num(attrs.get("epsilon", 1e-5))
+    axes = fmt_list(range(axis, x.rank))
+    xs = c.data(x)
+    m = c.temp(out + "_mean", f"mean({xs}, axis={axes}, keepdims=true)")
+    d = c.temp(out + "_centered", f"{xs} - {m}")
+    v = c.temp(out + "_var", f"mean(square({d}), axis={axes}, keepdims=true)")
+    expr = f"{d} * rsqrt({v} + {eps}) * {c.data(scale)}"
+    if bias is not None:
+        expr += f" + {c.data(bias)}"
+    c.emit(out, expr, _out_shape(c, out))
+
