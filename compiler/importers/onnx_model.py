@@ -221,7 +221,7 @@ def load_model(path_or_model, batch: str | int | None):
     """The model with its opset brought to TARGET_OPSET where older, the batch dim set, and
     shapes inferred."""
     onnx = _onnx()
-    from onnx import shape_inference, version_converter
+    from onnx import version_converter
 
     if isinstance(path_or_model, (str, os.PathLike)):
         path = os.fspath(path_or_model)
@@ -241,21 +241,67 @@ def load_model(path_or_model, batch: str | int | None):
         except Exception:  # the converter lacks some adapters: keep the model's own opset
             pass
     inits = {t.name for t in model.graph.initializer}
+    fixed: set[int] = set()  # the batch sizes the inputs had
     if batch is not None:
+        # Shapes stored in the file spell out the old batch size: infer them again.
+        del model.graph.value_info[:]
+        for o in model.graph.output:
+            if o.type.tensor_type.HasField("shape"):
+                o.type.tensor_type.ClearField("shape")
         for i in model.graph.input:
             if i.name in inits:
                 continue
             dims = i.type.tensor_type.shape.dim
             if dims:
+                if dims[0].HasField("dim_value"):
+                    fixed.add(dims[0].dim_value)
                 if isinstance(batch, int):
                     dims[0].dim_value = batch
                 else:
                     dims[0].dim_param = batch
+    model = _infer(model)
+    if isinstance(batch, str) and _keep_batch_in_reshapes(model, batch, fixed):
+        del model.graph.value_info[:]
+        model = _infer(model)
+    return model, opset
+
+
+def _infer(model):
+    from onnx import shape_inference
     try:
-        model = shape_inference.infer_shapes(model, data_prop=True)
+        return shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
         raise ImportError_(f"ONNX shape inference failed: {e}") from None
-    return model, opset
+
+
+def _keep_batch_in_reshapes(model, batch: str, fixed: set[int]) -> bool:
+    """Exported models often reshape to a constant shape that spells out the batch size
+    they were exported with ([1, 2048]). Where such a Reshape gets a tensor whose first dim
+    is the symbolic batch and its other dims hold all the rest, its first target dim becomes
+    0 (ONNX: "copy the input's dim"), so the batch dim flows through. Says if any changed."""
+    from onnx import numpy_helper
+
+    shapes = {vi.name: _shape_of(vi.type) for vi in [*model.graph.value_info, *model.graph.input]}
+    inits = {t.name: t for t in model.graph.initializer}
+    changed = False
+    for n in model.graph.node:
+        if n.op_type != "Reshape" or n.input[1] not in inits:
+            continue
+        x = shapes.get(n.input[0])
+        target = numpy_helper.to_array(inits[n.input[1]])
+        if not x or x[0] != batch or target.ndim != 1 or not len(target) or int(target[0]) not in fixed:
+            continue
+        rest = x[1:]
+        if any(isinstance(d, str) for d in rest) or any(int(t) <= 0 for t in target[1:]) or \
+                int(np.prod(rest)) != int(np.prod(target[1:])):
+            continue
+        new = target.copy()
+        new[0] = 0
+        t = numpy_helper.from_array(new, n.input[1] + "__batch")
+        model.graph.initializer.append(t)
+        n.input[1] = t.name
+        changed = True
+    return changed
 
 
 def _opset(model) -> int:
@@ -287,8 +333,9 @@ INDEX_TYPES = {6, 7}  # INT32, INT64
 def import_onnx(path_or_model, batch: str | int | None = None):
     """Import an ONNX model: see `Imported`. `batch` makes the inputs' first dim that
     symbolic name (or that int)."""
-    import dlc
     from onnx import numpy_helper
+
+    import dlc
 
     from . import onnx_ops
 
