@@ -309,7 +309,20 @@ COVERED = set(UNARY_ORACLES) | {"leaky_relu", "elu", "clip", "maximum", "minimum
                                 "argmin", "logsumexp", "softmax", "log_softmax", "reshape",
                                 "concat", "slice", "one_hot", "conv2d", "max_pool", "avg_pool",
                                 "mean_squared", "softmax_cross_entropy", "sigmoid_cross_entropy",
-                                "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge"}
+                                "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge",
+                                "pad", "broadcast_to"}
+
+
+def test_pad_and_broadcast_to():
+    x = arr(2, 3)
+    got = run("input x: [B, 3]\nout = pad(x, [0, 1], [0, 2])\n", x=x)
+    np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (1, 2)]))
+    got = run("input x: [B, 3]\nout = broadcast_to(x, [4, B, 3])\n", x=x)
+    np.testing.assert_array_equal(got, np.broadcast_to(x, (4, 2, 3)))
+    with pytest.raises(dlc.CompileError, match="pad along symbolic dim B"):
+        dlc.compile("input x: [B, 3]\nout = pad(x, [1, 0], [0, 0])\n")
+    with pytest.raises(dlc.CompileError, match=r"cannot broadcast \[B, 3\] to \[B, 4\]"):
+        dlc.compile("input x: [B, 3]\nout = broadcast_to(x, [B, 4])\n")
 
 
 def test_every_function_of_the_language_is_covered_here():
