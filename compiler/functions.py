@@ -79,6 +79,26 @@ for _op in _BINARY:
     function(_op, Param("a", T), Param("b", T), differentiable=_op not in _NOT_DIFF)(_binary(_op))
 
 
+@function("erf", Param("x", T))
+def _erf_fn(b, loc, x):
+    return b.add("erf", [x], loc)
+
+
+@function("gelu", Param("x", T), Param("approximate", "str", "none"))
+def gelu(b, loc, x, approximate):
+    # "none": x * (1 + erf(x / sqrt 2)) / 2; "tanh": x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2
+    if approximate == "none":
+        inner = b.add("erf", [b.add("mul", [x, b.const(0.7071067811865476, (), loc)], loc)], loc)
+    elif approximate == "tanh":
+        cube = b.add("mul", [b.add("mul", [x, x], loc), x], loc)
+        arg = b.add("add", [x, b.add("mul", [cube, b.const(0.044715, (), loc)], loc)], loc)
+        inner = b.add("tanh", [b.add("mul", [arg, b.const(0.7978845608028654, (), loc)], loc)], loc)
+    else:
+        _fail(f'gelu approximate must be "none" or "tanh", got "{approximate}"', loc)
+    half = b.add("mul", [x, b.const(0.5, (), loc)], loc)
+    return b.add("mul", [half, b.add("add", [inner, b.const(1.0, (), loc)], loc)], loc)
+
+
 @function("leaky_relu", Param("x", T), Param("alpha", "float", 0.2))
 def _leaky_relu(b, loc, x, alpha):
     return b.add("leaky_relu", [x], loc, alpha=float(alpha))

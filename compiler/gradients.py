@@ -436,3 +436,12 @@ def _max_pool_grad(e, n, y, g):
     first = e("one_hot", e("argmax", vx, axis=4), depth=taps)
     picked = e("sum", e("mul", first, windows(g)), axes=(4,), keepdims=False)
     return None, picked
+
+
+# -- special functions (compiler/ops/special.py) -------------------------------------
+
+@grad("erf")
+def _erf(e, n, y, g):
+    # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
+    x = n.inputs[0]
+    return (e("mul", g, e("mul", e.const(1.1283791670955126), e("exp", e("neg", e("square", x))))),)

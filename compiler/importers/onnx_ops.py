@@ -193,7 +193,7 @@ UNARY = {
     "Relu": "relu({})", "Sigmoid": "sigmoid({})", "Tanh": "tanh({})", "Exp": "exp({})",
     "Log": "log({})", "Sqrt": "sqrt({})", "Abs": "abs({})", "Neg": "(-{})",
     "Reciprocal": "reciprocal({})", "Softplus": "softplus({})", "Sin": "sin({})",
-    "Cos": "cos({})", "Sign": "sign({})", "Softsign": "({0} / (1.0 + abs({0})))",
+    "Cos": "cos({})", "Sign": "sign({})", "Softsign": "({0} / (1.0 + abs({0})))", "Erf": "erf({})",
 }
 BINARY = {
     "Add": "({} + {})", "Sub": "({} - {})", "Mul": "({} * {})", "Div": "({} / {})",
@@ -237,6 +237,15 @@ def _selu(c, node, ins, attrs):
     a = fmt_num(attrs.get("alpha", 1.67326319217681884765625))
     g = fmt_num(attrs.get("gamma", 1.05070102214813232421875))
     _elementwise(c, node, ins[:1], lambda x: f"({g} * elu({x}, alpha={a}))")
+
+
+@handler("Gelu")
+def _gelu(c, node, ins, attrs):
+    mode = attrs.get("approximate", b"none")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("none", "tanh"):
+        raise c.fail(f"Gelu approximate='{mode}' is not supported (none, tanh)")
+    _elementwise(c, node, ins[:1], lambda x: f'gelu({x}, approximate="{mode}")')
 
 
 @handler("HardSigmoid")

@@ -54,6 +54,8 @@ CASES: dict[str, list[tuple[tuple, dict]]] = {
     "softmax_cross_entropy": [((arr(3, 4), np.eye(4, dtype=np.float32)[[0, 2, 3]]), {})],
     "sigmoid_cross_entropy": [((arr(3, 4), np.round(arr(3, 4, low=0, high=1))), {})],
     "pad": [((arr(2, 3), [1, 0], [0, 2]), {})],
+    "erf": [((arr(3, 4),), {})],
+    "gelu": [((arr(3, 4),), {}), ((arr(3, 4),), {"approximate": "tanh"})],
     "broadcast_to": [((arr(3, 1), [2, 3, 4]), {})],
 }
 

@@ -426,6 +426,7 @@ TORCH = {
     "softplus": _u(lambda t, x, a: t.nn.functional.softplus(x)),
     "sigmoid": _u(lambda t, x, a: t.sigmoid(x)), "tanh": _u(lambda t, x, a: t.tanh(x)),
     "sin": _u(lambda t, x, a: t.sin(x)), "cos": _u(lambda t, x, a: t.cos(x)),
+    "erf": _u(lambda t, x, a: t.erf(x)),
     "add": _b(lambda t, x, y: x + y), "sub": _b(lambda t, x, y: x - y),
     "mul": _b(lambda t, x, y: x * y), "div": _b(lambda t, x, y: x / y),
     "pow": _b(lambda t, x, y: t.pow(x, y)),

@@ -310,7 +310,7 @@ COVERED = set(UNARY_ORACLES) | {"leaky_relu", "elu", "clip", "maximum", "minimum
                                 "concat", "slice", "one_hot", "conv2d", "max_pool", "avg_pool",
                                 "mean_squared", "softmax_cross_entropy", "sigmoid_cross_entropy",
                                 "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge",
-                                "pad", "broadcast_to"}
+                                "pad", "broadcast_to", "erf", "gelu"}
 
 
 def test_pad_and_broadcast_to():
@@ -323,6 +323,21 @@ def test_pad_and_broadcast_to():
         dlc.compile("input x: [B, 3]\nout = pad(x, [1, 0], [0, 0])\n")
     with pytest.raises(dlc.CompileError, match=r"cannot broadcast \[B, 3\] to \[B, 4\]"):
         dlc.compile("input x: [B, 3]\nout = broadcast_to(x, [B, 4])\n")
+
+
+def test_erf_and_gelu():
+    import math
+    x = np.concatenate([np.linspace(-4, 4, 41), [1e-7, -1e-4]]).astype(np.float32)
+    erf = np.array([math.erf(v) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(run("input x: [B]\nout = erf(x)\n", x=x), erf, rtol=1e-6, atol=1e-7)
+    erf2 = np.array([math.erf(v / math.sqrt(2)) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x)\n", x=x), x * (1 + erf2) / 2,
+                               rtol=1e-6, atol=1e-7)
+    tanh = x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x.astype(np.float64) ** 3))) / 2
+    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x, approximate=\"tanh\")\n", x=x), tanh,
+                               rtol=1e-5, atol=1e-7)
+    with pytest.raises(dlc.CompileError, match='gelu approximate must be "none" or "tanh"'):
+        dlc.compile("input x: [B]\nout = gelu(x, approximate=\"fast\")\n")
 
 
 def test_every_function_of_the_language_is_covered_here():
