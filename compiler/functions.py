@@ -7,7 +7,7 @@ call these, so a model gives the same IR whichever way it is written.
 
 Parameter kinds: tensor, tensors (a list of tensors), int, float, bool, str,
 axis (int, list of ints, or None), ints (int or list), dims (list of ints,
-symbolic names and one -1).
+symbolic names and one -1), padding (a string or a list of ints).
 """
 
 from __future__ import annotations
@@ -351,29 +351,62 @@ def _pair(v, what, loc):
 
 
 def _padding(p, loc):
-    if p not in ("same", "valid"):
-        _fail(f'padding must be "same" or "valid", got "{p}"', loc)
-    return p
+    """"same", "valid", or explicit [top, bottom, left, right] zero padding."""
+    if isinstance(p, str):
+        if p not in ("same", "valid"):
+            _fail(f'padding must be "same", "valid" or [top, bottom, left, right], got "{p}"', loc)
+        return p
+    pads = (p,) if isinstance(p, int) else tuple(p)
+    if len(pads) != 4 or any(not isinstance(k, int) or k < 0 for k in pads):
+        _fail(f'padding must be "same", "valid" or four non-negative ints [top, bottom, left, '
+              f'right], got {list(pads)}', loc)
+    return pads
 
 
 @function("conv2d", Param("x", T), Param("w", T), Param("stride", "ints", 1),
-          Param("padding", "str", "same"))
-def conv2d(b, loc, x, w, stride, padding):
-    return b.add("conv2d", [x, w], loc, stride=_pair(stride, "stride", loc),
-                 padding=_padding(padding, loc))
+          Param("padding", "padding", "same"), Param("dilation", "ints", 1),
+          Param("groups", "int", 1))
+def conv2d(b, loc, x, w, stride, padding, dilation, groups):
+    if not isinstance(groups, int) or groups <= 0:
+        _fail(f"conv2d groups must be a positive int, got {groups}", loc)
+    attrs = {"stride": _pair(stride, "stride", loc), "padding": _padding(padding, loc)}
+    dilation = _pair(dilation, "dilation", loc)
+    if dilation != (1, 1):
+        attrs["dilation"] = dilation
+    if groups != 1:
+        attrs["groups"] = int(groups)
+    return b.add("conv2d", [x, w], loc, **attrs)
 
 
 def _pool(op):
-    def impl(b, loc, x, size, stride, padding):
+    def impl(b, loc, x, size, stride, padding, *rest):
         size = _pair(size, "size", loc)
         stride = size if stride is None else _pair(stride, "stride", loc)
-        return b.add(op, [x], loc, size=size, stride=stride, padding=_padding(padding, loc))
+        attrs = {"size": size, "stride": stride, "padding": _padding(padding, loc)}
+        if rest and rest[0]:
+            attrs["count_include_pad"] = True
+        return b.add(op, [x], loc, **attrs)
     return impl
 
 
-for _op in ("max_pool", "avg_pool"):
-    function(_op, Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
-             Param("padding", "str", "valid"))(_pool(_op))
+function("max_pool", Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
+         Param("padding", "padding", "valid"))(_pool("max_pool"))
+function("avg_pool", Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
+         Param("padding", "padding", "valid"), Param("count_include_pad", "bool", False))(
+    _pool("avg_pool"))
+
+
+def _global_pool(op):
+    def impl(b, loc, x):
+        shape = b.shape(x)
+        if len(shape) != 4:
+            _fail(f"global_{op}_pool takes x [B, H, W, C], got {format_shape(shape)}", loc)
+        return (mean if op == "avg" else _reduction("max"))(b, loc, x, (1, 2), False)
+    return impl
+
+
+function("global_avg_pool", Param("x", T))(_global_pool("avg"))
+function("global_max_pool", Param("x", T))(_global_pool("max"))
 
 
 # -- costs -----------------------------------------------------------------------

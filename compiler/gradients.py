@@ -364,7 +364,9 @@ def _matmul(e, n, y, g):
 # three are the other two (and conv2d itself).
 
 def _window(n: Node) -> dict:
-    return {"stride": n.attr("stride"), "padding": n.attr("padding")}
+    """The geometry attrs a window op's gradient ops share (those the node has)."""
+    keys = ("stride", "padding", "dilation", "groups", "count_include_pad")
+    return {k: v for k, v in n.attrs if k in keys}
 
 
 @grad("conv2d")
