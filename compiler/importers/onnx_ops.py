@@ -421,9 +421,18 @@ def _padding_mode(shape, kernel, strides, pads) -> str | None:
     return None
 
 
-def _pad_nhwc(c, x: str, base: str, pads) -> str:
+def _padding_arg(x_shape, kernel, strides, pads) -> str:
+    """dlc's padding argument: "valid", "same" where TensorFlow's windows are ONNX's, else
+    [top, bottom, left, right]."""
+    mode = _padding_mode(x_shape, kernel, strides, pads)
+    if mode:
+        return f'"{mode}"'
     pt, pl, pb, pr = pads
-    return c.temp(base + "_pad", f"pad({x}, [0, {pt}, {pl}, 0], [0, {pb}, {pr}, 0])")
+    return fmt_list([pt, pb, pl, pr])
+
+
+def _pair_arg(v) -> str:
+    return str(v[0]) if v[0] == v[1] else fmt_list(v)
 
 
 @handler("Conv")
@@ -436,8 +445,6 @@ def _conv(c, node, ins, attrs):
     dil = list(attrs.get("dilations", [1] * len(kernel)))
     groups = attrs.get("group", 1)
     pads = _spatial(c, node, x, kernel, strides, attrs, dil)
-    if (dil != [1, 1] or groups != 1) and w.const is None:
-        raise c.fail("a Conv with dilations or groups needs a constant filter")
     bn = c.bn_after.get(out)
     folded = _fold_bn(c, w.const, bias.const if bias is not None else None, bn) \
         if bn is not None and w.const is not None and (bias is None or bias.const is not None) else None
@@ -446,34 +453,17 @@ def _conv(c, node, ins, attrs):
         out = bn.output[0]
         w = Value(w.shape, const=folded[0], param=True, onnx_name=w.onnx_name + "_bn")
         bias = Value(folded[1].shape, const=folded[1], param=True, onnx_name=out + "_bias")
-    if w.const is not None:
-        wk = w.const
-        if dil != [1, 1]:  # a dilated filter is the filter with zeros between its taps
-            kh, kw = wk.shape[2:]
-            big = np.zeros((*wk.shape[:2], (kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1), wk.dtype)
-            big[:, :, ::dil[0], ::dil[1]] = wk
-            wk = big
-        wk = wk.transpose(2, 3, 1, 0)  # [Cout, Cin/G, kh, kw] -> dlc's [kh, kw, Cin/G, Cout]
+    # [Cout, Cin/G, kh, kw] -> dlc's [kh, kw, Cin/G, Cout]
+    wn = c.declare_const(w.onnx_name, w.const.transpose(2, 3, 1, 0), w.param) \
+        if w.const is not None else f"transpose({c.data(w)}, perm=[2, 3, 1, 0])"
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
-    mode = _padding_mode(x.shape, eff, strides, pads)
-    xs = c.nhwc(x)
-    if mode is None:
-        xs, mode = _pad_nhwc(c, xs, out, pads), "valid"
-    stride = strides[0] if strides[0] == strides[1] else fmt_list(strides)
-    if groups == 1:
-        wn = c.declare_const(w.onnx_name, wk, w.param) if w.const is not None else \
-            f"transpose({c.data(w)}, perm=[2, 3, 1, 0])"
-        expr = f"conv2d({xs}, {wn}, stride={stride}, padding=\"{mode}\")"
-    else:
-        cin = wk.shape[2]
-        cout = wk.shape[3] // groups
-        parts = []
-        for g in range(groups):
-            xg = c.temp(f"{out}_x{g}", f"slice({xs}, [0, 0, 0, {g * cin}], [-1, -1, -1, {cin}])")
-            wn = c.declare_const(f"{w.onnx_name}_g{g}", wk[..., g * cout:(g + 1) * cout], w.param)
-            parts.append(c.temp(f"{out}_g{g}", f"conv2d({xg}, {wn}, stride={stride}, "
-                                               f"padding=\"{mode}\")"))
-        expr = f"concat([{', '.join(parts)}], axis=3)"
+    args = [c.nhwc(x), wn, f"stride={_pair_arg(strides)}",
+            f"padding={_padding_arg(x.shape, eff, strides, pads)}"]
+    if dil != [1, 1]:
+        args.append(f"dilation={_pair_arg(dil)}")
+    if groups != 1:
+        args.append(f"groups={groups}")
+    expr = f"conv2d({', '.join(args)})"
     if bias is not None:
         expr = f"{expr} + {c.data(bias)}"  # [Cout] broadcasts along NHWC's last axis
     c.emit(out, expr, _out_shape(c, out), nhwc=True)
@@ -495,57 +485,27 @@ def _pool_geometry(c, node, x, attrs):
     return kernel, strides, pads, extra
 
 
-def _ones_padded(c, base, x, pads, extra) -> str:
-    """A [1, H', W', 1] mask: 1 over the input, 0 over pads and ceil_mode's extra."""
-    h, w = x.shape[2:]
-    pt, pl, pb, pr = pads
-    ones = c.declare_const(base + "_ones", np.ones((1, h, w, 1), np.float32), False) \
-        if h * w <= 16 else _ones_decl(c, base, h, w)
-    return f"pad({ones}, [0, {pt}, {pl}, 0], [0, {pb + extra[0]}, {pr + extra[1]}, 0])"
-
-
-def _ones_decl(c, base, h, w) -> str:
-    name = c.names.new(base + "_ones")
-    c.decls.append(f"const {name}: [1, {h}, {w}, 1] = 1")
-    return name
-
-
 @handler("MaxPool", "AveragePool")
 def _pool(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
     kernel, strides, pads, extra = _pool_geometry(c, node, x, attrs)
-    size = kernel[0] if kernel[0] == kernel[1] else fmt_list(kernel)
-    stride = strides[0] if strides[0] == strides[1] else fmt_list(strides)
     fn = "max_pool" if node.op_type == "MaxPool" else "avg_pool"
-    include = node.op_type == "AveragePool" and attrs.get("count_include_pad", 0)
-    all_pads = (pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1])
-    mode = _padding_mode(x.shape, kernel, strides, all_pads)
+    include = node.op_type == "AveragePool" and attrs.get("count_include_pad", 0) and any(pads)
     xs = c.nhwc(x)
-    if mode == "valid" or (mode == "same" and not (include and any(all_pads))):
-        c.emit(out, f"{fn}({xs}, {size}, stride={stride}, padding=\"{mode}\")",
-               _out_shape(c, out), nhwc=True)
-        return
-    xp = _pad_nhwc(c, xs, out, all_pads)
-    if fn == "max_pool":  # padded positions must never win: -1e30 there, x + 0 elsewhere
-        mask = c.temp(out + "_mask", f"({_ones_padded(c, out, x, pads, extra)} - 1.0) * 1e30")
-        xp = c.temp(out + "_padm", f"{xp} + {mask}")
-        c.emit(out, f"max_pool({xp}, {size}, stride={stride})", _out_shape(c, out), nhwc=True)
-        return
-    # The average over the positions ONNX counts: the input, and the pads too when
-    # count_include_pad (never ceil_mode's extra).
     if include:
-        counted = (f"pad({c.temp(out + '_in', _ones_full(c, out, x, pads))}, [0, 0, 0, 0], "
-                   f"[0, {extra[0]}, {extra[1]}, 0])")
+        # ONNX counts the pads but not ceil_mode's extra: the pads become zeros of the input,
+        # the extra stays padding that the average leaves out.
+        pt, pl, pb, pr = pads
+        xs = c.temp(out + "_pad", f"pad({xs}, [0, {pt}, {pl}, 0], [0, {pb}, {pr}, 0])")
+        pads = (0, 0, 0, 0)
+        shape = (x.shape[0], x.shape[1], x.shape[2] + pt + pb, x.shape[3] + pl + pr)
     else:
-        counted = _ones_padded(c, out, x, pads, extra)
-    share = c.temp(out + "_count", f"avg_pool({counted}, {size}, stride={stride})")
-    c.emit(out, f"avg_pool({xp}, {size}, stride={stride}) / {share}", _out_shape(c, out), nhwc=True)
-
-
-def _ones_full(c, base, x, pads) -> str:
-    h, w = x.shape[2:]
-    return _ones_decl(c, base + "_padded", h + pads[0] + pads[2], w + pads[1] + pads[3])
+        shape = x.shape
+    all_pads = (pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1])
+    padding = _padding_arg(shape, kernel, strides, all_pads)
+    c.emit(out, f"{fn}({xs}, {_pair_arg(kernel)}, stride={_pair_arg(strides)}, padding={padding})",
+           _out_shape(c, out), nhwc=True)
 
 
 @handler("GlobalAveragePool", "GlobalMaxPool")
