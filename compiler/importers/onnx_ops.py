@@ -344,10 +344,29 @@ def _type_name(t):
 @handler("MatMul")
 def _matmul(c, node, ins, attrs):
     a, b = ins
-    if not 1 <= a.rank <= 3 or not 1 <= b.rank <= 3:
-        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (ranks 1-3)")
     out = _one_out(c, node)
-    c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", _out_shape(c, out))
+    shape = _out_shape(c, out)
+    if a.rank <= 3 and b.rank <= 3:
+        c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", shape)
+        return
+    # dlc's matmul batches over one axis: broadcast both operands' batch dims to the output's,
+    # fold them into one, multiply, and unfold.
+    if a.rank < 2 or b.rank < 2:
+        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (a rank-1 operand "
+                     "with a rank above 3)")
+    batch = tuple(shape[:-2])
+    if any(isinstance(d, str) for d in batch):
+        raise c.fail(f"MatMul above rank 3 with symbolic batch dims {fmt_shape(batch)} is not "
+                     "supported (import with a fixed batch size)")
+    n = str(math.prod(batch))
+    parts = []
+    for v, tail in ((a, a.shape[-2:]), (b, b.shape[-2:])):
+        x = c.data(v)
+        if tuple(v.shape) != batch + tuple(tail):
+            x = f"broadcast_to({x}, {fmt_shape(batch + tuple(tail))})"
+        parts.append(f"reshape({x}, [{n}, {tail[0]}, {tail[1]}])")
+    flat = c.temp(out + "_3d", f"matmul({parts[0]}, {parts[1]})")
+    c.emit(out, f"reshape({flat}, {fmt_shape(shape)})", shape)
 
 
 @handler("Gemm")
