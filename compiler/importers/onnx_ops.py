@@ -454,7 +454,47 @@ def _pair_arg(v) -> str:
     return str(v[0]) if v[0] == v[1] else fmt_list(v)
 
 
-@handler("Conv")
+def _one_d(handler_2d):
+    """A 1-D Conv or pool ([N, C, L]) as the 2-D one over [N, C, 1, L]."""
+    def fn(c, node, ins, attrs):
+        x = ins[0]
+        if x.rank != 3:
+            return handler_2d(c, node, ins, attrs)
+        from onnx import helper
+
+        n, ch, length = x.shape
+        x4 = Value((n, ch, 1, length), c.temp(x.onnx_name + "_2d", f"reshape({c.data(x)}, "
+                                                                  f"{fmt_shape((n, ch, 1, length))})"),
+                   onnx_name=x.onnx_name + "_2d")
+        new = dict(attrs)
+        for key in ("kernel_shape", "strides", "dilations"):
+            if key in attrs:
+                new[key] = [1, *attrs[key]]
+        if "pads" in attrs:
+            new["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        rest = list(ins[1:])
+        if node.op_type == "Conv":
+            w = ins[1]
+            if w.const is not None:
+                rest[0] = Value((*w.shape[:2], 1, w.shape[2]), const=w.const[:, :, None, :],
+                                param=w.param, onnx_name=w.onnx_name)
+            else:
+                shape4 = (*w.shape[:2], 1, w.shape[2])
+                rest[0] = Value(shape4, c.temp(w.onnx_name + "_2d", f"reshape({c.data(w)}, "
+                                                                    f"{fmt_shape(shape4)})"),
+                                onnx_name=w.onnx_name + "_2d")
+            if "kernel_shape" not in new:
+                new["kernel_shape"] = [1, w.shape[2]]
+        out = _one_out(c, node)
+        shape = _out_shape(c, out)
+        mid = out + "_2d"
+        c.shapes[mid] = (shape[0], shape[1], 1, shape[2])
+        node_2d = helper.make_node(node.op_type, [i for i in node.input], [mid], name=node.name)
+        handler_2d(c, node_2d, [x4, *rest], new)
+        c.emit(out, f"reshape({c.data(c.values[mid])}, {fmt_shape(shape)})", shape)
+    return fn
+
+
 def _conv(c, node, ins, attrs):
     x, w = ins[:2]
     bias = ins[2] if len(ins) > 2 else None
@@ -504,7 +544,6 @@ def _pool_geometry(c, node, x, attrs):
     return kernel, strides, pads, extra
 
 
-@handler("MaxPool", "AveragePool")
 def _pool(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
@@ -525,6 +564,10 @@ def _pool(c, node, ins, attrs):
     padding = _padding_arg(shape, kernel, strides, all_pads)
     c.emit(out, f"{fn}({xs}, {_pair_arg(kernel)}, stride={_pair_arg(strides)}, padding={padding})",
            _out_shape(c, out), nhwc=True)
+
+
+HANDLERS["Conv"] = _one_d(_conv)
+HANDLERS["MaxPool"] = HANDLERS["AveragePool"] = _one_d(_pool)
 
 
 @handler("GlobalAveragePool", "GlobalMaxPool")

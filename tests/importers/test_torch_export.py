@@ -41,7 +41,16 @@ def _cnn(torch):
     return net
 
 
-CASES = {"mlp": (_mlp, (6,)), "cnn": (_cnn, (2, 8, 8))}
+def _conv1d(torch):
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv1d(2, 4, 3, padding=2, dilation=2), nn.ReLU(), nn.MaxPool1d(2, ceil_mode=True),
+        nn.AvgPool1d(3, stride=1, padding=1), nn.Conv1d(4, 4, 3, groups=2, stride=2), nn.Flatten(),
+        nn.Linear(12, 3))
+
+
+CASES = {"mlp": (_mlp, (6,)), "cnn": (_cnn, (2, 8, 8)), "conv1d": (_conv1d, (2, 15))}
 
 
 @pytest.fixture(params=sorted(CASES))
@@ -97,7 +106,7 @@ def test_fine_tunes_with_dlc_train(exported, tmp_path, dlc_cli):
     loss0 = float(before.eval("cost", {imported.inputs["x"]: xs, "label": labels}))
     saved = tmp_path / "tuned.npz"
     r = run_dlc("train", out, "--data", data, "--init", tmp_path / "model.weights.npz",
-                "--optimizer", "adam", "--lr", "0.01", "--steps", "60", "--batch-size", "16",
+                "--optimizer", "adam", "--lr", "0.01", "--steps", "150", "--batch-size", "16",
                 "--backend", "numpy", "--save", saved)
     assert r.returncode == 0, r.stderr
     after = dlc.Session(dlc.compile(out), backend="numpy")
