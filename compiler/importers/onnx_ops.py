@@ -764,22 +764,59 @@ def _slice(c, node, ins, attrs):
         starts, ends = list(attrs["starts"]), list(attrs["ends"])
         axes = list(attrs.get("axes", range(len(starts))))
         steps = [1] * len(starts)
-    begin, size = [0] * x.rank, [-1] * x.rank
+    cur, shape = c.data(x), list(x.shape)
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = _norm_axis(c, a, x.rank)
-        d = x.shape[a]
-        if st != 1:
-            raise c.fail(f"Slice steps other than 1 are not supported (got {st} on axis {a})")
+        d = shape[a]
+        if st == 0:
+            raise c.fail(f"Slice step 0 on axis {a}")
         if isinstance(d, str):
-            if s == 0 and e >= 2 ** 31 - 1:
+            if s == 0 and e >= 2 ** 31 - 1 and st == 1:
                 continue
             raise c.fail(f"Slice along symbolic dim {d} must take all of it")
-        s = max(0, min(d, s + d if s < 0 else s))
-        e = max(0, min(d, e + d if e < 0 else e))
-        if e <= s:
+        s, e = s + d if s < 0 else s, e + d if e < 0 else e
+        s, e = (max(0, min(d, s)), max(0, min(d, e))) if st > 0 else \
+            (max(-1, min(d - 1, s)), max(-1, min(d - 1, e)))
+        idx = list(range(s, e, st))
+        if not idx:
             raise c.fail(f"Slice gives an empty tensor on axis {a}: dlc tensors are never empty")
-        begin[a], size[a] = s, e - s
-    c.emit(out, _slice_expr(c, x, begin, size), _out_shape(c, out))
+        cur = _take_along(c, out, cur, shape, a, idx, st)
+        shape[a] = len(idx)
+    c.emit(out, cur, _out_shape(c, out))
+
+
+def _take_along(c, out: str, x: str, shape: list, axis: int, idx: list[int], step: int) -> str:
+    """Elements idx (an arithmetic run with this step) of x along axis, as a .dl name."""
+    rank = len(shape)
+
+    def sl(t, start, n, dims):
+        begin, size = [0] * rank, [-1] * rank
+        begin[axis], size[axis] = start, n
+        if start == 0 and n == dims[axis]:
+            return t
+        return f"slice({t}, {fmt_list(begin)}, {fmt_list(size)})"
+    if step == 1:
+        return c.temp(f"{out}_s{axis}", sl(x, idx[0], len(idx), shape)) \
+            if len(idx) != shape[axis] else x
+    if step < 0:  # reversed: one slice per element
+        if len(idx) > 256:
+            raise c.fail(f"Slice with a negative step over {len(idx)} elements is not supported")
+        parts = ", ".join(sl(x, i, 1, shape) for i in idx)
+        return c.temp(f"{out}_s{axis}", f"concat([{parts}], axis={axis})" if len(idx) > 1 else parts)
+    # A step > 1: take the run, pad it to count * step, split the axis into [count, step],
+    # keep column 0 and merge back.
+    n, count = idx[-1] + 1 - idx[0], len(idx)
+    run = sl(x, idx[0], n, shape)
+    before, after = [0] * rank, [0] * rank
+    after[axis] = count * step - n
+    padded = f"pad({run}, {fmt_list(before)}, {fmt_list(after)})" if after[axis] else run
+    split = [*shape[:axis], count, step, *shape[axis + 1:]]
+    t = c.temp(f"{out}_split{axis}", f"reshape({padded}, {fmt_shape(split)})")
+    begin, size = [0] * (rank + 1), [-1] * (rank + 1)
+    size[axis + 1] = 1
+    kept = [*shape[:axis], count, *shape[axis + 1:]]
+    return c.temp(f"{out}_s{axis}", f"reshape(slice({t}, {fmt_list(begin)}, {fmt_list(size)}), "
+                                    f"{fmt_shape(kept)})")
 
 
 @handler("Split")

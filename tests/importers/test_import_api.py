@@ -132,3 +132,16 @@ def test_cli_errors_exit_1_without_a_traceback(onnx, tmp_path, dlc_cli):
         assert r.returncode == 1 and want in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = dlc_cli("import", tmp_path / "bad.onnx", "--batch", "-1")
     assert r.returncode == 2 and "--batch" in r.stderr
+
+
+@pytest.mark.parametrize("start, end, step", [(1, 7, 2), (0, 8, 3), (6, 0, -2), (-1, -9, -1)])
+def test_slice_steps(onnx, start, end, step):
+    from onnx import helper, numpy_helper
+    x = np.random.default_rng(5).normal(size=(3, 8)).astype(np.float32)
+    want = x[:, start:end:step]
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("st", [start]), ("en", [end]), ("ax", [1]), ("sp", [step]))]
+    m = _model(onnx, [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+               [_vi(onnx, "x", [3, 8])], [_vi(onnx, "y", list(want.shape))], consts)
+    imp = dlc.import_onnx(m, batch="B")
+    np.testing.assert_array_equal(_run(imp, x=x)["y"], want)
