@@ -455,7 +455,7 @@ def _pair_arg(v) -> str:
 
 
 def _one_d(handler_2d):
-    """A 1-D Conv or pool ([N, C, L]) as the 2-D one over [N, C, 1, L]."""
+    """A 1-D Conv, ConvTranspose or pool ([N, C, L]) as the 2-D one over [N, C, 1, L]."""
     def fn(c, node, ins, attrs):
         x = ins[0]
         if x.rank != 3:
@@ -472,8 +472,10 @@ def _one_d(handler_2d):
                 new[key] = [1, *attrs[key]]
         if "pads" in attrs:
             new["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        if "output_padding" in attrs:
+            new["output_padding"] = [0, *attrs["output_padding"]]
         rest = list(ins[1:])
-        if node.op_type == "Conv":
+        if node.op_type in ("Conv", "ConvTranspose"):
             w = ins[1]
             if w.const is not None:
                 rest[0] = Value((*w.shape[:2], 1, w.shape[2]), const=w.const[:, :, None, :],
@@ -566,6 +568,68 @@ def _pool(c, node, ins, attrs):
            _out_shape(c, out), nhwc=True)
 
 
+def _conv_transpose(c, node, ins, attrs):
+    """ConvTranspose as a conv2d: the input with stride - 1 zeros between its elements,
+    padded by (dilated kernel - 1 - pads), convolved at stride 1 with the filter flipped."""
+    x, w = ins[:2]
+    bias = ins[2] if len(ins) > 2 else None
+    out = _one_out(c, node)
+    if x.rank != 4 or w.rank != 4:
+        raise c.fail(f"only 1-D and 2-D ConvTranspose are supported, got input {fmt_shape(x.shape)}")
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto not in ("NOTSET", "VALID") or "output_shape" in attrs:
+        raise c.fail("ConvTranspose with auto_pad SAME_* or output_shape is not supported "
+                     "(pads and output_padding are)")
+    kernel = list(w.shape[2:])
+    strides = list(attrs.get("strides", [1, 1]))
+    dil = list(attrs.get("dilations", [1, 1]))
+    extra = list(attrs.get("output_padding", [0, 0]))
+    pads = [0, 0, 0, 0] if auto == "VALID" else list(attrs.get("pads", [0, 0, 0, 0]))
+    groups = attrs.get("group", 1)
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    conv_pads = [eff[0] - 1 - pads[0], eff[0] - 1 - pads[2] + extra[0],
+                 eff[1] - 1 - pads[1], eff[1] - 1 - pads[3] + extra[1]]
+    if min(conv_pads) < 0:
+        raise c.fail(f"ConvTranspose pads {pads} larger than the dilated kernel - 1 are not supported")
+    n, ch, h, wd = x.shape
+    sh, sw = strides
+    xs = c.nhwc(x)
+    if (sh, sw) != (1, 1):
+        six = c.temp(out + "_up", f"pad(reshape({xs}, {fmt_shape((n, h, 1, wd, 1, ch))}), "
+                                  f"[0, 0, 0, 0, 0, 0], [0, 0, {sh - 1}, 0, {sw - 1}, 0])")
+        flat = f"reshape({six}, {fmt_shape((n, h * sh, wd * sw, ch))})"
+        xs = c.temp(out + "_zeros", f"slice({flat}, [0, 0, 0, 0], "
+                                    f"[-1, {(h - 1) * sh + 1}, {(wd - 1) * sw + 1}, -1])")
+    # [Cin, Cout/G, kh, kw] -> per group [kh, kw, Cin/G, Cout/G], flipped; groups side by side
+    cin_g = w.shape[0] // groups
+    if w.const is not None:
+        wk = w.const[:, :, ::-1, ::-1]
+        wk = np.concatenate([wk[g * cin_g:(g + 1) * cin_g].transpose(2, 3, 0, 1)
+                             for g in range(groups)], axis=3)
+        wn = c.declare_const(w.onnx_name, np.ascontiguousarray(wk), w.param)
+    else:
+        wn = c.temp(w.onnx_name + "_t", f"transpose({c.data(w)}, perm=[2, 3, 0, 1])")
+        shape = [kernel[0], kernel[1], w.shape[0], w.shape[1]]
+        for axis in (0, 1):
+            wn = _take_along(c, w.onnx_name + "_flip", wn, shape, axis,
+                             list(range(kernel[axis] - 1, -1, -1)), -1) if kernel[axis] > 1 else wn
+        if groups != 1:
+            parts = ", ".join(f"slice({wn}, [0, 0, {g * cin_g}, 0], [-1, -1, {cin_g}, -1])"
+                              for g in range(groups))
+            wn = c.temp(w.onnx_name + "_groups", f"concat([{parts}], axis=3)")
+    args = [xs, wn, "stride=1", f"padding={fmt_list(conv_pads)}"]
+    if dil != [1, 1]:
+        args.append(f"dilation={_pair_arg(dil)}")
+    if groups != 1:
+        args.append(f"groups={groups}")
+    expr = f"conv2d({', '.join(args)})"
+    if bias is not None:
+        expr = f"{expr} + {c.data(bias)}"
+    c.emit(out, expr, _out_shape(c, out), nhwc=True)
+
+
+HANDLERS["ConvTranspose"] = _one_d(_conv_transpose)
 HANDLERS["Conv"] = _one_d(_conv)
 HANDLERS["MaxPool"] = HANDLERS["AveragePool"] = _one_d(_pool)
 

@@ -50,7 +50,17 @@ def _conv1d(torch):
         nn.Linear(12, 3))
 
 
-CASES = {"mlp": (_mlp, (6,)), "cnn": (_cnn, (2, 8, 8)), "conv1d": (_conv1d, (2, 15))}
+def _deconv(torch):
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(2, 4, 3, stride=2), nn.ReLU(),
+        nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2), nn.Tanh(),
+        nn.ConvTranspose2d(4, 1, 2, dilation=2), nn.Flatten(), nn.Linear(64, 3))
+
+
+CASES = {"mlp": (_mlp, (6,)), "cnn": (_cnn, (2, 8, 8)), "conv1d": (_conv1d, (2, 15)),
+         "deconv": (_deconv, (2, 7, 7))}
 
 
 @pytest.fixture(params=sorted(CASES))
