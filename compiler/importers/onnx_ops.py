@@ -784,8 +784,8 @@ def _pad(c, node, ins, attrs):
     out = _one_out(c, node)
     mode = attrs.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise c.fail(f"Pad mode '{mode}' is not supported (only 'constant')")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise c.fail(f"Pad mode '{mode}' is not supported (constant, reflect, edge, wrap)")
     pads = _const_ints(c, ins[1], "Pad's pads") if c.opset >= 11 else list(attrs["pads"])
     value = 0.0
     if c.opset >= 11 and len(ins) > 2 and ins[2] is not None:
@@ -794,8 +794,8 @@ def _pad(c, node, ins, attrs):
         value = float(np.asarray(ins[2].const).reshape(-1)[0]) if ins[2].const.size else 0.0
     elif c.opset < 11:
         value = attrs.get("value", 0.0)
-    if value != 0.0:
-        raise c.fail(f"Pad with constant_value {value} is not supported (only 0)")
+    if not math.isfinite(value):
+        raise c.fail(f"Pad with constant_value {value} is not supported (finite values are)")
     axes = list(range(x.rank))
     if len(ins) > 3 and ins[3] is not None:
         axes = [_norm_axis(c, a, x.rank) for a in _const_ints(c, ins[3], "Pad's axes")]
@@ -804,7 +804,58 @@ def _pad(c, node, ins, attrs):
         before[a], after[a] = pads[k], pads[k + len(axes)]
     if min(before + after) < 0:
         raise c.fail(f"negative pads {pads} are not supported")
-    c.emit(out, f"pad({c.data(x)}, {fmt_list(before)}, {fmt_list(after)})", _out_shape(c, out))
+    for a in range(x.rank):
+        if (before[a] or after[a]) and isinstance(x.shape[a], str):
+            raise c.fail(f"Pad along symbolic dim {x.shape[a]} is not supported")
+    shape = _out_shape(c, out)
+    if mode == "constant":
+        expr = f"pad({c.data(x)}, {fmt_list(before)}, {fmt_list(after)})"
+        if value != 0.0:  # value where the padding is: value * (1 - the padded ones)
+            ones = [d if (before[k] or after[k]) else 1 for k, d in enumerate(x.shape)]
+            m = c.names.new(out + "_ones")
+            c.decls.append(f"const {m}: {fmt_shape(ones)} = 1")
+            expr = (f"{expr} + {fmt_num(value)} * (1.0 - pad({m}, {fmt_list(before)}, "
+                    f"{fmt_list(after)}))")
+        c.emit(out, expr, shape)
+        return
+    cur, cur_shape = c.data(x), list(x.shape)
+    for a in range(x.rank):
+        if not (before[a] or after[a]):
+            continue
+        d = cur_shape[a]
+        if mode == "reflect" and (before[a] >= d or after[a] >= d):
+            raise c.fail(f"reflect pads {before[a]}, {after[a]} must be smaller than dim {d}")
+        inner = list(range(d))
+        if mode == "edge":
+            idx = [0] * before[a] + inner + [d - 1] * after[a]
+        elif mode == "reflect":
+            idx = list(range(before[a], 0, -1)) + inner + list(range(d - 2, d - 2 - after[a], -1))
+        else:  # wrap
+            idx = [i % d for i in range(-before[a], d + after[a])]
+        cur = _gather_runs(c, out, cur, cur_shape, a, idx)
+        cur_shape[a] = len(idx)
+    c.emit(out, cur, shape)
+
+
+def _gather_runs(c, out: str, x: str, shape: list, axis: int, idx: list[int]) -> str:
+    """x's elements idx along axis: one slice per run of consecutive indices, concatenated."""
+    runs: list[list[int]] = []
+    for i in idx:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    if len(runs) > 256:
+        raise c.fail(f"gathering {len(idx)} scattered elements along axis {axis} is not supported")
+    rank = len(shape)
+    parts = []
+    for r in runs:
+        begin, size = [0] * rank, [-1] * rank
+        begin[axis], size[axis] = r[0], len(r)
+        parts.append(x if len(r) == shape[axis] else
+                     f"slice({x}, {fmt_list(begin)}, {fmt_list(size)})")
+    return c.temp(f"{out}_g{axis}", parts[0] if len(parts) == 1 else
+                  f"concat([{', '.join(parts)}], axis={axis})")
 
 
 def _slice_expr(c, x: Value, begin, size) -> str:

@@ -145,3 +145,19 @@ def test_slice_steps(onnx, start, end, step):
                [_vi(onnx, "x", [3, 8])], [_vi(onnx, "y", list(want.shape))], consts)
     imp = dlc.import_onnx(m, batch="B")
     np.testing.assert_array_equal(_run(imp, x=x)["y"], want)
+
+
+@pytest.mark.parametrize("mode, value", [("constant", 0.0), ("constant", -1.5), ("edge", 0.0),
+                                         ("reflect", 0.0), ("wrap", 0.0)])
+def test_pad_modes(onnx, mode, value):
+    from onnx import helper, numpy_helper
+    x = np.random.default_rng(6).normal(size=(2, 3, 4)).astype(np.float32)
+    pads = [0, 2, 1, 0, 1, 3]  # before for axes 0-2, then after
+    width = list(zip(pads[:3], pads[3:]))
+    want = np.pad(x, width, mode=mode, constant_values=value) if mode == "constant" else \
+        np.pad(x, width, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[mode])
+    consts = [numpy_helper.from_array(np.array(pads, np.int64), "pads"),
+              numpy_helper.from_array(np.array(value, np.float32), "value")]
+    m = _model(onnx, [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)],
+               [_vi(onnx, "x", [2, 3, 4])], [_vi(onnx, "y", list(want.shape))], consts)
+    np.testing.assert_array_equal(_run(dlc.import_onnx(m), x=x)["y"], want)

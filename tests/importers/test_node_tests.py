@@ -6,7 +6,8 @@ anywhere else fails.
 
 The node tests feed shapes, axes, pads and repeats as graph inputs; real models hold them as
 constants, which is what dlc needs at import, so integer and bool inputs are made
-initializers holding the test's values (the float inputs stay inputs)."""
+initializers holding the test's values (the float inputs stay inputs); a test with no float
+input left (integer-only) is not counted: import-time folding would compute all of it."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def _run_case(case, numpy_helper):
             feeds[info.name] = a
         else:
             model.graph.initializer.append(numpy_helper.from_array(np.asarray(a), info.name))
+    if not feeds:  # integer-only: folding at import would compute it all; not dlc's to check
+        return False
     imported = dlc.import_onnx(model)
     sess = dlc.Session(imported.model, backend="numpy")
     sess.set_params(imported.weights)
@@ -47,6 +50,7 @@ def _run_case(case, numpy_helper):
         got = sess.eval(imported.outputs[out.name], dl_feeds)
         want = _array(want, numpy_helper).astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5, err_msg=case.name)
+    return True
 
 
 def test_node_tests_of_the_claimed_ops(onnx):
@@ -62,8 +66,8 @@ def test_node_tests_of_the_claimed_ops(onnx):
         if case.model is None or not {n.op_type for n in case.model.graph.node} <= claimed:
             continue
         try:
-            _run_case(case, numpy_helper)
-            passed.append(case.name)
+            if _run_case(case, numpy_helper):
+                passed.append(case.name)
         except ImportError_ as e:
             assert "cannot import" in str(e) or "element type" in str(e) or "shape" in str(e) \
                 or "compile" in str(e), (case.name, str(e))
@@ -72,4 +76,4 @@ def test_node_tests_of_the_claimed_ops(onnx):
             if case.name not in KNOWN_DIFFERENCES:
                 wrong.append(f"{case.name}: {type(e).__name__}: {str(e)[:300]}")
     assert not wrong, "\n".join(wrong)
-    assert len(passed) >= 500, (len(passed), len(refused))
+    assert len(passed) >= 450, (len(passed), len(refused))  # 463 with onnx 1.23
