@@ -9,12 +9,21 @@ from __future__ import annotations
 
 from ..ops.window import dilation, window_geometry
 from ..plan import size_of
+from . import kernels_conv
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, global_index, header, kernel_source
 
 
-def render(ctx: Context) -> KernelSource:
+def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = None) -> KernelSource:
+    """`conv` ("gemm" / "direct") forces how conv2d and its gradients run; by default they
+    take the implicit GEMM (kernels_conv.py) where the sizes fill its tiles."""
     g = ctx.graph
     node = g.nodes[ctx.kernel.anchor]
+    if kernels_conv.applies(node, conv):
+        x_shape = node.attr("x_shape") if node.op == "conv2d_grad_input" else g.nodes[node.inputs[0]].shape
+        k = (node.attr("w_shape") if node.op == "conv2d_grad_filter" else g.nodes[node.inputs[1]].shape)[:2]
+        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking)
+        if out is not None:
+            return out
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
