@@ -7,7 +7,7 @@ call these, so a model gives the same IR whichever way it is written.
 
 Parameter kinds: tensor, tensors (a list of tensors), int, float, bool, str,
 axis (int, list of ints, or None), ints (int or list), dims (list of ints,
-symbolic names and one -1).
+symbolic names and one -1), padding (a string or a list of ints).
 """
 
 from __future__ import annotations
@@ -77,6 +77,26 @@ for _op in _UNARY:
     function(_op, Param("x", T), differentiable=_op not in _NOT_DIFF)(_unary(_op))
 for _op in _BINARY:
     function(_op, Param("a", T), Param("b", T), differentiable=_op not in _NOT_DIFF)(_binary(_op))
+
+
+@function("erf", Param("x", T))
+def _erf_fn(b, loc, x):
+    return b.add("erf", [x], loc)
+
+
+@function("gelu", Param("x", T), Param("approximate", "str", "none"))
+def gelu(b, loc, x, approximate):
+    # "none": x * (1 + erf(x / sqrt 2)) / 2; "tanh": x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2
+    if approximate == "none":
+        inner = b.add("erf", [b.add("mul", [x, b.const(0.7071067811865476, (), loc)], loc)], loc)
+    elif approximate == "tanh":
+        cube = b.add("mul", [b.add("mul", [x, x], loc), x], loc)
+        arg = b.add("add", [x, b.add("mul", [cube, b.const(0.044715, (), loc)], loc)], loc)
+        inner = b.add("tanh", [b.add("mul", [arg, b.const(0.7978845608028654, (), loc)], loc)], loc)
+    else:
+        _fail(f'gelu approximate must be "none" or "tanh", got "{approximate}"', loc)
+    half = b.add("mul", [x, b.const(0.5, (), loc)], loc)
+    return b.add("mul", [half, b.add("add", [inner, b.const(1.0, (), loc)], loc)], loc)
 
 
 @function("leaky_relu", Param("x", T), Param("alpha", "float", 0.2))
@@ -297,6 +317,34 @@ def slice_(b, loc, x, begin, size):
     return b.add("slice", [x], loc, begin=tuple(begin), size=tuple(out))
 
 
+@function("pad", Param("x", T), Param("before", "ints"), Param("after", "ints"))
+def pad(b, loc, x, before, after):
+    # Zeros around x: `before[k]` in front of axis k and `after[k]` behind it.
+    shape = b.shape(x)
+    before, after = [before] if isinstance(before, int) else list(before), \
+        [after] if isinstance(after, int) else list(after)
+    if len(before) != len(shape) or len(after) != len(shape):
+        _fail(f"pad of {format_shape(shape)} needs {len(shape)} before and after values, "
+              f"got {len(before)} and {len(after)}", loc)
+    for k, (d, lo, hi) in enumerate(zip(shape, before, after)):
+        if lo < 0 or hi < 0:
+            _fail(f"pad amounts must be >= 0, got {lo} and {hi} for axis {k}", loc)
+        if isinstance(d, str) and (lo or hi):
+            _fail(f"pad along symbolic dim {d} is not supported", loc)
+    return b.add("pad", [x], loc, before=tuple(before), after=tuple(after))
+
+
+@function("broadcast_to", Param("x", T), Param("shape", "dims"))
+def broadcast_to(b, loc, x, shape):
+    # NumPy's broadcast_to: x's dims line up with the trailing dims of shape.
+    old, new = b.shape(x), tuple(shape)
+    if len(new) < len(old) or any(o not in (1, n) for o, n in zip(old[::-1], new[::-1])):
+        _fail(f"cannot broadcast {format_shape(old)} to {format_shape(new)}", loc)
+    if any(isinstance(d, int) and d <= 0 for d in new):
+        _fail(f"broadcast_to dims must be positive, got {list(new)}", loc)
+    return b.add("broadcast_to", [x], loc, shape=new)
+
+
 @function("one_hot", Param("indices", T), Param("depth", "int"), differentiable=False)
 def _one_hot(b, loc, x, depth):
     if int(depth) <= 0:
@@ -314,29 +362,62 @@ def _pair(v, what, loc):
 
 
 def _padding(p, loc):
-    if p not in ("same", "valid"):
-        _fail(f'padding must be "same" or "valid", got "{p}"', loc)
-    return p
+    """"same", "valid", or explicit [top, bottom, left, right] zero padding."""
+    if isinstance(p, str):
+        if p not in ("same", "valid"):
+            _fail(f'padding must be "same", "valid" or [top, bottom, left, right], got "{p}"', loc)
+        return p
+    pads = (p,) if isinstance(p, int) else tuple(p)
+    if len(pads) != 4 or any(not isinstance(k, int) or k < 0 for k in pads):
+        _fail(f'padding must be "same", "valid" or four non-negative ints [top, bottom, left, '
+              f'right], got {list(pads)}', loc)
+    return pads
 
 
 @function("conv2d", Param("x", T), Param("w", T), Param("stride", "ints", 1),
-          Param("padding", "str", "same"))
-def conv2d(b, loc, x, w, stride, padding):
-    return b.add("conv2d", [x, w], loc, stride=_pair(stride, "stride", loc),
-                 padding=_padding(padding, loc))
+          Param("padding", "padding", "same"), Param("dilation", "ints", 1),
+          Param("groups", "int", 1))
+def conv2d(b, loc, x, w, stride, padding, dilation, groups):
+    if not isinstance(groups, int) or groups <= 0:
+        _fail(f"conv2d groups must be a positive int, got {groups}", loc)
+    attrs = {"stride": _pair(stride, "stride", loc), "padding": _padding(padding, loc)}
+    dilation = _pair(dilation, "dilation", loc)
+    if dilation != (1, 1):
+        attrs["dilation"] = dilation
+    if groups != 1:
+        attrs["groups"] = int(groups)
+    return b.add("conv2d", [x, w], loc, **attrs)
 
 
 def _pool(op):
-    def impl(b, loc, x, size, stride, padding):
+    def impl(b, loc, x, size, stride, padding, *rest):
         size = _pair(size, "size", loc)
         stride = size if stride is None else _pair(stride, "stride", loc)
-        return b.add(op, [x], loc, size=size, stride=stride, padding=_padding(padding, loc))
+        attrs = {"size": size, "stride": stride, "padding": _padding(padding, loc)}
+        if rest and rest[0]:
+            attrs["count_include_pad"] = True
+        return b.add(op, [x], loc, **attrs)
     return impl
 
 
-for _op in ("max_pool", "avg_pool"):
-    function(_op, Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
-             Param("padding", "str", "valid"))(_pool(_op))
+function("max_pool", Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
+         Param("padding", "padding", "valid"))(_pool("max_pool"))
+function("avg_pool", Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
+         Param("padding", "padding", "valid"), Param("count_include_pad", "bool", False))(
+    _pool("avg_pool"))
+
+
+def _global_pool(op):
+    def impl(b, loc, x):
+        shape = b.shape(x)
+        if len(shape) != 4:
+            _fail(f"global_{op}_pool takes x [B, H, W, C], got {format_shape(shape)}", loc)
+        return (mean if op == "avg" else _reduction("max"))(b, loc, x, (1, 2), False)
+    return impl
+
+
+function("global_avg_pool", Param("x", T))(_global_pool("avg"))
+function("global_max_pool", Param("x", T))(_global_pool("max"))
 
 
 # -- costs -----------------------------------------------------------------------

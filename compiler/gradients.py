@@ -364,7 +364,9 @@ def _matmul(e, n, y, g):
 # three are the other two (and conv2d itself).
 
 def _window(n: Node) -> dict:
-    return {"stride": n.attr("stride"), "padding": n.attr("padding")}
+    """The geometry attrs a window op's gradient ops share (those the node has)."""
+    keys = ("stride", "padding", "dilation", "groups", "count_include_pad")
+    return {k: v for k, v in n.attrs if k in keys}
 
 
 @grad("conv2d")
@@ -436,3 +438,12 @@ def _max_pool_grad(e, n, y, g):
     first = e("one_hot", e("argmax", vx, axis=4), depth=taps)
     picked = e("sum", e("mul", first, windows(g)), axes=(4,), keepdims=False)
     return None, picked
+
+
+# -- special functions (compiler/ops/special.py) -------------------------------------
+
+@grad("erf")
+def _erf(e, n, y, g):
+    # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
+    x = n.inputs[0]
+    return (e("mul", g, e("mul", e.const(1.1283791670955126), e("exp", e("neg", e("square", x))))),)

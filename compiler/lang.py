@@ -213,6 +213,8 @@ class FrontEnd:
             if isinstance(e, Str):
                 return e.value
             raise CompileError(f'{what} must be a string such as "same"', e.loc)
+        if kind == "padding":  # "same" / "valid" or [top, bottom, left, right]
+            return e.value if isinstance(e, Str) else self.convert(e, "ints", what)
         if kind in ("axis", "ints"):
             if kind == "axis" and isinstance(e, Name) and e.name in ("all", "none", "None"):
                 return None

@@ -59,7 +59,7 @@ def get(name: str) -> OpDef:
 
 def _load() -> None:
     # Importing the op modules fills the registry.
-    from .ops import elementwise, layout, leaf, linalg, reduce, window  # noqa: F401
+    from .ops import elementwise, layout, leaf, linalg, reduce, special, window  # noqa: F401
 
 
 _load()

@@ -25,6 +25,7 @@ _LAZY = {
     "Adam": "dlc.optimizers",
     "Adamax": "dlc.optimizers",
     "load": "dlc.runtime.artifact",
+    "import_onnx": "dlc.compiler.importers.onnx_model",
     "Graph": "dlc.graph",
     "Tensor": "dlc.graph",
     # the seeds' eager API: device arrays, ops, scopes, debug mode, seeds-style training

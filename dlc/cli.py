@@ -596,6 +596,23 @@ def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_los
         print(f"  loss curve written to {args.plot}")
 
 
+# -- import ------------------------------------------------------------------------
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from dlc.compiler.importers.onnx_model import import_onnx
+
+    imported = import_onnx(args.model, batch=args.batch)
+    out = args.output or os.path.splitext(args.model)[0] + ".dl"
+    weights = imported.save(out)
+    print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} "
+          f"({len(imported.weights)} params)")
+    for kind, names in (("input", imported.inputs), ("output", imported.outputs)):
+        for onnx_name, dl_name in names.items():
+            shape = imported.model.graph.shape(dl_name)
+            print(f"  {kind} {onnx_name} -> {dl_name}: [{', '.join(map(str, shape))}]")
+    return 0
+
+
 # -- info --------------------------------------------------------------------------
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -626,6 +643,15 @@ def _positive_float(text: str) -> float:
     if not (v > 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return v
+
+
+def _batch_dim(text: str) -> str | int:
+    if text.isdigit():
+        return _positive_int(text)
+    if not text.isidentifier() or not text.isascii():
+        raise argparse.ArgumentTypeError(f"expected a dim name (letters, digits, _) or a positive "
+                                         f"integer, got '{text}'")
+    return text
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -782,6 +808,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
                    help="draw the training step for LOSS (gradients and updates) instead")
     c.set_defaults(func=cmd_plot_model)
+
+    c = sub.add_parser(
+        "import", parents=[common], formatter_class=_Formatter,
+        help="import an ONNX model as a .dl model and a weights file",
+        description="Import an ONNX model: write MODEL.dl (one statement per ONNX node, named "
+                    "after its tensors)\nand MODEL.weights.npz (its initializers, as params). "
+                    "Needs the onnx package:\npip install \"dlc[onnx]\".",
+        epilog="examples:\n"
+               "  dlc import resnet50.onnx -o r50.dl --batch N\n"
+               "  dlc eval r50.dl --weights r50.weights.npz --data input.npz --fetch output")
+    c.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to import")
+    c.add_argument("-o", "--output", metavar="MODEL.dl",
+                   help="the .dl file to write (default: MODEL.dl beside the model); the weights "
+                        "go beside it")
+    c.add_argument("--batch", type=_batch_dim, metavar="NAME|N",
+                   help="make the inputs' first dim the symbolic dim NAME (any batch size) or N")
+    c.set_defaults(func=cmd_import)
 
     c = sub.add_parser(
         "info", parents=[common], formatter_class=_Formatter,

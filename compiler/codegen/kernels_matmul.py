@@ -22,6 +22,7 @@ Two templates, both exact for any size (every load and store is bounds-checked):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..plan import eval_size, size_of
@@ -67,6 +68,38 @@ FULL_WAVE = 128  # work groups that keep a large GPU busy
 THIN_MAX_TILES = 4 * FULL_WAVE  # beyond this many 16x16 tiles, one invocation an output
 THIN_MIN_K = 256
 SHARED_LIMIT = 32768  # bytes of shared memory a work group may take (GL's minimum maximum)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How the blocked template reads one GEMM operand: A[p, k] (p: a row of the output) or
+    B[k, p] (p: a column). `load(p, k)` is the element as a GLSL float, called only with p
+    and k in bounds (it does any other masking itself, e.g. a conv's zero padding);
+    `load4(p, k)`, when given, is the vec4 of the 4 neighbours along the axis memory runs
+    along (p when `contiguous_p`, else k), called with that index a multiple of 4 and all 4
+    in bounds. `tensor` is the IR tensor read (its buffer is also declared as vec4s)."""
+
+    tensor: int
+    load: Callable[[str, str], str]
+    load4: Callable[[str, str], str] | None
+    contiguous_p: bool
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM for the blocked template: out[bz, row, col] = sum_k A[row, k] * B[k, col] with
+    sizes M, N, K as GLSL, the functions it needs (the epilogue first) and `store(row, col,
+    value)`, the statement that hands one result to the epilogue."""
+
+    M: str
+    N: str
+    K: str
+    a: Operand
+    b: Operand
+    funcs: list[str]
+    store: Callable[[str, str, str], str]
+    grid: dict
+    describe: Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -234,8 +267,34 @@ def _render_tile16(ctx: Context) -> KernelSource:
 
 
 def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> KernelSource:
+    return render_gemm(ctx, matmul_gemm(ctx), blk, prefetch)
+
+
+def matmul_gemm(ctx: Context) -> Gemm:
+    """The matmul node's operands as stored (transposed or not), batch on the grid's z."""
     geo, d, funcs = _common(ctx)
     M, N, K = d["M"], d["N"], d["K"]
+
+    def operand(which: str, tensor: int, addr, contiguous_p: bool, size_p: str) -> Operand:
+        buf, vec = d[which], f"{d[which]}_{which.lower()}4"
+        # vec4 loads need the contiguous axis to be a multiple of 4 (then every offset is too).
+        contiguous_size = size_p if contiguous_p else K
+        vec_ok = contiguous_size.isdigit() and int(contiguous_size) % 4 == 0
+        return Operand(tensor, lambda p, k: f"{buf}.v[{addr(p, k)}]",
+                       (lambda p, k: f"{vec}.v[({addr(p, k)}) / 4]") if vec_ok else None,
+                       contiguous_p)
+
+    a = operand("A", geo.a, lambda p, k: _addr_a(geo, d, p, k), geo.ta, M)
+    b = operand("B", geo.b, lambda p, k: _addr_b(geo, d, k, p), not geo.tb, N)
+    return Gemm(M, N, K, a, b, funcs,
+                lambda r, c, v: f"epilogue((bz * {M} + {r}) * {N} + {c}, bz, {r}, {c}, {v});",
+                None, lambda how: _describe(geo, how))
+
+
+def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -> KernelSource:
+    """The blocked template over any operand accessors (matmul, conv as implicit GEMM)."""
+    M, N, K = gm_.M, gm_.N, gm_.K
+    funcs = gm_.funcs
     T, TG, KS = blk.threads, blk.group_threads, blk.ks
     assert blk.bk % KS == 0 and KS & (KS - 1) == 0, blk
     tx_count = blk.tn // blk.rn
@@ -266,12 +325,8 @@ def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> Kerne
 
     # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
     def operands(kvar: str):
-        a = _operand("A", d, blk.tm, M, blk, T, contiguous_p=geo.ta,
-                     addr=lambda p, k: _addr_a(geo, d, p, k), p0="m0", kvar=kvar,
-                     shared=shared_a)
-        b = _operand("B", d, blk.tn, N, blk, T, contiguous_p=not geo.tb,
-                     addr=lambda p, k: _addr_b(geo, d, k, p), p0="n0", kvar=kvar,
-                     shared=shared_b)
+        a = _operand("A", gm_.a, K, blk.tm, M, blk, T, p0="m0", kvar=kvar, shared=shared_a)
+        b = _operand("B", gm_.b, K, blk.tn, N, blk, T, p0="n0", kvar=kvar, shared=shared_b)
         return tuple(x + y for x, y in zip(a, b))
 
     decls, fetch, stash, regs = operands("k0")
@@ -325,22 +380,23 @@ def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> Kerne
         for j in range(gn):
             for c in range(4):
                 col = f"col{j} + {c}" if c else f"col{j}"
-                add(f"        if ({col} < {N}) epilogue((bz * {M} + row{i}) * {N} + {col}, "
-                    f"bz, row{i}, {col}, acc{i}_{j}.{'xyzw'[c]});")
+                add(f"        if ({col} < {N}) "
+                    + gm_.store(f"row{i}", col, f"acc{i}_{j}.{'xyzw'[c]}"))
         add("    }")
 
     extra = [f"shared vec4 sm[{shared_bytes // 16}];  "
              f"// A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}"
              + ("; then partial sums" if KS > 1 else "")]
-    for which, tensor in (("A", geo.a), ("B", geo.b)):
+    for which, tensor in (("A", gm_.a.tensor), ("B", gm_.b.tensor)):
         binding = ctx.binding[ctx.plan.slot_of[tensor]]
         extra.append(f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
                      f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4")
     how = (f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
            f"K-slabs of {blk.bk}" + (f" split among {KS} K-groups" if KS > 1 else ""))
-    lines = header(ctx, _describe(geo, how), (T, 1, 1), extra) + funcs
+    lines = header(ctx, gm_.describe(how), (T, 1, 1), extra) + funcs
     lines += ["void main() {", *body, "}"]
-    return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, blk.tm, blk.tn), (T, 1, 1))
+    grid = gm_.grid(blk.tm, blk.tn) if gm_.grid else _grid(geometry(ctx), blk.tm, blk.tn)
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, (T, 1, 1))
 
 
 def _shared(base: int, width: int):
@@ -380,8 +436,8 @@ def _lane(var: str, group: int, stride: int) -> str:
     return var if group == 0 else f"({var} + {group * stride})"
 
 
-def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
-             contiguous_p: bool, addr, p0: str, kvar: str, shared):
+def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T: int,
+             p0: str, kvar: str, shared):
     """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
     memory as `[k][p / 4]` vec4s (p: the row of A, the column of B).
 
@@ -391,9 +447,7 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
     registers, so that every shared-memory store is a whole vec4 (storing into a vec4
     component chosen at run time compiles to a chain of branches on NVIDIA).
     Returns (index declarations, fetch lines, stash lines, registers)."""
-    K = d["K"]
-    buf = d[which]
-    vec = f"{buf}_{which.lower()}4"
+    contiguous_p = op.contiguous_p
     low = which.lower()
     decls: list[str] = []
     fetch: list[str] = []
@@ -404,9 +458,7 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
     count = tp * blk.bk // per  # invocations needed
     loads = max(1, count // T)
     assert count % T == 0 or count < T, (tp, blk.bk, T)
-    # vec4 loads need the contiguous axis to be a multiple of 4 (then every offset is too).
-    contiguous_size = P if contiguous_p else K
-    vec_ok = contiguous_size.isdigit() and int(contiguous_size) % 4 == 0
+    vec_ok = op.load4 is not None
     for j in range(loads):
         lid = "tid" if j == 0 else f"(tid + {j * T})"
         guard = f"if ({lid} < {count}) " if count < T else ""
@@ -433,15 +485,15 @@ def _operand(which: str, d: dict, tp: int, P: str, blk: Blocking, T: int,
             regs.append(reg)
             if contiguous_p:
                 inb = f"{gk} < {K} && {gp} + 3 < {P}"
-                comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {buf}.v[{addr(f'{gp} + {c}', gk)}]"
+                comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {op.load(f'{gp} + {c}', gk)}"
                          " : 0.0" for c in range(4)]
             else:
                 inb = f"{gp} < {P} && {gk} + 3 < {K}"
-                comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {buf}.v[{addr(gp, f'{gk} + {c}')}]"
+                comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {op.load(gp, f'{gk} + {c}')}"
                          " : 0.0" for c in range(4)]
             slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
             if vec_ok:
-                fetch.append(f"{guard}if ({inb}) {reg} = {vec}.v[({addr(gp, gk)}) / 4];")
+                fetch.append(f"{guard}if ({inb}) {reg} = {op.load4(gp, gk)};")
                 fetch.append("else " + slow[0])
             else:
                 fetch.append(guard + slow[0])

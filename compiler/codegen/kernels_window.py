@@ -7,14 +7,23 @@ windows that touch the element). Geometry follows `compiler/ops/window.py` (Tens
 
 from __future__ import annotations
 
-from ..ops.window import window_geometry
+from ..ops.window import dilation, window_geometry
 from ..plan import size_of
+from . import kernels_conv
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, global_index, header, kernel_source
 
 
-def render(ctx: Context) -> KernelSource:
+def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = None) -> KernelSource:
+    """`conv` ("gemm" / "direct") forces how conv2d and its gradients run; by default they
+    take the implicit GEMM (kernels_conv.py) where the sizes fill its tiles."""
     g = ctx.graph
     node = g.nodes[ctx.kernel.anchor]
+    if kernels_conv.applies(node, conv):
+        x_shape = node.attr("x_shape") if node.op == "conv2d_grad_input" else g.nodes[node.inputs[0]].shape
+        k = (node.attr("w_shape") if node.op == "conv2d_grad_filter" else g.nodes[node.inputs[1]].shape)[:2]
+        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking)
+        if out is not None:
+            return out
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
@@ -30,11 +39,12 @@ def render(ctx: Context) -> KernelSource:
 
 
 def _geo(x_shape, k, attrs) -> dict:
-    oh, ow, pt, pl = window_geometry(x_shape, k, dict(attrs))
-    (sh, sw) = dict(attrs)["stride"]
+    attrs = dict(attrs)
+    oh, ow, pt, pl = window_geometry(x_shape, k, attrs)
+    (sh, sw), (dh, dw) = attrs["stride"], dilation(attrs)
     _, h, w, _ = x_shape
     return {"OH": oh, "OW": ow, "PT": pt, "PL": pl, "SH": sh, "SW": sw, "H": h, "W": w,
-            "KH": k[0], "KW": k[1]}
+            "KH": k[0], "KW": k[1], "DH": dh, "DW": dw, "G": attrs.get("groups", 1)}
 
 
 def _coords(em: Emitter, shape) -> tuple[str, ...]:
@@ -46,18 +56,18 @@ def _conv2d(ctx: Context, em: Emitter, node) -> str:
     x, w = node.inputs
     xs, ws = g.nodes[x].shape, g.nodes[w].shape
     p = _geo(xs, ws[:2], node.attrs)
-    ci, co = ws[2], ws[3]
+    ci, co = ws[2], ws[3]  # ci: input channels per group
     b, oy, ox, c = _coords(em, node.shape)
     X, Wb = ctx.buf(x), ctx.buf(w)
     em.line("float acc = 0.0;")
     _each_tap(em, p, oy, ox)
-    em.line(f"int xb = (({b} * {p['H']} + iy) * {p['W']} + ix) * {ci};")
+    first = f" + ({c} / {co // p['G']}) * {ci}" if p["G"] > 1 else ""
+    em.line(f"int xb = (({b} * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']}{first};")
     em.line(f"int wb = (di * {p['KW']} + dj) * {ci * co} + {c};")
     em.line(f"for (int k = 0; k < {ci}; ++k) acc += {X}.v[xb + k] * {Wb}.v[wb + k * {co}];")
     em.close()
     em.close()
-    return f"conv2d {list(xs)} * {list(ws)}, stride {list(node.attr('stride'))}, " \
-           f"padding {node.attr('padding')}"
+    return f"conv2d {list(xs)} * {list(ws)}, {_options(node)}"
 
 
 def _conv2d_grad_input(ctx: Context, em: Emitter, node) -> str:
@@ -67,16 +77,19 @@ def _conv2d_grad_input(ctx: Context, em: Emitter, node) -> str:
     xs = node.attr("x_shape")
     p = _geo(xs, ws[:2], node.attrs)
     ci, co = ws[2], ws[3]
+    og = co // p["G"]  # outputs per group: input channel c feeds outputs [g * og, g * og + og)
     b, y, xx, c = _coords(em, node.shape)
     DY, Wb = ctx.buf(dy), ctx.buf(w)
     em.line("float acc = 0.0;")
+    grp = f"({c} / {ci})" if p["G"] > 1 else "0"
     _each_window_touching(em, p, y, xx)
-    em.line(f"int db = (({b} * {p['OH']} + oy) * {p['OW']} + ox) * {co};")
-    em.line(f"int wb = ((di * {p['KW']} + dj) * {ci} + {c}) * {co};")
-    em.line(f"for (int k = 0; k < {co}; ++k) acc += {DY}.v[db + k] * {Wb}.v[wb + k];")
+    em.line(f"int db = (({b} * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {grp} * {og};")
+    cg = f"{c} % {ci}" if p["G"] > 1 else c  # c's index inside its group
+    em.line(f"int wb = ((di * {p['KW']} + dj) * {ci} + {cg}) * {co} + {grp} * {og};")
+    em.line(f"for (int k = 0; k < {og}; ++k) acc += {DY}.v[db + k] * {Wb}.v[wb + k];")
     em.close()
     em.close()
-    return f"conv2d gradient for the input {list(xs)}, filter {list(ws)}"
+    return f"conv2d gradient for the input {list(xs)}, filter {list(ws)}, {_options(node)}"
 
 
 def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
@@ -91,17 +104,18 @@ def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
     em.line("float acc = 0.0;")
     em.open(f"for (int b = 0; b < {ctx.dim(xs[0])}; ++b)")
     em.open(f"for (int oy = 0; oy < {p['OH']}; ++oy)")
-    em.line(f"int iy = oy * {p['SH']} + {di} - {p['PT']};")
+    em.line(f"int iy = oy * {p['SH']} + {di} * {p['DH']} - {p['PT']};")
     em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
     em.open(f"for (int ox = 0; ox < {p['OW']}; ++ox)")
-    em.line(f"int ix = ox * {p['SW']} + {dj} - {p['PL']};")
+    em.line(f"int ix = ox * {p['SW']} + {dj} * {p['DW']} - {p['PL']};")
     em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
-    em.line(f"acc += {X}.v[((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + {c}]"
+    xc = f"({k} / {co // p['G']}) * {ci} + {c}" if p["G"] > 1 else c
+    em.line(f"acc += {X}.v[((b * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']} + {xc}]"
             f" * {DY}.v[((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {k}];")
     em.close()
     em.close()
     em.close()
-    return f"conv2d gradient for the filter {list(ws)}, input {list(xs)}"
+    return f"conv2d gradient for the filter {list(ws)}, input {list(xs)}, {_options(node)}"
 
 
 def _pool(ctx: Context, em: Emitter, node) -> str:
@@ -127,9 +141,9 @@ def _pool(ctx: Context, em: Emitter, node) -> str:
     em.close()
     em.close()
     if not is_max:
-        em.line("acc /= count;")
-    return f"{node.op} {list(node.attr('size'))} over {list(xs)}, stride " \
-           f"{list(node.attr('stride'))}, padding {node.attr('padding')}"
+        whole = node.attr("count_include_pad", False)
+        em.line(f"acc /= {float(p['KH'] * p['KW'])};" if whole else "acc /= count;")
+    return f"{node.op} {list(node.attr('size'))} over {list(xs)}, {_options(node)}"
 
 
 def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
@@ -169,9 +183,12 @@ def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
     em.line("float acc = 0.0;")
     _each_window_touching(em, p, y, xx)
     # The window's count of unpadded positions, as the forward pool divided by.
-    em.line(f"int y0 = oy * {p['SH']} - {p['PT']}, x0 = ox * {p['SW']} - {p['PL']};")
-    em.line(f"float count = float((min(y0 + {p['KH']}, {p['H']}) - max(y0, 0)) * "
-            f"(min(x0 + {p['KW']}, {p['W']}) - max(x0, 0)));")
+    if node.attr("count_include_pad", False):
+        em.line(f"float count = {float(p['KH'] * p['KW'])};")
+    else:
+        em.line(f"int y0 = oy * {p['SH']} - {p['PT']}, x0 = ox * {p['SW']} - {p['PL']};")
+        em.line(f"float count = float((min(y0 + {p['KH']}, {p['H']}) - max(y0, 0)) * "
+                f"(min(x0 + {p['KW']}, {p['W']}) - max(x0, 0)));")
     em.line(f"acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}] / count;")
     em.close()
     em.close()
@@ -183,25 +200,35 @@ def _each_tap(em: Emitter, p: dict, oy: str, ox: str, taps: tuple[str, str] = ("
     window."""
     di, dj = taps
     em.open(f"for (int {di} = 0; {di} < {p['KH']}; ++{di})")
-    em.line(f"int iy = {oy} * {p['SH']} + {di} - {p['PT']};")
+    em.line(f"int iy = {oy} * {p['SH']} + {di} * {p['DH']} - {p['PT']};")
     em.line(f"if (iy < 0 || iy >= {p['H']}) continue;")
     em.open(f"for (int {dj} = 0; {dj} < {p['KW']}; ++{dj})")
-    em.line(f"int ix = {ox} * {p['SW']} + {dj} - {p['PL']};")
+    em.line(f"int ix = {ox} * {p['SW']} + {dj} * {p['DW']} - {p['PL']};")
     em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
 
 
 def _each_window_touching(em: Emitter, p: dict, y: str, x: str) -> None:
     """Open loops over the outputs (oy, ox) whose window holds input (y, x), at tap (di, dj)."""
     em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
-    em.line(f"int ty = {y} + {p['PT']} - di;")
+    em.line(f"int ty = {y} + {p['PT']} - di * {p['DH']};")
     em.line(f"if (ty < 0 || ty % {p['SH']} != 0) continue;")
     em.line(f"int oy = ty / {p['SH']};")
     em.line(f"if (oy >= {p['OH']}) continue;")
     em.open(f"for (int dj = 0; dj < {p['KW']}; ++dj)")
-    em.line(f"int tx = {x} + {p['PL']} - dj;")
+    em.line(f"int tx = {x} + {p['PL']} - dj * {p['DW']};")
     em.line(f"if (tx < 0 || tx % {p['SW']} != 0) continue;")
     em.line(f"int ox = tx / {p['SW']};")
     em.line(f"if (ox >= {p['OW']}) continue;")
+
+
+def _options(node) -> str:
+    """The node's geometry as the kernel's description says it."""
+    a = dict(node.attrs)
+    pad = a["padding"]
+    out = [f"stride {list(a['stride'])}", f"padding {pad if isinstance(pad, str) else list(pad)}"]
+    out += [f"{k} {list(a[k]) if isinstance(a[k], tuple) else a[k]}"
+            for k in ("dilation", "groups", "count_include_pad") if k in a]
+    return ", ".join(out)
 
 
 _BODIES = {

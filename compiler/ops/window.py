@@ -1,10 +1,12 @@
 """Sliding-window ops over NHWC images: conv2d, pools, and their gradients.
 
-attrs: stride (sh, sw); padding "same" or "valid"; for conv2d the filter is
-[kh, kw, Cin, Cout]; for pools size (kh, kw). Gradient ops carry the shape of
-what they give back (x_shape / w_shape). Padding follows TensorFlow: "same"
-gives ceil(H / stride) outputs with the extra pad at the bottom/right; pools
-ignore padded positions.
+attrs: stride (sh, sw); padding "same", "valid" or explicit (top, bottom, left, right);
+for conv2d the filter is [kh, kw, Cin / groups, Cout], with optional dilation (dh, dw)
+and groups G (default 1, 1); for pools size (kh, kw) and, for avg_pool,
+count_include_pad (default false). Gradient ops carry the shape of what they give back
+(x_shape / w_shape). "same" follows TensorFlow: ceil(H / stride) outputs with the extra
+pad at the bottom/right. Max pools ignore padded positions; avg pools divide by the count
+of unpadded positions, or by kh * kw with count_include_pad.
 """
 
 from __future__ import annotations
@@ -14,94 +16,153 @@ import numpy as np
 from ..registry import OpDef, register
 from ..shapes import ShapeError
 
+ONE = (1, 1)
 
-def out_size(n: int, k: int, s: int, padding: str) -> tuple[int, int]:
-    """Output length and leading pad along one spatial axis."""
+
+def out_size(n: int, k: int, s: int, padding, d: int = 1) -> tuple[int, int]:
+    """Output length and leading pad along one spatial axis; padding is "same", "valid" or
+    (lo, hi); d is the dilation (the window spans (k - 1) * d + 1 inputs)."""
+    span = (k - 1) * d + 1
     if padding == "same":
         out = -(-n // s)
-        total = max((out - 1) * s + k - n, 0)
+        total = max((out - 1) * s + span - n, 0)
         return out, total // 2
-    if n < k:
-        raise ShapeError(f"window {k} is larger than the input {n} with padding \"valid\"")
-    return (n - k) // s + 1, 0
+    lo, hi = (0, 0) if padding == "valid" else padding
+    if n + lo + hi < span:
+        what = f"padding \"{padding}\"" if isinstance(padding, str) else f"padding {lo}, {hi}"
+        dil = f" (dilated to {span})" if d > 1 else ""
+        raise ShapeError(f"window {k}{dil} is larger than the input {n} with {what}")
+    return (n + lo + hi - span) // s + 1, lo
 
 
-def window_geometry(x_shape, k, attrs):
+def dilation(attrs) -> tuple[int, int]:
+    return tuple(attrs.get("dilation", ONE))
+
+
+def axis_pads(padding) -> tuple:
+    """The per-axis padding argument of out_size: (height's, width's)."""
+    if isinstance(padding, str):
+        return padding, padding
+    t, b, left, r = padding
+    return (t, b), (left, r)
+
+
+def window_pads(x_shape, k, attrs) -> tuple[int, int, int, int, int, int]:
+    """(oh, ow, top, bottom, left, right): output size and the zero padding around the input
+    that the windows read (bottom/right only as far as the last window reaches)."""
     _, h, w, _ = x_shape
     if isinstance(h, str) or isinstance(w, str):
         raise ShapeError("conv2d and pools need concrete height and width")
-    (sh, sw), pad = attrs["stride"], attrs["padding"]
-    oh, pt = out_size(h, k[0], sh, pad)
-    ow, pl = out_size(w, k[1], sw, pad)
+    (sh, sw), (dh, dw) = attrs["stride"], dilation(attrs)
+    ph, pw = axis_pads(attrs["padding"])
+    oh, pt = out_size(h, k[0], sh, ph, dh)
+    ow, pl = out_size(w, k[1], sw, pw, dw)
+    pb = max((oh - 1) * sh + (k[0] - 1) * dh + 1 - h - pt, 0)
+    pr = max((ow - 1) * sw + (k[1] - 1) * dw + 1 - w - pl, 0)
+    return oh, ow, pt, pb, pl, pr
+
+
+def window_geometry(x_shape, k, attrs):
+    oh, ow, pt, _, pl, _ = window_pads(x_shape, k, attrs)
     return oh, ow, pt, pl
 
 
-def _patches(xp, kh, kw, oh, ow, sh, sw):
+def _patches(xp, kh, kw, oh, ow, sh, sw, dh=1, dw=1):
     """Yield (di, dj, view [B, oh, ow, C]) of the padded input under each filter tap."""
     for di in range(kh):
         for dj in range(kw):
-            yield di, dj, xp[:, di: di + sh * (oh - 1) + 1: sh, dj: dj + sw * (ow - 1) + 1: sw, :]
+            yield di, dj, _tap(xp, di * dh, dj * dw, oh, ow, sh, sw)
+
+
+def _tap(xp, y0, x0, oh, ow, sh, sw):
+    return xp[:, y0: y0 + sh * (oh - 1) + 1: sh, x0: x0 + sw * (ow - 1) + 1: sw, :]
 
 
 def _padded(x, kh, kw, oh, ow, attrs, fill=0.0):
-    (sh, sw) = attrs["stride"]
-    _, h, w, _ = x.shape
-    _, _, pt, pl = window_geometry(x.shape, (kh, kw), attrs)
-    pb = max((oh - 1) * sh + kh - h - pt, 0)
-    pr = max((ow - 1) * sw + kw - w - pl, 0)
+    _, _, pt, pb, pl, pr = window_pads(x.shape, (kh, kw), attrs)
     return np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=fill), pt, pl
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def conv2d_shape(ins, attrs):
     x, w = ins
     if len(x) != 4 or len(w) != 4:
-        raise ShapeError(f"conv2d takes x [B, H, W, Cin] and w [kh, kw, Cin, Cout], got "
-                         f"[{', '.join(map(str, x))}] and [{', '.join(map(str, w))}]")
-    if x[3] != w[2]:
+        raise ShapeError(f"conv2d takes x [B, H, W, Cin] and w [kh, kw, Cin / groups, Cout], "
+                         f"got {_dims(x)} and {_dims(w)}")
+    g = attrs.get("groups", 1)
+    if isinstance(x[3], str) or isinstance(w[3], str):
+        raise ShapeError(f"conv2d needs concrete channel counts, got {_dims(x)} and {_dims(w)}")
+    if g == 1 and x[3] != w[2]:
         raise ShapeError(f"conv2d input has Cin = {x[3]} channels but the filter expects Cin = {w[2]}")
+    if g != 1:
+        if x[3] % g or w[3] % g:
+            raise ShapeError(f"conv2d groups = {g} must divide both the input's {x[3]} and the "
+                             f"output's {w[3]} channels")
+        if x[3] // g != w[2]:
+            raise ShapeError(f"conv2d input has Cin = {x[3]} channels, {x[3] // g} per group of "
+                             f"{g}, but the filter {_dims(w)} expects {w[2]} per group")
     oh, ow, _, _ = window_geometry(x, w[:2], attrs)
     return (x[0], oh, ow, w[3])
 
 
+def _grouped(a, g):
+    """[..., G * n] -> [..., G, n]."""
+    return a.reshape(*a.shape[:-1], g, a.shape[-1] // g)
+
+
 def _conv2d(args, attrs, dims):
     x, w = args
-    kh, kw = w.shape[:2]
+    kh, kw, ig, cout = w.shape
+    g = attrs.get("groups", 1)
     oh, ow, _, _ = window_geometry(x.shape, (kh, kw), attrs)
     xp, _, _ = _padded(x, kh, kw, oh, ow, attrs)
-    out = np.zeros((x.shape[0], oh, ow, w.shape[3]), dtype=np.result_type(x, w))
-    for di, dj, patch in _patches(xp, kh, kw, oh, ow, *attrs["stride"]):
-        out += patch @ w[di, dj]
-    return out
+    out = np.zeros((x.shape[0], oh, ow, g, cout // g), dtype=np.result_type(x, w))
+    for di, dj, patch in _patches(xp, kh, kw, oh, ow, *attrs["stride"], *dilation(attrs)):
+        out += np.einsum("bhwgi,igo->bhwgo", _grouped(patch, g), _grouped(w[di, dj], g))
+    return out.reshape(*out.shape[:3], cout)
 
 
 def _conv2d_grad_input(args, attrs, dims):
     dy, w = args
     x_shape = (dy.shape[0], *attrs["x_shape"][1:])
     kh, kw = w.shape[:2]
+    g = attrs.get("groups", 1)
     oh, ow = dy.shape[1:3]
-    sh, sw = attrs["stride"]
+    (sh, sw), (dh, dw) = attrs["stride"], dilation(attrs)
     xp, pt, pl = _padded(np.zeros(x_shape, dy.dtype), kh, kw, oh, ow, attrs)
+    dyg = _grouped(dy, g)
     for di in range(kh):
         for dj in range(kw):
-            xp[:, di: di + sh * (oh - 1) + 1: sh, dj: dj + sw * (ow - 1) + 1: sw, :] += dy @ w[di, dj].T
+            part = np.einsum("bhwgo,igo->bhwgi", dyg, _grouped(w[di, dj], g))
+            _tap(xp, di * dh, dj * dw, oh, ow, sh, sw)[...] += part.reshape(*part.shape[:3], -1)
     return xp[:, pt: pt + x_shape[1], pl: pl + x_shape[2], :]
 
 
 def _conv2d_grad_filter(args, attrs, dims):
     x, dy = args
     kh, kw, cin, cout = attrs["w_shape"]
+    g = attrs.get("groups", 1)
     oh, ow = dy.shape[1:3]
     xp, _, _ = _padded(x, kh, kw, oh, ow, attrs)
-    dw = np.zeros((kh, kw, cin, cout), dtype=dy.dtype)
-    for di, dj, patch in _patches(xp, kh, kw, oh, ow, *attrs["stride"]):
-        dw[di, dj] = np.einsum("bijc,bijo->co", patch, dy)
-    return dw
+    dw = np.zeros((kh, kw, cin, g, cout // g), dtype=dy.dtype)
+    dyg = _grouped(dy, g)
+    for di, dj, patch in _patches(xp, kh, kw, oh, ow, *attrs["stride"], *dilation(attrs)):
+        dw[di, dj] = np.einsum("bhwgi,bhwgo->igo", _grouped(patch, g), dyg)
+    return dw.reshape(kh, kw, cin, cout)
 
 
 def pool_shape(ins, attrs):
     x = ins[0]
     if len(x) != 4:
-        raise ShapeError(f"pools take x [B, H, W, C], got [{', '.join(map(str, x))}]")
+        raise ShapeError(f"pools take x [B, H, W, C], got {_dims(x)}")
+    kh, kw = attrs["size"]
+    pad = attrs["padding"]
+    if not isinstance(pad, str) and (max(pad[:2]) >= kh or max(pad[2:]) >= kw):
+        # a window wholly inside the padding would have nothing to pool
+        raise ShapeError(f"pool padding {list(pad)} must be smaller than the window {[kh, kw]}")
     oh, ow, _, _ = window_geometry(x, attrs["size"], attrs)
     return (x[0], oh, ow, x[3])
 
@@ -116,6 +177,9 @@ def _max_pool(args, attrs, dims):
 
 def _pool_counts(x_shape, attrs, dtype):
     kh, kw = attrs["size"]
+    if attrs.get("count_include_pad", False):
+        # every window lies inside the padded input: it always counts kh * kw positions
+        return np.asarray(float(kh * kw), dtype)
     oh, ow, _, _ = window_geometry(x_shape, (kh, kw), attrs)
     ones = np.ones((1, *x_shape[1:3], 1), dtype)
     op, _, _ = _padded(ones, kh, kw, oh, ow, attrs)
@@ -144,7 +208,7 @@ def _max_pool_grad(args, attrs, dims):
     for di, dj, p in _patches(xp, kh, kw, oh, ow, sh, sw):
         hit = ((p == best) | np.isnan(p)) & ~taken  # a window's first NaN is its maximum
         taken |= hit
-        dxp[:, di: di + sh * (oh - 1) + 1: sh, dj: dj + sw * (ow - 1) + 1: sw, :] += np.where(hit, dy, 0)
+        _tap(dxp, di, dj, oh, ow, sh, sw)[...] += np.where(hit, dy, 0)
     return dxp[:, pt: pt + x.shape[1], pl: pl + x.shape[2], :]
 
 
@@ -158,7 +222,7 @@ def _avg_pool_grad(args, attrs, dims):
     dxp, pt, pl = _padded(np.zeros(x_shape, dy.dtype), kh, kw, oh, ow, attrs)
     for di in range(kh):
         for dj in range(kw):
-            dxp[:, di: di + sh * (oh - 1) + 1: sh, dj: dj + sw * (ow - 1) + 1: sw, :] += share
+            _tap(dxp, di, dj, oh, ow, sh, sw)[...] += share
     return dxp[:, pt: pt + x_shape[1], pl: pl + x_shape[2], :]
 
 

@@ -18,7 +18,7 @@ from dlc.compiler import registry
 from dlc.compiler.autodiff import differentiate
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.gradients import GRADIENTS
-from dlc.compiler.ops.window import out_size
+from dlc.compiler.ops.window import window_pads
 from dlc.compiler.reference import evaluate
 from dlc.compiler.shapes import bind
 from dlc.compiler.verify import check_graph
@@ -169,11 +169,58 @@ def matmul_cases() -> list[Case]:
     return out
 
 
-def conv_out(x: tuple, k: tuple, stride: tuple, padding: str) -> tuple:
-    return (out_size(x[1], k[0], stride[0], padding)[0], out_size(x[2], k[1], stride[1], padding)[0])
+def conv_out(x: tuple, k: tuple, attrs: dict) -> tuple:
+    return window_pads(x, k, attrs)[:2]
 
 
 WINDOWS = [((1, 1), "same"), ((2, 2), "valid"), ((2, 1), "same"), ((2, 2), "same")]
+
+
+def conv_cases(x: tuple, w: tuple, wa: dict, lab: str) -> list[Case]:
+    """conv2d and its two gradient ops under one geometry."""
+    oh, ow = conv_out(x, w[:2], wa)
+    dy = (x[0], oh, ow, w[3])
+    return [Case("conv2d", [x, w], wa, label=lab),
+            Case("conv2d_grad_input", [dy, w], {**wa, "x_shape": x}, label=lab),
+            Case("conv2d_grad_filter", [x, dy], {**wa, "w_shape": w}, label=lab)]
+
+
+def pool_cases(x: tuple, pa: dict, lab: str, ops=("max", "avg")) -> list[Case]:
+    oh, ow = conv_out(x, pa["size"], pa)
+    dy = (x[0], oh, ow, x[3])
+    out = []
+    if "max" in ops:
+        out += [Case("max_pool", [x], pa, label=lab), Case("max_pool_grad", [x, dy], pa, label=lab)]
+    if "avg" in ops:
+        out += [Case("avg_pool", [x], pa, label=lab),
+                Case("avg_pool_grad", [dy], {**pa, "x_shape": x}, label=lab)]
+    return out
+
+
+# The conv options (dilation, explicit padding, groups, depthwise) and the pool options
+# (explicit padding, count_include_pad), on odd sizes.
+CONV_OPTIONS = [
+    ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (1, 1), "padding": "same", "dilation": (2, 1)},
+     "dil21-same"),
+    ((2, 7, 6, 3), (3, 2, 3, 4), {"stride": (2, 1), "padding": "valid", "dilation": (2, 2)},
+     "dil22-s21-valid"),
+    ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (2, 1), "padding": (1, 0, 2, 1)}, "pad1021-s21"),
+    ((1, 4, 5, 2), (2, 3, 2, 3), {"stride": (1, 2), "padding": (0, 2, 1, 0), "dilation": (1, 2)},
+     "pad0210-dil12"),
+    ((2, 5, 4, 6), (3, 2, 3, 4), {"stride": (1, 1), "padding": "same", "groups": 2}, "groups2"),
+    ((2, 5, 5, 3), (3, 3, 1, 6), {"stride": (2, 2), "padding": "same", "groups": 3},
+     "depthwise-x2"),
+    ((1, 6, 5, 4), (3, 3, 1, 4), {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (2, 2),
+                                  "groups": 4}, "depthwise-dil2"),
+]
+POOL_OPTIONS = [
+    ((2, 5, 6, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 0)}, "pad1110"),
+    ((2, 5, 6, 3), {"size": (3, 2), "stride": (1, 2), "padding": (2, 0, 1, 1)}, "pad2011"),
+    ((2, 5, 6, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 0),
+                    "count_include_pad": True}, "pad1110-incl"),
+    ((2, 5, 5, 3), {"size": (2, 3), "stride": (1, 1), "padding": "same",
+                    "count_include_pad": True}, "same-incl"),
+]
 
 
 def window_cases() -> list[Case]:
@@ -181,20 +228,14 @@ def window_cases() -> list[Case]:
     x = (2, 5, 5, 3)
     for stride, pad in WINDOWS:
         for kh, kw in ((3, 3), (2, 3)):
-            w = (kh, kw, 3, 4)
-            oh, ow = conv_out(x, (kh, kw), stride, pad)
             wa = {"stride": stride, "padding": pad}
             lab = f"k{kh}{kw}-s{stride[0]}{stride[1]}-{pad}"
-            out.append(Case("conv2d", [x, w], wa, label=lab))
-            out.append(Case("conv2d_grad_input", [(2, oh, ow, 4), w], {**wa, "x_shape": x},
-                            label=lab))
-            out.append(Case("conv2d_grad_filter", [x, (2, oh, ow, 4)], {**wa, "w_shape": w},
-                            label=lab))
-            pa = {**wa, "size": (kh, kw)}
-            out.append(Case("max_pool", [x], pa, label=lab))
-            out.append(Case("avg_pool", [x], pa, label=lab))
-            out.append(Case("max_pool_grad", [x, (2, oh, ow, 3)], pa, label=lab))
-            out.append(Case("avg_pool_grad", [(2, oh, ow, 3)], {**pa, "x_shape": x}, label=lab))
+            out += conv_cases(x, (kh, kw, 3, 4), wa, lab)
+            out += pool_cases(x, {**wa, "size": (kh, kw)}, lab)
+    for xs, ws, wa, lab in CONV_OPTIONS:
+        out += conv_cases(xs, ws, wa, lab)
+    for xs, pa, lab in POOL_OPTIONS:
+        out += pool_cases(xs, pa, lab, ("avg",) if "count_include_pad" in pa else ("max", "avg"))
     sym = {"stride": (1, 1), "padding": "same"}
     out.append(Case("conv2d", [("B", 4, 4, 2), (3, 3, 2, 3)], sym, dims={"B": 2},
                     label="symbolic"))
@@ -319,21 +360,18 @@ def _torch():
 
 
 def _tf_pads(x_shape, k, attrs):
-    """(top, bottom, left, right) zero padding as TensorFlow's "same"/"valid" places it."""
-    (sh, sw), pad = attrs["stride"], attrs["padding"]
-    out = []
-    for n, kk, s in ((x_shape[1], k[0], sh), (x_shape[2], k[1], sw)):
-        o, lo = out_size(n, kk, s, pad)
-        hi = max((o - 1) * s + kk - n - lo, 0)
-        out += [lo, hi]
-    return out
+    """(top, bottom, left, right) zero padding as the windows read it ("same" as TensorFlow
+    places it)."""
+    _, _, t, b, left, r = window_pads(x_shape, k, attrs)
+    return t, b, left, r
 
 
 def _t_conv2d(torch, x, w, attrs):
     F = torch.nn.functional
     t, b, left, r = _tf_pads(x.shape, w.shape[:2], attrs)
     xp = F.pad(x.permute(0, 3, 1, 2), (left, r, t, b))
-    y = F.conv2d(xp, w.permute(3, 2, 0, 1), stride=attrs["stride"])
+    y = F.conv2d(xp, w.permute(3, 2, 0, 1), stride=attrs["stride"],
+                 dilation=attrs.get("dilation", 1), groups=attrs.get("groups", 1))
     return y.permute(0, 2, 3, 1)
 
 
@@ -344,6 +382,8 @@ def _t_pool(torch, x, attrs, kind):
     k, s = attrs["size"], attrs["stride"]
     if kind == "max":
         y = F.max_pool2d(F.pad(xc, (left, r, t, b), value=-float("inf")), k, s)
+    elif attrs.get("count_include_pad"):
+        y = F.avg_pool2d(F.pad(xc, (left, r, t, b)), k, s)
     else:
         total = F.avg_pool2d(F.pad(xc, (left, r, t, b)), k, s) * (k[0] * k[1])
         ones = F.pad(torch.ones_like(xc[:1, :1]), (left, r, t, b))
@@ -426,6 +466,7 @@ TORCH = {
     "softplus": _u(lambda t, x, a: t.nn.functional.softplus(x)),
     "sigmoid": _u(lambda t, x, a: t.sigmoid(x)), "tanh": _u(lambda t, x, a: t.tanh(x)),
     "sin": _u(lambda t, x, a: t.sin(x)), "cos": _u(lambda t, x, a: t.cos(x)),
+    "erf": _u(lambda t, x, a: t.erf(x)),
     "add": _b(lambda t, x, y: x + y), "sub": _b(lambda t, x, y: x - y),
     "mul": _b(lambda t, x, y: x * y), "div": _b(lambda t, x, y: x / y),
     "pow": _b(lambda t, x, y: t.pow(x, y)),

@@ -271,6 +271,89 @@ def test_pools(fn, reduce, k, s, padding):
     np.testing.assert_allclose(got, _pool_oracle(x, k, s, padding, reduce), rtol=1e-5, atol=1e-6)
 
 
+def _axis(n, k, s, d, padding, which):
+    """(outputs, leading pad) of one axis, computed directly: TensorFlow's "same", or explicit."""
+    span = (k - 1) * d + 1
+    if padding == "same":
+        out = -(-n // s)
+        return out, max((out - 1) * s + span - n, 0) // 2
+    lo, hi = (0, 0) if padding == "valid" else padding[2 * which: 2 * which + 2]
+    return (n + lo + hi - span) // s + 1, lo
+
+
+def _conv_options_oracle(x, w, stride, padding, dilation, groups):
+    """Direct loops over outputs, taps and groups."""
+    b, h, wd, cin = x.shape
+    kh, kw, ig, co = w.shape
+    og = co // groups
+    oh, pt = _axis(h, kh, stride[0], dilation[0], padding, 0)
+    ow, pl = _axis(wd, kw, stride[1], dilation[1], padding, 1)
+    out = np.zeros((b, oh, ow, co))
+    for i in range(oh):
+        for j in range(ow):
+            for di in range(kh):
+                for dj in range(kw):
+                    r = i * stride[0] + di * dilation[0] - pt
+                    c = j * stride[1] + dj * dilation[1] - pl
+                    if not (0 <= r < h and 0 <= c < wd):
+                        continue
+                    for g in range(groups):
+                        out[:, i, j, g * og:(g + 1) * og] += (
+                            x[:, r, c, g * ig:(g + 1) * ig] @ w[di, dj, :, g * og:(g + 1) * og])
+    return out
+
+
+@pytest.mark.parametrize("xs, ws, args, stride, padding, dilation, groups", [
+    ((2, 7, 6, 3), (3, 2, 3, 4), "stride=[2, 1], dilation=[1, 2]", (2, 1), "same", (1, 2), 1),
+    ((2, 7, 6, 3), (3, 3, 3, 4), 'padding="valid", dilation=2', (1, 1), "valid", (2, 2), 1),
+    ((1, 6, 7, 3), (2, 3, 3, 5), "stride=2, padding=[1, 0, 2, 1]", (2, 2), (1, 0, 2, 1),
+     (1, 1), 1),
+    ((2, 5, 6, 6), (3, 3, 2, 9), "groups=3", (1, 1), "same", (1, 1), 3),
+    ((2, 5, 6, 4), (3, 3, 1, 8), "groups=4, stride=[1, 2], padding=[1, 1, 0, 2]", (1, 2),
+     (1, 1, 0, 2), (1, 1), 4),
+])
+def test_conv2d_options(xs, ws, args, stride, padding, dilation, groups):
+    x, w = arr(*xs), arr(*ws)
+    src = (f"input x: [B, {xs[1]}, {xs[2]}, {xs[3]}]\ninput w: {list(ws)}\n"
+           f"out = conv2d(x, w, {args})\n")
+    np.testing.assert_allclose(run(src, x=x, w=w),
+                               _conv_options_oracle(x, w, stride, padding, dilation, groups),
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn, include", [("max_pool", False), ("avg_pool", False),
+                                         ("avg_pool", True)])
+def test_pools_with_explicit_padding(fn, include):
+    x = arr(2, 7, 5, 3)
+    pads = (1, 0, 2, 1)  # top, bottom, left, right
+    extra = ", count_include_pad=true" if include else ""
+    got = run(f"input x: [B, 7, 5, 3]\nout = {fn}(x, [3, 3], stride=[2, 1], "
+              f"padding={list(pads)}{extra})\n", x=x)
+    fill = -np.inf if fn == "max_pool" else np.nan  # nan marks a padded position
+    xp = np.pad(x.astype(np.float64), ((0, 0), pads[:2], pads[2:], (0, 0)), constant_values=fill)
+    oh, ow = (7 + 1 - 3) // 2 + 1, (5 + 3 - 3) // 1 + 1
+    want = np.zeros((2, oh, ow, 3))
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, 2 * i: 2 * i + 3, j: j + 3, :]
+            if fn == "max_pool":
+                want[:, i, j] = win.max(axis=(1, 2))
+            elif include:
+                want[:, i, j] = np.nansum(win, axis=(1, 2)) / 9
+            else:
+                want[:, i, j] = np.nanmean(win, axis=(1, 2))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_global_pools():
+    x = arr(3, 5, 7, 4)
+    src = "input x: [B, 5, 7, 4]\na = global_avg_pool(x)\nm = global_max_pool(x)\n"
+    sess = dlc.Session(dlc.compile(src), backend="numpy")
+    np.testing.assert_allclose(sess.eval("a", {"x": x}), x.mean(axis=(1, 2)), rtol=1e-5)
+    np.testing.assert_array_equal(sess.eval("m", {"x": x}), x.max(axis=(1, 2)))
+    assert dlc.compile(src).tensors["a"] == ("B", 4)
+
+
 def test_costs():
     p, t = arr(5, 3), arr(5, 3)
     np.testing.assert_allclose(run("input p: [B, 3]\ninput t: [B, 3]\nout = mean_squared(p, t)\n",
@@ -309,8 +392,37 @@ COVERED = set(UNARY_ORACLES) | {"leaky_relu", "elu", "clip", "maximum", "minimum
                                 "matmul", "transpose", "sum", "mean", "max", "min", "argmax",
                                 "argmin", "logsumexp", "softmax", "log_softmax", "reshape",
                                 "concat", "slice", "one_hot", "conv2d", "max_pool", "avg_pool",
+                                "global_avg_pool", "global_max_pool",
                                 "mean_squared", "softmax_cross_entropy", "sigmoid_cross_entropy",
-                                "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge"}
+                                "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge",
+                                "pad", "broadcast_to", "erf", "gelu"}
+
+
+def test_pad_and_broadcast_to():
+    x = arr(2, 3)
+    got = run("input x: [B, 3]\nout = pad(x, [0, 1], [0, 2])\n", x=x)
+    np.testing.assert_array_equal(got, np.pad(x, [(0, 0), (1, 2)]))
+    got = run("input x: [B, 3]\nout = broadcast_to(x, [4, B, 3])\n", x=x)
+    np.testing.assert_array_equal(got, np.broadcast_to(x, (4, 2, 3)))
+    with pytest.raises(dlc.CompileError, match="pad along symbolic dim B"):
+        dlc.compile("input x: [B, 3]\nout = pad(x, [1, 0], [0, 0])\n")
+    with pytest.raises(dlc.CompileError, match=r"cannot broadcast \[B, 3\] to \[B, 4\]"):
+        dlc.compile("input x: [B, 3]\nout = broadcast_to(x, [B, 4])\n")
+
+
+def test_erf_and_gelu():
+    import math
+    x = np.concatenate([np.linspace(-4, 4, 41), [1e-7, -1e-4]]).astype(np.float32)
+    erf = np.array([math.erf(v) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(run("input x: [B]\nout = erf(x)\n", x=x), erf, rtol=1e-6, atol=1e-7)
+    erf2 = np.array([math.erf(v / math.sqrt(2)) for v in x.astype(np.float64)])
+    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x)\n", x=x), x * (1 + erf2) / 2,
+                               rtol=1e-6, atol=1e-7)
+    tanh = x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x.astype(np.float64) ** 3))) / 2
+    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x, approximate=\"tanh\")\n", x=x), tanh,
+                               rtol=1e-5, atol=1e-7)
+    with pytest.raises(dlc.CompileError, match='gelu approximate must be "none" or "tanh"'):
+        dlc.compile("input x: [B]\nout = gelu(x, approximate=\"fast\")\n")
 
 
 def test_every_function_of_the_language_is_covered_here():

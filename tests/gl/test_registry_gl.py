@@ -18,7 +18,7 @@ from special_values import SPECIALS, pow_inputs, same_specials
 from dlc.compiler import registry
 from dlc.compiler.autodiff import differentiate
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.ops.window import out_size
+from dlc.compiler.ops.window import window_pads
 from dlc.compiler.reference import evaluate
 from dlc.compiler.shapes import bind
 
@@ -143,23 +143,51 @@ def matmul_cases() -> list[Case]:
     return out
 
 
+def _conv(x, w, wa, lab) -> list[Case]:
+    oh, ow = window_pads(x, w[:2], wa)[:2]
+    dy = (x[0], oh, ow, w[3])
+    return [Case("conv2d", [x, w], wa, label=lab),
+            Case("conv2d_grad_input", [dy, w], {**wa, "x_shape": x}, label=lab),
+            Case("conv2d_grad_filter", [x, dy], {**wa, "w_shape": w}, label=lab)]
+
+
+def _pools(x, pa, lab, ops=("max", "avg")) -> list[Case]:
+    oh, ow = window_pads(x, pa["size"], pa)[:2]
+    dy = (x[0], oh, ow, x[3])
+    out = []
+    if "max" in ops:
+        out += [Case("max_pool", [x], pa, label=lab), Case("max_pool_grad", [x, dy], pa, label=lab)]
+    if "avg" in ops:
+        out += [Case("avg_pool", [x], pa, label=lab),
+                Case("avg_pool_grad", [dy], {**pa, "x_shape": x}, label=lab)]
+    return out
+
+
 def window_cases() -> list[Case]:
     out = []
     x = (2, 5, 6, 3)
     for stride, pad in (((1, 1), "same"), ((2, 2), "valid"), ((2, 1), "same")):
         k = (3, 2)
-        w = (*k, 3, 4)
-        oh, ow = (out_size(x[1], k[0], stride[0], pad)[0], out_size(x[2], k[1], stride[1], pad)[0])
         wa = {"stride": stride, "padding": pad}
         lab = f"s{stride[0]}{stride[1]}-{pad}"
-        pa = {**wa, "size": k}
-        out += [Case("conv2d", [x, w], wa, label=lab),
-                Case("conv2d_grad_input", [(2, oh, ow, 4), w], {**wa, "x_shape": x}, label=lab),
-                Case("conv2d_grad_filter", [x, (2, oh, ow, 4)], {**wa, "w_shape": w}, label=lab),
-                Case("max_pool", [x], pa, label=lab),
-                Case("avg_pool", [x], pa, label=lab),
-                Case("max_pool_grad", [x, (2, oh, ow, 3)], pa, label=lab),
-                Case("avg_pool_grad", [(2, oh, ow, 3)], {**pa, "x_shape": x}, label=lab)]
+        out += _conv(x, (*k, 3, 4), wa, lab) + _pools(x, {**wa, "size": k}, lab)
+    # the conv options: dilation, explicit padding, groups, depthwise (odd sizes)
+    out += _conv((2, 7, 5, 3), (3, 2, 3, 5), {"stride": (1, 2), "padding": "same",
+                                              "dilation": (2, 1)}, "dil21-same")
+    out += _conv((2, 5, 7, 3), (2, 3, 3, 5), {"stride": (2, 1), "padding": (1, 0, 2, 1)},
+                 "pad1021")
+    out += _conv((1, 7, 7, 9), (3, 3, 3, 6), {"stride": (1, 1), "padding": (2, 1, 0, 2),
+                                              "dilation": (2, 2), "groups": 3}, "groups3-dil2")
+    out += _conv((2, 7, 5, 5), (3, 3, 1, 5), {"stride": (2, 1), "padding": "same",
+                                              "groups": 5}, "depthwise")
+    out += _conv((1, 5, 5, 3), (3, 3, 1, 6), {"stride": (1, 1), "padding": "valid",
+                                              "groups": 3}, "depthwise-x2")
+    out += _pools((2, 7, 5, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 2, 0)},
+                  "pad1120")
+    out += _pools((2, 7, 5, 3), {"size": (3, 2), "stride": (2, 1), "padding": (1, 1, 1, 0),
+                                 "count_include_pad": True}, "pad1110-incl", ("avg",))
+    out += _pools((2, 5, 7, 3), {"size": (3, 3), "stride": (1, 2), "padding": "same",
+                                 "count_include_pad": True}, "same-incl", ("avg",))
     out.append(Case("conv2d", [("B", 4, 4, 2), (3, 3, 2, 3)], {"stride": (1, 1),
                                                                "padding": "same"},
                     dims={"B": 2}, label="symbolic"))
@@ -293,7 +321,8 @@ def inject_specials(case: Case, feeds: dict, seed: int = 1) -> dict:
     for k in range(len(case.shapes)):  # indexes too: take's NaN row is NaN, one_hot's zeros
         x = out[f"x{k}"].copy()
         hit = rng.uniform(size=x.shape) < 0.25
-        padded = case.attrs.get("padding") == "same" and PADDED_PRODUCT.get(case.op) == k
+        pads = case.attrs.get("padding", "valid")
+        padded = pads != "valid" and any(pads) and PADDED_PRODUCT.get(case.op) == k
         pool = SPECIALS[[3, 4]] if padded else SPECIALS[:5]
         x[hit] = rng.choice(pool, size=int(hit.sum()))
         out[f"x{k}"] = x

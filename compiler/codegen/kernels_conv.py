@@ -1,0 +1,192 @@
+"""conv2d and its two gradients as implicit GEMMs through the blocked matmul template.
+
+No im2col buffer: the template's operand accessors decode a GEMM index into image
+coordinates and read the tensor where it lies (zero in the padding). For groups = 1:
+
+- forward:          rows = B*OH*OW output pixels, K = KH*KW*Cin (tap, channel), cols = Cout;
+                    A = the input under each tap, B = the filter viewed as [K, Cout].
+- input gradient:   rows = B*H*W input pixels, K = KH*KW*Cout, cols = Cin; A = the output
+                    gradient at the output pixel each tap reaches back to (zero where the
+                    stride skips it), B = the filter read as [tap, Cout] x Cin.
+- filter gradient:  rows = KH*KW*Cin, K = B*OH*OW, cols = Cout; A = the input under each tap,
+                    B = the output gradient viewed as [K, Cout]. K is long and the output
+                    small, so it takes the thin blocking (K-groups inside each work group,
+                    added in a fixed order: deterministic).
+
+In every case the GEMM's [rows, cols] result is the op's NHWC (or filter) layout, so the
+fused epilogue (bias, relu, ...) sees flat output positions as the direct kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..plan import eval_size, size_of
+from . import kernels_matmul as mm
+from .glsl import Context, Emitter, Ix, KernelSource
+
+GEMM_OPS = ("conv2d", "conv2d_grad_input", "conv2d_grad_filter")
+
+
+def applies(node, variant: str | None) -> bool:
+    """Whether the conv node goes through the GEMM template (`variant`: "gemm" or "direct"
+    forces a choice; grouped convs always take the direct kernels)."""
+    if node.op not in GEMM_OPS or dict(node.attrs).get("groups", 1) != 1 or variant == "direct":
+        return False
+    return True
+
+
+def render(ctx: Context, node, p: dict, variant: str | None = None,
+           blocking: tuple | None = None) -> KernelSource | None:
+    """The GEMM kernel, or None when the sizes suit the direct kernel better (auto choice)."""
+    gemm, rows, k_shape = _GEMMS[node.op](ctx, node, p)
+    if blocking is not None:
+        return mm.render_gemm(ctx, gemm, mm.Blocking(*blocking))
+    dims = ctx.plan.ref_dims
+    m = eval_size(size_of(rows), dims)
+    n = int(gemm.N)
+    k = eval_size(size_of(k_shape), dims)
+    blk = _blocking(node.op, m, n, k)
+    if blk is None:
+        if variant != "gemm":
+            return None
+        blk = mm.MEDIUM  # forced: exact at any size
+    return mm.render_gemm(ctx, gemm, blk)
+
+
+def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
+    if op == "conv2d_grad_filter" and k >= mm.THIN_MIN_K and (
+            math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES):
+        return mm.THIN  # a small filter over a long sum: K-groups share each tile
+    if min(m, n) >= 128 and k >= 8 and math.ceil(m / 128) * math.ceil(n / 128) >= mm.FULL_WAVE:
+        return mm.BIG
+    if min(m, n) >= 64 and k >= 16:
+        return mm.SPLIT if m >= 128 else mm.MEDIUM
+    if m >= 64 and k >= mm.THIN_MIN_K and math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES:
+        return mm.THIN
+    return None
+
+
+def _epilogue(ctx: Context, N: str, rows: tuple, how: str, what: str):
+    epi = Emitter(ctx, anchor_value="value")
+    epi.store_outputs(Ix(flat="o"))
+    funcs = ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+
+    def grid(tm: int, tn: int) -> dict:  # cols, rows, and no batch on z
+        return {"tiles": [[list(size_of((int(N),))), tn], [list(size_of(rows)), tm], [[1], 1]]}
+
+    def store(r: str, c: str, v: str) -> str:  # the GEMM's [rows, cols] is the op's layout
+        return f"epilogue({r} * {N} + {c}, {v});"
+
+    return funcs, store, grid, (lambda blk_how: f"{what} as implicit GEMM ({how}), {blk_how}")
+
+
+def _image_read(name: str, vec: bool, decode: list[str], guard: str, addr: str,
+                args: str = "int m, int k") -> list[str]:
+    """A GLSL accessor: decode the GEMM indexes, 0 outside the image, else read."""
+    t, zero = ("vec4", "vec4(0.0)") if vec else ("float", "0.0")
+    lines = [f"{t} {name}({args}) {{", *("    " + d for d in decode),
+             f"    if ({guard}) return {zero};"]
+    return lines + [f"    return {addr};", "}", ""]
+
+
+def _tap(k: str, per: int, p: dict) -> list[str]:
+    """Split GEMM index `k` into (di, dj, channel c) with `per` channels a tap."""
+    return [f"int tap = {k} / {per}, c = {k} - tap * {per};",
+            f"int di = tap / {p['KW']}, dj = tap - di * {p['KW']};"]
+
+
+def _pixel(m: str, h, w, names: tuple[str, str]) -> list[str]:
+    """Split a flat pixel index over [B, h, w] into (b, names)."""
+    y, x = names
+    return [f"int t = {m} / {w}, {x} = {m} - t * {w};", f"int b = t / {h}, {y} = t - b * {h};"]
+
+
+def _forward(ctx: Context, node, p: dict):
+    g = ctx.graph
+    x, w = node.inputs
+    ci, co = g.nodes[w].shape[2], g.nodes[w].shape[3]
+    X, Wb = ctx.buf(x), ctx.buf(w)
+    decode = _tap("k", ci, p) + _pixel("m", p["OH"], p["OW"], ("oy", "ox")) + [
+        f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, "
+        f"ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
+    guard = f"iy < 0 || iy >= {p['H']} || ix < 0 || ix >= {p['W']}"
+    at = f"((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + c"
+    funcs = _image_read("conv_a", False, decode, guard, f"{X}.v[{at}]")
+    if ci % 4 == 0:
+        funcs += _image_read("conv_a4", True, decode, guard, f"{X}_a4.v[({at}) / 4]")
+    a = mm.Operand(x, lambda r, k: f"conv_a({r}, {k})",
+                   (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, False)
+    b = mm.Operand(w, lambda n, k: f"{Wb}.v[{mm._paren(k)} * {co} + {n}]",
+                   (lambda n, k: f"{Wb}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]")
+                   if co % 4 == 0 else None, True)
+    rows = (g.nodes[x].shape[0], p["OH"], p["OW"])
+    K = p["KH"] * p["KW"] * ci
+    return _gemm(ctx, rows, str(co), str(K), a, b, funcs, "conv2d", node), rows, (K,)
+
+
+def _grad_input(ctx: Context, node, p: dict):
+    g = ctx.graph
+    dy, w = node.inputs
+    ci, co = g.nodes[w].shape[2], g.nodes[w].shape[3]
+    DY, Wb = ctx.buf(dy), ctx.buf(w)
+    decode = _tap("k", co, p) + _pixel("m", p["H"], p["W"], ("y", "x")) + [
+        f"int ty = y + {p['PT']} - di * {p['DH']}, tx = x + {p['PL']} - dj * {p['DW']};",
+        f"int oy = ty / {p['SH']}, ox = tx / {p['SW']};"]
+    guard = "ty < 0 || tx < 0"
+    if p["SH"] > 1:
+        guard += f" || ty % {p['SH']} != 0"
+    if p["SW"] > 1:
+        guard += f" || tx % {p['SW']} != 0"
+    guard += f" || oy >= {p['OH']} || ox >= {p['OW']}"
+    at = f"((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + c"
+    funcs = _image_read("conv_a", False, decode, guard, f"{DY}.v[{at}]")
+    # B[k, n] = w[di, dj, n, co]: k runs along the filter's last axis
+    wat = f"(k / {co} * {ci} + n) * {co} + k % {co}"
+    funcs += ["float conv_b(int n, int k) {", f"    return {Wb}.v[{wat}];", "}", ""]
+    if co % 4 == 0:
+        funcs += _image_read("conv_a4", True, decode, guard, f"{DY}_a4.v[({at}) / 4]")
+        funcs += ["vec4 conv_b4(int n, int k) {", f"    return {Wb}_b4.v[({wat}) / 4];", "}", ""]
+    a = mm.Operand(dy, lambda r, k: f"conv_a({r}, {k})",
+                   (lambda r, k: f"conv_a4({r}, {k})") if co % 4 == 0 else None, False)
+    b = mm.Operand(w, lambda n, k: f"conv_b({n}, {k})",
+                   (lambda n, k: f"conv_b4({n}, {k})") if co % 4 == 0 else None, False)
+    rows = (node.shape[0], p["H"], p["W"])
+    K = p["KH"] * p["KW"] * co
+    return (_gemm(ctx, rows, str(ci), str(K), a, b, funcs, "conv2d input gradient", node),
+            rows, (K,))
+
+
+def _grad_filter(ctx: Context, node, p: dict):
+    g = ctx.graph
+    x, dy = node.inputs
+    kh, kw, ci, co = node.shape
+    X, DY = ctx.buf(x), ctx.buf(dy)
+    decode = _tap("m", ci, p) + _pixel("k", p["OH"], p["OW"], ("oy", "ox")) + [
+        f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, "
+        f"ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
+    guard = f"iy < 0 || iy >= {p['H']} || ix < 0 || ix >= {p['W']}"
+    at = f"((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + c"
+    funcs = _image_read("conv_a", False, decode, guard, f"{X}.v[{at}]")
+    if ci % 4 == 0:
+        funcs += _image_read("conv_a4", True, decode, guard, f"{X}_a4.v[({at}) / 4]")
+    a = mm.Operand(x, lambda r, k: f"conv_a({r}, {k})",
+                   (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, True)
+    b = mm.Operand(dy, lambda n, k: f"{DY}.v[{mm._paren(k)} * {co} + {n}]",
+                   (lambda n, k: f"{DY}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]")
+                   if co % 4 == 0 else None, True)
+    rows = (kh * kw * ci,)
+    k_shape = (g.nodes[x].shape[0], p["OH"], p["OW"])
+    return (_gemm(ctx, rows, str(co), ctx.numel(k_shape), a, b, funcs,
+                  "conv2d filter gradient", node), rows, k_shape)
+
+
+def _gemm(ctx: Context, rows: tuple, N: str, K: str, a, b, funcs, what: str, node) -> mm.Gemm:
+    M = ctx.numel(rows)
+    epi, store, grid, describe = _epilogue(ctx, N, rows, f"[{', '.join(map(str, rows))}] x {N}, "
+                                           f"K = {K}", f"{what} {list(node.shape)}")
+    return mm.Gemm(M, N, K, a, b, epi + funcs, store, grid, describe)
+
+
+_GEMMS = {"conv2d": _forward, "conv2d_grad_input": _grad_input,
+          "conv2d_grad_filter": _grad_filter}

@@ -1,0 +1,1 @@
+"""Importers: models from other formats as .dl text plus a weights file."""

@@ -1,0 +1,39 @@
+"""ONNX tensor names -> .dl names, by one rule (README, "Importing ONNX models").
+
+A name that is already a valid .dl name (letters, digits, `_`, not starting
+with a digit, not a keyword) is kept. Otherwise every other character becomes
+`_`, and a result that is empty, starts with a digit or is a keyword gets the
+prefix `t_`. A result already taken gets `_2`, `_3`, ... appended.
+"""
+
+from __future__ import annotations
+
+import re
+
+KEYWORDS = frozenset({"input", "param", "const", "loss", "f32"})
+_VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
+
+
+def escape(name: str) -> str:
+    """The rule without the de-duplication step."""
+    if _VALID.match(name) and name not in KEYWORDS:
+        return name
+    out = re.sub(r"[^A-Za-z_0-9]", "_", name)
+    if not out or out[0].isdigit() or out in KEYWORDS:
+        out = "t_" + out
+    return out
+
+
+class Names:
+    """Hands out unique .dl names."""
+
+    def __init__(self, reserved: set[str] = frozenset()) -> None:
+        self.taken: set[str] = set(reserved)
+
+    def new(self, onnx_name: str) -> str:
+        base = escape(onnx_name)
+        name, k = base, 2
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name

@@ -1,0 +1,417 @@
+"""ONNX -> .dl: load and normalize a model, fold its constants, write .dl text.
+
+The importer walks the graph once, in order. Every ONNX tensor becomes a
+`Value`: a known constant (initializers, Constant nodes and anything computed
+from constants only, folded with onnx's reference evaluator), or a named .dl
+tensor. Float initializers and large constants become params (their arrays go
+to the weights file); small constants are inlined as `const` lines.
+
+Layouts: dlc's conv2d and pools are NHWC, ONNX is NCHW. A rank-4 value may be
+held in NHWC (`Value.nhwc`); ops that need the other layout get a transpose,
+made once per value. So conv -> relu -> pool chains run without transposes.
+The op handlers are in onnx_ops.py.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dlc.errors import DlcError
+
+from .names import Names
+
+TARGET_OPSET = 13  # older models are brought here by onnx's version converter
+INLINE_LIMIT = 16  # constants with more elements become params, never inlined in the text
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+
+
+class ImportError_(DlcError):
+    """A model dlc cannot import: names the node, op type, opset and what is unsupported."""
+
+
+@dataclass
+class Value:
+    shape: tuple  # the ONNX (logical, NCHW) shape; a str is a symbolic dim
+    name: str | None = None  # the .dl tensor holding it (in NHWC when nhwc)
+    nhwc: bool = False
+    const: np.ndarray | None = None  # the value, when known at import
+    param: bool = False  # a float initializer (or made from one): a param when used as data
+    onnx_name: str = ""
+    cache: dict = field(default_factory=dict)  # layout -> .dl name of a converted copy
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass
+class Imported:
+    """What `dlc.import_onnx` returns."""
+    model: Any  # dlc.Model
+    weights: dict[str, np.ndarray]
+    source: str
+    inputs: dict[str, str]  # ONNX graph input -> .dl input
+    outputs: dict[str, str]  # ONNX graph output -> .dl tensor
+
+    def save(self, dl_path: str | os.PathLike, weights_path: str | os.PathLike | None = None) -> str:
+        """Write the .dl text and the weights (default: MODEL.weights.npz beside it)."""
+        from dlc.weights import write_atomic
+
+        dl_path = os.fspath(dl_path)
+        weights_path = weights_path or weights_path_for(dl_path)
+        write_atomic(dl_path, lambda f: f.write(self.source.encode("utf-8")))
+        write_atomic(os.fspath(weights_path), lambda f: np.savez(f, **self.weights))
+        return os.fspath(weights_path)
+
+
+def weights_path_for(dl_path: str) -> str:
+    base = dl_path[:-3] if dl_path.endswith(".dl") else dl_path
+    return base + ".weights.npz"
+
+
+def fmt_num(v: float) -> str:
+    v = float(np.float32(v))
+    if not np.isfinite(v):
+        raise ValueError(f"{v} has no .dl literal")
+    s = str(np.float32(v))
+    return s if "." in s or "e" in s else s + ".0"
+
+
+def fmt_list(xs) -> str:
+    return "[" + ", ".join(str(x) for x in xs) + "]"
+
+
+def fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _literal(a: np.ndarray) -> str:
+    if a.ndim == 0:
+        return fmt_num(a)
+    return "[" + ", ".join(_literal(x) for x in a) + "]"
+
+
+class Converter:
+    """State of one import: values, the .dl lines written so far, the weights."""
+
+    def __init__(self, opset: int, names: Names, graph_outputs: set[str]) -> None:
+        self.opset = opset
+        self.names = names
+        self.values: dict[str, Value] = {}
+        self.decls: list[str] = []
+        self.lines: list[str] = []
+        self.weights: dict[str, np.ndarray] = {}
+        self.graph_outputs = graph_outputs
+        self.node = None  # the node being converted, for errors
+
+    # -- errors ----------------------------------------------------------------
+    def fail(self, what: str) -> ImportError_:
+        from .onnx_ops import supported_ops
+
+        n = self.node
+        where = f"node '{n.name or n.output[0]}' ({n.op_type}, opset {self.opset})" if n else "model"
+        return ImportError_(f"cannot import {where}: {what}\n"
+                            f"supported ONNX ops: {', '.join(supported_ops())}")
+
+    # -- writing ---------------------------------------------------------------
+    def emit(self, onnx_name: str, expr: str, shape: tuple, nhwc: bool = False) -> Value:
+        """`name = expr` for an ONNX tensor; a graph output held in NHWC gets a suffix
+        so that its own name can hold it in ONNX's layout."""
+        base = onnx_name + "_nhwc" if nhwc and onnx_name in self.graph_outputs else onnx_name
+        name = self.names.new(base)
+        self.lines.append(f"{name} = {expr}")
+        v = Value(tuple(shape), name, nhwc, onnx_name=onnx_name)
+        self.values[onnx_name] = v
+        return v
+
+    def temp(self, base: str, expr: str) -> str:
+        name = self.names.new(base)
+        self.lines.append(f"{name} = {expr}")
+        return name
+
+    def set_const(self, onnx_name: str, value: np.ndarray, param: bool) -> Value:
+        v = Value(tuple(value.shape), const=value, param=param, onnx_name=onnx_name)
+        self.values[onnx_name] = v
+        return v
+
+    def declare_const(self, base: str, a: np.ndarray, param: bool) -> str:
+        """A .dl name holding the array `a`: a param (weights file) or an inline const."""
+        a = np.asarray(a)
+        if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) \
+                and a.dtype != bool:
+            raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
+        name = self.names.new(base)
+        if param or a.size > INLINE_LIMIT or not np.all(np.isfinite(a)):
+            self.weights[name] = np.ascontiguousarray(a, dtype=np.float32)
+            self.decls.append(f"param {name}: {fmt_shape(a.shape)}")
+        elif a.ndim == 0:
+            self.decls.append(f"const {name} = {fmt_num(a)}")
+        else:
+            self.decls.append(f"const {name}: {fmt_shape(a.shape)} = {_literal(a)}")
+        return name
+
+    # -- operands --------------------------------------------------------------
+    def data(self, v: Value) -> str:
+        """v as a .dl tensor in ONNX's layout."""
+        if v.name is None:
+            v.name = self.declare_const(v.onnx_name or "c", v.const, v.param)
+        if not v.nhwc:
+            return v.name
+        if "nchw" not in v.cache:
+            v.cache["nchw"] = self.temp(v.onnx_name + "_nchw",
+                                        f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
+        return v.cache["nchw"]
+
+    def nhwc(self, v: Value) -> str:
+        """A rank-4 v as a .dl tensor in NHWC."""
+        if v.rank != 4:
+            raise self.fail(f"expected a rank-4 (NCHW) tensor, got shape {list(v.shape)}")
+        if v.nhwc:
+            return v.name
+        if "nhwc" not in v.cache:
+            if v.const is not None:
+                v.cache["nhwc"] = self.declare_const(v.onnx_name + "_nhwc",
+                                                     v.const.transpose(TO_NHWC), v.param)
+            else:
+                v.cache["nhwc"] = self.temp(v.onnx_name + "_nhwc",
+                                            f"transpose({self.data(v)}, perm={fmt_list(TO_NHWC)})")
+        return v.cache["nhwc"]
+
+    def operand(self, v: Value, nhwc: bool) -> str:
+        """v as an operand of a broadcasting op whose rank-4 operands are NHWC when `nhwc`."""
+        if not nhwc:
+            return self.data(v)
+        if v.rank == 4:
+            return self.nhwc(v)
+        if v.rank == 0:
+            return self.data(v)
+        # A lower rank broadcasts against NCHW from the right: make it rank 4, then NHWC.
+        full = (1,) * (4 - v.rank) + tuple(v.shape)
+        if "b4" not in v.cache:
+            if v.const is not None:
+                a = v.const.reshape(full).transpose(TO_NHWC)
+                v.cache["b4"] = self.declare_const(v.onnx_name + "_nhwc", a, v.param)
+            else:
+                r = self.temp(v.onnx_name + "_4d", f"reshape({self.data(v)}, {fmt_shape(full)})")
+                v.cache["b4"] = self.temp(v.onnx_name + "_nhwc",
+                                          f"transpose({r}, perm={fmt_list(TO_NHWC)})")
+        return v.cache["b4"]
+
+    def source(self, header: str) -> str:
+        return "\n".join([header, *self.decls, "", *self.lines]) + "\n"
+
+
+# -- loading -----------------------------------------------------------------------
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise ImportError_('importing ONNX models needs the onnx package: pip install "dlc[onnx]"') \
+            from None
+    return onnx
+
+
+def load_model(path_or_model, batch: str | int | None):
+    """The model with its opset brought to TARGET_OPSET where older, the batch dim set, and
+    shapes inferred."""
+    onnx = _onnx()
+    from onnx import version_converter
+
+    if isinstance(path_or_model, (str, os.PathLike)):
+        path = os.fspath(path_or_model)
+        if not os.path.exists(path):
+            raise ImportError_(f"{path}: no such file")
+        try:
+            model = onnx.load(path)
+        except Exception as e:  # the protobuf parser's errors name no type worth keeping
+            raise ImportError_(f"{path}: not a readable ONNX model ({e})") from None
+    else:
+        model = path_or_model
+    opset = _opset(model)
+    if opset < TARGET_OPSET:
+        try:
+            model = version_converter.convert_version(model, TARGET_OPSET)
+            opset = TARGET_OPSET
+        except Exception:  # the converter lacks some adapters: keep the model's own opset
+            pass
+    inits = {t.name for t in model.graph.initializer}
+    fixed: set[int] = set()  # the batch sizes the inputs had
+    if batch is not None:
+        # Shapes stored in the file spell out the old batch size: infer them again.
+        del model.graph.value_info[:]
+        for o in model.graph.output:
+            if o.type.tensor_type.HasField("shape"):
+                o.type.tensor_type.ClearField("shape")
+        for i in model.graph.input:
+            if i.name in inits:
+                continue
+            dims = i.type.tensor_type.shape.dim
+            if dims:
+                if dims[0].HasField("dim_value"):
+                    fixed.add(dims[0].dim_value)
+                if isinstance(batch, int):
+                    dims[0].dim_value = batch
+                else:
+                    dims[0].dim_param = batch
+    model = _infer(model)
+    if isinstance(batch, str) and _keep_batch_in_reshapes(model, batch, fixed):
+        del model.graph.value_info[:]
+        model = _infer(model)
+    return model, opset
+
+
+def _infer(model):
+    from onnx import shape_inference
+    try:
+        return shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:
+        raise ImportError_(f"ONNX shape inference failed: {e}") from None
+
+
+def _keep_batch_in_reshapes(model, batch: str, fixed: set[int]) -> bool:
+    """Exported models often reshape to a constant shape that spells out the batch size
+    they were exported with ([1, 2048]). Where such a Reshape gets a tensor whose first dim
+    is the symbolic batch and its other dims hold all the rest, its first target dim becomes
+    0 (ONNX: "copy the input's dim"), so the batch dim flows through. Says if any changed."""
+    from onnx import numpy_helper
+
+    shapes = {vi.name: _shape_of(vi.type) for vi in [*model.graph.value_info, *model.graph.input]}
+    inits = {t.name: t for t in model.graph.initializer}
+    changed = False
+    for n in model.graph.node:
+        if n.op_type != "Reshape" or n.input[1] not in inits:
+            continue
+        x = shapes.get(n.input[0])
+        target = numpy_helper.to_array(inits[n.input[1]])
+        if not x or x[0] != batch or target.ndim != 1 or not len(target) or int(target[0]) not in fixed:
+            continue
+        rest = x[1:]
+        if any(isinstance(d, str) for d in rest) or any(int(t) <= 0 for t in target[1:]) or \
+                int(np.prod(rest)) != int(np.prod(target[1:])):
+            continue
+        new = target.copy()
+        new[0] = 0
+        t = numpy_helper.from_array(new, n.input[1] + "__batch")
+        model.graph.initializer.append(t)
+        n.input[1] = t.name
+        changed = True
+    return changed
+
+
+def _opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 1
+
+
+def _shape_of(type_proto) -> tuple | None:
+    t = type_proto.tensor_type
+    if not t.HasField("shape"):
+        return None
+    out = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            out.append(d.dim_param)
+        else:
+            return None
+    return tuple(out)
+
+
+FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+INDEX_TYPES = {6, 7}  # INT32, INT64
+
+
+def import_onnx(path_or_model, batch: str | int | None = None):
+    """Import an ONNX model: see `Imported`. `batch` makes the inputs' first dim that
+    symbolic name (or that int)."""
+    from onnx import numpy_helper
+
+    import dlc
+
+    from . import onnx_ops
+
+    model, opset = load_model(path_or_model, batch)
+    g = model.graph
+    shapes: dict[str, tuple] = {}
+    types: dict[str, int] = {}
+    for vi in [*g.value_info, *g.input, *g.output]:
+        s = _shape_of(vi.type)
+        if s is not None:
+            shapes[vi.name] = s
+        types[vi.name] = vi.type.tensor_type.elem_type
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    outputs = [o.name for o in g.output]
+    names = Names()
+    conv = Converter(opset, names, set(outputs))
+    conv.shapes, conv.types, conv.dim_names = shapes, types, {}
+    conv.used = {i for n in g.node for i in n.input if i} | set(outputs)
+
+    # Inputs: graph inputs without an initializer.
+    inputs: dict[str, str] = {}
+    header = [f"# imported from ONNX by dlc (opset {opset}); params are in the weights file"]
+    for i in g.input:
+        if i.name in inits:
+            continue
+        shape = shapes.get(i.name)
+        if shape is None:
+            raise ImportError_(f"graph input '{i.name}' has no known shape")
+        shape = tuple(_dim_name(d, names, conv.dim_names) for d in shape)
+        et = i.type.tensor_type.elem_type
+        if et not in FLOAT_TYPES and not (et in INDEX_TYPES and onnx_ops.only_indices(g, i.name)):
+            raise ImportError_(f"graph input '{i.name}' has element type "
+                               f"{_type_name(et)}: dlc computes in float32, and only indices "
+                               "(Gather's second input) may be integers")
+        name = names.new(i.name)
+        conv.decls.append(f"input {name}: {fmt_shape(shape)}")
+        conv.values[i.name] = Value(shape, name, onnx_name=i.name)
+        inputs[i.name] = name
+    for k, a in inits.items():
+        conv.set_const(k, a, param=np.issubdtype(a.dtype, np.floating))
+
+    conv.bn_after = onnx_ops.batch_norms_after_convs(list(g.node), set(outputs))
+    conv.skip = set()
+    for node in g.node:
+        conv.node = node
+        onnx_ops.convert_node(conv, node)
+    conv.node = None
+
+    out_names: dict[str, str] = {}
+    for o in outputs:
+        v = conv.values.get(o)
+        if v is None:
+            raise ImportError_(f"graph output '{o}' is not computed by any node")
+        if v.name is not None and not v.nhwc and v.onnx_name == o:
+            out_names[o] = v.name
+        elif v.name is None and v.const is not None:
+            out_names[o] = conv.declare_const(o, v.const, v.param)
+        else:
+            out_names[o] = conv.temp(o, conv.data(v) if not v.nhwc else
+                                     f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
+    source = conv.source("\n".join(header))
+    try:
+        compiled = dlc.compile(source, name="<imported>")
+    except dlc.CompileError as e:  # a bug in the importer, shown with the text it wrote
+        raise ImportError_(f"the imported .dl does not compile: {e}") from None
+    return Imported(compiled, conv.weights, source, inputs, out_names)
+
+
+def _dim_name(d, names: Names, seen: dict[str, str]):
+    if isinstance(d, int):
+        return d
+    if d not in seen:
+        seen[d] = names.new(d)
+    return seen[d]
+
+
+def _type_name(et: int) -> str:
+    from onnx import TensorProto
+    return TensorProto.DataType.Name(et)

@@ -1,0 +1,94 @@
+"""conv2d and its gradients as implicit GEMMs (compiler/codegen/kernels_conv.py) at awkward
+sizes, with every blocking of the matmul template and a fused epilogue, against the NumPy
+reference; and the automatic choice between the GEMM and the direct kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.ops.window import window_pads
+from dlc.compiler.reference import evaluate
+
+pytestmark = pytest.mark.gl
+
+GEOMETRIES = [
+    # channels a multiple of 4 (the vec4 reads), stride, dilation and explicit padding
+    ((2, 9, 7, 8), (3, 3, 8, 12), {"stride": (2, 1), "padding": (1, 0, 2, 1), "dilation": (2, 1)}),
+    ((3, 6, 6, 4), (2, 2, 4, 8), {"stride": (2, 2), "padding": "valid"}),
+    ((1, 5, 6, 5), (3, 3, 5, 4), {"stride": (1, 2), "padding": (0, 2, 1, 1), "dilation": (1, 2)}),
+]
+BLOCKINGS = [None, (16, 16, 64, 4, 4, 16), (128, 64, 16, 8, 4, 1, False)]
+
+
+def _graph(op, xs, ws, attrs, batch_symbolic=False):
+    if op == "conv2d":
+        shapes, extra = [xs, ws], {}
+    else:
+        oh, ow = window_pads(xs, ws[:2], attrs)[:2]
+        dy = (xs[0], oh, ow, ws[3])
+        shapes, extra = (([dy, ws], {"x_shape": xs}) if op == "conv2d_grad_input"
+                         else ([xs, dy], {"w_shape": ws}))
+    b = GraphBuilder()
+    # every operand but the filter has the batch axis
+    ids = [b.input(f"a{i}", ("B", *s[1:]) if batch_symbolic and s is not ws else s)
+           for i, s in enumerate(shapes)]
+    y = b.add(op, ids, **attrs, **extra)
+    out = b.add("relu", [b.add("sub", [y, b.const(0.25)])])  # a fused epilogue
+    return b.build(), out, shapes
+
+
+@pytest.mark.parametrize("blocking", BLOCKINGS, ids=str)
+@pytest.mark.parametrize("geo", range(len(GEOMETRIES)))
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_grad_input", "conv2d_grad_filter"])
+def test_conv_gemm_matches_reference(gl, op, geo, blocking):
+    from dlc.gl_backend import GLBackend
+
+    xs, ws, attrs = GEOMETRIES[geo]
+    g, y, shapes = _graph(op, xs, ws, attrs)
+    rng = np.random.default_rng(geo)
+    feeds = {f"a{i}": rng.normal(size=s).astype(np.float32) for i, s in enumerate(shapes)}
+    options = {"conv": "gemm"} if blocking is None else {"conv": "gemm", "conv_blocking": blocking}
+    backend = GLBackend(options)
+    (got,) = backend.run(g, [y], feeds, {})
+    want = evaluate(g, [y], feeds, {})[y]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    backend.close()
+
+
+def test_symbolic_batch_through_the_gemm(gl):
+    from dlc.gl_backend import GLBackend
+
+    xs, ws, attrs = GEOMETRIES[1]
+    for op in ("conv2d", "conv2d_grad_input", "conv2d_grad_filter"):
+        g, y, shapes = _graph(op, xs, ws, attrs, batch_symbolic=True)
+        backend = GLBackend({"conv": "gemm"})
+        for batch in (2, 3):
+            rng = np.random.default_rng(batch)
+            feeds = {f"a{i}": rng.normal(size=(batch, *s[1:]) if s is not ws else s)
+                     .astype(np.float32) for i, s in enumerate(shapes)}
+            (got,) = backend.run(g, [y], feeds, {"B": batch})
+            want = evaluate(g, [y], feeds, {"B": batch})[y]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
+                                       err_msg=f"{op} B={batch}")
+        backend.close()
+
+
+def _kernel_line(op, xs, ws, attrs, options=None):
+    from dlc.compiler.pipeline import compile_program
+
+    g, y, _ = _graph(op, xs, ws, attrs)
+    prog = compile_program(g, [y], options=options)
+    return prog.kernels[0].source.split("\n")[1]
+
+
+def test_large_convs_take_the_gemm_and_small_ones_the_direct_kernel():
+    big = ((16, 14, 14, 32), (5, 5, 32, 64), {"stride": (1, 1), "padding": "same"})
+    for op in ("conv2d", "conv2d_grad_input", "conv2d_grad_filter"):
+        assert "implicit GEMM" in _kernel_line(op, *big), op
+        assert "implicit GEMM" not in _kernel_line(op, *big, options={"conv": "direct"}), op
+    small = ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (1, 1), "padding": "same"})
+    assert "implicit GEMM" not in _kernel_line("conv2d", *small)
+    grouped = ((2, 9, 9, 8), (3, 3, 4, 8), {"stride": (1, 1), "padding": "same", "groups": 2})
+    assert "implicit GEMM" not in _kernel_line("conv2d", *grouped, options={"conv": "gemm"})

@@ -1,0 +1,60 @@
+"""The ONNX importer's tests need the onnx package (`pip install "dlc[onnx]"`), some also
+PyTorch (CPU) to export models and as the oracle.
+
+Locally they skip with the reason when one is missing; CI sets DLC_REQUIRE_ONNX=1
+(.ci/run installs both), where a missing package fails instead of skipping.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlc.errors import RuntimeFailure
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def need(module: str, why: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if os.environ.get("DLC_REQUIRE_ONNX"):
+            raise
+        pytest.skip(f"{module} is not installed ({why})")
+
+
+@pytest.fixture(scope="session")
+def onnx():
+    return need("onnx", 'pip install "dlc[onnx]"')
+
+
+@pytest.fixture(scope="session")
+def torch():
+    return need("torch", "PyTorch CPU is an optional oracle: pip install torch")
+
+
+@pytest.fixture(scope="session")
+def gl():
+    from dlc.runtime.context import get_context
+
+    try:
+        return get_context()
+    except RuntimeFailure as exc:
+        pytest.skip(f"no OpenGL context: {exc}")
+
+
+def run_dlc(*args, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlc", *map(str, args)], cwd=cwd or ROOT,
+                          env={**os.environ, "COLUMNS": "120"}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def dlc_cli():
+    return run_dlc

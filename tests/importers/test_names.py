@@ -1,0 +1,21 @@
+"""The one rule that turns ONNX tensor names into .dl names."""
+
+from dlc.compiler.importers.names import Names, escape
+
+
+def test_valid_names_are_kept():
+    assert escape("conv1_w") == "conv1_w"
+    assert escape("_x9") == "_x9"
+
+
+def test_invalid_characters_become_underscores_and_bad_starts_get_a_prefix():
+    assert escape("gpu_0/conv1.w:0") == "gpu_0_conv1_w_0"
+    assert escape("0") == "t_0"
+    assert escape("") == "t_"
+    assert escape("input") == "t_input"
+    assert escape("loss") == "t_loss"
+
+
+def test_clashes_get_a_numbered_suffix():
+    names = Names()
+    assert [names.new(n) for n in ("a/b", "a.b", "a_b", "a_b_2")] == ["a_b", "a_b_2", "a_b_3", "a_b_2_2"]
