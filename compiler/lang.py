@@ -14,9 +14,10 @@ from .initializers import INITIALIZERS, default_init, init_problem
 from .ir import Graph
 from .parser import BinOp, Call, Expr, ListExpr, Name, Neg, Num, Stmt, Str, parse
 
-
 # NumPy's limit on dims (NPY_MAXDIMS is 32 before NumPy 2); it also bounds literal()'s recursion.
 MAX_LITERAL_RANK = 32
+# A const filled from a scalar is materialized in the IR: 2^20 floats is already 8 MiB there.
+MAX_CONST_ELEMENTS = 1 << 20
 
 
 class FrontEnd:
@@ -70,6 +71,10 @@ class FrontEnd:
             if any(isinstance(d, str) for d in want):
                 raise CompileError(f"const '{s.name}' must have a concrete shape", s.loc)
             if shape == ():
+                if _prod(want) > MAX_CONST_ELEMENTS:
+                    raise CompileError(f"const '{s.name}' {format_shape(want)} has {_prod(want):,} "
+                                       f"elements; a const holds at most {MAX_CONST_ELEMENTS:,} "
+                                       "(its values live in the compiled model)", s.loc)
                 values, shape = [values] * _prod(want), want
             elif shape != want:
                 raise CompileError(f"const '{s.name}' is declared {format_shape(want)} but its value "

@@ -209,10 +209,10 @@ def _column_groups(path: str, header: list[str], header_line: int,
         elif name in grouped:
             idx = grouped[name]
             k = max(idx) + 1
-            gaps = [i for i in range(k) if i not in idx]
-            if gaps:
+            if len(idx) != k:  # the first gap, found without counting up to k (x.99999...)
+                gap = next((i for i, j in enumerate(sorted(idx)) if i != j), len(idx))
                 raise DataError(f"{where}: the columns of input '{name}' have a gap: "
-                                f"'{name}.{gaps[0]}' is missing (found {name}.0 ... {name}.{k - 1}"
+                                f"'{name}.{gap}' is missing (found {name}.0 ... {name}.{k - 1}"
                                 f" with {len(idx)} of {k} present)")
             out[name] = ([idx[i] for i in range(k)], False)
     return out

@@ -44,7 +44,7 @@ class NpzReader:
         try:
             self._zip = zipfile.ZipFile(self.path)
             infos = self._zip.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
+        except Exception as e:  # BadZipFile, NotImplementedError (an unknown zip version), ...
             raise DataError(f"{self.path}: not a readable .npz file (a damaged or truncated "
                             f"zip archive: {e})") from None
         self._members: dict[str, zipfile.ZipInfo] = {}

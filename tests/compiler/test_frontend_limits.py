@@ -173,3 +173,9 @@ def test_a_leading_bom_is_accepted(tmp_path):
 def test_a_bom_anywhere_else_is_an_error():
     e = compile_error("input x: [B]\n\ufeffy = x\n")
     assert (e.line, e.column) == (2, 1) and "U+FEFF" in e.message
+
+
+def test_a_huge_const_filled_from_a_scalar_is_refused_before_allocating():
+    e = compile_error("const c: [4294967297, 65536] = 1\n")
+    assert "at most 1,048,576" in e.message and (e.line, e.column) == (1, 7)
+    assert dlc.compile("const c: [1024, 1024] = 1\ny = c * 2\n").tensors["y"] == (1024, 1024)
