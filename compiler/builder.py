@@ -14,6 +14,7 @@ from dlc.errors import CompileError, Loc, format_shape
 from dlc.runtime.sizes import too_many
 
 from . import registry
+from .initializers import init_problem
 from .ir import Graph, Node, Shape, make_attrs
 from .shapes import ShapeError
 
@@ -78,6 +79,9 @@ class GraphBuilder:
         if sym:
             raise CompileError(f"param '{name}' has symbolic dim '{sym[0]}': "
                                "a param's shape must be concrete", loc)
+        problem = init_problem(init)
+        if problem:
+            raise CompileError(f"param '{name}': {problem[1]}", loc)
         i = self.add("param", (), loc, shape=tuple(shape), name=name, init=init)
         self.declare(name, i, loc)
         self.params.append(name)

@@ -21,6 +21,40 @@ INITIALIZERS: dict[str, tuple[tuple[str, float], ...]] = {
 }
 
 
+F32_MAX = 3.4028234663852886e38
+# normal(mean, std) is refused when mean +- NORMAL_SPAN * std leaves float32: a draw that far
+# out (probability about 1e-23) would be an infinite param.
+NORMAL_SPAN = 10.0
+
+
+def init_problem(init: tuple) -> tuple[str, str] | None:
+    """(argument name, what is wrong) when an initializer's arguments cannot draw finite
+    float32 values, else None. Checked at compile time, so `dlc check` finds it."""
+    kind, *args = init
+    if any(isinstance(a, float) and not math.isfinite(a) for a in args):
+        return ("", "an initial value must be a finite number" if kind == "value"
+                else f"{kind}'s arguments must be finite numbers")
+    if kind == "value" and abs(args[0]) > F32_MAX:
+        return ("", f"{args[0]} is beyond float32's range (about 3.4e38)")
+    if kind == "normal":
+        mean, std = args
+        if std < 0:
+            return ("std", f"normal's std must be >= 0, got {_num(std)}")
+        if abs(mean) + NORMAL_SPAN * std > F32_MAX:
+            return ("std", f"normal({_num(mean)}, {_num(std)}) would draw values beyond "
+                           "float32's range (about 3.4e38)")
+    if kind == "uniform":
+        low, high = args
+        if low > high:
+            return ("high", f"uniform's high must be >= its low, got low {_num(low)} and "
+                            f"high {_num(high)}")
+    return None
+
+
+def _num(v: float) -> str:
+    return f"{v:g}"
+
+
 def default_init(shape) -> tuple:
     return ("glorot",) if len(shape) >= 2 else ("zeros",)
 

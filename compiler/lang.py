@@ -11,9 +11,14 @@ from dlc.errors import CompileError, Loc, did_you_mean, format_shape
 from . import seed_names
 from .builder import GraphBuilder
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
-from .initializers import INITIALIZERS, default_init
+from .initializers import INITIALIZERS, default_init, init_problem
 from .ir import Graph
 from .parser import BinOp, Call, Expr, ListExpr, Name, Neg, Num, Stmt, Str, parse
+
+# NumPy's limit on dims (NPY_MAXDIMS is 32 before NumPy 2); it also bounds literal()'s recursion.
+MAX_LITERAL_RANK = 32
+# A const filled from a scalar is materialized in the IR: 2^20 floats is already 8 MiB there.
+MAX_CONST_ELEMENTS = 1 << 20
 
 
 class FrontEnd:
@@ -67,6 +72,10 @@ class FrontEnd:
             if any(isinstance(d, str) for d in want):
                 raise CompileError(f"const '{s.name}' must have a concrete shape", s.loc)
             if shape == ():
+                if _prod(want) > MAX_CONST_ELEMENTS:
+                    raise CompileError(f"const '{s.name}' {format_shape(want)} has {_prod(want):,} "
+                                       f"elements; a const holds at most {MAX_CONST_ELEMENTS:,} "
+                                       "(its values live in the compiled model)", s.loc)
                 values, shape = [values] * _prod(want), want
             elif shape != want:
                 raise CompileError(f"const '{s.name}' is declared {format_shape(want)} but its value "
@@ -108,14 +117,24 @@ class FrontEnd:
         values = dict(params)
         if len(e.args) > len(params):
             raise CompileError(f"{e.func} takes at most {len(params)} arguments", e.args[len(params)].loc)
+        locs = {}
         for (key, _), a in zip(params, e.args):
             values[key] = self.number(a, f"argument '{key}' of {e.func}")
+            locs[key] = a.loc
         for key, a, loc in e.kwargs:
             if key not in values:
                 raise CompileError(f"{e.func} has no argument '{key}'"
                                    f"{did_you_mean(key, values)}", loc)
+            if key in locs:
+                raise CompileError(f"{e.func} got argument '{key}' twice", loc)
             values[key] = self.number(a, f"argument '{key}' of {e.func}")
-        return (e.func, *(values[k] for k, _ in params))
+            locs[key] = a.loc
+        init = (e.func, *(values[k] for k, _ in params))
+        problem = init_problem(init)
+        if problem:
+            key, message = problem
+            raise CompileError(message, locs.get(key, e.loc))
+        return init
 
     def number(self, e: Expr, what: str) -> float:
         if isinstance(e, Num):
@@ -124,12 +143,15 @@ class FrontEnd:
             return -e.operand.value
         raise CompileError(f"{what} must be a number", e.loc)
 
-    def literal(self, e: Expr):
+    def literal(self, e: Expr, depth: int = 0):
         """A number or nested list of numbers -> (nested values, shape)."""
         if isinstance(e, ListExpr):
             if not e.items:
                 raise CompileError("an empty list is not a tensor", e.loc)
-            parts = [self.literal(i) for i in e.items]
+            if depth >= MAX_LITERAL_RANK:
+                raise CompileError(f"a list literal nested more than {MAX_LITERAL_RANK} deep: "
+                                   f"a tensor has at most {MAX_LITERAL_RANK} dims", e.loc)
+            parts = [self.literal(i, depth + 1) for i in e.items]
             for item, (_, shape) in zip(e.items, parts):
                 if shape != parts[0][1]:
                     raise CompileError("a literal's rows must all have the same shape", item.loc)
@@ -137,7 +159,24 @@ class FrontEnd:
         return self.number(e, "a literal's element"), ()
 
     # -- expressions ---------------------------------------------------------
+    # Sub-expressions are built through an explicit stack, not Python recursion, so a sum
+    # of 1000 terms or 2000 nested calls builds: each step is a generator that yields the
+    # sub-expression it needs as a tensor and is sent back that tensor's node.
     def tensor(self, e: Expr) -> int:
+        stack = [self._tensor(e)]
+        value = None
+        while stack:
+            try:
+                sub = stack[-1].send(value)
+            except StopIteration as done:
+                stack.pop()
+                value = done.value
+            else:
+                stack.append(self._tensor(sub))
+                value = None
+        return value
+
+    def _tensor(self, e: Expr):
         b = self.b
         if isinstance(e, Num):
             return b.const(e.value, (), e.loc)
@@ -153,15 +192,16 @@ class FrontEnd:
         if isinstance(e, Neg):
             if isinstance(e.operand, Num):
                 return b.const(-e.operand.value, (), e.loc)
-            return self.call_function(FUNCTIONS["neg"], [e.operand], [], e.loc)
+            return (yield from self._call_function(FUNCTIONS["neg"], [e.operand], [], e.loc))
         if isinstance(e, BinOp):
-            return self.call_function(FUNCTIONS[OPERATORS[e.op]], [e.left, e.right], [], e.loc)
+            return (yield from self._call_function(FUNCTIONS[OPERATORS[e.op]], [e.left, e.right],
+                                                   [], e.loc))
         if isinstance(e, Call):
             fn = FUNCTIONS.get(e.func)
             if fn is None:
                 hint = seed_names.suggest(e.func, FUNCTIONS)  # knows the seeds' camelCase
                 raise CompileError(f"unknown function '{e.func}'{hint}", e.loc)
-            return self.call_function(fn, list(e.args), list(e.kwargs), e.loc)
+            return (yield from self._call_function(fn, list(e.args), list(e.kwargs), e.loc))
         if isinstance(e, ListExpr):
             values, shape = self.literal(e)
             return b.const(values, shape, e.loc)
@@ -169,7 +209,7 @@ class FrontEnd:
             raise CompileError("a string is not a tensor", e.loc)
         raise CompileError("not an expression", e.loc)
 
-    def call_function(self, fn: Function, args: list[Expr], kwargs, loc: Loc) -> int:
+    def _call_function(self, fn: Function, args: list[Expr], kwargs, loc: Loc):
         params = fn.params
         if len(args) > len(params):
             n = len(params)
@@ -187,20 +227,24 @@ class FrontEnd:
         values = {}
         for p in params:
             if p.name in bound:
-                values[p.name] = self.convert(bound[p.name], p.kind, f"argument '{p.name}' of {fn.name}")
+                what = f"argument '{p.name}' of {fn.name}"
+                values[p.name] = yield from self._convert(bound[p.name], p.kind, what)
             elif p.default is REQUIRED:
                 raise CompileError(f"{fn.name} is missing argument '{p.name}'", loc)
             else:
                 values[p.name] = p.default
         return fn.impl(self.b, loc, *values.values())
 
-    def convert(self, e: Expr, kind: str, what: str):
+    def _convert(self, e: Expr, kind: str, what: str):
         if kind == "tensor":
-            return self.tensor(e)
+            return (yield e)
         if kind == "tensors":
             if not isinstance(e, ListExpr):
                 raise CompileError(f"{what} must be a list of tensors [a, b, ...]", e.loc)
-            return [self.tensor(i) for i in e.items]
+            out = []
+            for i in e.items:
+                out.append((yield i))
+            return out
         if kind == "float":
             return self.number(e, what)
         if kind == "int":
@@ -214,7 +258,9 @@ class FrontEnd:
                 return e.value
             raise CompileError(f'{what} must be a string such as "same"', e.loc)
         if kind == "padding":  # "same" / "valid" or [top, bottom, left, right]
-            return e.value if isinstance(e, Str) else self.convert(e, "ints", what)
+            if isinstance(e, Str):
+                return e.value
+            return (yield from self._convert(e, "ints", what))
         if kind in ("axis", "ints"):
             if kind == "axis" and isinstance(e, Name) and e.name in ("all", "none", "None"):
                 return None

@@ -11,8 +11,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, v_args
+from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
+from lark.visitors import Transformer_NonRecursive
 
 from dlc.errors import CompileError, Loc
 
@@ -104,7 +105,7 @@ def _lark() -> Lark:
                 propagate_positions=True, maybe_placeholders=True)
 
 
-class _ToAst(Transformer):
+class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
     def __init__(self, file: str, lines: list[str]):
         super().__init__()
         self.file, self.lines = file, lines
@@ -216,8 +217,19 @@ def _expected(names) -> str:
     return "expected " + (" or ".join(words) if len(words) <= 2 else ", ".join(words[:-1]) + " or " + words[-1])
 
 
+def source_lines(text: str) -> list[str]:
+    """The lines of `text` as lark numbers them: only "\n" ends a line (a form feed, a lone
+    "\r" or U+2028 does not), so an error's line number and echoed text agree."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
 def parse(text: str, file: str = "<model>") -> list[Stmt]:
-    lines = text.splitlines()
+    if text.startswith("\ufeff"):  # a UTF-8 byte order mark, as some editors write
+        text = text[1:]
+    lines = source_lines(text)
     try:
         tree = _lark().parse(text if text.endswith("\n") else text + "\n")
     except UnexpectedInput as e:
@@ -238,7 +250,8 @@ def _syntax_error(e: UnexpectedInput, file: str, lines: list[str]) -> CompileErr
     loc = Loc(file, line, col, text)
     if isinstance(e, UnexpectedCharacters):
         ch = text[col - 1] if col - 1 < len(text) else "?"
-        return CompileError(f"syntax error: unexpected character '{ch}'", loc)
+        shown = f"'{ch}'" if ch.isprintable() else f"U+{ord(ch):04X}"
+        return CompileError(f"syntax error: unexpected character {shown}", loc)
     if isinstance(e, UnexpectedToken):
         tok = e.token
         what = ("end of line" if tok.type == "_NL" else "end of file" if tok.type == "$END"

@@ -13,6 +13,7 @@ artifact runtime can use it too.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import re
@@ -23,6 +24,7 @@ import numpy as np
 
 from .errors import DataError, format_shape
 from .feeds import _suggest, bind_dims, ignore_unknown
+from .npzfile import NpzReader
 
 Shape = tuple  # of int | str
 
@@ -112,20 +114,13 @@ def _input_of(name: str, inputs: Mapping[str, Shape]) -> str:
 
 def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
     """The arrays of an .npz that feed inputs, as float32, refusing non-numeric ones."""
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    z = NpzReader(path)  # checks each header against the file's size; DataError naming the file
     out: dict[str, np.ndarray] = {}
     with z:
         for k in z.files:
             if k not in inputs:  # an array no input reads (labels, ids, ...): load_data notes it
                 continue
-            try:
-                a = z[k]
-            except ValueError as e:  # object arrays need pickle, which is never allowed
-                raise DataError(f"{path}: array '{k}' cannot be read without pickle ({e})"
-                                ) from None
+            a = z[k]
             if a.dtype.kind not in "biuf":
                 raise DataError(f"{path}: array '{k}' for input '{k}' holds {a.dtype} values, "
                                 "not numbers")
@@ -139,12 +134,12 @@ def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
 def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarray],
                                                              dict[str, list[int]]]:
     """Arrays from a CSV with a header; also, per input, the file line of each example."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header: list[str] | None = None
-        header_line = 0
-        rows: list[list[str]] = []
-        lines: list[int] = []
+    reader = csv.reader(io.StringIO(_csv_text(path), newline=""))
+    header: list[str] | None = None
+    header_line = 0
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    try:
         for row in reader:
             if not row or all(not c.strip() for c in row):
                 continue  # blank lines are allowed anywhere
@@ -156,6 +151,8 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
                                 f"(line {header_line}) has {len(header)} columns")
             rows.append(row)
             lines.append(reader.line_num)
+    except csv.Error as e:  # a field over csv's size limit, a NUL byte, ...
+        raise DataError(f"{path}:{reader.line_num}: not a readable CSV line ({e})") from None
     if header is None:
         raise DataError(f"{path}: empty file: a CSV data file needs a header line")
     groups = _column_groups(path, header, header_line, inputs)
@@ -171,6 +168,23 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
         out[name] = block[:, 0] if plain else _shape_columns(
             path, name, inputs[name], block, header_line)
     return out, {name: lines for name in out}
+
+
+def _csv_text(path: str) -> str:
+    """The file as text (a leading BOM dropped); a byte that is not UTF-8 is a DataError naming
+    its line and column."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the file ({e.strerror or e})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(f"{path}:{line}: byte 0x{raw[e.start]:02x} at column {column} is not "
+                        "UTF-8 text: a CSV data file must be UTF-8") from None
 
 
 def _column_groups(path: str, header: list[str], header_line: int,
@@ -205,10 +219,10 @@ def _column_groups(path: str, header: list[str], header_line: int,
         elif name in grouped:
             idx = grouped[name]
             k = max(idx) + 1
-            gaps = [i for i in range(k) if i not in idx]
-            if gaps:
+            if len(idx) != k:  # the first gap, found without counting up to k (x.99999...)
+                gap = next((i for i, j in enumerate(sorted(idx)) if i != j), len(idx))
                 raise DataError(f"{where}: the columns of input '{name}' have a gap: "
-                                f"'{name}.{gaps[0]}' is missing (found {name}.0 ... {name}.{k - 1}"
+                                f"'{name}.{gap}' is missing (found {name}.0 ... {name}.{k - 1}"
                                 f" with {len(idx)} of {k} present)")
             out[name] = ([idx[i] for i in range(k)], False)
     return out
@@ -229,7 +243,8 @@ def _number(path: str, line: int, column: str, cell: str) -> float:
     try:
         return float(text)
     except ValueError:
-        shown = f"'{cell}'" if text else "an empty cell"
+        short = cell if len(cell) <= 40 else cell[:40] + "..."
+        shown = (f"'{short}'" if short.isprintable() else ascii(short)) if text else "an empty cell"
         raise DataError(f"{path}:{line}: column '{column}' holds {shown}, not a number") from None
 
 

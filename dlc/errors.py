@@ -35,7 +35,9 @@ class Loc:
         """The source line and a caret under the column (indented), or "" with no text."""
         if not self.text:
             return ""
-        line = self.text.rstrip("\n")
+        line = self.text.rstrip("\r\n")
+        # A control character (a form feed, U+2028, ...) would move the terminal's cursor.
+        line = "".join(c if c.isprintable() or c == "\t" else "?" for c in line)
         # Expand tabs so the caret lines up with what the terminal shows.
         prefix = line[: max(self.column - 1, 0)].expandtabs(4)
         return f"\n    {line.expandtabs(4)}\n    {' ' * len(prefix)}^"

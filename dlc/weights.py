@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .errors import DataError
+from .npzfile import NpzReader
 
 
 def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
@@ -18,37 +20,101 @@ def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
 
 def write_atomic(path, write: Callable[[BinaryIO], object]) -> None:
     """Write a file through `write(f)` into a temp file beside it, then rename: a reader (or
-    a run stopped half-way) never sees a half-written file."""
+    a run stopped half-way) never sees a half-written file.
+
+    The data is fsynced before the rename and the folder after it, so a crash leaves the
+    old file or the new one, whole. The temp file is removed on every exit path (an
+    exception, KeyboardInterrupt); one left by a killed process (kill -9) is named after
+    its pid and removed by the next write to the same path."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    _remove_stale_temps(folder, os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(os.path.basename(path), os.getpid()),
+                               suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; these are ordinary files
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    _fsync_folder(folder)
+
+
+def _temp_prefix(name: str, pid: int) -> str:
+    return f".{name}.{pid}."
+
+
+def _remove_stale_temps(folder: str, name: str) -> None:
+    """Remove temp files of `name` whose writer process is gone."""
+    head = f".{name}."
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        if not (entry.startswith(head) and entry.endswith(".tmp")):
+            continue
+        pid = entry[len(head):].split(".", 1)[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, entry))
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid() or os.name == "nt":  # Windows' os.kill would end the process
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # someone else's process, or no way to tell: leave its file alone
+    return True
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make the rename durable. Not every system can open or fsync a folder (Windows, some
+    network file systems); there the rename is as durable as the system makes it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
+    """Params from an .npz, read defensively; with `shapes`, checked against the model's
+    params. Every refusal is a DataError that names the file."""
     path = os.fspath(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            out = {k: np.asarray(z[k], dtype=np.float32) for k in z.files}
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (ValueError, OSError) as e:
-        raise DataError(f"{path}: not a readable .npz file ({e})") from None
+    with NpzReader(path) as z:
+        out = {}
+        for k in z.files:
+            a = z[k]
+            if a.dtype.kind not in "biuf":
+                raise DataError(f"{path}: array '{k}' holds {a.dtype} values, not numbers")
+            with np.errstate(over="ignore"):
+                out[k] = np.asarray(a, dtype=np.float32)
     if shapes is not None:
         missing = [k for k in shapes if k not in out]
         if missing:
             raise DataError(f"{path}: param '{missing[0]}' is missing")
+        try:
+            checked_params(out, shapes)
+        except DataError as e:
+            raise DataError(f"{path}: {e}") from None
     return out
 
 

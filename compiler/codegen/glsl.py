@@ -416,6 +416,8 @@ class Emitter:
         found = self.cached(key)
         if found is not None:
             return found
+        if not getattr(self, "_warming", False):
+            self._warm_deep_chain(n, ix)
         node = self.g.nodes[n]
         if n in self.ctx.fusion.literals:
             return float_lit(node.attr("value")[0])
@@ -446,6 +448,35 @@ class Emitter:
         flag = self.ctx.nan_flags.setdefault(n, len(self.ctx.nan_flags))
         self.line(f"if (dlc_isnan({value})) dlc_nan.f[{flag}] = 1.0;")
         self.scopes[-1][key] = value
+
+    def _warm_deep_chain(self, n: int, ix: Ix, deep: int = 200) -> None:
+        """A chain of thousands of inline elementwise ops (a 1000-term sum) would recurse past
+        Python's limit in value(): evaluate it bottom up first, in the order the recursion
+        would (so the same GLSL), and value() then finds each operand cached."""
+        post, seen, stack, depth = [], set(), [(n, ix, False, 0)], 0
+        while stack:
+            m, mix, expanded, d = stack.pop()
+            if expanded:
+                post.append((m, mix))
+                continue
+            node = self.g.nodes[m]
+            if ((m, mix.key()) in seen or m not in self.inside or m in self.ctx.fusion.literals
+                    or (m == self.ctx.kernel.anchor and self.anchor_value is not None)
+                    or registry.get(node.op).kind != "elementwise" or node.op == "dim_size"):
+                continue
+            seen.add((m, mix.key()))
+            depth = max(depth, d)
+            stack.append((m, mix, True, d))
+            stack.extend((j, self.broadcast(mix, node.shape, self.g.nodes[j].shape), False, d + 1)
+                         for j in reversed(node.inputs))
+        if depth < deep:
+            return
+        self._warming = True
+        try:
+            for m, mix in post[:-1]:  # the last is n itself, which the caller evaluates
+                self.value(m, mix)
+        finally:
+            self._warming = False
 
     def load(self, n: int, ix: Ix) -> str:
         if self.ctx.is_uniform_input(n):

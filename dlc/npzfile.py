@@ -1,0 +1,115 @@
+"""Reading `.npz` files as untrusted input: data files and weight files.
+
+np.load trusts what it reads: a header claiming 10^12 elements allocates them
+(MemoryError), random bytes are taken for a pickle (and answered with advice to
+load them unsafely), a truncated zip raises zipfile's own errors. Here every
+member's header is read first and its shape checked against the bytes the
+archive can hold, object arrays are refused without unpickling anything, and
+every failure is a DataError naming the file (and the array).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+
+import numpy as np
+import numpy.lib.format as npy
+
+from .errors import DataError
+
+# Deflate cannot expand data more than about 1032 times; a member claiming more is lying.
+MAX_DEFLATE_RATIO = 1032
+
+
+class NpzReader:
+    """The arrays of an .npz, read one at a time: `files`, `reader[name]`, a context manager
+    (np.load's NpzFile interface, so callers can swap one for the other)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            size = os.path.getsize(self.path)
+            with open(self.path, "rb") as f:
+                magic = f.read(4)
+        except FileNotFoundError:
+            raise DataError(f"{self.path}: no such file") from None
+        except OSError as e:
+            raise DataError(f"{self.path}: cannot read the file ({e.strerror or e})") from None
+        if magic[:2] != b"PK":
+            what = "empty" if not magic else "not a zip archive"
+            raise DataError(f"{self.path}: not a readable .npz file ({what}; an .npz is a zip "
+                            "of .npy arrays, as numpy.savez writes)")
+        try:
+            self._zip = zipfile.ZipFile(self.path)
+            infos = self._zip.infolist()
+        except Exception as e:  # BadZipFile, NotImplementedError (an unknown zip version), ...
+            raise DataError(f"{self.path}: not a readable .npz file (a damaged or truncated "
+                            f"zip archive: {e})") from None
+        self._members: dict[str, zipfile.ZipInfo] = {}
+        for info in infos:
+            if info.is_dir():
+                continue
+            key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if key in self._members:
+                self.close()
+                raise DataError(f"{self.path}: array '{key}' appears twice in the archive")
+            self._members[key] = info
+        self._file_size = size
+        self.files = list(self._members)
+
+    def __enter__(self) -> NpzReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "_zip", None) is not None:
+            self._zip.close()
+            self._zip = None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        info = self._members[key]
+        where = f"{self.path}: array '{key}'"
+        try:
+            with self._zip.open(info) as f:
+                self._check_header(f, info, where)
+            with self._zip.open(info) as f:
+                return npy.read_array(f, allow_pickle=False)
+        except DataError:
+            raise
+        except MemoryError:
+            raise DataError(f"{where} is too large to load into memory") from None
+        except Exception as e:  # zipfile, zlib and numpy each fail in their own words
+            raise DataError(f"{where} cannot be read: the file is damaged or truncated "
+                            f"({type(e).__name__}: {e})") from None
+
+    def _check_header(self, f, info: zipfile.ZipInfo, where: str) -> None:
+        """Refuse object arrays and shapes the member's bytes cannot hold, before allocating."""
+        try:
+            version = npy.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = npy.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, _, dtype = npy.read_array_header_2_0(f)
+            else:
+                shape, _, dtype = npy._read_array_header(f, version)  # 3.0: no public reader
+        except ValueError as e:
+            raise DataError(f"{where} is not a valid .npy array ({e})") from None
+        if dtype.hasobject:
+            raise DataError(f"{where} holds Python objects, which would need pickle: dlc never "
+                            "loads pickled data")
+        if any(not isinstance(d, int) or d < 0 for d in shape):
+            raise DataError(f"{where} has an invalid shape {shape}")
+        need = math.prod(shape) * dtype.itemsize
+        # What the member can hold: its declared size, bounded by what its compressed bytes
+        # (which must lie inside the file) can expand to.
+        stored = min(info.compress_size, self._file_size)
+        ratio = 1 if info.compress_type == zipfile.ZIP_STORED else MAX_DEFLATE_RATIO
+        holds = min(info.file_size, stored * ratio) - f.tell()
+        if need > holds:
+            raise DataError(f"{where} claims shape {list(shape)} of {dtype} ({need:,} bytes) "
+                            f"but the file holds at most {max(holds, 0):,} bytes for it: the file "
+                            "is damaged or truncated")
