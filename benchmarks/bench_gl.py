@@ -486,7 +486,9 @@ def main(argv=None) -> int:
     p.add_argument("--mm", type=int, help="matmul size M (4096)")
     p.add_argument("--batch", type=int, help="MLP batch (1024)")
     p.add_argument("--reps", type=int, help="timed repetitions (20)")
-    p.add_argument("--skip", default="", help="comma list of: numpy, torch, chain, matmul, mlp")
+    p.add_argument("--skip", default="",
+                   help="comma list of: numpy, torch, chain, matmul, mlp, conv")
+    p.add_argument("--cnn-batch", type=int, help="batch of the conv section's CNN step (256)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the tables here")
     args = p.parse_args(argv)
@@ -546,9 +548,23 @@ def main(argv=None) -> int:
             print(f"{name}, GPU ms per kernel:")
             print(table(kt, ["kernel", "ms"]), flush=True)
 
+    def conv() -> None:
+        import bench_conv  # this folder is on sys.path when run as a script
+
+        me = sys.modules[__name__]
+        got = bench_conv.cnn_rows(me, args.cnn_batch or (16 if small else 256), reps, torch, skip)
+        got += bench_conv.conv_kernel_rows(me, small, reps, torch, skip)
+        rows.extend(got)
+        print(table(got, ["row", "impl", "ms", "TFLOP/s", "kernels"]), flush=True)
+        for name, kt in KERNEL_TABLES.items():
+            if name.startswith("CNN"):
+                print(f"{name}, GPU ms per kernel:")
+                print(table(kt, ["kernel", "ms"]), flush=True)
+
     section("chain", chain)
     section("matmul", matmul)
     section("mlp", mlp)
+    section("conv", conv)
     if failed:
         print("failed sections:", ", ".join(failed))
     for note in sorted(TIMER_NOTES):
