@@ -29,9 +29,19 @@ def live_backends() -> list[GLBackend]:
 class GLBackend:
     name = "gl"
 
-    def __init__(self, options: Mapping | None = None) -> None:
+    def __init__(self, options: Mapping | None = None, target: str | None = None) -> None:
         get_context()  # RuntimeFailure with a one-line reason when there is no GL
-        self.store = LeafStore()
+        from dlc.runtime.target import choose_target
+
+        self.target, self.target_reason = choose_target(target)
+        if self.target == "texture":
+            from dlc.runtime.texture_executor import TextureExecutor, TextureStore
+
+            self.store = TextureStore()
+            self._executor_class = TextureExecutor
+        else:
+            self.store = LeafStore()
+            self._executor_class = Executor
         self.options = dict(options or {})
         self.hook = None  # a per-launch hook of the caller's (see runtime/executor.py)
         # key -> (graph kept alive so its id stays unique, compiled program, executor)
@@ -68,12 +78,13 @@ class GLBackend:
 
             compiled = compile_program(graph, roots, name="train" if training else "eval",
                                        updates=graph.updates if training else (),
-                                       ref_dims=dims, options=self.options)
-            executor = Executor(compiled.spec, compiled.sources, self.store, self.hook)
+                                       ref_dims=dims, options=self.options,
+                                       target=self.target)
+            executor = self._executor_class(compiled.spec, compiled.sources, self.store, self.hook)
             found = self._programs[key] = (graph, compiled, executor)
         graph, compiled, executor = found
         executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor)
-                                      if debug.enabled() else None)
+                                      if debug.enabled() and self.target == "compute" else None)
         return compiled, executor
 
     def _debug_hook(self, key: tuple, graph: Graph, compiled, executor: Executor) -> debug.GLHook:
