@@ -50,7 +50,22 @@ class Runner:
         self.losses = {n: () for n in m["losses"]}
         self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self.store = LeafStore()
+        self.target = m.get("target", "compute")  # which GL target its shaders are for
+        if self.target == "texture":
+            from dlc.runtime.texture_executor import TextureStore
+
+            self.store = TextureStore()
+        elif self.target == "compute":
+            from dlc.runtime.context import get_context
+
+            if not get_context().has_compute:
+                raise RuntimeFailure(f"{self.path} was compiled for the compute target, but this "
+                                     "OpenGL context has no compute shaders: recompile it with "
+                                     "--target texture")
+            self.store = LeafStore()
+        else:
+            raise DataError(f"{self.path}: target '{self.target}' is not one this dlc runs "
+                            "(compute, texture)")
         self._executors: dict[str, Executor] = {}
         self.set_params(self._npz("params.npz"))
         if m.get("train"):
@@ -156,12 +171,19 @@ class Runner:
         if ex is None:
             spec = self.manifest["programs"][program]
             sources = {}
-            for k in spec["kernels"]:
-                file = self.path / k["file"]
+            files = [p["file"] for k in spec["kernels"] for p in k.get("passes", [k])]
+            for name in files:
+                file = self.path / name
                 if not file.is_file():
-                    raise RuntimeFailure(f"{self.path} is missing the kernel {k['file']}")
-                sources[k["file"]] = file.read_text(encoding="ascii")
-            ex = self._executors[program] = Executor(spec, sources, self.store, debug.gl_hook())
+                    raise RuntimeFailure(f"{self.path} is missing the kernel {name}")
+                sources[name] = file.read_text(encoding="ascii")
+            if self.target == "texture":
+                from dlc.runtime.texture_executor import TextureExecutor
+
+                ex = self._executors[program] = TextureExecutor(spec, sources, self.store)
+            else:
+                ex = self._executors[program] = Executor(spec, sources, self.store,
+                                                         debug.gl_hook())
         return ex
 
     def _lr(self, compiled: dict, optimizer) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 
 from dlc.errors import DataError, RuntimeFailure
 from dlc.runtime.executor import PERSISTENT, SNAPSHOTS, bind_shape, eval_size
-from dlc.runtime.textures import FragmentProgram, Texture, copy, max_texture_size
+from dlc.runtime.textures import FragmentProgram, Texture, copy
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
 
@@ -175,9 +175,17 @@ class TextureExecutor:
                     self.buffers[s] = Texture(need, self._what(s, dims))
         self._dims = dims
 
-    def needs(self, fetch: Sequence[int], step: bool = False) -> list[int]:
-        if step:
-            return list(range(len(self.kernels)))
+    def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
+        """The kernels to run for `fetch` (all for a step) and the inputs they read."""
+        kernels = list(range(len(self.kernels))) if step else self._needed_kernels(fetch)
+        names = {n for k in kernels for n in self.kernels[k]["inputs"]}
+        for t in fetch:
+            slot = self.slots[self.tensors[t]["slot"]]
+            if slot["kind"] == "input":
+                names.add(slot["name"])
+        return kernels, names
+
+    def _needed_kernels(self, fetch: Sequence[int]) -> list[int]:
         want: set[int] = set()
         stack = [self.producer[t] for t in fetch if t in self.producer]
         while stack:
@@ -190,12 +198,7 @@ class TextureExecutor:
     def run(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
             fetch: Sequence[int], *, step: bool = False) -> list[np.ndarray]:
         self.prepare(dims)
-        kernels = self.needs(fetch, step)
-        names = {n for k in kernels for n in self.kernels[k]["inputs"]}
-        for t in fetch:
-            slot = self.slots[self.tensors[t]["slot"]]
-            if slot["kind"] == "input":
-                names.add(slot["name"])
+        kernels, names = self.needs(fetch, step)
         self._upload(feeds, names)
         self._launch(kernels)
         out = [self._download(t) for t in fetch]

@@ -112,8 +112,7 @@ def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) ->
         lines += list(ES_PRECISION)
     lines += [f"// kernel {k.name}, output {comment(g.label(output))}: {comment(what)}",
               "// implements:"]
-    for n, text in zip(k.nodes, ctx.ir_lines):
-        lines.append("//   " + comment(text))
+    lines += ["//   " + comment(text) for text in ctx.ir_lines]
     slot_of = {b: s for s, b in ctx.binding.items()}
     for u in units:
         names = ", ".join(g.label(t) for t in k.inputs if ctx.plan.slot_of.get(t) == slot_of[u])
