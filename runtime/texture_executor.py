@@ -153,7 +153,13 @@ class TextureExecutor:
         self._dims: dict[str, int] = {}
 
     def _what(self, s: int, dims: Mapping[str, int]) -> str:
-        names = [f"'{i['label']}' {i['shape']}" for i in self.tensors.values() if i["slot"] == s]
+        def shape(info) -> str:
+            text = "[" + ", ".join(str(d) for d in info["shape"]) + "]"
+            if any(isinstance(d, str) for d in info["shape"]) and dims:
+                text += f" = {list(bind_shape(info['shape'], dims))}"
+            return text
+
+        names = [f"'{i['label']}' {shape(i)}" for i in self.tensors.values() if i["slot"] == s]
         return "tensor " + (", ".join(names[:3]) if names else f"slot {s}")
 
     def slot_buffer(self, s: int) -> Texture:
