@@ -42,7 +42,7 @@ class TextureStore:
         shape = np.shape(value)
         data = np.ascontiguousarray(value, dtype=np.float32)
         tex = self.buffers.get(name)
-        if tex is None or tex.capacity < data.size or tex.capacity > max(2 * data.size, 16):
+        if tex is None or tex.count < data.size or tex.count > max(2 * data.size, 16):
             if tex is not None:
                 tex.delete()
             tex = Texture(data.size, f"'{name}' {list(shape)}")
@@ -94,7 +94,7 @@ class TextureStore:
             if snap is None or (snap.width, snap.height) != (tex.width, tex.height):
                 if snap is not None:
                     snap.delete()
-                snap = ring[name] = Texture(tex.capacity)
+                snap = ring[name] = Texture(tex.count)
             copy(snap, tex)
         self._ring_gen[slot] = self._taken
         return (slot, self._taken)
@@ -175,7 +175,7 @@ class TextureExecutor:
             if slot["kind"] in ("temp", "input"):
                 need = max(eval_size(z, dims) for z in slot["sizes"])
                 tex = self.buffers.get(s)
-                if tex is None or tex.capacity < need:
+                if tex is None or tex.count < need:
                     if tex is not None:
                         tex.delete()
                     self.buffers[s] = Texture(need, self._what(s, dims))
@@ -268,7 +268,7 @@ class TextureExecutor:
 
     def _take_spare(self, like: Texture) -> Texture:
         pool = self._spare.get((like.width, like.height))
-        return pool.pop() if pool else Texture(like.capacity)
+        return pool.pop() if pool else Texture(like.count)
 
     def _outputs_info(self, k: dict) -> list[dict]:
         out = []

@@ -60,19 +60,25 @@ class Texture:
         _live[self.handle] = self.nbytes
 
     @property
-    def capacity(self) -> int:
+    def count(self) -> int:
+        """Floats it holds."""
         return self.width * self.height
 
     @property
+    def capacity(self) -> int:
+        """Bytes (as `Buffer.capacity`: memory reports add them up)."""
+        return self.nbytes
+
+    @property
     def nbytes(self) -> int:
-        return 4 * self.capacity
+        return 4 * self.count
 
     def upload(self, array) -> None:
         data = np.ascontiguousarray(array, dtype=np.float32).ravel()
-        if data.size > self.capacity:
+        if data.size > self.count:
             raise RuntimeFailure(f"internal dlc error: {data.size} floats into a texture of "
-                                 f"{self.capacity}")
-        full = np.zeros(self.capacity, np.float32)
+                                 f"{self.count}")
+        full = np.zeros(self.count, np.float32)
         full[:data.size] = data
         GL.glBindTexture(GL.GL_TEXTURE_2D, self.handle)
         GL.glPixelStorei(GL.GL_UNPACK_ALIGNMENT, 4)
@@ -80,7 +86,7 @@ class Texture:
                            GL.GL_FLOAT, full)
 
     def download(self, count: int | None = None) -> np.ndarray:
-        count = self.capacity if count is None else int(count)
+        count = self.count if count is None else int(count)
         rows = max(-(-count // self.width), 1) if count else 0
         if rows == 0:
             return np.zeros(0, np.float32)
@@ -215,5 +221,5 @@ def copy(dst: Texture, src: Texture, count: int | None = None) -> None:
     global _copy
     if _copy is None or not _copy.handle:
         _copy = FragmentProgram(COPY, "dlc_copy")
-    n = src.capacity if count is None else int(count)
+    n = src.count if count is None else int(count)
     render_pass(_copy, dst, {0: src}, {"dlc_width": dst.width, "dlc_count": n})
