@@ -84,7 +84,7 @@ class GLBackend:
             found = self._programs[key] = (graph, compiled, executor)
         graph, compiled, executor = found
         executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor)
-                                      if debug.enabled() and self.target == "compute" else None)
+                                      if debug.enabled() else None)
         return compiled, executor
 
     def _debug_hook(self, key: tuple, graph: Graph, compiled, executor: Executor) -> debug.GLHook:

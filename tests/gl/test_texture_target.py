@@ -175,3 +175,14 @@ def test_cli_eval_texture_matches_compute_and_info_names_the_target(gl, tmp_path
                            "--fetch", "cost", "--target", "compute"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "compiled for the texture target" in done.stderr
+
+
+def test_debug_mode_names_the_node_making_a_nan_on_the_texture_target(gl, monkeypatch):
+    from dlc import debug
+
+    monkeypatch.setattr(debug, "_enabled", True)
+    sess = dlc.Session(dlc.compile("input x: [B]\ny = log(x) * 2\nz = sum(y)\n"), backend="gl",
+                       target="texture")
+    assert sess.eval("z", {"x": np.array([1.0, 2.0])}) == pytest.approx(np.log(2) * 2)
+    with pytest.raises(DlcError, match=r"NaN in the output of log at <model>:2:5"):
+        sess.eval("z", {"x": np.array([1.0, -2.0])})
