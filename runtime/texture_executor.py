@@ -145,6 +145,7 @@ class TextureExecutor:
         self.producer = {int(t): k for t, k in spec["producer"].items()}
         self.buffers: dict[int, Texture] = {}
         self._spare: dict[tuple[int, int], list[Texture]] = {}
+        self._scratch: dict[int, Texture] = {}  # kernel -> its partials (split reductions)
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
                 values = np.asarray(slot["values"], np.float32)
@@ -179,6 +180,14 @@ class TextureExecutor:
                     if tex is not None:
                         tex.delete()
                     self.buffers[s] = Texture(need, self._what(s, dims))
+        for k, spec in enumerate(self.kernels):  # split reductions' partial results
+            if "scratch" in spec:
+                need = eval_size(spec["scratch"]["size"], dims)
+                tex = self._scratch.get(k)
+                if tex is None or tex.count < need:
+                    if tex is not None:
+                        tex.delete()
+                    self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
         self._dims = dims
 
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
@@ -240,18 +249,24 @@ class TextureExecutor:
             if before is not None:
                 before(spec["name"])
             samplers = {unit: self.slot_buffer(s) for unit, s in enumerate(spec["slots"])}
+            if "scratch" in spec:
+                samplers[spec["scratch"]["unit"]] = self._scratch[k]
             read = {self.tensors[t]["slot"] for t in spec["reads"]}
             ints = {u: dims[d] for u, d in spec["uniforms"].items()}
             floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0])
                       for u, n in spec.get("scalars", {}).items()}
             swaps = []
             for p, program in zip(spec["passes"], self.programs[k]):
+                used = {u: samplers[u] for u in program.units}
+                if p["tensor"] is None:  # a split reduction's partials
+                    target = self._scratch[k]
+                    render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
+                    continue
                 s = self.tensors[p["tensor"]]["slot"]
                 target = self.slot_buffer(s)
                 if s in read:  # never render into a texture being read: a spare, swapped in after
                     target = self._take_spare(target)
                     swaps.append((s, target))
-                used = {u: samplers[u] for u in program.units}
                 render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
             for s, tex in swaps:
                 slot = self.slots[s]
@@ -293,6 +308,9 @@ class TextureExecutor:
             for tex in pool:
                 tex.delete()
         self._spare.clear()
+        for tex in self._scratch.values():
+            tex.delete()
+        self._scratch.clear()
         for passes in self.programs:
             for program in passes:
                 program.delete()
@@ -301,4 +319,5 @@ class TextureExecutor:
     def buffer_bytes(self) -> tuple[int, int]:
         live = [t for t in self.buffers.values() if t.handle]
         live += [t for pool in self._spare.values() for t in pool if t.handle]
+        live += [t for t in self._scratch.values() if t.handle]
         return len(live), sum(t.nbytes for t in live)

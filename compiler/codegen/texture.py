@@ -19,9 +19,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..plan import Plan
+from ..plan import Plan, size_of
 from . import dim_index
-from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source
+from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
 
@@ -44,9 +44,13 @@ class TextureTargetError(Exception):
     """A kernel the texture target cannot render (names the op and the target)."""
 
 
+SPLIT = 1024  # a sum/max/min over more (or a symbolic number of) elements runs in two passes
+PARTS = 64  # partial results per output in the first of them
+
+
 @dataclass(frozen=True)
 class TexturePass:
-    tensor: int  # the output this pass writes
+    tensor: int | None  # the output this pass writes; None: the partials of a split reduction
     source: str
 
 
@@ -56,6 +60,7 @@ class TextureKernel:
 
     kernel: KernelSource
     passes: tuple[TexturePass, ...]
+    scratch: dict | None = None  # {"size": [int, dims...], "unit": k}: the partials' texture
 
 
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
@@ -68,20 +73,49 @@ def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], es: bool = Fa
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims)
     passes = []
+    scratch = None
+    if _split(ctx):
+        # Tree reduction in two passes: PARTS partials per output, then one fragment per
+        # output combines them (and runs the epilogue), reading them on a spare texture unit.
+        unit = len(ctx.binding)
+        size = size_of(ctx.graph.nodes[kernel.anchor].shape)
+        scratch = {"size": [size[0] * PARTS, *size[1:]], "unit": unit}
+        passes.append(TexturePass(None, _render_pass(ctx, None, es)))
     for o in kernel.outputs:
-        passes.append(TexturePass(o, _render_pass(ctx, o, es)))
+        passes.append(TexturePass(o, _render_pass(ctx, o, es, scratch)))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
-    return TextureKernel(ks, tuple(passes))
+    return TextureKernel(ks, tuple(passes), scratch)
 
 
-def _render_pass(ctx: Context, output: int, es: bool) -> str:
+def _split(ctx: Context) -> bool:
+    """Whether this kernel is a sum/max/min over many (or symbolically many) elements."""
+    k, g = ctx.kernel, ctx.graph
+    if k.kind != "reduce" or g.nodes[k.anchor].op not in ("sum", "max", "min"):
+        return False
+    axes, _ = geometry(ctx)
+    xshape = g.nodes[g.nodes[k.anchor].inputs[0]].shape
+    reduced = numel_known(tuple(xshape[a] for a in axes))
+    return reduced is None or reduced > SPLIT
+
+
+def _render_pass(ctx: Context, output: int | None, es: bool, scratch: dict | None = None) -> str:
     k, g = ctx.kernel, ctx.graph
     em = Emitter(ctx)
     n = ctx.numel(k.shape)
+    if output is None:  # the partials of a split reduction: fragment p = o * PARTS + part
+        em.line("int p = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+        em.line(f"if (p >= {mul(n, str(PARTS))}) {{ dlc_out = 0.0; return; }}")
+        em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
+        what = _reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
+        em.line("dlc_out = acc;")
+        return _finish(ctx, em, None, what, es)
     em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
     em.line(f"if (o >= {n}) {{ dlc_out = 0.0; return; }}")
     if k.kind == "elementwise":
         what = "elementwise"
+    elif scratch is not None:
+        what = _combine_body(ctx, em, scratch["unit"])
+        em.anchor_value = "acc"
     elif k.kind == "reduce":
         what = _reduce_body(ctx, em)
         em.anchor_value = "acc_result"
@@ -99,6 +133,10 @@ def _render_pass(ctx: Context, output: int, es: bool) -> str:
         raise TextureTargetError(f"the texture target has no kernel for {k.kind} kernels")
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
+    return _finish(ctx, em, output, what, es)
+
+
+def _finish(ctx: Context, em: Emitter, output: int | None, what: str, es: bool) -> str:
     main = "\n".join(["void main() {", *em.lines, "}"])
     units = sorted({int(m.group(1)) for m in _BUFFER_LOAD.finditer(main)})
     main = _BUFFER_LOAD.sub(lambda m: f"dlc_load(b{m.group(1)}, {m.group(2)})", main)
@@ -110,11 +148,15 @@ def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) ->
     lines = [VERSION_ES if es else VERSION_CORE]
     if es:
         lines += list(ES_PRECISION)
-    lines += [f"// kernel {k.name}, output {comment(g.label(output))}: {comment(what)}",
+    out = "partials" if output is None else f"output {g.label(output)}"
+    lines += [f"// kernel {k.name}, {comment(out)}: {comment(what)}",
               "// implements:"]
     lines += ["//   " + comment(text) for text in ctx.ir_lines]
     slot_of = {b: s for s, b in ctx.binding.items()}
     for u in units:
+        if u not in slot_of:
+            lines.append(f"uniform sampler2D b{u};  // the partial results")
+            continue
         names = ", ".join(g.label(t) for t in k.inputs if ctx.plan.slot_of.get(t) == slot_of[u])
         lines.append(f"uniform sampler2D b{u};  // {comment(names)}")
     for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
@@ -126,8 +168,20 @@ def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) ->
     return lines
 
 
-def _reduce_body(ctx: Context, em: Emitter) -> str:
-    """One fragment per output, looping over the reduced elements (acc_result = the result)."""
+def _combine_body(ctx: Context, em: Emitter, unit: int) -> str:
+    """The second pass of a split reduction: output o combines its PARTS partials."""
+    op = ctx.graph.nodes[ctx.kernel.anchor].op
+    em.line(f"float acc = {INIT[op]};")
+    em.open(f"for (int q = 0; q < {PARTS}; ++q)")
+    em.line(f"float v = b{unit}.v[o * {PARTS} + q];")
+    em.line("acc += v;" if op == "sum" else f"acc = (v {BETTER[op]} acc || isnan(v)) ? v : acc;")
+    em.close()
+    return f"{op}: combine {PARTS} partials per output"
+
+
+def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
+    """One fragment per output, looping over the reduced elements (acc_result = the result);
+    a split reduction's first pass loops from `start` by `step`."""
     g = ctx.graph
     node = g.nodes[ctx.kernel.anchor]
     op, x = node.op, node.inputs[0]
@@ -140,7 +194,7 @@ def _reduce_body(ctx: Context, em: Emitter) -> str:
     oc = em.coords(Ix(flat="o"), node.shape)
     em.line(f"float acc = {INIT[op]};")
     em.line("int best = 0;")
-    em.open(f"for (int r = 0; r < {n_red}; ++r)")
+    em.open(f"for (int r = {start}; r < {n_red}; " + ("++r)" if step == "1" else f"r += {step})"))
     rc = em.coords(Ix(flat="r"), red_shape)
     coords = [""] * len(xshape)
     for j, a in enumerate(kept):
@@ -198,8 +252,10 @@ def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[dict, 
     for ks, t in zip(spec["kernels"], kernels):
         del ks["file"], ks["grid"], ks["local_size"]
         ks["passes"] = []
+        if t.scratch is not None:
+            ks["scratch"] = t.scratch
         for p in t.passes:
-            file = f"{name}_{ks['name']}_{p.tensor}.frag"
+            file = f"{name}_{ks['name']}_{'partials' if p.tensor is None else p.tensor}.frag"
             sources[file] = p.source
             ks["passes"].append({"file": file, "tensor": p.tensor})
     return spec, sources

@@ -186,3 +186,24 @@ def test_debug_mode_names_the_node_making_a_nan_on_the_texture_target(gl, monkey
     assert sess.eval("z", {"x": np.array([1.0, 2.0])}) == pytest.approx(np.log(2) * 2)
     with pytest.raises(DlcError, match=r"NaN in the output of log at <model>:2:5"):
         sess.eval("z", {"x": np.array([1.0, -2.0])})
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_long_reductions_run_as_two_pass_tree_reductions(gl, op):
+    from dlc.compiler.codegen import texture
+
+    model = dlc.compile(f"input x: [B, 3]\nr = {op}(x, axis=0)\nt = {op}(x * 2) + 1\n")
+    progs = programs(model, target="texture")
+    files = [f for f in progs["eval"].sources if f.endswith("_partials.frag")]
+    assert len(files) == 2  # B is symbolic: both split
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(texture.SPLIT * 3 + 17, 3))
+    x[5, 1] = np.nan if op != "sum" else x[5, 1]
+    tex = dlc.Session(model, backend="gl", target="texture")
+    ref = dlc.Session(model, backend="numpy")
+    for name in ("r", "t"):
+        np.testing.assert_allclose(tex.eval(name, {"x": x}), ref.eval(name, {"x": x}),
+                                   rtol=1e-5, atol=1e-4, err_msg=name)
+    small = x[:2]  # fewer rows than partials: empty partials must not change the result
+    np.testing.assert_allclose(tex.eval("r", {"x": small}), ref.eval("r", {"x": small}),
+                               rtol=1e-5, atol=1e-5)
