@@ -177,6 +177,10 @@ def render_pass(program: FragmentProgram, target: Texture, samplers: dict[int, T
     if target.handle in {t.handle for t in samplers.values()}:
         raise RuntimeFailure(f"internal dlc error: pass '{program.name}' reads the texture it "
                              "writes")
+    units = get_context().limits["max_texture_units"]
+    if samplers and max(samplers) >= units:
+        raise RuntimeFailure(f"kernel pass '{program.name}' reads {max(samplers) + 1} textures; "
+                             f"this GPU's fragment shaders read at most {units}")
     GL.glUseProgram(program.handle)
     for unit, tex in samplers.items():
         GL.glActiveTexture(GL.GL_TEXTURE0 + unit)
