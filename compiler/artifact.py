@@ -3,7 +3,8 @@
     manifest.json   format version, inputs, params, fetchable tensors and losses with shapes,
                     the training setup, and each program (the storage plan and its ordered
                     kernel launches with bindings, uniforms and sizes; see pipeline.py)
-    <program>_<kernel>.glsl   one readable GLSL compute shader per kernel
+    <program>_<kernel>.glsl   one readable GLSL compute shader per kernel (target compute),
+    <program>_<kernel>_<tensor>.frag   or one fragment shader per kernel output (target texture)
     params.npz      the params' initial values
     state.npz       the optimizer state's initial values (when compiled with a training step)
     model.dl        the source it was compiled from
@@ -47,20 +48,25 @@ def _optimizer(optimizer, train_loss):
 
 
 def programs(model, *, train_loss: str | None = None, optimizer=None,
-             batch_size: int | None = None, options=None) -> dict[str, CompiledProgram]:
-    """The model's programs: `eval` for every named tensor, `train` when asked for."""
+             batch_size: int | None = None, options=None,
+             target: str = "compute") -> dict[str, CompiledProgram]:
+    """The model's programs: `eval` for every named tensor, `train` when asked for;
+    `target` "compute" or "texture" (see pipeline.compile_program)."""
+    if target not in ("compute", "texture"):
+        raise ValueError(f"unknown target '{target}': choose compute or texture")
     from .simplify import simplify
 
     graph: Graph = simplify(model.graph)  # CSE: softmax and the loss share one max
     dims = _ref_dims(graph, batch_size)
     out = {"eval": compile_program(graph, sorted(set(graph.names.values())), name="eval",
-                                   ref_dims=dims, options=options)}
+                                   ref_dims=dims, options=options, target=target)}
     graph = model.graph
     opt = _optimizer(optimizer, train_loss)
     if opt is not None:
         step = _train_graph(graph, train_loss, opt)
         out["train"] = compile_program(step, [step.names[step.losses[0]]], name="train",
-                                       updates=step.updates, ref_dims=dims, options=options)
+                                       updates=step.updates, ref_dims=dims, options=options,
+                                       target=target)
     return out
 
 
@@ -76,11 +82,11 @@ def _ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
 
 
 def emit(model, stage: str, *, train_loss: str | None = None, optimizer=None,
-         batch_size: int | None = None) -> str:
+         batch_size: int | None = None, target: str = "compute") -> str:
     """One stage as text: "kernels" (the IR grouped into kernels), "plan" (each kernel with
     its slots and the peak bytes), or "glsl" (every shader)."""
     return format_stage(programs(model, train_loss=train_loss, optimizer=optimizer,
-                                 batch_size=batch_size), stage)
+                                 batch_size=batch_size, target=target), stage)
 
 
 def format_stage(progs: dict[str, CompiledProgram], stage: str) -> str:
@@ -117,6 +123,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
     return {
         "format": FORMAT,
         "dlc_version": __version__,
+        "target": progs["eval"].spec.get("target", "compute"),
         "model": os.path.basename(model.path),
         "inputs": {n: list(s) for n, s in model.inputs.items()},
         "params": {n: list(s) for n, s in model.params.items()},
@@ -130,7 +137,8 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
 
 def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=None,
                    batch_size: int | None = None, seed: int = 0,
-                   progs: dict[str, CompiledProgram] | None = None) -> pathlib.Path:
+                   progs: dict[str, CompiledProgram] | None = None,
+                   target: str = "compute") -> pathlib.Path:
     """Compile `model` and write its artifact folder; returns the folder's path.
 
     The folder is written beside its destination and then moved into place, so a failed
@@ -139,7 +147,8 @@ def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=N
     out = pathlib.Path(out_dir)
     opt = _optimizer(optimizer, train_loss)
     if progs is None:  # `progs`: the same model compiled with the same options already
-        progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size)
+        progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size,
+                         target=target)
     data = manifest(model, progs, opt, batch_size)
     g = model.graph
     params = {n: initial_value(g.node(n).attr("init"), g.node(n).shape, seed, n)

@@ -33,10 +33,17 @@ class CompiledProgram:
 def compile_program(graph: Graph, roots: Sequence[int], *, name: str = "eval",
                     updates: Iterable[tuple[str, int]] = (),
                     ref_dims: Mapping[str, int] | None = None,
-                    options: Mapping | None = None) -> CompiledProgram:
-    """Fuse, plan and render the work of fetching `roots` (and applying `updates`)."""
+                    options: Mapping | None = None, target: str = "compute") -> CompiledProgram:
+    """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
+    `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
     fusion = fuse(graph, roots, updates)
     storage = plan(fusion, ref_dims)
+    if target == "texture":
+        from .codegen import texture
+
+        rendered = texture.render(storage, options)
+        spec, sources = texture.program(name, storage, rendered)
+        return CompiledProgram(name, fusion, storage, [t.kernel for t in rendered], spec, sources)
     kernels = render(storage, options)
     spec, sources = program_spec(name, storage, kernels)
     return CompiledProgram(name, fusion, storage, kernels, spec, sources)

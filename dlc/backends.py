@@ -69,8 +69,11 @@ class NumpyBackend:
         self.leaves = dict(token)
 
 
-def make_backend(name: str | None):
-    """'numpy', 'gl', or None: gl when a context can be made, else numpy with a notice."""
+def make_backend(name: str | None, target: str | None = None):
+    """'numpy', 'gl', or None: gl when a context can be made, else numpy with a notice.
+    `target` picks gl's "compute" or "texture" target (default: runtime/target.py decides)."""
+    if target is not None and name == "numpy":
+        raise ValueError(f"target {target!r} is for the gl backend, not numpy")
     if name == "numpy":
         return NumpyBackend()
     if name not in (None, "gl"):
@@ -89,4 +92,4 @@ def make_backend(name: str | None):
         return NumpyBackend()
     from dlc.gl_backend import GLBackend
 
-    return GLBackend()
+    return GLBackend(target=target)

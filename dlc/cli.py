@@ -133,6 +133,10 @@ def _open_artifact(path: str) -> Target:
     def open_session(backend: str | None, seed: int):
         if backend == "numpy":
             return _artifact_reference_session(path, runner, seed)
+        wanted = os.environ.get("DLC_TARGET", "").strip()  # --target sets it
+        if wanted and wanted != runner.target:
+            raise UsageError(f"{path} was compiled for the {runner.target} target, not "
+                             f"{wanted} (recompile it with --target {wanted})")
         return runner if seed == runner.seed else dlc.load(path, seed=seed)
 
     def needed(names: Iterable[str]) -> set[str]:
@@ -234,7 +238,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     optimizer = None
     if train_loss is not None:
         optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=None)
-    options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size)
+    target = args.target or os.environ.get("DLC_TARGET", "").strip() or "compute"
+    options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size,
+                   target=target)
     out_dir = args.output or default_artifact_path(args.model)
 
     artifact = _artifact_module()
@@ -356,6 +362,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .weights import save_npz
 
     names = parse_fetch(args.fetch)
+    _apply_target(args)
     t = open_target(args.model)
     t.check_names(names)
     data = load_data(args.data, t.inputs, t.needed(names))
@@ -471,10 +478,25 @@ def _csv_cell(v) -> str:
     return str(int(v)) if isinstance(v, (int, float)) else str(v)
 
 
+def _apply_target(args: argparse.Namespace) -> None:
+    """--target picks the gl backend's target for this run (as DLC_TARGET does)."""
+    if args.target is None:
+        return
+    if args.backend == "numpy":
+        raise UsageError(f"--target {args.target} is for the gl backend, not --backend numpy")
+    os.environ["DLC_TARGET"] = args.target
+
+
+TARGET_HELP = ("gl target: compute (GLSL 4.30 compute shaders) or texture (GLSL 3.30 fragment "
+               "shaders over float textures); default: DLC_TARGET, else compute when the "
+               "context has compute shaders")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .data import load_data
     from .progress import TrainProgress
 
+    _apply_target(args)
     t = open_target(args.model)
     loss = t.loss(args.loss)
     optimizer = None
@@ -716,6 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs --train")
     c.add_argument("--batch-size", type=_positive_int, metavar="N",
                    help="plan for batches of N examples")
+    c.add_argument("--target", choices=("compute", "texture"),
+                   help="shaders to write: compute (GLSL 4.30 compute shaders) or texture "
+                        "(GLSL 3.30 fragment shaders); default: DLC_TARGET, else compute")
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser(
@@ -759,6 +784,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--log", metavar="CSV", help="write step, epoch, loss and val columns to a CSV")
     c.add_argument("--plot", metavar="PNG",
                    help="write the loss curve as a PNG (needs matplotlib: pip install 'dlc[plot]')")
+    c.add_argument("--target", choices=("compute", "texture"), help=TARGET_HELP)
     c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_train)
 
@@ -786,6 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gl or numpy; default: gl when an OpenGL context can be made, else numpy")
     c.add_argument("--seed", type=int, default=0, metavar="S",
                    help="seed of the initial params when no --weights are given (default: 0)")
+    c.add_argument("--target", choices=("compute", "texture"), help=TARGET_HELP)
     c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_eval)
 

@@ -81,6 +81,11 @@ class GLDevice:
         from dlc.runtime.context import get_context
 
         self.context = get_context()
+        if not self.context.has_compute:  # eager kernels are compute shaders only
+            from dlc.errors import RuntimeFailure
+
+            raise RuntimeFailure(f"eager arrays on gl need compute shaders; this OpenGL "
+                                 f"({self.context.version}) has none")
         self._pending: list[Any] = []
         self._lock = threading.Lock()
 

@@ -29,9 +29,19 @@ def live_backends() -> list[GLBackend]:
 class GLBackend:
     name = "gl"
 
-    def __init__(self, options: Mapping | None = None) -> None:
+    def __init__(self, options: Mapping | None = None, target: str | None = None) -> None:
         get_context()  # RuntimeFailure with a one-line reason when there is no GL
-        self.store = LeafStore()
+        from dlc.runtime.target import choose_target
+
+        self.target, self.target_reason = choose_target(target)
+        if self.target == "texture":
+            from dlc.runtime.texture_executor import TextureExecutor, TextureStore
+
+            self.store = TextureStore()
+            self._executor_class = TextureExecutor
+        else:
+            self.store = LeafStore()
+            self._executor_class = Executor
         self.options = dict(options or {})
         self.hook = None  # a per-launch hook of the caller's (see runtime/executor.py)
         # key -> (graph kept alive so its id stays unique, compiled program, executor)
@@ -70,8 +80,8 @@ class GLBackend:
             options = {**self.options, "nan_flags": True} if checked else self.options
             compiled = compile_program(graph, roots, name="train" if training else "eval",
                                        updates=graph.updates if training else (),
-                                       ref_dims=dims, options=options)
-            executor = Executor(compiled.spec, compiled.sources, self.store, self.hook)
+                                       ref_dims=dims, options=options, target=self.target)
+            executor = self._executor_class(compiled.spec, compiled.sources, self.store, self.hook)
             found = self._programs[key] = (graph, compiled, executor)
         graph, compiled, executor = found
         executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor)

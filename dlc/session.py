@@ -28,14 +28,15 @@ MAX_RESIDENT_ROWS = 2 ** 24  # row indices travel as float32: exact up to here
 
 
 class Session:
-    def __init__(self, model, backend: str | None = None, seed: int = 0):
+    def __init__(self, model, backend: str | None = None, seed: int = 0,
+                 target: str | None = None):
         if isinstance(model, (str, os.PathLike)):
             model = compile(model)
         elif hasattr(model, "build") and not isinstance(model, Model):
             model = model.build()  # a dlc.Graph
         self.model: Model = model
         self.seed = seed
-        self.backend = make_backend(backend)
+        self.backend = make_backend(backend, target)  # target: gl's "compute" or "texture"
         graph = model.graph
         for name in graph.params:
             node = graph.node(name)

@@ -66,7 +66,22 @@ class Runner:
         self.losses = {n: () for n in m["losses"]}
         self.seed = seed
         self._rng = np.random.default_rng(seed)
-        self.store = LeafStore()
+        self.target = m.get("target", "compute")  # which GL target its shaders are for
+        if self.target == "texture":
+            from dlc.runtime.texture_executor import TextureStore
+
+            self.store = TextureStore()
+        elif self.target == "compute":
+            from dlc.runtime.context import get_context
+
+            if not get_context().has_compute:
+                raise RuntimeFailure(f"{self.path} was compiled for the compute target, but this "
+                                     "OpenGL context has no compute shaders: recompile it with "
+                                     "--target texture")
+            self.store = LeafStore()
+        else:
+            raise DataError(f"{self.path}: target '{self.target}' is not one this dlc runs "
+                            "(compute, texture)")
         self._executors: dict[str, Executor] = {}
         self.set_params(files.params)
         for name, value in files.state.items():
@@ -166,7 +181,12 @@ class Runner:
         ex = self._executors.get(program)
         if ex is None:
             spec = self.manifest["programs"][program]
-            ex = Executor(spec, self._sources[program], self.store, debug.gl_hook())
+            if self.target == "texture":
+                from dlc.runtime.texture_executor import TextureExecutor
+
+                ex = TextureExecutor(spec, self._sources[program], self.store)
+            else:
+                ex = Executor(spec, self._sources[program], self.store, debug.gl_hook())
             self._executors[program] = ex
         return ex
 

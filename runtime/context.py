@@ -22,7 +22,8 @@ from typing import Any
 
 from dlc.errors import RuntimeFailure
 
-MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers
+MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers (the compute target)
+TEXTURE_VERSION = (3, 3)  # fragment shaders over float textures (the texture target)
 INSTALL_HINT = (
     "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU driver"
 )
@@ -46,6 +47,7 @@ class GLContext:
     limits: dict[str, Any]
     extensions: frozenset[str] = field(repr=False)
     device_count: int | None = None
+    has_compute: bool = True  # False: only the texture target runs (macOS-like GL)
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
     _thread: int = field(default=0, repr=False)
 
@@ -228,7 +230,7 @@ def _egl_context_on(EGL: Any, display: Any) -> dict[str, Any]:
         if not EGL.eglBindAPI(EGL.EGL_OPENGL_API):
             raise _NoContext("this EGL has no desktop OpenGL")
         config = _egl_config(EGL, display)
-        for want in ((4, 6), (4, 5), MIN_VERSION):
+        for want in ((4, 6), (4, 5), MIN_VERSION, TEXTURE_VERSION):
             attribs = (EGL.EGLint * 7)(
                 EGL.EGL_CONTEXT_MAJOR_VERSION, want[0],
                 EGL.EGL_CONTEXT_MINOR_VERSION, want[1],
@@ -242,7 +244,7 @@ def _egl_context_on(EGL: Any, display: Any) -> dict[str, Any]:
             if context:
                 break
         else:
-            raise _NoContext(f"no OpenGL {MIN_VERSION[0]}.{MIN_VERSION[1]} core context")
+            raise _NoContext(f"no OpenGL {TEXTURE_VERSION[0]}.{TEXTURE_VERSION[1]} core context")
         handles["context"] = context
         # Surfaceless: compute needs no framebuffer (EGL_KHR_surfaceless_context).
         if not EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, context):
@@ -348,15 +350,18 @@ def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) 
         return value.decode(errors="replace") if value else ""
 
     version = (int(GL.glGetIntegerv(GL.GL_MAJOR_VERSION)), int(GL.glGetIntegerv(GL.GL_MINOR_VERSION)))
-    if version < MIN_VERSION:
+    if version < TEXTURE_VERSION:
         raise _NoContext(
-            f"OpenGL {version[0]}.{version[1]} is below {MIN_VERSION[0]}.{MIN_VERSION[1]} "
-            "(compute shaders)"
+            f"OpenGL {version[0]}.{version[1]} is below {TEXTURE_VERSION[0]}."
+            f"{TEXTURE_VERSION[1]} (float textures and fragment shaders)"
         )
     count = int(GL.glGetIntegerv(GL.GL_NUM_EXTENSIONS))
     extensions = frozenset(
         GL.glGetStringi(GL.GL_EXTENSIONS, i).decode(errors="replace") for i in range(count)
     )
+    # Compute needs 4.3 or the extensions (Mesa can be told to drop them, as on macOS).
+    compute = version >= MIN_VERSION or {"GL_ARB_compute_shader",
+                                         "GL_ARB_shader_storage_buffer_object"} <= extensions
     ctx = GLContext(
         vendor=text(GL.GL_VENDOR),
         renderer=text(GL.GL_RENDERER),
@@ -365,18 +370,20 @@ def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) 
         platform=platform,
         device_index=device_index,
         gl_version=version,
-        limits=_limits(GL),
+        limits=_limits(GL, compute),
         extensions=extensions,
+        has_compute=compute,
         _handles=handles,
         _thread=threading.get_ident(),
     )
     from dlc.runtime.gl import fast
 
-    fast.resolve()
+    if compute:  # the fast entry points include glDispatchCompute
+        fast.resolve()
     return ctx
 
 
-def _limits(GL: Any) -> dict[str, Any]:
+def _limits(GL: Any, compute: bool = True) -> dict[str, Any]:
     def indexed(name: int) -> tuple[int, int, int]:
         return tuple(int(GL.glGetIntegeri_v(name, i)[0]) for i in range(3))  # type: ignore[return-value]
 
@@ -386,7 +393,12 @@ def _limits(GL: Any) -> dict[str, Any]:
         GL.glGetInteger64v(name, ctypes.byref(value))
         return value.value
 
+    texture = {"max_texture_size": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE)),
+               "max_texture_units": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_IMAGE_UNITS))}
+    if not compute:
+        return texture
     return {
+        **texture,
         "max_ssbo_size": get64(GL.GL_MAX_SHADER_STORAGE_BLOCK_SIZE),
         "max_ssbo_bindings": int(GL.glGetIntegerv(GL.GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS)),
         "max_compute_ssbo_blocks": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS)),

@@ -24,12 +24,26 @@ def describe() -> str:
         where = "glfw (hidden window)"
     limits = ctx.limits
     notable = [name for name in _NOTABLE_EXTENSIONS if name in ctx.extensions]
+    from dlc.runtime.target import choose_target
+
+    try:
+        target, why = choose_target()
+        target_line = f"target: {target} ({why})"
+    except RuntimeFailure as exc:
+        target_line = f"target: none ({exc})"
     lines = [
         f"vendor: {ctx.vendor}",
         f"renderer: {ctx.renderer}",
         f"OpenGL: {ctx.version}",
         f"GLSL: {ctx.glsl_version}",
         f"platform: {where}",
+        f"max texture size: {limits['max_texture_size']}",
+    ]
+    if not ctx.has_compute:
+        lines += ["compute shaders: none", target_line,
+                  f"extensions: {', '.join(notable) if notable else 'none of note'}", "backend: gl"]
+        return "\n".join(lines)
+    lines += [
         f"max storage block size: {_bytes(limits['max_ssbo_size'])}",
         f"max storage buffer bindings: {limits['max_ssbo_bindings']} "
         f"({limits['max_compute_ssbo_blocks']} per compute shader)",
@@ -38,6 +52,7 @@ def describe() -> str:
         f"({limits['max_work_group_invocations']} invocations)",
         f"max shared memory: {_bytes(limits['max_shared_memory'])}",
         f"extensions: {', '.join(notable) if notable else 'none of note'}",
+        target_line,
         "backend: gl",
     ]
     return "\n".join(lines)

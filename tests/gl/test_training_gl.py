@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dlc
+from dlc import optimizers
 from dlc.compiler.train_graph import build_train_graph
 
 pytestmark = pytest.mark.gl
@@ -50,6 +51,18 @@ def test_twenty_steps_match_numpy(gl, optimizer):
     for name in pn:
         np.testing.assert_allclose(pg[name], pn[name], rtol=1e-4,
                                    atol=1e-4 * float(np.abs(pn[name]).max()), err_msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(optimizers.OPTIMIZERS))
+def test_every_optimizer_matches_numpy(gl, name):
+    # small and quick: every optimizer's update kernels (also run on the texture target)
+    data = dict(np.load("samples/data/quadratic.npz"))
+    out = run_both("samples/quadratic.dl", data, lambda: optimizers.make(name, lr=0.01),
+                   steps=5, batch_size=16)
+    (ln, pn), (lg, pg) = out["numpy"], out["gl"]
+    np.testing.assert_allclose(lg, ln, rtol=1e-4)
+    for p in pn:
+        np.testing.assert_allclose(pg[p], pn[p], rtol=1e-4, atol=1e-5, err_msg=p)
 
 
 def test_a_conv_net_trains_the_same(gl):

@@ -1,0 +1,261 @@
+"""The `glsl-texture` target: each kernel output rendered by a fragment shader into a float texture.
+
+For GL without compute shaders (macOS's 4.1, WebGL2): one fragment computes one output element.
+Every storage slot is a 2D R32F texture holding the slot's floats row-major from the flat index
+(the width is the texture's own, read with `textureSize`); the fragment at (x, y) of the output
+texture computes element `y * dlc_width + x`. The same fusion, plan and `Emitter` index algebra
+as the compute target are used: a kernel's text is rendered with buffer loads `b<k>.v[i]`, then
+those become `dlc_load(b<k>, i)` (a `texelFetch`) and `b<k>` a sampler on texture unit k. A
+kernel with several outputs renders one pass (one shader) per output.
+
+Reductions, matmuls and window ops are per-output loops. The version line is `#version 330
+core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es` option); the text writes
+no implicit int -> float conversion (GLSL ES refuses them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..plan import Plan, size_of
+from . import dim_index
+from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
+from .kernels_reduce import BETTER, INIT, geometry
+from .kernels_window import _BODIES as WINDOW_BODIES
+
+VERSION_CORE = "#version 330 core"
+VERSION_ES = "#version 300 es"
+ES_PRECISION = ("precision highp float;", "precision highp int;", "precision highp sampler2D;")
+
+LOAD = """\
+// Element i of a texture laid out row-major from the flat index.
+float dlc_load(sampler2D t, int i) {
+    int w = textureSize(t, 0).x;
+    return texelFetch(t, ivec2(i % w, i / w), 0).r;
+}
+"""
+
+_BUFFER_LOAD = re.compile(r"\bb(\d+)\.v\[([^\[\]]*)\]")
+
+
+class TextureTargetError(Exception):
+    """A kernel the texture target cannot render (names the op and the target)."""
+
+
+SPLIT = 1024  # a sum/max/min over more (or a symbolic number of) elements runs in two passes
+PARTS = 64  # partial results per output in the first of them
+
+
+@dataclass(frozen=True)
+class TexturePass:
+    tensor: int | None  # the output this pass writes; None: the partials of a split reduction
+    source: str
+
+
+@dataclass(frozen=True)
+class TextureKernel:
+    """A rendered kernel: what `program_spec` needs (`kernel`, its source empty) and its passes."""
+
+    kernel: KernelSource
+    passes: tuple[TexturePass, ...]
+    scratch: dict | None = None  # {"size": [int, dims...], "unit": k}: the partials' texture
+
+
+def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
+    dims = dim_index(plan)
+    es = bool((options or {}).get("es", False))
+    return [render_kernel(plan, k, dims, es) for k in range(len(plan.fusion.kernels))]
+
+
+def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], es: bool = False) -> TextureKernel:
+    kernel = plan.fusion.kernels[index]
+    ctx = Context(plan.fusion, plan, kernel, dims)
+    passes = []
+    scratch = None
+    if _split(ctx):
+        # Tree reduction in two passes: PARTS partials per output, then one fragment per
+        # output combines them (and runs the epilogue), reading them on a spare texture unit.
+        unit = len(ctx.binding)
+        size = size_of(ctx.graph.nodes[kernel.anchor].shape)
+        scratch = {"size": [size[0] * PARTS, *size[1:]], "unit": unit}
+        passes.append(TexturePass(None, _render_pass(ctx, None, es)))
+    for o in kernel.outputs:
+        passes.append(TexturePass(o, _render_pass(ctx, o, es, scratch)))
+    ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
+    return TextureKernel(ks, tuple(passes), scratch)
+
+
+def _split(ctx: Context) -> bool:
+    """Whether this kernel is a sum/max/min over many (or symbolically many) elements."""
+    k, g = ctx.kernel, ctx.graph
+    if k.kind != "reduce" or g.nodes[k.anchor].op not in ("sum", "max", "min"):
+        return False
+    axes, _ = geometry(ctx)
+    xshape = g.nodes[g.nodes[k.anchor].inputs[0]].shape
+    reduced = numel_known(tuple(xshape[a] for a in axes))
+    return reduced is None or reduced > SPLIT
+
+
+def _render_pass(ctx: Context, output: int | None, es: bool, scratch: dict | None = None) -> str:
+    k, g = ctx.kernel, ctx.graph
+    em = Emitter(ctx)
+    n = ctx.numel(k.shape)
+    if output is None:  # the partials of a split reduction: fragment p = o * PARTS + part
+        em.line("int p = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+        em.line(f"if (p >= {mul(n, str(PARTS))}) {{ dlc_out = 0.0; return; }}")
+        em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
+        what = _reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
+        em.line("dlc_out = acc;")
+        return _finish(ctx, em, None, what, es)
+    em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"if (o >= {n}) {{ dlc_out = 0.0; return; }}")
+    if k.kind == "elementwise":
+        what = "elementwise"
+    elif scratch is not None:
+        what = _combine_body(ctx, em, scratch["unit"])
+        em.anchor_value = "acc"
+    elif k.kind == "reduce":
+        what = _reduce_body(ctx, em)
+        em.anchor_value = "acc_result"
+    elif k.kind == "matmul":
+        what = _matmul_body(ctx, em)
+        em.anchor_value = "acc"
+    elif k.kind == "window":
+        op = g.nodes[k.anchor].op
+        body = WINDOW_BODIES.get(op)
+        if body is None:
+            raise TextureTargetError(f"the texture target has no kernel for op '{op}'")
+        what = body(ctx, em, g.nodes[k.anchor])
+        em.anchor_value = "acc"
+    else:
+        raise TextureTargetError(f"the texture target has no kernel for {k.kind} kernels")
+    value = em.value(output, Ix(flat="o"))
+    em.line(f"dlc_out = {value};")
+    return _finish(ctx, em, output, what, es)
+
+
+def _finish(ctx: Context, em: Emitter, output: int | None, what: str, es: bool) -> str:
+    main = "\n".join(["void main() {", *em.lines, "}"])
+    units = sorted({int(m.group(1)) for m in _BUFFER_LOAD.finditer(main)})
+    main = _BUFFER_LOAD.sub(lambda m: f"dlc_load(b{m.group(1)}, {m.group(2)})", main)
+    return "\n".join(_header(ctx, output, what, units, es)) + "\n" + main + "\n"
+
+
+def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) -> list[str]:
+    g, k = ctx.graph, ctx.kernel
+    lines = [VERSION_ES if es else VERSION_CORE]
+    if es:
+        lines += list(ES_PRECISION)
+    out = "partials" if output is None else f"output {g.label(output)}"
+    lines += [f"// kernel {k.name}, {comment(out)}: {comment(what)}",
+              "// implements:"]
+    lines += ["//   " + comment(text) for text in ctx.ir_lines]
+    slot_of = {b: s for s, b in ctx.binding.items()}
+    for u in units:
+        if u not in slot_of:
+            lines.append(f"uniform sampler2D b{u};  // the partial results")
+            continue
+        names = ", ".join(g.label(t) for t in k.inputs if ctx.plan.slot_of.get(t) == slot_of[u])
+        lines.append(f"uniform sampler2D b{u};  // {comment(names)}")
+    for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
+        lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
+    for u, name in sorted(ctx.scalars_used.items()):
+        lines.append(f"uniform float {u};  // {comment(name)}")
+    lines += ["uniform int dlc_width;  // the output texture's width",
+              "layout(location = 0) out float dlc_out;", "", PREAMBLE, LOAD]
+    return lines
+
+
+def _combine_body(ctx: Context, em: Emitter, unit: int) -> str:
+    """The second pass of a split reduction: output o combines its PARTS partials."""
+    op = ctx.graph.nodes[ctx.kernel.anchor].op
+    em.line(f"float acc = {INIT[op]};")
+    em.open(f"for (int q = 0; q < {PARTS}; ++q)")
+    em.line(f"float v = b{unit}.v[o * {PARTS} + q];")
+    em.line("acc += v;" if op == "sum" else f"acc = (v {BETTER[op]} acc || isnan(v)) ? v : acc;")
+    em.close()
+    return f"{op}: combine {PARTS} partials per output"
+
+
+def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
+    """One fragment per output, looping over the reduced elements (acc_result = the result);
+    a split reduction's first pass loops from `start` by `step`."""
+    g = ctx.graph
+    node = g.nodes[ctx.kernel.anchor]
+    op, x = node.op, node.inputs[0]
+    xshape = g.nodes[x].shape
+    axes, keepdims = geometry(ctx)
+    red_shape = tuple(xshape[a] for a in axes)
+    kept = [a for a in range(len(xshape)) if a not in axes]
+    n_red = ctx.numel(red_shape)
+    arg = op in ("argmax", "argmin")
+    oc = em.coords(Ix(flat="o"), node.shape)
+    em.line(f"float acc = {INIT[op]};")
+    em.line("int best = 0;")
+    em.open(f"for (int r = {start}; r < {n_red}; " + ("++r)" if step == "1" else f"r += {step})"))
+    rc = em.coords(Ix(flat="r"), red_shape)
+    coords = [""] * len(xshape)
+    for j, a in enumerate(kept):
+        coords[a] = oc[a] if keepdims else oc[j]
+    for j, a in enumerate(axes):
+        coords[a] = rc[j]
+    v = em.value(x, Ix(multi=tuple(coords)))
+    if op == "sum":
+        em.line(f"acc += {v};")
+    elif arg:
+        em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; "
+                "best = r; }")
+    else:
+        em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
+    em.close()
+    em.line(f"float acc_result = {'float(best)' if arg else 'acc'};")
+    return f"{op} over axes {list(axes)} of {list(xshape)}, one fragment per output"
+
+
+def _matmul_body(ctx: Context, em: Emitter) -> str:
+    """One fragment per output: a dot product over k with texelFetch."""
+    g = ctx.graph
+    node = g.nodes[ctx.kernel.anchor]
+    a, b = node.inputs
+    ash, bsh = g.nodes[a].shape, g.nodes[b].shape
+    ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
+    kdim = ash[-2] if ta else ash[-1]
+    oc = em.coords(Ix(flat="o"), node.shape)
+    i, j = oc[-2], oc[-1]
+    batch = oc[:-2]
+
+    def batch_of(shape) -> tuple[str, ...]:
+        if len(shape) < 3:
+            return ()
+        return ("0",) if shape[0] == 1 else (batch[0] if batch else "0",)
+
+    em.line("float acc = 0.0;")
+    em.open(f"for (int kk = 0; kk < {ctx.dim(kdim)}; ++kk)")
+    av = em.value(a, Ix(multi=(*batch_of(ash), *(("kk", i) if ta else (i, "kk")))))
+    bv = em.value(b, Ix(multi=(*batch_of(bsh), *((j, "kk") if tb else ("kk", j)))))
+    em.line(f"acc += {av} * {bv};")
+    em.close()
+    return f"matmul {list(ash)}{'^T' if ta else ''} @ {list(bsh)}{'^T' if tb else ''}, " \
+           "one fragment per output"
+
+
+def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[dict, dict[str, str]]:
+    """The program spec (as `pipeline.program_spec`, with target "texture" and each kernel's
+    passes) and its shader files."""
+    from ..pipeline import program_spec
+
+    spec, _ = program_spec(name, plan, [t.kernel for t in kernels])
+    sources: dict[str, str] = {}
+    spec["target"] = "texture"
+    for ks, t in zip(spec["kernels"], kernels):
+        del ks["file"], ks["grid"], ks["local_size"]
+        ks["passes"] = []
+        if t.scratch is not None:
+            ks["scratch"] = t.scratch
+        for p in t.passes:
+            file = f"{name}_{ks['name']}_{'partials' if p.tensor is None else p.tensor}.frag"
+            sources[file] = p.source
+            ks["passes"].append({"file": file, "tensor": p.tensor})
+    return spec, sources

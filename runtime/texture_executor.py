@@ -1,0 +1,323 @@
+"""Runs a texture-target program spec (see `compiler/codegen/texture.py`): each kernel is one
+render pass per output into float textures.
+
+Mirrors `runtime/executor.py` (same spec fields: slots, tensors, kernels with their reads,
+writes and dims; same `run`), with textures for buffers. A pass never renders into a texture
+it reads: when a kernel writes a slot it also reads (in-place updates, reused slots), its
+passes render into spare textures that replace the slots' textures once the kernel is done.
+It imports neither the compiler nor lark.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dlc.errors import DataError, RuntimeFailure
+from dlc.runtime.executor import PERSISTENT, SNAPSHOTS, bind_shape, eval_size
+from dlc.runtime.textures import FragmentProgram, Texture, copy
+
+_SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
+
+
+class TextureStore:
+    """Params and optimizer state as textures by name (the texture target's LeafStore)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, Texture] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.version = 0
+        self._ring: list[dict[str, Texture]] = [{} for _ in range(SNAPSHOTS)]
+        self._ring_gen = [0] * SNAPSHOTS
+        self._taken = 0
+        self._unsnapshotted: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.buffers
+
+    def set(self, name: str, value, *, snapshot: bool = True) -> None:
+        shape = np.shape(value)
+        data = np.ascontiguousarray(value, dtype=np.float32)
+        tex = self.buffers.get(name)
+        if tex is None or tex.count < data.size or tex.count > max(2 * data.size, 16):
+            if tex is not None:
+                tex.delete()
+            tex = Texture(data.size, f"'{name}' {list(shape)}")
+            self.buffers[name] = tex
+            self.version += 1
+        tex.upload(data)
+        self.shapes[name] = shape
+        if snapshot:
+            self._unsnapshotted.discard(name)
+        else:
+            self._unsnapshotted.add(name)
+
+    def replace(self, name: str, tex: Texture) -> Texture:
+        """Put `tex` in place of leaf `name`'s texture (same layout); return the old one."""
+        old = self.buffers[name]
+        self.buffers[name] = tex
+        self.version += 1
+        return old
+
+    def drop(self, name: str) -> None:
+        tex = self.buffers.pop(name, None)
+        if tex is not None:
+            tex.delete()
+            self.version += 1
+        self.shapes.pop(name, None)
+        self._unsnapshotted.discard(name)
+
+    def get(self, name: str) -> np.ndarray:
+        shape = self.shapes[name] if name in self.shapes else None
+        tex = self.buffer(name)
+        return tex.download(math.prod(shape)).reshape(shape)
+
+    def buffer(self, name: str) -> Texture:
+        try:
+            return self.buffers[name]
+        except KeyError:
+            raise RuntimeFailure(f"'{name}' has no value on the GPU yet (set it first)") from None
+
+    def snapshot(self) -> tuple[int, int]:
+        self._taken += 1
+        slot = self._taken % SNAPSHOTS
+        ring = self._ring[slot]
+        names = [n for n in self.buffers if n not in self._unsnapshotted]
+        for name in set(ring) - set(names):
+            ring.pop(name).delete()
+        for name in names:
+            tex = self.buffers[name]
+            snap = ring.get(name)
+            if snap is None or (snap.width, snap.height) != (tex.width, tex.height):
+                if snap is not None:
+                    snap.delete()
+                snap = ring[name] = Texture(tex.count)
+            copy(snap, tex)
+        self._ring_gen[slot] = self._taken
+        return (slot, self._taken)
+
+    def restore(self, token: tuple[int, int]) -> None:
+        slot, gen = token
+        if self._ring_gen[slot] != gen:
+            raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
+        for name, snap in self._ring[slot].items():
+            if name in self.buffers:
+                copy(self.buffers[name], snap)
+
+    def snapshot_buffers(self) -> list[Texture]:
+        return [t for ring in self._ring for t in ring.values() if t.handle]
+
+    def is_data(self, name: str) -> bool:
+        return name in self._unsnapshotted
+
+    def delete(self) -> None:
+        for tex in self.buffers.values():
+            tex.delete()
+        for ring in self._ring:
+            for tex in ring.values():
+                tex.delete()
+            ring.clear()
+        self.buffers.clear()
+
+
+class TextureExecutor:
+    """Runs one texture program spec against a TextureStore (the interface of `Executor`)."""
+
+    def __init__(self, spec: dict, sources: Mapping[str, str], store: TextureStore,
+                 hook=None):
+        if spec.get("format") != 1 or spec.get("target") != "texture":
+            raise RuntimeFailure("internal dlc error: not a texture-target program spec")
+        self.spec = spec
+        self.store = store
+        self.hook = hook
+        self.kernels: list[dict] = spec["kernels"]
+        self.programs: list[list[FragmentProgram]] = [
+            [FragmentProgram(sources[p["file"]], f"{k['name']}:{p['tensor']}") for p in k["passes"]]
+            for k in self.kernels]
+        for passes in self.programs:  # the texture units each pass samples
+            for program in passes:
+                program.units = [int(u) for u in _SAMPLER.findall(program.source)]
+        self.slots: list[dict] = spec["slots"]
+        self.tensors = {int(t): info for t, info in spec["tensors"].items()}
+        self.producer = {int(t): k for t, k in spec["producer"].items()}
+        self.buffers: dict[int, Texture] = {}
+        self._spare: dict[tuple[int, int], list[Texture]] = {}
+        self._scratch: dict[int, Texture] = {}  # kernel -> its partials (split reductions)
+        for s, slot in enumerate(self.slots):
+            if slot["kind"] == "const":
+                values = np.asarray(slot["values"], np.float32)
+                self.buffers[s] = Texture(values.size, self._what(s, {}))
+                self.buffers[s].upload(values)
+        self._dims: dict[str, int] = {}
+
+    def _what(self, s: int, dims: Mapping[str, int]) -> str:
+        def shape(info) -> str:
+            text = "[" + ", ".join(str(d) for d in info["shape"]) + "]"
+            if any(isinstance(d, str) for d in info["shape"]) and dims:
+                text += f" = {list(bind_shape(info['shape'], dims))}"
+            return text
+
+        names = [f"'{i['label']}' {shape(i)}" for i in self.tensors.values() if i["slot"] == s]
+        return "tensor " + (", ".join(names[:3]) if names else f"slot {s}")
+
+    def slot_buffer(self, s: int) -> Texture:
+        slot = self.slots[s]
+        if slot["kind"] in PERSISTENT:
+            return self.store.buffer(slot["name"])
+        return self.buffers[s]
+
+    def prepare(self, dims: Mapping[str, int]) -> None:
+        """Size the temp and input slots' textures for this binding of the dims."""
+        dims = {d: int(v) for d, v in dims.items()}
+        for s, slot in enumerate(self.slots):
+            if slot["kind"] in ("temp", "input"):
+                need = max(eval_size(z, dims) for z in slot["sizes"])
+                tex = self.buffers.get(s)
+                if tex is None or tex.count < need:
+                    if tex is not None:
+                        tex.delete()
+                    self.buffers[s] = Texture(need, self._what(s, dims))
+        for k, spec in enumerate(self.kernels):  # split reductions' partial results
+            if "scratch" in spec:
+                need = eval_size(spec["scratch"]["size"], dims)
+                tex = self._scratch.get(k)
+                if tex is None or tex.count < need:
+                    if tex is not None:
+                        tex.delete()
+                    self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
+        self._dims = dims
+
+    def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
+        """The kernels to run for `fetch` (all for a step) and the inputs they read."""
+        kernels = list(range(len(self.kernels))) if step else self._needed_kernels(fetch)
+        names = {n for k in kernels for n in self.kernels[k]["inputs"]}
+        for t in fetch:
+            slot = self.slots[self.tensors[t]["slot"]]
+            if slot["kind"] == "input":
+                names.add(slot["name"])
+        return kernels, names
+
+    def _needed_kernels(self, fetch: Sequence[int]) -> list[int]:
+        want: set[int] = set()
+        stack = [self.producer[t] for t in fetch if t in self.producer]
+        while stack:
+            k = stack.pop()
+            if k not in want:
+                want.add(k)
+                stack.extend(self.kernels[k]["after"])
+        return sorted(want)
+
+    def run(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
+            fetch: Sequence[int], *, step: bool = False) -> list[np.ndarray]:
+        self.prepare(dims)
+        kernels, names = self.needs(fetch, step)
+        self._upload(feeds, names)
+        self._launch(kernels)
+        out = [self._download(t) for t in fetch]
+        if step:
+            for c in self.spec["copies"]:
+                info = self.tensors[c["tensor"]]
+                copy(self.store.buffer(c["target"]), self.slot_buffer(info["slot"]),
+                     math.prod(bind_shape(info["shape"], self._dims)))
+        return out
+
+    def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
+        self.prepare(dims)
+        self._upload(feeds, set(feeds))
+
+    def launch(self, kernels: Sequence[int] | None = None) -> None:
+        self._launch(range(len(self.kernels)) if kernels is None else kernels)
+
+    def _upload(self, feeds: Mapping[str, np.ndarray], names: set[str]) -> None:
+        for s, slot in enumerate(self.slots):
+            if slot["kind"] == "input" and slot["name"] in names:
+                if slot["name"] not in feeds:
+                    raise DataError(f"input '{slot['name']}' is missing")
+                self.buffers[s].upload(feeds[slot["name"]])
+
+    def _launch(self, kernels) -> None:
+        from dlc.runtime.textures import render_pass
+
+        hook = self.hook
+        before = getattr(hook, "before", None)
+        dims = self._dims
+        for k in kernels:
+            spec = self.kernels[k]
+            if before is not None:
+                before(spec["name"])
+            samplers = {unit: self.slot_buffer(s) for unit, s in enumerate(spec["slots"])}
+            if "scratch" in spec:
+                samplers[spec["scratch"]["unit"]] = self._scratch[k]
+            read = {self.tensors[t]["slot"] for t in spec["reads"]}
+            ints = {u: dims[d] for u, d in spec["uniforms"].items()}
+            floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0])
+                      for u, n in spec.get("scalars", {}).items()}
+            swaps = []
+            for p, program in zip(spec["passes"], self.programs[k]):
+                used = {u: samplers[u] for u in program.units}
+                if p["tensor"] is None:  # a split reduction's partials
+                    target = self._scratch[k]
+                    render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
+                    continue
+                s = self.tensors[p["tensor"]]["slot"]
+                target = self.slot_buffer(s)
+                if s in read:  # never render into a texture being read: a spare, swapped in after
+                    target = self._take_spare(target)
+                    swaps.append((s, target))
+                render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
+            for s, tex in swaps:
+                slot = self.slots[s]
+                if slot["kind"] in PERSISTENT:
+                    old = self.store.replace(slot["name"], tex)
+                else:
+                    old, self.buffers[s] = self.buffers[s], tex
+                self._spare.setdefault((old.width, old.height), []).append(old)
+            if hook is not None:
+                hook(spec["name"], self._outputs_info(spec))
+
+    def _scalar(self, name: str):
+        raise RuntimeFailure(f"the texture target does not take the number input '{name}'")
+
+    def _take_spare(self, like: Texture) -> Texture:
+        pool = self._spare.get((like.width, like.height))
+        return pool.pop() if pool else Texture(like.count)
+
+    def _outputs_info(self, k: dict) -> list[dict]:
+        out = []
+        for t in k["writes"]:
+            info = self.tensors[t]
+            shape = bind_shape(info["shape"], self._dims)
+            out.append({"tensor": t, "label": info["label"], "shape": shape,
+                        "count": math.prod(shape), "buffer": self.slot_buffer(info["slot"]),
+                        "ir": k["ir"], "locs": k["locs"], "kernel": k["name"]})
+        return out
+
+    def _download(self, t: int) -> np.ndarray:
+        info = self.tensors[t]
+        shape = bind_shape(info["shape"], self._dims)
+        return self.slot_buffer(info["slot"]).download(math.prod(shape)).reshape(shape)
+
+    def delete(self) -> None:
+        for tex in self.buffers.values():
+            tex.delete()
+        self.buffers.clear()
+        for pool in self._spare.values():
+            for tex in pool:
+                tex.delete()
+        self._spare.clear()
+        for tex in self._scratch.values():
+            tex.delete()
+        self._scratch.clear()
+        for passes in self.programs:
+            for program in passes:
+                program.delete()
+        self.programs.clear()
+
+    def buffer_bytes(self) -> tuple[int, int]:
+        live = [t for t in self.buffers.values() if t.handle]
+        live += [t for pool in self._spare.values() for t in pool if t.handle]
+        live += [t for t in self._scratch.values() if t.handle]
+        return len(live), sum(t.nbytes for t in live)
