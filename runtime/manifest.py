@@ -211,6 +211,9 @@ class _Manifest:
         for key in ("dlc_version", "model"):
             if key in m:
                 self.str(m[key], key, 4096)
+        # The GL target its shaders are for: compute (.glsl over storage buffers) or texture
+        # (.frag passes over float textures); artifacts from before targets are compute.
+        self.target = self.member(m.get("target", "compute"), TARGETS, "target", "a GL target")
         inputs = self.obj(m["inputs"], "inputs")
         self.input_dims = None  # any dim name in the inputs themselves
         for n, s in inputs.items():
@@ -408,19 +411,23 @@ class _Manifest:
 
     def kernel(self, k, f: str, index: int, slots, dims, inputs, tensor, tensors) -> None:
         # ir, locs (and the tensors' labels) are what debug mode reports
-        self.obj(k, f, required=("name", "file", "slots", "uniforms", "grid", "reads",
-                                 "writes", "after", "inputs", "ir", "locs"))
+        launch = ("file", "grid") if self.target == "compute" else ("passes",)
+        self.obj(k, f, required=("name", *launch, "slots", "uniforms", "reads", "writes",
+                                 "after", "inputs", "ir", "locs"))
         self.name(k["name"], f"{f}.name", what="a kernel name")
-        check_file_name(k["file"], f"{f}.file", self.fail)
-        if not k["file"].endswith(".glsl"):
-            self.fail(f"{f}.file", f"{_show(k['file'])} is not a .glsl file")
         ks = self.list(k["slots"], f"{f}.slots", MAX_BINDINGS)
         for i, s in enumerate(ks):
             self.int(s, f"{f}.slots[{i}]", 0, len(slots) - 1)
         for u, d in self.obj(k["uniforms"], f"{f}.uniforms").items():
             self.name(u, f"{f}.uniforms: the name {_show(u)}", what="a GLSL identifier")
             self.dim(d, f"{f}.uniforms.{u}", dims)
-        self.grid(k["grid"], f"{f}.grid", dims)
+        if self.target == "compute":
+            check_file_name(k["file"], f"{f}.file", self.fail)
+            if not k["file"].endswith(".glsl"):
+                self.fail(f"{f}.file", f"{_show(k['file'])} is not a .glsl file")
+            self.grid(k["grid"], f"{f}.grid", dims)
+        else:
+            self.passes(k, f, dims)
         if "local_size" in k:
             ls = self.list(k["local_size"], f"{f}.local_size", 3)
             for i, v in enumerate(ls):
@@ -448,6 +455,29 @@ class _Manifest:
                 self.str(loc[0], f"{g}[0]", 4096)
                 self.int(loc[1], f"{g}[1]")
                 self.int(loc[2], f"{g}[2]")
+
+    def passes(self, k, f: str, dims) -> None:
+        """A texture kernel's render passes: a .frag each, rendering one tensor it writes (or,
+        tensor null, a reduction's partials into its scratch texture)."""
+        writes = k["writes"] if isinstance(k["writes"], list) else []
+        passes = self.list(k["passes"], f"{f}.passes", MAX_BINDINGS)
+        if not passes:
+            self.fail(f"{f}.passes", "a kernel renders at least one pass")
+        for i, p in enumerate(passes):
+            g = f"{f}.passes[{i}]"
+            self.obj(p, g, required=("file", "tensor"))
+            check_file_name(p["file"], f"{g}.file", self.fail)
+            if not p["file"].endswith(".frag"):
+                self.fail(f"{g}.file", f"{_show(p['file'])} is not a .frag file")
+            if p["tensor"] is None:
+                if "scratch" not in k:
+                    self.fail(f"{g}.tensor", "null (partials) needs the kernel's 'scratch'")
+            elif p["tensor"] not in writes:
+                self.fail(f"{g}.tensor", f"{_show(p['tensor'])} is not a tensor the kernel writes")
+        if "scratch" in k:  # a two-pass reduction's partials texture
+            sc = self.obj(k["scratch"], f"{f}.scratch", required=("size", "unit"))
+            self.size(sc["size"], f"{f}.scratch.size", dims)
+            self.int(sc["unit"], f"{f}.scratch.unit", 0, MAX_BINDINGS)
 
     def grid(self, g, f: str, dims) -> None:
         self.obj(g, f)
@@ -477,6 +507,9 @@ class _Manifest:
                 self.int(g["scratch"], f"{f}.scratch", 1, 2)
         else:
             self.fail(f, "needs 'tiles' or 'flat'")
+
+
+TARGETS = ("compute", "texture")
 
 
 def check_file_name(name, field: str, fail) -> str:

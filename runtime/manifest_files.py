@@ -115,18 +115,25 @@ def read_shaders(folder: pathlib.Path, m: Mapping, where: str) -> dict[str, dict
     against its kernel's entry: a uniform the manifest does not set would silently stay 0,
     and a binding beyond the kernel's slots would read whatever buffer was bound last."""
     out: dict[str, dict[str, str]] = {}
+    texture = m.get("target", "compute") == "texture"
     for prog, spec in m["programs"].items():
         sources = out[prog] = {}
         for i, k in enumerate(spec["kernels"]):
             field = f"programs.{prog}.kernels[{i}]"
-            raw = read_confined(folder, k["file"], MAX_SHADER_BYTES, where, f"{field}.file")
-            try:
-                text = raw.decode("ascii")
-            except UnicodeDecodeError as e:
-                raise ArtifactError(f"{where}: {field}.file: '{k['file']}' is not ASCII text "
-                                    f"(byte {e.start})") from None
-            check_shader(text, k, _fail(where, field))
-            sources[k["file"]] = text
+            files = ([(p["file"], f"{field}.passes[{j}].file") for j, p in enumerate(k["passes"])]
+                     if texture else [(k["file"], f"{field}.file")])
+            for name, file_field in files:
+                raw = read_confined(folder, name, MAX_SHADER_BYTES, where, file_field)
+                try:
+                    text = raw.decode("ascii")
+                except UnicodeDecodeError as e:
+                    raise ArtifactError(f"{where}: {file_field}: '{name}' is not ASCII text "
+                                        f"(byte {e.start})") from None
+                if texture:
+                    check_fragment_shader(text, name, k, _fail(where, field))
+                else:
+                    check_shader(text, k, _fail(where, field))
+                sources[name] = text
     return out
 
 
@@ -159,6 +166,28 @@ def check_shader(text: str, kernel: Mapping, fail) -> None:
     if len(used) != bound:  # every slot the manifest binds is one the shader declares
         fail("slots", f"{bound} slots for the {len(used)} buffer bindings that "
                       f"'{kernel['file']}' declares")
+
+
+_SAMPLER = re.compile(r"b\d{1,3}")
+
+
+def check_fragment_shader(text: str, name: str, kernel: Mapping, fail) -> None:
+    """A texture pass: no storage buffers; int uniforms the manifest sets (or the output
+    width the runtime sets); samplers named b<unit>, set by the runtime."""
+    if "\0" in text:
+        fail("passes", f"'{name}' holds a NUL byte")
+    if re.search(r"\bbuffer\b", text):
+        fail("passes", f"'{name}' declares a storage buffer, which a texture pass cannot use")
+    declared = dict((n, kind) for kind, n in _words(_UNIFORM, text))
+    for u in kernel["uniforms"]:
+        if declared.get(u) != "int":
+            fail(f"uniforms.{u}", f"'{name}' declares no uniform int {u}")
+    for n, kind in declared.items():
+        ok = ((kind == "int" and (n in kernel["uniforms"] or n == "dlc_width"))
+              or (kind == "sampler2D" and _SAMPLER.fullmatch(n)))
+        if not ok:
+            fail("uniforms", f"'{name}' declares uniform {kind} {n}, which the manifest gives "
+                             "no value")
 
 
 def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where: str,
