@@ -27,8 +27,8 @@ import numpy as np
 from .fusion import format_fusion
 from .initializers import initial_value
 from .ir import Graph
-from .pipeline import FORMAT, CompiledProgram, compile_program
-from .plan import DEFAULT_BATCH, format_plan
+from .pipeline import FORMAT, CompiledProgram, Options, Work, compile_model
+from .plan import format_plan
 
 EMIT_STAGES = ("kernels", "plan", "glsl")
 
@@ -47,32 +47,13 @@ def _optimizer(optimizer, train_loss):
 
 
 def programs(model, *, train_loss: str | None = None, optimizer=None,
-             batch_size: int | None = None, options=None) -> dict[str, CompiledProgram]:
+             batch_size: int | None = None, options=None, verify: bool | None = None,
+             work: Work | None = None) -> dict[str, CompiledProgram]:
     """The model's programs: `eval` for every named tensor, `train` when asked for."""
-    from .simplify import simplify
-
-    graph: Graph = simplify(model.graph)  # CSE: softmax and the loss share one max
-    dims = _ref_dims(graph, batch_size)
-    out = {"eval": compile_program(graph, sorted(set(graph.names.values())), name="eval",
-                                   ref_dims=dims, options=options)}
-    graph = model.graph
-    opt = _optimizer(optimizer, train_loss)
-    if opt is not None:
-        step = _train_graph(graph, train_loss, opt)
-        out["train"] = compile_program(step, [step.names[step.losses[0]]], name="train",
-                                       updates=step.updates, ref_dims=dims, options=options)
-    return out
-
-
-def _train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
-    from .train_graph import build_train_graph
-
-    return build_train_graph(graph, loss, optimizer)
-
-
-def _ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
-    names = {d for n in graph.nodes for d in n.shape if isinstance(d, str)}
-    return {d: int(batch_size or DEFAULT_BATCH) for d in names}
+    if work is None:
+        work = compile_model(model, Options(train_loss, _optimizer(optimizer, train_loss),
+                                            batch_size, options, verify))
+    return work.programs
 
 
 def emit(model, stage: str, *, train_loss: str | None = None, optimizer=None,
