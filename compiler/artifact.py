@@ -37,7 +37,7 @@ def _optimizer(optimizer, train_loss):
     """The optimizer object for a training step (a name, an object, or the default SGD)."""
     if optimizer is None and train_loss is None:
         return None
-    from dlc.optimizers import make
+    from dlc.runtime.optimizers import make
 
     if optimizer is None:
         return make("sgd")
@@ -93,7 +93,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
             "batch_size": batch_size,
             "states": {s: list(step.shape(s)) for s in step.states},
         }
-    from dlc import __version__
+    from dlc.runtime.version import __version__
 
     return {
         "format": FORMAT,

@@ -14,7 +14,7 @@ from typing import Any
 from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
 
-from dlc.errors import CompileError, Loc
+from dlc.runtime.errors import CompileError, Loc
 
 # -- AST -------------------------------------------------------------------------
 

@@ -1,0 +1,119 @@
+"""The training loop: batches, epochs, shuffling, callbacks, divergence.
+
+Free of the compiler (and of lark) so that both `Session.train` and the
+artifact runner drive their steps with it. A step is a function of one batch
+(input name -> array) and its symbolic dim binding, returning the batch's loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from .errors import DataError, TrainingDiverged
+from .feeds import prepare
+
+Step = Callable[[dict[str, np.ndarray], dict[str, int]], float]
+Callback = Callable[[int, int, float, int], "bool | None"]
+
+
+def batch_dim(inputs: Mapping[str, tuple], fed: list[str]) -> str | None:
+    """The symbolic dim leading every fed input: batches are drawn along it.
+
+    None when no fed input leads with a symbolic dim (each step then takes all
+    the data); a DataError when they lead with different dims.
+    """
+    leading = {name: (inputs[name][0] if inputs[name] else None) for name in fed}
+    symbolic = {d for d in leading.values() if isinstance(d, str)}
+    if not symbolic:
+        return None
+    if len(symbolic) > 1 or any(not isinstance(d, str) for d in leading.values()):
+        shown = ", ".join(f"'{n}' [{', '.join(map(str, inputs[n]))}]" for n in fed)
+        raise DataError(f"training draws batches along the first axis of every input, so the "
+                        f"inputs must share a leading symbolic dim: {shown}")
+    return symbolic.pop()
+
+
+def steps_per_epoch(examples: int, batch_size: int) -> int:
+    return max(1, math.ceil(examples / batch_size))
+
+
+def schedule(n: int, batch_size: int | None, epochs: int, steps: int | None) -> tuple[int, int, int]:
+    """(batch size, steps per epoch, total steps) for `n` examples."""
+    size = n if batch_size is None else int(batch_size)
+    if size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    size = min(size, n)
+    per_epoch = steps_per_epoch(n, size)
+    total = int(steps) if steps is not None else int(epochs) * per_epoch
+    if total < 0:
+        raise ValueError(f"steps and epochs must not be negative, got {steps or epochs}")
+    return size, per_epoch, total
+
+
+def train_feeds(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], needed: set[str]
+                ) -> tuple[dict[str, np.ndarray], dict[str, int], str | None]:
+    """The fed arrays a training step reads (checked, float32), the dims they bind, and the
+    dim batches are drawn along."""
+    arrays, dims = prepare(inputs, feeds, needed)
+    arrays = {k: v for k, v in arrays.items() if k in needed}
+    return arrays, dims, batch_dim(inputs, list(arrays))
+
+
+def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
+               dim: str | None, *, batch_size: int | None = 32, epochs: int = 1,
+               steps: int | None = None, shuffle: bool = True,
+               rng: np.random.Generator | None = None, callback: Callback | None = None,
+               on_epoch_end: Callable[[int], None] | None = None,
+               snapshot: Callable[[], object] | None = None,
+               restore: Callable[[object], None] | None = None,
+               select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
+               ) -> list[float]:
+    """Run `step` over batches of `feeds` along `dim`; return each step's loss.
+
+    `steps` (if given) wins over `epochs` and may span epochs; the last batch of
+    an epoch may be smaller. `callback(step, epoch, loss, batch_examples)` runs
+    after every step (both counted from 1); returning False stops after that
+    step. `on_epoch_end(epoch)` runs after each full epoch. A NaN or infinite
+    loss puts back the params of the last finite loss (via snapshot/restore)
+    and raises TrainingDiverged. `select(rows)`, when given, makes a step's batch from the
+    indices of its examples along `dim` (default: those rows of every feed); a backend that
+    holds the data on the GPU takes the indices alone.
+    """
+    n = dims[dim] if dim is not None else 1
+    size, per_epoch, total = schedule(n, batch_size, epochs, steps)
+    rng = rng if rng is not None else np.random.default_rng(0)
+
+    losses: list[float] = []
+    # Params before the previous step and before this one: when this step's loss is
+    # not finite, the previous step's update made it so, and `before_prev` had a
+    # finite loss.
+    before_prev = before = None
+    order = np.arange(n)
+    for k in range(total):
+        epoch, pos = divmod(k, per_epoch)
+        if pos == 0 and shuffle and dim is not None:
+            order = rng.permutation(n)
+        if dim is None:
+            batch, bdims, examples = dict(feeds), dict(dims), 1
+        else:
+            idx = order[pos * size: (pos + 1) * size]
+            batch = select(idx) if select is not None else {
+                name: v[idx] for name, v in feeds.items()}
+            bdims, examples = {**dims, dim: len(idx)}, len(idx)
+        if snapshot is not None:
+            before_prev, before = before, snapshot()
+        loss = float(step(batch, bdims))
+        if not math.isfinite(loss):
+            if restore is not None:
+                restore(before_prev if before_prev is not None else before)
+            raise TrainingDiverged(k + 1, loss)
+        losses.append(loss)
+        go_on = callback(k + 1, epoch + 1, loss, examples) if callback is not None else None
+        if pos == per_epoch - 1 and on_epoch_end is not None:
+            on_epoch_end(epoch + 1)
+        if go_on is False:
+            break
+    return losses
