@@ -50,10 +50,14 @@ def test_every_stage_prints_what_it_made(stage):
 
 
 def test_the_train_step_is_built_from_the_unsimplified_model_and_simplified_once():
-    w = _work()
-    simplified = w.graphs["train"]
-    assert len(simplified.nodes) < len(format_stage(w, "optimizer").splitlines())
-    assert set(simplified.params) == set(w.graph.params)
+    opts = Options(optimizer=dlc.Adam(0.01), batch_size=32)
+    w = run_stages(Work(MLP.read_text(), str(MLP)), opts, stop="optimizer")
+    step = w.graphs["train"]
+    assert step.nodes[:len(w.graph.nodes)] == w.graph.nodes  # the model as built, then grads
+    run_stages(w, opts, start="simplify")
+    assert str(w.graphs["train"]) == str(pipeline.simplify(step))
+    assert len(w.graphs["train"].nodes) < len(step.nodes)
+    assert set(w.programs) == {"eval", "train"}
 
 
 def test_simplify_runs_once_per_program(monkeypatch):
