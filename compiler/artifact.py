@@ -28,8 +28,8 @@ import numpy as np
 from .fusion import format_fusion
 from .initializers import initial_value
 from .ir import Graph
-from .pipeline import FORMAT, CompiledProgram, compile_program
-from .plan import DEFAULT_BATCH, format_plan
+from .pipeline import FORMAT, CompiledProgram, Options, Work, compile_model
+from .plan import format_plan
 
 EMIT_STAGES = ("kernels", "plan", "glsl")
 
@@ -38,7 +38,7 @@ def _optimizer(optimizer, train_loss):
     """The optimizer object for a training step (a name, an object, or the default SGD)."""
     if optimizer is None and train_loss is None:
         return None
-    from dlc.optimizers import make
+    from dlc.runtime.optimizers import make
 
     if optimizer is None:
         return make("sgd")
@@ -48,37 +48,14 @@ def _optimizer(optimizer, train_loss):
 
 
 def programs(model, *, train_loss: str | None = None, optimizer=None,
-             batch_size: int | None = None, options=None,
-             target: str = "compute") -> dict[str, CompiledProgram]:
+             batch_size: int | None = None, options=None, verify: bool | None = None,
+             work: Work | None = None, target: str = "compute") -> dict[str, CompiledProgram]:
     """The model's programs: `eval` for every named tensor, `train` when asked for;
     `target` "compute" or "texture" (see pipeline.compile_program)."""
-    if target not in ("compute", "texture"):
-        raise ValueError(f"unknown target '{target}': choose compute or texture")
-    from .simplify import simplify
-
-    graph: Graph = simplify(model.graph)  # CSE: softmax and the loss share one max
-    dims = _ref_dims(graph, batch_size)
-    out = {"eval": compile_program(graph, sorted(set(graph.names.values())), name="eval",
-                                   ref_dims=dims, options=options, target=target)}
-    graph = model.graph
-    opt = _optimizer(optimizer, train_loss)
-    if opt is not None:
-        step = _train_graph(graph, train_loss, opt)
-        out["train"] = compile_program(step, [step.names[step.losses[0]]], name="train",
-                                       updates=step.updates, ref_dims=dims, options=options,
-                                       target=target)
-    return out
-
-
-def _train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
-    from .train_graph import build_train_graph
-
-    return build_train_graph(graph, loss, optimizer)
-
-
-def _ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
-    names = {d for n in graph.nodes for d in n.shape if isinstance(d, str)}
-    return {d: int(batch_size or DEFAULT_BATCH) for d in names}
+    if work is None:
+        work = compile_model(model, Options(train_loss, _optimizer(optimizer, train_loss),
+                                            batch_size, options, verify, target))
+    return work.programs
 
 
 def emit(model, stage: str, *, train_loss: str | None = None, optimizer=None,
@@ -118,7 +95,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
             "batch_size": batch_size,
             "states": {s: list(step.shape(s)) for s in step.states},
         }
-    from dlc import __version__
+    from dlc.runtime.version import __version__
 
     return {
         "format": FORMAT,

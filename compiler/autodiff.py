@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlc.errors import CompileError, did_you_mean
+from dlc.runtime.errors import CompileError, did_you_mean
 
 from .builder import GraphBuilder
 from .gradients import Emit, rule_for

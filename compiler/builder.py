@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dlc.errors import CompileError, Loc, format_shape
+from dlc.runtime.errors import CompileError, Loc, format_shape
 from dlc.runtime.sizes import too_many
 
 from . import registry

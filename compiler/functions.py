@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlc.errors import CompileError, Loc
+from dlc.runtime.errors import CompileError, Loc
 
 from .builder import GraphBuilder
 from .ir import Shape

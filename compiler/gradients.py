@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.errors import CompileError, Loc
+from dlc.runtime.errors import CompileError, Loc
 
 from . import registry
 from .builder import GraphBuilder

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlc.errors import Loc, format_shape
+from dlc.runtime.errors import Loc, format_shape
 
 Dim = int | str
 Shape = tuple[Dim, ...]

@@ -6,7 +6,7 @@ the builder runs), so each error carries the position of what caused it.
 
 from __future__ import annotations
 
-from dlc.errors import CompileError, Loc, did_you_mean, format_shape
+from dlc.runtime.errors import CompileError, Loc, did_you_mean, format_shape
 
 from . import seed_names
 from .builder import GraphBuilder

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dlc.errors import Loc
+from dlc.runtime.errors import Loc
 
 from .builder import GraphBuilder
 from .ir import Shape

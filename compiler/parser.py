@@ -15,7 +15,7 @@ from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedT
 from lark.exceptions import UnexpectedEOF, VisitError
 from lark.visitors import Transformer_NonRecursive
 
-from dlc.errors import CompileError, Loc
+from dlc.runtime.errors import CompileError, Loc
 
 # -- AST -------------------------------------------------------------------------
 

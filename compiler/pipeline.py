@@ -1,21 +1,34 @@
-"""The GL back end as one ordered list of named stages: IR -> kernels -> plan -> GLSL -> program.
+"""The compiler as one ordered list of named stages (Triton's `add_stages`):
 
-`compile_program` runs them for one program (a set of fetches, plus the updates of a training
-step) and returns a `CompiledProgram`: the fusion and plan (for `--emit`), the GLSL sources,
-and `spec`, a JSON-able description of every launch that `dlc.runtime.executor` runs without
-the compiler. The artifact writer puts specs in manifest.json; the GL backend runs them in
-memory.
+    parse -> build -> verify -> autodiff -> optimizer -> simplify -> fuse -> plan -> codegen
+
+`STAGES` holds them in order; each is a function of a `Work` (what the stages before it made)
+and `Options` (a frozen dataclass: the training step, batch size, codegen options, whether
+to verify). `run_stages` runs them, checking every graph a stage made with the IR checker
+(`verify.check_graph`) when `Options.verify` is on (`dlc --debug`, and the test suite: see
+`set_verify`); `format_stage` prints what one stage made (`dlc compile --emit STAGE`).
+A model compiles to programs: `eval` (every named tensor) and, with a loss to train, `train`
+(one step and its updates); simplify runs once on each.
+
+`compile_program` runs the back end (fuse, plan, codegen) for one graph: the eager ops and the
+GL session call it directly. It returns a `CompiledProgram`: the fusion and plan, the GLSL
+sources, and `spec`, a JSON-able description of every launch that `dlc.runtime.executor` runs
+without the compiler. The artifact writer puts specs in manifest.json.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
 
 from .codegen import KernelSource, dim_index, render
-from .fusion import Fusion, fuse
+from .fusion import Fusion, format_fusion, fuse
 from .ir import Graph
-from .plan import Plan, plan
+from .plan import DEFAULT_BATCH, Plan, format_plan, plan
+from .simplify import simplify
+from .verify import check_graph
 
 FORMAT = 1  # the version of the program spec and manifest layout
 
@@ -30,23 +43,223 @@ class CompiledProgram:
     sources: dict[str, str]  # file name -> GLSL text
 
 
+@dataclass(frozen=True)
+class Options:
+    """How to compile a model: the training step (`optimizer`, a `dlc.optimizers` object, or
+    None for no training step; `train_loss`, None for the model's first loss), the batch size the storage plan
+    is made for, codegen options (e.g. `{"nan_flags": True}`), and `verify`: check every
+    graph between stages (None: the process default, `set_verify`)."""
+    train_loss: str | None = None
+    optimizer: Any = None
+    batch_size: int | None = None
+    codegen: Mapping | None = None
+    verify: bool | None = None
+    target: str = "compute"  # "compute" or "texture" (compile_program)
+
+
+@dataclass
+class Work:
+    """What the stages have made so far; each stage fills its fields."""
+    source: str = ""
+    path: str = "<model>"
+    statements: list | None = None  # parse
+    graph: Graph | None = None  # build: the model's IR
+    loss: str | None = None  # autodiff: the loss the training step minimizes
+    with_grads: Graph | None = None  # autodiff: the model with d loss / d param appended
+    trained: dict[str, int] = field(default_factory=dict)  # autodiff: param -> gradient node
+    graphs: dict[str, Graph] = field(default_factory=dict)  # optimizer, simplify: per program
+    fusions: dict[str, Fusion] = field(default_factory=dict)  # fuse
+    plans: dict[str, Plan] = field(default_factory=dict)  # plan
+    programs: dict[str, CompiledProgram] = field(default_factory=dict)  # codegen
+
+
+def _parse(w: Work, o: Options) -> list[Graph]:
+    from .parser import parse
+
+    w.statements = parse(w.source, w.path)
+    return []
+
+
+def _build(w: Work, o: Options) -> list[Graph]:
+    from .lang import FrontEnd
+
+    w.graph = FrontEnd().run(w.statements)
+    return [w.graph]
+
+
+def _verify(w: Work, o: Options) -> list[Graph]:
+    check_graph(w.graph)  # always: the model the later stages trust
+    return []
+
+
+def _autodiff(w: Work, o: Options) -> list[Graph]:
+    if o.optimizer is None:
+        return []
+    from .train_graph import gradients_for
+
+    w.loss, w.with_grads, w.trained = gradients_for(w.graph, o.train_loss)
+    return [w.with_grads]
+
+
+def _optimizer(w: Work, o: Options) -> list[Graph]:
+    w.graphs = {"eval": w.graph}
+    if o.optimizer is None:
+        return []
+    from .train_graph import add_optimizer
+
+    w.graphs["train"] = add_optimizer(w.graph, w.loss, w.with_grads, w.trained, o.optimizer)
+    return [w.graphs["train"]]
+
+
+def _simplify(w: Work, o: Options) -> list[Graph]:
+    # Once per program: the train step is built from the unsimplified model, so its forward
+    # part is simplified here with its gradients, not before.
+    w.graphs = {name: simplify(g) for name, g in w.graphs.items()}  # CSE: softmax and the loss share one max
+    return list(w.graphs.values())
+
+
+def _roots(g: Graph, name: str) -> list[int]:
+    return [g.names[g.losses[0]]] if name == "train" else sorted(set(g.names.values()))
+
+
+def _fuse(w: Work, o: Options) -> list[Graph]:
+    w.fusions = {name: fuse(g, _roots(g, name), g.updates if name == "train" else ())
+                 for name, g in w.graphs.items()}
+    return []
+
+
+def _plan(w: Work, o: Options) -> list[Graph]:
+    dims = ref_dims(w.graphs["eval"], o.batch_size)
+    w.plans = {name: plan(f, dims) for name, f in w.fusions.items()}
+    return []
+
+
+def _codegen(w: Work, o: Options) -> list[Graph]:
+    for name, p in w.plans.items():
+        w.programs[name] = render_program(name, p, o.codegen, o.target)
+    return []
+
+
+Stage = Callable[[Work, Options], list[Graph]]  # returns the graphs it made, to verify
+
+STAGES: tuple[tuple[str, Stage], ...] = (
+    ("parse", _parse), ("build", _build), ("verify", _verify), ("autodiff", _autodiff),
+    ("optimizer", _optimizer), ("simplify", _simplify), ("fuse", _fuse), ("plan", _plan),
+    ("codegen", _codegen),
+)
+STAGE_NAMES = tuple(name for name, _ in STAGES)
+
+_verify_default = os.environ.get("DLC_VERIFY_IR", "") not in ("", "0")
+
+
+def set_verify(on: bool) -> bool:
+    """Check every graph between stages by default (the test suite turns it on); returns
+    the previous setting."""
+    global _verify_default
+    old, _verify_default = _verify_default, bool(on)
+    return old
+
+
+def run_stages(work: Work, options: Options, *, start: str = "parse",
+               stop: str | None = None) -> Work:
+    """Run the stages from `start` through `stop` (default: the last) over `work`."""
+    for name in (start, stop):
+        if name is not None and name not in STAGE_NAMES:
+            raise ValueError(f"unknown stage '{name}': choose one of {', '.join(STAGE_NAMES)}")
+    verify = _verify_default if options.verify is None else options.verify
+    names = STAGE_NAMES[STAGE_NAMES.index(start):]
+    for name, stage in STAGES:
+        if name not in names:
+            continue
+        made = stage(work, options)
+        if verify:
+            for g in made:
+                check_graph(g)
+        if name == stop:
+            break
+    return work
+
+
+def compile_model(model, options: Options, *, stop: str | None = None) -> Work:
+    """Run the stages over a model already built (`dlc.compile`): from verify on."""
+    return run_stages(Work(model.source, model.path, graph=model.graph), options,
+                      start="verify", stop=stop)
+
+
+def ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
+    """The size every symbolic dim is planned for."""
+    names = {d for n in graph.nodes for d in n.shape if isinstance(d, str)}
+    return {d: int(batch_size or DEFAULT_BATCH) for d in names}
+
+
+def format_stage(work: Work, stage: str) -> str:
+    """What `stage` made, as text (`dlc compile --emit STAGE`)."""
+    if stage == "parse":
+        return "\n".join(f"{s.loc.line}: {_tree(s)}" for s in work.statements)
+    if stage in ("build", "verify"):
+        text = str(work.graph)
+        return text if stage == "build" else f"{text}\n# verified: {len(work.graph.nodes)} nodes"
+    if stage in ("autodiff", "optimizer") and work.with_grads is None:
+        return f"# {stage}: no training step (pass --train)"
+    if stage == "autodiff":
+        grads = ", ".join(f"{p} -> %{i}" for p, i in work.trained.items())
+        return f"{work.with_grads}\n# d {work.loss} / d param: {grads}"
+    if stage == "optimizer":
+        return str(work.graphs["train"])
+    parts = []
+    for name in work.graphs:
+        if stage == "simplify":
+            parts += [f"=== program {name} ===", str(work.graphs[name])]
+            continue
+        prog = work.programs.get(name)
+        count = f": {len(prog.kernels)} kernels" if prog else ""
+        parts.append(f"=== program {name}{count} ===")
+        if stage == "fuse":
+            parts.append(format_fusion(work.fusions[name]))
+        elif stage == "plan":
+            parts.append(format_plan(work.plans[name]))
+        elif stage == "codegen":
+            for file, text in prog.sources.items():
+                parts.append(f"// ----- {file} -----\n{text}")
+        else:
+            raise ValueError(f"unknown stage '{stage}': choose one of {', '.join(STAGE_NAMES)}")
+    return "\n".join(parts)
+
+
+def _tree(x) -> str:
+    """A parse tree node without its source locations."""
+    if is_dataclass(x):
+        items = [_tree(getattr(x, f.name)) for f in fields(x) if f.name != "loc"]
+        return f"{type(x).__name__}({', '.join(items)})"
+    if isinstance(x, tuple):
+        return "(" + ", ".join(_tree(v) for v in x if type(v).__name__ != "Loc") + ")"
+    return repr(x)
+
+
 def compile_program(graph: Graph, roots: Sequence[int], *, name: str = "eval",
                     updates: Iterable[tuple[str, int]] = (),
                     ref_dims: Mapping[str, int] | None = None,
                     options: Mapping | None = None, target: str = "compute") -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
     `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
-    fusion = fuse(graph, roots, updates)
-    storage = plan(fusion, ref_dims)
+    return render_program(name, plan(fuse(graph, roots, updates), ref_dims), options, target)
+
+
+def render_program(name: str, storage: Plan, options: Mapping | None,
+                   target: str) -> CompiledProgram:
+    """The codegen stage for one planned program and target."""
+    if target not in ("compute", "texture"):
+        raise ValueError(f"unknown target '{target}': choose compute or texture")
     if target == "texture":
         from .codegen import texture
 
         rendered = texture.render(storage, options)
         spec, sources = texture.program(name, storage, rendered)
-        return CompiledProgram(name, fusion, storage, [t.kernel for t in rendered], spec, sources)
-    kernels = render(storage, options)
-    spec, sources = program_spec(name, storage, kernels)
-    return CompiledProgram(name, fusion, storage, kernels, spec, sources)
+        kernels = [t.kernel for t in rendered]
+    else:
+        kernels = render(storage, options)
+        spec, sources = program_spec(name, storage, kernels)
+    return CompiledProgram(name, storage.fusion, storage, kernels, spec, sources)
 
 
 def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict, dict[str, str]]:

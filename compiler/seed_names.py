@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from dlc.errors import did_you_mean
+from dlc.runtime.errors import did_you_mean
 
 # Every op-like camelCase name the seeds use (NDArrayMath, Graph, the tutorials), with the
 # dlc function or expression that does it.

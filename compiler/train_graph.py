@@ -23,23 +23,35 @@ LR = "$lr"
 
 def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
     """The training step of `graph` minimizing `loss` (default: the first) with `optimizer`
-    (a `dlc.optimizers` object: `.name` and its hyper-parameters)."""
-    loss = resolve_loss(graph, loss)
-    with_grads, grads = differentiate(graph, loss)
-    # A param the loss does not depend on keeps its value (its gradient is zero).
-    reached = _reached(graph, loss)
-    trained = {p: g for p, g in grads.items() if p in reached}
-
-    b = extend(with_grads)
-    lr = b.input(LR, ())
-    states, updates = add_updates(b, optimizer, trained, lr)
-    losses = (loss, *(name for name in graph.losses if name != loss))
-    step = Graph(tuple(b.nodes), dict(b.names), tuple(b.inputs), graph.params,
-                 (*graph.states, *states), losses, (*graph.updates, *updates))
+    (a `dlc.optimizers` object: `.name` and its hyper-parameters), simplified."""
+    loss, with_grads, trained = gradients_for(graph, loss)
+    step = add_optimizer(graph, loss, with_grads, trained, optimizer)
     check_graph(step)
     out = simplify(step)
     check_graph(out)
     return out
+
+
+def gradients_for(graph: Graph, loss: str | None) -> tuple[str, Graph, dict[str, int]]:
+    """The autodiff stage: (the loss, `graph` with d loss / d param appended, param -> its
+    gradient node for the params the loss depends on)."""
+    loss = resolve_loss(graph, loss)
+    with_grads, grads = differentiate(graph, loss)
+    # A param the loss does not depend on keeps its value (its gradient is zero).
+    reached = _reached(graph, loss)
+    return loss, with_grads, {p: g for p, g in grads.items() if p in reached}
+
+
+def add_optimizer(graph: Graph, loss: str, with_grads: Graph, trained: dict[str, int],
+                  optimizer) -> Graph:
+    """The optimizer stage: the step graph (not simplified) that applies `optimizer` to the
+    gradients `trained` of `with_grads`, built from the forward `graph`."""
+    b = extend(with_grads)
+    lr = b.input(LR, ())
+    states, updates = add_updates(b, optimizer, trained, lr)
+    losses = (loss, *(name for name in graph.losses if name != loss))
+    return Graph(tuple(b.nodes), dict(b.names), tuple(b.inputs), graph.params,
+                 (*graph.states, *states), losses, (*graph.updates, *updates))
 
 
 def _reached(graph: Graph, loss: str) -> set[str]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import importlib
 
 from .errors import CompileError, DataError, DlcError, RuntimeFailure, TrainingDiverged
-
-__version__ = "0.1.0"
+from .runtime.version import __version__
 
 # public name -> module that defines it
 _LAZY = {
@@ -24,8 +23,8 @@ _LAZY = {
     "Adadelta": "dlc.optimizers",
     "Adam": "dlc.optimizers",
     "Adamax": "dlc.optimizers",
-    "load": "dlc.runtime.artifact",
-    "import_onnx": "dlc.compiler.importers.onnx_model",
+    "load": "dlc.artifacts",
+    "import_onnx": "dlc.onnx_import",
     "Graph": "dlc.graph",
     "Tensor": "dlc.graph",
     # the seeds' eager API: device arrays, ops, scopes, debug mode, seeds-style training

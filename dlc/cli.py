@@ -244,7 +244,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out_dir = args.output or default_artifact_path(args.model)
 
     artifact = _artifact_module()
-    progs = artifact.programs(model, **options)  # compiled once: printed and written
+    from dlc.compiler.pipeline import Options, Work, format_stage, run_stages
+
+    # Every stage from the source text, once: printed and written.
+    opts = Options(train_loss, optimizer, args.batch_size, verify=True if args.debug else None,
+                   target=target)
+    work = run_stages(Work(model.source, model.path), opts)
+    progs = work.programs
     if args.emit == "ir":
         # The model's IR, or with --train the training step (gradients and updates).
         print(str(progs["train"].fusion.graph if train_loss is not None else model.graph))
@@ -255,6 +261,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(artifact.format_stage(progs, args.emit))
     elif args.emit == "dot":
         print(model_dot(model, train_loss, optimizer, kernels=False, progs=progs), end="")
+    elif args.emit:
+        print(format_stage(work, args.emit))
     where = artifact.write_artifact(model, out_dir, **options, progs=progs)
     print(f"wrote {where}", file=sys.stderr if args.emit else sys.stdout)
     return 0
@@ -621,7 +629,7 @@ def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_los
 # -- import ------------------------------------------------------------------------
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from dlc.compiler.importers.onnx_model import import_onnx
+    from dlc.onnx_import import import_onnx
 
     imported = import_onnx(args.model, batch=args.batch)
     out = args.output or os.path.splitext(args.model)[0] + ".dl"
@@ -727,10 +735,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", metavar="MODEL.dl", help="the model to compile")
     c.add_argument("-o", "--output", metavar="DIR",
                    help="artifact folder to write (default: MODEL.dlc beside the model)")
-    c.add_argument("--emit", choices=("ir", "glsl", "plan", "dot"),
-                   help="also print this stage: the IR (with --train: the training-step IR and "
-                        "its kernels), the GLSL, the kernel and storage plan, or the graph as "
-                        "Graphviz DOT text")
+    c.add_argument("--emit", choices=EMIT_CHOICES, metavar="STAGE",
+                   help="also print this stage: one of the compiler's stages ("
+                        + ", ".join(STAGES) + "; fuse: the IR grouped into kernels, plan: "
+                        "kernels and storage slots, codegen: the GLSL), or ir (the IR; with "
+                        "--train: the training-step IR and its kernels), glsl (= codegen), "
+                        "dot (the graph as Graphviz DOT text)")
     c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
                    help="add the training step for LOSS (default: the model's first loss)")
     c.add_argument("--optimizer", choices=OPTIMIZERS,
@@ -861,6 +871,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_info)
     return p
 
+
+# The compiler's stages in order (dlc.compiler.pipeline.STAGE_NAMES; a test keeps them equal,
+# listed here so that building the parser imports no compiler), then the older --emit names.
+STAGES = ("parse", "build", "verify", "autodiff", "optimizer", "simplify", "fuse", "plan", "codegen")
+EMIT_CHOICES = (*STAGES, "ir", "glsl", "dot")
 
 DEBUG_KERNELS_HELP = ("debug mode: time every kernel and log it (name, ms, output shape), stop at the "
                       "first NaN naming the op and its model line, and print a profile at the end")

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlc.runtime.npzfile import NpzReader
+
 from .errors import DataError, format_shape
 from .feeds import _suggest, bind_dims, ignore_unknown
-from .npzfile import NpzReader
 
 Shape = tuple  # of int | str
 

@@ -10,13 +10,13 @@ import contextlib
 import os
 import pathlib
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-from dlc import debug
-from dlc.errors import DataError, DlcError, RuntimeFailure, did_you_mean
-from dlc.feeds import prepare
+from dlc.runtime.errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from dlc.runtime.executor import Executor, LeafStore
+from dlc.runtime.feeds import prepare
 from dlc.runtime.manifest import FORMAT, LR, MANIFEST
 from dlc.runtime.manifest_files import read_artifact
 
@@ -40,9 +40,10 @@ def _gpu_memory(path: pathlib.Path, program: str):
                              f"a buffer{size}") from None
 
 
-def load(path: str | os.PathLike, seed: int = 0) -> Runner:
-    """Open an artifact folder written by `dlc compile` (or `write_artifact`)."""
-    return Runner(path, seed=seed)
+def load(path: str | os.PathLike, seed: int = 0, hook: Callable[[], Any] | None = None) -> Runner:
+    """Open an artifact folder written by `dlc compile` (or `write_artifact`); `hook` makes
+    each executor's debug hook (`dlc.load` passes debug mode's)."""
+    return Runner(path, seed=seed, hook=hook)
 
 
 class Runner:
@@ -52,7 +53,9 @@ class Runner:
     `.params`, `.tensors`, `.losses` (name -> shape) from the manifest.
     """
 
-    def __init__(self, path: str | os.PathLike, seed: int = 0):
+    def __init__(self, path: str | os.PathLike, seed: int = 0,
+                 hook: Callable[[], Any] | None = None):
+        self._hook = hook or (lambda: None)  # debug mode lives in the API above (dlc.debug)
         self.path = pathlib.Path(path)
         if not (self.path / MANIFEST).is_file():
             raise DataError(f"{self.path} is not a dlc artifact: it has no {MANIFEST}")
@@ -93,18 +96,18 @@ class Runner:
         return {n: self.store.get(n) for n in self.params_shapes}
 
     def set_params(self, values: Mapping[str, np.ndarray]) -> None:
-        from dlc.weights import checked_params
+        from dlc.runtime.weights import checked_params
 
         for name, v in checked_params(values, self.params_shapes).items():
             self.store.set(name, v)
 
     def save(self, path: str | os.PathLike) -> None:
-        from dlc.weights import save_npz
+        from dlc.runtime.weights import save_npz
 
         save_npz(path, self.params)
 
     def load(self, path: str | os.PathLike) -> None:
-        from dlc.weights import load_npz
+        from dlc.runtime.weights import load_npz
 
         self.set_params(load_npz(path, self.params_shapes))
 
@@ -131,7 +134,7 @@ class Runner:
               shuffle: bool = True, callback: Callable | None = None,
               on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
         """Session.train over the compiled training step (its loss and optimizer are fixed)."""
-        from dlc.training import train_feeds, train_loop
+        from dlc.runtime.training import train_feeds, train_loop
 
         setup = self.manifest.get("train")
         if not setup:
@@ -186,7 +189,7 @@ class Runner:
 
                 ex = TextureExecutor(spec, self._sources[program], self.store)
             else:
-                ex = Executor(spec, self._sources[program], self.store, debug.gl_hook())
+                ex = Executor(spec, self._sources[program], self.store, self._hook())
             self._executors[program] = ex
         return ex
 

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers (the compute target)
 TEXTURE_VERSION = (3, 3)  # fragment shaders over float textures (the texture target)

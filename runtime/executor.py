@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.errors import DataError, RuntimeFailure
 from dlc.runtime.context import get_context
+from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.gl import fast
 from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel

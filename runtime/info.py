@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 # Extensions worth knowing about when reading a performance report.
 _NOTABLE_EXTENSIONS = ("GL_KHR_shader_subgroup", "GL_NV_gpu_shader5", "GL_ARB_gpu_shader_int64")

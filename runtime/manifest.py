@@ -21,7 +21,7 @@ import pathlib
 import re
 from collections.abc import Mapping
 
-from dlc.errors import DataError
+from dlc.runtime.errors import DataError
 
 FORMAT = 1  # the manifest layout this runtime reads; compiler/pipeline.py writes the same
 MANIFEST = "manifest.json"

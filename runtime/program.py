@@ -19,9 +19,9 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from dlc.errors import RuntimeFailure
 from dlc.runtime import cache_limit
 from dlc.runtime.context import get_context
+from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import DEBUG, GL, fast
 from dlc.runtime.storage import Buffer
 

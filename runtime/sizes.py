@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from dlc.errors import DataError, RuntimeFailure, format_shape
+from dlc.runtime.errors import DataError, RuntimeFailure, format_shape
 
 MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
 

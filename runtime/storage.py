@@ -14,8 +14,8 @@ import ctypes
 
 import numpy as np
 
-from dlc.errors import RuntimeFailure
 from dlc.runtime.context import get_context
+from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 
 _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us

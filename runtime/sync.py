@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from dlc.errors import RuntimeFailure
 from dlc.runtime.context import get_context
+from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 from dlc.runtime.storage import Buffer
 

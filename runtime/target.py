@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 TARGETS = ("compute", "texture")
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dlc.errors import DataError, RuntimeFailure
+from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.executor import PERSISTENT, SNAPSHOTS, bind_shape, eval_size
 from dlc.runtime.textures import FragmentProgram, Texture, copy
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlc.errors import RuntimeFailure
 from dlc.runtime.context import get_context
+from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 
 _live: dict[int, int] = {}  # texture handle -> bytes (for dlc.memory())

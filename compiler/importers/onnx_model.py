@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dlc.errors import DlcError
+from dlc.runtime.errors import CompileError, DlcError
 
 from .names import Names
 
@@ -52,7 +52,7 @@ class Value:
 @dataclass
 class Imported:
     """What `dlc.import_onnx` returns."""
-    model: Any  # dlc.Model
+    model: Any  # the compiled graph here; dlc.import_onnx gives a dlc.Model (as dlc.compile)
     weights: dict[str, np.ndarray]
     source: str
     inputs: dict[str, str]  # ONNX graph input -> .dl input
@@ -60,7 +60,7 @@ class Imported:
 
     def save(self, dl_path: str | os.PathLike, weights_path: str | os.PathLike | None = None) -> str:
         """Write the .dl text and the weights (default: MODEL.weights.npz beside it)."""
-        from dlc.weights import write_atomic
+        from dlc.runtime.weights import write_atomic
 
         dl_path = os.fspath(dl_path)
         weights_path = weights_path or weights_path_for(dl_path)
@@ -335,8 +335,7 @@ def import_onnx(path_or_model, batch: str | int | None = None):
     symbolic name (or that int)."""
     from onnx import numpy_helper
 
-    import dlc
-
+    from ..lang import compile_source
     from . import onnx_ops
 
     model, opset = load_model(path_or_model, batch)
@@ -398,8 +397,8 @@ def import_onnx(path_or_model, batch: str | int | None = None):
                                      f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
     source = conv.source("\n".join(header))
     try:
-        compiled = dlc.compile(source, name="<imported>")
-    except dlc.CompileError as e:  # a bug in the importer, shown with the text it wrote
+        compiled = compile_source(source, "<imported>")
+    except CompileError as e:  # a bug in the importer, shown with the text it wrote
         raise ImportError_(f"the imported .dl does not compile: {e}") from None
     return Imported(compiled, conv.weights, source, inputs, out_names)
 
