@@ -109,9 +109,10 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
     size, per_epoch, total = schedule(n, batch_size, epochs, steps)
     rng = rng if rng is not None else np.random.default_rng(0)
     if deferred is not None and snapshot is not None and restore is not None:
-        batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select)
+        drawn: dict[int, dict] = {}  # step index -> the rng's state before its epoch's order
+        batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select, drawn)
         return _deferred_loop(deferred, step, batches, per_epoch, total, callback,
-                              on_epoch_end, snapshot, restore)
+                              on_epoch_end, snapshot, restore, rng, drawn)
 
     losses: list[float] = []
     # Params before the previous step and before this one: when this step's loss is
@@ -148,14 +149,17 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
 
 def _batches(feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], dim: str | None,
              size: int, per_epoch: int, total: int, shuffle: bool, rng: np.random.Generator,
-             select: Callable[[np.ndarray], dict[str, np.ndarray]] | None):
+             select: Callable[[np.ndarray], dict[str, np.ndarray]] | None,
+             drawn: dict[int, dict]):
     """(step index, epoch index, position in epoch, batch, dims, examples) for each step; an
-    epoch's order is drawn when its first batch is asked for (as the step-by-step loop does)."""
+    epoch's order is drawn when its first batch is asked for (as the step-by-step loop does),
+    noting in `drawn` the rng's state before it."""
     n = dims[dim] if dim is not None else 1
     order = np.arange(n)
     for k in range(total):
         epoch, pos = divmod(k, per_epoch)
         if pos == 0 and shuffle and dim is not None:
+            drawn[k] = rng.bit_generator.state
             order = rng.permutation(n)
         if dim is None:
             yield k, epoch, pos, dict(feeds), dict(dims), 1
@@ -168,8 +172,8 @@ def _batches(feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], dim: str 
 
 def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int, total: int,
                    callback: Callback | None, on_epoch_end: Callable[[int], None] | None,
-                   snapshot: Callable[[], object], restore: Callable[[object], None]
-                   ) -> list[float]:
+                   snapshot: Callable[[], object], restore: Callable[[object], None],
+                   rng: np.random.Generator, drawn: dict[int, dict]) -> list[float]:
     losses: list[float] = []
     # Snapshots at the start of the previous window and of this one: (params before step
     # index, token). `ran` keeps each step's batch since the older one, to run steps again.
@@ -178,19 +182,24 @@ def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int,
     ran: dict[int, tuple[dict, dict]] = {}
     window: list[tuple[int, int, int, int]] = []  # (k, epoch, pos, examples)
 
-    def rewind(target: int) -> None:
-        """Put back the params before step index `target` (after `target` steps)."""
+    def rewind(target: int, last: int) -> None:
+        """Put back the params before step index `target` (after `target` steps), and the
+        rng as if the loop had stopped after step index `last`."""
         start, token = newer if newer[0] <= target else older
         restore(token)
         for i in range(start, target):
             step(*ran[i])
+        later = [i for i in drawn if i > last]
+        if later:
+            rng.bit_generator.state = drawn[min(later)]
 
     started = time.monotonic()
     for k, epoch, pos, batch, bdims, examples in batches:
         deferred.queue(batch, bdims, len(window))
         ran[k] = (batch, bdims)
         window.append((k, epoch, pos, examples))
-        if not (len(window) >= deferred.capacity or pos == per_epoch - 1 or k == total - 1
+        epoch_end = pos == per_epoch - 1 and on_epoch_end is not None  # it may read params
+        if not (len(window) >= deferred.capacity or epoch_end or k == total - 1
                 or time.monotonic() - started >= deferred.interval_s):
             continue
         values = deferred.read(len(window))
@@ -198,15 +207,15 @@ def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int,
             loss = float(value)
             if not math.isfinite(loss):
                 # Step j's loss comes from step j-1's update: keep the params before it.
-                rewind(max(j - 1, 0))
+                rewind(max(j - 1, 0), j)
                 raise TrainingDiverged(j + 1, loss)
             losses.append(loss)
             go_on = callback(j + 1, ep + 1, loss, ex) if callback is not None else None
             if ps == per_epoch - 1 and on_epoch_end is not None:
                 on_epoch_end(ep + 1)  # the window ends here: the params are step j's
             if go_on is False:
-                if j != window[-1][0]:
-                    rewind(j + 1)
+                if j != window[-1][0]:  # later steps of the window ran: undo them
+                    rewind(j + 1, j)
                 return losses
         next_k = window[-1][0] + 1
         if next_k >= total:
@@ -214,6 +223,8 @@ def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int,
         older, newer = newer, (next_k, snapshot())
         for i in [i for i in ran if i < older[0]]:
             del ran[i]
+        for i in [i for i in drawn if i < older[0]]:
+            del drawn[i]
         window = []
         started = time.monotonic()
     return losses
