@@ -155,6 +155,9 @@ class Session:
 
         On GL, when the batches would upload more rows than `feeds` holds, the data goes to
         the GPU once (freed when train returns) and each step uploads only its rows' indices.
+        On GL the losses are read a window of steps at a time (`loss_read_steps`,
+        `loss_read_interval_s`): `callback` runs at each read, for each step of the window,
+        and a divergence or a stop inside a window is undone back to that step.
         """
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, "
