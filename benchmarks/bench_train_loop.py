@@ -136,17 +136,23 @@ def _torch_compiled(torch, data, batch, opt_name, steps, reps) -> list[dict]:
 
 
 def first_step_rows(mlp_source: str, batch: int) -> list[dict]:
-    """A new process to its first MLP Adam step: cold (empty dlc cache, driver shader caches
-    off) and warm (the second run, dlc's binary cache filled)."""
+    """A new process to its first MLP Adam step: cold (empty dlc cache and empty driver
+    shader caches), warm (the second run: both filled), and warm with dlc's binary cache
+    off (the driver's own cache alone). The driver caches are moved to a fresh folder, not
+    turned off: Mesa returns no program binaries with its cache disabled."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "mlp.dl")
         with open(model, "w") as f:
             f.write(mlp_source)
         env = {**os.environ, "DLC_CACHE_DIR": os.path.join(tmp, "cache"),
-               "DLC_PROGRAM_BINARY_CACHE": "1", "__GL_SHADER_DISK_CACHE": "0",
-               "MESA_SHADER_CACHE_DISABLE": "true", "MESA_SHADER_CACHE_MAX_SIZE": "0"}
-        for label in ("cold", "warm (second run)"):
+               "DLC_PROGRAM_BINARY_CACHE": "1",
+               "__GL_SHADER_DISK_CACHE_PATH": os.path.join(tmp, "driver"),
+               "MESA_SHADER_CACHE_DIR": os.path.join(tmp, "driver")}
+        os.makedirs(os.path.join(tmp, "driver"))
+        for label in ("cold", "warm (second run)", "warm, dlc binary cache off"):
+            if label.endswith("off"):
+                env["DLC_PROGRAM_BINARY_CACHE"] = "0"
             t = time.perf_counter()
             done = subprocess.run([sys.executable, "-c", FIRST_STEP, model, str(batch)], env=env,
                                   capture_output=True, text=True)
