@@ -11,7 +11,11 @@ Rows:
 - an MLP 784-1024-1024-10 training step at batch B (default 1024), SGD and Adam: ms per step,
   each step uploading its batch and reading its loss back (PyTorch eager with the batch
   already on the GPU, and with it copied from the host);
-- the MLP training step's storage: temporaries as planned against no reuse.
+- the MLP training step's storage: temporaries as planned against no reuse;
+- issue 14 (bench_train_loop.py): the quadratic and MLP steps through Session.train, losses
+  read a window at a time against a read every step, PyTorch eager (and torch.compile with
+  CUDA graphs on CUDA) beside them, and a new process to its first MLP Adam step, cold and
+  with dlc's program binary cache warm.
 
 GPU times of dlc kernels come from GL timer queries, PyTorch's from CUDA events; steps are
 wall-clock, synchronized by reading the loss. Each figure is the median of --reps runs after
@@ -487,7 +491,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, help="MLP batch (1024)")
     p.add_argument("--reps", type=int, help="timed repetitions (20)")
     p.add_argument("--skip", default="",
-                   help="comma list of: numpy, torch, chain, matmul, mlp, conv")
+                   help="comma list of: numpy, torch, chain, matmul, mlp, conv, steps")
     p.add_argument("--cnn-batch", type=int, help="batch of the conv section's CNN step (256)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the tables here")
@@ -561,10 +565,21 @@ def main(argv=None) -> int:
                 print(f"{name}, GPU ms per kernel:")
                 print(table(kt, ["kernel", "ms"]), flush=True)
 
+    def steps() -> None:
+        import bench_train_loop as tl
+
+        got = tl.quadratic_rows(torch, reps, steps=200 if small else 1000)
+        got += tl.mlp_rows(MLP, mlp_data(batch, 4 * batch), batch, torch, reps,
+                           steps=8 if small else 100)
+        got += tl.first_step_rows(MLP, batch)
+        rows.extend(got)
+        print(table(got, ["row", "impl", "ms", "note"]), flush=True)
+
     section("chain", chain)
     section("matmul", matmul)
     section("mlp", mlp)
     section("conv", conv)
+    section("steps", steps)
     if failed:
         print("failed sections:", ", ".join(failed))
     for note in sorted(TIMER_NOTES):

@@ -105,6 +105,13 @@ class GLBackend:
         _, executor = self.program(graph, roots, True, dims)
         return executor.run(feeds, dims, list(roots), step=True)
 
+    def step_into(self, graph: Graph, loss: int, feeds: Mapping[str, np.ndarray],
+                  dims: Mapping[str, int], sink, index: int) -> None:
+        """A training step that leaves its loss in float `index` of the GPU buffer `sink`
+        (read later, many steps at once) instead of reading it back."""
+        _, executor = self.program(graph, [loss], True, dims)
+        executor.step_into(feeds, dims, loss, sink, index)
+
     def memory(self) -> dict[str, tuple[int, int]]:
         """GPU buffers and bytes this backend holds, by what they hold: "params", "state"
         (optimizer state), "data" (training data kept on the GPU), "snapshots" (copies of

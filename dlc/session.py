@@ -48,6 +48,10 @@ class Session:
         # On GL, train() keeps its data on the GPU when it would upload more rows than the
         # data holds (see _resident); False always uploads each batch (benchmarks compare).
         self.resident_data = True
+        # On GL, train() reads losses back a window at a time: at most this many steps, or
+        # a window this old in seconds (so a progress bar moves ~10 times a second).
+        self.loss_read_steps = 256
+        self.loss_read_interval_s = 0.1
         self._optimizer: Optimizer | None = None  # whose state the backend holds
         self._state_ready: set[str] = set()
 
@@ -152,6 +156,9 @@ class Session:
 
         On GL, when the batches would upload more rows than `feeds` holds, the data goes to
         the GPU once (freed when train returns) and each step uploads only its rows' indices.
+        On GL the losses are read a window of steps at a time (`loss_read_steps`,
+        `loss_read_interval_s`): `callback` runs at each read, for each step of the window,
+        and a divergence or a stop inside a window is undone back to that step.
         """
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, "
@@ -183,12 +190,22 @@ class Session:
             (value,) = self.backend.step(graph, [loss_node], batch, bdims)
             return float(value)
 
+        deferred = None
+        # Deferred loss reads need a GPU-side loss copy (compute target only, for now).
+        if (getattr(self.backend, "target", None) == "compute" and self.loss_read_steps > 1
+                and hasattr(self.backend, "step_into")):
+            from .deferred import GLDeferredSteps
+
+            deferred = GLDeferredSteps(self.backend, graph, loss_node, optimizer,
+                                       self.loss_read_steps, self.loss_read_interval_s)
         try:
             return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
                               steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
                               on_epoch_end=on_epoch_end, snapshot=self.backend.snapshot,
-                              restore=self.backend.restore, select=select)
+                              restore=self.backend.restore, select=select, deferred=deferred)
         finally:
+            if deferred is not None:
+                deferred.close()
             if resident:
                 for name in arrays:
                     self.backend.drop_leaf(data_name(name))

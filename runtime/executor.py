@@ -370,6 +370,20 @@ class Executor:
                            for c in self.spec["copies"]])
         return out
 
+    def step_into(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], loss: int,
+                  sink: Buffer, index: int) -> None:
+        """A training step whose scalar `loss` tensor is copied on the GPU into float `index`
+        of `sink`: nothing is read back, so many steps queue before one read."""
+        self.prepare(dims)
+        kernels, inputs = self.needs([loss], True)
+        self._upload(feeds, inputs)
+        self._launch(kernels)
+        sink.copy_from(self.slot_buffer(self.tensors[loss]["slot"]), 4, 0, 4 * index)
+        if self.spec["copies"]:
+            gpu_copy_many([(self.store.buffer(c["target"]), self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
+                            4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)))
+                           for c in self.spec["copies"]])
+
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
         """Size the slots for `dims` and upload every input in `feeds` (benchmarks then call
         `launch` repeatedly without moving data)."""

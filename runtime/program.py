@@ -19,7 +19,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from dlc.runtime import cache_limit
+from dlc.runtime import binary_cache, cache_limit
 from dlc.runtime.context import get_context
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import DEBUG, GL, fast
@@ -31,6 +31,9 @@ BARRIER_BITS = GL.GL_SHADER_STORAGE_BARRIER_BIT | GL.GL_BUFFER_UPDATE_BARRIER_BI
 
 _cache: OrderedDict[str, Program] = OrderedDict()  # source -> program, least recently used first
 _evicted = 0
+# Programs linked from GLSL source and programs loaded from the on-disk binary cache, in this
+# process (tests and benchmarks count them).
+link_counts = {"compiled": 0, "from_disk": 0}
 # Called with a program's GL handle when it is deleted (GL reuses handle numbers, so caches
 # keyed by handle must forget it).
 _on_delete: list[Callable[[int], None]] = []
@@ -149,7 +152,8 @@ def get_program(source: str, name: str) -> Program:
         _cache.move_to_end(source)
         return program
     ctx = get_context()
-    program = Program(_compile_and_link(source, name), name, source, ctx.limits)
+    program = Program(_link(source, name, (ctx.vendor, ctx.renderer, ctx.version)), name, source,
+                      ctx.limits)
     _cache[source] = program
     _evict(keep=program)
     return program
@@ -217,7 +221,65 @@ def _program_bytes(handle: int, source: str) -> int:
     return len(source)
 
 
-def _compile_and_link(source: str, name: str) -> int:
+def _link(source: str, name: str, driver: tuple[str, str, str]) -> int:
+    """A linked program for `source`: from the on-disk binary cache when it holds one this
+    driver accepts, else compiled (and then stored there)."""
+    if not binary_cache.enabled():
+        link_counts["compiled"] += 1
+        return _compile_and_link(source, name)
+    cache_key = binary_cache.key(source, driver)
+    cached = binary_cache.load(cache_key)
+    if cached is not None:
+        handle = _from_binary(*cached)
+        if handle:
+            link_counts["from_disk"] += 1
+            return handle
+        binary_cache.forget(cache_key)  # stale or refused: recompile and overwrite
+    link_counts["compiled"] += 1
+    handle = _compile_and_link(source, name, retrievable=True)
+    binary = _get_binary(handle)
+    if binary is not None:
+        binary_cache.store(cache_key, *binary)
+    return handle
+
+
+def _from_binary(fmt: int, binary: bytes) -> int:
+    """A program made from a cached binary, or 0 when the driver refuses it."""
+    program = GL.glCreateProgram()
+    try:
+        data = ctypes.create_string_buffer(binary, len(binary))
+        GL.glProgramBinary(program, fmt, data, len(binary))
+        while GL.glGetError() != GL.GL_NO_ERROR:  # e.g. a format this driver no longer has
+            pass
+        if GL.glGetProgramiv(program, GL.GL_LINK_STATUS):
+            return int(program)
+    except Exception:  # PyOpenGL with error checking on raises on a refused binary
+        while GL.glGetError() != GL.GL_NO_ERROR:
+            pass
+    GL.glDeleteProgram(program)
+    return 0
+
+
+def _get_binary(handle: int) -> tuple[int, bytes] | None:
+    """(format, bytes) of a linked program, or None when the driver gives none."""
+    try:
+        size = ctypes.c_int(0)
+        GL.glGetProgramiv(handle, GL.GL_PROGRAM_BINARY_LENGTH, ctypes.byref(size))
+        if size.value <= 0:
+            return None
+        buf = ctypes.create_string_buffer(size.value)
+        length, fmt = ctypes.c_int(0), ctypes.c_uint(0)
+        GL.glGetProgramBinary(handle, size.value, ctypes.byref(length), ctypes.byref(fmt), buf)
+        if length.value <= 0:
+            return None
+        return int(fmt.value), buf.raw[: length.value]
+    except Exception:  # a 4.3 driver without program binaries
+        while GL.glGetError() != GL.GL_NO_ERROR:
+            pass
+        return None
+
+
+def _compile_and_link(source: str, name: str, retrievable: bool = False) -> int:
     shader = GL.glCreateShader(GL.GL_COMPUTE_SHADER)
     try:
         GL.glShaderSource(shader, [source])
@@ -226,6 +288,8 @@ def _compile_and_link(source: str, name: str) -> int:
             raise _shader_error("compile", name, _text(GL.glGetShaderInfoLog(shader)), source)
         program = GL.glCreateProgram()
         GL.glAttachShader(program, shader)
+        if retrievable:  # ask the driver to keep a binary glGetProgramBinary can return
+            GL.glProgramParameteri(program, GL.GL_PROGRAM_BINARY_RETRIEVABLE_HINT, GL.GL_TRUE)
         GL.glLinkProgram(program)
         GL.glDetachShader(program, shader)
         if not GL.glGetProgramiv(program, GL.GL_LINK_STATUS):

@@ -8,7 +8,9 @@ artifact runner drive their steps with it. A step is a function of one batch
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import numpy as np
 
@@ -17,6 +19,19 @@ from .feeds import prepare
 
 Step = Callable[[dict[str, np.ndarray], dict[str, int]], float]
 Callback = Callable[[int, int, float, int], "bool | None"]
+
+
+class DeferredSteps(Protocol):
+    """Steps whose losses stay on the GPU until read, many at once (see `train_loop`)."""
+
+    capacity: int  # losses one read can hold: a window of steps is at most this long
+    interval_s: float  # a window is read once it is this old (so a progress bar moves)
+
+    def queue(self, batch: dict[str, np.ndarray], bdims: dict[str, int], index: int) -> None:
+        """Run a step without reading anything back; its loss goes to place `index`."""
+
+    def read(self, count: int) -> np.ndarray:
+        """The first `count` losses, once the GPU has computed them (waits on a fence)."""
 
 
 def batch_dim(inputs: Mapping[str, tuple], fed: list[str]) -> str | None:
@@ -69,8 +84,8 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
                on_epoch_end: Callable[[int], None] | None = None,
                snapshot: Callable[[], object] | None = None,
                restore: Callable[[object], None] | None = None,
-               select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None
-               ) -> list[float]:
+               select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None,
+               deferred: DeferredSteps | None = None) -> list[float]:
     """Run `step` over batches of `feeds` along `dim`; return each step's loss.
 
     `steps` (if given) wins over `epochs` and may span epochs; the last batch of
@@ -81,10 +96,23 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
     and raises TrainingDiverged. `select(rows)`, when given, makes a step's batch from the
     indices of its examples along `dim` (default: those rows of every feed); a backend that
     holds the data on the GPU takes the indices alone.
+
+    With `deferred` (and snapshot/restore), steps are queued without a read: their losses
+    are read a window at a time (at most `deferred.capacity` steps, or `interval_s` old, and
+    at each epoch's end), with one snapshot per window instead of one per step. Callbacks
+    then run at each read, for each step of the window in order. A window that holds a
+    non-finite loss, or a callback returning False inside it, is undone: the params go back
+    to the snapshot and the steps up to the wanted one are run again (steps are
+    deterministic), so the results match the step-by-step loop.
     """
     n = dims[dim] if dim is not None else 1
     size, per_epoch, total = schedule(n, batch_size, epochs, steps)
     rng = rng if rng is not None else np.random.default_rng(0)
+    if deferred is not None and snapshot is not None and restore is not None:
+        drawn: dict[int, dict] = {}  # step index -> the rng's state before its epoch's order
+        batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select, drawn)
+        return _deferred_loop(deferred, step, batches, per_epoch, total, callback,
+                              on_epoch_end, snapshot, restore, rng, drawn)
 
     losses: list[float] = []
     # Params before the previous step and before this one: when this step's loss is
@@ -116,4 +144,87 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
             on_epoch_end(epoch + 1)
         if go_on is False:
             break
+    return losses
+
+
+def _batches(feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], dim: str | None,
+             size: int, per_epoch: int, total: int, shuffle: bool, rng: np.random.Generator,
+             select: Callable[[np.ndarray], dict[str, np.ndarray]] | None,
+             drawn: dict[int, dict]):
+    """(step index, epoch index, position in epoch, batch, dims, examples) for each step; an
+    epoch's order is drawn when its first batch is asked for (as the step-by-step loop does),
+    noting in `drawn` the rng's state before it."""
+    n = dims[dim] if dim is not None else 1
+    order = np.arange(n)
+    for k in range(total):
+        epoch, pos = divmod(k, per_epoch)
+        if pos == 0 and shuffle and dim is not None:
+            drawn[k] = rng.bit_generator.state
+            order = rng.permutation(n)
+        if dim is None:
+            yield k, epoch, pos, dict(feeds), dict(dims), 1
+        else:
+            idx = order[pos * size: (pos + 1) * size]
+            batch = select(idx) if select is not None else {
+                name: v[idx] for name, v in feeds.items()}
+            yield k, epoch, pos, batch, {**dims, dim: len(idx)}, len(idx)
+
+
+def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int, total: int,
+                   callback: Callback | None, on_epoch_end: Callable[[int], None] | None,
+                   snapshot: Callable[[], object], restore: Callable[[object], None],
+                   rng: np.random.Generator, drawn: dict[int, dict]) -> list[float]:
+    losses: list[float] = []
+    # Snapshots at the start of the previous window and of this one: (params before step
+    # index, token). `ran` keeps each step's batch since the older one, to run steps again.
+    older = None
+    newer = (0, snapshot())
+    ran: dict[int, tuple[dict, dict]] = {}
+    window: list[tuple[int, int, int, int]] = []  # (k, epoch, pos, examples)
+
+    def rewind(target: int, last: int) -> None:
+        """Put back the params before step index `target` (after `target` steps), and the
+        rng as if the loop had stopped after step index `last`."""
+        start, token = newer if newer[0] <= target else older
+        restore(token)
+        for i in range(start, target):
+            step(*ran[i])
+        later = [i for i in drawn if i > last]
+        if later:
+            rng.bit_generator.state = drawn[min(later)]
+
+    started = time.monotonic()
+    for k, epoch, pos, batch, bdims, examples in batches:
+        deferred.queue(batch, bdims, len(window))
+        ran[k] = (batch, bdims)
+        window.append((k, epoch, pos, examples))
+        epoch_end = pos == per_epoch - 1 and on_epoch_end is not None  # it may read params
+        if not (len(window) >= deferred.capacity or epoch_end or k == total - 1
+                or time.monotonic() - started >= deferred.interval_s):
+            continue
+        values = deferred.read(len(window))
+        for (j, ep, ps, ex), value in zip(window, values):
+            loss = float(value)
+            if not math.isfinite(loss):
+                # Step j's loss comes from step j-1's update: keep the params before it.
+                rewind(max(j - 1, 0), j)
+                raise TrainingDiverged(j + 1, loss)
+            losses.append(loss)
+            go_on = callback(j + 1, ep + 1, loss, ex) if callback is not None else None
+            if ps == per_epoch - 1 and on_epoch_end is not None:
+                on_epoch_end(ep + 1)  # the window ends here: the params are step j's
+            if go_on is False:
+                if j != window[-1][0]:  # later steps of the window ran: undo them
+                    rewind(j + 1, j)
+                return losses
+        next_k = window[-1][0] + 1
+        if next_k >= total:
+            break
+        older, newer = newer, (next_k, snapshot())
+        for i in [i for i in ran if i < older[0]]:
+            del ran[i]
+        for i in [i for i in drawn if i < older[0]]:
+            del drawn[i]
+        window = []
+        started = time.monotonic()
     return losses

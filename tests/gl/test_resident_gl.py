@@ -53,13 +53,19 @@ class Spy:
             self.feeds.append(set(feeds))
             return step(graph, roots, feeds, dims)
 
+        step_into = be.step_into
+
+        def spy_step_into(graph, loss, feeds, dims, sink, index):  # a deferred-read step
+            self.feeds.append(set(feeds))
+            return step_into(graph, loss, feeds, dims, sink, index)
+
         def spy_snapshot():
             token = snapshot()
             self.snapshots.append(set(be.store._ring[token[0]]))
             self.held = set(be.store.buffers)
             return token
 
-        be.step, be.snapshot = spy_step, spy_snapshot
+        be.step, be.step_into, be.snapshot = spy_step, spy_step_into, spy_snapshot
 
 
 def test_steps_upload_only_indices_and_the_data_is_freed(gl):

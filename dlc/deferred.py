@@ -1,0 +1,37 @@
+"""Training steps on GL whose losses stay on the GPU until read, a window at a time.
+
+Each queued step copies its loss into one float of a small GPU buffer; `read` waits on a
+fence for the whole window and downloads it in one transfer, so the host does not stall on
+the GPU once per step (`training.train_loop` drives the windows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlc.compiler.train_graph import LR
+
+
+class GLDeferredSteps:
+    def __init__(self, backend, graph, loss_node: int, optimizer, capacity: int,
+                 interval_s: float):
+        from dlc.runtime.storage import Buffer
+
+        self.backend, self.graph, self.loss_node = backend, graph, loss_node
+        self.optimizer = optimizer
+        self.capacity = int(capacity)
+        self.interval_s = float(interval_s)
+        self._sink = Buffer(4 * self.capacity)
+
+    def queue(self, batch: dict[str, np.ndarray], bdims: dict[str, int], index: int) -> None:
+        batch[LR] = np.asarray(self.optimizer.lr, dtype=np.float32)  # read at every step
+        self.backend.step_into(self.graph, self.loss_node, batch, bdims, self._sink, index)
+
+    def read(self, count: int) -> np.ndarray:
+        from dlc.runtime.sync import Fence
+
+        Fence().wait()
+        return self._sink.download(count)
+
+    def close(self) -> None:
+        self._sink.delete()
