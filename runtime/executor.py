@@ -26,6 +26,7 @@ from dlc.runtime.gl import fast
 from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.storage import Buffer, OutOfMemory
+from dlc.runtime.sync import Fence
 
 PERSISTENT = ("param", "state")
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
@@ -248,6 +249,7 @@ class Executor:
         self.producer = {int(t): k for t, k in spec["producer"].items()}
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
+        self._step_fence: Fence | None = None  # the last step_into's end
         self.scratch: dict[int, Buffer] = {}  # kernel index -> its scratch (split reductions)
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
@@ -376,6 +378,11 @@ class Executor:
         of `sink`: nothing is read back, so many steps queue before one read."""
         self.prepare(dims)
         kernels, inputs = self.needs([loss], True)
+        # The previous step may still read the input slots this upload overwrites: NVIDIA's
+        # driver let glBufferSubData race with in-flight dispatches (training diverged from
+        # numpy on the H100), and no glMemoryBarrier orders it. Wait for that step first.
+        if self._step_fence is not None:
+            self._step_fence.wait()
         self._upload(feeds, inputs)
         self._launch(kernels)
         sink.copy_from(self.slot_buffer(self.tensors[loss]["slot"]), 4, 0, 4 * index)
@@ -383,6 +390,7 @@ class Executor:
             gpu_copy_many([(self.store.buffer(c["target"]), self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
                             4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)))
                            for c in self.spec["copies"]])
+        self._step_fence = Fence()
 
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
         """Size the slots for `dims` and upload every input in `feeds` (benchmarks then call
