@@ -77,6 +77,7 @@ float dlc_pow(float x, float y) {
 // cancels (drivers' builtin tanh can cost several times the memory traffic of a kernel).
 float dlc_tanh(float x) {
     float a = abs(x);
+    if (x == 0.0) return x;  // keeps -0 (NVIDIA's optimizer drops the sign through the series)
     if (a < 0.125) {
         float x2 = x * x;
         return x * (1.0 + x2 * (-0.33333333 + x2 * (0.13333333 + x2 * (-0.053968254

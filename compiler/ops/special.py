@@ -27,6 +27,6 @@ _AS = (f"(sign(a) * (1.0 - (((((1.061405429 * {_T} - 1.453152027) * {_T} + 1.421
 _SERIES = ("(1.1283791670955126 * a * (1.0 - a * a * (0.3333333333 - a * a * (0.1 - a * a * "
            "(0.0238095238 - a * a * (0.0046296296 - a * a * (0.0007575758 - a * a * "
            "0.0001068376)))))))")
-GLSL = f"(abs(a) < 0.5 ? {_SERIES} : {_AS})"
+GLSL = f"(a == 0.0 ? a : abs(a) < 0.5 ? {_SERIES} : {_AS})"  # a == 0: keeps -0 on NVIDIA
 
 register(OpDef("erf", "elementwise", lambda ins, a: ins[0], _ref, arity=1, glsl=GLSL))

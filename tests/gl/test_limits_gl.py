@@ -71,7 +71,8 @@ def test_split_reductions_match_the_reference(gl, monkeypatch, expr, where):
     rng = np.random.default_rng(1)
     x = rng.integers(-50, 50, size=(600, 3, 700)).astype(np.float32)  # integer sums: exact
     (got,), (want,) = run_both(f"input x: [B, 3, 700]\ny = {expr}\n", {"x": x}, ["y"])
-    np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{expr} over the {where} axis")
+    # exp makes the mean inexact: float32 sums in another order (and NVIDIA's exp) differ by ~1e-6
+    np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{expr} over the {where} axis")
     # The same program again: the counters were reset for the next launch.
     (again,), _ = run_both(f"input x: [B, 3, 700]\ny = {expr}\n", {"x": x}, ["y"])
     np.testing.assert_array_equal(again, got)
