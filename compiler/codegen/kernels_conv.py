@@ -79,7 +79,7 @@ def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
         return mm.BIG
     if min(m, n) >= 64 and k >= 16:
         return mm.SPLIT if m >= 128 else mm.MEDIUM
-    if 16 <= n < 64 and k >= 32 and math.ceil(m / 128) * math.ceil(n / 32) >= mm.FULL_WAVE:
+    if 16 <= n < 64 and k >= 32 and math.ceil(m / 128) * math.ceil(n / 32) >= mm.FULL_WAVE // 4:
         return THIN_N
     if m >= 64 and k >= mm.THIN_MIN_K and math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES:
         return mm.THIN

@@ -448,11 +448,12 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     add("    }")
     add("    memoryBarrierBuffer();")
     add("    barrier();")
-    add("    if (tid == 0) last_group = atomicAdd(sc.w[tile], 1u) == uint("
-        f"{nz} - 1);")
+    # whether this is the tile's last group, through shared memory (the slabs are done with
+    # it; a variable of its own would take the largest blockings past SHARED_LIMIT)
+    add(f"    if (tid == 0) sm[0].x = atomicAdd(sc.w[tile], 1u) == uint({nz} - 1) ? 1.0 : 0.0;")
     add("    memoryBarrierShared();")
     add("    barrier();")
-    add("    if (!last_group) return;  // the whole group leaves together")
+    add("    if (sm[0].x == 0.0) return;  // the whole group leaves together")
     add("    memoryBarrierBuffer();")
     add(f"    for (int o = tid; o < {area}; o += {blk.threads}) {{")
     add("        float sum = 0.0;")
@@ -464,7 +465,7 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     scratch = len(ctx.binding)
     ctx.scratch_buffers = 1
     return [f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
-            "  // scratch: a counter per tile, then the partial tiles", "shared bool last_group;"]
+            "  // scratch: a counter per tile, then the partial tiles"]
 
 
 def _shared(base: int, width: int):

@@ -142,6 +142,20 @@ def test_a_small_filter_over_a_long_sum_splits_k_by_itself(gl):
     line = _kernel_line("conv2d_grad_filter", xs, ws, attrs)
     assert "K-chunks of 512" in line, line
     _run_twice("conv2d_grad_filter", xs, ws, attrs, {})
+    # [3, 3, 16, 64]: 144 x 64 outputs in two 128x64 tiles, K = 576 in 2 chunks
+    xs, ws = (4, 12, 12, 16), (3, 3, 16, 64)
+    line = _kernel_line("conv2d_grad_filter", xs, ws, attrs)
+    assert "128x64 tiles" in line and "K-chunks of 288" in line, line
+    _run_twice("conv2d_grad_filter", xs, ws, attrs, {})
+
+
+def test_thin_tiles_for_an_input_gradient_with_few_channels(gl):
+    # 24 input channels (n = 24: a 32-wide tile, part empty), 48 x 48 pixels: rows past the
+    # last full tile and columns past n
+    xs, ws, attrs = (2, 48, 45, 24), (3, 3, 24, 8), {"stride": (1, 1), "padding": "same"}
+    line = _kernel_line("conv2d_grad_input", xs, ws, attrs)
+    assert "128x32 tiles" in line, line
+    _run_twice("conv2d_grad_input", xs, ws, attrs, {})
 
 
 def test_the_cnn_steps_slow_kernels_take_thin_tiles_and_split_k():
