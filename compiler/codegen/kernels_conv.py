@@ -79,7 +79,7 @@ def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
         return mm.BIG
     if min(m, n) >= 64 and k >= 16:
         return mm.SPLIT if m >= 128 else mm.MEDIUM
-    if 16 <= n < 64 and k >= 32 and math.ceil(m / 128) * math.ceil(n / 32) >= mm.FULL_WAVE // 4:
+    if 16 <= n < 64 and k >= 32 and m >= 8 * THIN_N.tm:  # (3x the thin 16x16 on llvmpipe)
         return THIN_N
     if m >= 64 and k >= mm.THIN_MIN_K and math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES:
         return mm.THIN
@@ -87,11 +87,13 @@ def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
 
 
 def _split_chunk(op: str, blk: mm.Blocking, m: int, n: int, k: int) -> int:
-    """The K-chunk of a filter gradient split across work groups (0: no split): when its
-    tiles alone would leave the GPU mostly idle, enough chunks to make about SPLIT_GROUPS
-    groups, each at least SPLIT_MIN_SLABS K-slabs long."""
+    """The K-chunk of a product split across work groups (0: no split): when its tiles alone
+    would leave the GPU mostly idle (a filter gradient's few tiles, any conv's very few),
+    enough chunks to make about SPLIT_GROUPS groups, each at least SPLIT_MIN_SLABS K-slabs
+    long."""
     tiles = math.ceil(m / blk.tm) * math.ceil(n / blk.tn)
-    if op != "conv2d_grad_filter" or tiles >= SPLIT_GROUPS // 2:
+    few = SPLIT_GROUPS // 2 if op == "conv2d_grad_filter" else mm.FULL_WAVE // 4
+    if tiles >= few:
         return 0
     chunks = min(SPLIT_GROUPS // tiles, k // (SPLIT_MIN_SLABS * blk.bk))
     if chunks < 2:
