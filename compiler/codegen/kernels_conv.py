@@ -10,8 +10,14 @@ coordinates and read the tensor where it lies (zero in the padding). For groups 
                     stride skips it), B = the filter read as [tap, Cout] x Cin.
 - filter gradient:  rows = KH*KW*Cin, K = B*OH*OW, cols = Cout; A = the input under each tap,
                     B = the output gradient viewed as [K, Cout]. K is long and the output
-                    small, so it takes the thin blocking (K-groups inside each work group,
-                    added in a fixed order: deterministic).
+                    small: a filter under 64 wide takes the thin blocking (K-groups inside
+                    each work group), and when its tiles are too few to fill the GPU, K is
+                    also split across work groups (kernels_matmul.render_gemm's `split`:
+                    partials in a scratch buffer, added in chunk order by the last group of
+                    each tile, so the sums are deterministic).
+
+An input gradient with 16 to 63 input channels takes 128x32 tiles (THIN_N), not 64-wide
+ones half empty.
 
 In every case the GEMM's [rows, cols] result is the op's NHWC (or filter) layout, so the
 fused epilogue (bias, relu, ...) sees flat output positions as the direct kernels do.
