@@ -487,9 +487,15 @@ def chunks(grid: dict, dims: Mapping[str, int]) -> int:
 
 def scratch_words(grid: dict, dims: Mapping[str, int]) -> int:
     """The 4-byte words of scratch a kernel needs bound after its slots (0: none): a counter
-    per output, then `scratch` words per (output, chunk)."""
+    per output, then `scratch` words per (output, chunk); for a tiled (split-K) grid, whose z
+    axis numbers the K-chunks, a counter per tile, then `scratch` words per (tile element,
+    chunk)."""
     if "scratch" not in grid:
         return 0
+    if "tiles" in grid:  # a split-K GEMM: a counter per tile, a partial tile per (tile, K-chunk)
+        x, y, z = tile_counts(grid, dims)
+        area = int(grid["tiles"][0][1]) * int(grid["tiles"][1][1])
+        return x * y + x * y * z * area * int(grid["scratch"])
     outputs = eval_size(grid["flat"], dims)
     return outputs + outputs * chunks(grid, dims) * int(grid["scratch"])
 

@@ -491,6 +491,8 @@ class _Manifest:
                     self.fail(f"{f}.tiles[{i}]", "must be [size, tile]")
                 self.size(t[0], f"{f}.tiles[{i}][0]", dims)
                 self.int(t[1], f"{f}.tiles[{i}][1]", 1)
+            if "scratch" in g:  # a split-K GEMM's partial tiles (kernels_matmul._split_k)
+                self.int(g["scratch"], f"{f}.scratch", 1, 1)
         elif "flat" in g:
             self.obj(g, f, required=("per_group",))
             self.size(g["flat"], f"{f}.flat", dims)

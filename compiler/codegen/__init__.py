@@ -39,7 +39,8 @@ def render_kernel(plan: Plan, index: int, dims: Mapping[str, int],
         return kernels_matmul.render(ctx, options.get("matmul"), options.get("blocking"),
                                      options.get("prefetch", True))
     if kernel.kind == "window":
-        return kernels_window.render(ctx, options.get("conv"), options.get("conv_blocking"))
+        return kernels_window.render(ctx, options.get("conv"), options.get("conv_blocking"),
+                                     options.get("conv_split"))
     raise AssertionError(f"no template for {kernel.kind} kernels")
 
 

@@ -10,8 +10,14 @@ coordinates and read the tensor where it lies (zero in the padding). For groups 
                     stride skips it), B = the filter read as [tap, Cout] x Cin.
 - filter gradient:  rows = KH*KW*Cin, K = B*OH*OW, cols = Cout; A = the input under each tap,
                     B = the output gradient viewed as [K, Cout]. K is long and the output
-                    small, so it takes the thin blocking (K-groups inside each work group,
-                    added in a fixed order: deterministic).
+                    small: a filter under 64 wide takes the thin blocking (K-groups inside
+                    each work group), and when its tiles are too few to fill the GPU, K is
+                    also split across work groups (kernels_matmul.render_gemm's `split`:
+                    partials in a scratch buffer, added in chunk order by the last group of
+                    each tile, so the sums are deterministic).
+
+An input gradient with 16 to 63 input channels takes 128x32 tiles (THIN_N), not 64-wide
+ones half empty.
 
 In every case the GEMM's [rows, cols] result is the op's NHWC (or filter) layout, so the
 fused epilogue (bias, relu, ...) sees flat output positions as the direct kernels do.
@@ -37,34 +43,68 @@ def applies(node, variant: str | None) -> bool:
 
 
 def render(ctx: Context, node, p: dict, variant: str | None = None,
-           blocking: tuple | None = None) -> KernelSource | None:
-    """The GEMM kernel, or None when the sizes suit the direct kernel better (auto choice)."""
+           blocking: tuple | None = None, split: int | None = None) -> KernelSource | None:
+    """The GEMM kernel, or None when the sizes suit the direct kernel better (auto choice).
+    `blocking` forces a blocked shape, `split` a split-K chunk (0: none)."""
     gemm, rows, k_shape = _GEMMS[node.op](ctx, node, p)
-    if blocking is not None:
-        return mm.render_gemm(ctx, gemm, mm.Blocking(*blocking))
     dims = ctx.plan.ref_dims
     m = eval_size(size_of(rows), dims)
     n = int(gemm.N)
     k = eval_size(size_of(k_shape), dims)
-    blk = _blocking(node.op, m, n, k)
-    if blk is None:
-        if variant != "gemm":
-            return None
-        blk = mm.MEDIUM  # forced: exact at any size
+    if blocking is not None:
+        blk = mm.Blocking(*blocking)
+    else:
+        blk = _blocking(node.op, m, n, k)
+        if blk is None:
+            if variant != "gemm":
+                return None
+            blk = mm.MEDIUM  # forced: exact at any size
+    if split is None:
+        split = _split_chunk(node.op, blk, m, n, k)
+    if split:
+        chunk = -(-split // blk.bk) * blk.bk
+        return mm.render_gemm(ctx, gemm, blk, split=(list(size_of(k_shape)), chunk))
     return mm.render_gemm(ctx, gemm, blk)
+
+
+# 128 x 32 tiles, 8 x 4 outputs an invocation, 2 K-groups: for outputs of 16 to 63 columns
+# (an input gradient with few input channels) over many rows, where 64-wide tiles would
+# leave half their columns empty.
+THIN_N = mm.Blocking(128, 32, 32, 8, 4, 2)
+SPLIT_GROUPS = 4 * mm.FULL_WAVE  # work groups a split-K product aims at
+SPLIT_MIN_SLABS = 8  # K-slabs each chunk keeps, at least
 
 
 def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
     if op == "conv2d_grad_filter" and k >= mm.THIN_MIN_K and (
             math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES):
+        if min(m, n) >= 64:  # enough of a tile for the blocked shapes; split-K fills the GPU
+            return mm.SPLIT if m >= 128 else mm.MEDIUM
         return mm.THIN  # a small filter over a long sum: K-groups share each tile
     if min(m, n) >= 128 and k >= 8 and math.ceil(m / 128) * math.ceil(n / 128) >= mm.FULL_WAVE:
         return mm.BIG
     if min(m, n) >= 64 and k >= 16:
         return mm.SPLIT if m >= 128 else mm.MEDIUM
+    if 16 <= n < 64 and k >= 32 and m >= 8 * THIN_N.tm:  # (3x the thin 16x16 on llvmpipe)
+        return THIN_N
     if m >= 64 and k >= mm.THIN_MIN_K and math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES:
         return mm.THIN
     return None
+
+
+def _split_chunk(op: str, blk: mm.Blocking, m: int, n: int, k: int) -> int:
+    """The K-chunk of a product split across work groups (0: no split): when its tiles alone
+    would leave the GPU mostly idle (a filter gradient's few tiles, any conv's very few),
+    enough chunks to make about SPLIT_GROUPS groups, each at least SPLIT_MIN_SLABS K-slabs
+    long."""
+    tiles = math.ceil(m / blk.tm) * math.ceil(n / blk.tn)
+    few = SPLIT_GROUPS // 2 if op == "conv2d_grad_filter" else mm.FULL_WAVE // 4
+    if tiles >= few:
+        return 0
+    chunks = min(SPLIT_GROUPS // tiles, k // (SPLIT_MIN_SLABS * blk.bk))
+    if chunks < 2:
+        return 0
+    return -(-k // chunks)
 
 
 def _epilogue(ctx: Context, N: str, rows: tuple, how: str, what: str):

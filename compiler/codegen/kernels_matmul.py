@@ -291,9 +291,19 @@ def matmul_gemm(ctx: Context) -> Gemm:
                 None, lambda how: _describe(geo, how))
 
 
-def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -> KernelSource:
-    """The blocked template over any operand accessors (matmul, conv as implicit GEMM)."""
+def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True,
+                split: tuple | None = None) -> KernelSource:
+    """The blocked template over any operand accessors (matmul, conv as implicit GEMM).
+
+    `split` = (K as a size list, chunk): split-K across work groups, for a small output over
+    a long K (a conv's filter gradient). The grid's z axis then numbers K-chunks of `chunk`
+    (a multiple of the K-slab), not batches (the GEMM must have none): each group writes its
+    partial tile to a scratch buffer the runtime binds after the slots, and the last group to
+    finish a tile (counted with an atomic) adds the partials in chunk order, so the sums do
+    not depend on scheduling, and runs the epilogue once per output."""
     M, N, K = gm_.M, gm_.N, gm_.K
+    if split is not None:
+        assert gm_.grid is not None and split[1] % blk.bk == 0, (split, blk)
     funcs = gm_.funcs
     T, TG, KS = blk.threads, blk.group_threads, blk.ks
     assert blk.bk % KS == 0 and KS & (KS - 1) == 0, blk
@@ -317,7 +327,13 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -
         add("    int t = tid;")
     add(f"    int tx = t % {tx_count}, ty = t / {tx_count};")
     add(f"    int n0 = int(gl_WorkGroupID.x) * {blk.tn}, m0 = int(gl_WorkGroupID.y) * {blk.tm};")
-    add("    int bz = int(gl_WorkGroupID.z);")
+    if split is None:
+        add("    int bz = int(gl_WorkGroupID.z);")
+        k_end = K
+    else:
+        add(f"    int bz = 0, kz = int(gl_WorkGroupID.z), k_end = min({K}, (kz + 1) * {split[1]});"
+            "  // this group's K-chunk")
+        k_end = "k_end"
     # acc<i>_<j>: row i of this invocation's block, columns 4j..4j+3 (plain variables, so
     # they stay in registers)
     for i in range(blk.rm):
@@ -335,10 +351,10 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -
     body.extend("    " + x for x in decls)
     for r in regs:
         add(f"    vec4 {r};")
-    add("    int k0 = 0;")
+    add("    int k0 = 0;" if split is None else f"    int k0 = kz * {split[1]};")
     if prefetch:
         body.extend("    " + x for x in fetch)
-    add(f"    for (; k0 < {K}; k0 += {blk.bk}) {{")
+    add(f"    for (; k0 < {k_end}; k0 += {blk.bk}) {{")
     if not prefetch:
         body.extend("        " + x for x in fetch)
     body.extend("        " + x for x in stash)
@@ -346,7 +362,7 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -
     add("        barrier();")
     if prefetch:
         add(f"        int k1 = k0 + {blk.bk};")
-        add(f"        if (k1 < {K}) {{  // fetch the next slab while this one is multiplied")
+        add(f"        if (k1 < {k_end}) {{  // fetch the next slab while this one is multiplied")
         body.extend("            " + x for x in fetch_next)
         add("        }")
     if KS > 1:
@@ -368,14 +384,21 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -
     add("    }")
     if KS > 1:
         body.extend(_add_k_groups(blk))
-        add("    if (ks != 0) return;  // K-group 0 holds the sums")
+        if split is None:
+            add("    if (ks != 0) return;  // K-group 0 holds the sums")
     # Stores through the epilogue, each element bounds-checked.
     for i in range(blk.rm):
         g, c = divmod(i, 4)
         add(f"    int row{i} = m0 + 4 * {_lane('ty', g, blk.tm // 4 // gm)} + {c};")
     for j in range(gn):
         add(f"    int col{j} = n0 + 4 * {_lane('tx', j, blk.tn // 4 // gn)};")
-    for i in range(blk.rm):
+    grid = gm_.grid(blk.tm, blk.tn) if gm_.grid else _grid(geometry(ctx), blk.tm, blk.tn)
+    extra_split: list[str] = []
+    if split is not None:
+        grid["tiles"][2] = [list(split[0]), split[1]]
+        grid["scratch"] = 1
+        extra_split = _split_k(ctx, gm_, blk, grid, body)
+    for i in range(blk.rm if split is None else 0):
         add(f"    if (row{i} < {M}) {{")
         for j in range(gn):
             for c in range(4):
@@ -392,11 +415,57 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True) -
         extra.append(f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
                      f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4")
     how = (f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
-           f"K-slabs of {blk.bk}" + (f" split among {KS} K-groups" if KS > 1 else ""))
-    lines = header(ctx, gm_.describe(how), (T, 1, 1), extra) + funcs
+           f"K-slabs of {blk.bk}" + (f" split among {KS} K-groups" if KS > 1 else "")
+           + (f", K-chunks of {split[1]} across work groups" if split else ""))
+    lines = header(ctx, gm_.describe(how), (T, 1, 1), extra + extra_split) + funcs
     lines += ["void main() {", *body, "}"]
-    grid = gm_.grid(blk.tm, blk.tn) if gm_.grid else _grid(geometry(ctx), blk.tm, blk.tn)
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, (T, 1, 1))
+
+
+def _tile_count(grid: dict, axis: int) -> str:
+    """The tiles along a grid axis as GLSL (glsl.wrap_tiles declares the uniform it names)."""
+    size, tile = grid["tiles"][axis]
+    return str(-(-int(size[0]) // int(tile))) if len(size) == 1 else f"dlc_tiles_{'xyz'[axis]}"
+
+
+def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]) -> list[str]:
+    """The end of a split-K group (render_gemm): its partial tile to scratch, then, in the
+    last group of the tile, the partials added in chunk order and handed to the epilogue.
+    Scratch: a counter per tile, then a [tm * tn] partial per (tile, chunk). Returns the
+    declarations it needs."""
+    add = body.append
+    gn = blk.rn // 4
+    nx, ny, nz = (_tile_count(grid, a) for a in range(3))
+    area = blk.tm * blk.tn
+    add(f"    int tile = int(gl_WorkGroupID.y) * {nx} + int(gl_WorkGroupID.x);")
+    add(f"    int parts = {nx} * {ny} + tile * {nz} * {area};  // this tile's partials")
+    add("    if (ks == 0) {" if blk.ks > 1 else "    {")
+    for i in range(blk.rm):
+        for j in range(gn):
+            for c in range(4):
+                add(f"        sc.w[parts + kz * {area} + (row{i} - m0) * {blk.tn} + col{j} - n0 + {c}]"
+                    f" = floatBitsToUint(acc{i}_{j}.{'xyzw'[c]});")
+    add("    }")
+    add("    memoryBarrierBuffer();")
+    add("    barrier();")
+    # whether this is the tile's last group, through shared memory (the slabs are done with
+    # it; a variable of its own would take the largest blockings past SHARED_LIMIT)
+    add(f"    if (tid == 0) sm[0].x = atomicAdd(sc.w[tile], 1u) == uint({nz} - 1) ? 1.0 : 0.0;")
+    add("    memoryBarrierShared();")
+    add("    barrier();")
+    add("    if (sm[0].x == 0.0) return;  // the whole group leaves together")
+    add("    memoryBarrierBuffer();")
+    add(f"    for (int o = tid; o < {area}; o += {blk.threads}) {{")
+    add("        float sum = 0.0;")
+    add(f"        for (int q = 0; q < {nz}; ++q) sum += uintBitsToFloat(sc.w[parts + q * {area} + o]);")
+    add(f"        int row = m0 + o / {blk.tn}, col = n0 + o % {blk.tn};")
+    add(f"        if (row < {gm_.M} && col < {gm_.N}) " + gm_.store("row", "col", "sum"))
+    add("    }")
+    add("    if (tid == 0) sc.w[tile] = 0u;  // ready for the next launch")
+    scratch = len(ctx.binding)
+    ctx.scratch_buffers = 1
+    return [f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
+            "  // scratch: a counter per tile, then the partial tiles"]
 
 
 def _shared(base: int, width: int):

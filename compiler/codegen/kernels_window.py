@@ -13,7 +13,8 @@ from . import kernels_conv
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, global_index, header, kernel_source
 
 
-def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = None) -> KernelSource:
+def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = None,
+           conv_split: int | None = None) -> KernelSource:
     """`conv` ("gemm" / "direct") forces how conv2d and its gradients run; by default they
     take the implicit GEMM (kernels_conv.py) where the sizes fill its tiles."""
     g = ctx.graph
@@ -21,7 +22,8 @@ def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = 
     if kernels_conv.applies(node, conv):
         x_shape = node.attr("x_shape") if node.op == "conv2d_grad_input" else g.nodes[node.inputs[0]].shape
         k = (node.attr("w_shape") if node.op == "conv2d_grad_filter" else g.nodes[node.inputs[1]].shape)[:2]
-        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking)
+        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking,
+                                   conv_split)
         if out is not None:
             return out
     epi = Emitter(ctx, anchor_value="value")

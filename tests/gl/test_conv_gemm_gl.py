@@ -92,3 +92,79 @@ def test_large_convs_take_the_gemm_and_small_ones_the_direct_kernel():
     assert "implicit GEMM" not in _kernel_line("conv2d", *small)
     grouped = ((2, 9, 9, 8), (3, 3, 4, 8), {"stride": (1, 1), "padding": "same", "groups": 2})
     assert "implicit GEMM" not in _kernel_line("conv2d", *grouped, options={"conv": "gemm"})
+
+
+def _run_twice(op, xs, ws, attrs, options, seeds=(0, 1), batch_symbolic=False, batch=None):
+    """The kernel on two sets of feeds, each against the reference; then the first feeds
+    again, which must give the same bits (split-K adds its partials in a fixed order)."""
+    from dlc.gl_backend import GLBackend
+
+    g, y, shapes = _graph(op, xs, ws, attrs, batch_symbolic=batch_symbolic)
+    backend = GLBackend(options)
+    dims = {"B": batch} if batch_symbolic else {}
+    got = []
+    for seed in (*seeds, seeds[0]):
+        rng = np.random.default_rng(seed)
+        feeds = {f"a{i}": rng.normal(size=((batch or s[0]), *s[1:]) if s is not ws else s)
+                 .astype(np.float32) for i, s in enumerate(shapes)}
+        (out,) = backend.run(g, [y], feeds, dims)
+        want = evaluate(g, [y], feeds, dims)[y]
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
+                                   err_msg=f"{op} {options} seed {seed}")
+        got.append(out)
+    backend.close()
+    assert np.array_equal(got[0], got[-1]), "split-K sums differ between two runs"
+
+
+@pytest.mark.parametrize("blocking", [(16, 16, 64, 4, 4, 16), (64, 64, 32, 4, 4),
+                                      (128, 32, 32, 8, 4, 2)], ids=str)
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_grad_input", "conv2d_grad_filter"])
+def test_split_k_across_work_groups(gl, op, blocking):
+    # geometry 0: K is 72 (forward), 108 (input gradient), 80 (filter gradient): 2 to 4
+    # chunks of one K-slab each, the last one partial
+    xs, ws, attrs = GEOMETRIES[0]
+    options = {"conv": "gemm", "conv_blocking": blocking, "conv_split": blocking[2]}
+    assert "K-chunks" in _kernel_line(op, xs, ws, attrs, options)
+    _run_twice(op, xs, ws, attrs, options)
+
+
+def test_split_k_with_a_symbolic_batch(gl):
+    # the number of K-chunks (the grid's z) follows the batch bound at run time
+    xs, ws, attrs = GEOMETRIES[1]
+    options = {"conv": "gemm", "conv_blocking": (16, 16, 64, 4, 4, 16), "conv_split": 64}
+    for batch in (3, 9):
+        _run_twice("conv2d_grad_filter", xs, ws, attrs, options, batch_symbolic=True, batch=batch)
+
+
+def test_a_small_filter_over_a_long_sum_splits_k_by_itself(gl):
+    # [3, 3, 1, 8] from 8 images of 16 x 16: one 16x16 tile, K = 2048 in 4 chunks
+    xs, ws, attrs = (8, 16, 16, 1), (3, 3, 1, 8), {"stride": (1, 1), "padding": "same"}
+    line = _kernel_line("conv2d_grad_filter", xs, ws, attrs)
+    assert "K-chunks of 512" in line, line
+    _run_twice("conv2d_grad_filter", xs, ws, attrs, {})
+    # [3, 3, 16, 64]: 144 x 64 outputs in two 128x64 tiles, K = 576 in 2 chunks
+    xs, ws = (4, 12, 12, 16), (3, 3, 16, 64)
+    line = _kernel_line("conv2d_grad_filter", xs, ws, attrs)
+    assert "128x64 tiles" in line and "K-chunks of 288" in line, line
+    _run_twice("conv2d_grad_filter", xs, ws, attrs, {})
+
+
+def test_thin_tiles_for_an_input_gradient_with_few_channels(gl):
+    # 24 input channels (n = 24: a 32-wide tile, part empty), 48 x 48 pixels: rows past the
+    # last full tile and columns past n
+    xs, ws, attrs = (2, 48, 45, 24), (3, 3, 24, 8), {"stride": (1, 1), "padding": "same"}
+    line = _kernel_line("conv2d_grad_input", xs, ws, attrs)
+    assert "128x32 tiles" in line, line
+    _run_twice("conv2d_grad_input", xs, ws, attrs, {})
+
+
+def test_the_cnn_steps_slow_kernels_take_thin_tiles_and_split_k():
+    # the issue's CNN at batch 256: the 32->64 input gradient has only 32 columns (thin
+    # 128x32 tiles, not the direct kernel), the 1->32 and 32->64 filter gradients have few
+    # tiles over a K of 200704 and 50176 (split across work groups)
+    same = {"stride": (1, 1), "padding": "same"}
+    line = _kernel_line("conv2d_grad_input", (256, 14, 14, 32), (5, 5, 32, 64), same)
+    assert "implicit GEMM" in line and "128x32 tiles" in line, line
+    for xs, ws in (((256, 28, 28, 1), (5, 5, 1, 32)), ((256, 14, 14, 32), (5, 5, 32, 64))):
+        line = _kernel_line("conv2d_grad_filter", xs, ws, same)
+        assert "K-chunks" in line, line

@@ -324,3 +324,16 @@ def test_the_cli_prints_a_dlc_error_not_an_internal_one(art, tmp_path):
 
 def test_artifact_errors_are_dlc_errors():
     assert issubclass(ArtifactError, DlcError)
+
+
+def test_a_split_k_conv_gradients_scratch_is_read_back_and_checked(tmp_path):
+    # cnn_digits' first filter gradient splits its K (B * 64) across work groups: a tiled
+    # grid with a scratch buffer (compiler/codegen/kernels_matmul.py, _split_k)
+    out = tmp_path / "cnn.dlc"
+    write_artifact(dlc.compile(str(MLP.with_name("cnn_digits.dl"))), out, train_loss="cost",
+                   optimizer=dlc.SGD(0.1))
+    kernels = read_artifact(out).manifest["programs"]["train"]["kernels"]
+    split = [i for i, k in enumerate(kernels) if "tiles" in k["grid"] and "scratch" in k["grid"]]
+    assert split, "no split-K kernel in the CNN's train program"
+    edit(out, _set(["programs", "train", "kernels", split[0], "grid", "scratch"], 2))
+    refused(out, rf"programs\.train\.kernels\[{split[0]}\]\.grid\.scratch: 2 is out of range \(1 to 1\)")
