@@ -21,6 +21,7 @@ Two templates, both exact for any size (every load and store is bounds-checked):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -266,8 +267,21 @@ def _render_tile16(ctx: Context) -> KernelSource:
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
 
 
+# A K loop longer than this is split across work groups: llvmpipe silently stops an invocation
+# after 65535 loop iterations (a 64x70000x64 product came out wrong), and other drivers'
+# watchdogs dislike long invocations too.
+LONG_K = 16384
+
+
 def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> KernelSource:
-    return render_gemm(ctx, matmul_gemm(ctx), blk, prefetch)
+    gm_ = matmul_gemm(ctx)
+    geo = geometry(ctx)
+    k = geo.k
+    if geo.batch is None and isinstance(k, int) and k > LONG_K:
+        chunk = -(-LONG_K // blk.bk) * blk.bk
+        gm_ = dataclasses.replace(gm_, grid=lambda tm, tn: _grid(geo, tm, tn))
+        return render_gemm(ctx, gm_, blk, prefetch, split=([k], chunk))
+    return render_gemm(ctx, gm_, blk, prefetch)
 
 
 def matmul_gemm(ctx: Context) -> Gemm:

@@ -169,3 +169,14 @@ def test_a_long_middle_axis_with_many_outputs_is_not_one_invocations_loop(gl, ex
     x = rng.integers(-50, 50, size=(30, 5000, 10)).astype(np.float32)
     (got,), (want,) = run_both(f"input x: [B, 5000, 10]\ny = {expr}\n", {"x": x}, ["y"])
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_matmul_over_a_long_k_is_exact(gl):
+    # K = 70000: one invocation's loop would pass llvmpipe's 65535-iteration cap; the product is
+    # split across work groups (kernels_matmul.LONG_K) and the relu epilogue runs once.
+    rng = np.random.default_rng(3)
+    a = rng.integers(-2, 3, size=(64, 70000)).astype(np.float32)  # integer sums: exact
+    b = rng.integers(-2, 3, size=(70000, 64)).astype(np.float32)
+    model = dlc.compile("input a: [64, 70000]\ninput b: [70000, 64]\nc = relu(a @ b)\n")
+    (c,) = dlc.Session(model, backend="gl").eval(["c"], {"a": a, "b": b}).values()
+    np.testing.assert_array_equal(c, np.maximum(a.astype(np.float64) @ b, 0))

@@ -19,4 +19,5 @@ def test_a_1000_term_sum_and_deep_nesting_evaluate_on_gl(gl):
     want = dlc.Session(model, backend="numpy").eval(["y", "z"], {"x": x})
     np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5)
     np.testing.assert_allclose(got["y"], sum(k % 5 for k in range(1000)) * x, rtol=1e-5)
-    np.testing.assert_allclose(got["z"], want["z"], rtol=1e-4, atol=1e-6)
+    # 600 nested sins: a GPU's sin (NVIDIA's is an approximation) drifts by ~3e-4 from NumPy's
+    np.testing.assert_allclose(got["z"], want["z"], rtol=1e-3, atol=1e-6)
