@@ -38,8 +38,10 @@ def cnn_rows(bg, batch: int, reps: int, torch, skip) -> list[dict]:
     import dlc
 
     rng = np.random.default_rng(0)
-    data = {"x": rng.normal(size=(batch, 28, 28, 1)).astype(np.float32),
-            "label": rng.integers(0, 10, size=batch).astype(np.float32)}
+    data = {
+        "x": rng.normal(size=(batch, 28, 28, 1)).astype(np.float32),
+        "label": rng.integers(0, 10, size=batch).astype(np.float32),
+    }
     model = dlc.compile(CNN)
     sess = dlc.Session(model, backend="gl", seed=0)
     opt = dlc.SGD(0.01)
@@ -50,20 +52,36 @@ def cnn_rows(bg, batch: int, reps: int, torch, skip) -> list[dict]:
     dims = {"B": batch}
     compiled, ex = backend.program(step, [loss], True, dims)
     backend.step(step, [loss], {**data, "$lr": np.asarray(0.01, np.float32)}, dims)
-    rows = [{"row": f"cnn SGD step, batch {batch}", "impl": "dlc GL kernels (GPU time)",
-             "ms": bg.gl_gpu_ms(ex.launch, reps), "kernels": len(compiled.kernels)}]
+    rows = [
+        {
+            "row": f"cnn SGD step, batch {batch}",
+            "impl": "dlc GL kernels (GPU time)",
+            "ms": bg.gl_gpu_ms(ex.launch, reps),
+            "kernels": len(compiled.kernels),
+        }
+    ]
     bg.KERNEL_TABLES[f"CNN SGD step, batch {batch}"] = bg.per_kernel(ex)
     g = model.graph
     fwd, fex = backend.program(g, [g.names["cost"]], False, dims)
     fex.run(data, dims, [g.names["cost"]])  # uploads the batch; the params are in place
-    rows.append({"row": f"cnn forward, batch {batch}", "impl": "dlc GL kernels (GPU time)",
-                 "ms": bg.gl_gpu_ms(fex.launch, reps), "kernels": len(fwd.kernels)})
+    rows.append(
+        {
+            "row": f"cnn forward, batch {batch}",
+            "impl": "dlc GL kernels (GPU time)",
+            "ms": bg.gl_gpu_ms(fex.launch, reps),
+            "kernels": len(fwd.kernels),
+        }
+    )
     backend.close()
     if "numpy" not in skip:
         ns = dlc.Session(model, backend="numpy", seed=0)
-        rows.append({"row": f"cnn SGD step, batch {batch}", "impl": "NumPy backend",
-                     "ms": bg.median_ms(lambda: ns.train(data, optimizer=opt, batch_size=batch,
-                                                         steps=1), 2, warmup=1)})
+        rows.append(
+            {
+                "row": f"cnn SGD step, batch {batch}",
+                "impl": "NumPy backend",
+                "ms": bg.median_ms(lambda: ns.train(data, optimizer=opt, batch_size=batch, steps=1), 2, warmup=1),
+            }
+        )
     if torch is not None:
         rows += _torch_cnn(bg, torch, data, batch, reps)
     return rows
@@ -72,9 +90,18 @@ def cnn_rows(bg, batch: int, reps: int, torch, skip) -> list[dict]:
 def _torch_cnn(bg, torch, data, batch, reps) -> list[dict]:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     nn, F = torch.nn, torch.nn.functional
-    net = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                        nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10)).to(dev)
+    net = nn.Sequential(
+        nn.Conv2d(1, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(3136, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
+    ).to(dev)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     x = torch.from_numpy(data["x"]).permute(0, 3, 1, 2).contiguous().to(dev)
     y = torch.from_numpy(data["label"]).long().to(dev)
@@ -89,21 +116,33 @@ def _torch_cnn(bg, torch, data, batch, reps) -> list[dict]:
         with torch.no_grad():
             F.cross_entropy(net(x), y)
 
-    return [{"row": f"cnn SGD step, batch {batch}", "impl": f"PyTorch eager ({dev})",
-             "ms": bg.torch_gpu_ms(torch, step, reps)},
-            {"row": f"cnn forward, batch {batch}", "impl": f"PyTorch eager ({dev})",
-             "ms": bg.torch_gpu_ms(torch, forward, reps)}]
+    return [
+        {
+            "row": f"cnn SGD step, batch {batch}",
+            "impl": f"PyTorch eager ({dev})",
+            "ms": bg.torch_gpu_ms(torch, step, reps),
+        },
+        {
+            "row": f"cnn forward, batch {batch}",
+            "impl": f"PyTorch eager ({dev})",
+            "ms": bg.torch_gpu_ms(torch, forward, reps),
+        },
+    ]
 
 
 # (name, x [B, H, W, Cin], filter [kh, kw, Cin / groups, Cout], groups)
 def conv_cases(small: bool) -> list[tuple]:
     if small:
-        return [("resnet 3x3 64->64", (2, 14, 14, 64), (3, 3, 64, 64), 1),
-                ("cnn 5x5 32->64", (4, 28, 28, 32), (5, 5, 32, 64), 1),
-                ("depthwise 3x3 x128", (2, 14, 14, 128), (3, 3, 1, 128), 128)]
-    return [("resnet 3x3 64->64", (32, 56, 56, 64), (3, 3, 64, 64), 1),
-            ("cnn 5x5 32->64", (64, 28, 28, 32), (5, 5, 32, 64), 1),
-            ("depthwise 3x3 x128", (32, 56, 56, 128), (3, 3, 1, 128), 128)]
+        return [
+            ("resnet 3x3 64->64", (2, 14, 14, 64), (3, 3, 64, 64), 1),
+            ("cnn 5x5 32->64", (4, 28, 28, 32), (5, 5, 32, 64), 1),
+            ("depthwise 3x3 x128", (2, 14, 14, 128), (3, 3, 1, 128), 128),
+        ]
+    return [
+        ("resnet 3x3 64->64", (32, 56, 56, 64), (3, 3, 64, 64), 1),
+        ("cnn 5x5 32->64", (64, 28, 28, 32), (5, 5, 32, 64), 1),
+        ("depthwise 3x3 x128", (32, 56, 56, 128), (3, 3, 1, 128), 128),
+    ]
 
 
 def _op_graph(op, xs, ws, groups):
@@ -145,13 +184,14 @@ def conv_kernel_rows(bg, small: bool, reps: int, torch, skip) -> list[dict]:
             ms = bg.gl_gpu_ms(ex.launch, reps)
             how = prog.kernels[0].source.split("\n")[1].split(": ", 1)[-1][:90]
             row = f"{name} {op.replace('conv2d', 'conv').replace('_', ' ')}"
-            rows.append({"row": row, "impl": f"dlc GL ({how})", "ms": ms,
-                         "TFLOP/s": 2 * macs / ms / 1e9})
+            rows.append({"row": row, "impl": f"dlc GL ({how})", "ms": ms, "TFLOP/s": 2 * macs / ms / 1e9})
             ex.delete()
             # the matmul with the same multiply-adds
-            m, k, n = {"conv2d": (bsz * h * w, kh * kw * ws[2], cout),
-                       "conv2d_grad_input": (bsz * h * w, kh * kw * cout, cin),
-                       "conv2d_grad_filter": (kh * kw * cin, bsz * h * w, cout)}[op]
+            m, k, n = {
+                "conv2d": (bsz * h * w, kh * kw * ws[2], cout),
+                "conv2d_grad_input": (bsz * h * w, kh * kw * cout, cin),
+                "conv2d_grad_filter": (kh * kw * cin, bsz * h * w, cout),
+            }[op]
             if groups > 1:  # depthwise: the same multiply-adds as [B*H*W, 9] x [9, C]
                 m, k, n = bsz * h * w, kh * kw, groups
             a = rng.normal(size=(m, k)).astype(np.float32)
@@ -160,18 +200,22 @@ def conv_kernel_rows(bg, small: bool, reps: int, torch, skip) -> list[dict]:
             mprog, mex = bg.gl_program(src)
             mex.upload({"a": a, "b": b}, {})
             mms = bg.gl_gpu_ms(mex.launch, reps)
-            rows.append({"row": row, "impl": f"dlc GL matmul [{m}, {k}] x [{k}, {n}]", "ms": mms,
-                         "TFLOP/s": 2 * m * k * n / mms / 1e9})
+            rows.append(
+                {
+                    "row": row,
+                    "impl": f"dlc GL matmul [{m}, {k}] x [{k}, {n}]",
+                    "ms": mms,
+                    "TFLOP/s": 2 * m * k * n / mms / 1e9,
+                }
+            )
             mex.delete()
             if torch is not None:
                 rows.append(_torch_conv(bg, torch, op, feeds, xs, ws, groups, reps, row, macs))
             if "numpy" not in skip and op == "conv2d":
                 from dlc.compiler.reference import evaluate
 
-                nms = bg.median_ms(lambda g=g, y=y, feeds=feeds: evaluate(g, [y], feeds, {}), 1,
-                                   warmup=0)
-                rows.append({"row": row, "impl": "NumPy reference", "ms": nms,
-                             "TFLOP/s": 2 * macs / nms / 1e9})
+                nms = bg.median_ms(lambda g=g, y=y, feeds=feeds: evaluate(g, [y], feeds, {}), 1, warmup=0)
+                rows.append({"row": row, "impl": "NumPy reference", "ms": nms, "TFLOP/s": 2 * macs / nms / 1e9})
     return rows
 
 
@@ -202,6 +246,7 @@ def _torch_conv(bg, torch, op, feeds, xs, ws, groups, reps, row, macs) -> dict:
 
         def fn():
             torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad, groups=groups)
+
     ms = bg.torch_gpu_ms(torch, fn, reps)
     what = "cuDNN, TF32 off" if dev == "cuda" else "cpu"
     return {"row": row, "impl": f"PyTorch ({what})", "ms": ms, "TFLOP/s": 2 * macs / ms / 1e9}

@@ -56,8 +56,11 @@ COPY = "input x: [{n}]\ny = -x\n"
 
 
 def chain_numpy(x):
-    return np.tanh(np.maximum(x * np.float32(1.5) + np.float32(0.5), 0) * np.float32(2.0)
-                   - np.float32(1.0)) * np.float32(0.5) + x
+    return (
+        np.tanh(np.maximum(x * np.float32(1.5) + np.float32(0.5), 0) * np.float32(2.0) - np.float32(1.0))
+        * np.float32(0.5)
+        + x
+    )
 
 
 # -- timing helpers ----------------------------------------------------------------------------
@@ -170,8 +173,7 @@ def warm_up(seconds: float) -> None:
     m = 2048
     _, ex = gl_program(f"input a: [{m}, {m}]\ninput b: [{m}, {m}]\ny = a @ b\n")
     rng = np.random.default_rng(0)
-    ex.upload({"a": rng.normal(size=(m, m)).astype(np.float32),
-               "b": rng.normal(size=(m, m)).astype(np.float32)}, {})
+    ex.upload({"a": rng.normal(size=(m, m)).astype(np.float32), "b": rng.normal(size=(m, m)).astype(np.float32)}, {})
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(10):
@@ -181,6 +183,7 @@ def warm_up(seconds: float) -> None:
 
 
 # -- the rows ---------------------------------------------------------------------------------
+
 
 def bench_chain(n: int, reps: int, torch, skip) -> list[dict]:
     from dlc.runtime.storage import Buffer
@@ -193,24 +196,37 @@ def bench_chain(n: int, reps: int, torch, skip) -> list[dict]:
     ms = gl_gpu_ms(ex.launch, reps)
     y = ex.run({"x": x}, {}, [prog.spec["roots"][0]])[0]
     err = float(np.max(np.abs(y - chain_numpy(x))))
-    rows.append({"row": "chain", "impl": "dlc GL", "ms": ms, "GB/s": nbytes / ms / 1e6,
-                 "kernels": len(prog.kernels), "max_abs_err": err})
+    rows.append(
+        {
+            "row": "chain",
+            "impl": "dlc GL",
+            "ms": ms,
+            "GB/s": nbytes / ms / 1e6,
+            "kernels": len(prog.kernels),
+            "max_abs_err": err,
+        }
+    )
     ex.delete()
     prog, ex = gl_program(CHEAP.format(n=n))
     ex.upload({"x": x}, {})
     ms = gl_gpu_ms(ex.launch, reps)
-    rows.append({"row": "chain", "impl": "dlc GL, 8 ops without tanh", "ms": ms,
-                 "GB/s": nbytes / ms / 1e6, "kernels": len(prog.kernels)})
+    rows.append(
+        {
+            "row": "chain",
+            "impl": "dlc GL, 8 ops without tanh",
+            "ms": ms,
+            "GB/s": nbytes / ms / 1e6,
+            "kernels": len(prog.kernels),
+        }
+    )
     ex.delete()
     cprog, cex = gl_program(COPY.format(n=n))
     cex.upload({"x": x}, {})
     ms = gl_gpu_ms(cex.launch, reps)
-    rows.append({"row": "copy", "impl": "dlc GL one-op kernel", "ms": ms,
-                 "GB/s": nbytes / ms / 1e6})
+    rows.append({"row": "copy", "impl": "dlc GL one-op kernel", "ms": ms, "GB/s": nbytes / ms / 1e6})
     src, dst = cex.buffers[0], Buffer(4 * n)
     ms = gl_gpu_ms(lambda: dst.copy_from(src, 4 * n), reps)
-    rows.append({"row": "copy", "impl": "GL glCopyBufferSubData", "ms": ms,
-                 "GB/s": nbytes / ms / 1e6})
+    rows.append({"row": "copy", "impl": "GL glCopyBufferSubData", "ms": ms, "GB/s": nbytes / ms / 1e6})
     dst.delete()
     cex.delete()
     if "numpy" not in skip:
@@ -224,19 +240,17 @@ def bench_chain(n: int, reps: int, torch, skip) -> list[dict]:
             return torch.tanh(torch.relu(tx * 1.5 + 0.5) * 2.0 - 1.0) * 0.5 + tx
 
         ms = torch_gpu_ms(torch, chain_t, reps)
-        rows.append({"row": "chain", "impl": f"PyTorch eager ({dev})", "ms": ms,
-                     "GB/s": nbytes / ms / 1e6})
+        rows.append({"row": "chain", "impl": f"PyTorch eager ({dev})", "ms": ms, "GB/s": nbytes / ms / 1e6})
         out = torch.empty_like(tx)
         ms = torch_gpu_ms(torch, lambda: out.copy_(tx), reps)
-        rows.append({"row": "copy", "impl": f"PyTorch copy_ ({dev})", "ms": ms,
-                     "GB/s": nbytes / ms / 1e6})
+        rows.append({"row": "copy", "impl": f"PyTorch copy_ ({dev})", "ms": ms, "GB/s": nbytes / ms / 1e6})
         del tx, out
     return rows
 
 
 def bench_matmul(m: int, reps: int, torch, skip) -> list[dict]:
     rows = []
-    flop = 2.0 * m ** 3
+    flop = 2.0 * m**3
     rng = np.random.default_rng(1)
     a = rng.normal(size=(m, m)).astype(np.float32)
     b = rng.normal(size=(m, m)).astype(np.float32)
@@ -255,27 +269,26 @@ def bench_matmul(m: int, reps: int, torch, skip) -> list[dict]:
         y = ex.run({"a": a, "b": b}, {}, [prog.spec["roots"][0]])[0]
         err = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref))) if ref is not None else None
         how = prog.kernels[0].source.split("\n")[1].split("], ")[-1]
-        rows.append({"row": "matmul", "impl": f"dlc GL ({how})", "ms": ms,
-                     "TFLOP/s": flop / ms / 1e9, "rel_err": err})
+        rows.append({"row": "matmul", "impl": f"dlc GL ({how})", "ms": ms, "TFLOP/s": flop / ms / 1e9, "rel_err": err})
         ex.delete()
     if "numpy" not in skip:
         ms = median_ms(lambda: a @ b, 2, warmup=1)
-        rows.append({"row": "matmul", "impl": "NumPy (CPU BLAS)", "ms": ms,
-                     "TFLOP/s": flop / ms / 1e9})
+        rows.append({"row": "matmul", "impl": "NumPy (CPU BLAS)", "ms": ms, "TFLOP/s": flop / ms / 1e9})
     if torch is not None:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         ta, tb = torch.from_numpy(a).to(dev), torch.from_numpy(b).to(dev)
         ms = torch_gpu_ms(torch, lambda: ta @ tb, reps)
-        rows.append({"row": "matmul", "impl": f"PyTorch fp32, TF32 off ({dev})", "ms": ms,
-                     "TFLOP/s": flop / ms / 1e9})
+        rows.append({"row": "matmul", "impl": f"PyTorch fp32, TF32 off ({dev})", "ms": ms, "TFLOP/s": flop / ms / 1e9})
         del ta, tb
     return rows
 
 
 def mlp_data(batch: int, examples: int):
     rng = np.random.default_rng(2)
-    return {"x": rng.normal(size=(examples, 784)).astype(np.float32),
-            "label": rng.integers(0, 10, size=examples).astype(np.float32)}
+    return {
+        "x": rng.normal(size=(examples, 784)).astype(np.float32),
+        "label": rng.integers(0, 10, size=examples).astype(np.float32),
+    }
 
 
 def bench_mlp(batch: int, reps: int, torch, skip) -> tuple[list[dict], list[dict]]:
@@ -290,8 +303,9 @@ def bench_mlp(batch: int, reps: int, torch, skip) -> tuple[list[dict], list[dict
         if "numpy" not in skip:
             ns = dlc.Session(model, backend="numpy", seed=0)
             one = {k: v[:batch] for k, v in data.items()}
-            ms = median_ms(lambda ns=ns, one=one, opt=opt: ns.train(
-                one, optimizer=opt, batch_size=batch, steps=1), 3, warmup=1)
+            ms = median_ms(
+                lambda ns=ns, one=one, opt=opt: ns.train(one, optimizer=opt, batch_size=batch, steps=1), 3, warmup=1
+            )
             rows.append({"row": f"mlp step {opt_name}", "impl": "NumPy backend", "ms": ms})
         if torch is not None:
             rows += torch_mlp(torch, data, batch, opt_name, reps, storage)
@@ -312,15 +326,23 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
     feeds = {**one, "$lr": np.asarray(opt.lr, np.float32)}
     dims = {"B": batch}
     compiled, ex = backend.program(step_graph, [loss], True, dims)
+
     def one_step():
         backend.step(step_graph, [loss], feeds, dims)
 
     keep_busy(one_step, lambda: None, WARM_S)
     ms = median_ms(one_step, reps)
-    rows.append({"row": f"mlp step {opt_name}", "impl": "dlc GL (backend.step: upload, "
-                 "kernels, loss read back)", "ms": ms, "kernels": len(compiled.kernels)})
-    rows.append({"row": f"mlp step {opt_name}", "impl": "dlc GL kernels only (GPU time)",
-                 "ms": gl_gpu_ms(ex.launch, reps)})
+    rows.append(
+        {
+            "row": f"mlp step {opt_name}",
+            "impl": "dlc GL (backend.step: upload, kernels, loss read back)",
+            "ms": ms,
+            "kernels": len(compiled.kernels),
+        }
+    )
+    rows.append(
+        {"row": f"mlp step {opt_name}", "impl": "dlc GL kernels only (GPU time)", "ms": gl_gpu_ms(ex.launch, reps)}
+    )
     rows += mlp_gl_resident(backend, step_graph, data, batch, opt_name, opt, reps)
     for resident in (False, True):
         sess.resident_data = resident
@@ -328,9 +350,13 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
         t = time.perf_counter()
         sess.train(data, optimizer=opt, batch_size=batch, steps=reps)
         how = "data on the GPU, indices uploaded" if resident else "batches uploaded"
-        rows.append({"row": f"mlp step {opt_name}",
-                     "impl": f"dlc GL Session.train, {how} (per step)",
-                     "ms": (time.perf_counter() - t) * 1e3 / reps})
+        rows.append(
+            {
+                "row": f"mlp step {opt_name}",
+                "impl": f"dlc GL Session.train, {how} (per step)",
+                "ms": (time.perf_counter() - t) * 1e3 / reps,
+            }
+        )
     if opt_name == "Adam":
         KERNEL_TABLES["MLP Adam step"] = per_kernel(ex)
         g = model.graph
@@ -338,10 +364,13 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
         for what, prog in (("MLP forward (logits, cost)", fwd), ("MLP Adam step", compiled)):
             peak = prog.plan.peak_bytes(dims)
             storage.append({"what": f"{what} temporaries, planned", "MiB": peak["planned"] / 2**20})
-            storage.append({"what": f"{what} temporaries, no reuse",
-                            "MiB": peak["no_reuse"] / 2**20})
-        storage.append({"what": "MLP Adam step params + optimizer state + inputs",
-                        "MiB": (peak["param"] + peak["state"] + peak["input"]) / 2**20})
+            storage.append({"what": f"{what} temporaries, no reuse", "MiB": peak["no_reuse"] / 2**20})
+        storage.append(
+            {
+                "what": "MLP Adam step params + optimizer state + inputs",
+                "MiB": (peak["param"] + peak["state"] + peak["input"]) / 2**20,
+            }
+        )
     backend.close()
     return rows
 
@@ -357,8 +386,7 @@ def mlp_gl_resident(backend, step_graph, data, batch, opt_name, opt, reps) -> li
     for name, v in data.items():
         backend.set_leaf(data_name(name), v, snapshot=False)
     rng = np.random.default_rng(3)
-    feeds = {IDX: rng.permutation(n)[:batch].astype(np.float32),
-             "$lr": np.asarray(opt.lr, np.float32)}
+    feeds = {IDX: rng.permutation(n)[:batch].astype(np.float32), "$lr": np.asarray(opt.lr, np.float32)}
     dims = {"B": batch}
     compiled, ex = backend.program(graph, [loss], True, dims)
 
@@ -367,11 +395,15 @@ def mlp_gl_resident(backend, step_graph, data, batch, opt_name, opt, reps) -> li
 
     keep_busy(one_step, lambda: None, WARM_S)
     row = f"mlp step {opt_name}"
-    rows = [{"row": row, "impl": "dlc GL resident step (backend.step: upload the indices, "
-             "gather + kernels, read the loss)", "ms": median_ms(one_step, reps),
-             "kernels": len(compiled.kernels)},
-            {"row": row, "impl": "dlc GL resident kernels only (GPU time)",
-             "ms": gl_gpu_ms(ex.launch, reps)}]
+    rows = [
+        {
+            "row": row,
+            "impl": "dlc GL resident step (backend.step: upload the indices, gather + kernels, read the loss)",
+            "ms": median_ms(one_step, reps),
+            "kernels": len(compiled.kernels),
+        },
+        {"row": row, "impl": "dlc GL resident kernels only (GPU time)", "ms": gl_gpu_ms(ex.launch, reps)},
+    ]
     for name in data:
         backend.drop_leaf(data_name(name))
     return rows
@@ -382,17 +414,16 @@ def deep_storage(batch: int) -> list[dict]:
     import dlc
     from dlc.compiler.pipeline import compile_program
 
-    lines = ["input x: [B, 784]", "param W0: [784, 1024] = he", "param b0: [1024]",
-             "h0 = relu(x @ W0 + b0)"]
+    lines = ["input x: [B, 784]", "param W0: [784, 1024] = he", "param b0: [1024]", "h0 = relu(x @ W0 + b0)"]
     for k in range(1, 8):
-        lines += [f"param W{k}: [1024, 1024] = he", f"param b{k}: [1024]",
-                  f"h{k} = relu(h{k - 1} @ W{k} + b{k})"]
+        lines += [f"param W{k}: [1024, 1024] = he", f"param b{k}: [1024]", f"h{k} = relu(h{k - 1} @ W{k} + b{k})"]
     lines += ["param Wo: [1024, 10] = glorot", "y = h7 @ Wo"]
     g = dlc.compile("\n".join(lines) + "\n").graph
     peak = compile_program(g, [g.names["y"]], ref_dims={"B": batch}).plan.peak_bytes()
-    return [{"what": "8-layer MLP forward temporaries, planned", "MiB": peak["planned"] / 2**20},
-            {"what": "8-layer MLP forward temporaries, no reuse",
-             "MiB": peak["no_reuse"] / 2**20}]
+    return [
+        {"what": "8-layer MLP forward temporaries, planned", "MiB": peak["planned"] / 2**20},
+        {"what": "8-layer MLP forward temporaries, no reuse", "MiB": peak["no_reuse"] / 2**20},
+    ]
 
 
 class KernelTimes:
@@ -428,17 +459,16 @@ def per_kernel(ex, reps: int = 5) -> list[dict]:
         ex.launch()
         ex.hook = None
         runs.append(timer.table())
-    return [{"kernel": r["kernel"], "ms": statistics.median(x[i]["ms"] for x in runs)}
-            for i, r in enumerate(runs[0])]
+    return [{"kernel": r["kernel"], "ms": statistics.median(x[i]["ms"] for x in runs)} for i, r in enumerate(runs[0])]
 
 
 def torch_mlp(torch, data, batch, opt_name, reps, storage) -> list[dict]:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     nn, F = torch.nn, torch.nn.functional
-    net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                        nn.Linear(1024, 10)).to(dev)
-    opt = (torch.optim.SGD(net.parameters(), lr=0.01) if opt_name == "SGD"
-           else torch.optim.Adam(net.parameters(), lr=1e-3))
+    net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).to(dev)
+    opt = (
+        torch.optim.SGD(net.parameters(), lr=0.01) if opt_name == "SGD" else torch.optim.Adam(net.parameters(), lr=1e-3)
+    )
     x_host = torch.from_numpy(data["x"][:batch])
     y_host = torch.from_numpy(data["label"][:batch]).long()
     x, y = x_host.to(dev), y_host.to(dev)
@@ -454,21 +484,34 @@ def torch_mlp(torch, data, batch, opt_name, reps, storage) -> list[dict]:
         return step(x_host.to(dev), y_host.to(dev))
 
     keep_busy(step, lambda: None, WARM_S)
-    rows = [{"row": f"mlp step {opt_name}", "impl": f"PyTorch eager, batch on {dev}",
-             "ms": median_ms(step, reps, warmup=3)},
-            {"row": f"mlp step {opt_name}", "impl": f"PyTorch eager, batch from host ({dev})",
-             "ms": median_ms(step_from_host, reps, warmup=3)}]
+    rows = [
+        {
+            "row": f"mlp step {opt_name}",
+            "impl": f"PyTorch eager, batch on {dev}",
+            "ms": median_ms(step, reps, warmup=3),
+        },
+        {
+            "row": f"mlp step {opt_name}",
+            "impl": f"PyTorch eager, batch from host ({dev})",
+            "ms": median_ms(step_from_host, reps, warmup=3),
+        },
+    ]
     if dev == "cuda" and opt_name == "Adam":
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         step()
-        storage.append({"what": "PyTorch eager Adam step: peak above what it holds",
-                        "MiB": (torch.cuda.max_memory_allocated() - base) / 2**20})
+        storage.append(
+            {
+                "what": "PyTorch eager Adam step: peak above what it holds",
+                "MiB": (torch.cuda.max_memory_allocated() - base) / 2**20,
+            }
+        )
     return rows
 
 
 # -- report ------------------------------------------------------------------------------------
+
 
 def fmt(v) -> str:
     if isinstance(v, float):
@@ -490,8 +533,7 @@ def main(argv=None) -> int:
     p.add_argument("--mm", type=int, help="matmul size M (4096)")
     p.add_argument("--batch", type=int, help="MLP batch (1024)")
     p.add_argument("--reps", type=int, help="timed repetitions (20)")
-    p.add_argument("--skip", default="",
-                   help="comma list of: numpy, torch, chain, matmul, mlp, conv, steps")
+    p.add_argument("--skip", default="", help="comma list of: numpy, torch, chain, matmul, mlp, conv, steps")
     p.add_argument("--cnn-batch", type=int, help="batch of the conv section's CNN step (256)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the tables here")
@@ -509,12 +551,19 @@ def main(argv=None) -> int:
 
     ctx = get_context()
     torch, torch_device = get_torch(skip)
-    head = {"gl_renderer": ctx.renderer, "gl_vendor": ctx.vendor, "gl_version": ctx.version,
-            "torch": torch_device, "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "sizes": {"chain": n, "matmul": mm, "batch": batch},
-            "reps": reps}
-    print(f"GL: {ctx.renderer} ({ctx.vendor}, {ctx.version}); PyTorch: {torch_device}; "
-          f"{os.cpu_count()} CPUs", flush=True)
+    head = {
+        "gl_renderer": ctx.renderer,
+        "gl_vendor": ctx.vendor,
+        "gl_version": ctx.version,
+        "torch": torch_device,
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "sizes": {"chain": n, "matmul": mm, "batch": batch},
+        "reps": reps,
+    }
+    print(
+        f"GL: {ctx.renderer} ({ctx.vendor}, {ctx.version}); PyTorch: {torch_device}; {os.cpu_count()} CPUs", flush=True
+    )
     warm_up(0.2 if small else 2.0)
     rows: list[dict] = []
     storage: list[dict] = []
@@ -569,8 +618,7 @@ def main(argv=None) -> int:
         import bench_train_loop as tl
 
         got = tl.quadratic_rows(torch, reps, steps=200 if small else 1000)
-        got += tl.mlp_rows(MLP, mlp_data(batch, 4 * batch), batch, torch, reps,
-                           steps=8 if small else 100)
+        got += tl.mlp_rows(MLP, mlp_data(batch, 4 * batch), batch, torch, reps, steps=8 if small else 100)
         got += tl.first_step_rows(MLP, batch)
         rows.extend(got)
         print(table(got, ["row", "impl", "ms", "note"]), flush=True)
@@ -584,8 +632,14 @@ def main(argv=None) -> int:
         print("failed sections:", ", ".join(failed))
     for note in sorted(TIMER_NOTES):
         print("note:", note)
-    result = {"machine": head, "rows": rows, "storage": storage, "notes": sorted(TIMER_NOTES),
-              "kernels": KERNEL_TABLES, "failed": failed}
+    result = {
+        "machine": head,
+        "rows": rows,
+        "storage": storage,
+        "notes": sorted(TIMER_NOTES),
+        "kernels": KERNEL_TABLES,
+        "failed": failed,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)

@@ -22,8 +22,9 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_gl import CHAIN, MLP  # noqa: E402
 
 
-def time_program(target: str, source: str, roots: list[str], feeds: dict, dims: dict,
-                 reps: int, train: bool = False) -> float:
+def time_program(
+    target: str, source: str, roots: list[str], feeds: dict, dims: dict, reps: int, train: bool = False
+) -> float:
     import dlc
     from dlc.gl_backend import GLBackend
     from dlc.runtime.gl import GL
@@ -70,21 +71,36 @@ def main(argv=None) -> int:
     ctx = get_context()
     print(f"{ctx.renderer} ({ctx.version}); median of {a.reps} runs, ms")
     cases = [
-        (f"chain of 8 ops, {n} floats", CHAIN.format(n=n), ["y"],
-         {"x": rng.normal(size=n).astype(np.float32)}, {}, False),
-        (f"matmul {m}^3", f"input a: [{m}, {m}]\ninput b: [{m}, {m}]\nc = a @ b\n", ["c"],
-         {"a": rng.normal(size=(m, m)), "b": rng.normal(size=(m, m))}, {}, False),
-        (f"MLP 784-1024-1024-10 SGD step, batch {batch}", MLP, [],
-         {"x": rng.normal(size=(batch, 784)), "label": rng.integers(0, 10, batch) * 1.0,
-          "$lr": np.float32(0.01)}, {"B": batch}, True),
+        (
+            f"chain of 8 ops, {n} floats",
+            CHAIN.format(n=n),
+            ["y"],
+            {"x": rng.normal(size=n).astype(np.float32)},
+            {},
+            False,
+        ),
+        (
+            f"matmul {m}^3",
+            f"input a: [{m}, {m}]\ninput b: [{m}, {m}]\nc = a @ b\n",
+            ["c"],
+            {"a": rng.normal(size=(m, m)), "b": rng.normal(size=(m, m))},
+            {},
+            False,
+        ),
+        (
+            f"MLP 784-1024-1024-10 SGD step, batch {batch}",
+            MLP,
+            [],
+            {"x": rng.normal(size=(batch, 784)), "label": rng.integers(0, 10, batch) * 1.0, "$lr": np.float32(0.01)},
+            {"B": batch},
+            True,
+        ),
     ]
     print("| work | compute ms | texture ms | texture / compute |")
     print("| --- | --- | --- | --- |")
     for what, source, roots, feeds, dims, train in cases:
-        got = {t: time_program(t, source, roots, feeds, dims, a.reps, train) for t in
-               ("compute", "texture")}
-        print(f"| {what} | {got['compute']:.3g} | {got['texture']:.3g} | "
-              f"{got['texture'] / got['compute']:.2f}x |")
+        got = {t: time_program(t, source, roots, feeds, dims, a.reps, train) for t in ("compute", "texture")}
+        print(f"| {what} | {got['compute']:.3g} | {got['texture']:.3g} | {got['texture'] / got['compute']:.2f}x |")
     return 0
 
 

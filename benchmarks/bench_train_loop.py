@@ -51,8 +51,7 @@ def quadratic_rows(torch, reps: int, steps: int) -> list[dict]:
         sess = dlc.Session("samples/quadratic.dl", backend="gl", seed=0)
         sess.loss_read_steps = window
         ms = per_step_ms(sess, feeds, dlc.SGD(0.01), None, steps, reps)
-        rows.append({"row": "quadratic step (11 points, SGD)",
-                     "impl": f"dlc GL Session.train, {label}", "ms": ms})
+        rows.append({"row": "quadratic step (11 points, SGD)", "impl": f"dlc GL Session.train, {label}", "ms": ms})
     if torch is not None:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         tx, ty = torch.from_numpy(feeds["x"]).to(dev), torch.from_numpy(feeds["y_label"]).to(dev)
@@ -66,9 +65,13 @@ def quadratic_rows(torch, reps: int, steps: int) -> list[dict]:
             opt.step()
             return loss.item()
 
-        rows.append({"row": "quadratic step (11 points, SGD)",
-                     "impl": f"PyTorch eager ({dev}), loss.item() each step",
-                     "ms": _median_ms(step, steps, reps)})
+        rows.append(
+            {
+                "row": "quadratic step (11 points, SGD)",
+                "impl": f"PyTorch eager ({dev}), loss.item() each step",
+                "ms": _median_ms(step, steps, reps),
+            }
+        )
     return rows
 
 
@@ -82,8 +85,7 @@ def mlp_rows(mlp_source: str, data: dict, batch: int, torch, reps: int, steps: i
             sess = dlc.Session(model, backend="gl", seed=0)
             sess.loss_read_steps = window
             ms = per_step_ms(sess, data, make(), batch, steps, reps)
-            rows.append({"row": f"mlp step {opt_name}", "impl": f"dlc GL Session.train, {label}",
-                         "ms": ms})
+            rows.append({"row": f"mlp step {opt_name}", "impl": f"dlc GL Session.train, {label}", "ms": ms})
         if torch is not None and torch.cuda.is_available():
             rows += _torch_compiled(torch, data, batch, opt_name, steps, reps)
     return rows
@@ -105,10 +107,12 @@ def _torch_compiled(torch, data, batch, opt_name, steps, reps) -> list[dict]:
     """torch.compile(mode="reduce-overhead") (CUDA graphs) of the MLP step; its loss read
     every step as eager's is."""
     nn, F = torch.nn, torch.nn.functional
-    net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                        nn.Linear(1024, 10)).cuda()
-    opt = (torch.optim.SGD(net.parameters(), lr=0.01) if opt_name == "SGD"
-           else torch.optim.Adam(net.parameters(), lr=1e-3, capturable=True))
+    net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).cuda()
+    opt = (
+        torch.optim.SGD(net.parameters(), lr=0.01)
+        if opt_name == "SGD"
+        else torch.optim.Adam(net.parameters(), lr=1e-3, capturable=True)
+    )
     x = torch.from_numpy(data["x"][:batch]).cuda()
     y = torch.from_numpy(data["label"][:batch]).long().cuda()
 
@@ -130,9 +134,13 @@ def _torch_compiled(torch, data, batch, opt_name, steps, reps) -> list[dict]:
     except Exception as exc:  # no compiler toolchain on the machine, say
         print(f"torch.compile failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return []
-    return [{"row": f"mlp step {opt_name}",
-             "impl": "PyTorch torch.compile(reduce-overhead) fwd+bwd, eager optimizer",
-             "ms": ms}]
+    return [
+        {
+            "row": f"mlp step {opt_name}",
+            "impl": "PyTorch torch.compile(reduce-overhead) fwd+bwd, eager optimizer",
+            "ms": ms,
+        }
+    ]
 
 
 def first_step_rows(mlp_source: str, batch: int) -> list[dict]:
@@ -145,23 +153,32 @@ def first_step_rows(mlp_source: str, batch: int) -> list[dict]:
         model = os.path.join(tmp, "mlp.dl")
         with open(model, "w") as f:
             f.write(mlp_source)
-        env = {**os.environ, "DLC_CACHE_DIR": os.path.join(tmp, "cache"),
-               "DLC_PROGRAM_BINARY_CACHE": "1",
-               "__GL_SHADER_DISK_CACHE_PATH": os.path.join(tmp, "driver"),
-               "MESA_SHADER_CACHE_DIR": os.path.join(tmp, "driver")}
+        env = {
+            **os.environ,
+            "DLC_CACHE_DIR": os.path.join(tmp, "cache"),
+            "DLC_PROGRAM_BINARY_CACHE": "1",
+            "__GL_SHADER_DISK_CACHE_PATH": os.path.join(tmp, "driver"),
+            "MESA_SHADER_CACHE_DIR": os.path.join(tmp, "driver"),
+        }
         os.makedirs(os.path.join(tmp, "driver"))
         for label in ("cold", "warm (second run)", "warm, dlc binary cache off"):
             if label.endswith("off"):
                 env["DLC_PROGRAM_BINARY_CACHE"] = "0"
             t = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", FIRST_STEP, model, str(batch)], env=env,
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-c", FIRST_STEP, model, str(batch)], env=env, capture_output=True, text=True
+            )
             wall = time.perf_counter() - t
             if done.returncode != 0:
                 print(done.stderr, file=sys.stderr)
                 continue
             inside = float(done.stdout.strip().splitlines()[-1])
-            rows.append({"row": "new process to first MLP Adam step",
-                         "impl": f"dlc GL, {label}", "ms": 1e3 * wall,
-                         "note": f"{1e3 * inside:.0f} ms after the interpreter started"})
+            rows.append(
+                {
+                    "row": "new process to first MLP Adam step",
+                    "impl": f"dlc GL, {label}",
+                    "ms": 1e3 * wall,
+                    "note": f"{1e3 * inside:.0f} ms after the interpreter started",
+                }
+            )
     return rows

@@ -28,21 +28,40 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gl import CHAIN, COPY, chain_numpy, gl_gpu_ms, gl_program, table, warm_up  # noqa: E402
 
 BLOCKINGS = [
-    (128, 128, 8, 8, 8), (128, 128, 16, 8, 8), (256, 128, 8, 8, 8), (128, 256, 8, 8, 8),
-    (128, 64, 8, 8, 4), (64, 128, 8, 4, 8), (64, 64, 16, 4, 4), (64, 64, 8, 4, 4),
+    (128, 128, 8, 8, 8),
+    (128, 128, 16, 8, 8),
+    (256, 128, 8, 8, 8),
+    (128, 256, 8, 8, 8),
+    (128, 64, 8, 8, 4),
+    (64, 128, 8, 4, 8),
+    (64, 64, 16, 4, 4),
+    (64, 64, 8, 4, 4),
 ]
 
 # Blockings: (tm, tn, bk, rm, rn[, ks K-groups per work group[, swizzled fetch]]).
 MLP_BLOCKINGS = [
-    (64, 64, 16, 4, 4, 1, False), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4),
-    (64, 64, 16, 4, 4, 2), (64, 64, 32, 4, 4, 2), (64, 64, 32, 8, 8, 4), (64, 64, 64, 8, 8, 4),
-    (64, 64, 32, 8, 4, 2), (64, 64, 16, 8, 4), (128, 64, 16, 8, 4), (64, 128, 16, 4, 8),
-    (128, 128, 16, 8, 8), (128, 64, 32, 8, 4, 2), (32, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2),
-    (128, 64, 32, 8, 4, 2, False), (128, 64, 32, 8, 4), (128, 64, 16, 8, 4, 2),
-    (64, 128, 32, 4, 8, 2), (64, 64, 64, 4, 4, 4),
+    (64, 64, 16, 4, 4, 1, False),
+    (64, 64, 16, 4, 4),
+    (64, 64, 32, 4, 4),
+    (64, 64, 16, 4, 4, 2),
+    (64, 64, 32, 4, 4, 2),
+    (64, 64, 32, 8, 8, 4),
+    (64, 64, 64, 8, 8, 4),
+    (64, 64, 32, 8, 4, 2),
+    (64, 64, 16, 8, 4),
+    (128, 64, 16, 8, 4),
+    (64, 128, 16, 4, 8),
+    (128, 128, 16, 8, 8),
+    (128, 64, 32, 8, 4, 2),
+    (32, 64, 32, 4, 4, 2),
+    (64, 32, 32, 4, 4, 2),
+    (128, 64, 32, 8, 4, 2, False),
+    (128, 64, 32, 8, 4),
+    (128, 64, 16, 8, 4, 2),
+    (64, 128, 32, 4, 8, 2),
+    (64, 64, 64, 4, 4, 4),
 ]
-THIN_BLOCKINGS = [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8),
-                  (64, 16, 64, 4, 4, 4)]
+THIN_BLOCKINGS = [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)]
 # (m, k, n, ta, tb) of each product in the MLP 784-1024-1024-10 step at batch 1024
 MLP_SHAPES = {
     (1024, 784, 1024, False, False): "x @ W1",
@@ -110,18 +129,21 @@ def bandwidth(n: int, reps: int, torch) -> list[dict]:
                 ms = gl_gpu_ms(ex.launch, reps)
                 y = ex.run({"x": x}, {}, [prog.spec["roots"][0]])[0]
                 want = -x if name == "copy kernel" else chain_numpy(x)
-                rows.append({"what": f"{name}, local 256, glBufferStorage buffers", "ms": ms,
-                             "GB/s": nbytes / ms / 1e6,
-                             "err": float(np.max(np.abs(y - want)))})
+                rows.append(
+                    {
+                        "what": f"{name}, local 256, glBufferStorage buffers",
+                        "ms": ms,
+                        "GB/s": nbytes / ms / 1e6,
+                        "err": float(np.max(np.abs(y - want))),
+                    }
+                )
             ex.delete()
     from dlc.runtime.storage import Buffer
 
     for label, make in (("glBufferData", Buffer), ("glBufferStorage", StorageBuffer)):
         a, b = make(4 * n), make(4 * n)
-        ms = gl_gpu_ms(lambda a=a, b=b: GL.glCopyNamedBufferSubData(a.handle, b.handle, 0, 0,
-                                                                     4 * n), reps)
-        rows.append({"what": f"glCopyBufferSubData ({label} buffers)", "ms": ms,
-                     "GB/s": nbytes / ms / 1e6})
+        ms = gl_gpu_ms(lambda a=a, b=b: GL.glCopyNamedBufferSubData(a.handle, b.handle, 0, 0, 4 * n), reps)
+        rows.append({"what": f"glCopyBufferSubData ({label} buffers)", "ms": ms, "GB/s": nbytes / ms / 1e6})
         a.delete()
         b.delete()
     if torch is not None and torch.cuda.is_available():
@@ -134,11 +156,10 @@ def bandwidth(n: int, reps: int, torch) -> list[dict]:
     return rows
 
 
-def matmul(shapes, reps: int, torch, blockings=None, variants=("tile16",),
-           no_prefetch: bool = True) -> list[dict]:
+def matmul(shapes, reps: int, torch, blockings=None, variants=("tile16",), no_prefetch: bool = True) -> list[dict]:
     rows = []
     rng = np.random.default_rng(1)
-    for (m, k, n, ta, tb) in shapes:
+    for m, k, n, ta, tb in shapes:
         blks = blockings(m, n) if callable(blockings) else (blockings or BLOCKINGS)
         a_shape = (k, m) if ta else (m, k)
         b_shape = (n, k) if tb else (k, n)
@@ -151,8 +172,14 @@ def matmul(shapes, reps: int, torch, blockings=None, variants=("tile16",),
 
             ms = torch_gpu_ms(torch, lambda ta_=ta_, tb_=tb_: ta_ @ tb_, reps)
             want = (ta_.double() @ tb_.double()).cpu().numpy()
-            rows.append({"shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}", "what": "PyTorch fp32",
-                         "ms": ms, "TFLOP/s": 2 * m * n * k / ms / 1e9})
+            rows.append(
+                {
+                    "shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}",
+                    "what": "PyTorch fp32",
+                    "ms": ms,
+                    "TFLOP/s": 2 * m * n * k / ms / 1e9,
+                }
+            )
         else:
             want = A.astype(np.float64) @ B.astype(np.float64)
         for blk in blks:
@@ -160,22 +187,35 @@ def matmul(shapes, reps: int, torch, blockings=None, variants=("tile16",),
                 if not prefetch and (blk != blks[0] or not no_prefetch):
                     continue
                 try:
-                    ms, err = _time_matmul(a, b, ta, tb, {"blocking": blk, "prefetch": prefetch},
-                                           want, reps)
+                    ms, err = _time_matmul(a, b, ta, tb, {"blocking": blk, "prefetch": prefetch}, want, reps)
                 except Exception as exc:  # a blocking the driver refuses: say so, go on
                     rows.append({"shape": f"{m}x{k}x{n}", "what": f"{blk} failed: {exc}"[:120]})
                     continue
                 extra = (f" ks {blk[5]}" if len(blk) > 5 and blk[5] > 1 else "") + (
-                    " unswizzled" if len(blk) > 6 and not blk[6] else "")
-                rows.append({"shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}",
-                             "what": f"tile {blk[0]}x{blk[1]} bk {blk[2]} per-thread "
-                                     f"{blk[3]}x{blk[4]}{extra}"
-                                     f"{'' if prefetch else ' no prefetch'}",
-                             "ms": ms, "TFLOP/s": 2 * m * n * k / ms / 1e9, "rel_err": err})
+                    " unswizzled" if len(blk) > 6 and not blk[6] else ""
+                )
+                rows.append(
+                    {
+                        "shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}",
+                        "what": f"tile {blk[0]}x{blk[1]} bk {blk[2]} per-thread "
+                        f"{blk[3]}x{blk[4]}{extra}"
+                        f"{'' if prefetch else ' no prefetch'}",
+                        "ms": ms,
+                        "TFLOP/s": 2 * m * n * k / ms / 1e9,
+                        "rel_err": err,
+                    }
+                )
         for variant in variants:
             ms, err = _time_matmul(a, b, ta, tb, {"matmul": variant}, want, reps)
-            rows.append({"shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}", "what": variant,
-                         "ms": ms, "TFLOP/s": 2 * m * n * k / ms / 1e9, "rel_err": err})
+            rows.append(
+                {
+                    "shape": f"{m}x{k}x{n} ta={ta:d} tb={tb:d}",
+                    "what": variant,
+                    "ms": ms,
+                    "TFLOP/s": 2 * m * n * k / ms / 1e9,
+                    "rel_err": err,
+                }
+            )
     return rows
 
 
@@ -220,16 +260,28 @@ def tune_mlp(args, reps: int, torch) -> int:
         shapes = {(96, 130, 72, True, False): "small", (96, 70, 10, False, False): "thin"}
     else:
         shapes = MLP_SHAPES
-    mm = matmul(list(shapes), reps, torch,
-                blockings=lambda m, n: THIN_BLOCKINGS if n < 64 else MLP_BLOCKINGS,
-                variants=("tile16", "medium"), no_prefetch=False)
-    big = [] if args.small else matmul(
-        [(4096, 4096, 4096, False, False), (4096, 4096, 4096, False, True)], reps, torch,
-        blockings=[(128, 128, 16, 8, 8), (128, 128, 16, 8, 8, 1, False)], variants=(),
-        no_prefetch=False)
+    mm = matmul(
+        list(shapes),
+        reps,
+        torch,
+        blockings=lambda m, n: THIN_BLOCKINGS if n < 64 else MLP_BLOCKINGS,
+        variants=("tile16", "medium"),
+        no_prefetch=False,
+    )
+    big = (
+        []
+        if args.small
+        else matmul(
+            [(4096, 4096, 4096, False, False), (4096, 4096, 4096, False, True)],
+            reps,
+            torch,
+            blockings=[(128, 128, 16, 8, 8), (128, 128, 16, 8, 8, 1, False)],
+            variants=(),
+            no_prefetch=False,
+        )
+    )
     for r in mm:
-        key = tuple(int(x) if x.isdigit() else x == "ta=1" or x == "tb=1"
-                    for x in r["shape"].replace("x", " ").split())
+        key = tuple(int(x) if x.isdigit() else x == "ta=1" or x == "tb=1" for x in r["shape"].replace("x", " ").split())
         r["product"] = shapes.get(key, "")
     print(table(mm + big, ["shape", "product", "what", "ms", "TFLOP/s", "rel_err"]), flush=True)
     with open(os.path.join(args.out, "tune_mlp.json"), "w") as f:
@@ -256,8 +308,12 @@ def main(argv=None) -> int:
     if args.small:
         shapes = [(256, 64, 192, False, False), (96, 130, 72, True, False)]
     else:
-        shapes = [(4096, 4096, 4096, False, False), (1024, 784, 1024, False, False),
-                  (784, 1024, 1024, True, False), (1024, 1024, 1024, False, True)]
+        shapes = [
+            (4096, 4096, 4096, False, False),
+            (1024, 784, 1024, False, False),
+            (784, 1024, 1024, True, False),
+            (1024, 1024, 1024, False, True),
+        ]
     mm = matmul(shapes, reps, torch)
     print(table(mm, ["shape", "what", "ms", "TFLOP/s", "rel_err"]), flush=True)
     try:

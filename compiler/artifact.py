@@ -47,23 +47,40 @@ def _optimizer(optimizer, train_loss):
     return optimizer
 
 
-def programs(model, *, train_loss: str | None = None, optimizer=None,
-             batch_size: int | None = None, options=None, verify: bool | None = None,
-             work: Work | None = None, target: str = "compute") -> dict[str, CompiledProgram]:
+def programs(
+    model,
+    *,
+    train_loss: str | None = None,
+    optimizer=None,
+    batch_size: int | None = None,
+    options=None,
+    verify: bool | None = None,
+    work: Work | None = None,
+    target: str = "compute",
+) -> dict[str, CompiledProgram]:
     """The model's programs: `eval` for every named tensor, `train` when asked for;
     `target` "compute" or "texture" (see pipeline.compile_program)."""
     if work is None:
-        work = compile_model(model, Options(train_loss, _optimizer(optimizer, train_loss),
-                                            batch_size, options, verify, target))
+        work = compile_model(
+            model, Options(train_loss, _optimizer(optimizer, train_loss), batch_size, options, verify, target)
+        )
     return work.programs
 
 
-def emit(model, stage: str, *, train_loss: str | None = None, optimizer=None,
-         batch_size: int | None = None, target: str = "compute") -> str:
+def emit(
+    model,
+    stage: str,
+    *,
+    train_loss: str | None = None,
+    optimizer=None,
+    batch_size: int | None = None,
+    target: str = "compute",
+) -> str:
     """One stage as text: "kernels" (the IR grouped into kernels), "plan" (each kernel with
     its slots and the peak bytes), or "glsl" (every shader)."""
-    return format_stage(programs(model, train_loss=train_loss, optimizer=optimizer,
-                                 batch_size=batch_size, target=target), stage)
+    return format_stage(
+        programs(model, train_loss=train_loss, optimizer=optimizer, batch_size=batch_size, target=target), stage
+    )
 
 
 def format_stage(progs: dict[str, CompiledProgram], stage: str) -> str:
@@ -90,8 +107,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         step = progs["train"].fusion.graph
         train = {
             "loss": step.losses[0],
-            "optimizer": {"name": optimizer.name,
-                          **{f.name: getattr(optimizer, f.name) for f in fields(optimizer)}},
+            "optimizer": {"name": optimizer.name, **{f.name: getattr(optimizer, f.name) for f in fields(optimizer)}},
             "batch_size": batch_size,
             "states": {s: list(step.shape(s)) for s in step.states},
         }
@@ -112,10 +128,17 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
     }
 
 
-def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=None,
-                   batch_size: int | None = None, seed: int = 0,
-                   progs: dict[str, CompiledProgram] | None = None,
-                   target: str = "compute") -> pathlib.Path:
+def write_artifact(
+    model,
+    out_dir,
+    *,
+    train_loss: str | None = None,
+    optimizer=None,
+    batch_size: int | None = None,
+    seed: int = 0,
+    progs: dict[str, CompiledProgram] | None = None,
+    target: str = "compute",
+) -> pathlib.Path:
     """Compile `model` and write its artifact folder; returns the folder's path.
 
     The folder is written beside its destination and then moved into place, so a failed
@@ -124,12 +147,10 @@ def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=N
     out = pathlib.Path(out_dir)
     opt = _optimizer(optimizer, train_loss)
     if progs is None:  # `progs`: the same model compiled with the same options already
-        progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size,
-                         target=target)
+        progs = programs(model, train_loss=train_loss, optimizer=opt, batch_size=batch_size, target=target)
     data = manifest(model, progs, opt, batch_size)
     g = model.graph
-    params = {n: initial_value(g.node(n).attr("init"), g.node(n).shape, seed, n)
-              for n in g.params}
+    params = {n: initial_value(g.node(n).attr("init"), g.node(n).shape, seed, n) for n in g.params}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -139,9 +160,10 @@ def write_artifact(model, out_dir, *, train_loss: str | None = None, optimizer=N
         np.savez(tmp / "params.npz", **params)
         if "train" in progs:
             step = progs["train"].fusion.graph
-            np.savez(tmp / "state.npz", **{
-                s: initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s)
-                for s in step.states})
+            np.savez(
+                tmp / "state.npz",
+                **{s: initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s) for s in step.states},
+            )
         if model.source:
             (tmp / "model.dl").write_text(model.source, encoding="utf-8")
         (tmp / "manifest.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

@@ -41,21 +41,18 @@ def resolve_loss(g: Graph, loss: str | None) -> str:
     """The loss to differentiate: `loss`, or the model's first `loss` statement."""
     if loss is None:
         if not g.losses:
-            raise CompileError("the model has no loss to differentiate: "
-                               "add a statement `loss NAME = EXPR`")
+            raise CompileError("the model has no loss to differentiate: add a statement `loss NAME = EXPR`")
         return g.losses[0]
     if loss not in g.names:
         hint = did_you_mean(loss, list(g.losses) or list(g.names))
         raise CompileError(f"no tensor named '{loss}' in the model{hint}")
     shape = g.shape(loss)
     if shape != ():
-        raise CompileError(f"'{loss}' cannot be a loss: it must be a scalar, "
-                           f"but its shape is {format_shape(shape)}")
+        raise CompileError(f"'{loss}' cannot be a loss: it must be a scalar, but its shape is {format_shape(shape)}")
     return loss
 
 
-def differentiate(g: Graph, loss: str | None = None,
-                  wrt: Sequence[str] | None = None) -> tuple[Graph, dict[str, int]]:
+def differentiate(g: Graph, loss: str | None = None, wrt: Sequence[str] | None = None) -> tuple[Graph, dict[str, int]]:
     """Append d loss / d leaf for each leaf named in `wrt` (default: every param).
 
     Returns the new graph and leaf name -> gradient node. A leaf the loss does
@@ -66,8 +63,9 @@ def differentiate(g: Graph, loss: str | None = None,
     wrt = list(g.params if wrt is None else wrt)
     for name in wrt:
         if name not in g.names or not g.node(name).is_leaf:
-            raise CompileError(f"cannot differentiate with respect to '{name}': "
-                               "it is not an input, param or state of the model")
+            raise CompileError(
+                f"cannot differentiate with respect to '{name}': it is not an input, param or state of the model"
+            )
     targets = {g.names[name] for name in wrt}
     root = g.names[loss]
 
@@ -78,8 +76,7 @@ def differentiate(g: Graph, loss: str | None = None,
 
     b = extend(g)
     start = len(b.nodes)
-    pending: dict[int, list[int]] = {root: [b.const(1.0, (), g.nodes[root].loc)]} \
-        if reaches[root] else {}
+    pending: dict[int, list[int]] = {root: [b.const(1.0, (), g.nodes[root].loc)]} if reaches[root] else {}
     total: dict[int, int] = {}
     for i in range(root, -1, -1):
         parts = pending.pop(i, None)
@@ -98,8 +95,10 @@ def differentiate(g: Graph, loss: str | None = None,
             continue
         grads = rule(e, n, i, acc)
         if len(grads) != len(n.inputs):
-            raise CompileError(f"internal error: the gradient rule of '{n.op}' gave "
-                               f"{len(grads)} gradients for {len(n.inputs)} inputs", n.loc)
+            raise CompileError(
+                f"internal error: the gradient rule of '{n.op}' gave {len(grads)} gradients for {len(n.inputs)} inputs",
+                n.loc,
+            )
         for j, gj in zip(n.inputs, grads):
             if gj is None or not reaches[j]:
                 continue
@@ -107,7 +106,9 @@ def differentiate(g: Graph, loss: str | None = None,
                 raise CompileError(
                     f"internal error: the gradient rule of '{n.op}' gave shape "
                     f"{format_shape(b.shape(gj))} for an input of shape "
-                    f"{format_shape(g.nodes[j].shape)}", n.loc)
+                    f"{format_shape(g.nodes[j].shape)}",
+                    n.loc,
+                )
             pending.setdefault(j, []).append(gj)
 
     out: dict[str, int] = {}
@@ -118,12 +119,10 @@ def differentiate(g: Graph, loss: str | None = None,
         else:
             zero = b.const(0.0, (), g.nodes[i].loc)
             shape = g.nodes[i].shape
-            out[name] = zero if shape == () else b.add("broadcast_to", [zero], g.nodes[i].loc,
-                                                        shape=shape)
+            out[name] = zero if shape == () else b.add("broadcast_to", [zero], g.nodes[i].loc, shape=shape)
         b.names[grad_name(name)] = out[name]
 
-    graph = Graph(tuple(b.nodes), dict(b.names), g.inputs, g.params, g.states, g.losses,
-                  g.updates)
+    graph = Graph(tuple(b.nodes), dict(b.names), g.inputs, g.params, g.states, g.losses, g.updates)
     # Rules build a gradient for every input; drop the ones no target needed.
     pruned = eliminate_dead_code(graph, start=start)
     return pruned, {name: pruned.names[grad_name(name)] for name in wrt}

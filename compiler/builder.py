@@ -30,8 +30,7 @@ class GraphBuilder:
         self._consts: dict[tuple, int] = {}
 
     # -- nodes ---------------------------------------------------------------
-    def add(self, op: str, inputs: tuple[int, ...] | list[int], loc: Loc | None = None,
-            **attrs: Any) -> int:
+    def add(self, op: str, inputs: tuple[int, ...] | list[int], loc: Loc | None = None, **attrs: Any) -> int:
         opdef = registry.get(op)
         inputs = tuple(inputs)
         if opdef.arity is not None and len(inputs) != opdef.arity:
@@ -77,8 +76,7 @@ class GraphBuilder:
     def param(self, name: str, shape: Shape, init: tuple, loc: Loc | None = None) -> int:
         sym = [d for d in shape if isinstance(d, str)]
         if sym:
-            raise CompileError(f"param '{name}' has symbolic dim '{sym[0]}': "
-                               "a param's shape must be concrete", loc)
+            raise CompileError(f"param '{name}' has symbolic dim '{sym[0]}': a param's shape must be concrete", loc)
         problem = init_problem(init)
         if problem:
             raise CompileError(f"param '{name}': {problem[1]}", loc)
@@ -94,8 +92,9 @@ class GraphBuilder:
         self.losses.append(name)
 
     def build(self) -> Graph:
-        return Graph(tuple(self.nodes), dict(self.names), tuple(self.inputs),
-                     tuple(self.params), (), tuple(self.losses))
+        return Graph(
+            tuple(self.nodes), dict(self.names), tuple(self.inputs), tuple(self.params), (), tuple(self.losses)
+        )
 
 
 def _flatten(v):

@@ -15,7 +15,7 @@ _STYLE = {
     "param": 'shape=box, style="rounded,filled", fillcolor="#ffe8a8"',
     "state": 'shape=box, style="rounded,filled", fillcolor="#eeeeee"',
     "const": 'shape=box, style="rounded,filled", fillcolor="#f4f4f4", fontsize=10',
-    "op": 'shape=ellipse',
+    "op": "shape=ellipse",
     "named": 'shape=ellipse, style=filled, fillcolor="#d7f5d7"',
     "loss": 'shape=doubleoctagon, style=filled, fillcolor="#ffc9c9"',
 }
@@ -43,8 +43,7 @@ def to_dot(graph: Graph, fusion=None, title: str = "model") -> str:
     for name, i in graph.names.items():
         names.setdefault(i, []).append(name)
     losses = {graph.names[n] for n in graph.losses}
-    leaves_of = {"input": set(graph.inputs), "param": set(graph.params),
-                 "state": set(graph.states)}
+    leaves_of = {"input": set(graph.inputs), "param": set(graph.params), "state": set(graph.states)}
 
     def role(i: int) -> str:
         n = graph.nodes[i]
@@ -69,10 +68,12 @@ def to_dot(graph: Graph, fusion=None, title: str = "model") -> str:
         return f"{prefix}{head}\n{n.op}" if head else n.op
 
     used = _reachable(graph)
-    lines = [f"digraph {quote(title)} {{",
-             '  graph [rankdir=TB, fontname="Helvetica", fontsize=11];',
-             '  node [fontname="Helvetica", fontsize=11];',
-             '  edge [fontname="Helvetica", fontsize=9, color="#555555"];']
+    lines = [
+        f"digraph {quote(title)} {{",
+        '  graph [rankdir=TB, fontname="Helvetica", fontsize=11];',
+        '  node [fontname="Helvetica", fontsize=11];',
+        '  edge [fontname="Helvetica", fontsize=9, color="#555555"];',
+    ]
     clustered: set[int] = set()
     if fusion is not None:
         for k in fusion.kernels:
@@ -80,8 +81,7 @@ def to_dot(graph: Graph, fusion=None, title: str = "model") -> str:
             if not members:
                 continue
             lines.append(f"  subgraph cluster_{k.index} {{")
-            lines.append(f'    label={quote(k.name)}; style="rounded,dashed"; color="#7a7a7a";'
-                         f' fontcolor="#444444";')
+            lines.append(f'    label={quote(k.name)}; style="rounded,dashed"; color="#7a7a7a"; fontcolor="#444444";')
             for i in members:
                 lines.append(f"    n{i} [label={quote(label(i))}, {_STYLE[role(i)]}];")
                 clustered.add(i)
@@ -116,8 +116,10 @@ def _reachable(graph: Graph) -> set[int]:
 # -- rendering -------------------------------------------------------------------------------
 
 FORMATS = ("svg", "png", "pdf")
-INSTALL = ("pip install 'dlc[viz]' (the graphviz package) and Graphviz's dot program "
-           "(apt-get install graphviz, brew install graphviz, or graphviz.org/download)")
+INSTALL = (
+    "pip install 'dlc[viz]' (the graphviz package) and Graphviz's dot program "
+    "(apt-get install graphviz, brew install graphviz, or graphviz.org/download)"
+)
 
 
 class RenderError(Exception):
@@ -137,8 +139,10 @@ def render(text: str, fmt: str) -> bytes:
         try:
             return graphviz.Source(text).pipe(format=fmt)
         except graphviz.ExecutableNotFound:
-            raise RenderError("Graphviz's dot program is not installed (the graphviz Python "
-                              f"package is, but it draws through dot): {INSTALL}") from None
+            raise RenderError(
+                "Graphviz's dot program is not installed (the graphviz Python "
+                f"package is, but it draws through dot): {INSTALL}"
+            ) from None
         except graphviz.CalledProcessError as e:
             raise RenderError(f"Graphviz's dot failed: {_first_line(e.stderr)}") from None
     return _render_with_dot(text, fmt)

@@ -49,6 +49,7 @@ def function(name: str, *params: Param, differentiable: bool = True):
     def deco(fn):
         FUNCTIONS[name] = Function(name, params, fn, differentiable)
         return fn
+
     return deco
 
 
@@ -58,10 +59,27 @@ def _fail(msg: str, loc: Loc | None):
 
 # -- elementwise -----------------------------------------------------------------
 
-_UNARY = ["neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "relu",
-          "relu6", "selu", "softplus", "sigmoid", "tanh", "sin", "cos", "step"]
-_BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum",
-           "eq", "ne", "lt", "le", "gt", "ge"]
+_UNARY = [
+    "neg",
+    "abs",
+    "sign",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "square",
+    "reciprocal",
+    "relu",
+    "relu6",
+    "selu",
+    "softplus",
+    "sigmoid",
+    "tanh",
+    "sin",
+    "cos",
+    "step",
+]
+_BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"]
 _NOT_DIFF = {"sign", "step", "eq", "ne", "lt", "le", "gt", "ge"}
 
 
@@ -121,6 +139,7 @@ def _where(b, loc, cond, x, y):
 
 # -- linear algebra --------------------------------------------------------------
 
+
 @function("matmul", Param("a", T), Param("b", T))
 def matmul(b: GraphBuilder, loc, x, y):
     sa, sb = b.shape(x), b.shape(y)
@@ -134,8 +153,11 @@ def matmul(b: GraphBuilder, loc, x, y):
     out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)
     if len(sa) == 1 or len(sb) == 1:
         shape = b.shape(out)
-        keep = [d for k, d in enumerate(shape)
-                if not ((len(sa) == 1 and k == len(shape) - 2) or (len(sb) == 1 and k == len(shape) - 1))]
+        keep = [
+            d
+            for k, d in enumerate(shape)
+            if not ((len(sa) == 1 and k == len(shape) - 2) or (len(sb) == 1 and k == len(shape) - 1))
+        ]
         out = b.add("reshape", [out], loc, shape=tuple(keep))
     return out
 
@@ -151,6 +173,7 @@ def _transpose(b, loc, x, perm):
 
 # -- reductions ------------------------------------------------------------------
 
+
 def _axes(b, loc, x, axis):
     try:
         return norm_axes(axis, len(b.shape(x)))
@@ -161,12 +184,12 @@ def _axes(b, loc, x, axis):
 def _reduction(op):
     def impl(b, loc, x, axis, keepdims):
         return b.add(op, [x], loc, axes=_axes(b, loc, x, axis), keepdims=bool(keepdims))
+
     return impl
 
 
 for _op in ("sum", "max", "min"):
-    function(_op, Param("x", T), Param("axis", "axis", None), Param("keepdims", "bool", False))(
-        _reduction(_op))
+    function(_op, Param("x", T), Param("axis", "axis", None), Param("keepdims", "bool", False))(_reduction(_op))
 
 
 def count(b: GraphBuilder, loc, shape: Shape) -> int:
@@ -192,6 +215,7 @@ def _arg(op):
         except ShapeError as e:
             _fail(str(e), loc)
         return b.add(op, [x], loc, axis=ax)
+
     return impl
 
 
@@ -234,6 +258,7 @@ def log_softmax(b, loc, x, axis):
 
 # -- shape -----------------------------------------------------------------------
 
+
 @function("reshape", Param("x", T), Param("shape", "dims"))
 def reshape(b, loc, x, shape):
     old = b.shape(x)
@@ -249,19 +274,24 @@ def reshape(b, loc, x, shape):
         left = list(sym_old)
         for s in sym_new:
             if s not in left:
-                _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: "
-                      f"symbolic dim {s} does not appear in the input", loc)
+                _fail(
+                    f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: "
+                    f"symbolic dim {s} does not appear in the input",
+                    loc,
+                )
             left.remove(s)
         if len(left) == 1 and known_old == known_new:
             new[new.index(-1)] = left[0]  # the -1 stands for the one symbolic dim left over
         elif left or known_old % known_new:
-            _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: "
-                  "the -1 cannot be resolved", loc)
+            _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: the -1 cannot be resolved", loc)
         else:
             new[new.index(-1)] = known_old // known_new
     elif (known_old, sym_old) != (known_new, sym_new):
-        _fail(f"cannot reshape {format_shape(old)} ({_count(old)} elements) to "
-              f"{format_shape(tuple(new))} ({_count(tuple(new))} elements)", loc)
+        _fail(
+            f"cannot reshape {format_shape(old)} ({_count(old)} elements) to "
+            f"{format_shape(tuple(new))} ({_count(tuple(new))} elements)",
+            loc,
+        )
     return b.add("reshape", [x], loc, shape=tuple(new))
 
 
@@ -282,8 +312,7 @@ def concat(b, loc, xs, axis):
         _fail(str(e), loc)
     for s in shapes:
         if len(s) != rank or any(d != e for k, (d, e) in enumerate(zip(s, shapes[0])) if k != ax):
-            _fail(f"concat shapes {' and '.join(map(format_shape, shapes))} do not fit "
-                  f"along axis {ax}", loc)
+            _fail(f"concat shapes {' and '.join(map(format_shape, shapes))} do not fit along axis {ax}", loc)
         if isinstance(s[ax], str):
             _fail(f"concat along symbolic dim {s[ax]} is not supported", loc)
     return b.add("concat", list(xs), loc, axis=ax)
@@ -296,23 +325,27 @@ def slice_(b, loc, x, begin, size):
     shape = b.shape(x)
     begin, size = list(begin), list(size)
     if len(begin) != len(shape) or len(size) != len(shape):
-        _fail(f"slice of {format_shape(shape)} needs {len(shape)} begin and size values, "
-              f"got {len(begin)} and {len(size)}", loc)
+        _fail(
+            f"slice of {format_shape(shape)} needs {len(shape)} begin and size values, "
+            f"got {len(begin)} and {len(size)}",
+            loc,
+        )
     out = []
     for k, (d, start, n) in enumerate(zip(shape, begin, size)):
         if isinstance(d, str):
             if start != 0 or n not in (-1, d):
-                _fail(f"slice along symbolic dim {d} (axis {k}) must take all of it: begin 0 "
-                      f"and size {d} or -1, got begin {start} and size {n}", loc)
+                _fail(
+                    f"slice along symbolic dim {d} (axis {k}) must take all of it: begin 0 "
+                    f"and size {d} or -1, got begin {start} and size {n}",
+                    loc,
+                )
             out.append(d)
             continue
         if isinstance(n, str):
-            _fail(f"slice size {n} for axis {k} of {format_shape(shape)}: that axis is {d} "
-                  "long, not symbolic", loc)
+            _fail(f"slice size {n} for axis {k} of {format_shape(shape)}: that axis is {d} long, not symbolic", loc)
         n = d - start if n == -1 else n
         if start < 0 or n <= 0 or start + n > d:
-            _fail(f"slice begin {start} size {n} is out of bounds for axis {k} of "
-                  f"{format_shape(shape)}", loc)
+            _fail(f"slice begin {start} size {n} is out of bounds for axis {k} of {format_shape(shape)}", loc)
         out.append(n)
     return b.add("slice", [x], loc, begin=tuple(begin), size=tuple(out))
 
@@ -321,11 +354,16 @@ def slice_(b, loc, x, begin, size):
 def pad(b, loc, x, before, after):
     # Zeros around x: `before[k]` in front of axis k and `after[k]` behind it.
     shape = b.shape(x)
-    before, after = [before] if isinstance(before, int) else list(before), \
-        [after] if isinstance(after, int) else list(after)
+    before, after = (
+        [before] if isinstance(before, int) else list(before),
+        [after] if isinstance(after, int) else list(after),
+    )
     if len(before) != len(shape) or len(after) != len(shape):
-        _fail(f"pad of {format_shape(shape)} needs {len(shape)} before and after values, "
-              f"got {len(before)} and {len(after)}", loc)
+        _fail(
+            f"pad of {format_shape(shape)} needs {len(shape)} before and after values, "
+            f"got {len(before)} and {len(after)}",
+            loc,
+        )
     for k, (d, lo, hi) in enumerate(zip(shape, before, after)):
         if lo < 0 or hi < 0:
             _fail(f"pad amounts must be >= 0, got {lo} and {hi} for axis {k}", loc)
@@ -354,6 +392,7 @@ def _one_hot(b, loc, x, depth):
 
 # -- networks --------------------------------------------------------------------
 
+
 def _pair(v, what, loc):
     v = (v, v) if isinstance(v, int) else tuple(v)
     if len(v) != 2 or any(not isinstance(k, int) or k <= 0 for k in v):
@@ -362,21 +401,29 @@ def _pair(v, what, loc):
 
 
 def _padding(p, loc):
-    """"same", "valid", or explicit [top, bottom, left, right] zero padding."""
+    """ "same", "valid", or explicit [top, bottom, left, right] zero padding."""
     if isinstance(p, str):
         if p not in ("same", "valid"):
             _fail(f'padding must be "same", "valid" or [top, bottom, left, right], got "{p}"', loc)
         return p
     pads = (p,) if isinstance(p, int) else tuple(p)
     if len(pads) != 4 or any(not isinstance(k, int) or k < 0 for k in pads):
-        _fail(f'padding must be "same", "valid" or four non-negative ints [top, bottom, left, '
-              f'right], got {list(pads)}', loc)
+        _fail(
+            f'padding must be "same", "valid" or four non-negative ints [top, bottom, left, right], got {list(pads)}',
+            loc,
+        )
     return pads
 
 
-@function("conv2d", Param("x", T), Param("w", T), Param("stride", "ints", 1),
-          Param("padding", "padding", "same"), Param("dilation", "ints", 1),
-          Param("groups", "int", 1))
+@function(
+    "conv2d",
+    Param("x", T),
+    Param("w", T),
+    Param("stride", "ints", 1),
+    Param("padding", "padding", "same"),
+    Param("dilation", "ints", 1),
+    Param("groups", "int", 1),
+)
 def conv2d(b, loc, x, w, stride, padding, dilation, groups):
     if not isinstance(groups, int) or groups <= 0:
         _fail(f"conv2d groups must be a positive int, got {groups}", loc)
@@ -397,14 +444,25 @@ def _pool(op):
         if rest and rest[0]:
             attrs["count_include_pad"] = True
         return b.add(op, [x], loc, **attrs)
+
     return impl
 
 
-function("max_pool", Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
-         Param("padding", "padding", "valid"))(_pool("max_pool"))
-function("avg_pool", Param("x", T), Param("size", "ints"), Param("stride", "ints", None),
-         Param("padding", "padding", "valid"), Param("count_include_pad", "bool", False))(
-    _pool("avg_pool"))
+function(
+    "max_pool",
+    Param("x", T),
+    Param("size", "ints"),
+    Param("stride", "ints", None),
+    Param("padding", "padding", "valid"),
+)(_pool("max_pool"))
+function(
+    "avg_pool",
+    Param("x", T),
+    Param("size", "ints"),
+    Param("stride", "ints", None),
+    Param("padding", "padding", "valid"),
+    Param("count_include_pad", "bool", False),
+)(_pool("avg_pool"))
 
 
 def _global_pool(op):
@@ -413,6 +471,7 @@ def _global_pool(op):
         if len(shape) != 4:
             _fail(f"global_{op}_pool takes x [B, H, W, C], got {format_shape(shape)}", loc)
         return (mean if op == "avg" else _reduction("max"))(b, loc, x, (1, 2), False)
+
     return impl
 
 
@@ -421,6 +480,7 @@ function("global_max_pool", Param("x", T))(_global_pool("max"))
 
 
 # -- costs -----------------------------------------------------------------------
+
 
 @function("mean_squared", Param("pred", T), Param("target", T))
 def mean_squared(b, loc, pred, target):
@@ -431,10 +491,18 @@ def mean_squared(b, loc, pred, target):
 @function("softmax_cross_entropy", Param("logits", T), Param("labels", T))
 def softmax_cross_entropy(b, loc, logits, labels):
     if b.shape(logits) != b.shape(labels):
-        _fail(f"softmax_cross_entropy logits {format_shape(b.shape(logits))} and labels "
-              f"{format_shape(b.shape(labels))} must have the same shape", loc)
-    per = b.add("sum", [b.add("mul", [labels, log_softmax(b, loc, logits, -1)], loc)], loc,
-                axes=(len(b.shape(logits)) - 1,), keepdims=False)
+        _fail(
+            f"softmax_cross_entropy logits {format_shape(b.shape(logits))} and labels "
+            f"{format_shape(b.shape(labels))} must have the same shape",
+            loc,
+        )
+    per = b.add(
+        "sum",
+        [b.add("mul", [labels, log_softmax(b, loc, logits, -1)], loc)],
+        loc,
+        axes=(len(b.shape(logits)) - 1,),
+        keepdims=False,
+    )
     return b.add("neg", [mean(b, loc, per, None, False)], loc)
 
 
@@ -448,6 +516,17 @@ def sigmoid_cross_entropy(b, loc, x, z):
 
 
 # The language's operators, as functions.
-OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "^": "pow",
-             "==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
-
+OPERATORS = {
+    "+": "add",
+    "-": "sub",
+    "*": "mul",
+    "/": "div",
+    "@": "matmul",
+    "^": "pow",
+    "==": "eq",
+    "!=": "ne",
+    "<": "lt",
+    "<=": "le",
+    ">": "gt",
+    ">=": "ge",
+}

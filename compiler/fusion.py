@@ -152,16 +152,21 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
         if kind in ("elementwise", "layout"):
             # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar
             # (Adam's bias corrections), a layout view of a leaf.
-            cheap = node.op == "dim_size" or (kind == "elementwise" and _numel(node.shape) == 1) or (
-                kind == "layout" and node.op not in ("concat", "one_hot")
-                and all(graph.nodes[j].is_leaf for j in node.inputs))
+            cheap = (
+                node.op == "dim_size"
+                or (kind == "elementwise" and _numel(node.shape) == 1)
+                or (
+                    kind == "layout"
+                    and node.op not in ("concat", "one_hot")
+                    and all(graph.nodes[j].is_leaf for j in node.inputs)
+                )
+            )
             if not write and not feeds_anchor and (len(where) == 1 or (cheap and where)):
                 storage[n] = "inline"
                 home[n] = where
                 for k in where:
                     building[k].nodes.add(n)
-                ident[n] = len(where) == 1 and all(
-                    reads_own_element(graph, ident, c, node.shape) for c in users)
+                ident[n] = len(where) == 1 and all(reads_own_element(graph, ident, c, node.shape) for c in users)
                 continue
             if node.op == "reshape":
                 # A reshape that must be stored is a view: it shares its input's storage.
@@ -170,7 +175,7 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
                 forced.add(node.inputs[0])
                 home[n] = set()
                 continue
-            if (n in must and n not in forced and not feeds_anchor and len(where) == 1):
+            if n in must and n not in forced and not feeds_anchor and len(where) == 1:
                 (k,) = where
                 if building[k].shape == node.shape:
                     # A fetch or update computed by its readers' kernel anyway: write it there.
@@ -187,8 +192,11 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
         if not feeds_anchor and len(where) == 1 and n not in forced:
             (k,) = where
             b = building[k]
-            if b.anchor is None and b.shape == node.shape and all(
-                    reads_own_element(graph, ident, c, node.shape) for c in users):
+            if (
+                b.anchor is None
+                and b.shape == node.shape
+                and all(reads_own_element(graph, ident, c, node.shape) for c in users)
+            ):
                 b.kind, b.anchor = kind, n
                 b.nodes.add(n)
                 if n in must:
@@ -211,20 +219,28 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
         outputs = tuple(b.outputs)
         for o in outputs:
             producer[o] = index
-        kernels.append(Kernel(index, b.kind, b.anchor, b.primary, nodes, outputs, tuple(inputs),
-                              b.shape, kernel_name(graph, index, nodes, b.anchor)))
+        kernels.append(
+            Kernel(
+                index,
+                b.kind,
+                b.anchor,
+                b.primary,
+                nodes,
+                outputs,
+                tuple(inputs),
+                b.shape,
+                kernel_name(graph, index, nodes, b.anchor),
+            )
+        )
     assert all(i in storage for i in in_work)
-    return Fusion(graph, roots, updates, tuple(kernels), storage, producer, alias,
-                  frozenset(literals), ident)
+    return Fusion(graph, roots, updates, tuple(kernels), storage, producer, alias, frozenset(literals), ident)
 
 
 def _stored_inputs(graph: Graph, b: _Building, literals: set[int]) -> set[int]:
-    return {j for m in b.nodes for j in graph.nodes[m].inputs
-            if j not in b.nodes and j not in literals}
+    return {j for m in b.nodes for j in graph.nodes[m].inputs if j not in b.nodes and j not in literals}
 
 
-def _producers(graph: Graph, building: list[_Building], alias: dict[int, int],
-               literals: set[int]) -> list[set[int]]:
+def _producers(graph: Graph, building: list[_Building], alias: dict[int, int], literals: set[int]) -> list[set[int]]:
     """For each kernel, the kernels whose outputs it reads."""
     made = {o: k for k, b in enumerate(building) if b is not None for o in b.outputs}
     deps: list[set[int]] = []
@@ -256,8 +272,9 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident) -> No
                 if b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
                     continue
                 made = set(b1.outputs)
-                reads = [(c, j) for c in b2.nodes for j in graph.nodes[c].inputs
-                         if j not in b2.nodes and j not in literals]
+                reads = [
+                    (c, j) for c in b2.nodes for j in graph.nodes[c].inputs if j not in b2.nodes and j not in literals
+                ]
                 if any(_base(alias, j) in made and j not in made for _, j in reads):
                     continue  # read through a view
                 if not all(reads_own_element(graph, ident, c, b2.shape) for c, j in reads if j in made):
@@ -272,8 +289,9 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident) -> No
     building[:] = [b for b in building if b is not None]
 
 
-def _prune_outputs(graph: Graph, building: list[_Building], keep: set[int], literals,
-                   storage: dict[int, str], ident: dict[int, bool]) -> None:
+def _prune_outputs(
+    graph: Graph, building: list[_Building], keep: set[int], literals, storage: dict[int, str], ident: dict[int, bool]
+) -> None:
     """After merging, an output only its own kernel reads need not be stored."""
     read_outside = {j for b in building for j in _stored_inputs(graph, b, literals)}
     for b in building:

@@ -55,6 +55,7 @@ def grad(*names: str):
         for n in names:
             GRADIENTS[n] = fn
         return fn
+
     return deco
 
 
@@ -64,12 +65,12 @@ def rule_for(node: Node) -> Rule | None:
         return None
     rule = GRADIENTS.get(node.op)
     if rule is None:
-        raise CompileError(f"no gradient rule for op '{node.op}': it cannot be differentiated",
-                           node.loc)
+        raise CompileError(f"no gradient rule for op '{node.op}': it cannot be differentiated", node.loc)
     return rule
 
 
 # -- helpers ---------------------------------------------------------------------
+
 
 def unbroadcast(e: Emit, g: int, shape: Shape) -> int:
     """Sum `g` (a broadcast result) back to `shape`: leading axes and axes where shape has 1."""
@@ -78,8 +79,7 @@ def unbroadcast(e: Emit, g: int, shape: Shape) -> int:
     if gs == shape:
         return g
     lead = len(gs) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + k for k, d in enumerate(shape) if d == 1 and gs[lead + k] != 1)
+    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(shape) if d == 1 and gs[lead + k] != 1)
     out = e("sum", g, axes=axes, keepdims=False) if axes else g
     if e.shape(out) != shape:
         out = e("reshape", out, shape=shape)
@@ -95,6 +95,7 @@ def _kept(e: Emit, t: int, x_shape: Shape, axes: tuple[int, ...], keepdims: bool
 
 
 # -- elementwise, unary ------------------------------------------------------------
+
 
 @grad("neg")
 def _neg(e, n, y, g):
@@ -201,6 +202,7 @@ def _cos(e, n, y, g):
 
 # -- elementwise, binary and where ------------------------------------------------
 
+
 def _shapes(e: Emit, n: Node) -> list[Shape]:
     return [e.shape(i) for i in n.inputs]
 
@@ -274,6 +276,7 @@ def _where(e, n, y, g):
 
 # -- layout -------------------------------------------------------------------------
 
+
 @grad("reshape")
 def _reshape(e, n, y, g):
     return (e("reshape", g, shape=e.shape(n.inputs[0])),)
@@ -319,6 +322,7 @@ def _concat(e, n, y, g):
 
 # -- reductions ---------------------------------------------------------------------
 
+
 @grad("sum")
 def _sum(e, n, y, g):
     x_shape = e.shape(n.inputs[0])
@@ -338,6 +342,7 @@ def _extremum(e, n, y, g):
 
 
 # -- matmul -------------------------------------------------------------------------
+
 
 @grad("matmul")
 def _matmul(e, n, y, g):
@@ -363,6 +368,7 @@ def _matmul(e, n, y, g):
 # conv2d_grad_filter(x, dy) = C_w^T dy are bilinear too, so the gradients of all
 # three are the other two (and conv2d itself).
 
+
 def _window(n: Node) -> dict:
     """The geometry attrs a window op's gradient ops share (those the node has)."""
     keys = ("stride", "padding", "dilation", "groups", "count_include_pad")
@@ -380,15 +386,13 @@ def _conv2d(e, n, y, g):
 @grad("conv2d_grad_input")
 def _conv2d_grad_input(e, n, y, g):
     dy, w = n.inputs
-    return (e("conv2d", g, w, **_window(n)),
-            e("conv2d_grad_filter", g, dy, w_shape=e.shape(w), **_window(n)))
+    return (e("conv2d", g, w, **_window(n)), e("conv2d_grad_filter", g, dy, w_shape=e.shape(w), **_window(n)))
 
 
 @grad("conv2d_grad_filter")
 def _conv2d_grad_filter(e, n, y, g):
     x, dy = n.inputs
-    return (e("conv2d_grad_input", dy, g, x_shape=e.shape(x), **_window(n)),
-            e("conv2d", x, g, **_window(n)))
+    return (e("conv2d_grad_input", dy, g, x_shape=e.shape(x), **_window(n)), e("conv2d", x, g, **_window(n)))
 
 
 @grad("avg_pool")
@@ -441,6 +445,7 @@ def _max_pool_grad(e, n, y, g):
 
 
 # -- special functions (compiler/ops/special.py) -------------------------------------
+
 
 @grad("erf")
 def _erf(e, n, y, g):

@@ -15,7 +15,10 @@ import numpy as np
 
 # name -> ((argument, default), ...); an empty tuple means no arguments.
 INITIALIZERS: dict[str, tuple[tuple[str, float], ...]] = {
-    "zeros": (), "ones": (), "glorot": (), "he": (),
+    "zeros": (),
+    "ones": (),
+    "glorot": (),
+    "he": (),
     "normal": (("mean", 0.0), ("std", 1.0)),
     "uniform": (("low", -1.0), ("high", 1.0)),
 }
@@ -32,8 +35,12 @@ def init_problem(init: tuple) -> tuple[str, str] | None:
     float32 values, else None. Checked at compile time, so `dlc check` finds it."""
     kind, *args = init
     if any(isinstance(a, float) and not math.isfinite(a) for a in args):
-        return ("", "an initial value must be a finite number" if kind == "value"
-                else f"{kind}'s arguments must be finite numbers")
+        return (
+            "",
+            "an initial value must be a finite number"
+            if kind == "value"
+            else f"{kind}'s arguments must be finite numbers",
+        )
     if kind == "value" and abs(args[0]) > F32_MAX:
         return ("", f"{args[0]} is beyond float32's range (about 3.4e38)")
     if kind == "normal":
@@ -41,13 +48,11 @@ def init_problem(init: tuple) -> tuple[str, str] | None:
         if std < 0:
             return ("std", f"normal's std must be >= 0, got {_num(std)}")
         if abs(mean) + NORMAL_SPAN * std > F32_MAX:
-            return ("std", f"normal({_num(mean)}, {_num(std)}) would draw values beyond "
-                           "float32's range (about 3.4e38)")
+            return ("std", f"normal({_num(mean)}, {_num(std)}) would draw values beyond float32's range (about 3.4e38)")
     if kind == "uniform":
         low, high = args
         if low > high:
-            return ("high", f"uniform's high must be >= its low, got low {_num(low)} and "
-                            f"high {_num(high)}")
+            return ("high", f"uniform's high must be >= its low, got low {_num(low)} and high {_num(high)}")
     return None
 
 

@@ -82,8 +82,6 @@ class Graph:
         return format_graph(self)
 
 
-
-
 def _format_attr(v: Any) -> str:
     if isinstance(v, tuple) and len(v) > 8:
         return "(" + ", ".join(_format_attr(x) for x in v[:6]) + f", ... {len(v)} values)"
@@ -105,8 +103,7 @@ def _format_leaf(n: Node) -> str:
     return n.op
 
 
-def format_node(g: Graph, i: int, labels: dict[int, str] | None = None,
-                locs: bool = True) -> str:
+def format_node(g: Graph, i: int, labels: dict[int, str] | None = None, locs: bool = True) -> str:
     labels = labels if labels is not None else g.labels
     n = g.nodes[i]
     lab = labels.get(i, f"%{i}")

@@ -57,10 +57,9 @@ class FrontEnd:
     def stmt_param(self, s: Stmt):
         self._check_new(s)
         shape = self._shape(s)
-        for (d, loc) in s.shape:
+        for d, loc in s.shape:
             if isinstance(d, str):
-                raise CompileError(f"param '{s.name}' has symbolic dim '{d}': "
-                                   "a param's shape must be concrete", loc)
+                raise CompileError(f"param '{s.name}' has symbolic dim '{d}': a param's shape must be concrete", loc)
         init = default_init(shape) if s.value is None else self.initializer(s.value)
         self.b.param(s.name, shape, init, s.loc)
 
@@ -73,13 +72,18 @@ class FrontEnd:
                 raise CompileError(f"const '{s.name}' must have a concrete shape", s.loc)
             if shape == ():
                 if _prod(want) > MAX_CONST_ELEMENTS:
-                    raise CompileError(f"const '{s.name}' {format_shape(want)} has {_prod(want):,} "
-                                       f"elements; a const holds at most {MAX_CONST_ELEMENTS:,} "
-                                       "(its values live in the compiled model)", s.loc)
+                    raise CompileError(
+                        f"const '{s.name}' {format_shape(want)} has {_prod(want):,} "
+                        f"elements; a const holds at most {MAX_CONST_ELEMENTS:,} "
+                        "(its values live in the compiled model)",
+                        s.loc,
+                    )
                 values, shape = [values] * _prod(want), want
             elif shape != want:
-                raise CompileError(f"const '{s.name}' is declared {format_shape(want)} but its value "
-                                   f"has shape {format_shape(shape)}", s.value.loc)
+                raise CompileError(
+                    f"const '{s.name}' is declared {format_shape(want)} but its value has shape {format_shape(shape)}",
+                    s.value.loc,
+                )
         i = self.b.add("const", (), s.loc, shape=shape, value=tuple(_flat(values)))
         self.b.declare(s.name, i, s.loc)
 
@@ -102,17 +106,16 @@ class FrontEnd:
                 return (e.name,)
             if e.name in INITIALIZERS:
                 return self._init_call(Call(e.loc, e.name, (), ()))
-            raise CompileError(f"unknown initializer '{e.name}'{did_you_mean(e.name, INITIALIZERS)}",
-                               e.loc)
+            raise CompileError(f"unknown initializer '{e.name}'{did_you_mean(e.name, INITIALIZERS)}", e.loc)
         if isinstance(e, Call):
             return self._init_call(e)
-        raise CompileError("an initializer is a number, zeros, ones, glorot, he, "
-                           "normal(mean, std) or uniform(low, high)", e.loc)
+        raise CompileError(
+            "an initializer is a number, zeros, ones, glorot, he, normal(mean, std) or uniform(low, high)", e.loc
+        )
 
     def _init_call(self, e: Call) -> tuple:
         if e.func not in INITIALIZERS:
-            raise CompileError(f"unknown initializer '{e.func}'{did_you_mean(e.func, INITIALIZERS)}",
-                               e.loc)
+            raise CompileError(f"unknown initializer '{e.func}'{did_you_mean(e.func, INITIALIZERS)}", e.loc)
         params = INITIALIZERS[e.func]
         values = dict(params)
         if len(e.args) > len(params):
@@ -123,8 +126,7 @@ class FrontEnd:
             locs[key] = a.loc
         for key, a, loc in e.kwargs:
             if key not in values:
-                raise CompileError(f"{e.func} has no argument '{key}'"
-                                   f"{did_you_mean(key, values)}", loc)
+                raise CompileError(f"{e.func} has no argument '{key}'{did_you_mean(key, values)}", loc)
             if key in locs:
                 raise CompileError(f"{e.func} got argument '{key}' twice", loc)
             values[key] = self.number(a, f"argument '{key}' of {e.func}")
@@ -149,8 +151,11 @@ class FrontEnd:
             if not e.items:
                 raise CompileError("an empty list is not a tensor", e.loc)
             if depth >= MAX_LITERAL_RANK:
-                raise CompileError(f"a list literal nested more than {MAX_LITERAL_RANK} deep: "
-                                   f"a tensor has at most {MAX_LITERAL_RANK} dims", e.loc)
+                raise CompileError(
+                    f"a list literal nested more than {MAX_LITERAL_RANK} deep: "
+                    f"a tensor has at most {MAX_LITERAL_RANK} dims",
+                    e.loc,
+                )
             parts = [self.literal(i, depth + 1) for i in e.items]
             for item, (_, shape) in zip(e.items, parts):
                 if shape != parts[0][1]:
@@ -186,16 +191,14 @@ class FrontEnd:
             if e.name in FUNCTIONS:
                 raise CompileError(f"'{e.name}' is a function: call it as {e.name}(...)", e.loc)
             if e.name in self.later:
-                raise CompileError(f"'{e.name}' is used before its definition at line "
-                                   f"{self.later[e.name].line}", e.loc)
+                raise CompileError(f"'{e.name}' is used before its definition at line {self.later[e.name].line}", e.loc)
             raise CompileError(f"unknown name '{e.name}'{did_you_mean(e.name, b.names)}", e.loc)
         if isinstance(e, Neg):
             if isinstance(e.operand, Num):
                 return b.const(-e.operand.value, (), e.loc)
             return (yield from self._call_function(FUNCTIONS["neg"], [e.operand], [], e.loc))
         if isinstance(e, BinOp):
-            return (yield from self._call_function(FUNCTIONS[OPERATORS[e.op]], [e.left, e.right],
-                                                   [], e.loc))
+            return (yield from self._call_function(FUNCTIONS[OPERATORS[e.op]], [e.left, e.right], [], e.loc))
         if isinstance(e, Call):
             fn = FUNCTIONS.get(e.func)
             if fn is None:
@@ -213,14 +216,14 @@ class FrontEnd:
         params = fn.params
         if len(args) > len(params):
             n = len(params)
-            raise CompileError(f"{fn.name} takes at most {n} argument{'s' if n != 1 else ''}, "
-                               f"got {len(args)}", args[n].loc)
+            raise CompileError(
+                f"{fn.name} takes at most {n} argument{'s' if n != 1 else ''}, got {len(args)}", args[n].loc
+            )
         bound: dict[str, Expr] = {p.name: a for p, a in zip(params, args)}
         names = [p.name for p in params]
         for key, value, kloc in kwargs:
             if key not in names:
-                raise CompileError(f"{fn.name} has no argument '{key}'{did_you_mean(key, names)}",
-                                   kloc)
+                raise CompileError(f"{fn.name} has no argument '{key}'{did_you_mean(key, names)}", kloc)
             if key in bound:
                 raise CompileError(f"{fn.name} got argument '{key}' twice", kloc)
             bound[key] = value
@@ -304,5 +307,3 @@ def _flat(v):
             yield from _flat(x)
     else:
         yield float(v)
-
-

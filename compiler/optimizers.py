@@ -77,6 +77,7 @@ def rule(name: str):
     def deco(fn: Rule) -> Rule:
         RULES[name] = fn
         return fn
+
     return deco
 
 
@@ -156,15 +157,13 @@ def _adamax(u, opt, name, p, g):
     u.update(f"{name}$u", inf1)
 
 
-def add_updates(b: GraphBuilder, optimizer, grads: dict[str, int],
-                lr: int) -> tuple[list[str], list[tuple[str, int]]]:
+def add_updates(b: GraphBuilder, optimizer, grads: dict[str, int], lr: int) -> tuple[list[str], list[tuple[str, int]]]:
     """Append `optimizer`'s update of every param in `grads` (name -> gradient node).
 
     Returns the state leaves made and the (param or state name, new value) updates.
     """
     if optimizer.name not in RULES:
-        raise ValueError(f"no update rule for optimizer '{optimizer.name}' "
-                         f"(known: {', '.join(RULES)})")
+        raise ValueError(f"no update rule for optimizer '{optimizer.name}' (known: {', '.join(RULES)})")
     u = UpdateBuilder(b, lr)
     for name, g in grads.items():
         p = b.names[name]

@@ -101,8 +101,14 @@ class _BracketNewlines:
 @cache
 def _lark() -> Lark:
     text = resources.files("dlc.grammar").joinpath("dl.lark").read_text()
-    return Lark(text, parser="lalr", lexer="contextual", postlex=_BracketNewlines(),
-                propagate_positions=True, maybe_placeholders=True)
+    return Lark(
+        text,
+        parser="lalr",
+        lexer="contextual",
+        postlex=_BracketNewlines(),
+        propagate_positions=True,
+        maybe_placeholders=True,
+    )
 
 
 class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
@@ -195,12 +201,30 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
 
 
 _WORDS = {
-    "NAME": "a name", "NUMBER": "a number", "INT": "an integer", "STRING": "a string",
-    "_NL": "end of line", "$END": "end of file", "LPAR": "'('", "RPAR": "')'",
-    "LSQB": "'['", "RSQB": "']'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='",
-    "ADD_OP": "an operator", "MUL_OP": "an operator", "POW_OP": "'^'", "CMP_OP": "a comparison",
-    "NEG": "'-'", "DTYPE": "'f32'", "INPUT": "'input'", "PARAM": "'param'", "CONST": "'const'",
-    "LOSS": "'loss'", "EXPR": "an expression",
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "INT": "an integer",
+    "STRING": "a string",
+    "_NL": "end of line",
+    "$END": "end of file",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "EQUAL": "'='",
+    "ADD_OP": "an operator",
+    "MUL_OP": "an operator",
+    "POW_OP": "'^'",
+    "CMP_OP": "a comparison",
+    "NEG": "'-'",
+    "DTYPE": "'f32'",
+    "INPUT": "'input'",
+    "PARAM": "'param'",
+    "CONST": "'const'",
+    "LOSS": "'loss'",
+    "EXPR": "an expression",
 }
 
 
@@ -254,9 +278,11 @@ def _syntax_error(e: UnexpectedInput, file: str, lines: list[str]) -> CompileErr
         return CompileError(f"syntax error: unexpected character {shown}", loc)
     if isinstance(e, UnexpectedToken):
         tok = e.token
-        what = ("end of line" if tok.type == "_NL" else "end of file" if tok.type == "$END"
-                else f"'{tok}'")
-        exp = _expected(set(getattr(e, "accepts", None) or e.expected) - {"_NL"}
-                        if tok.type != "_NL" else getattr(e, "accepts", None) or e.expected)
+        what = "end of line" if tok.type == "_NL" else "end of file" if tok.type == "$END" else f"'{tok}'"
+        exp = _expected(
+            set(getattr(e, "accepts", None) or e.expected) - {"_NL"}
+            if tok.type != "_NL"
+            else getattr(e, "accepts", None) or e.expected
+        )
         return CompileError(f"syntax error: unexpected {what}" + (f", {exp}" if exp else ""), loc)
     return CompileError("syntax error: unexpected end of input", loc)

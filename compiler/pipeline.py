@@ -49,6 +49,7 @@ class Options:
     None for no training step; `train_loss`, None for the model's first loss), the batch size the storage plan
     is made for, codegen options (e.g. `{"nan_flags": True}`), and `verify`: check every
     graph between stages (None: the process default, `set_verify`)."""
+
     train_loss: str | None = None
     optimizer: Any = None
     batch_size: int | None = None
@@ -60,6 +61,7 @@ class Options:
 @dataclass
 class Work:
     """What the stages have made so far; each stage fills its fields."""
+
     source: str = ""
     path: str = "<model>"
     statements: list | None = None  # parse
@@ -123,8 +125,7 @@ def _roots(g: Graph, name: str) -> list[int]:
 
 
 def _fuse(w: Work, o: Options) -> list[Graph]:
-    w.fusions = {name: fuse(g, _roots(g, name), g.updates if name == "train" else ())
-                 for name, g in w.graphs.items()}
+    w.fusions = {name: fuse(g, _roots(g, name), g.updates if name == "train" else ()) for name, g in w.graphs.items()}
     return []
 
 
@@ -143,8 +144,14 @@ def _codegen(w: Work, o: Options) -> list[Graph]:
 Stage = Callable[[Work, Options], list[Graph]]  # returns the graphs it made, to verify
 
 STAGES: tuple[tuple[str, Stage], ...] = (
-    ("parse", _parse), ("build", _build), ("verify", _verify), ("autodiff", _autodiff),
-    ("optimizer", _optimizer), ("simplify", _simplify), ("fuse", _fuse), ("plan", _plan),
+    ("parse", _parse),
+    ("build", _build),
+    ("verify", _verify),
+    ("autodiff", _autodiff),
+    ("optimizer", _optimizer),
+    ("simplify", _simplify),
+    ("fuse", _fuse),
+    ("plan", _plan),
     ("codegen", _codegen),
 )
 STAGE_NAMES = tuple(name for name, _ in STAGES)
@@ -160,14 +167,13 @@ def set_verify(on: bool) -> bool:
     return old
 
 
-def run_stages(work: Work, options: Options, *, start: str = "parse",
-               stop: str | None = None) -> Work:
+def run_stages(work: Work, options: Options, *, start: str = "parse", stop: str | None = None) -> Work:
     """Run the stages from `start` through `stop` (default: the last) over `work`."""
     for name in (start, stop):
         if name is not None and name not in STAGE_NAMES:
             raise ValueError(f"unknown stage '{name}': choose one of {', '.join(STAGE_NAMES)}")
     verify = _verify_default if options.verify is None else options.verify
-    names = STAGE_NAMES[STAGE_NAMES.index(start):]
+    names = STAGE_NAMES[STAGE_NAMES.index(start) :]
     for name, stage in STAGES:
         if name not in names:
             continue
@@ -182,8 +188,7 @@ def run_stages(work: Work, options: Options, *, start: str = "parse",
 
 def compile_model(model, options: Options, *, stop: str | None = None) -> Work:
     """Run the stages over a model already built (`dlc.compile`): from verify on."""
-    return run_stages(Work(model.source, model.path, graph=model.graph), options,
-                      start="verify", stop=stop)
+    return run_stages(Work(model.source, model.path, graph=model.graph), options, start="verify", stop=stop)
 
 
 def ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
@@ -236,17 +241,22 @@ def _tree(x) -> str:
     return repr(x)
 
 
-def compile_program(graph: Graph, roots: Sequence[int], *, name: str = "eval",
-                    updates: Iterable[tuple[str, int]] = (),
-                    ref_dims: Mapping[str, int] | None = None,
-                    options: Mapping | None = None, target: str = "compute") -> CompiledProgram:
+def compile_program(
+    graph: Graph,
+    roots: Sequence[int],
+    *,
+    name: str = "eval",
+    updates: Iterable[tuple[str, int]] = (),
+    ref_dims: Mapping[str, int] | None = None,
+    options: Mapping | None = None,
+    target: str = "compute",
+) -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
     `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
     return render_program(name, plan(fuse(graph, roots, updates), ref_dims), options, target)
 
 
-def render_program(name: str, storage: Plan, options: Mapping | None,
-                   target: str) -> CompiledProgram:
+def render_program(name: str, storage: Plan, options: Mapping | None, target: str) -> CompiledProgram:
     """The codegen stage for one planned program and target."""
     if target not in ("compute", "texture"):
         raise ValueError(f"unknown target '{target}': choose compute or texture")
@@ -272,24 +282,25 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict,
         file = f"{name}_{ks.name}.glsl"
         sources[file] = ks.source
         bases = [f.base(i) for i in k.inputs]
-        kernel_specs.append({
-            "name": ks.name,
-            "file": file,
-            "kind": k.kind,
-            "slots": list(ks.slots),
-            "uniforms": dict(ks.uniforms),
-            **({"scalars": dict(ks.scalars)} if ks.scalars else {}),  # eager numbers only
-            "grid": ks.grid,
-            "local_size": list(ks.local_size),
-            "reads": list(k.inputs),
-            "writes": list(k.outputs),
-            "after": sorted({made[b] for b in bases if b in made}),
-            "inputs": sorted({g.nodes[b].attr("name") for b in bases
-                              if g.nodes[b].op == "input"}),
-            "ir": list(ks.ir),
-            "locs": [list(x) if x else None for x in ks.locs],
-            **({"nan_flags": list(ks.nan_flags)} if ks.nan_flags else {}),
-        })
+        kernel_specs.append(
+            {
+                "name": ks.name,
+                "file": file,
+                "kind": k.kind,
+                "slots": list(ks.slots),
+                "uniforms": dict(ks.uniforms),
+                **({"scalars": dict(ks.scalars)} if ks.scalars else {}),  # eager numbers only
+                "grid": ks.grid,
+                "local_size": list(ks.local_size),
+                "reads": list(k.inputs),
+                "writes": list(k.outputs),
+                "after": sorted({made[b] for b in bases if b in made}),
+                "inputs": sorted({g.nodes[b].attr("name") for b in bases if g.nodes[b].op == "input"}),
+                "ir": list(ks.ir),
+                "locs": [list(x) if x else None for x in ks.locs],
+                **({"nan_flags": list(ks.nan_flags)} if ks.nan_flags else {}),
+            }
+        )
     slots = []
     for s in p.slots:
         entry: dict = {"kind": s.kind, "sizes": [list(z) for z in s.sizes]}
@@ -298,8 +309,9 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict,
         if s.kind == "const":
             entry["values"] = list(g.nodes[s.node].attr("value"))
         slots.append(entry)
-    tensors = {str(t): {"slot": s, "shape": list(g.nodes[t].shape), "label": label(t)}
-               for t, s in sorted(p.slot_of.items())}
+    tensors = {
+        str(t): {"slot": s, "shape": list(g.nodes[t].shape), "label": label(t)} for t, s in sorted(p.slot_of.items())
+    }
     fetch = {}
     for r in f.roots:
         fetch.setdefault(label(r), r)

@@ -144,11 +144,9 @@ def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
             live[o] = (k.index, end if o in keep_to_end else last)
 
     members: list[list[int]] = []  # temp slot -> its tensors
-    for t in sorted(live, key=lambda t: (-eval_size(size_of(g.nodes[t].shape), ref_dims),
-                                         live[t][0], t)):
+    for t in sorted(live, key=lambda t: (-eval_size(size_of(g.nodes[t].shape), ref_dims), live[t][0], t)):
         lo, hi = live[t]
-        free = [s for s, ts in enumerate(members)
-                if all(hi < live[o][0] or live[o][1] < lo for o in ts)]
+        free = [s for s, ts in enumerate(members) if all(hi < live[o][0] or live[o][1] < lo for o in ts)]
         if free:
             members[free[0]].append(t)  # largest-first: the first free slot is big enough
         else:
@@ -177,8 +175,7 @@ def _place_updates(f: Fusion, readers: dict[int, list[int]]):
         leaf = g.names[target]
         if u == leaf:
             continue  # the value does not change
-        if _can_write_in_place(f, leaf, u, readers) and u not in taken and leaf not in sources \
-                and leaf not in roots:
+        if _can_write_in_place(f, leaf, u, readers) and u not in taken and leaf not in sources and leaf not in roots:
             inplace.append((target, u))
             taken.add(u)
         else:
@@ -226,10 +223,8 @@ def format_plan(p: Plan) -> str:
             what = f"{s.kind:<5} {s.name}"
         lines.append(f"  s{s.index:<3} {what}  ({format_floats(s.sizes)}, {_kb(p.slot_bytes(s))})")
     peak = p.peak_bytes()
-    lines.append(f"peak temporaries: {_kb(peak['planned'])} planned, "
-                 f"{_kb(peak['no_reuse'])} with no reuse")
-    lines.append("leaves: " + ", ".join(f"{k} {_kb(peak[k])}"
-                                        for k in ("input", "param", "state", "const") if peak[k]))
+    lines.append(f"peak temporaries: {_kb(peak['planned'])} planned, {_kb(peak['no_reuse'])} with no reuse")
+    lines.append("leaves: " + ", ".join(f"{k} {_kb(peak[k])}" for k in ("input", "param", "state", "const") if peak[k]))
     return "\n".join(lines)
 
 
@@ -241,5 +236,4 @@ def _leaf_slot(p: Plan, name: str) -> int:
 
 
 def _kb(n: int) -> str:
-    return f"{n} B" if n < 10240 else f"{n / 1024:.1f} KiB" if n < 10 * 2**20 else \
-        f"{n / 2**20:.1f} MiB"
+    return f"{n} B" if n < 10240 else f"{n / 1024:.1f} KiB" if n < 10 * 2**20 else f"{n / 2**20:.1f} MiB"

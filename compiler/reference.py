@@ -19,9 +19,14 @@ def leaf_inputs(graph: Graph, roots: Iterable[int]) -> set[str]:
     return {graph.nodes[i].attr("name") for i in cone(graph, roots) if graph.nodes[i].op == "input"}
 
 
-def evaluate(graph: Graph, roots: Iterable[int], leaves: Mapping[str, np.ndarray],
-             dims: Mapping[str, int], dtype=np.float32,
-             on_node: Callable[[int, np.ndarray, float], None] | None = None) -> dict[int, np.ndarray]:
+def evaluate(
+    graph: Graph,
+    roots: Iterable[int],
+    leaves: Mapping[str, np.ndarray],
+    dims: Mapping[str, int],
+    dtype=np.float32,
+    on_node: Callable[[int, np.ndarray, float], None] | None = None,
+) -> dict[int, np.ndarray]:
     """Values of `roots` (and everything they need). `leaves`: input, param and state values.
 
     `on_node(i, value, seconds)`, if given, sees each computed node as it is made (debug mode

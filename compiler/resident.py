@@ -43,14 +43,17 @@ def resident_graph(step: Graph, inputs: Sequence[str], dim: str, examples: int) 
         if idx is None:
             idx = rw.append(Node("input", (), (dim,), make_attrs(name=IDX, shape=(dim,))))
         rows = (examples, *n.shape[1:])
-        data = states[data_name(name)] = rw.append(Node(
-            "state", (), rows, make_attrs(name=data_name(name), shape=rows, init=ZEROS), n.loc))
+        data = states[data_name(name)] = rw.append(
+            Node("state", (), rows, make_attrs(name=data_name(name), shape=rows, init=ZEROS), n.loc)
+        )
         return rw.append(Node("take", (data, idx), n.shape, (), n.loc))
 
     g = rewrite(step, visit)
     out = dataclasses.replace(
-        g, names={**g.names, **states, **({IDX: idx} if idx is not None else {})},
+        g,
+        names={**g.names, **states, **({IDX: idx} if idx is not None else {})},
         inputs=tuple(k for k in step.inputs if k not in batched) + ((IDX,) if states else ()),
-        states=(*step.states, *states))
+        states=(*step.states, *states),
+    )
     check_graph(out)
     return out

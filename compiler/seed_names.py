@@ -66,7 +66,7 @@ def snake_case(name: str) -> str:
 
 
 def suggest(name: str, known: Iterable[str]) -> str:
-    """", did you mean 'matmul'?" (or an expression) for a seeds name, else the closest name."""
+    """ ", did you mean 'matmul'?" (or an expression) for a seeds name, else the closest name."""
     known = list(known)
     target = SEED_NAMES.get(name)
     if target is None and snake_case(name) in known:

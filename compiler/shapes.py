@@ -25,8 +25,6 @@ def broadcast(*shapes: Shape) -> Shape:
     return tuple(out)
 
 
-
-
 def norm_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise ShapeError(f"axis {axis} is out of range for rank {rank}")

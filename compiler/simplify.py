@@ -50,6 +50,7 @@ def rewrite(g: Graph, visit: Callable[[Rewriter, int, Node], int]) -> Graph:
 
 # -- constant folding ---------------------------------------------------------------
 
+
 def _const_value(n: Node) -> np.ndarray:
     return np.asarray(n.attr("value"), dtype=np.float64).reshape(n.shape)
 
@@ -63,8 +64,7 @@ def fold_constants(g: Graph) -> Graph:
 
     def visit(rw: Rewriter, i: int, n: Node) -> int:
         ins = [rw.nodes[j] for j in n.inputs]
-        foldable = (ins and not n.is_leaf and all(m.op == "const" for m in ins)
-                    and not symbols(n.shape))
+        foldable = ins and not n.is_leaf and all(m.op == "const" for m in ins) and not symbols(n.shape)
         if foldable:
             size = int(np.prod(n.shape))
             if size <= max(int(np.prod(m.shape)) for m in ins):
@@ -79,6 +79,7 @@ def fold_constants(g: Graph) -> Graph:
 
 
 # -- algebraic identities -----------------------------------------------------------
+
 
 def _is_const(n: Node, value: float) -> bool:
     return n.op == "const" and all(v == value for v in n.attr("value"))
@@ -126,8 +127,7 @@ def _broadcast_source(nodes: list[Node], j: int) -> int:
     """What `j` broadcasts from: through broadcast_to and reshapes that only add leading 1s."""
     while True:
         m = nodes[j]
-        if m.op == "broadcast_to" or (m.op == "reshape" and _adds_leading_ones(
-                nodes[m.inputs[0]].shape, m.shape)):
+        if m.op == "broadcast_to" or (m.op == "reshape" and _adds_leading_ones(nodes[m.inputs[0]].shape, m.shape)):
             j = m.inputs[0]
         else:
             return j
@@ -145,7 +145,7 @@ def _implicit_broadcasts(nodes: list[Node], n: Node) -> Node:
     for k, j in enumerate(n.inputs):
         src = _broadcast_source(nodes, j)
         if src != j:
-            trial = [*inputs[:k], src, *inputs[k + 1:]]
+            trial = [*inputs[:k], src, *inputs[k + 1 :]]
             try:
                 ok = broadcast(*(nodes[t].shape for t in trial)) == n.shape
             except ShapeError:
@@ -158,6 +158,7 @@ def _implicit_broadcasts(nodes: list[Node], n: Node) -> Node:
 
 
 # -- common subexpressions ----------------------------------------------------------
+
 
 def eliminate_common_subexpressions(g: Graph) -> Graph:
     """Merge nodes with the same op, inputs and attrs (leaves differ by their name attr)."""
@@ -173,6 +174,7 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
 
 
 # -- dead code ----------------------------------------------------------------------
+
 
 def eliminate_dead_code(g: Graph, keep: Iterable[int] | None = None, start: int = 0) -> Graph:
     """Drop nodes nothing kept depends on. Kept by default: every named node (inputs,
@@ -190,7 +192,11 @@ def eliminate_dead_code(g: Graph, keep: Iterable[int] | None = None, start: int 
 
 
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
-    simplify_algebra, fold_constants, eliminate_common_subexpressions, eliminate_dead_code)
+    simplify_algebra,
+    fold_constants,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+)
 
 
 def simplify(g: Graph, max_rounds: int = 8) -> Graph:

@@ -42,16 +42,22 @@ def gradients_for(graph: Graph, loss: str | None) -> tuple[str, Graph, dict[str,
     return loss, with_grads, {p: g for p, g in grads.items() if p in reached}
 
 
-def add_optimizer(graph: Graph, loss: str, with_grads: Graph, trained: dict[str, int],
-                  optimizer) -> Graph:
+def add_optimizer(graph: Graph, loss: str, with_grads: Graph, trained: dict[str, int], optimizer) -> Graph:
     """The optimizer stage: the step graph (not simplified) that applies `optimizer` to the
     gradients `trained` of `with_grads`, built from the forward `graph`."""
     b = extend(with_grads)
     lr = b.input(LR, ())
     states, updates = add_updates(b, optimizer, trained, lr)
     losses = (loss, *(name for name in graph.losses if name != loss))
-    return Graph(tuple(b.nodes), dict(b.names), tuple(b.inputs), graph.params,
-                 (*graph.states, *states), losses, (*graph.updates, *updates))
+    return Graph(
+        tuple(b.nodes),
+        dict(b.names),
+        tuple(b.inputs),
+        graph.params,
+        (*graph.states, *states),
+        losses,
+        (*graph.updates, *updates),
+    )
 
 
 def _reached(graph: Graph, loss: str) -> set[str]:

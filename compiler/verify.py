@@ -47,8 +47,7 @@ def check_graph(g: Graph) -> None:
     for name, i in g.names.items():
         if not 0 <= i < len(g.nodes):
             raise IRError(f"internal error: name '{name}' points past the graph")
-    for kind, names, op in (("input", g.inputs, "input"), ("param", g.params, "param"),
-                            ("state", g.states, "state")):
+    for kind, names, op in (("input", g.inputs, "input"), ("param", g.params, "param"), ("state", g.states, "state")):
         for name in names:
             if name not in g.names or g.nodes[g.names[name]].op != op:
                 raise IRError(f"internal error: {kind} '{name}' is not an {op} leaf")
@@ -59,5 +58,8 @@ def check_graph(g: Graph) -> None:
         if target not in g.names:
             raise IRError(f"internal error: update of unknown leaf '{target}'")
         if g.nodes[g.names[target]].shape != g.nodes[i].shape:
-            fail(i, f"update of '{target}' has shape {list(g.nodes[i].shape)}, "
-                    f"the leaf has {list(g.nodes[g.names[target]].shape)}")
+            fail(
+                i,
+                f"update of '{target}' has shape {list(g.nodes[i].shape)}, "
+                f"the leaf has {list(g.nodes[g.names[target]].shape)}",
+            )

@@ -87,8 +87,10 @@ class Array:
     # -- reading -----------------------------------------------------------------------
     def _live_handle(self) -> Any:
         if self._handle is None:
-            raise ValueError(f"this array {list(self.shape)} was disposed (by dispose() or when its "
-                             "dlc.tidy scope closed); use dlc.keep or return it from the scope")
+            raise ValueError(
+                f"this array {list(self.shape)} was disposed (by dispose() or when its "
+                "dlc.tidy scope closed); use dlc.keep or return it from the scope"
+            )
         return self._handle
 
     def numpy(self) -> np.ndarray:
@@ -150,24 +152,60 @@ class Array:
         return array(self.numpy(), backend=self.backend)
 
     # -- operators (through dlc.ops) --------------------------------------------------
-    def __add__(self, o): return _op("add", self, o)
-    def __radd__(self, o): return _op("add", o, self)
-    def __sub__(self, o): return _op("sub", self, o)
-    def __rsub__(self, o): return _op("sub", o, self)
-    def __mul__(self, o): return _op("mul", self, o)
-    def __rmul__(self, o): return _op("mul", o, self)
-    def __truediv__(self, o): return _op("div", self, o)
-    def __rtruediv__(self, o): return _op("div", o, self)
-    def __matmul__(self, o): return _op("matmul", self, o)
-    def __rmatmul__(self, o): return _op("matmul", o, self)
-    def __pow__(self, o): return _op("pow", self, o)
-    def __rpow__(self, o): return _op("pow", o, self)
-    def __neg__(self): return _op("neg", self)
-    def __abs__(self): return _op("abs", self)
-    def __lt__(self, o): return _op("lt", self, o)
-    def __le__(self, o): return _op("le", self, o)
-    def __gt__(self, o): return _op("gt", self, o)
-    def __ge__(self, o): return _op("ge", self, o)
+    def __add__(self, o):
+        return _op("add", self, o)
+
+    def __radd__(self, o):
+        return _op("add", o, self)
+
+    def __sub__(self, o):
+        return _op("sub", self, o)
+
+    def __rsub__(self, o):
+        return _op("sub", o, self)
+
+    def __mul__(self, o):
+        return _op("mul", self, o)
+
+    def __rmul__(self, o):
+        return _op("mul", o, self)
+
+    def __truediv__(self, o):
+        return _op("div", self, o)
+
+    def __rtruediv__(self, o):
+        return _op("div", o, self)
+
+    def __matmul__(self, o):
+        return _op("matmul", self, o)
+
+    def __rmatmul__(self, o):
+        return _op("matmul", o, self)
+
+    def __pow__(self, o):
+        return _op("pow", self, o)
+
+    def __rpow__(self, o):
+        return _op("pow", o, self)
+
+    def __neg__(self):
+        return _op("neg", self)
+
+    def __abs__(self):
+        return _op("abs", self)
+
+    def __lt__(self, o):
+        return _op("lt", self, o)
+
+    def __le__(self, o):
+        return _op("le", self, o)
+
+    def __gt__(self, o):
+        return _op("gt", self, o)
+
+    def __ge__(self, o):
+        return _op("ge", self, o)
+
     __hash__ = object.__hash__
 
     @property
@@ -196,16 +234,19 @@ def _install_methods() -> None:
 def _method(name: str, ops: Any):
     def method(self, *args, **kwargs):
         return ops.call(name, (self, *args), kwargs)
+
     func = getattr(ops, name)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = func.__doc__
     sig = inspect.signature(func)
-    method.__signature__ = sig.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY),
-                                                   *list(sig.parameters.values())[1:]])
+    method.__signature__ = sig.replace(
+        parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY), *list(sig.parameters.values())[1:]]
+    )
     return method
 
 
 # -- making arrays --------------------------------------------------------------------
+
 
 def _shape(shape: ShapeLike) -> tuple[int, ...]:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
@@ -249,14 +290,16 @@ def _gen(seed_value: int | None) -> np.random.Generator:
     return _rng if seed_value is None else np.random.default_rng(seed_value)
 
 
-def rand(shape: ShapeLike, low: float = 0.0, high: float = 1.0, *, seed: int | None = None,
-         backend: str | None = None) -> Array:
+def rand(
+    shape: ShapeLike, low: float = 0.0, high: float = 1.0, *, seed: int | None = None, backend: str | None = None
+) -> Array:
     """Uniform in [low, high) (the seeds' NDArray.randUniform)."""
     return array(_gen(seed).uniform(low, high, _shape(shape)), backend)
 
 
-def randn(shape: ShapeLike, mean: float = 0.0, std: float = 1.0, *, seed: int | None = None,
-          backend: str | None = None) -> Array:
+def randn(
+    shape: ShapeLike, mean: float = 0.0, std: float = 1.0, *, seed: int | None = None, backend: str | None = None
+) -> Array:
     """Normal with `mean` and `std` (the seeds' NDArray.randNormal)."""
     return array(_gen(seed).normal(mean, std, _shape(shape)), backend)
 

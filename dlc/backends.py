@@ -41,8 +41,9 @@ class NumpyBackend:
     def get_leaf(self, name: str) -> np.ndarray:
         return self.leaves[name].copy()
 
-    def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
-            dims: Mapping[str, int]) -> list[np.ndarray]:
+    def run(
+        self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
+    ) -> list[np.ndarray]:
         with np.errstate(all="ignore"):  # inf/NaN are values here, as on a GPU
             values = _evaluator()(graph, roots, {**self.leaves, **feeds}, dims, self.dtype)
         return [self._out(graph, values, i) for i in roots]
@@ -51,12 +52,12 @@ class NumpyBackend:
         # A fetched leaf is the stored array itself: hand out a copy so it stays ours.
         return values[i].copy() if graph.nodes[i].is_leaf else values[i]
 
-    def step(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
-             dims: Mapping[str, int]) -> list[np.ndarray]:
+    def step(
+        self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
+    ) -> list[np.ndarray]:
         targets = [i for _, i in graph.updates]
         with np.errstate(all="ignore"):
-            values = _evaluator()(graph, [*roots, *targets], {**self.leaves, **feeds}, dims,
-                                  self.dtype)
+            values = _evaluator()(graph, [*roots, *targets], {**self.leaves, **feeds}, dims, self.dtype)
         for name, i in graph.updates:
             self.leaves[name] = values[i]
         return [self._out(graph, values, i) for i in roots]

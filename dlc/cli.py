@@ -37,6 +37,7 @@ class UsageError(DlcError):
 
 # -- the model a command works on --------------------------------------------------
 
+
 @dataclass
 class Target:
     """A .dl model or a compiled artifact: its names and how to make a session over it."""
@@ -74,14 +75,12 @@ class Target:
 
     def loss(self, name: str | None) -> str:
         if not self.losses:
-            raise DlcError(f"{self.path}: the model has no loss to train: add a statement "
-                           "'loss NAME = EXPR'")
+            raise DlcError(f"{self.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
         if name is None:
             return self.losses[0]
         if name not in self.losses:
             hint = did_you_mean(name, self.losses)
-            raise DlcError(f"{self.path}: '{name}' is not a loss of the model{hint} "
-                           f"(losses: {', '.join(self.losses)})")
+            raise DlcError(f"{self.path}: '{name}' is not a loss of the model{hint} (losses: {', '.join(self.losses)})")
         return name
 
 
@@ -92,8 +91,7 @@ def read_model_source(path: str) -> str:
     except FileNotFoundError:
         raise DlcError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise DlcError(f"{path}: a folder that is not a compiled artifact "
-                       "(no manifest.json)") from None
+        raise DlcError(f"{path}: a folder that is not a compiled artifact (no manifest.json)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise DlcError(f"{path}: cannot read the model ({e})") from None
 
@@ -121,8 +119,17 @@ def _open_source(path: str) -> Target:
 
     inits = {n: graph.node(n).attr("init") for n in graph.params}
     tensors = {n: s for n, s in model.tensors.items()}
-    return Target(path, dict(model.inputs), dict(model.params), tensors, list(model.losses),
-                  open_session, needed, inits, model=model)
+    return Target(
+        path,
+        dict(model.inputs),
+        dict(model.params),
+        tensors,
+        list(model.losses),
+        open_session,
+        needed,
+        inits,
+        model=model,
+    )
 
 
 def _open_artifact(path: str) -> Target:
@@ -135,8 +142,10 @@ def _open_artifact(path: str) -> Target:
             return _artifact_reference_session(path, runner, seed)
         wanted = os.environ.get("DLC_TARGET", "").strip()  # --target sets it
         if wanted and wanted != runner.target:
-            raise UsageError(f"{path} was compiled for the {runner.target} target, not "
-                             f"{wanted} (recompile it with --target {wanted})")
+            raise UsageError(
+                f"{path} was compiled for the {runner.target} target, not "
+                f"{wanted} (recompile it with --target {wanted})"
+            )
         return runner if seed == runner.seed else dlc.load(path, seed=seed)
 
     def needed(names: Iterable[str]) -> set[str]:
@@ -145,10 +154,17 @@ def _open_artifact(path: str) -> Target:
     # The loss the artifact was compiled to train comes first: it is the default.
     train = runner.manifest.get("train") or {}
     losses = sorted(runner.losses, key=lambda n: n != train.get("loss"))
-    return Target(path, dict(runner.inputs), dict(runner.params_shapes), dict(runner.tensors), losses,
-                  open_session, needed,
-                  optimizer=(train.get("optimizer") or {}).get("name"),
-                  optimizer_config=train.get("optimizer"))
+    return Target(
+        path,
+        dict(runner.inputs),
+        dict(runner.params_shapes),
+        dict(runner.tensors),
+        losses,
+        open_session,
+        needed,
+        optimizer=(train.get("optimizer") or {}).get("name"),
+        optimizer_config=train.get("optimizer"),
+    )
 
 
 def _artifact_reference_session(path: str, runner, seed: int):
@@ -157,8 +173,10 @@ def _artifact_reference_session(path: str, runner, seed: int):
 
     source = os.path.join(path, "model.dl")
     if not os.path.isfile(source):
-        raise DlcError(f"{path}: the artifact holds no model.dl, so it runs on the gl backend "
-                       "only (recompile it with `dlc compile`, or run the .dl model)")
+        raise DlcError(
+            f"{path}: the artifact holds no model.dl, so it runs on the gl backend "
+            "only (recompile it with `dlc compile`, or run the .dl model)"
+        )
     text = read_model_source(source)
     model = dlc.compile(text if text.endswith("\n") else text + "\n", name=source)
     session = dlc.Session(model, backend="numpy", seed=seed)
@@ -204,6 +222,7 @@ def default_artifact_path(model_path: str) -> str:
 
 # -- check -------------------------------------------------------------------------
 
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .report import model_table
 
@@ -227,6 +246,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- compile -----------------------------------------------------------------------
 
+
 def cmd_compile(args: argparse.Namespace) -> int:
     if os.path.isdir(args.model):
         raise UsageError(f"{args.model} is a folder; dlc compile takes a .dl model")
@@ -239,16 +259,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if train_loss is not None:
         optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=None)
     target = args.target or os.environ.get("DLC_TARGET", "").strip() or "compute"
-    options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size,
-                   target=target)
+    options = dict(train_loss=train_loss, optimizer=optimizer, batch_size=args.batch_size, target=target)
     out_dir = args.output or default_artifact_path(args.model)
 
     artifact = _artifact_module()
     from dlc.compiler.pipeline import Options, Work, format_stage, run_stages
 
     # Every stage from the source text, once: printed and written.
-    opts = Options(train_loss, optimizer, args.batch_size, verify=True if args.debug else None,
-                   target=target)
+    opts = Options(train_loss, optimizer, args.batch_size, verify=True if args.debug else None, target=target)
     work = run_stages(Work(model.source, model.path), opts)
     progs = work.programs
     if args.emit == "ir":
@@ -287,13 +305,13 @@ def model_dot(model, train_loss: str | None, optimizer, kernels: bool, progs=Non
 
 # -- plot-model --------------------------------------------------------------------
 
+
 def cmd_plot_model(args: argparse.Namespace) -> int:
     from dlc.compiler.dot import FORMATS, RenderError, render
 
     fmt = os.path.splitext(args.output)[1].lower().lstrip(".")
     if fmt not in FORMATS:
-        raise UsageError(f"-o {args.output}: name a .svg, .png or .pdf file (the extension "
-                         "picks the format)")
+        raise UsageError(f"-o {args.output}: name a .svg, .png or .pdf file (the extension picks the format)")
     if os.path.isdir(args.model):
         raise UsageError(f"{args.model} is a folder; dlc plot-model takes a .dl model")
     t = open_target(args.model)
@@ -303,8 +321,9 @@ def cmd_plot_model(args: argparse.Namespace) -> int:
     try:
         picture = render(text, fmt)
     except RenderError as e:
-        raise DlcError(f"{e}; `dlc compile {args.model} --emit dot` prints the graph as text "
-                       "without Graphviz") from None
+        raise DlcError(
+            f"{e}; `dlc compile {args.model} --emit dot` prints the graph as text without Graphviz"
+        ) from None
     write_atomic(args.output, lambda f: f.write(picture))
     print(f"wrote {args.output}")
     return 0
@@ -318,15 +337,16 @@ def _artifact_module():
     except ModuleNotFoundError as e:
         if e.name != "dlc.compiler.artifact":
             raise
-        raise DlcError("this build of dlc has no GLSL compiler (dlc.compiler.artifact is "
-                       "missing): cannot write an artifact") from None
+        raise DlcError(
+            "this build of dlc has no GLSL compiler (dlc.compiler.artifact is missing): cannot write an artifact"
+        ) from None
     return artifact
 
 
 # -- evaluation over a data file ---------------------------------------------------
 
-def evaluate(session, data, names: Sequence[str], target: Target,
-             batch_size: int | None) -> dict[str, np.ndarray]:
+
+def evaluate(session, data, names: Sequence[str], target: Target, batch_size: int | None) -> dict[str, np.ndarray]:
     """Fetch `names` over all of `data`, in batches of `batch_size` examples if given.
 
     Per-example fetches (whose first dim is the data's example dim) are
@@ -381,13 +401,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         session.load(args.weights)
     announce_run(session, weights_text(args.weights, t, args.seed))
     if not args.weights and t.model is not None:  # an artifact holds params of its own
-        print(f"warning: no --weights given: evaluating the initial params (seed {args.seed}); "
-              f"pass --weights W.npz for trained ones", file=sys.stderr)
+        print(
+            f"warning: no --weights given: evaluating the initial params (seed {args.seed}); "
+            f"pass --weights W.npz for trained ones",
+            file=sys.stderr,
+        )
     values = evaluate(session, data, names, t, args.batch_size)
     what = f"{data.examples} examples" if data.examples else "the data"
     if args.batch_size and data.examples > args.batch_size:
-        what += (f" in batches of {args.batch_size}; values without the example axis are "
-                 "means over the batches")
+        what += f" in batches of {args.batch_size}; values without the example axis are means over the batches"
     print(f"{t.path} on {data.path} ({what}):")
     for n in names:
         print("  " + describe_array(n, values[n]))
@@ -398,6 +420,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 # -- train -------------------------------------------------------------------------
+
 
 class StopFlag:
     """SIGINT while training: the first one asks to stop after the current step."""
@@ -429,8 +452,9 @@ def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise DlcError("--plot needs matplotlib, which is not installed: "
-                       "pip install 'dlc[plot]' (or pip install matplotlib)") from None
+        raise DlcError(
+            "--plot needs matplotlib, which is not installed: pip install 'dlc[plot]' (or pip install matplotlib)"
+        ) from None
 
 
 @dataclass
@@ -457,6 +481,7 @@ class TrainLog:
 
     def plot(self, path: str, loss_name: str) -> None:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
@@ -495,9 +520,11 @@ def _apply_target(args: argparse.Namespace) -> None:
     os.environ["DLC_TARGET"] = args.target
 
 
-TARGET_HELP = ("gl target: compute (GLSL 4.30 compute shaders) or texture (GLSL 3.30 fragment "
-               "shaders over float textures); default: DLC_TARGET, else compute when the "
-               "context has compute shaders")
+TARGET_HELP = (
+    "gl target: compute (GLSL 4.30 compute shaders) or texture (GLSL 3.30 fragment "
+    "shaders over float textures); default: DLC_TARGET, else compute when the "
+    "context has compute shaders"
+)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -532,8 +559,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     epochs = None if args.steps else (args.epochs or 1)
     per_epoch = steps_per_epoch(data.examples, args.batch_size)
     total = args.steps or (epochs * per_epoch)
-    log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else [])
-                   if val else [])
+    log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else []) if val else [])
     progress = TrainProgress(total, epochs)
     first_loss: list[float] = []
 
@@ -562,9 +588,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     with StopFlag(progress.message) as stop:
         try:
             length = dict(steps=args.steps) if args.steps else dict(epochs=epochs)
-            session.train(data.arrays, loss=loss, optimizer=optimizer,
-                          batch_size=args.batch_size, **length,
-                          shuffle=True, callback=callback, on_epoch_end=on_epoch_end)
+            session.train(
+                data.arrays,
+                loss=loss,
+                optimizer=optimizer,
+                batch_size=args.batch_size,
+                **length,
+                shuffle=True,
+                callback=callback,
+                on_epoch_end=on_epoch_end,
+            )
         except TrainingDiverged as e:  # the session has put back the last finite params
             diverged = e
         except KeyboardInterrupt:  # a second Ctrl-C: quit at once, keep no weights
@@ -585,12 +618,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     final_val = None
     if val is not None:  # the summary describes the params just saved, whatever step they are
         final_val = evaluate(session, val, val_names, t, args.batch_size)
-    _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch,
-             final_val, diverged)
+    _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch, final_val, diverged)
     if diverged is not None:
-        print(f"error: training diverged at step {diverged.step}: the loss {loss} is "
-              f"{diverged.loss}; saved the params of the last step with a finite loss to "
-              f"{save_path}", file=sys.stderr)
+        print(
+            f"error: training diverged at step {diverged.step}: the loss {loss} is "
+            f"{diverged.loss}; saved the params of the last step with a finite loss to "
+            f"{save_path}",
+            file=sys.stderr,
+        )
         return 1
     if interrupted:
         print("interrupted: stopped early", file=sys.stderr)
@@ -598,27 +633,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_loss: list[float],
-             loss: str, save_path: str, args: argparse.Namespace, per_epoch: int,
-             final_val: dict[str, np.ndarray] | None, diverged: TrainingDiverged | None
-             ) -> None:
+def _summary(
+    t: Target,
+    data,
+    log: TrainLog,
+    progress,
+    elapsed: float,
+    first_loss: list[float],
+    loss: str,
+    save_path: str,
+    args: argparse.Namespace,
+    per_epoch: int,
+    final_val: dict[str, np.ndarray] | None,
+    diverged: TrainingDiverged | None,
+) -> None:
     steps = len(log.rows)
     epochs = steps / per_epoch if per_epoch else 0
     shown = f"{epochs:,.0f}" if epochs >= 100 else f"{epochs:.3g}"
     rate = progress.examples / elapsed if elapsed > 0 else 0.0
     verb = "trained" if args.outcome == "done" else f"{args.outcome}: trained"
-    print(f"{verb} {t.path} on {data.path}: {steps:,} steps ({shown} epochs) in "
-          f"{elapsed:.2f} s, {rate:,.0f} examples/s")
+    print(
+        f"{verb} {t.path} on {data.path}: {steps:,} steps ({shown} epochs) in {elapsed:.2f} s, {rate:,.0f} examples/s"
+    )
     if log.rows:
-        print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} "
-              "at the last")
+        print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} at the last")
     if final_val is not None:
-        acc = (f", accuracy {float(final_val['accuracy']):.4f}" if "accuracy" in final_val
-               else "")
-        which = ("the last params with a finite loss" if diverged is not None
-                 else f"after step {steps:,}")
-        print(f"  val ({args.val}) of the saved params ({which}): {loss} "
-              f"{float(final_val[loss]):.6g}{acc}")
+        acc = f", accuracy {float(final_val['accuracy']):.4f}" if "accuracy" in final_val else ""
+        which = "the last params with a finite loss" if diverged is not None else f"after step {steps:,}"
+        print(f"  val ({args.val}) of the saved params ({which}): {loss} {float(final_val[loss]):.6g}{acc}")
     print(f"  weights saved to {save_path}")
     if args.log:
         print(f"  log written to {args.log}")
@@ -628,14 +670,14 @@ def _summary(t: Target, data, log: TrainLog, progress, elapsed: float, first_los
 
 # -- import ------------------------------------------------------------------------
 
+
 def cmd_import(args: argparse.Namespace) -> int:
     from dlc.onnx_import import import_onnx
 
     imported = import_onnx(args.model, batch=args.batch)
     out = args.output or os.path.splitext(args.model)[0] + ".dl"
     weights = imported.save(out)
-    print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} "
-          f"({len(imported.weights)} params)")
+    print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} ({len(imported.weights)} params)")
     for kind, names in (("input", imported.inputs), ("output", imported.outputs)):
         for onnx_name, dl_name in names.items():
             shape = imported.model.graph.shape(dl_name)
@@ -644,6 +686,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 # -- info --------------------------------------------------------------------------
+
 
 def cmd_info(args: argparse.Namespace) -> int:
     from dlc.runtime.info import describe
@@ -654,6 +697,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 # -- argument parsing --------------------------------------------------------------
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -679,8 +723,9 @@ def _batch_dim(text: str) -> str | int:
     if text.isdigit():
         return _positive_int(text)
     if not text.isidentifier() or not text.isascii():
-        raise argparse.ArgumentTypeError(f"expected a dim name (letters, digits, _) or a positive "
-                                         f"integer, got '{text}'")
+        raise argparse.ArgumentTypeError(
+            f"expected a dim name (letters, digits, _) or a positive integer, got '{text}'"
+        )
     return text
 
 
@@ -691,183 +736,248 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show a traceback with any error")
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback with any error"
+    )
     p = argparse.ArgumentParser(
-        prog="dlc", formatter_class=_Formatter,
+        prog="dlc",
+        formatter_class=_Formatter,
         description="dlc compiles models written in the .dl language to OpenGL shaders and runs "
-                    "them:\nevaluation, gradients and training.",
+        "them:\nevaluation, gradients and training.",
         epilog="examples:\n"
-               "  dlc check samples/mlp_digits.dl\n"
-               "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
-               "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y,cost "
-               "--weights samples/quadratic.weights.npz\n"
-               "  dlc compile samples/mlp_digits.dl --emit ir\n"
-               "  dlc plot-model samples/mlp_digits.dl -o mlp.svg --kernels\n\n"
-               "run 'dlc COMMAND --help' for a command's options.")
+        "  dlc check samples/mlp_digits.dl\n"
+        "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
+        "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y,cost "
+        "--weights samples/quadratic.weights.npz\n"
+        "  dlc compile samples/mlp_digits.dl --emit ir\n"
+        "  dlc plot-model samples/mlp_digits.dl -o mlp.svg --kernels\n\n"
+        "run 'dlc COMMAND --help' for a command's options.",
+    )
     p.add_argument("--version", action="version", version=f"dlc {__version__}")
-    p.add_argument("--debug", action="store_true", default=False,
-                   help="show a traceback with any error")
+    p.add_argument("--debug", action="store_true", default=False, help="show a traceback with any error")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     c = sub.add_parser(
-        "check", parents=[common], formatter_class=_Formatter,
+        "check",
+        parents=[common],
+        formatter_class=_Formatter,
         help="parse and shape-check a model; list its inputs, params, tensors and losses",
         description="Parse and shape-check a model, then print its inputs, params (shape, size, "
-                    "initializer),\nnamed tensors and losses as a table. Exits 1 with the "
-                    "located error if the model is wrong.",
-        epilog="examples:\n  dlc check samples/mlp_digits.dl\n  dlc check samples/*.dl")
-    c.add_argument("models", metavar="MODEL", nargs="+",
-                   help="one or more .dl models or compiled artifact folders")
+        "initializer),\nnamed tensors and losses as a table. Exits 1 with the "
+        "located error if the model is wrong.",
+        epilog="examples:\n  dlc check samples/mlp_digits.dl\n  dlc check samples/*.dl",
+    )
+    c.add_argument("models", metavar="MODEL", nargs="+", help="one or more .dl models or compiled artifact folders")
     c.set_defaults(func=cmd_check)
 
     c = sub.add_parser(
-        "compile", parents=[common], formatter_class=_Formatter,
+        "compile",
+        parents=[common],
+        formatter_class=_Formatter,
         help="compile a model to an artifact folder (GLSL kernels, plan, params)",
         description="Compile a .dl model and write the artifact folder (manifest.json, one GLSL "
-                    "file per kernel,\nparams.npz). --emit also prints a stage of the "
-                    "compilation.",
+        "file per kernel,\nparams.npz). --emit also prints a stage of the "
+        "compilation.",
         epilog="examples:\n"
-               "  dlc compile samples/quadratic.dl                 # writes samples/quadratic.dlc/\n"
-               "  dlc compile samples/quadratic.dl --emit ir       # prints the IR\n"
-               "  dlc compile samples/mlp_digits.dl --train --optimizer adam --emit ir\n"
-               "  dlc compile samples/mlp_digits.dl -o /tmp/mlp.dlc --emit plan --batch-size 64")
+        "  dlc compile samples/quadratic.dl                 # writes samples/quadratic.dlc/\n"
+        "  dlc compile samples/quadratic.dl --emit ir       # prints the IR\n"
+        "  dlc compile samples/mlp_digits.dl --train --optimizer adam --emit ir\n"
+        "  dlc compile samples/mlp_digits.dl -o /tmp/mlp.dlc --emit plan --batch-size 64",
+    )
     c.add_argument("model", metavar="MODEL.dl", help="the model to compile")
-    c.add_argument("-o", "--output", metavar="DIR",
-                   help="artifact folder to write (default: MODEL.dlc beside the model)")
-    c.add_argument("--emit", choices=EMIT_CHOICES, metavar="STAGE",
-                   help="also print this stage: one of the compiler's stages ("
-                        + ", ".join(STAGES) + "; fuse: the IR grouped into kernels, plan: "
-                        "kernels and storage slots, codegen: the GLSL), or ir (the IR; with "
-                        "--train: the training-step IR and its kernels), glsl (= codegen), "
-                        "dot (the graph as Graphviz DOT text)")
-    c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
-                   help="add the training step for LOSS (default: the model's first loss)")
-    c.add_argument("--optimizer", choices=OPTIMIZERS,
-                   help=f"optimizer of the training step (default: {DEFAULT_OPTIMIZER}); "
-                        "needs --train")
-    c.add_argument("--batch-size", type=_positive_int, metavar="N",
-                   help="plan for batches of N examples")
-    c.add_argument("--target", choices=("compute", "texture"),
-                   help="shaders to write: compute (GLSL 4.30 compute shaders) or texture "
-                        "(GLSL 3.30 fragment shaders); default: DLC_TARGET, else compute")
+    c.add_argument(
+        "-o", "--output", metavar="DIR", help="artifact folder to write (default: MODEL.dlc beside the model)"
+    )
+    c.add_argument(
+        "--emit",
+        choices=EMIT_CHOICES,
+        metavar="STAGE",
+        help="also print this stage: one of the compiler's stages ("
+        + ", ".join(STAGES)
+        + "; fuse: the IR grouped into kernels, plan: "
+        "kernels and storage slots, codegen: the GLSL), or ir (the IR; with "
+        "--train: the training-step IR and its kernels), glsl (= codegen), "
+        "dot (the graph as Graphviz DOT text)",
+    )
+    c.add_argument(
+        "--train",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="LOSS",
+        help="add the training step for LOSS (default: the model's first loss)",
+    )
+    c.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        help=f"optimizer of the training step (default: {DEFAULT_OPTIMIZER}); needs --train",
+    )
+    c.add_argument("--batch-size", type=_positive_int, metavar="N", help="plan for batches of N examples")
+    c.add_argument(
+        "--target",
+        choices=("compute", "texture"),
+        help="shaders to write: compute (GLSL 4.30 compute shaders) or texture "
+        "(GLSL 3.30 fragment shaders); default: DLC_TARGET, else compute",
+    )
     c.set_defaults(func=cmd_compile)
 
     c = sub.add_parser(
-        "train", parents=[common], formatter_class=_Formatter,
+        "train",
+        parents=[common],
+        formatter_class=_Formatter,
         help="train a model's params on a data file",
         description="Train a model on a data file (.npz keyed by input name, or .csv with a "
-                    "header: column x\nfeeds x: [B], columns x.0 ... x.k-1 feed x: [B, k]). The "
-                    "data is checked before the first\nstep. Shows a progress bar, prints a "
-                    "summary and saves the params. Ctrl-C stops after\nthe current step, saves, "
-                    "and exits 130.",
+        "header: column x\nfeeds x: [B], columns x.0 ... x.k-1 feed x: [B, k]). The "
+        "data is checked before the first\nstep. Shows a progress bar, prints a "
+        "summary and saves the params. Ctrl-C stops after\nthe current step, saves, "
+        "and exits 130.",
         epilog="examples:\n"
-               "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
-               "  dlc train samples/mlp_digits.dl --data samples/data/digits_train.npz \\\n"
-               "      --val samples/data/digits_test.npz --optimizer adam --lr 0.01 --epochs 10 "
-               "\\\n      --log train.csv --plot loss.png --save mlp.npz")
+        "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
+        "  dlc train samples/mlp_digits.dl --data samples/data/digits_train.npz \\\n"
+        "      --val samples/data/digits_test.npz --optimizer adam --lr 0.01 --epochs 10 "
+        "\\\n      --log train.csv --plot loss.png --save mlp.npz",
+    )
     c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
     c.add_argument("--data", required=True, metavar="FILE", help="training data: .npz or .csv")
     c.add_argument("--loss", metavar="NAME", help="the loss to minimize (default: the first)")
-    c.add_argument("--optimizer", choices=OPTIMIZERS, metavar="NAME",
-                   help=f"{' | '.join(OPTIMIZERS)} (default: {DEFAULT_OPTIMIZER})")
-    c.add_argument("--lr", type=_positive_float, metavar="X",
-                   help="learning rate (default: the optimizer's)")
-    c.add_argument("--batch-size", type=_positive_int, default=32, metavar="N",
-                   help="examples per step (default: 32)")
+    c.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        metavar="NAME",
+        help=f"{' | '.join(OPTIMIZERS)} (default: {DEFAULT_OPTIMIZER})",
+    )
+    c.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default: the optimizer's)")
+    c.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="examples per step (default: 32)")
     g = c.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=_positive_int, metavar="N",
-                   help="passes over the data (default: 1)")
-    g.add_argument("--steps", type=_positive_int, metavar="N",
-                   help="train for N steps instead, cycling over the data")
-    c.add_argument("--seed", type=int, default=0, metavar="S",
-                   help="seed of the initial params and the shuffling (default: 0)")
+    g.add_argument("--epochs", type=_positive_int, metavar="N", help="passes over the data (default: 1)")
+    g.add_argument("--steps", type=_positive_int, metavar="N", help="train for N steps instead, cycling over the data")
+    c.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="seed of the initial params and the shuffling (default: 0)"
+    )
     c.add_argument("--init", metavar="W.npz", help="start from these params")
-    c.add_argument("--save", metavar="W.npz",
-                   help="where to save the params (default: MODEL.weights.npz beside the model)")
-    c.add_argument("--backend", choices=("gl", "numpy"),
-                   help="gl (compiled GLSL) or numpy (the reference); default: gl when an "
-                        "OpenGL context can be made, else numpy")
-    c.add_argument("--val", metavar="FILE",
-                   help="validation data: its loss (and accuracy, if the model has an 'accuracy' "
-                        "tensor) after each epoch")
+    c.add_argument(
+        "--save", metavar="W.npz", help="where to save the params (default: MODEL.weights.npz beside the model)"
+    )
+    c.add_argument(
+        "--backend",
+        choices=("gl", "numpy"),
+        help="gl (compiled GLSL) or numpy (the reference); default: gl when an OpenGL context can be made, else numpy",
+    )
+    c.add_argument(
+        "--val",
+        metavar="FILE",
+        help="validation data: its loss (and accuracy, if the model has an 'accuracy' tensor) after each epoch",
+    )
     c.add_argument("--log", metavar="CSV", help="write step, epoch, loss and val columns to a CSV")
-    c.add_argument("--plot", metavar="PNG",
-                   help="write the loss curve as a PNG (needs matplotlib: pip install 'dlc[plot]')")
+    c.add_argument(
+        "--plot", metavar="PNG", help="write the loss curve as a PNG (needs matplotlib: pip install 'dlc[plot]')"
+    )
     c.add_argument("--target", choices=("compute", "texture"), help=TARGET_HELP)
     c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_train)
 
     c = sub.add_parser(
-        "eval", parents=[common], formatter_class=_Formatter,
+        "eval",
+        parents=[common],
+        formatter_class=_Formatter,
         help="evaluate named tensors over a data file",
         description="Evaluate named tensors over a data file. Prints each scalar fetch (its mean "
-                    "over the data when\nrun in batches) and a summary of the others; --out saves "
-                    "them all. Per-example fetches\n(first dim the example dim) are concatenated "
-                    "over batches; the others are averaged,\nweighted by batch size.",
+        "over the data when\nrun in batches) and a summary of the others; --out saves "
+        "them all. Per-example fetches\n(first dim the example dim) are concatenated "
+        "over batches; the others are averaged,\nweighted by batch size.",
         epilog="examples:\n"
-               "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y\n"
-               "  dlc eval samples/mlp_digits.dl --data samples/data/digits_test.npz \\\n"
-               "      --weights mlp.npz --fetch accuracy,prediction --out pred.npz")
+        "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y\n"
+        "  dlc eval samples/mlp_digits.dl --data samples/data/digits_test.npz \\\n"
+        "      --weights mlp.npz --fetch accuracy,prediction --out pred.npz",
+    )
     c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
     c.add_argument("--data", required=True, metavar="FILE", help="input data: .npz or .csv")
-    c.add_argument("--fetch", required=True, metavar="NAME[,NAME...]",
-                   help="named tensors to evaluate, separated by commas")
-    c.add_argument("--weights", metavar="W.npz",
-                   help="params to use (default: the initial params for --seed)")
+    c.add_argument(
+        "--fetch", required=True, metavar="NAME[,NAME...]", help="named tensors to evaluate, separated by commas"
+    )
+    c.add_argument("--weights", metavar="W.npz", help="params to use (default: the initial params for --seed)")
     c.add_argument("--out", metavar="OUT.npz", help="save every fetch to this .npz")
-    c.add_argument("--batch-size", type=_positive_int, metavar="N",
-                   help="evaluate N examples at a time (default: all at once)")
-    c.add_argument("--backend", choices=("gl", "numpy"),
-                   help="gl or numpy; default: gl when an OpenGL context can be made, else numpy")
-    c.add_argument("--seed", type=int, default=0, metavar="S",
-                   help="seed of the initial params when no --weights are given (default: 0)")
+    c.add_argument(
+        "--batch-size", type=_positive_int, metavar="N", help="evaluate N examples at a time (default: all at once)"
+    )
+    c.add_argument(
+        "--backend",
+        choices=("gl", "numpy"),
+        help="gl or numpy; default: gl when an OpenGL context can be made, else numpy",
+    )
+    c.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seed of the initial params when no --weights are given (default: 0)",
+    )
     c.add_argument("--target", choices=("compute", "texture"), help=TARGET_HELP)
     c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_eval)
 
     c = sub.add_parser(
-        "plot-model", parents=[common], formatter_class=_Formatter,
+        "plot-model",
+        parents=[common],
+        formatter_class=_Formatter,
         help="draw the model's graph to an SVG, PNG or PDF (needs Graphviz)",
         description="Draw the model as a graph: inputs, params, ops, named tensors and losses, "
-                    "with the shape\nof each tensor on its edges. --kernels boxes the ops each "
-                    "fused GLSL kernel computes.\nNeeds Graphviz: pip install 'dlc[viz]' and its "
-                    "dot program (apt-get install graphviz).",
+        "with the shape\nof each tensor on its edges. --kernels boxes the ops each "
+        "fused GLSL kernel computes.\nNeeds Graphviz: pip install 'dlc[viz]' and its "
+        "dot program (apt-get install graphviz).",
         epilog="examples:\n"
-               "  dlc plot-model samples/mlp_digits.dl -o mlp.svg\n"
-               "  dlc plot-model samples/mlp_digits.dl -o mlp.png --kernels\n"
-               "  dlc compile samples/mlp_digits.dl --emit dot    # the same graph as text")
+        "  dlc plot-model samples/mlp_digits.dl -o mlp.svg\n"
+        "  dlc plot-model samples/mlp_digits.dl -o mlp.png --kernels\n"
+        "  dlc compile samples/mlp_digits.dl --emit dot    # the same graph as text",
+    )
     c.add_argument("model", metavar="MODEL.dl", help="the model to draw")
-    c.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="the picture to write: .svg, .png or .pdf")
-    c.add_argument("--kernels", action="store_true",
-                   help="draw the fused GLSL kernels as clusters around their ops")
-    c.add_argument("--train", nargs="?", const=True, default=None, metavar="LOSS",
-                   help="draw the training step for LOSS (gradients and updates) instead")
+    c.add_argument("-o", "--output", required=True, metavar="FILE", help="the picture to write: .svg, .png or .pdf")
+    c.add_argument("--kernels", action="store_true", help="draw the fused GLSL kernels as clusters around their ops")
+    c.add_argument(
+        "--train",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="LOSS",
+        help="draw the training step for LOSS (gradients and updates) instead",
+    )
     c.set_defaults(func=cmd_plot_model)
 
     c = sub.add_parser(
-        "import", parents=[common], formatter_class=_Formatter,
+        "import",
+        parents=[common],
+        formatter_class=_Formatter,
         help="import an ONNX model as a .dl model and a weights file",
         description="Import an ONNX model: write MODEL.dl (one statement per ONNX node, named "
-                    "after its tensors)\nand MODEL.weights.npz (its initializers, as params). "
-                    "Needs the onnx package:\npip install \"dlc[onnx]\".",
+        "after its tensors)\nand MODEL.weights.npz (its initializers, as params). "
+        'Needs the onnx package:\npip install "dlc[onnx]".',
         epilog="examples:\n"
-               "  dlc import resnet50.onnx -o r50.dl --batch N\n"
-               "  dlc eval r50.dl --weights r50.weights.npz --data input.npz --fetch output")
+        "  dlc import resnet50.onnx -o r50.dl --batch N\n"
+        "  dlc eval r50.dl --weights r50.weights.npz --data input.npz --fetch output",
+    )
     c.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to import")
-    c.add_argument("-o", "--output", metavar="MODEL.dl",
-                   help="the .dl file to write (default: MODEL.dl beside the model); the weights "
-                        "go beside it")
-    c.add_argument("--batch", type=_batch_dim, metavar="NAME|N",
-                   help="make the inputs' first dim the symbolic dim NAME (any batch size) or N")
+    c.add_argument(
+        "-o",
+        "--output",
+        metavar="MODEL.dl",
+        help="the .dl file to write (default: MODEL.dl beside the model); the weights go beside it",
+    )
+    c.add_argument(
+        "--batch",
+        type=_batch_dim,
+        metavar="NAME|N",
+        help="make the inputs' first dim the symbolic dim NAME (any batch size) or N",
+    )
     c.set_defaults(func=cmd_import)
 
     c = sub.add_parser(
-        "info", parents=[common], formatter_class=_Formatter,
+        "info",
+        parents=[common],
+        formatter_class=_Formatter,
         help="show the OpenGL context dlc finds and the backend it would use",
         description="Show the OpenGL context found (vendor, renderer, version, limits) and the "
-                    "backend that\n'--backend' would default to.")
+        "backend that\n'--backend' would default to.",
+    )
     c.set_defaults(func=cmd_info)
     return p
 
@@ -877,8 +987,10 @@ def build_parser() -> argparse.ArgumentParser:
 STAGES = ("parse", "build", "verify", "autodiff", "optimizer", "simplify", "fuse", "plan", "codegen")
 EMIT_CHOICES = (*STAGES, "ir", "glsl", "dot")
 
-DEBUG_KERNELS_HELP = ("debug mode: time every kernel and log it (name, ms, output shape), stop at the "
-                      "first NaN naming the op and its model line, and print a profile at the end")
+DEBUG_KERNELS_HELP = (
+    "debug mode: time every kernel and log it (name, ms, output shape), stop at the "
+    "first NaN naming the op and its model line, and print a profile at the end"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -891,6 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = getattr(args, "debug_kernels", False)
     if profile:
         from . import debug
+
         debug.enable()
     plain_stdout = sys.stdout
     guard_stdout()  # `dlc ... | head` stops the printing, never the work
@@ -917,8 +1030,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         else:
-            print(f"dlc: internal error: {type(e).__name__}: {e}\n"
-                  "(run again with --debug for the traceback)", file=sys.stderr)
+            print(
+                f"dlc: internal error: {type(e).__name__}: {e}\n(run again with --debug for the traceback)",
+                file=sys.stderr,
+            )
         return 1
     finally:
         if profile:

@@ -49,8 +49,7 @@ class Data:
             return
         for start in range(0, self.examples, batch_size):
             stop = min(start + batch_size, self.examples)
-            yield ({k: (v[start:stop] if k in per_example else v) for k, v in self.arrays.items()},
-                   stop - start)
+            yield ({k: (v[start:stop] if k in per_example else v) for k, v in self.arrays.items()}, stop - start)
 
 
 def example_inputs(inputs: Mapping[str, Shape], names: Iterable[str]) -> set[str]:
@@ -58,8 +57,7 @@ def example_inputs(inputs: Mapping[str, Shape], names: Iterable[str]) -> set[str
     return {n for n in names if len(inputs[n]) >= 1 and isinstance(inputs[n][0], str)}
 
 
-def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape],
-              needed: Iterable[str] | None = None) -> Data:
+def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape], needed: Iterable[str] | None = None) -> Data:
     """Read and validate a data file for a model whose inputs have the shapes `inputs`.
 
     `needed`: the inputs that must be present (those the fetches or the loss
@@ -78,15 +76,21 @@ def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape],
         arrays, where = read_csv(path, inputs)
     needed = list(inputs) if needed is None else [n for n in inputs if n in set(needed)]
     names = _names_in(path, ext)
-    ignored = ignore_unknown(inputs, list(dict.fromkeys(_input_of(n, inputs) for n in names)), set(needed),
-                             source=path, what="array" if ext == ".npz" else "column")
+    ignored = ignore_unknown(
+        inputs,
+        list(dict.fromkeys(_input_of(n, inputs) for n in names)),
+        set(needed),
+        source=path,
+        what="array" if ext == ".npz" else "column",
+    )
     missing = [n for n in needed if n not in arrays]
     if missing:
         has = ", ".join(arrays) or "nothing"
         name = missing[0]
         what = "an array" if ext == ".npz" else _csv_columns_for(name, inputs[name])
-        raise DataError(f"{path}: input '{name}' is missing: the file needs {what} for it "
-                        f"(it has: {has}){_suggest(name, ignored)}")
+        raise DataError(
+            f"{path}: input '{name}' is missing: the file needs {what} for it (it has: {has}){_suggest(name, ignored)}"
+        )
     _check_finite(path, arrays, where)
     _check_rows(path, inputs, arrays)
     dims = bind_dims(inputs, arrays, needed=set(needed), source=path)
@@ -113,6 +117,7 @@ def _input_of(name: str, inputs: Mapping[str, Shape]) -> str:
 
 # -- .npz ------------------------------------------------------------------------
 
+
 def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
     """The arrays of an .npz that feed inputs, as float32, refusing non-numeric ones."""
     z = NpzReader(path)  # checks each header against the file's size; DataError naming the file
@@ -123,8 +128,7 @@ def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
                 continue
             a = z[k]
             if a.dtype.kind not in "biuf":
-                raise DataError(f"{path}: array '{k}' for input '{k}' holds {a.dtype} values, "
-                                "not numbers")
+                raise DataError(f"{path}: array '{k}' for input '{k}' holds {a.dtype} values, not numbers")
             with np.errstate(over="ignore"):
                 out[k] = np.asarray(a, dtype=np.float32)
     return out
@@ -132,8 +136,8 @@ def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
 
 # -- .csv ------------------------------------------------------------------------
 
-def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarray],
-                                                             dict[str, list[int]]]:
+
+def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarray], dict[str, list[int]]]:
     """Arrays from a CSV with a header; also, per input, the file line of each example."""
     reader = csv.reader(io.StringIO(_csv_text(path), newline=""))
     header: list[str] | None = None
@@ -148,8 +152,10 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
                 header, header_line = [c.strip() for c in row], reader.line_num
                 continue
             if len(row) != len(header):
-                raise DataError(f"{path}:{reader.line_num}: {len(row)} cells but the header "
-                                f"(line {header_line}) has {len(header)} columns")
+                raise DataError(
+                    f"{path}:{reader.line_num}: {len(row)} cells but the header "
+                    f"(line {header_line}) has {len(header)} columns"
+                )
             rows.append(row)
             lines.append(reader.line_num)
     except csv.Error as e:  # a field over csv's size limit, a NUL byte, ...
@@ -166,8 +172,7 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
     out: dict[str, np.ndarray] = {}
     for name, (cols, plain) in groups.items():
         block = values[:, cols]
-        out[name] = block[:, 0] if plain else _shape_columns(
-            path, name, inputs[name], block, header_line)
+        out[name] = block[:, 0] if plain else _shape_columns(path, name, inputs[name], block, header_line)
     return out, {name: lines for name in out}
 
 
@@ -184,12 +189,15 @@ def _csv_text(path: str) -> str:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataError(f"{path}:{line}: byte 0x{raw[e.start]:02x} at column {column} is not "
-                        "UTF-8 text: a CSV data file must be UTF-8") from None
+        raise DataError(
+            f"{path}:{line}: byte 0x{raw[e.start]:02x} at column {column} is not "
+            "UTF-8 text: a CSV data file must be UTF-8"
+        ) from None
 
 
-def _column_groups(path: str, header: list[str], header_line: int,
-                   inputs: Mapping[str, Shape]) -> dict[str, tuple[list[int], bool]]:
+def _column_groups(
+    path: str, header: list[str], header_line: int, inputs: Mapping[str, Shape]
+) -> dict[str, tuple[list[int], bool]]:
     """Input name -> (header indices feeding it in order, whether it is one plain column `x`).
 
     Refuses duplicate columns and column groups with gaps; leaves out columns that feed no
@@ -213,8 +221,9 @@ def _column_groups(path: str, header: list[str], header_line: int,
     out: dict[str, tuple[list[int], bool]] = {}
     for name in inputs:  # model order, so errors come out in a stable order
         if name in plain and name in grouped:
-            raise DataError(f"{where}: input '{name}' has both a column '{name}' and columns "
-                            f"'{name}.0 ...': use one or the other")
+            raise DataError(
+                f"{where}: input '{name}' has both a column '{name}' and columns '{name}.0 ...': use one or the other"
+            )
         if name in plain:
             out[name] = ([plain[name]], True)
         elif name in grouped:
@@ -222,9 +231,11 @@ def _column_groups(path: str, header: list[str], header_line: int,
             k = max(idx) + 1
             if len(idx) != k:  # the first gap, found without counting up to k (x.99999...)
                 gap = next((i for i, j in enumerate(sorted(idx)) if i != j), len(idx))
-                raise DataError(f"{where}: the columns of input '{name}' have a gap: "
-                                f"'{name}.{gap}' is missing (found {name}.0 ... {name}.{k - 1}"
-                                f" with {len(idx)} of {k} present)")
+                raise DataError(
+                    f"{where}: the columns of input '{name}' have a gap: "
+                    f"'{name}.{gap}' is missing (found {name}.0 ... {name}.{k - 1}"
+                    f" with {len(idx)} of {k} present)"
+                )
             out[name] = ([idx[i] for i in range(k)], False)
     return out
 
@@ -249,31 +260,36 @@ def _number(path: str, line: int, column: str, cell: str) -> float:
         raise DataError(f"{path}:{line}: column '{column}' holds {shown}, not a number") from None
 
 
-def _shape_columns(path: str, name: str, want: Shape, block: np.ndarray,
-                   header_line: int) -> np.ndarray:
+def _shape_columns(path: str, name: str, want: Shape, block: np.ndarray, header_line: int) -> np.ndarray:
     """Columns name.0 ... name.k-1 as an array of the input's rank (trailing dims in C order)."""
     k = block.shape[1]
     tail = want[1:]
     if len(want) <= 1:
-        raise DataError(f"{path}:{header_line}: input '{name}' has shape {format_shape(want)}: it is fed "
-                        f"by one column '{name}', not by columns '{name}.0 ...'")
+        raise DataError(
+            f"{path}:{header_line}: input '{name}' has shape {format_shape(want)}: it is fed "
+            f"by one column '{name}', not by columns '{name}.0 ...'"
+        )
     if len(tail) == 1:
         return block  # a symbolic trailing dim binds to k; bind_dims checks a concrete one
     if any(isinstance(d, str) for d in tail):
-        raise DataError(f"{path}: input '{name}' has shape {format_shape(want)}: a CSV can feed its "
-                        "trailing dims only when they are concrete")
+        raise DataError(
+            f"{path}: input '{name}' has shape {format_shape(want)}: a CSV can feed its "
+            "trailing dims only when they are concrete"
+        )
     size = math.prod(tail)
     if k != size:
-        raise DataError(f"{path}:{header_line}: input '{name}' has shape {format_shape(want)}, which "
-                        f"takes {size} columns '{name}.0 ... {name}.{size - 1}', but the file "
-                        f"has {k}")
+        raise DataError(
+            f"{path}:{header_line}: input '{name}' has shape {format_shape(want)}, which "
+            f"takes {size} columns '{name}.0 ... {name}.{size - 1}', but the file "
+            f"has {k}"
+        )
     return block.reshape((block.shape[0], *tail))
 
 
 # -- checks ----------------------------------------------------------------------
 
-def _check_finite(path: str, arrays: Mapping[str, np.ndarray],
-                  lines: Mapping[str, list[int]]) -> None:
+
+def _check_finite(path: str, arrays: Mapping[str, np.ndarray], lines: Mapping[str, list[int]]) -> None:
     for name, a in arrays.items():
         bad = ~np.isfinite(a)
         if bad.any():
@@ -292,8 +308,7 @@ def _check_rows(path: str, inputs: Mapping[str, Shape], arrays: Mapping[str, np.
     counts = {n: len(arrays[n]) for n in order if np.ndim(arrays[n]) >= 1}
     if len(set(counts.values())) > 1:
         (a, na), (b, nb) = _two_different(counts)
-        raise DataError(f"{path}: rows of unequal count: input '{a}' has {na} examples but "
-                        f"input '{b}' has {nb}")
+        raise DataError(f"{path}: rows of unequal count: input '{a}' has {na} examples but input '{b}' has {nb}")
 
 
 def _two_different(counts: dict[str, int]):
@@ -303,5 +318,3 @@ def _two_different(counts: dict[str, int]):
         if item[1] != first[1]:
             return first, item
     raise AssertionError("counts are equal")
-
-

@@ -46,12 +46,12 @@ _atexit_registered = False
 class Record:
     """One timed kernel."""
 
-    name: str          # the op (or the fused kernel's name)
+    name: str  # the op (or the fused kernel's name)
     ms: float
     shape: tuple[int, ...]
     size: int
-    where: str         # file:line it came from, or ""
-    device: str        # "gl" or "numpy"
+    where: str  # file:line it came from, or ""
+    device: str  # "gl" or "numpy"
 
 
 class NaNFound(RuntimeFailure):
@@ -66,6 +66,7 @@ class NaNFound(RuntimeFailure):
 
 
 # -- switching ---------------------------------------------------------------------------
+
 
 def set_debug(on: bool = True) -> None:
     """Turn debug mode on or off (env DLC_DEBUG=1 turns it on at import)."""
@@ -98,6 +99,7 @@ def enabled() -> bool:
 
 # -- the profile -------------------------------------------------------------------------
 
+
 def records() -> list[Record]:
     """Every kernel timed since the last `reset()`."""
     return list(_records)
@@ -109,8 +111,7 @@ def reset() -> None:
     _summarized = True
 
 
-def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: str = "",
-           width: int = 24) -> None:
+def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: str = "", width: int = 24) -> None:
     """Log one kernel and keep it for the summary (the GL executor calls this too). `width`:
     the name column's, the longest kernel name of the program, so the log lines align."""
     global _summarized
@@ -118,9 +119,16 @@ def record(name: str, ms: float, shape: Iterable[int], where: str = "", device: 
     size = int(np.prod(shape, dtype=np.int64))
     _records.append(Record(name, ms, shape, size, where, device))
     _summarized = False
-    log.info("%-*s %9.3f ms  out %-16s %10d %s%s", max(width, len(name)), name, ms,
-             format_shape(shape), size, "value " if size == 1 else "values",
-             f"  ({where})" if where else "")
+    log.info(
+        "%-*s %9.3f ms  out %-16s %10d %s%s",
+        max(width, len(name)),
+        name,
+        ms,
+        format_shape(shape),
+        size,
+        "value " if size == 1 else "values",
+        f"  ({where})" if where else "",
+    )
 
 
 # -- timing GL kernels -----------------------------------------------------------------------
@@ -163,8 +171,12 @@ class KernelTimer:
             if ms >= 1e-3 or wall < 0.02:
                 return ms
             _wall_clock = True
-            log.info("GL timer queries read %.6f ms for a launch that took %.3f ms: timing "
-                     "kernels with the wall clock around glFinish instead", ms, wall)
+            log.info(
+                "GL timer queries read %.6f ms for a launch that took %.3f ms: timing "
+                "kernels with the wall clock around glFinish instead",
+                ms,
+                wall,
+            )
         return wall
 
     def delete(self) -> None:
@@ -173,8 +185,7 @@ class KernelTimer:
 
 def timing_note() -> str:
     """How GL kernels were timed, when not by timer queries ("" otherwise)."""
-    return ("GL times: wall clock around glFinish (the driver's timer queries read 0)"
-            if _wall_clock else "")
+    return "GL times: wall clock around glFinish (the driver's timer queries read 0)" if _wall_clock else ""
 
 
 def summary() -> str:
@@ -191,12 +202,16 @@ def summary() -> str:
     order = sorted(rows.items(), key=lambda kv: -sum(r.ms for r in kv[1]))
     width = max(12, *(len(name) for name in rows))
     lines = [timing_note()] if timing_note() else []
-    lines += [f"{'op':<{width}} {'calls':>7} {'total ms':>10} {'mean ms':>9} {'share':>7} {'largest out':>12}",
-             "-" * (width + 50)]
+    lines += [
+        f"{'op':<{width}} {'calls':>7} {'total ms':>10} {'mean ms':>9} {'share':>7} {'largest out':>12}",
+        "-" * (width + 50),
+    ]
     for name, rs in order:
         t = sum(r.ms for r in rs)
-        lines.append(f"{name:<{width}} {len(rs):>7} {t:>10.3f} {t / len(rs):>9.4f} {100 * t / total:>6.1f}% "
-                     f"{max(r.size for r in rs):>12}")
+        lines.append(
+            f"{name:<{width}} {len(rs):>7} {t:>10.3f} {t / len(rs):>9.4f} {100 * t / total:>6.1f}% "
+            f"{max(r.size for r in rs):>12}"
+        )
     lines.append("-" * (width + 50))
     lines.append(f"{'all':<{width}} {len(_records):>7} {total:>10.3f}")
     return "\n".join(lines)
@@ -207,9 +222,8 @@ def _print_at_exit() -> None:
         print("dlc debug: kernel profile\n" + summary(), file=sys.stderr)
 
 
-
-
 # -- eager ops ---------------------------------------------------------------------------
+
 
 def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> Any:
     """Run one eager kernel timed, log it, and stop if its output holds a NaN."""
@@ -230,8 +244,9 @@ def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> 
     values = device.download(out, kernel.shape)
     if np.isnan(values).any():
         device.free(out)
-        inputs_nan = any(np.isnan(device.download(h, kernel.graph.node(n).shape)).any()
-                         for h, n in zip(handles, kernel.arg_names))
+        inputs_nan = any(
+            np.isnan(device.download(h, kernel.graph.node(n).shape)).any() for h, n in zip(handles, kernel.arg_names)
+        )
         detail = " (an input already held NaN)" if inputs_nan else ""
         raise NaNFound(kernel.name, loc, detail)
     return out
@@ -239,8 +254,10 @@ def run_eager(device: Any, kernel: Any, handles: list[Any], loc: Loc | None) -> 
 
 # -- the numpy backend: one IR node at a time ---------------------------------------------
 
-def evaluate(graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray], dims: Mapping[str, int],
-             dtype: Any = np.float32) -> dict[int, np.ndarray]:
+
+def evaluate(
+    graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray], dims: Mapping[str, int], dtype: Any = np.float32
+) -> dict[int, np.ndarray]:
     """`dlc.compiler.reference.evaluate`, timing each node and stopping at the first NaN."""
     from dlc.compiler.reference import evaluate as reference_evaluate
 
@@ -259,6 +276,7 @@ def evaluate(graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray],
 
 
 # -- the GL backend: one fused kernel at a time --------------------------------------------
+
 
 class GLHook:
     """The executor's per-launch hook (runtime/executor.py): a GL timer query around each
@@ -289,8 +307,7 @@ class GLHook:
         loc = self._loc(first.get("tensor"), first.get("locs"))
         kernels = getattr(self.executor, "kernels", None) or ()
         width = max((len(k["name"]) for k in kernels), default=24)
-        record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl",
-               width)
+        record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl", width)
         flags = self._flags(name)
         if flags:
             hit = np.flatnonzero(self.executor.nan_buffer.download(len(flags)))

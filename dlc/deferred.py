@@ -13,8 +13,7 @@ from dlc.compiler.train_graph import LR
 
 
 class GLDeferredSteps:
-    def __init__(self, backend, graph, loss_node: int, optimizer, capacity: int,
-                 interval_s: float):
+    def __init__(self, backend, graph, loss_node: int, optimizer, capacity: int, interval_s: float):
         from dlc.runtime.storage import Buffer
 
         self.backend, self.graph, self.loss_node = backend, graph, loss_node

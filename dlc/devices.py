@@ -61,8 +61,12 @@ class NumpyDevice:
         pass
 
     def run(self, call: Any, handles: list[np.ndarray]) -> np.ndarray:
-        leaves = dict(zip(call.arg_names, (h.reshape(_bound(call.graph.node(n).shape, call.dims))
-                                           for n, h in zip(call.arg_names, handles))))
+        leaves = dict(
+            zip(
+                call.arg_names,
+                (h.reshape(_bound(call.graph.node(n).shape, call.dims)) for n, h in zip(call.arg_names, handles)),
+            )
+        )
         leaves.update((n, np.float32(v)) for n, v in zip(call.scalar_names, call.scalars))
         out = evaluate(call.graph, [call.out], leaves, call.dims, np.float32)[call.out]
         return np.ascontiguousarray(out, dtype=np.float32).reshape(call.shape)
@@ -84,8 +88,9 @@ class GLDevice:
         if not self.context.has_compute:  # eager kernels are compute shaders only
             from dlc.errors import RuntimeFailure
 
-            raise RuntimeFailure(f"eager arrays on gl need compute shaders; this OpenGL "
-                                 f"({self.context.version}) has none")
+            raise RuntimeFailure(
+                f"eager arrays on gl need compute shaders; this OpenGL ({self.context.version}) has none"
+            )
         self._pending: list[Any] = []
         self._lock = threading.Lock()
 
@@ -159,8 +164,7 @@ def get_device(name: str | None = None) -> Device:
             try:
                 _devices["auto"] = _devices["gl"] = GLDevice()
             except Exception as e:  # no context: numpy, saying so once
-                print(f"dlc: no OpenGL context ({str(e).splitlines()[0]}); eager arrays use numpy",
-                      file=sys.stderr)
+                print(f"dlc: no OpenGL context ({str(e).splitlines()[0]}); eager arrays use numpy", file=sys.stderr)
                 _devices["auto"] = get_device("numpy")
         return _devices["auto"]
     device = _devices.get(name)

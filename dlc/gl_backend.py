@@ -68,8 +68,7 @@ class GLBackend:
         self.store.restore(token)
 
     # -- running ---------------------------------------------------------------------------
-    def program(self, graph: Graph, roots: Sequence[int], training: bool,
-                dims: Mapping[str, int]):
+    def program(self, graph: Graph, roots: Sequence[int], training: bool, dims: Mapping[str, int]):
         """The compiled program for these fetches (compiled on first use, planned at `dims`)."""
         checked = debug.enabled() and self.hook is None  # debug mode: kernels flag NaN per node
         key = (id(graph), tuple(roots), training, checked)
@@ -78,14 +77,19 @@ class GLBackend:
             from dlc.compiler.pipeline import compile_program
 
             options = {**self.options, "nan_flags": True} if checked else self.options
-            compiled = compile_program(graph, roots, name="train" if training else "eval",
-                                       updates=graph.updates if training else (),
-                                       ref_dims=dims, options=options, target=self.target)
+            compiled = compile_program(
+                graph,
+                roots,
+                name="train" if training else "eval",
+                updates=graph.updates if training else (),
+                ref_dims=dims,
+                options=options,
+                target=self.target,
+            )
             executor = self._executor_class(compiled.spec, compiled.sources, self.store, self.hook)
             found = self._programs[key] = (graph, compiled, executor)
         graph, compiled, executor = found
-        executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor)
-                                      if debug.enabled() else None)
+        executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor) if debug.enabled() else None)
         return compiled, executor
 
     def _debug_hook(self, key: tuple, graph: Graph, compiled, executor: Executor) -> debug.GLHook:
@@ -95,18 +99,21 @@ class GLBackend:
             hook = self._debug_hooks[key] = debug.GLHook(graph, compiled.fusion, executor)
         return hook
 
-    def run(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
-            dims: Mapping[str, int]) -> list[np.ndarray]:
+    def run(
+        self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
+    ) -> list[np.ndarray]:
         _, executor = self.program(graph, roots, False, dims)
         return executor.run(feeds, dims, list(roots))
 
-    def step(self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray],
-             dims: Mapping[str, int]) -> list[np.ndarray]:
+    def step(
+        self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
+    ) -> list[np.ndarray]:
         _, executor = self.program(graph, roots, True, dims)
         return executor.run(feeds, dims, list(roots), step=True)
 
-    def step_into(self, graph: Graph, loss: int, feeds: Mapping[str, np.ndarray],
-                  dims: Mapping[str, int], sink, index: int) -> None:
+    def step_into(
+        self, graph: Graph, loss: int, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], sink, index: int
+    ) -> None:
         """A training step that leaves its loss in float `index` of the GPU buffer `sink`
         (read later, many steps at once) instead of reading it back."""
         _, executor = self.program(graph, [loss], True, dims)

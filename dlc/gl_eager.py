@@ -41,7 +41,7 @@ class _Compiled:
 
     launches: list[_Launch]
     slots: list[dict]
-    input_slot: dict[str, int]      # input name -> slot
+    input_slot: dict[str, int]  # input name -> slot
     out_slot: int
     scratch: dict[int, Buffer] = field(default_factory=dict)  # temp slots but the output's
     consts: dict[int, Buffer] = field(default_factory=dict)
@@ -133,11 +133,18 @@ def _compile(kernel: Any, dims: dict) -> _Compiled:
     program = compile_program(kernel.graph, [kernel.out], name=f"eager_{kernel.name}", ref_dims=dims)
     spec, sources = program.spec, program.sources
     slots = spec["slots"]
-    launches = [_Launch(get_program(sources[k["file"]], k["name"]), tuple(k["slots"]), k["grid"],
-                        dict(k["uniforms"]), dict(k.get("scalars", {}))) for k in spec["kernels"]]
+    launches = [
+        _Launch(
+            get_program(sources[k["file"]], k["name"]),
+            tuple(k["slots"]),
+            k["grid"],
+            dict(k["uniforms"]),
+            dict(k.get("scalars", {})),
+        )
+        for k in spec["kernels"]
+    ]
     out_slot = spec["tensors"][str(kernel.out)]["slot"]
-    compiled = _Compiled(launches, slots, {s["name"]: i for i, s in enumerate(slots) if s["kind"] == "input"},
-                         out_slot)
+    compiled = _Compiled(launches, slots, {s["name"]: i for i, s in enumerate(slots) if s["kind"] == "input"}, out_slot)
     for i, s in enumerate(slots):
         if s["kind"] == "const":
             compiled.consts[i] = Buffer.from_array(np.asarray(s["values"], np.float32))

@@ -79,26 +79,56 @@ class Tensor:
     def _op(self, fn: str, a: Any, b: Any) -> Tensor:
         return self.graph._call(fn, (a, b), {})
 
-    def __add__(self, o): return self._op("add", self, o)
-    def __radd__(self, o): return self._op("add", o, self)
-    def __sub__(self, o): return self._op("sub", self, o)
-    def __rsub__(self, o): return self._op("sub", o, self)
-    def __mul__(self, o): return self._op("mul", self, o)
-    def __rmul__(self, o): return self._op("mul", o, self)
-    def __truediv__(self, o): return self._op("div", self, o)
-    def __rtruediv__(self, o): return self._op("div", o, self)
-    def __matmul__(self, o): return self._op("matmul", self, o)
-    def __rmatmul__(self, o): return self._op("matmul", o, self)
-    def __pow__(self, o): return self._op("pow", self, o)
-    def __rpow__(self, o): return self._op("pow", o, self)
-    def __neg__(self): return self.graph._call("neg", (self,), {})
+    def __add__(self, o):
+        return self._op("add", self, o)
+
+    def __radd__(self, o):
+        return self._op("add", o, self)
+
+    def __sub__(self, o):
+        return self._op("sub", self, o)
+
+    def __rsub__(self, o):
+        return self._op("sub", o, self)
+
+    def __mul__(self, o):
+        return self._op("mul", self, o)
+
+    def __rmul__(self, o):
+        return self._op("mul", o, self)
+
+    def __truediv__(self, o):
+        return self._op("div", self, o)
+
+    def __rtruediv__(self, o):
+        return self._op("div", o, self)
+
+    def __matmul__(self, o):
+        return self._op("matmul", self, o)
+
+    def __rmatmul__(self, o):
+        return self._op("matmul", o, self)
+
+    def __pow__(self, o):
+        return self._op("pow", self, o)
+
+    def __rpow__(self, o):
+        return self._op("pow", o, self)
+
+    def __neg__(self):
+        return self.graph._call("neg", (self,), {})
 
 
 # The seeds' names that are not the language's (deeplearn.js Graph methods).
 SEED_ALIASES = {
-    "multiply": "mul", "subtract": "sub", "divide": "div", "mean_squared_cost": "mean_squared",
-    "softmax_cross_entropy_cost": "softmax_cross_entropy", "reduce_sum": "sum",
-    "exponential": "exp", "elementwise_mul": "mul",
+    "multiply": "mul",
+    "subtract": "sub",
+    "divide": "div",
+    "mean_squared_cost": "mean_squared",
+    "softmax_cross_entropy_cost": "softmax_cross_entropy",
+    "reduce_sum": "sum",
+    "exponential": "exp",
+    "elementwise_mul": "mul",
 }
 
 
@@ -183,8 +213,7 @@ class Graph:
 
     def argmax_equals(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         """1.0 where argmax(a) == argmax(b) along the last axis (the seeds' argmaxEquals)."""
-        return self._call("eq", (self._call("argmax", (a,), {}), self._call("argmax", (b,), {})),
-                          {"name": name})
+        return self._call("eq", (self._call("argmax", (a,), {}), self._call("argmax", (b,), {})), {"name": name})
 
     def __getattr__(self, attr: str):
         fname = SEED_ALIASES.get(attr, attr)
@@ -254,6 +283,6 @@ def _init_spec(init, shape, loc) -> tuple:
         init = (init,)
     if isinstance(init, tuple) and init and init[0] in INITIALIZERS:
         params = INITIALIZERS[init[0]]
-        args = list(init[1:]) + [d for _, d in params[len(init) - 1:]]
+        args = list(init[1:]) + [d for _, d in params[len(init) - 1 :]]
         return (init[0], *map(float, args))
     raise CompileError(f"unknown initializer {init!r}", loc)

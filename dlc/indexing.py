@@ -36,11 +36,10 @@ def parse_index(key: Any, shape: tuple[int, ...]) -> tuple[list[_Axis], list[int
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(1 for k in items if k is not None and k is not Ellipsis)
     if used > len(shape):
-        raise IndexError(f"too many indices for an array of shape {list(shape)}: "
-                         f"{len(shape)} axes, {used} indexed")
+        raise IndexError(f"too many indices for an array of shape {list(shape)}: {len(shape)} axes, {used} indexed")
     if ellipses:
         at = next(k for k, item in enumerate(items) if item is Ellipsis)
-        items[at:at + 1] = [slice(None)] * (len(shape) - used)
+        items[at : at + 1] = [slice(None)] * (len(shape) - used)
     else:
         items += [slice(None)] * (len(shape) - used)
     axes: list[_Axis] = []
@@ -54,8 +53,9 @@ def parse_index(key: Any, shape: tuple[int, ...]) -> tuple[list[_Axis], list[int
         if isinstance(item, slice):
             start, stop, step = item.indices(d)
             if step < 0:
-                raise IndexError("negative steps are not supported on the device: read the "
-                                 "array with .numpy() and index that")
+                raise IndexError(
+                    "negative steps are not supported on the device: read the array with .numpy() and index that"
+                )
             count = len(range(start, stop, step))
             axes.append(_Axis(start, count, step, False))
             out.append(count)
@@ -70,13 +70,16 @@ def parse_index(key: Any, shape: tuple[int, ...]) -> tuple[list[_Axis], list[int
 
 def _integer(item: Any) -> int:
     if isinstance(item, (bool, np.bool_)):
-        raise TypeError("boolean indices are advanced indexing, which device arrays do not "
-                        "support: use ints, slices, '...' and None")
+        raise TypeError(
+            "boolean indices are advanced indexing, which device arrays do not "
+            "support: use ints, slices, '...' and None"
+        )
     try:
         return operator.index(item)
     except TypeError:
-        raise TypeError(f"device arrays take NumPy's basic indexing only (ints, slices, '...', "
-                        f"None), not {type(item).__name__}") from None
+        raise TypeError(
+            f"device arrays take NumPy's basic indexing only (ints, slices, '...', None), not {type(item).__name__}"
+        ) from None
 
 
 def getitem(a: Any, key: Any) -> Any:
@@ -115,18 +118,18 @@ def _every(y: Any, axis: int, count: int, step: int, ops: Any, zeros: Any) -> An
     pad = count * step - shape[axis]
     parts = []
     if pad:
-        filler = zeros([*shape[:axis], pad, *shape[axis + 1:]], backend=y.backend)
+        filler = zeros([*shape[:axis], pad, *shape[axis + 1 :]], backend=y.backend)
         parts.append(filler)
         y = ops.concat([y, filler], axis)
         parts.append(y)
-    split = ops.reshape(y, [*shape[:axis], count, step, *shape[axis + 1:]])
+    split = ops.reshape(y, [*shape[:axis], count, step, *shape[axis + 1 :]])
     parts.append(split)
     begin = [0] * (len(shape) + 1)
-    size = [*shape[:axis], count, 1, *shape[axis + 1:]]
+    size = [*shape[:axis], count, 1, *shape[axis + 1 :]]
     column = ops.slice(split, begin, size)
     parts.append(column)
     try:
-        return ops.reshape(column, [*shape[:axis], count, *shape[axis + 1:]])
+        return ops.reshape(column, [*shape[:axis], count, *shape[axis + 1 :]])
     finally:
         for t in parts:
             t.dispose()

@@ -33,8 +33,9 @@ class Model:
         return {n: () for n in self.graph.losses}
 
     def __repr__(self) -> str:
-        return (f"Model({self.path!r}, inputs={list(self.inputs)}, params={list(self.params)}, "
-                f"losses={list(self.losses)})")
+        return (
+            f"Model({self.path!r}, inputs={list(self.inputs)}, params={list(self.params)}, losses={list(self.losses)})"
+        )
 
 
 def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
@@ -42,8 +43,7 @@ def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
     from dlc.compiler.lang import compile_source
 
     text, path = source, name or "<model>"
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                           and source.endswith(".dl")):
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".dl")):
         path = os.fspath(source)
         with open(path, encoding="utf-8") as f:
             text = f.read()

@@ -43,9 +43,44 @@ from .graph import SEED_ALIASES, _call_site, bind_args
 
 # Functions made of elementwise ops alone: they may run over a flat symbolic length.
 FLAT_FUNCTIONS = frozenset(
-    ["neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "relu", "relu6",
-     "selu", "softplus", "sigmoid", "tanh", "sin", "cos", "step", "add", "sub", "mul", "div", "pow",
-     "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "leaky_relu", "elu", "clip", "where"])
+    [
+        "neg",
+        "abs",
+        "sign",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "square",
+        "reciprocal",
+        "relu",
+        "relu6",
+        "selu",
+        "softplus",
+        "sigmoid",
+        "tanh",
+        "sin",
+        "cos",
+        "step",
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "pow",
+        "maximum",
+        "minimum",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "leaky_relu",
+        "elu",
+        "clip",
+        "where",
+    ]
+)
 # Reductions over every element (axis=None, keepdims=False) of one array: also flat.
 FLAT_REDUCTIONS = frozenset(["sum", "mean", "max", "min"])
 FLAT_DIM = "N"  # the symbolic length of a flat kernel
@@ -166,8 +201,9 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
             try:
                 host = np.asarray(v, dtype=np.float32)
             except (TypeError, ValueError):
-                raise CompileError(f"{fname} expects an array or a number, got {type(v).__name__}",
-                                   _call_site()) from None
+                raise CompileError(
+                    f"{fname} expects an array or a number, got {type(v).__name__}", _call_site()
+                ) from None
             v = array(host, backend=arrays[0].backend if arrays else None)
             temporaries.append(v)
         arrays.append(v)
@@ -258,8 +294,7 @@ def _broadcast_dims(fname: str, arrays: list) -> tuple[dict[tuple, tuple], dict[
         for d in a.shape:
             if d != 1 and d not in names:
                 names[d] = f"D{len(names)}"
-    return ({shape: tuple(names.get(d, 1) for d in shape) for shape in shapes},
-            {name: d for d, name in names.items()})
+    return ({shape: tuple(names.get(d, 1) for d in shape) for shape in shapes}, {name: d for d, name in names.items()})
 
 
 def _rename_shapes(part: Any, symbolic: dict[tuple, tuple]) -> Any:
@@ -277,8 +312,10 @@ def _device_of(arrays: list, fname: str) -> Device:
     devices = {id(a._device): a._device for a in arrays}
     if len(devices) > 1:
         names = sorted({a.backend for a in arrays})
-        raise ValueError(f"{fname}: the arrays live on different backends ({', '.join(names)}); "
-                         "copy one over with dlc.array(x, backend=...)")
+        raise ValueError(
+            f"{fname}: the arrays live on different backends ({', '.join(names)}); "
+            "copy one over with dlc.array(x, backend=...)"
+        )
     return arrays[0]._device
 
 
@@ -322,6 +359,7 @@ def _build(fname: str, parts: list, loc: Any) -> Kernel:
 
 # -- one module-level function per language function ---------------------------------
 
+
 def _make(fname: str):
     fn = FUNCTIONS[fname]
 
@@ -334,8 +372,10 @@ def _make(fname: str):
         params.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
     op.__signature__ = inspect.Signature(params)
     op.__name__ = op.__qualname__ = fname
-    op.__doc__ = (f"{fname}({', '.join(p.name for p in fn.params)}): the language's `{fname}`, "
-                  "run eagerly on device arrays; gives a new Array.")
+    op.__doc__ = (
+        f"{fname}({', '.join(p.name for p in fn.params)}): the language's `{fname}`, "
+        "run eagerly on device arrays; gives a new Array."
+    )
     return op
 
 
@@ -344,9 +384,15 @@ for _name in FUNCTIONS:
     globals()[_name] = _make(_name)
     __all__.append(_name)
 # The seeds' names (NDArrayMath / Graph methods) that are not the language's.
-for _alias, _target in {**SEED_ALIASES, "matrix_times_vector": "matmul", "vector_times_matrix": "matmul",
-                        "dot": "matmul", "scalar_times_array": "mul", "array_divided_by_scalar": "div",
-                        "switch_dim": "transpose"}.items():
+for _alias, _target in {
+    **SEED_ALIASES,
+    "matrix_times_vector": "matmul",
+    "vector_times_matrix": "matmul",
+    "dot": "matmul",
+    "scalar_times_array": "mul",
+    "array_divided_by_scalar": "div",
+    "switch_dim": "transpose",
+}.items():
     if _alias not in globals():
         globals()[_alias] = globals()[_target]
         __all__.append(_alias)
@@ -357,6 +403,7 @@ for _alias, _target in {**SEED_ALIASES, "matrix_times_vector": "matmul", "vector
 # Only the ops (and the names in __all__): the names this module imports for its own use
 # (np, inspect, dataclass, Any, ...) are no attributes of it for users, nor in dir(). The
 # functions above still read them, from the module's globals.
+
 
 class _OpsModule(type(__import__("sys"))):
     def __getattribute__(self, name: str):

@@ -13,8 +13,9 @@ from typing import TextIO
 
 
 class TrainProgress:
-    def __init__(self, total_steps: int | None, epochs: int | None,
-                 stream: TextIO | None = None, live: bool | None = None):
+    def __init__(
+        self, total_steps: int | None, epochs: int | None, stream: TextIO | None = None, live: bool | None = None
+    ):
         self.stream = stream or sys.stdout
         self.total = total_steps
         self.epochs = epochs
@@ -38,8 +39,9 @@ class TrainProgress:
                 console=Console(file=self.stream),
                 transient=False,
             )
-            self._task = self._bar.add_task("train", total=total_steps, epoch="", of=total_steps
-                                            or "?", loss="-", speed="")
+            self._task = self._bar.add_task(
+                "train", total=total_steps, epoch="", of=total_steps or "?", loss="-", speed=""
+            )
             self._bar.start()
 
     @property
@@ -58,13 +60,17 @@ class TrainProgress:
         """After a step; `step` and `epoch` count from 1."""
         self.examples += batch_examples
         if self._bar is not None:
-            self._bar.update(self._task, completed=step, epoch=self._epoch(epoch),
-                             loss=f"{loss:.6g}", speed=f"{self.rate:,.0f} ex/s")
+            self._bar.update(
+                self._task, completed=step, epoch=self._epoch(epoch), loss=f"{loss:.6g}", speed=f"{self.rate:,.0f} ex/s"
+            )
             return
         if step == 1 or step % self.every == 0 or step == self.total:
             of = f"/{self.total}" if self.total else ""
-            print(f"{self._epoch(epoch)}  step {step}{of}  loss {loss:.6g}  "
-                  f"{self.rate:,.0f} ex/s", file=self.stream, flush=True)
+            print(
+                f"{self._epoch(epoch)}  step {step}{of}  loss {loss:.6g}  {self.rate:,.0f} ex/s",
+                file=self.stream,
+                flush=True,
+            )
 
     def message(self, text: str) -> None:
         """A line printed above the bar (or in sequence, without one)."""

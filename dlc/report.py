@@ -31,22 +31,26 @@ def _init(init) -> str:
     return f"{kind}({', '.join(f'{a:g}' for a in args)})" if args else kind
 
 
-def model_table(inputs: Mapping[str, tuple], params: Mapping[str, tuple],
-                tensors: Mapping[str, tuple], losses: Sequence[str],
-                inits: Mapping[str, tuple] | None = None) -> str:
+def model_table(
+    inputs: Mapping[str, tuple],
+    params: Mapping[str, tuple],
+    tensors: Mapping[str, tuple],
+    losses: Sequence[str],
+    inits: Mapping[str, tuple] | None = None,
+) -> str:
     """One row per name: kind (input, param, tensor, loss), name, shape, size, init."""
     inits = inits or {}
     rows = [("input", n, format_shape(s), "", "") for n, s in inputs.items()]
-    rows += [("param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
-             for n, s in params.items()]
-    rows += [("loss" if n in losses else "tensor", n, format_shape(s), "", "")
-             for n, s in tensors.items()]
+    rows += [("param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n))) for n, s in params.items()]
+    rows += [("loss" if n in losses else "tensor", n, format_shape(s), "", "") for n, s in tensors.items()]
     total = sum(math.prod(s) for s in params.values())
     out = table(("kind", "name", "shape", "size", "init"), rows)
     default = f"; default loss '{losses[0]}'" if losses else "; no loss (cannot be trained)"
-    return (out + f"\n\n{plural(len(inputs), 'input')}, {plural(len(params), 'param')} "
-            f"({plural(total, 'value')}), {plural(len(tensors), 'named tensor')}, "
-            f"{plural(len(losses), 'loss', 'losses')}{default}")
+    return (
+        out + f"\n\n{plural(len(inputs), 'input')}, {plural(len(params), 'param')} "
+        f"({plural(total, 'value')}), {plural(len(tensors), 'named tensor')}, "
+        f"{plural(len(losses), 'loss', 'losses')}{default}"
+    )
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:

@@ -100,12 +100,14 @@ class Scope:
 
 def _wrap(fn: F, name: str | None) -> F:
     if inspect.iscoroutinefunction(fn):  # the scope spans the awaits of one call
+
         @functools.wraps(fn)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             with Scope(name or getattr(fn, "__name__", None)) as scope:
                 result = await fn(*args, **kwargs)
                 scope.returns(result)
                 return result
+
         return run_async  # type: ignore[return-value]
 
     @functools.wraps(fn)
@@ -114,6 +116,7 @@ def _wrap(fn: F, name: str | None) -> F:
             result = fn(*args, **kwargs)
             scope.returns(result)
             return result
+
     return run  # type: ignore[return-value]
 
 
@@ -219,8 +222,9 @@ def memory() -> Memory:
         from dlc.gl_backend import live_backends
 
         sessions = _sessions_memory(live_backends())
-    return Memory(_live_arrays, _live_bytes, buffers, nbytes, programs, program_bytes, limit,
-                  ops.cached_kernels(), sessions)
+    return Memory(
+        _live_arrays, _live_bytes, buffers, nbytes, programs, program_bytes, limit, ops.cached_kernels(), sessions
+    )
 
 
 def set_program_cache_limit(limit: int | None) -> None:

@@ -41,7 +41,7 @@ from .errors import DataError, format_shape
 from .feeds import bind_dims
 from .graph import Tensor
 
-COST = "$seeds_cost"          # the loss the seeds' step minimizes: mean of per-example costs
+COST = "$seeds_cost"  # the loss the seeds' step minimizes: mean of per-example costs
 COST_SUM = "$seeds_cost_sum"  # their sum, for CostReduction.SUM
 
 
@@ -56,6 +56,7 @@ class CostReduction(enum.Enum):
 
 
 # -- input providers --------------------------------------------------------------------
+
 
 class InputProvider:
     """Gives one example at a time (the seeds' InputProvider)."""
@@ -78,8 +79,9 @@ class InCPUMemoryShuffledInputProviderBuilder:
         self.inputs = [[_host(x) for x in examples] for examples in inputs]
         sizes = {len(examples) for examples in self.inputs}
         if len(sizes) != 1 or 0 in sizes:
-            raise DataError(f"the inputs must hold the same, non-zero number of examples, got "
-                            f"{[len(e) for e in self.inputs]}")
+            raise DataError(
+                f"the inputs must hold the same, non-zero number of examples, got {[len(e) for e in self.inputs]}"
+            )
         self.count = sizes.pop()
         self._rng = np.random.default_rng(seed)
         self._orders: list[np.ndarray] = []
@@ -98,6 +100,7 @@ class InCPUMemoryShuffledInputProviderBuilder:
                 epoch, k = divmod(cursor[0], self.count)
                 cursor[0] += 1
                 return examples[int(self._order(epoch)[k])].copy()
+
             providers.append(InputProvider(next_copy))
         return providers
 
@@ -108,6 +111,7 @@ InMemoryShuffledInputProviderBuilder = InCPUMemoryShuffledInputProviderBuilder
 
 
 # -- feed entries -------------------------------------------------------------------------
+
 
 @dataclass(eq=False)
 class FeedEntry:
@@ -131,8 +135,10 @@ class FeedEntry:
         if data.ndim == rank:
             return np.broadcast_to(data, (count, *data.shape)).copy()
         if data.ndim != rank + 1 or len(data) == 0:
-            raise DataError(f"feed for '{_name(self.tensor)}' has shape {list(data.shape)}: expected one example "
-                            f"{format_shape(example_shape)} or examples [N, {format_shape(example_shape)[1:]}")
+            raise DataError(
+                f"feed for '{_name(self.tensor)}' has shape {list(data.shape)}: expected one example "
+                f"{format_shape(example_shape)} or examples [N, {format_shape(example_shape)[1:]}"
+            )
         idx = (self._cursor + np.arange(count)) % len(data)
         self._cursor = int((self._cursor + count) % len(data))
         return data[idx]
@@ -162,8 +168,6 @@ def _name(t: Tensor) -> str:
     return t.name or f"%{t.index}"
 
 
-
-
 def feed_entries(feeds: Any) -> list[FeedEntry]:
     """FeedEntry objects from: a list of FeedEntry, {"tensor", "data"} dicts or (tensor, data)
     pairs; or a mapping tensor (or placeholder name) -> data."""
@@ -185,6 +189,7 @@ def feed_entries(feeds: Any) -> list[FeedEntry]:
 
 # -- the Session hook ---------------------------------------------------------------------
 
+
 def seeds_style(method: Callable) -> Callable:
     """Decorates Session.train and Session.eval: a call whose first argument is a dlc.Tensor
     (or a list of them, for eval) goes the seeds' way (`train_seeds` / `eval_seeds`)."""
@@ -193,10 +198,12 @@ def seeds_style(method: Callable) -> Callable:
     @functools.wraps(method)
     def dispatch(self, *args, **kwargs):
         first = args[0] if args else kwargs.get("cost", kwargs.get("fetch", kwargs.get("feeds")))
-        if isinstance(first, Tensor) or (isinstance(first, (list, tuple)) and first
-                                         and all(isinstance(t, Tensor) for t in first)):
+        if isinstance(first, Tensor) or (
+            isinstance(first, (list, tuple)) and first and all(isinstance(t, Tensor) for t in first)
+        ):
             return seeds(self, *args, **kwargs)
         return method(self, *args, **kwargs)
+
     return dispatch
 
 
@@ -209,10 +216,15 @@ def _node(session: Any, t: Tensor) -> int:
         raise TypeError(f"expected a dlc.Tensor of the session's Graph, got {type(t).__name__}")
     graph = session.model.graph
     origin = getattr(session.model, "origin", None)
-    if (origin is not None and origin() is not t.graph) or t.index >= len(graph.nodes) \
-            or graph.nodes[t.index] != t.graph._b.nodes[t.index]:
-        raise ValueError(f"tensor {_name(t)} is not from the Graph this Session was made from "
-                         "(or it was added to the Graph after the Session was made)")
+    if (
+        (origin is not None and origin() is not t.graph)
+        or t.index >= len(graph.nodes)
+        or graph.nodes[t.index] != t.graph._b.nodes[t.index]
+    ):
+        raise ValueError(
+            f"tensor {_name(t)} is not from the Graph this Session was made from "
+            "(or it was added to the Graph after the Session was made)"
+        )
     return t.index
 
 
@@ -243,8 +255,14 @@ def _placeholders(session: Any, feeds: Any) -> dict[str, FeedEntry]:
     return fed
 
 
-def train_seeds(session: Any, cost: Tensor, feeds: Any, batch_size: int = 1, optimizer: Any = None,
-                cost_reduction: CostReduction = CostReduction.MEAN) -> float | None:
+def train_seeds(
+    session: Any,
+    cost: Tensor,
+    feeds: Any,
+    batch_size: int = 1,
+    optimizer: Any = None,
+    cost_reduction: CostReduction = CostReduction.MEAN,
+) -> float | None:
     """The seeds' `session.train(cost, feed_entries, batch_size, optimizer, reduction)`:
     one update from a batch; returns the batch's cost (see CostReduction)."""
     graph = session.model.graph

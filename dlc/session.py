@@ -24,12 +24,11 @@ from .optimizers import SGD, Optimizer
 from .seeds import seeds_style
 from .training import Callback, schedule, train_feeds, train_loop
 
-MAX_RESIDENT_ROWS = 2 ** 24  # row indices travel as float32: exact up to here
+MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
 
 class Session:
-    def __init__(self, model, backend: str | None = None, seed: int = 0,
-                 target: str | None = None):
+    def __init__(self, model, backend: str | None = None, seed: int = 0, target: str | None = None):
         if isinstance(model, (str, os.PathLike)):
             model = compile(model)
         elif hasattr(model, "build") and not isinstance(model, Model):
@@ -69,10 +68,12 @@ class Session:
     def save(self, path: str | os.PathLike) -> None:
         """Write the params to an .npz atomically (a temp file, then rename)."""
         from .weights import save_npz
+
         save_npz(path, self.params)
 
     def load(self, path: str | os.PathLike) -> None:
         from .weights import load_npz
+
         self.set_params(load_npz(path, self.model.params))
 
     # -- evaluation ------------------------------------------------------------
@@ -99,8 +100,9 @@ class Session:
         return out[fetch] if isinstance(fetch, str) else out
 
     # -- gradients and training --------------------------------------------------
-    def gradients(self, feeds: Mapping[str, np.ndarray] | None = None,
-                  loss: str | None = None) -> dict[str, np.ndarray]:
+    def gradients(
+        self, feeds: Mapping[str, np.ndarray] | None = None, loss: str | None = None
+    ) -> dict[str, np.ndarray]:
         """d loss / d param for every param, over all of `feeds` (default loss: the first)."""
         graph = self.model.graph
         loss = resolve_loss(graph, loss)
@@ -137,11 +139,18 @@ class Session:
                 self._state_ready.add(name)
 
     @seeds_style
-    def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None,
-              optimizer: Optimizer | None = None, batch_size: int | None = 32,
-              epochs: int | None = None, steps: int | None = None, shuffle: bool = True,
-              callback: Callback | None = None,
-              on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
+    def train(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        loss: str | None = None,
+        optimizer: Optimizer | None = None,
+        batch_size: int | None = 32,
+        epochs: int | None = None,
+        steps: int | None = None,
+        shuffle: bool = True,
+        callback: Callback | None = None,
+        on_epoch_end: Callable[[int], None] | None = None,
+    ) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
 
         Batches of `batch_size` examples (None: all) are drawn along the leading
@@ -161,8 +170,7 @@ class Session:
         and a divergence or a stop inside a window is undone back to that step.
         """
         if epochs is not None and steps is not None:
-            raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, "
-                             f"steps={steps})")
+            raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
         epochs = 1 if epochs is None else epochs
         optimizer = self.optimizer(optimizer)
         graph = self.train_graph(loss, optimizer)
@@ -192,17 +200,34 @@ class Session:
 
         deferred = None
         # Deferred loss reads need a GPU-side loss copy (compute target only, for now).
-        if (getattr(self.backend, "target", None) == "compute" and self.loss_read_steps > 1
-                and hasattr(self.backend, "step_into")):
+        if (
+            getattr(self.backend, "target", None) == "compute"
+            and self.loss_read_steps > 1
+            and hasattr(self.backend, "step_into")
+        ):
             from .deferred import GLDeferredSteps
 
-            deferred = GLDeferredSteps(self.backend, graph, loss_node, optimizer,
-                                       self.loss_read_steps, self.loss_read_interval_s)
+            deferred = GLDeferredSteps(
+                self.backend, graph, loss_node, optimizer, self.loss_read_steps, self.loss_read_interval_s
+            )
         try:
-            return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
-                              steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
-                              on_epoch_end=on_epoch_end, snapshot=self.backend.snapshot,
-                              restore=self.backend.restore, select=select, deferred=deferred)
+            return train_loop(
+                step,
+                arrays,
+                dims,
+                dim,
+                batch_size=batch_size,
+                epochs=epochs,
+                steps=steps,
+                shuffle=shuffle,
+                rng=self._rng,
+                callback=callback,
+                on_epoch_end=on_epoch_end,
+                snapshot=self.backend.snapshot,
+                restore=self.backend.restore,
+                select=select,
+                deferred=deferred,
+            )
         finally:
             if deferred is not None:
                 deferred.close()
@@ -210,9 +235,15 @@ class Session:
                 for name in arrays:
                     self.backend.drop_leaf(data_name(name))
 
-    def _resident(self, arrays: Mapping[str, np.ndarray], dims: Mapping[str, int],
-                  dim: str | None, batch_size: int | None, epochs: int,
-                  steps: int | None) -> bool:
+    def _resident(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        dims: Mapping[str, int],
+        dim: str | None,
+        batch_size: int | None,
+        epochs: int,
+        steps: int | None,
+    ) -> bool:
         """Whether train() keeps its data on the GPU: on GL, with batches drawn along `dim`
         from inputs whose other dims are concrete, when the run would upload more rows than
         the data has (one epoch or less uploads each row once anyway)."""

@@ -36,8 +36,7 @@ def _gpu_memory(path: pathlib.Path, program: str):
             raise
         args = getattr(e, "pyArgs", None) or ()
         size = f" of {args[1]} bytes" if len(args) > 1 and isinstance(args[1], int) else ""
-        raise RuntimeFailure(f"{path}: the {program} program ran out of GPU memory allocating "
-                             f"a buffer{size}") from None
+        raise RuntimeFailure(f"{path}: the {program} program ran out of GPU memory allocating a buffer{size}") from None
 
 
 def load(path: str | os.PathLike, seed: int = 0, hook: Callable[[], Any] | None = None) -> Runner:
@@ -53,8 +52,7 @@ class Runner:
     `.params`, `.tensors`, `.losses` (name -> shape) from the manifest.
     """
 
-    def __init__(self, path: str | os.PathLike, seed: int = 0,
-                 hook: Callable[[], Any] | None = None):
+    def __init__(self, path: str | os.PathLike, seed: int = 0, hook: Callable[[], Any] | None = None):
         self._hook = hook or (lambda: None)  # debug mode lives in the API above (dlc.debug)
         self.path = pathlib.Path(path)
         if not (self.path / MANIFEST).is_file():
@@ -78,13 +76,14 @@ class Runner:
             from dlc.runtime.context import get_context
 
             if not get_context().has_compute:
-                raise RuntimeFailure(f"{self.path} was compiled for the compute target, but this "
-                                     "OpenGL context has no compute shaders: recompile it with "
-                                     "--target texture")
+                raise RuntimeFailure(
+                    f"{self.path} was compiled for the compute target, but this "
+                    "OpenGL context has no compute shaders: recompile it with "
+                    "--target texture"
+                )
             self.store = LeafStore()
         else:
-            raise DataError(f"{self.path}: target '{self.target}' is not one this dlc runs "
-                            "(compute, texture)")
+            raise DataError(f"{self.path}: target '{self.target}' is not one this dlc runs (compute, texture)")
         self._executors: dict[str, Executor] = {}
         self.set_params(files.params)
         for name, value in files.state.items():
@@ -129,20 +128,29 @@ class Runner:
         out = dict(zip(names, values))
         return out[fetch] if isinstance(fetch, str) else out
 
-    def train(self, feeds: Mapping[str, np.ndarray], loss: str | None = None, optimizer=None,
-              batch_size: int | None = 32, epochs: int = 1, steps: int | None = None,
-              shuffle: bool = True, callback: Callable | None = None,
-              on_epoch_end: Callable[[int], None] | None = None) -> list[float]:
+    def train(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        loss: str | None = None,
+        optimizer=None,
+        batch_size: int | None = 32,
+        epochs: int = 1,
+        steps: int | None = None,
+        shuffle: bool = True,
+        callback: Callable | None = None,
+        on_epoch_end: Callable[[int], None] | None = None,
+    ) -> list[float]:
         """Session.train over the compiled training step (its loss and optimizer are fixed)."""
         from dlc.runtime.training import train_feeds, train_loop
 
         setup = self.manifest.get("train")
         if not setup:
-            raise DlcError(f"{self.path} was compiled without a training step: recompile with "
-                           "`dlc compile MODEL --train [LOSS] --optimizer NAME`")
+            raise DlcError(
+                f"{self.path} was compiled without a training step: recompile with "
+                "`dlc compile MODEL --train [LOSS] --optimizer NAME`"
+            )
         if loss is not None and loss != setup["loss"]:
-            raise DlcError(f"{self.path} was compiled to train loss '{setup['loss']}', not "
-                           f"'{loss}'")
+            raise DlcError(f"{self.path} was compiled to train loss '{setup['loss']}', not '{loss}'")
         lr = self._lr(setup["optimizer"], optimizer)
         ex = self._executor("train")
         spec = ex.spec
@@ -157,10 +165,21 @@ class Runner:
                 (value,) = ex.run(batch, bdims, [loss_tensor], step=True)
             return float(value)
 
-        return train_loop(step, arrays, dims, dim, batch_size=batch_size, epochs=epochs,
-                          steps=steps, shuffle=shuffle, rng=self._rng, callback=callback,
-                          on_epoch_end=on_epoch_end, snapshot=self.store.snapshot,
-                          restore=self.store.restore)
+        return train_loop(
+            step,
+            arrays,
+            dims,
+            dim,
+            batch_size=batch_size,
+            epochs=epochs,
+            steps=steps,
+            shuffle=shuffle,
+            rng=self._rng,
+            callback=callback,
+            on_epoch_end=on_epoch_end,
+            snapshot=self.store.snapshot,
+            restore=self.store.restore,
+        )
 
     def close(self) -> None:
         """Free the GPU buffers."""
@@ -170,8 +189,10 @@ class Runner:
         self.store.delete()
 
     def __repr__(self) -> str:
-        return (f"Runner({str(self.path)!r}, inputs={list(self.inputs)}, "
-                f"params={list(self.params_shapes)}, losses={list(self.losses)})")
+        return (
+            f"Runner({str(self.path)!r}, inputs={list(self.inputs)}, "
+            f"params={list(self.params_shapes)}, losses={list(self.losses)})"
+        )
 
     # -- internals ---------------------------------------------------------------------------
     def _tensor(self, name: str) -> int:
@@ -200,12 +221,13 @@ class Runner:
         for k in kernels:
             spec = ex.kernels[k]
             used.update(spec["uniforms"].values())
-            used.update(d for t in spec["reads"] + spec["writes"]
-                        for d in ex.tensors[t]["shape"] if isinstance(d, str))
+            used.update(d for t in spec["reads"] + spec["writes"] for d in ex.tensors[t]["shape"] if isinstance(d, str))
         for d in sorted(used - set(dims)):
             binders = sorted(n for n, s in self.inputs.items() if d in s)
-            raise DataError(f"fetching these tensors needs the dim {d}: feed "
-                            f"{' or '.join(repr(n) for n in binders)}, which binds it")
+            raise DataError(
+                f"fetching these tensors needs the dim {d}: feed "
+                f"{' or '.join(repr(n) for n in binders)}, which binds it"
+            )
         unbound = {d for s in self.inputs.values() for d in s if isinstance(d, str)} - set(dims)
         return {**dict.fromkeys(unbound, 1), **dims}
 
@@ -218,11 +240,15 @@ class Runner:
         else:
             optimizer = {"name": optimizer.name, **vars(optimizer)}
         if optimizer["name"] != compiled["name"]:
-            raise DlcError(f"{self.path} was compiled with the {compiled['name']} optimizer, "
-                           f"not {optimizer['name']}: recompile with --optimizer "
-                           f"{optimizer['name']}")
+            raise DlcError(
+                f"{self.path} was compiled with the {compiled['name']} optimizer, "
+                f"not {optimizer['name']}: recompile with --optimizer "
+                f"{optimizer['name']}"
+            )
         for k, v in optimizer.items():
             if k not in ("name", "lr") and k in compiled and compiled[k] != v:
-                raise DlcError(f"{self.path} was compiled with {compiled['name']} {k}="
-                               f"{compiled[k]}, not {v}: recompile to change it")
+                raise DlcError(
+                    f"{self.path} was compiled with {compiled['name']} {k}="
+                    f"{compiled[k]}, not {v}: recompile to change it"
+                )
         return float(optimizer.get("lr", compiled["lr"]))

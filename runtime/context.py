@@ -24,9 +24,7 @@ from dlc.runtime.errors import RuntimeFailure
 
 MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers (the compute target)
 TEXTURE_VERSION = (3, 3)  # fragment shaders over float textures (the texture target)
-INSTALL_HINT = (
-    "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU driver"
-)
+INSTALL_HINT = "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU driver"
 
 _lock = threading.Lock()
 _context: GLContext | None = None
@@ -65,8 +63,7 @@ class GLContext:
             ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
             if not ok:
                 raise RuntimeFailure(
-                    "the OpenGL context is current on another thread; call "
-                    "release_current() there first"
+                    "the OpenGL context is current on another thread; call release_current() there first"
                 )
         else:
             import glfw
@@ -209,8 +206,7 @@ def _create_egl() -> GLContext:
     reasons = []
     for index in candidates:
         try:
-            handles = _egl_context_on(EGL, eglGetPlatformDisplayEXT(
-                EGL_PLATFORM_DEVICE_EXT, devices[index], None))
+            handles = _egl_context_on(EGL, eglGetPlatformDisplayEXT(EGL_PLATFORM_DEVICE_EXT, devices[index], None))
             ctx = _describe("egl", index, handles)
             ctx.device_count = n
             return ctx
@@ -277,7 +273,10 @@ def _egl_config(EGL: Any, display: Any) -> Any:
         config = EGL.EGLConfig()
         count = EGL.EGLint(0)
         ok = EGL.eglChooseConfig(
-            display, (EGL.EGLint * len(attribs))(*attribs), ctypes.pointer(config), 1,
+            display,
+            (EGL.EGLint * len(attribs))(*attribs),
+            ctypes.pointer(config),
+            1,
             ctypes.pointer(count),
         )
         if ok and count.value > 0:
@@ -356,12 +355,9 @@ def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) 
             f"{TEXTURE_VERSION[1]} (float textures and fragment shaders)"
         )
     count = int(GL.glGetIntegerv(GL.GL_NUM_EXTENSIONS))
-    extensions = frozenset(
-        GL.glGetStringi(GL.GL_EXTENSIONS, i).decode(errors="replace") for i in range(count)
-    )
+    extensions = frozenset(GL.glGetStringi(GL.GL_EXTENSIONS, i).decode(errors="replace") for i in range(count))
     # Compute needs 4.3 or the extensions (Mesa can be told to drop them, as on macOS).
-    compute = version >= MIN_VERSION or {"GL_ARB_compute_shader",
-                                         "GL_ARB_shader_storage_buffer_object"} <= extensions
+    compute = version >= MIN_VERSION or {"GL_ARB_compute_shader", "GL_ARB_shader_storage_buffer_object"} <= extensions
     ctx = GLContext(
         vendor=text(GL.GL_VENDOR),
         renderer=text(GL.GL_RENDERER),
@@ -393,8 +389,10 @@ def _limits(GL: Any, compute: bool = True) -> dict[str, Any]:
         GL.glGetInteger64v(name, ctypes.byref(value))
         return value.value
 
-    texture = {"max_texture_size": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE)),
-               "max_texture_units": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_IMAGE_UNITS))}
+    texture = {
+        "max_texture_size": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE)),
+        "max_texture_units": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_IMAGE_UNITS)),
+    }
     if not compute:
         return texture
     return {
@@ -404,8 +402,6 @@ def _limits(GL: Any, compute: bool = True) -> dict[str, Any]:
         "max_compute_ssbo_blocks": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS)),
         "max_work_group_count": indexed(GL.GL_MAX_COMPUTE_WORK_GROUP_COUNT),
         "max_work_group_size": indexed(GL.GL_MAX_COMPUTE_WORK_GROUP_SIZE),
-        "max_work_group_invocations": int(
-            GL.glGetIntegerv(GL.GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS)
-        ),
+        "max_work_group_invocations": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS)),
         "max_shared_memory": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHARED_MEMORY_SIZE)),
     }

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 
 def did_you_mean(name: str, options: Iterable[str]) -> str:
-    """", did you mean 'x'?" for the closest of `options`, or "" when none is close."""
+    """ ", did you mean 'x'?" for the closest of `options`, or "" when none is close."""
     close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return f", did you mean '{close[0]}'?" if close else ""
 
@@ -78,5 +78,7 @@ class TrainingDiverged(RuntimeFailure):
     def __init__(self, step: int, loss: float):
         self.step = step
         self.loss = loss
-        super().__init__(f"training diverged at step {step}: the loss is {loss}; the params are "
-                         "back to the last ones with a finite loss")
+        super().__init__(
+            f"training diverged at step {step}: the loss is {loss}; the params are "
+            "back to the last ones with a finite loss"
+        )

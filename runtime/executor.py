@@ -180,8 +180,9 @@ class LeafStore:
         slot, gen = token
         if self._ring_gen[slot] != gen:
             raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
-        gpu_copy_many([(self.buffers[name], copy, None)
-                       for name, copy in self._ring[slot].items() if name in self.buffers])
+        gpu_copy_many(
+            [(self.buffers[name], copy, None) for name, copy in self._ring[slot].items() if name in self.buffers]
+        )
 
     def snapshot_buffers(self) -> list[Buffer]:
         """The buffers snapshots are kept in (for memory reports)."""
@@ -225,8 +226,7 @@ class Executor:
     is called before the launch (debug mode starts a timer there).
     """
 
-    def __init__(self, spec: dict, sources: Mapping[str, str], store: LeafStore,
-                 hook: Hook | None = None):
+    def __init__(self, spec: dict, sources: Mapping[str, str], store: LeafStore, hook: Hook | None = None):
         if spec.get("format") != 1:
             raise RuntimeFailure(f"program format {spec.get('format')} is not one this dlc runs")
         self.spec = spec
@@ -299,18 +299,17 @@ class Executor:
                 bindings += ((len(k["slots"]), buf.handle),)
             if k.get("nan_flags"):  # debug mode's NaN flags, bound after the slots and scratch
                 bindings += ((len(k["slots"]) + bool(words), self.nan_buffer.handle),)
-            uniforms = tuple((prog.uniform_location(u), int(dims[d]))
-                             for u, d in k["uniforms"].items())
+            uniforms = tuple((prog.uniform_location(u), int(dims[d])) for u, d in k["uniforms"].items())
             if "tiles" in k["grid"]:  # a tiled kernel's tile counts (uniforms where symbolic)
                 tiles = tile_counts(k["grid"], dims)
-                uniforms += tuple((prog.uniform_location(f"dlc_tiles_{axis}"), n)
-                                  for axis, n in zip("xyz", tiles))
+                uniforms += tuple((prog.uniform_location(f"dlc_tiles_{axis}"), n) for axis, n in zip("xyz", tiles))
             try:
                 groups = group_counts(k["grid"], dims, max_count)
             except RuntimeFailure as e:
                 raise RuntimeFailure(f"kernel '{k['name']}': {e}") from None
-            launches.append(Launch(k["name"], prog.handle, bindings,
-                                   tuple(u for u in uniforms if u[0] >= 0), groups, k))
+            launches.append(
+                Launch(k["name"], prog.handle, bindings, tuple(u for u in uniforms if u[0] >= 0), groups, k)
+            )
         self._launches = launches
         self._dims = key
         self._version = self.store.version
@@ -325,7 +324,9 @@ class Executor:
             raise OutOfMemory(
                 f"out of GPU memory running program '{self.spec.get('name', '?')}': allocating "
                 f"{nbytes:,} bytes for {', '.join(repr(x) for x in labels) or 'a buffer'} with "
-                f"{held:,} bytes of its buffers already held", nbytes) from None
+                f"{held:,} bytes of its buffers already held",
+                nbytes,
+            ) from None
 
     # -- running ---------------------------------------------------------------------------
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
@@ -357,8 +358,9 @@ class Executor:
                 names.add(slot["name"])
         return names
 
-    def run(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
-            fetch: Sequence[int], *, step: bool = False) -> list[np.ndarray]:
+    def run(
+        self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], fetch: Sequence[int], *, step: bool = False
+    ) -> list[np.ndarray]:
         """Upload feeds, run the launches `fetch` needs (all of them and the updates when
         `step`), return the fetched tensors."""
         self.prepare(dims)
@@ -367,13 +369,21 @@ class Executor:
         self._launch(kernels)
         out = [self._download(t, dims) for t in fetch]
         if step and self.spec["copies"]:
-            gpu_copy_many([(self.store.buffer(c["target"]), self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
-                            4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)))
-                           for c in self.spec["copies"]])
+            gpu_copy_many(
+                [
+                    (
+                        self.store.buffer(c["target"]),
+                        self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
+                        4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)),
+                    )
+                    for c in self.spec["copies"]
+                ]
+            )
         return out
 
-    def step_into(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], loss: int,
-                  sink: Buffer, index: int) -> None:
+    def step_into(
+        self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], loss: int, sink: Buffer, index: int
+    ) -> None:
         """A training step whose scalar `loss` tensor is copied on the GPU into float `index`
         of `sink`: nothing is read back, so many steps queue before one read."""
         self.prepare(dims)
@@ -387,9 +397,16 @@ class Executor:
         self._launch(kernels)
         sink.copy_from(self.slot_buffer(self.tensors[loss]["slot"]), 4, 0, 4 * index)
         if self.spec["copies"]:
-            gpu_copy_many([(self.store.buffer(c["target"]), self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
-                            4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)))
-                           for c in self.spec["copies"]])
+            gpu_copy_many(
+                [
+                    (
+                        self.store.buffer(c["target"]),
+                        self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
+                        4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)),
+                    )
+                    for c in self.spec["copies"]
+                ]
+            )
         self._step_fence = Fence()
 
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
@@ -414,8 +431,7 @@ class Executor:
     def _launch(self, kernels: Sequence[int]) -> None:
         hook = self.hook
         before = getattr(hook, "before", None)
-        use, bind, dispatch, barrier = (fast.use_program, fast.bind_buffer_base, fast.dispatch,
-                                        fast.memory_barrier)
+        use, bind, dispatch, barrier = (fast.use_program, fast.bind_buffer_base, fast.dispatch, fast.memory_barrier)
         set_int = fast.program_uniform1i
         for k in kernels:
             launch = self._launches[k]
@@ -442,9 +458,18 @@ class Executor:
         for t in k["writes"]:
             info = self.tensors[t]
             shape = bind_shape(info["shape"], dims)
-            out.append({"tensor": t, "label": info["label"], "shape": shape,
-                        "count": math.prod(shape), "buffer": self.slot_buffer(info["slot"]),
-                        "ir": k["ir"], "locs": k["locs"], "kernel": k["name"]})
+            out.append(
+                {
+                    "tensor": t,
+                    "label": info["label"],
+                    "shape": shape,
+                    "count": math.prod(shape),
+                    "buffer": self.slot_buffer(info["slot"]),
+                    "ir": k["ir"],
+                    "locs": k["locs"],
+                    "kernel": k["name"],
+                }
+            )
         return out
 
     def _download(self, t: int, dims: Mapping[str, int]) -> np.ndarray:
@@ -526,6 +551,5 @@ def wrap_groups(total: int, max_count: Sequence[int]) -> tuple[int, int, int]:
     y = min(max(rest, 1), my)
     z = max(1, -(-rest // y))
     if z > mz:
-        raise RuntimeFailure(f"{total} work groups do not fit this GPU's grid of at most "
-                             f"{mx} x {my} x {mz}")
+        raise RuntimeFailure(f"{total} work groups do not fit this GPU's grid of at most {mx} x {my} x {mz}")
     return (x, y, z)

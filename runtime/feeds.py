@@ -13,8 +13,9 @@ import numpy as np
 from .errors import DataError, did_you_mean, format_shape
 
 
-def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
-              needed: set[str] | None = None, source: str = "") -> dict[str, int]:
+def bind_dims(
+    inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], needed: set[str] | None = None, source: str = ""
+) -> dict[str, int]:
     """Check each fed input against its declared shape; return symbolic dim -> size.
 
     `needed` limits which inputs must be present (those the fetches depend on).
@@ -22,8 +23,7 @@ def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
     where = f" in {source}" if source else ""
     unknown = [k for k in feeds if k not in inputs]
     if unknown:
-        raise DataError(f"'{unknown[0]}'{where} is not an input of the model "
-                        f"(inputs: {', '.join(inputs) or 'none'})")
+        raise DataError(f"'{unknown[0]}'{where} is not an input of the model (inputs: {', '.join(inputs) or 'none'})")
     dims: dict[str, int] = {}
     first: dict[str, str] = {}
     for name in needed if needed is not None else inputs:
@@ -33,27 +33,33 @@ def bind_dims(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray],
         want = tuple(inputs[name])
         got = np.shape(value)
         if len(got) != len(want):
-            raise DataError(f"input '{name}'{where} has shape {format_shape(got)} but the model expects "
-                            f"{format_shape(want)}: rank {len(got)} != {len(want)}")
+            raise DataError(
+                f"input '{name}'{where} has shape {format_shape(got)} but the model expects "
+                f"{format_shape(want)}: rank {len(got)} != {len(want)}"
+            )
         for d, g in zip(want, got):
             if isinstance(d, str):
                 if d in dims and dims[d] != g:
                     raise DataError(
                         f"input '{name}'{where} has shape {format_shape(got)} but the model expects "
-                        f"{format_shape(want)}: {d} = {g} here but {dims[d]} from input '{first[d]}'")
+                        f"{format_shape(want)}: {d} = {g} here but {dims[d]} from input '{first[d]}'"
+                    )
                 dims.setdefault(d, g)
                 first.setdefault(d, name)
             elif d != g:
-                raise DataError(f"input '{name}'{where} has shape {format_shape(got)} but the model "
-                                f"expects {format_shape(want)}: {g} != {d}")
+                raise DataError(
+                    f"input '{name}'{where} has shape {format_shape(got)} but the model "
+                    f"expects {format_shape(want)}: {g} != {d}"
+                )
     for d, g in dims.items():
         if g == 0:
             raise DataError(f"input '{first[d]}'{where} binds {d} = 0: no examples")
     return dims
 
 
-def prepare(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray] | None,
-            needed: set[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+def prepare(
+    inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray] | None, needed: set[str] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Feeds as float32 arrays, checked against `inputs`, and the symbolic dims they bind.
 
     Arrays that feed no input are ignored, with a one-line notice."""
@@ -67,8 +73,9 @@ def prepare(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray] | None,
 _noticed: set[tuple] = set()  # notices already given: a training loop calling eval says it once
 
 
-def ignore_unknown(inputs: Mapping[str, tuple], names, needed: set[str] | None = None,
-                   source: str = "", what: str = "array") -> list[str]:
+def ignore_unknown(
+    inputs: Mapping[str, tuple], names, needed: set[str] | None = None, source: str = "", what: str = "array"
+) -> list[str]:
     """The `names` that feed no input of the model. Says once, on stderr, that they are
     ignored, suggesting an input that one of them looks like a misspelling of."""
     unknown = [k for k in names if k not in inputs]
@@ -79,27 +86,30 @@ def ignore_unknown(inputs: Mapping[str, tuple], names, needed: set[str] | None =
             import sys
 
             absent = [n for n in inputs if n not in names and (needed is None or n in needed)]
-            hints = "".join(did_you_mean(k, absent) and f" ('{k}'{did_you_mean(k, absent)})"
-                            for k in unknown)
+            hints = "".join(did_you_mean(k, absent) and f" ('{k}'{did_you_mean(k, absent)})" for k in unknown)
             where = f" in {source}" if source else ""
             plural = "s" if len(unknown) > 1 else ""
-            print(f"dlc: note: ignoring {what}{plural} {', '.join(repr(k) for k in unknown)}{where}: "
-                  f"not input{plural} of the model (inputs: {', '.join(inputs) or 'none'})"
-                  f"{hints}", file=sys.stderr)
+            print(
+                f"dlc: note: ignoring {what}{plural} {', '.join(repr(k) for k in unknown)}{where}: "
+                f"not input{plural} of the model (inputs: {', '.join(inputs) or 'none'})"
+                f"{hints}",
+                file=sys.stderr,
+            )
     return unknown
 
 
-def check_missing(inputs: Mapping[str, tuple], present, needed: set[str] | None,
-                  ignored: list[str], source: str = "") -> None:
+def check_missing(
+    inputs: Mapping[str, tuple], present, needed: set[str] | None, ignored: list[str], source: str = ""
+) -> None:
     """Refuse a needed input that is absent, suggesting an ignored name close to it."""
     where = f" in {source}" if source else ""
-    for name in (needed if needed is not None else inputs):
+    for name in needed if needed is not None else inputs:
         if name in inputs and name not in present:
             raise DataError(f"input '{name}' is missing{where}{_suggest(name, ignored)}")
 
 
 def _suggest(name: str, ignored: list[str]) -> str:
-    """" (the data has 'pixel': a misspelling of it?)" for an ignored name close to `name`."""
+    """ " (the data has 'pixel': a misspelling of it?)" for an ignored name close to `name`."""
     import difflib
 
     close = difflib.get_close_matches(name, ignored, n=1, cutoff=0.6)

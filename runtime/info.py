@@ -40,8 +40,12 @@ def describe() -> str:
         f"max texture size: {limits['max_texture_size']}",
     ]
     if not ctx.has_compute:
-        lines += ["compute shaders: none", target_line,
-                  f"extensions: {', '.join(notable) if notable else 'none of note'}", "backend: gl"]
+        lines += [
+            "compute shaders: none",
+            target_line,
+            f"extensions: {', '.join(notable) if notable else 'none of note'}",
+            "backend: gl",
+        ]
         return "\n".join(lines)
     lines += [
         f"max storage block size: {_bytes(limits['max_ssbo_size'])}",

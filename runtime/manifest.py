@@ -83,8 +83,7 @@ def parse(raw: bytes, where: str):
     try:
         return json.loads(text, parse_constant=no_constant, object_pairs_hook=no_repeats)
     except json.JSONDecodeError as e:
-        raise ArtifactError(f"{where}: not valid JSON: {e.msg} at line {e.lineno} "
-                            f"column {e.colno}") from None
+        raise ArtifactError(f"{where}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except ValueError as e:
         raise ArtifactError(f"{where}: not valid JSON: {e}") from None
     except RecursionError:
@@ -103,8 +102,15 @@ def _show(v) -> str:
 
 
 def _what(v) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
 
 
 class _Manifest:
@@ -201,13 +207,14 @@ class _Manifest:
     def check(self, m) -> None:
         self.obj(m, "the manifest")
         if "format" not in m:
-            self.fail("format", "missing: this is no dlc artifact, or one from an older dlc; "
-                                "recompile the model")
+            self.fail("format", "missing: this is no dlc artifact, or one from an older dlc; recompile the model")
         if type(m["format"]) is not int or m["format"] != FORMAT:
-            self.fail("format", f"artifact format {_show(m['format'])} is not one this dlc reads "
-                                f"({FORMAT}); recompile the model with this dlc")
-        self.obj(m, "the manifest", required=("inputs", "params", "tensors", "losses", "names",
-                                              "programs"))
+            self.fail(
+                "format",
+                f"artifact format {_show(m['format'])} is not one this dlc reads "
+                f"({FORMAT}); recompile the model with this dlc",
+            )
+        self.obj(m, "the manifest", required=("inputs", "params", "tensors", "losses", "names", "programs"))
         for key in ("dlc_version", "model"):
             if key in m:
                 self.str(m[key], key, 4096)
@@ -254,14 +261,16 @@ class _Manifest:
                 self.fail(f"names.{n}", f"tensor {t} is not a tensor of the eval program")
             shape = eval_tensors[str(t)]["shape"]
             if n in declared and declared[n] != shape:
-                self.fail(f"names.{n}", f"tensor {t} has shape {_show(shape)}, but '{n}' is "
-                                        f"declared {_show(declared[n])}")
+                self.fail(
+                    f"names.{n}", f"tensor {t} has shape {_show(shape)}, but '{n}' is declared {_show(declared[n])}"
+                )
         if train is not None:  # the step returns its loss as one number
             loss = progs["train"]["roots"][0]
             shape = progs["train"]["tensors"][str(loss)]["shape"]
             if shape:
-                self.fail("programs.train.roots[0]", f"the loss tensor {loss} has shape "
-                                                     f"{_show(shape)}, not a scalar's []")
+                self.fail(
+                    "programs.train.roots[0]", f"the loss tensor {loss} has shape {_show(shape)}, not a scalar's []"
+                )
 
     def fixed(self, v, field: str) -> int:
         """A shape of ints only (params, optimizer state); returns its element count."""
@@ -292,11 +301,9 @@ class _Manifest:
     # -- a program spec (compiler/pipeline.py program_spec; runtime/executor.py runs it) ---
     def program(self, p, name: str) -> None:
         f = f"programs.{name}"
-        self.obj(p, f, required=("format", "dims", "slots", "tensors", "roots", "kernels",
-                                 "producer", "copies"))
+        self.obj(p, f, required=("format", "dims", "slots", "tensors", "roots", "kernels", "producer", "copies"))
         if type(p["format"]) is not int or p["format"] != FORMAT:
-            self.fail(f"{f}.format", f"program format {_show(p['format'])} is not one this dlc "
-                                     f"runs ({FORMAT})")
+            self.fail(f"{f}.format", f"program format {_show(p['format'])} is not one this dlc runs ({FORMAT})")
         if "name" in p and p["name"] != name:
             self.fail(f"{f}.name", f"{_show(p['name'])} is not the program's key '{name}'")
         dims = self.list(p["dims"], f"{f}.dims", 256)
@@ -347,13 +354,13 @@ class _Manifest:
             for i, c in enumerate(self.list(p.get(what, []), f"{f}.{what}")):
                 g = f"{f}.{what}[{i}]"
                 self.obj(c, g, required=("target", "tensor"))
-                target = self.member(c["target"], persistent, f"{g}.target",
-                                     "a param or optimizer state")
+                target = self.member(c["target"], persistent, f"{g}.target", "a param or optimizer state")
                 t = tensor(c["tensor"], f"{g}.tensor")
                 count = _count(tuple(tensors[str(t)]["shape"]))
                 if count != (persistent[target], ()):
-                    self.fail(g, f"tensor {t} has {_format_count(count)} elements but "
-                                 f"'{target}' has {persistent[target]}")
+                    self.fail(
+                        g, f"tensor {t} has {_format_count(count)} elements but '{target}' has {persistent[target]}"
+                    )
 
     def slot(self, slot, f: str, dims, inputs) -> None:
         self.obj(slot, f, required=("kind", "sizes"))
@@ -376,16 +383,14 @@ class _Manifest:
             have = self.leaves[kind][slot["name"]]
             for i, z in enumerate(sizes):
                 if z != [have]:
-                    self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not the {have} elements of "
-                                                 f"{kind} '{slot['name']}'")
+                    self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not the {have} elements of {kind} '{slot['name']}'")
         if kind == "const":
             values = self.list(slot.get("values"), f"{f}.values", MAX_ELEMENTS)
             for i, v in enumerate(values):
                 self.number(v, f"{f}.values[{i}]")
             for i, z in enumerate(sizes):
                 if len(z) > 1 or z[0] > len(values):
-                    self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not within the "
-                                                 f"{len(values)} values of the const")
+                    self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not within the {len(values)} values of the const")
 
     def covers(self, slot: dict, count: tuple[int, tuple], f: str, what: str) -> None:
         """A tensor of `count` elements fits in `slot` for every binding of the dims."""
@@ -394,8 +399,7 @@ class _Manifest:
         if kind in PERSISTENT:
             have = self.leaves[kind][slot["name"]]
             if syms or n > have:
-                self.fail(f, f"{_format_count(count)} elements do not fit in {kind} "
-                             f"'{slot['name']}' ({have})")
+                self.fail(f, f"{_format_count(count)} elements do not fit in {kind} '{slot['name']}' ({have})")
             return
         for z in slot["sizes"]:
             rest = list(z[1:])
@@ -406,14 +410,14 @@ class _Manifest:
             else:
                 if z[0] >= n:  # every dim is >= 1, so extra dims only add room
                     return
-        self.fail(f, f"{_format_count(count)} elements do not fit in {what} "
-                     f"(sizes {_show(slot['sizes'])})")
+        self.fail(f, f"{_format_count(count)} elements do not fit in {what} (sizes {_show(slot['sizes'])})")
 
     def kernel(self, k, f: str, index: int, slots, dims, inputs, tensor, tensors) -> None:
         # ir, locs (and the tensors' labels) are what debug mode reports
         launch = ("file", "grid") if self.target == "compute" else ("passes",)
-        self.obj(k, f, required=("name", *launch, "slots", "uniforms", "reads", "writes",
-                                 "after", "inputs", "ir", "locs"))
+        self.obj(
+            k, f, required=("name", *launch, "slots", "uniforms", "reads", "writes", "after", "inputs", "ir", "locs")
+        )
         self.name(k["name"], f"{f}.name", what="a kernel name")
         ks = self.list(k["slots"], f"{f}.slots", MAX_BINDINGS)
         for i, s in enumerate(ks):
@@ -436,9 +440,10 @@ class _Manifest:
             for i, t in enumerate(self.list(k[what], f"{f}.{what}")):
                 tensor(t, f"{f}.{what}[{i}]")
                 if what == "writes" and tensors[str(t)]["slot"] not in ks:
-                    self.fail(f"{f}.writes[{i}]", f"tensor {t} lives in slot "
-                                                  f"{tensors[str(t)]['slot']}, which the kernel "
-                                                  "does not bind")
+                    self.fail(
+                        f"{f}.writes[{i}]",
+                        f"tensor {t} lives in slot {tensors[str(t)]['slot']}, which the kernel does not bind",
+                    )
         for i, a in enumerate(self.list(k["after"], f"{f}.after")):
             if index == 0:
                 self.fail(f"{f}.after[{i}]", "the first kernel runs after no other")
@@ -545,5 +550,4 @@ def _format_count(count: tuple[int, tuple]) -> str:
 def leaf_shapes(m: Mapping) -> tuple[dict, dict]:
     """(param name -> shape, state name -> shape) of a validated manifest."""
     states = (m.get("train") or {}).get("states", {})
-    return ({n: tuple(s) for n, s in m["params"].items()},
-            {n: tuple(s) for n, s in states.items()})
+    return ({n: tuple(s) for n, s in m["params"].items()}, {n: tuple(s) for n, s in states.items()})

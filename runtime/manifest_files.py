@@ -32,15 +32,20 @@ _BINDING = re.compile(r"binding\s*=\s*(\w+)")
 
 
 def _words(pattern: re.Pattern, text: str) -> list:
-    return [m.groups() for m in pattern.finditer(text)
-            if m.start() == 0 or not (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_")]
+    return [
+        m.groups()
+        for m in pattern.finditer(text)
+        if m.start() == 0 or not (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_")
+    ]
 
 
 def _fail(where: str, prefix: str = ""):
     """`fail(field, problem)` raising an ArtifactError for the manifest at `where`; `field`
     is put after `prefix` (the kernel's field) when there is one."""
+
     def fail(field: str, problem: str):
         raise ArtifactError(f"{where}: {prefix + '.' if prefix else ''}{field}: {problem}")
+
     return fail
 
 
@@ -120,15 +125,17 @@ def read_shaders(folder: pathlib.Path, m: Mapping, where: str) -> dict[str, dict
         sources = out[prog] = {}
         for i, k in enumerate(spec["kernels"]):
             field = f"programs.{prog}.kernels[{i}]"
-            files = ([(p["file"], f"{field}.passes[{j}].file") for j, p in enumerate(k["passes"])]
-                     if texture else [(k["file"], f"{field}.file")])
+            files = (
+                [(p["file"], f"{field}.passes[{j}].file") for j, p in enumerate(k["passes"])]
+                if texture
+                else [(k["file"], f"{field}.file")]
+            )
             for name, file_field in files:
                 raw = read_confined(folder, name, MAX_SHADER_BYTES, where, file_field)
                 try:
                     text = raw.decode("ascii")
                 except UnicodeDecodeError as e:
-                    raise ArtifactError(f"{where}: {file_field}: '{name}' is not ASCII text "
-                                        f"(byte {e.start})") from None
+                    raise ArtifactError(f"{where}: {file_field}: '{name}' is not ASCII text (byte {e.start})") from None
                 if texture:
                     check_fragment_shader(text, name, k, _fail(where, field))
                 else:
@@ -153,19 +160,20 @@ def check_shader(text: str, kernel: Mapping, fail) -> None:
         if name in runtime_set and kind == "int":
             continue
         if name not in kernel["uniforms"]:
-            fail("uniforms", f"'{kernel['file']}' declares uniform {kind} {name}, which the "
-                             "manifest gives no value")
+            fail("uniforms", f"'{kernel['file']}' declares uniform {kind} {name}, which the manifest gives no value")
     # A split reduction's scratch buffer is bound after the slots (runtime.executor.scratch_words).
     bound = len(kernel["slots"]) + ("scratch" in kernel["grid"])
     used = set()
     for (b,) in _words(_BINDING, text):
         if not b.isdigit() or int(b) >= bound:
-            fail("slots", f"'{kernel['file']}' uses buffer binding {b}; the kernel binds "
-                          f"{bound} slot{'s' if bound != 1 else ''} (0 to {bound - 1})")
+            fail(
+                "slots",
+                f"'{kernel['file']}' uses buffer binding {b}; the kernel binds "
+                f"{bound} slot{'s' if bound != 1 else ''} (0 to {bound - 1})",
+            )
         used.add(int(b))
     if len(used) != bound:  # every slot the manifest binds is one the shader declares
-        fail("slots", f"{bound} slots for the {len(used)} buffer bindings that "
-                      f"'{kernel['file']}' declares")
+        fail("slots", f"{bound} slots for the {len(used)} buffer bindings that '{kernel['file']}' declares")
 
 
 _SAMPLER = re.compile(r"b\d{1,3}")
@@ -183,15 +191,16 @@ def check_fragment_shader(text: str, name: str, kernel: Mapping, fail) -> None:
         if declared.get(u) != "int":
             fail(f"uniforms.{u}", f"'{name}' declares no uniform int {u}")
     for n, kind in declared.items():
-        ok = ((kind == "int" and (n in kernel["uniforms"] or n == "dlc_width"))
-              or (kind == "sampler2D" and _SAMPLER.fullmatch(n)))
+        ok = (kind == "int" and (n in kernel["uniforms"] or n == "dlc_width")) or (
+            kind == "sampler2D" and _SAMPLER.fullmatch(n)
+        )
         if not ok:
-            fail("uniforms", f"'{name}' declares uniform {kind} {n}, which the manifest gives "
-                             "no value")
+            fail("uniforms", f"'{name}' declares uniform {kind} {n}, which the manifest gives no value")
 
 
-def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where: str,
-             field: str) -> dict[str, np.ndarray]:
+def read_npz(
+    folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where: str, field: str
+) -> dict[str, np.ndarray]:
     """Arrays of `folder/name` as float32: exactly the names of `shapes`, each of its shape,
     finite. Headers are checked before data is read; no pickles."""
     want_bytes = sum(8 * int(np.prod(s, dtype=np.int64)) for s in shapes.values())
@@ -204,8 +213,11 @@ def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where
             for info in z.infolist():
                 key = info.filename[:-4] if info.filename.endswith(".npy") else None
                 if key not in shapes:
-                    fail(field, f"'{name}' holds '{info.filename[:100]}', which is not one of "
-                                f"the manifest's {len(shapes)} arrays")
+                    fail(
+                        field,
+                        f"'{name}' holds '{info.filename[:100]}', which is not one of "
+                        f"the manifest's {len(shapes)} arrays",
+                    )
                 if key in members:
                     fail(field, f"'{name}' holds '{info.filename[:100]}' twice")
                 members[key] = info
@@ -216,14 +228,21 @@ def read_npz(folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where
                 out[key] = _read_member(z, info, tuple(shapes[key]), name, fail, field)
     except ArtifactError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
-            NotImplementedError, RuntimeError, KeyError) as e:
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+        KeyError,
+    ) as e:
         fail(field, f"'{name}' is not a readable .npz file ({type(e).__name__}: {e})")
     return out
 
 
-def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, name: str, fail,
-                 field: str) -> np.ndarray:
+def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, name: str, fail, field: str) -> np.ndarray:
     key = info.filename[:-4]
     count = int(np.prod(shape, dtype=np.int64))
     if info.file_size > 8 * count + NPZ_SLACK:  # checked before inflating anything
@@ -239,8 +258,7 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, name: 
     else:
         fail(field, f"'{name}': array '{key}' has .npy version {version}")
     if tuple(got) != shape:
-        fail(field, f"'{name}': array '{key}' has shape {list(got)} but the manifest says "
-                    f"{list(shape)}")
+        fail(field, f"'{name}': array '{key}' has shape {list(got)} but the manifest says {list(shape)}")
     if dtype.hasobject or dtype.kind not in "fiu" or dtype.itemsize > 8:
         fail(field, f"'{name}': array '{key}' holds {dtype}, not numbers")
     buf.seek(0)

@@ -39,14 +39,17 @@ class NpzReader:
             raise DataError(f"{self.path}: cannot read the file ({e.strerror or e})") from None
         if magic[:2] != b"PK":
             what = "empty" if not magic else "not a zip archive"
-            raise DataError(f"{self.path}: not a readable .npz file ({what}; an .npz is a zip "
-                            "of .npy arrays, as numpy.savez writes)")
+            raise DataError(
+                f"{self.path}: not a readable .npz file ({what}; an .npz is a zip "
+                "of .npy arrays, as numpy.savez writes)"
+            )
         try:
             self._zip = zipfile.ZipFile(self.path)
             infos = self._zip.infolist()
         except Exception as e:  # BadZipFile, NotImplementedError (an unknown zip version), ...
-            raise DataError(f"{self.path}: not a readable .npz file (a damaged or truncated "
-                            f"zip archive: {e})") from None
+            raise DataError(
+                f"{self.path}: not a readable .npz file (a damaged or truncated zip archive: {e})"
+            ) from None
         self._members: dict[str, zipfile.ZipInfo] = {}
         for info in infos:
             if info.is_dir():
@@ -83,8 +86,9 @@ class NpzReader:
         except MemoryError:
             raise DataError(f"{where} is too large to load into memory") from None
         except Exception as e:  # zipfile, zlib and numpy each fail in their own words
-            raise DataError(f"{where} cannot be read: the file is damaged or truncated "
-                            f"({type(e).__name__}: {e})") from None
+            raise DataError(
+                f"{where} cannot be read: the file is damaged or truncated ({type(e).__name__}: {e})"
+            ) from None
 
     def _check_header(self, f, info: zipfile.ZipInfo, where: str) -> None:
         """Refuse object arrays and shapes the member's bytes cannot hold, before allocating."""
@@ -99,8 +103,7 @@ class NpzReader:
         except ValueError as e:
             raise DataError(f"{where} is not a valid .npy array ({e})") from None
         if dtype.hasobject:
-            raise DataError(f"{where} holds Python objects, which would need pickle: dlc never "
-                            "loads pickled data")
+            raise DataError(f"{where} holds Python objects, which would need pickle: dlc never loads pickled data")
         if any(not isinstance(d, int) or d < 0 for d in shape):
             raise DataError(f"{where} has an invalid shape {shape}")
         need = math.prod(shape) * dtype.itemsize
@@ -110,6 +113,8 @@ class NpzReader:
         ratio = 1 if info.compress_type == zipfile.ZIP_STORED else MAX_DEFLATE_RATIO
         holds = min(info.file_size, stored * ratio) - f.tell()
         if need > holds:
-            raise DataError(f"{where} claims shape {list(shape)} of {dtype} ({need:,} bytes) "
-                            f"but the file holds at most {max(holds, 0):,} bytes for it: the file "
-                            "is damaged or truncated")
+            raise DataError(
+                f"{where} claims shape {list(shape)} of {dtype} ({need:,} bytes) "
+                f"but the file holds at most {max(holds, 0):,} bytes for it: the file "
+                "is damaged or truncated"
+            )

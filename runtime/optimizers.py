@@ -18,8 +18,7 @@ class Optimizer:
 
     def config(self) -> tuple:
         """What the compiled step depends on: the name and every field but lr."""
-        return (self.name, *((f.name, getattr(self, f.name)) for f in fields(self)
-                             if f.name != "lr"))
+        return (self.name, *((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "lr"))
 
 
 @dataclass
@@ -70,13 +69,18 @@ class Adamax(Optimizer):
     name: ClassVar[str] = "adamax"
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {
-    c.name: c for c in (SGD, Momentum, RMSProp, Adagrad, Adadelta, Adam, Adamax)}
+OPTIMIZERS: dict[str, type[Optimizer]] = {c.name: c for c in (SGD, Momentum, RMSProp, Adagrad, Adadelta, Adam, Adamax)}
 
 # The usual defaults (Keras's) when no learning rate is given.
 DEFAULT_LR: dict[str, float] = {
-    "sgd": 0.01, "momentum": 0.01, "rmsprop": 0.001, "adagrad": 0.01, "adadelta": 1.0,
-    "adam": 0.001, "adamax": 0.002}
+    "sgd": 0.01,
+    "momentum": 0.01,
+    "rmsprop": 0.001,
+    "adagrad": 0.01,
+    "adadelta": 1.0,
+    "adam": 0.001,
+    "adamax": 0.002,
+}
 
 
 def make(name: str, lr: float | None = None) -> Optimizer:

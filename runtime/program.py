@@ -118,8 +118,7 @@ class Program:
         for index, buffer in enumerate(buffers):
             if not buffer.handle:
                 raise RuntimeFailure(
-                    f"internal dlc error: kernel '{self.name}' got a deleted buffer at binding "
-                    f"{index}"
+                    f"internal dlc error: kernel '{self.name}' got a deleted buffer at binding {index}"
                 )
             if buffer.capacity > limits["max_ssbo_size"]:
                 raise RuntimeFailure(
@@ -152,8 +151,7 @@ def get_program(source: str, name: str) -> Program:
         _cache.move_to_end(source)
         return program
     ctx = get_context()
-    program = Program(_link(source, name, (ctx.vendor, ctx.renderer, ctx.version)), name, source,
-                      ctx.limits)
+    program = Program(_link(source, name, (ctx.vendor, ctx.renderer, ctx.version)), name, source, ctx.limits)
     _cache[source] = program
     _evict(keep=program)
     return program
@@ -188,9 +186,13 @@ def set_program_cache_limit(limit: int | None) -> None:
 def program_cache_stats() -> dict:
     """Linked programs kept now, their estimated driver bytes, pinned ones, the limit, and how
     many were evicted so far."""
-    return {"programs": len(_cache), "bytes": sum(p.nbytes for p in _cache.values()),
-            "pinned": sum(1 for p in _cache.values() if p.pins), "limit": program_cache_limit(),
-            "evicted": _evicted}
+    return {
+        "programs": len(_cache),
+        "bytes": sum(p.nbytes for p in _cache.values()),
+        "pinned": sum(1 for p in _cache.values() if p.pins),
+        "limit": program_cache_limit(),
+        "evicted": _evicted,
+    }
 
 
 def _evict(keep: Program | None = None) -> None:
@@ -321,9 +323,7 @@ def _shader_error(stage: str, name: str, log: str, source: str) -> ShaderError:
     else:
         first, last = 1, min(len(lines), _MAX_LINES_SHOWN)
     width = len(str(last))
-    shown = "\n".join(
-        f"{'>' if i == line else ' '} {i:>{width}} | {lines[i - 1]}" for i in range(first, last + 1)
-    )
+    shown = "\n".join(f"{'>' if i == line else ' '} {i:>{width}} | {lines[i - 1]}" for i in range(first, last + 1))
     if last < len(lines) and line is None:
         shown += f"\n  ... ({len(lines) - last} more lines)"
     message = (

@@ -25,8 +25,10 @@ def too_many(count: int, shape: Sequence) -> str | None:
     if count <= MAX_ELEMENTS:
         return None
     least = " at least" if any(isinstance(d, str) for d in shape) else ""
-    return (f"{format_shape(shape)} has{least} {count:,} elements, more than the {MAX_ELEMENTS:,} "
-            "(2^31 - 1) that dlc's 32-bit index math supports")
+    return (
+        f"{format_shape(shape)} has{least} {count:,} elements, more than the {MAX_ELEMENTS:,} "
+        "(2^31 - 1) that dlc's 32-bit index math supports"
+    )
 
 
 def _where(spec: dict, t: int) -> str:
@@ -57,20 +59,31 @@ def check_bound(spec: dict, dims: Mapping[str, int], max_block_bytes: int) -> No
             largest[slot] = (count, int(key), info)
     for count, t, info in largest.values():
         if 4 * count > max_block_bytes:
-            raise DataError(f"{_what(spec, info)}{bound} needs {4 * count:,} bytes, more than this "
-                            f"GPU's {max_block_bytes:,}-byte storage block limit{_where(spec, t)}")
+            raise DataError(
+                f"{_what(spec, info)}{bound} needs {4 * count:,} bytes, more than this "
+                f"GPU's {max_block_bytes:,}-byte storage block limit{_where(spec, t)}"
+            )
 
 
 def _what(spec: dict, info: dict) -> str:
-    """"program 'eval': input 'x' [B, 10]" (or tensor 'y' ...)."""
+    """ "program 'eval': input 'x' [B, 10]" (or tensor 'y' ...)."""
     kind = "input" if spec["slots"][info["slot"]]["kind"] == "input" else "tensor"
-    return (f"program '{spec.get('name', '?')}': {kind} '{info['label']}' "
-            f"{format_shape(info['shape'])}")
+    return f"program '{spec.get('name', '?')}': {kind} '{info['label']}' {format_shape(info['shape'])}"
 
 
 _SHARED = re.compile(r"^\s*shared\s+(\w+)\s+\w+((?:\s*\[\s*\d+\s*\])*)\s*;", re.MULTILINE)
-_TYPE_BYTES = {"float": 4, "int": 4, "uint": 4, "bool": 4, "vec2": 8, "ivec2": 8, "vec3": 12,
-               "vec4": 16, "ivec4": 16, "uvec4": 16}
+_TYPE_BYTES = {
+    "float": 4,
+    "int": 4,
+    "uint": 4,
+    "bool": 4,
+    "vec2": 8,
+    "ivec2": 8,
+    "vec3": 12,
+    "vec4": 16,
+    "ivec4": 16,
+    "uvec4": 16,
+}
 
 
 def shared_bytes(source: str) -> int:
@@ -88,9 +101,12 @@ def check_kernel(name: str, source: str, local_size: Sequence[int], limits: Mapp
     GPU allows (named, before GL fails to link it as if dlc's shader were broken)."""
     sizes, invocations = limits["max_work_group_size"], limits["max_work_group_invocations"]
     if any(n > m for n, m in zip(local_size, sizes)) or math.prod(local_size) > invocations:
-        raise RuntimeFailure(f"kernel '{name}' runs work groups of {tuple(local_size)} invocations; "
-                             f"this GPU allows at most {tuple(sizes)} and {invocations} in all")
+        raise RuntimeFailure(
+            f"kernel '{name}' runs work groups of {tuple(local_size)} invocations; "
+            f"this GPU allows at most {tuple(sizes)} and {invocations} in all"
+        )
     shared = shared_bytes(source)
     if shared > limits["max_shared_memory"]:
-        raise RuntimeFailure(f"kernel '{name}' needs {shared:,} bytes of shared memory; this GPU "
-                             f"allows {limits['max_shared_memory']:,}")
+        raise RuntimeFailure(
+            f"kernel '{name}' needs {shared:,} bytes of shared memory; this GPU allows {limits['max_shared_memory']:,}"
+        )

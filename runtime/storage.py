@@ -121,9 +121,7 @@ class Buffer:
             GL.glGetBufferSubData(GL.GL_COPY_READ_BUFFER, offset_bytes, out.nbytes, pointer)
         return out
 
-    def copy_from(
-        self, src: Buffer, nbytes: int | None = None, src_offset: int = 0, dst_offset: int = 0
-    ) -> None:
+    def copy_from(self, src: Buffer, nbytes: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Copy on the GPU from `src` (default: the rest of `src` from `src_offset`)."""
         if nbytes is None:
             nbytes = src.nbytes - src_offset
@@ -138,9 +136,7 @@ class Buffer:
         else:
             GL.glBindBuffer(GL.GL_COPY_READ_BUFFER, src.handle)
             GL.glBindBuffer(GL.GL_COPY_WRITE_BUFFER, self.handle)
-            GL.glCopyBufferSubData(
-                GL.GL_COPY_READ_BUFFER, GL.GL_COPY_WRITE_BUFFER, src_offset, dst_offset, nbytes
-            )
+            GL.glCopyBufferSubData(GL.GL_COPY_READ_BUFFER, GL.GL_COPY_WRITE_BUFFER, src_offset, dst_offset, nbytes)
 
     def fill_zero(self) -> None:
         """Set every byte to zero, on the GPU."""
@@ -173,6 +169,5 @@ class Buffer:
         self._check_live(what)
         if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
             raise ValueError(
-                f"{what} of {nbytes} bytes at offset {offset} does not fit a buffer of "
-                f"{self.nbytes} bytes"
+                f"{what} of {nbytes} bytes at offset {offset} does not fit a buffer of {self.nbytes} bytes"
             )

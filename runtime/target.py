@@ -30,14 +30,15 @@ def choose_target(requested: str | None = None) -> tuple[str, str]:
         name = ""
     name = name.lower()
     if source is not None and name not in TARGETS:
-        raise RuntimeFailure(f"unknown GL target '{name}' ({source}): use one of "
-                             f"{', '.join(TARGETS)}")
+        raise RuntimeFailure(f"unknown GL target '{name}' ({source}): use one of {', '.join(TARGETS)}")
     ctx = get_context()
     if source is None:
         if ctx.has_compute:
             return "compute", "the context has compute shaders"
         return "texture", "the context has no compute shaders"
     if name == "compute" and not ctx.has_compute:
-        raise RuntimeFailure(f"the compute target was {source}, but this OpenGL context "
-                             f"({ctx.version}) has no compute shaders: use target texture")
+        raise RuntimeFailure(
+            f"the compute target was {source}, but this OpenGL context "
+            f"({ctx.version}) has no compute shaders: use target texture"
+        )
     return name, f"{source}" if source != "DLC_TARGET" else "DLC_TARGET is set"

@@ -126,8 +126,7 @@ class TextureStore:
 class TextureExecutor:
     """Runs one texture program spec against a TextureStore (the interface of `Executor`)."""
 
-    def __init__(self, spec: dict, sources: Mapping[str, str], store: TextureStore,
-                 hook=None):
+    def __init__(self, spec: dict, sources: Mapping[str, str], store: TextureStore, hook=None):
         if spec.get("format") != 1 or spec.get("target") != "texture":
             raise RuntimeFailure("internal dlc error: not a texture-target program spec")
         self.spec = spec
@@ -136,7 +135,8 @@ class TextureExecutor:
         self.kernels: list[dict] = spec["kernels"]
         self.programs: list[list[FragmentProgram]] = [
             [FragmentProgram(sources[p["file"]], f"{k['name']}:{p['tensor']}") for p in k["passes"]]
-            for k in self.kernels]
+            for k in self.kernels
+        ]
         for passes in self.programs:  # the texture units each pass samples
             for program in passes:
                 program.units = [int(u) for u in _SAMPLER.findall(program.source)]
@@ -210,8 +210,9 @@ class TextureExecutor:
                 stack.extend(self.kernels[k]["after"])
         return sorted(want)
 
-    def run(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
-            fetch: Sequence[int], *, step: bool = False) -> list[np.ndarray]:
+    def run(
+        self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], fetch: Sequence[int], *, step: bool = False
+    ) -> list[np.ndarray]:
         self.prepare(dims)
         kernels, names = self.needs(fetch, step)
         self._upload(feeds, names)
@@ -220,8 +221,11 @@ class TextureExecutor:
         if step:
             for c in self.spec["copies"]:
                 info = self.tensors[c["tensor"]]
-                copy(self.store.buffer(c["target"]), self.slot_buffer(info["slot"]),
-                     math.prod(bind_shape(info["shape"], self._dims)))
+                copy(
+                    self.store.buffer(c["target"]),
+                    self.slot_buffer(info["slot"]),
+                    math.prod(bind_shape(info["shape"], self._dims)),
+                )
         return out
 
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
@@ -253,8 +257,7 @@ class TextureExecutor:
                 samplers[spec["scratch"]["unit"]] = self._scratch[k]
             read = {self.tensors[t]["slot"] for t in spec["reads"]}
             ints = {u: dims[d] for u, d in spec["uniforms"].items()}
-            floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0])
-                      for u, n in spec.get("scalars", {}).items()}
+            floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0]) for u, n in spec.get("scalars", {}).items()}
             swaps = []
             for p, program in zip(spec["passes"], self.programs[k]):
                 used = {u: samplers[u] for u in program.units}
@@ -290,9 +293,18 @@ class TextureExecutor:
         for t in k["writes"]:
             info = self.tensors[t]
             shape = bind_shape(info["shape"], self._dims)
-            out.append({"tensor": t, "label": info["label"], "shape": shape,
-                        "count": math.prod(shape), "buffer": self.slot_buffer(info["slot"]),
-                        "ir": k["ir"], "locs": k["locs"], "kernel": k["name"]})
+            out.append(
+                {
+                    "tensor": t,
+                    "label": info["label"],
+                    "shape": shape,
+                    "count": math.prod(shape),
+                    "buffer": self.slot_buffer(info["slot"]),
+                    "ir": k["ir"],
+                    "locs": k["locs"],
+                    "kernel": k["name"],
+                }
+            )
         return out
 
     def _download(self, t: int) -> np.ndarray:

@@ -32,8 +32,10 @@ def layout(count: int, what: str = "a tensor") -> tuple[int, int]:
     width = min(count, limit)
     height = -(-count // width)
     if height > limit:
-        raise RuntimeFailure(f"{what} needs {count} floats, more than a {limit}x{limit} texture "
-                             f"holds (this context's MAX_TEXTURE_SIZE is {limit})")
+        raise RuntimeFailure(
+            f"{what} needs {count} floats, more than a {limit}x{limit} texture "
+            f"holds (this context's MAX_TEXTURE_SIZE is {limit})"
+        )
     return width, height
 
 
@@ -46,17 +48,14 @@ class Texture:
         GL.glBindTexture(GL.GL_TEXTURE_2D, self.handle)
         GL.glTexParameteri(GL.GL_TEXTURE_2D, GL.GL_TEXTURE_MIN_FILTER, GL.GL_NEAREST)
         GL.glTexParameteri(GL.GL_TEXTURE_2D, GL.GL_TEXTURE_MAG_FILTER, GL.GL_NEAREST)
-        GL.glTexImage2D(GL.GL_TEXTURE_2D, 0, GL.GL_R32F, self.width, self.height, 0, GL.GL_RED,
-                        GL.GL_FLOAT, None)
+        GL.glTexImage2D(GL.GL_TEXTURE_2D, 0, GL.GL_R32F, self.width, self.height, 0, GL.GL_RED, GL.GL_FLOAT, None)
         self.fbo = int(GL.glGenFramebuffers(1))
         GL.glBindFramebuffer(GL.GL_FRAMEBUFFER, self.fbo)
-        GL.glFramebufferTexture2D(GL.GL_FRAMEBUFFER, GL.GL_COLOR_ATTACHMENT0, GL.GL_TEXTURE_2D,
-                                  self.handle, 0)
+        GL.glFramebufferTexture2D(GL.GL_FRAMEBUFFER, GL.GL_COLOR_ATTACHMENT0, GL.GL_TEXTURE_2D, self.handle, 0)
         status = GL.glCheckFramebufferStatus(GL.GL_FRAMEBUFFER)
         if status != GL.GL_FRAMEBUFFER_COMPLETE:
             self.delete()
-            raise RuntimeFailure(f"this OpenGL cannot render into R32F textures "
-                                 f"(framebuffer status 0x{int(status):x})")
+            raise RuntimeFailure(f"this OpenGL cannot render into R32F textures (framebuffer status 0x{int(status):x})")
         _live[self.handle] = self.nbytes
 
     @property
@@ -76,14 +75,12 @@ class Texture:
     def upload(self, array) -> None:
         data = np.ascontiguousarray(array, dtype=np.float32).ravel()
         if data.size > self.count:
-            raise RuntimeFailure(f"internal dlc error: {data.size} floats into a texture of "
-                                 f"{self.count}")
+            raise RuntimeFailure(f"internal dlc error: {data.size} floats into a texture of {self.count}")
         full = np.zeros(self.count, np.float32)
-        full[:data.size] = data
+        full[: data.size] = data
         GL.glBindTexture(GL.GL_TEXTURE_2D, self.handle)
         GL.glPixelStorei(GL.GL_UNPACK_ALIGNMENT, 4)
-        GL.glTexSubImage2D(GL.GL_TEXTURE_2D, 0, 0, 0, self.width, self.height, GL.GL_RED,
-                           GL.GL_FLOAT, full)
+        GL.glTexSubImage2D(GL.GL_TEXTURE_2D, 0, 0, 0, self.width, self.height, GL.GL_RED, GL.GL_FLOAT, full)
 
     def download(self, count: int | None = None) -> np.ndarray:
         count = self.count if count is None else int(count)
@@ -125,8 +122,9 @@ def _compile(kind: int, source: str, name: str) -> int:
         log = log.decode(errors="replace") if isinstance(log, bytes) else str(log)
         GL.glDeleteShader(shader)
         numbered = "\n".join(f"{i + 1:4d}  {line}" for i, line in enumerate(source.splitlines()))
-        raise RuntimeFailure(f"internal dlc error: the texture shader '{name}' does not compile:\n"
-                             f"{log.strip()}\n{numbered}")
+        raise RuntimeFailure(
+            f"internal dlc error: the texture shader '{name}' does not compile:\n{log.strip()}\n{numbered}"
+        )
     return shader
 
 
@@ -148,8 +146,7 @@ class FragmentProgram:
         if not GL.glGetProgramiv(handle, GL.GL_LINK_STATUS):
             log = GL.glGetProgramInfoLog(handle)
             GL.glDeleteProgram(handle)
-            raise RuntimeFailure(f"internal dlc error: the texture shader '{name}' does not link: "
-                                 f"{log!r}")
+            raise RuntimeFailure(f"internal dlc error: the texture shader '{name}' does not link: {log!r}")
         self.handle = int(handle)
         self.name = name
         self.source = source
@@ -168,19 +165,25 @@ class FragmentProgram:
             self.handle = 0
 
 
-def render_pass(program: FragmentProgram, target: Texture, samplers: dict[int, Texture],
-                ints: dict[str, int], floats: dict[str, float] | None = None) -> None:
+def render_pass(
+    program: FragmentProgram,
+    target: Texture,
+    samplers: dict[int, Texture],
+    ints: dict[str, int],
+    floats: dict[str, float] | None = None,
+) -> None:
     """Run `program` over every texel of `target`: sampler b<k> reads `samplers[k]` (unit k)."""
     global _vao
     if not _vao:
         _vao = int(GL.glGenVertexArrays(1))
     if target.handle in {t.handle for t in samplers.values()}:
-        raise RuntimeFailure(f"internal dlc error: pass '{program.name}' reads the texture it "
-                             "writes")
+        raise RuntimeFailure(f"internal dlc error: pass '{program.name}' reads the texture it writes")
     units = get_context().limits["max_texture_units"]
     if samplers and max(samplers) >= units:
-        raise RuntimeFailure(f"kernel pass '{program.name}' reads {max(samplers) + 1} textures; "
-                             f"this GPU's fragment shaders read at most {units}")
+        raise RuntimeFailure(
+            f"kernel pass '{program.name}' reads {max(samplers) + 1} textures; "
+            f"this GPU's fragment shaders read at most {units}"
+        )
     GL.glUseProgram(program.handle)
     for unit, tex in samplers.items():
         GL.glActiveTexture(GL.GL_TEXTURE0 + unit)

@@ -46,8 +46,10 @@ def batch_dim(inputs: Mapping[str, tuple], fed: list[str]) -> str | None:
         return None
     if len(symbolic) > 1 or any(not isinstance(d, str) for d in leading.values()):
         shown = ", ".join(f"'{n}' [{', '.join(map(str, inputs[n]))}]" for n in fed)
-        raise DataError(f"training draws batches along the first axis of every input, so the "
-                        f"inputs must share a leading symbolic dim: {shown}")
+        raise DataError(
+            f"training draws batches along the first axis of every input, so the "
+            f"inputs must share a leading symbolic dim: {shown}"
+        )
     return symbolic.pop()
 
 
@@ -68,8 +70,9 @@ def schedule(n: int, batch_size: int | None, epochs: int, steps: int | None) -> 
     return size, per_epoch, total
 
 
-def train_feeds(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], needed: set[str]
-                ) -> tuple[dict[str, np.ndarray], dict[str, int], str | None]:
+def train_feeds(
+    inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], needed: set[str]
+) -> tuple[dict[str, np.ndarray], dict[str, int], str | None]:
     """The fed arrays a training step reads (checked, float32), the dims they bind, and the
     dim batches are drawn along."""
     arrays, dims = prepare(inputs, feeds, needed)
@@ -77,15 +80,24 @@ def train_feeds(inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], ne
     return arrays, dims, batch_dim(inputs, list(arrays))
 
 
-def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int],
-               dim: str | None, *, batch_size: int | None = 32, epochs: int = 1,
-               steps: int | None = None, shuffle: bool = True,
-               rng: np.random.Generator | None = None, callback: Callback | None = None,
-               on_epoch_end: Callable[[int], None] | None = None,
-               snapshot: Callable[[], object] | None = None,
-               restore: Callable[[object], None] | None = None,
-               select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None,
-               deferred: DeferredSteps | None = None) -> list[float]:
+def train_loop(
+    step: Step,
+    feeds: Mapping[str, np.ndarray],
+    dims: Mapping[str, int],
+    dim: str | None,
+    *,
+    batch_size: int | None = 32,
+    epochs: int = 1,
+    steps: int | None = None,
+    shuffle: bool = True,
+    rng: np.random.Generator | None = None,
+    callback: Callback | None = None,
+    on_epoch_end: Callable[[int], None] | None = None,
+    snapshot: Callable[[], object] | None = None,
+    restore: Callable[[object], None] | None = None,
+    select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None,
+    deferred: DeferredSteps | None = None,
+) -> list[float]:
     """Run `step` over batches of `feeds` along `dim`; return each step's loss.
 
     `steps` (if given) wins over `epochs` and may span epochs; the last batch of
@@ -111,8 +123,9 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
     if deferred is not None and snapshot is not None and restore is not None:
         drawn: dict[int, dict] = {}  # step index -> the rng's state before its epoch's order
         batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select, drawn)
-        return _deferred_loop(deferred, step, batches, per_epoch, total, callback,
-                              on_epoch_end, snapshot, restore, rng, drawn)
+        return _deferred_loop(
+            deferred, step, batches, per_epoch, total, callback, on_epoch_end, snapshot, restore, rng, drawn
+        )
 
     losses: list[float] = []
     # Params before the previous step and before this one: when this step's loss is
@@ -127,9 +140,8 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
         if dim is None:
             batch, bdims, examples = dict(feeds), dict(dims), 1
         else:
-            idx = order[pos * size: (pos + 1) * size]
-            batch = select(idx) if select is not None else {
-                name: v[idx] for name, v in feeds.items()}
+            idx = order[pos * size : (pos + 1) * size]
+            batch = select(idx) if select is not None else {name: v[idx] for name, v in feeds.items()}
             bdims, examples = {**dims, dim: len(idx)}, len(idx)
         if snapshot is not None:
             before_prev, before = before, snapshot()
@@ -147,10 +159,18 @@ def train_loop(step: Step, feeds: Mapping[str, np.ndarray], dims: Mapping[str, i
     return losses
 
 
-def _batches(feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], dim: str | None,
-             size: int, per_epoch: int, total: int, shuffle: bool, rng: np.random.Generator,
-             select: Callable[[np.ndarray], dict[str, np.ndarray]] | None,
-             drawn: dict[int, dict]):
+def _batches(
+    feeds: Mapping[str, np.ndarray],
+    dims: Mapping[str, int],
+    dim: str | None,
+    size: int,
+    per_epoch: int,
+    total: int,
+    shuffle: bool,
+    rng: np.random.Generator,
+    select: Callable[[np.ndarray], dict[str, np.ndarray]] | None,
+    drawn: dict[int, dict],
+):
     """(step index, epoch index, position in epoch, batch, dims, examples) for each step; an
     epoch's order is drawn when its first batch is asked for (as the step-by-step loop does),
     noting in `drawn` the rng's state before it."""
@@ -164,16 +184,24 @@ def _batches(feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], dim: str 
         if dim is None:
             yield k, epoch, pos, dict(feeds), dict(dims), 1
         else:
-            idx = order[pos * size: (pos + 1) * size]
-            batch = select(idx) if select is not None else {
-                name: v[idx] for name, v in feeds.items()}
+            idx = order[pos * size : (pos + 1) * size]
+            batch = select(idx) if select is not None else {name: v[idx] for name, v in feeds.items()}
             yield k, epoch, pos, batch, {**dims, dim: len(idx)}, len(idx)
 
 
-def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int, total: int,
-                   callback: Callback | None, on_epoch_end: Callable[[int], None] | None,
-                   snapshot: Callable[[], object], restore: Callable[[object], None],
-                   rng: np.random.Generator, drawn: dict[int, dict]) -> list[float]:
+def _deferred_loop(
+    deferred: DeferredSteps,
+    step: Step,
+    batches,
+    per_epoch: int,
+    total: int,
+    callback: Callback | None,
+    on_epoch_end: Callable[[int], None] | None,
+    snapshot: Callable[[], object],
+    restore: Callable[[object], None],
+    rng: np.random.Generator,
+    drawn: dict[int, dict],
+) -> list[float]:
     losses: list[float] = []
     # Snapshots at the start of the previous window and of this one: (params before step
     # index, token). `ran` keeps each step's batch since the older one, to run steps again.
@@ -199,8 +227,12 @@ def _deferred_loop(deferred: DeferredSteps, step: Step, batches, per_epoch: int,
         ran[k] = (batch, bdims)
         window.append((k, epoch, pos, examples))
         epoch_end = pos == per_epoch - 1 and on_epoch_end is not None  # it may read params
-        if not (len(window) >= deferred.capacity or epoch_end or k == total - 1
-                or time.monotonic() - started >= deferred.interval_s):
+        if not (
+            len(window) >= deferred.capacity
+            or epoch_end
+            or k == total - 1
+            or time.monotonic() - started >= deferred.interval_s
+        ):
             continue
         values = deferred.read(len(window))
         for (j, ep, ps, ex), value in zip(window, values):

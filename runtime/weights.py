@@ -30,8 +30,7 @@ def write_atomic(path, write: Callable[[BinaryIO], object]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     _remove_stale_temps(folder, os.path.basename(path))
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(os.path.basename(path), os.getpid()),
-                               suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(os.path.basename(path), os.getpid()), suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -62,7 +61,7 @@ def _remove_stale_temps(folder: str, name: str) -> None:
     for entry in entries:
         if not (entry.startswith(head) and entry.endswith(".tmp")):
             continue
-        pid = entry[len(head):].split(".", 1)[0]
+        pid = entry[len(head) :].split(".", 1)[0]
         if pid.isdigit() and not _process_alive(int(pid)):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, entry))
@@ -124,12 +123,10 @@ def checked_params(values, shapes) -> dict[str, np.ndarray]:
     out = {}
     for name, v in values.items():
         if name not in shapes:
-            raise DataError(f"'{name}' is not a param of the model "
-                            f"(params: {', '.join(shapes) or 'none'})")
+            raise DataError(f"'{name}' is not a param of the model (params: {', '.join(shapes) or 'none'})")
         v = np.asarray(v, dtype=np.float32)
         if v.shape != tuple(shapes[name]):
-            raise DataError(f"param '{name}' has shape {list(v.shape)} but the model "
-                            f"expects {list(shapes[name])}")
+            raise DataError(f"param '{name}' has shape {list(v.shape)} but the model expects {list(shapes[name])}")
         if not np.all(np.isfinite(v)):
             raise DataError(f"param '{name}' holds NaN or infinite values")
         out[name] = v

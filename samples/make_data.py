@@ -27,5 +27,4 @@ x = rng.uniform(-2, 2, 200).astype(np.float32)
 y = (3 * x**2 + 2 * x + 1 + rng.normal(0, 0.1, x.shape)).astype(np.float32)
 np.savez(out / "quadratic.npz", x=x, y_label=y)
 
-(out / "linear.csv").write_text(
-    "x.0,x.1,x.2,label\n1,2,3,4\n10,20,30,40\n100,200,300,400\n")
+(out / "linear.csv").write_text("x.0,x.1,x.2,label\n1,2,3,4\n10,20,30,40\n100,200,300,400\n")

@@ -47,25 +47,33 @@ async def matrix_times_vector() -> None:
 def scopes() -> None:
     output = None
     with dlc.tidy():
-        a = dlc.array(2.0)          # tracked: every array made in a scope is
-        c = a.exp().neg()           # outputs of ops are tracked too
+        a = dlc.array(2.0)  # tracked: every array made in a scope is
+        c = a.exp().neg()  # outputs of ops are tracked too
 
         @dlc.tidy
         def inner():
-            e = dlc.array(3.0)      # disposed when inner() returns
-            return e * e            # returned: moves to the enclosing scope
+            e = dlc.array(3.0)  # disposed when inner() returns
+            return e * e  # returned: moves to the enclosing scope
 
         d = inner()
         output = dlc.keep(d.tanh())  # kept: survives the scope; ours to dispose
-    print("after the scope: a, c, d disposed:", a.is_disposed and c.is_disposed and d.is_disposed,
-          "; output kept:", round(output.get(), 6))
+    print(
+        "after the scope: a, c, d disposed:",
+        a.is_disposed and c.is_disposed and d.is_disposed,
+        "; output kept:",
+        round(output.get(), 6),
+    )
     output.dispose()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["gl", "numpy"], default=None,
-                        help="where arrays live (default: gl when an OpenGL context can be made)")
+    parser.add_argument(
+        "--backend",
+        choices=["gl", "numpy"],
+        default=None,
+        help="where arrays live (default: gl when an OpenGL context can be made)",
+    )
     args = parser.parse_args()
     if args.backend:
         dlc.set_backend(args.backend)

@@ -79,8 +79,12 @@ def main(backend: str | None, seed: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["gl", "numpy"], default=None,
-                        help="where arrays live and the session runs (default: gl when available)")
+    parser.add_argument(
+        "--backend",
+        choices=["gl", "numpy"],
+        default=None,
+        help="where arrays live and the session runs (default: gl when available)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the multiplier's initial value and the shuffling")
     args = parser.parse_args()
     if args.backend:

@@ -61,8 +61,13 @@ async def main(backend: str | None, seed: int) -> None:
         for _ in range(num_batches):
             # Train takes a cost tensor to minimize; this call trains one batch and returns
             # the average cost of the batch.
-            cost_value = session.train(cost, [dlc.FeedEntry(x, x_provider), dlc.FeedEntry(y_label, y_provider)],
-                                       batch_size, optimizer, dlc.CostReduction.MEAN)
+            cost_value = session.train(
+                cost,
+                [dlc.FeedEntry(x, x_provider), dlc.FeedEntry(y_label, y_provider)],
+                batch_size,
+                optimizer,
+                dlc.CostReduction.MEAN,
+            )
             print("average cost: " + str(cost_value))
 
         # Now print the value from the trained model for x = 4, should be ~57.0.
@@ -73,8 +78,12 @@ async def main(backend: str | None, seed: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["gl", "numpy"], default=None,
-                        help="where arrays live and the session runs (default: gl when available)")
+    parser.add_argument(
+        "--backend",
+        choices=["gl", "numpy"],
+        default=None,
+        help="where arrays live and the session runs (default: gl when available)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the initial a, b, c and the shuffling")
     args = parser.parse_args()
     if args.backend:

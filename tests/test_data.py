@@ -35,6 +35,7 @@ def refused(path, inputs, needed=None) -> str:
 
 # -- what is accepted ------------------------------------------------------------
 
+
 def test_npz_sample():
     raw = np.load(ROOT / "samples/data/quadratic.npz")
     d = load_data(ROOT / "samples/data/quadratic.npz", QUAD)
@@ -99,6 +100,7 @@ def test_batches_slice_the_example_axis_only(tmp_path):
 
 
 # -- what is refused ---------------------------------------------------------------
+
 
 def test_missing_input_npz(tmp_path):
     p = write_npz(tmp_path, x=np.ones(5))

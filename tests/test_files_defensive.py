@@ -53,20 +53,21 @@ def npy_bytes(a: np.ndarray, claim: str | None = None) -> bytes:
     if claim is None:
         return raw
     n = int.from_bytes(raw[8:10], "little")
-    header = raw[10:10 + n].decode("latin1")
+    header = raw[10 : 10 + n].decode("latin1")
     header = header.replace(repr(a.shape).replace(" ", ""), claim)
     header = header.replace(str(a.shape), claim).rstrip(" \n")
     header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
-    return raw[:8] + len(header).to_bytes(2, "little") + header.encode("latin1") + raw[10 + n:]
+    return raw[:8] + len(header).to_bytes(2, "little") + header.encode("latin1") + raw[10 + n :]
 
 
 # -- .npz ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("keep", [0.1, 0.5, 0.9, 0.999])
 def test_truncated_npz(tmp_path, keep):
     raw = good_npz(tmp_path).read_bytes()
     p = tmp_path / "cut.npz"
-    p.write_bytes(raw[:int(len(raw) * keep)])
+    p.write_bytes(raw[: int(len(raw) * keep)])
     assert "not a readable .npz" in refused(p)
     assert "not a readable .npz" in refused_weights(p)
 
@@ -80,8 +81,7 @@ def test_random_bytes_named_npz(tmp_path):
 
 
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
-def test_header_claiming_10_to_the_12_elements_is_refused_before_allocating(tmp_path,
-                                                                            compression):
+def test_header_claiming_10_to_the_12_elements_is_refused_before_allocating(tmp_path, compression):
     p = tmp_path / "huge.npz"
     with zipfile.ZipFile(p, "w", compression=compression) as z:
         z.writestr("x.npy", npy_bytes(np.zeros(3, np.float32), claim="(1000000000000,)"))
@@ -116,6 +116,7 @@ def test_good_npz_still_loads(tmp_path):
 
 
 # -- .csv ---------------------------------------------------------------------------------
+
 
 def test_csv_with_a_0xff_byte_names_the_line_and_column(tmp_path):
     p = tmp_path / "d.csv"
@@ -154,6 +155,7 @@ def test_csv_with_a_bom_still_loads(tmp_path):
 
 # -- weight files -----------------------------------------------------------------------
 
+
 def test_weight_errors_name_the_file(tmp_path):
     p = tmp_path / "w.npz"
     np.savez(p, w=np.ones(3))
@@ -170,16 +172,35 @@ def test_truncated_init_file_is_named_by_the_cli(tmp_path):
     w = tmp_path / "w.npz"
     save_npz(w, {"a": np.float32(1), "b": np.float32(2), "c": np.float32(3)})
     w.write_bytes(w.read_bytes()[:-40])
-    r = subprocess.run([sys.executable, "-m", "dlc", "train", str(root / "samples/quadratic.dl"),
-                        "--data", str(root / "samples/data/quadratic.npz"), "--backend", "numpy",
-                        "--steps", "1", "--init", str(w), "--save", str(tmp_path / "out.npz")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlc",
+            "train",
+            str(root / "samples/quadratic.dl"),
+            "--data",
+            str(root / "samples/data/quadratic.npz"),
+            "--backend",
+            "numpy",
+            "--steps",
+            "1",
+            "--init",
+            str(w),
+            "--save",
+            str(tmp_path / "out.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, r.stderr
     assert f"{w}: not a readable .npz file" in r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
 
 
 # -- atomic writes --------------------------------------------------------------------------
+
 
 def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
@@ -206,8 +227,7 @@ def test_write_fsyncs_the_file_before_the_rename_and_the_folder_after(tmp_path, 
     real_fsync, real_replace = os.fsync, os.replace
 
     def fsync(fd):
-        events.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}")
-                       if os.path.exists("/proc/self/fd") else None))
+        events.append(("fsync", os.path.isdir(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") else None))
         real_fsync(fd)
 
     def replace(a, b):
@@ -227,8 +247,9 @@ def test_write_fsyncs_the_file_before_the_rename_and_the_folder_after(tmp_path, 
 
 
 def test_a_temp_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = tmp_path / f".w.npz.{dead}.abc123.tmp"
     stale.write_bytes(b"half")
     alive = tmp_path / f".w.npz.{os.getppid()}.def456.tmp"  # a writer that is still running

@@ -19,8 +19,7 @@ from dlc.weights import load_npz
 QUAD = {"x": ("B",), "y_label": ("B",)}
 LINEAR = {"x": ("B", 3), "label": ("B",)}
 
-SHAPES = [b"1000000000000", b"-1", b"0", b"3, 4", b"", b"2**40", b"99999999999999999999999",
-          b"'a'", b"None", b"7"]
+SHAPES = [b"1000000000000", b"-1", b"0", b"3, 4", b"", b"2**40", b"99999999999999999999999", b"'a'", b"None", b"7"]
 DESCRS = [b"|O", b"<f8", b">i2", b"|V8", b"<U3", b"|b1", b"<c8", b"zz", b"<f4"]
 
 
@@ -43,14 +42,39 @@ def byte_mutant(raw: bytes, rng: random.Random) -> bytes:
         j = min(len(b), i + rng.choice((10, 200)))
         return bytes(b[:j] + b[i:j] + b[j:])  # a range duplicated
     if kind == 5:  # the .npy header's shape
-        return re.sub(rb"'shape': \(([0-9, ]*)\)",
-                      lambda m: b"'shape': (" + rng.choice(SHAPES) + b",)", raw, count=1)
-    return re.sub(rb"'descr': '([^']*)'",  # the .npy header's dtype
-                  lambda m: b"'descr': '" + rng.choice(DESCRS) + b"'", raw, count=1)
+        return re.sub(rb"'shape': \(([0-9, ]*)\)", lambda m: b"'shape': (" + rng.choice(SHAPES) + b",)", raw, count=1)
+    return re.sub(
+        rb"'descr': '([^']*)'",  # the .npy header's dtype
+        lambda m: b"'descr': '" + rng.choice(DESCRS) + b"'",
+        raw,
+        count=1,
+    )
 
 
-ODD = ["\xff", "\x00", "\ufeff", '"', "'", ",", ",,", "\n", "\r", "\r\n", "nan", "inf", "-",
-       "1e999", "x", "x.0", "label", " ", "\t", "é", "\u2028", "#"]
+ODD = [
+    "\xff",
+    "\x00",
+    "\ufeff",
+    '"',
+    "'",
+    ",",
+    ",,",
+    "\n",
+    "\r",
+    "\r\n",
+    "nan",
+    "inf",
+    "-",
+    "1e999",
+    "x",
+    "x.0",
+    "label",
+    " ",
+    "\t",
+    "é",
+    "\u2028",
+    "#",
+]
 
 
 def csv_mutant(text: str, rng: random.Random) -> bytes:
@@ -109,8 +133,7 @@ def test_npz_mutants_load_or_are_refused_cleanly(tmp_path, seed):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_csv_mutants_load_or_are_refused_cleanly(tmp_path, seed):
     rng = random.Random(seed)
-    text = "x.0,x.1,x.2,label\n" + "".join(
-        f"{i},{i * 0.5},{-i},{i % 3}\n" for i in range(20))
+    text = "x.0,x.1,x.2,label\n" + "".join(f"{i},{i * 0.5},{-i},{i % 3}\n" for i in range(20))
     seen = {"ok": 0, "refused": 0}
     for k in range(300):
         p = tmp_path / f"m{k}.csv"

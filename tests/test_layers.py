@@ -29,9 +29,9 @@ MOVED = {
 
 def layer(module: str) -> str | None:
     """The layer of a dlc module (None: not dlc's, or the grammar data)."""
-    if module.startswith("dlc.runtime") and module[len("dlc.runtime"):][:1] in ("", "."):
+    if module.startswith("dlc.runtime") and module[len("dlc.runtime") :][:1] in ("", "."):
         return "runtime"
-    if module.startswith("dlc.compiler") and module[len("dlc.compiler"):][:1] in ("", "."):
+    if module.startswith("dlc.compiler") and module[len("dlc.compiler") :][:1] in ("", "."):
         return "compiler"
     if module.startswith("dlc.grammar"):
         return None
@@ -62,12 +62,14 @@ def imports(path: Path, root: Path = ROOT):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, *([base] if base else [])])
             for a in node.names:
                 # `from dlc import errors` imports dlc.errors; `from dlc import Session` is dlc's
-                yield node.lineno, f"{base}.{a.name}" if base in ("dlc", "dlc.compiler", "dlc.runtime") \
-                    or base == package else base
+                yield (
+                    node.lineno,
+                    f"{base}.{a.name}" if base in ("dlc", "dlc.compiler", "dlc.runtime") or base == package else base,
+                )
 
 
 def advice(importer: str, target: str) -> str:
@@ -87,8 +89,10 @@ def upward_imports(root: Path = ROOT) -> list[str]:
             for line, target in imports(path, root):
                 theirs = layer(target)
                 if theirs is not None and RANK[theirs] > RANK[mine]:
-                    bad.append(f"{path.relative_to(root)}:{line}: {mine}/ imports {target} "
-                               f"({theirs} layer): {advice(mine, target)}")
+                    bad.append(
+                        f"{path.relative_to(root)}:{line}: {mine}/ imports {target} "
+                        f"({theirs} layer): {advice(mine, target)}"
+                    )
     return bad
 
 
@@ -97,12 +101,15 @@ def test_layers_point_one_way():
     assert not bad, "imports that point up a layer:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("source, want", [
-    ("from dlc.errors import CompileError\n", "import from dlc.runtime.errors instead"),
-    ("def f():\n    from dlc import __version__\n", "import from dlc.runtime.version instead"),
-    ("from dlc.compiler import registry\n", "the runtime imports only dlc.runtime"),
-    ("from .. import debug\n", "dlc.debug (api layer)"),
-])
+@pytest.mark.parametrize(
+    "source, want",
+    [
+        ("from dlc.errors import CompileError\n", "import from dlc.runtime.errors instead"),
+        ("def f():\n    from dlc import __version__\n", "import from dlc.runtime.version instead"),
+        ("from dlc.compiler import registry\n", "the runtime imports only dlc.runtime"),
+        ("from .. import debug\n", "dlc.debug (api layer)"),
+    ],
+)
 def test_an_upward_import_is_named_with_file_line_and_fix(tmp_path, source, want):
     for folder in PACKAGES:
         (tmp_path / folder).mkdir()

@@ -26,6 +26,7 @@ def grads(p):
 
 # -- closed forms: one update of every param from (params, slots, t) ------------------
 
+
 def sgd(o, p, g, st, t):
     return {k: p[k] - o.lr * g[k] for k in p}
 
@@ -61,7 +62,7 @@ def adadelta(o, p, g, st, t):
         delta = st.get((k, "delta"), 0)
         d = g[k] * np.sqrt(delta + o.eps) / np.sqrt(acc + o.eps)
         out[k] = p[k] - o.lr * d
-        st[k, "acc"], st[k, "delta"] = acc, o.rho * delta + (1 - o.rho) * d ** 2
+        st[k, "acc"], st[k, "delta"] = acc, o.rho * delta + (1 - o.rho) * d**2
     return out
 
 
@@ -70,7 +71,7 @@ def adam(o, p, g, st, t):
     for k in p:
         m = st[k, "m"] = o.beta1 * st.get((k, "m"), 0) + (1 - o.beta1) * g[k]
         v = st[k, "v"] = o.beta2 * st.get((k, "v"), 0) + (1 - o.beta2) * g[k] ** 2
-        m_hat, v_hat = m / (1 - o.beta1 ** t), v / (1 - o.beta2 ** t)
+        m_hat, v_hat = m / (1 - o.beta1**t), v / (1 - o.beta2**t)
         out[k] = p[k] - o.lr * m_hat / (np.sqrt(v_hat) + o.eps)
     return out
 
@@ -80,16 +81,29 @@ def adamax(o, p, g, st, t):
     for k in p:
         m = st[k, "m"] = o.beta1 * st.get((k, "m"), 0) + (1 - o.beta1) * g[k]
         u = st[k, "u"] = np.maximum(o.beta2 * st.get((k, "u"), 0), np.abs(g[k]))
-        out[k] = p[k] - o.lr / (1 - o.beta1 ** t) * m / (u + o.eps)
+        out[k] = p[k] - o.lr / (1 - o.beta1**t) * m / (u + o.eps)
     return out
 
 
-CLOSED = {"sgd": sgd, "momentum": momentum, "rmsprop": rmsprop, "adagrad": adagrad,
-          "adadelta": adadelta, "adam": adam, "adamax": adamax}
+CLOSED = {
+    "sgd": sgd,
+    "momentum": momentum,
+    "rmsprop": rmsprop,
+    "adagrad": adagrad,
+    "adadelta": adadelta,
+    "adam": adam,
+    "adamax": adamax,
+}
 
-CONFIGS = [dlc.SGD(0.1), dlc.Momentum(0.1, momentum=0.8), dlc.RMSProp(0.05, decay=0.8),
-           dlc.Adagrad(0.2), dlc.Adadelta(0.5, rho=0.9), dlc.Adam(0.1, beta1=0.8),
-           dlc.Adamax(0.1, beta2=0.99)]
+CONFIGS = [
+    dlc.SGD(0.1),
+    dlc.Momentum(0.1, momentum=0.8),
+    dlc.RMSProp(0.05, decay=0.8),
+    dlc.Adagrad(0.2),
+    dlc.Adadelta(0.5, rho=0.9),
+    dlc.Adam(0.1, beta1=0.8),
+    dlc.Adamax(0.1, beta2=0.99),
+]
 
 
 def test_every_optimizer_has_a_closed_form_case():
@@ -107,8 +121,7 @@ def test_first_three_updates_match_the_closed_form(opt):
         sess.train({"x": X}, optimizer=opt, batch_size=None, steps=1)
         got = sess.params
         for k in p:
-            np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6,
-                                       err_msg=f"{opt.name} step {t} param {k}")
+            np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6, err_msg=f"{opt.name} step {t} param {k}")
         p = want
 
 
@@ -129,11 +142,9 @@ def _torch_optimizer(torch, opt, params):
 def test_three_updates_match_torch_optim(opt):
     # torch puts eps outside the square root for rmsprop/adagrad/adamax; with these small
     # eps the difference is far below the tolerance.
-    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the closed-form "
-                                "test still runs")
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the closed-form test still runs")
     sess = dlc.Session(dlc.compile(MODEL), backend="numpy", seed=3)
-    tp = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True)
-          for k, v in sess.params.items()}
+    tp = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in sess.params.items()}
     topt = _torch_optimizer(torch, opt, list(tp.values()))
     xt = torch.tensor(X, dtype=torch.float64)
     sess.train({"x": X}, optimizer=opt, batch_size=None, steps=3)

@@ -22,6 +22,7 @@ def y_at_4(sess) -> float:
 
 # -- the seeds' examples ----------------------------------------------------------------
 
+
 def test_quadratic_20_full_batch_sgd_steps_then_y4_near_57():
     sess = quadratic()
     costs = sess.train(QUADRATIC, optimizer=dlc.SGD(0.01), batch_size=None, steps=20)
@@ -36,8 +37,7 @@ def test_quadratic_20_full_batch_sgd_steps_then_y4_near_57():
 
 def test_linear_seed_example_cost_falls():
     table = np.genfromtxt("samples/data/linear.csv", delimiter=",", names=True)
-    feeds = {"x": np.stack([table["x0"], table["x1"], table["x2"]], axis=1),
-             "label": table["label"]}
+    feeds = {"x": np.stack([table["x0"], table["x1"], table["x2"]], axis=1), "label": table["label"]}
     sess = dlc.Session("samples/linear.dl", backend="numpy", seed=0)
     before = float(sess.eval("cost", feeds))
     costs = sess.train(feeds, optimizer=dlc.SGD(0.00001), batch_size=3, steps=10)
@@ -56,12 +56,13 @@ def test_mlp_digits_reaches_95_percent(seed):
 
 # -- gradients --------------------------------------------------------------------------
 
+
 def test_gradients_match_the_closed_form():
     sess = quadratic(seed=4)
     p = {k: float(v) for k, v in sess.params.items()}
     x, y = QUADRATIC["x"].astype(np.float64), QUADRATIC["y_label"].astype(np.float64)
-    r = p["a"] * x ** 2 + p["b"] * x + p["c"] - y
-    want = {"a": np.mean(2 * r * x ** 2), "b": np.mean(2 * r * x), "c": np.mean(2 * r)}
+    r = p["a"] * x**2 + p["b"] * x + p["c"] - y
+    want = {"a": np.mean(2 * r * x**2), "b": np.mean(2 * r * x), "c": np.mean(2 * r)}
     got = sess.gradients(QUADRATIC)
     assert set(got) == {"a", "b", "c"}
     for k in want:
@@ -70,8 +71,7 @@ def test_gradients_match_the_closed_form():
 
 
 def test_gradients_of_a_chosen_loss():
-    src = ("input x: [B]\nparam a: [] = 1\nparam b: [] = 2\n"
-           "loss first = mean(a * x)\nloss second = mean(b * b * x)\n")
+    src = "input x: [B]\nparam a: [] = 1\nparam b: [] = 2\nloss first = mean(a * x)\nloss second = mean(b * b * x)\n"
     sess = dlc.Session(dlc.compile(src), backend="numpy")
     x = np.array([1.0, 3.0], dtype=np.float32)
     assert {k: float(v) for k, v in sess.gradients({"x": x}).items()} == {"a": 2.0, "b": 0.0}
@@ -93,21 +93,32 @@ def probe(seed=0):
 
 def test_batches_epochs_and_the_last_partial_batch():
     seen, ends = [], []
-    costs = probe().train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=4, epochs=2,
-                          shuffle=False, callback=lambda *a: seen.append(a),
-                          on_epoch_end=ends.append)
+    costs = probe().train(
+        {"x": XS},
+        optimizer=dlc.SGD(0.0),
+        batch_size=4,
+        epochs=2,
+        shuffle=False,
+        callback=lambda *a: seen.append(a),
+        on_epoch_end=ends.append,
+    )
     assert costs == [1.5, 5.5, 8.5] * 2
-    assert [(s, e, n) for s, e, _, n in seen] == [(1, 1, 4), (2, 1, 4), (3, 1, 2),
-                                                  (4, 2, 4), (5, 2, 4), (6, 2, 2)]
+    assert [(s, e, n) for s, e, _, n in seen] == [(1, 1, 4), (2, 1, 4), (3, 1, 2), (4, 2, 4), (5, 2, 4), (6, 2, 2)]
     assert [c for _, _, c, _ in seen] == costs
     assert ends == [1, 2]
 
 
 def test_steps_span_epochs():
     seen, ends = [], []
-    costs = probe().train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=4, steps=7,
-                          shuffle=False, callback=lambda *a: seen.append(a[3]),
-                          on_epoch_end=ends.append)
+    costs = probe().train(
+        {"x": XS},
+        optimizer=dlc.SGD(0.0),
+        batch_size=4,
+        steps=7,
+        shuffle=False,
+        callback=lambda *a: seen.append(a[3]),
+        on_epoch_end=ends.append,
+    )
     assert len(costs) == 7 and seen == [4, 4, 2, 4, 4, 2, 4] and ends == [1, 2]
 
 
@@ -119,13 +130,14 @@ def test_epochs_and_steps_together_are_refused_as_the_cli_refuses_them():
 def test_shuffling_covers_every_example_once_per_epoch_and_follows_the_seed():
     def run(seed):
         sizes = []
-        costs = probe(seed).train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=3, epochs=3,
-                                  callback=lambda *a: sizes.append(a[3]))
+        costs = probe(seed).train(
+            {"x": XS}, optimizer=dlc.SGD(0.0), batch_size=3, epochs=3, callback=lambda *a: sizes.append(a[3])
+        )
         return costs, sizes
 
     costs, sizes = run(0)
     for e in range(3):  # 4 batches per epoch: their example sums add up to sum(XS)
-        total = sum(c * n for c, n in zip(costs[4 * e: 4 * e + 4], sizes[4 * e: 4 * e + 4]))
+        total = sum(c * n for c, n in zip(costs[4 * e : 4 * e + 4], sizes[4 * e : 4 * e + 4]))
         assert total == pytest.approx(XS.sum())
     assert costs[:4] != costs[4:8]  # reshuffled each epoch
     assert run(0)[0] == costs  # same seed, same order
@@ -138,15 +150,15 @@ def test_batch_size_none_or_larger_than_the_data_is_full_batch():
 
 
 def test_inputs_without_a_symbolic_dim_train_on_everything_each_step():
-    sess = dlc.Session(dlc.compile("input x: [3]\nparam w: [3] = 0\nloss l = sum((w - x)^2)\n"),
-                       backend="numpy")
+    sess = dlc.Session(dlc.compile("input x: [3]\nparam w: [3] = 0\nloss l = sum((w - x)^2)\n"), backend="numpy")
     costs = sess.train({"x": np.array([1.0, 2.0, 3.0])}, optimizer=dlc.SGD(0.25), steps=3)
     assert costs == pytest.approx([14.0, 3.5, 0.875])
 
 
 def test_callback_false_stops_after_that_step():
-    costs = probe().train({"x": XS}, optimizer=dlc.SGD(0.0), batch_size=2, epochs=5,
-                          callback=lambda step, *rest: step < 3)
+    costs = probe().train(
+        {"x": XS}, optimizer=dlc.SGD(0.0), batch_size=2, epochs=5, callback=lambda step, *rest: step < 3
+    )
     assert len(costs) == 3
 
 
@@ -163,12 +175,18 @@ def test_two_calls_continue_like_one():
 
 # -- divergence and errors --------------------------------------------------------------
 
+
 def test_nan_loss_raises_and_restores_the_last_finite_params():
     sess = quadratic()
     after = {0: sess.params}  # params after each step (0: the initial ones)
     with pytest.raises(TrainingDiverged) as e:
-        sess.train(QUADRATIC, optimizer=dlc.SGD(10.0), batch_size=None, steps=1000,
-                   callback=lambda step, *r: after.__setitem__(step, sess.params))
+        sess.train(
+            QUADRATIC,
+            optimizer=dlc.SGD(10.0),
+            batch_size=None,
+            steps=1000,
+            callback=lambda step, *r: after.__setitem__(step, sess.params),
+        )
     k = e.value.step
     assert isinstance(e.value, RuntimeFailure) and not np.isfinite(e.value.loss)
     assert f"step {k}" in str(e.value)
@@ -198,8 +216,7 @@ def test_data_errors():
         sess.train({"x": QUADRATIC["x"]})
     with pytest.raises(DataError, match="y_label"):
         sess.train({"x": QUADRATIC["x"], "y_label": QUADRATIC["y_label"][:10]})
-    two_dims = dlc.compile("input x: [B]\ninput z: [N]\nparam w: [] = 0\n"
-                           "loss l = mean(x) * w + mean(z) * w\n")
+    two_dims = dlc.compile("input x: [B]\ninput z: [N]\nparam w: [] = 0\nloss l = mean(x) * w + mean(z) * w\n")
     with pytest.raises(DataError, match="share a leading symbolic dim"):
         dlc.Session(two_dims, backend="numpy").train({"x": np.ones(3), "z": np.ones(4)})
     with pytest.raises(CompileError, match="did you mean 'cost'"):

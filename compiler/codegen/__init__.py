@@ -25,22 +25,20 @@ def dim_index(plan: Plan) -> dict[str, int]:
     return {d: k for k, d in enumerate(sorted(names))}
 
 
-def render_kernel(plan: Plan, index: int, dims: Mapping[str, int],
-                  options: Mapping | None = None) -> KernelSource:
+def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], options: Mapping | None = None) -> KernelSource:
     options = options or {}
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims, nan_check=bool(options.get("nan_flags")))
     if kernel.kind == "elementwise":
-        return kernels_elementwise.render(ctx, allow_vec4=options.get("vec4", True),
-                                          local=options.get("elementwise_local", 256))
+        return kernels_elementwise.render(
+            ctx, allow_vec4=options.get("vec4", True), local=options.get("elementwise_local", 256)
+        )
     if kernel.kind == "reduce":
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
-        return kernels_matmul.render(ctx, options.get("matmul"), options.get("blocking"),
-                                     options.get("prefetch", True))
+        return kernels_matmul.render(ctx, options.get("matmul"), options.get("blocking"), options.get("prefetch", True))
     if kernel.kind == "window":
-        return kernels_window.render(ctx, options.get("conv"), options.get("conv_blocking"),
-                                     options.get("conv_split"))
+        return kernels_window.render(ctx, options.get("conv"), options.get("conv_blocking"), options.get("conv_split"))
     raise AssertionError(f"no template for {kernel.kind} kernels")
 
 

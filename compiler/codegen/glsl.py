@@ -159,8 +159,8 @@ def prune_preamble(source: str) -> str:
     at = source.find(PREAMBLE)
     if at < 0:
         return source
-    body = source[:at] + source[at + len(PREAMBLE):]
-    return source[:at] + pruned_preamble(body) + source[at + len(PREAMBLE):]
+    body = source[:at] + source[at + len(PREAMBLE) :]
+    return source[:at] + pruned_preamble(body) + source[at + len(PREAMBLE) :]
 
 
 def float_lit(v: float) -> str:
@@ -323,8 +323,9 @@ class Emitter:
     epilogue; `vec_component` (x, y, z or w) renders one lane of a vec4 kernel.
     """
 
-    def __init__(self, ctx: Context, indent: int = 1, anchor_value: str | None = None,
-                 vec_component: str | None = None):
+    def __init__(
+        self, ctx: Context, indent: int = 1, anchor_value: str | None = None, vec_component: str | None = None
+    ):
         self.ctx = ctx
         self.g = ctx.graph
         self.lines: list[str] = []
@@ -379,10 +380,15 @@ class Emitter:
             if d == 1:
                 out.append("0")
                 continue
-            stride = self.ctx.numel(shape[k + 1:])
+            stride = self.ctx.numel(shape[k + 1 :])
             q = ix.flat if stride == "1" else f"{ix.flat} / {stride}"
-            expr = q if k == 0 or all(e == 1 for e in shape[:k]) else \
-                f"({q}) % {self.ctx.dim(d)}" if stride != "1" else f"{q} % {self.ctx.dim(d)}"
+            expr = (
+                q
+                if k == 0 or all(e == 1 for e in shape[:k])
+                else f"({q}) % {self.ctx.dim(d)}"
+                if stride != "1"
+                else f"{q} % {self.ctx.dim(d)}"
+            )
             name = self.names.claim(f"{stem}{k}")
             self.line(f"int {name} = {expr};")
             out.append(name)
@@ -461,15 +467,21 @@ class Emitter:
                 post.append((m, mix))
                 continue
             node = self.g.nodes[m]
-            if ((m, mix.key()) in seen or m not in self.inside or m in self.ctx.fusion.literals
-                    or (m == self.ctx.kernel.anchor and self.anchor_value is not None)
-                    or registry.get(node.op).kind != "elementwise" or node.op == "dim_size"):
+            if (
+                (m, mix.key()) in seen
+                or m not in self.inside
+                or m in self.ctx.fusion.literals
+                or (m == self.ctx.kernel.anchor and self.anchor_value is not None)
+                or registry.get(node.op).kind != "elementwise"
+                or node.op == "dim_size"
+            ):
                 continue
             seen.add((m, mix.key()))
             depth = max(depth, d)
             stack.append((m, mix, True, d))
-            stack.extend((j, self.broadcast(mix, node.shape, self.g.nodes[j].shape), False, d + 1)
-                         for j in reversed(node.inputs))
+            stack.extend(
+                (j, self.broadcast(mix, node.shape, self.g.nodes[j].shape), False, d + 1) for j in reversed(node.inputs)
+            )
         if depth < deep:
             return
         self._warming = True
@@ -488,8 +500,7 @@ class Emitter:
             kernel_shape = self.ctx.kernel.shape
             if ix.flat == VEC and size_of(shape) == size_of(kernel_shape):
                 vec_key = ("vec", n)
-                vec = self.cached(vec_key) or self.bind(
-                    vec_key, f"n{n}", f"{buf}.v[i4]", "vec4", outer=True)
+                vec = self.cached(vec_key) or self.bind(vec_key, f"n{n}", f"{buf}.v[i4]", "vec4", outer=True)
                 self.ctx.vec_slots.add(self.ctx.plan.slot_of[n])
                 return f"{vec}.{self.vec_component}"
             if numel_known(shape) != 1:
@@ -504,8 +515,7 @@ class Emitter:
         op = registry.get(node.op)
         if node.op == "dim_size":
             return f"float({self.ctx.numel(node.attr('dims'))})"
-        args = [self.value(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape))
-                for j in node.inputs]
+        args = [self.value(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape)) for j in node.inputs]
         names = dict(zip("abc", args))
         expr = re.sub(r"\b[abc]\b", lambda m: names[m.group(0)], OVERRIDES.get(node.op, op.glsl))
         for k, v in node.attrs:
@@ -536,8 +546,7 @@ class Emitter:
     def _slice(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
         c = self.coords(ix, node.shape)
-        return self.value(node.inputs[0], Ix(multi=tuple(
-            add(ck, str(b)) for ck, b in zip(c, node.attr("begin")))))
+        return self.value(node.inputs[0], Ix(multi=tuple(add(ck, str(b)) for ck, b in zip(c, node.attr("begin")))))
 
     def _pad(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
@@ -562,7 +571,7 @@ class Emitter:
         for j in node.inputs:
             size = self.g.nodes[j].shape[axis]
             local = f"clamp({add(c[axis], str(-offset))}, 0, {size - 1})"
-            v = self.value(j, Ix(multi=c[:axis] + (local,) + c[axis + 1:]))
+            v = self.value(j, Ix(multi=c[:axis] + (local,) + c[axis + 1 :]))
             parts.append((offset + size, v))
             offset += size
         expr = parts[-1][1]
@@ -586,7 +595,8 @@ class Emitter:
         rows = self.ctx.dim(self.g.nodes[src].shape[0])
         key = ("row", i, rows)
         row = self.cached(key) or self.bind(
-            key, f"n{n}row", f"dlc_isnan({i}) ? 0 : int(clamp({i}, 0.0, float({rows} - 1)))", "int")
+            key, f"n{n}row", f"dlc_isnan({i}) ? 0 : int(clamp({i}, 0.0, float({rows} - 1)))", "int"
+        )
         return f"(dlc_isnan({i}) ? DLC_NAN : {self.value(src, Ix(multi=(row, *c[1:])))})"
 
     # -- stores -------------------------------------------------------------------------
@@ -613,8 +623,7 @@ class KernelSource:
     nan_flags: tuple[int, ...] = ()  # debug mode: the node whose NaN sets each flag
 
 
-def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
-           extra: Sequence[str] = ()) -> list[str]:
+def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Sequence[str] = ()) -> list[str]:
     """Version, the comment listing the IR, work group size, buffers and uniforms."""
     g, k = ctx.graph, ctx.kernel
     lines = [GLSL_VERSION, f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
@@ -630,15 +639,15 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int],
     for slot, b in sorted(ctx.binding.items(), key=lambda kv: kv[1]):
         r, w = slot in ctx.read_slots, slot in ctx.write_slots
         qual = "restrict readonly " if r and not w else "restrict writeonly " if w and not r else ""
-        what = ", ".join(f"{g.label(t)} {format_shape(g.nodes[t].shape)}"
-                         for t in slot_tensors[slot])
+        what = ", ".join(f"{g.label(t)} {format_shape(g.nodes[t].shape)}" for t in slot_tensors[slot])
         member = "vec4 v[];" if slot in ctx.vec_slots else "float v[];"
         decl = f"layout(std430, binding = {b}) {qual}buffer B{b} {{ {member} }} b{b};"
         lines.append(f"{decl}  // {comment(what)}")
     if ctx.nan_flags:
         binding = len(ctx.binding) + ctx.scratch_buffers  # the executor binds them in this order
-        lines.append(f"layout(std430, binding = {binding}) buffer DLCNaN {{ float f[]; }} "
-                     "dlc_nan;  // debug mode: NaN flags")
+        lines.append(
+            f"layout(std430, binding = {binding}) buffer DLCNaN {{ float f[]; }} dlc_nan;  // debug mode: NaN flags"
+        )
     for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
         lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
     for u, name in sorted(ctx.scalars_used.items()):
@@ -657,8 +666,7 @@ def global_index() -> str:
 
 def group_index() -> str:
     """This work group's number on a 3D grid of groups."""
-    return ("int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x"
-            " + gl_WorkGroupID.x)")
+    return "int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x)"
 
 
 TILE_AXES = "xyz"
@@ -689,8 +697,14 @@ def wrap_tiles(text: str, grid: dict) -> str:
     if not main:
         raise AssertionError("a tiled kernel without main()")
     body = body.replace("gl_WorkGroupID", "dlc_tile")
-    return (head + "\n".join([*decls, "uvec3 dlc_tile;  // this group's tile", ""]) + main
-            + "\n".join(prologue) + "\n" + body)
+    return (
+        head
+        + "\n".join([*decls, "uvec3 dlc_tile;  // this group's tile", ""])
+        + main
+        + "\n".join(prologue)
+        + "\n"
+        + body
+    )
 
 
 def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
@@ -699,10 +713,9 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
     if "tiles" in grid:
         text = wrap_tiles(text, grid)
     slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
-    uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used,
-                                                             key=lambda d: ctx.dim_index[d])}
-    locs = tuple((g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column)
-                 if g.nodes[n].loc else None for n in k.nodes)
+    uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d])}
+    locs = tuple(
+        (g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column) if g.nodes[n].loc else None for n in k.nodes
+    )
     flags = tuple(sorted(ctx.nan_flags, key=ctx.nan_flags.get))
-    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs,
-                        dict(ctx.scalars_used), flags)
+    return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs, dict(ctx.scalars_used), flags)

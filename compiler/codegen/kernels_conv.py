@@ -42,8 +42,9 @@ def applies(node, variant: str | None) -> bool:
     return True
 
 
-def render(ctx: Context, node, p: dict, variant: str | None = None,
-           blocking: tuple | None = None, split: int | None = None) -> KernelSource | None:
+def render(
+    ctx: Context, node, p: dict, variant: str | None = None, blocking: tuple | None = None, split: int | None = None
+) -> KernelSource | None:
     """The GEMM kernel, or None when the sizes suit the direct kernel better (auto choice).
     `blocking` forces a blocked shape, `split` a split-K chunk (0: none)."""
     gemm, rows, k_shape = _GEMMS[node.op](ctx, node, p)
@@ -76,8 +77,11 @@ SPLIT_MIN_SLABS = 8  # K-slabs each chunk keeps, at least
 
 
 def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
-    if op == "conv2d_grad_filter" and k >= mm.THIN_MIN_K and (
-            math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES):
+    if (
+        op == "conv2d_grad_filter"
+        and k >= mm.THIN_MIN_K
+        and (math.ceil(m / 16) * math.ceil(n / 16) <= mm.THIN_MAX_TILES)
+    ):
         if min(m, n) >= 64:  # enough of a tile for the blocked shapes; split-K fills the GPU
             return mm.SPLIT if m >= 128 else mm.MEDIUM
         return mm.THIN  # a small filter over a long sum: K-groups share each tile
@@ -121,19 +125,18 @@ def _epilogue(ctx: Context, N: str, rows: tuple, how: str, what: str):
     return funcs, store, grid, (lambda blk_how: f"{what} as implicit GEMM ({how}), {blk_how}")
 
 
-def _image_read(name: str, vec: bool, decode: list[str], guard: str, addr: str,
-                args: str = "int m, int k") -> list[str]:
+def _image_read(
+    name: str, vec: bool, decode: list[str], guard: str, addr: str, args: str = "int m, int k"
+) -> list[str]:
     """A GLSL accessor: decode the GEMM indexes, 0 outside the image, else read."""
     t, zero = ("vec4", "vec4(0.0)") if vec else ("float", "0.0")
-    lines = [f"{t} {name}({args}) {{", *("    " + d for d in decode),
-             f"    if ({guard}) return {zero};"]
+    lines = [f"{t} {name}({args}) {{", *("    " + d for d in decode), f"    if ({guard}) return {zero};"]
     return lines + [f"    return {addr};", "}", ""]
 
 
 def _tap(k: str, per: int, p: dict) -> list[str]:
     """Split GEMM index `k` into (di, dj, channel c) with `per` channels a tap."""
-    return [f"int tap = {k} / {per}, c = {k} - tap * {per};",
-            f"int di = tap / {p['KW']}, dj = tap - di * {p['KW']};"]
+    return [f"int tap = {k} / {per}, c = {k} - tap * {per};", f"int di = tap / {p['KW']}, dj = tap - di * {p['KW']};"]
 
 
 def _pixel(m: str, h, w, names: tuple[str, str]) -> list[str]:
@@ -147,19 +150,25 @@ def _forward(ctx: Context, node, p: dict):
     x, w = node.inputs
     ci, co = g.nodes[w].shape[2], g.nodes[w].shape[3]
     X, Wb = ctx.buf(x), ctx.buf(w)
-    decode = _tap("k", ci, p) + _pixel("m", p["OH"], p["OW"], ("oy", "ox")) + [
-        f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, "
-        f"ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
+    decode = (
+        _tap("k", ci, p)
+        + _pixel("m", p["OH"], p["OW"], ("oy", "ox"))
+        + [f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
+    )
     guard = f"iy < 0 || iy >= {p['H']} || ix < 0 || ix >= {p['W']}"
     at = f"((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + c"
     funcs = _image_read("conv_a", False, decode, guard, f"{X}.v[{at}]")
     if ci % 4 == 0:
         funcs += _image_read("conv_a4", True, decode, guard, f"{X}_a4.v[({at}) / 4]")
-    a = mm.Operand(x, lambda r, k: f"conv_a({r}, {k})",
-                   (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, False)
-    b = mm.Operand(w, lambda n, k: f"{Wb}.v[{mm._paren(k)} * {co} + {n}]",
-                   (lambda n, k: f"{Wb}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]")
-                   if co % 4 == 0 else None, True)
+    a = mm.Operand(
+        x, lambda r, k: f"conv_a({r}, {k})", (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, False
+    )
+    b = mm.Operand(
+        w,
+        lambda n, k: f"{Wb}.v[{mm._paren(k)} * {co} + {n}]",
+        (lambda n, k: f"{Wb}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]") if co % 4 == 0 else None,
+        True,
+    )
     rows = (g.nodes[x].shape[0], p["OH"], p["OW"])
     K = p["KH"] * p["KW"] * ci
     return _gemm(ctx, rows, str(co), str(K), a, b, funcs, "conv2d", node), rows, (K,)
@@ -170,9 +179,14 @@ def _grad_input(ctx: Context, node, p: dict):
     dy, w = node.inputs
     ci, co = g.nodes[w].shape[2], g.nodes[w].shape[3]
     DY, Wb = ctx.buf(dy), ctx.buf(w)
-    decode = _tap("k", co, p) + _pixel("m", p["H"], p["W"], ("y", "x")) + [
-        f"int ty = y + {p['PT']} - di * {p['DH']}, tx = x + {p['PL']} - dj * {p['DW']};",
-        f"int oy = ty / {p['SH']}, ox = tx / {p['SW']};"]
+    decode = (
+        _tap("k", co, p)
+        + _pixel("m", p["H"], p["W"], ("y", "x"))
+        + [
+            f"int ty = y + {p['PT']} - di * {p['DH']}, tx = x + {p['PL']} - dj * {p['DW']};",
+            f"int oy = ty / {p['SH']}, ox = tx / {p['SW']};",
+        ]
+    )
     guard = "ty < 0 || tx < 0"
     if p["SH"] > 1:
         guard += f" || ty % {p['SH']} != 0"
@@ -187,14 +201,15 @@ def _grad_input(ctx: Context, node, p: dict):
     if co % 4 == 0:
         funcs += _image_read("conv_a4", True, decode, guard, f"{DY}_a4.v[({at}) / 4]")
         funcs += ["vec4 conv_b4(int n, int k) {", f"    return {Wb}_b4.v[({wat}) / 4];", "}", ""]
-    a = mm.Operand(dy, lambda r, k: f"conv_a({r}, {k})",
-                   (lambda r, k: f"conv_a4({r}, {k})") if co % 4 == 0 else None, False)
-    b = mm.Operand(w, lambda n, k: f"conv_b({n}, {k})",
-                   (lambda n, k: f"conv_b4({n}, {k})") if co % 4 == 0 else None, False)
+    a = mm.Operand(
+        dy, lambda r, k: f"conv_a({r}, {k})", (lambda r, k: f"conv_a4({r}, {k})") if co % 4 == 0 else None, False
+    )
+    b = mm.Operand(
+        w, lambda n, k: f"conv_b({n}, {k})", (lambda n, k: f"conv_b4({n}, {k})") if co % 4 == 0 else None, False
+    )
     rows = (node.shape[0], p["H"], p["W"])
     K = p["KH"] * p["KW"] * co
-    return (_gemm(ctx, rows, str(ci), str(K), a, b, funcs, "conv2d input gradient", node),
-            rows, (K,))
+    return (_gemm(ctx, rows, str(ci), str(K), a, b, funcs, "conv2d input gradient", node), rows, (K,))
 
 
 def _grad_filter(ctx: Context, node, p: dict):
@@ -202,31 +217,36 @@ def _grad_filter(ctx: Context, node, p: dict):
     x, dy = node.inputs
     kh, kw, ci, co = node.shape
     X, DY = ctx.buf(x), ctx.buf(dy)
-    decode = _tap("m", ci, p) + _pixel("k", p["OH"], p["OW"], ("oy", "ox")) + [
-        f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, "
-        f"ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
+    decode = (
+        _tap("m", ci, p)
+        + _pixel("k", p["OH"], p["OW"], ("oy", "ox"))
+        + [f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
+    )
     guard = f"iy < 0 || iy >= {p['H']} || ix < 0 || ix >= {p['W']}"
     at = f"((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + c"
     funcs = _image_read("conv_a", False, decode, guard, f"{X}.v[{at}]")
     if ci % 4 == 0:
         funcs += _image_read("conv_a4", True, decode, guard, f"{X}_a4.v[({at}) / 4]")
-    a = mm.Operand(x, lambda r, k: f"conv_a({r}, {k})",
-                   (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, True)
-    b = mm.Operand(dy, lambda n, k: f"{DY}.v[{mm._paren(k)} * {co} + {n}]",
-                   (lambda n, k: f"{DY}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]")
-                   if co % 4 == 0 else None, True)
+    a = mm.Operand(
+        x, lambda r, k: f"conv_a({r}, {k})", (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, True
+    )
+    b = mm.Operand(
+        dy,
+        lambda n, k: f"{DY}.v[{mm._paren(k)} * {co} + {n}]",
+        (lambda n, k: f"{DY}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]") if co % 4 == 0 else None,
+        True,
+    )
     rows = (kh * kw * ci,)
     k_shape = (g.nodes[x].shape[0], p["OH"], p["OW"])
-    return (_gemm(ctx, rows, str(co), ctx.numel(k_shape), a, b, funcs,
-                  "conv2d filter gradient", node), rows, k_shape)
+    return (_gemm(ctx, rows, str(co), ctx.numel(k_shape), a, b, funcs, "conv2d filter gradient", node), rows, k_shape)
 
 
 def _gemm(ctx: Context, rows: tuple, N: str, K: str, a, b, funcs, what: str, node) -> mm.Gemm:
     M = ctx.numel(rows)
-    epi, store, grid, describe = _epilogue(ctx, N, rows, f"[{', '.join(map(str, rows))}] x {N}, "
-                                           f"K = {K}", f"{what} {list(node.shape)}")
+    epi, store, grid, describe = _epilogue(
+        ctx, N, rows, f"[{', '.join(map(str, rows))}] x {N}, K = {K}", f"{what} {list(node.shape)}"
+    )
     return mm.Gemm(M, N, K, a, b, epi + funcs, store, grid, describe)
 
 
-_GEMMS = {"conv2d": _forward, "conv2d_grad_input": _grad_input,
-          "conv2d_grad_filter": _grad_filter}
+_GEMMS = {"conv2d": _forward, "conv2d_grad_input": _grad_input, "conv2d_grad_filter": _grad_filter}

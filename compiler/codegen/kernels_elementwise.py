@@ -15,8 +15,9 @@ def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelS
     size = size_of(ctx.kernel.shape)
     if allow_vec4 and size[0] % 4 == 0:
         try:
-            return _render_vec4(Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index,
-                                        nan_check=ctx.nan_check), local)
+            return _render_vec4(
+                Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index, nan_check=ctx.nan_check), local
+            )
         except NotVectorizable:
             pass
     return _render_scalar(ctx, local)
@@ -31,8 +32,7 @@ def _render_scalar(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     em.store_outputs(Ix(flat="i"))
     body = ["void main() {", *em.lines, "}"]
     text = "\n".join(header(ctx, f"elementwise over {format_shape(k.shape)}", (LOCAL, 1, 1)) + body)
-    return kernel_source(ctx, text + "\n", {"flat": list(size_of(k.shape)), "per_group": LOCAL},
-                         (LOCAL, 1, 1))
+    return kernel_source(ctx, text + "\n", {"flat": list(size_of(k.shape)), "per_group": LOCAL}, (LOCAL, 1, 1))
 
 
 def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
@@ -57,7 +57,7 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
         ctx.vec_slots.add(slot)
         em.line(f"{ctx.buf(o)}.v[i4] = vec4({', '.join(lanes[o])});")
     body = ["void main() {", *em.lines, "}"]
-    text = "\n".join(header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation",
-                            (LOCAL, 1, 1)) + body)
-    return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL},
-                         (LOCAL, 1, 1))
+    text = "\n".join(
+        header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation", (LOCAL, 1, 1)) + body
+    )
+    return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL}, (LOCAL, 1, 1))

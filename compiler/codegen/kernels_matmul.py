@@ -126,8 +126,7 @@ def geometry(ctx: Context) -> Geometry:
     out = node.shape
     k = sa[-2] if ta else sa[-1]
     batch = out[0] if len(out) == 3 else None
-    return Geometry(a, b, ta, tb, batch, out[-2], out[-1], k,
-                    len(sa) == 3 and sa[0] != 1, len(sb) == 3 and sb[0] != 1)
+    return Geometry(a, b, ta, tb, batch, out[-2], out[-1], k, len(sa) == 3 and sa[0] != 1, len(sb) == 3 and sb[0] != 1)
 
 
 def _sizes(ctx: Context) -> tuple[int, int, int, int]:
@@ -149,8 +148,7 @@ def choose(ctx: Context, forced: str | None = None) -> str:
     if min(m, n) >= 64 and k >= 16:
         return "medium"
     # a thin output (one side under 64, the other not) over a long K, in few tiles
-    if (max(m, n) >= 64 and k >= THIN_MIN_K
-            and batch * math.ceil(m / 16) * math.ceil(n / 16) <= THIN_MAX_TILES):
+    if max(m, n) >= 64 and k >= THIN_MIN_K and batch * math.ceil(m / 16) * math.ceil(n / 16) <= THIN_MAX_TILES:
         return "thin"
     return "tile16"
 
@@ -163,8 +161,7 @@ def blocking_of(ctx: Context, which: str) -> Blocking:
     return {"big": BIG, "thin": THIN}[which]
 
 
-def render(ctx: Context, variant: str | None = None, blocking=None,
-           prefetch: bool = True) -> KernelSource:
+def render(ctx: Context, variant: str | None = None, blocking=None, prefetch: bool = True) -> KernelSource:
     """`variant` forces a template; `blocking` (tm, tn, bk, rm, rn[, ks[, swizzle]]) a
     blocked shape."""
     if blocking is not None:
@@ -196,8 +193,11 @@ def _prod(a: str, b: str) -> str:
 
 
 def _paren(x: str) -> str:
-    return x if x.isidentifier() or x.isdigit() or (x.startswith("(") and x.endswith(")")
-                                                    and x.count("(") == 1) else f"({x})"
+    return (
+        x
+        if x.isidentifier() or x.isdigit() or (x.startswith("(") and x.endswith(")") and x.count("(") == 1)
+        else f"({x})"
+    )
 
 
 def _addr_a(geo: Geometry, d: dict, m: str, k: str) -> str:
@@ -232,17 +232,25 @@ def _render_tile16(ctx: Context) -> KernelSource:
     # Neighbouring invocations load neighbouring addresses: for a transposed operand the
     # tile is loaded with the roles of the two local ids swapped.
     if geo.ta:
-        load_a = (f"As[lx][ly] = (m0 + lx < {M} && k0 + ly < {K}) ? "
-                  f"{d['A']}.v[{_addr_a(geo, d, 'm0 + lx', 'k0 + ly')}] : 0.0;")
+        load_a = (
+            f"As[lx][ly] = (m0 + lx < {M} && k0 + ly < {K}) ? "
+            f"{d['A']}.v[{_addr_a(geo, d, 'm0 + lx', 'k0 + ly')}] : 0.0;"
+        )
     else:
-        load_a = (f"As[ly][lx] = (m0 + ly < {M} && k0 + lx < {K}) ? "
-                  f"{d['A']}.v[{_addr_a(geo, d, 'm0 + ly', 'k0 + lx')}] : 0.0;")
+        load_a = (
+            f"As[ly][lx] = (m0 + ly < {M} && k0 + lx < {K}) ? "
+            f"{d['A']}.v[{_addr_a(geo, d, 'm0 + ly', 'k0 + lx')}] : 0.0;"
+        )
     if geo.tb:
-        load_b = (f"Bs[lx][ly] = (k0 + lx < {K} && n0 + ly < {N}) ? "
-                  f"{d['B']}.v[{_addr_b(geo, d, 'k0 + lx', 'n0 + ly')}] : 0.0;")
+        load_b = (
+            f"Bs[lx][ly] = (k0 + lx < {K} && n0 + ly < {N}) ? "
+            f"{d['B']}.v[{_addr_b(geo, d, 'k0 + lx', 'n0 + ly')}] : 0.0;"
+        )
     else:
-        load_b = (f"Bs[ly][lx] = (k0 + ly < {K} && n0 + lx < {N}) ? "
-                  f"{d['B']}.v[{_addr_b(geo, d, 'k0 + ly', 'n0 + lx')}] : 0.0;")
+        load_b = (
+            f"Bs[ly][lx] = (k0 + ly < {K} && n0 + lx < {N}) ? "
+            f"{d['B']}.v[{_addr_b(geo, d, 'k0 + ly', 'n0 + lx')}] : 0.0;"
+        )
     main = [
         "void main() {",
         "    int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);",
@@ -261,8 +269,10 @@ def _render_tile16(ctx: Context) -> KernelSource:
         f"    if (row < {M} && col < {N}) epilogue((bz * {M} + row) * {N} + col, bz, row, col, acc);",
         "}",
     ]
-    extra = ["shared float As[16][17];  // [m][k], padded against bank conflicts",
-             "shared float Bs[16][17];  // [k][n]"]
+    extra = [
+        "shared float As[16][17];  // [m][k], padded against bank conflicts",
+        "shared float Bs[16][17];  // [k][n]",
+    ]
     lines = header(ctx, _describe(geo, "16x16 tiles"), (16, 16, 1), extra) + funcs + main
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
 
@@ -294,19 +304,31 @@ def matmul_gemm(ctx: Context) -> Gemm:
         # vec4 loads need the contiguous axis to be a multiple of 4 (then every offset is too).
         contiguous_size = size_p if contiguous_p else K
         vec_ok = contiguous_size.isdigit() and int(contiguous_size) % 4 == 0
-        return Operand(tensor, lambda p, k: f"{buf}.v[{addr(p, k)}]",
-                       (lambda p, k: f"{vec}.v[({addr(p, k)}) / 4]") if vec_ok else None,
-                       contiguous_p)
+        return Operand(
+            tensor,
+            lambda p, k: f"{buf}.v[{addr(p, k)}]",
+            (lambda p, k: f"{vec}.v[({addr(p, k)}) / 4]") if vec_ok else None,
+            contiguous_p,
+        )
 
     a = operand("A", geo.a, lambda p, k: _addr_a(geo, d, p, k), geo.ta, M)
     b = operand("B", geo.b, lambda p, k: _addr_b(geo, d, k, p), not geo.tb, N)
-    return Gemm(M, N, K, a, b, funcs,
-                lambda r, c, v: f"epilogue((bz * {M} + {r}) * {N} + {c}, bz, {r}, {c}, {v});",
-                None, lambda how: _describe(geo, how))
+    return Gemm(
+        M,
+        N,
+        K,
+        a,
+        b,
+        funcs,
+        lambda r, c, v: f"epilogue((bz * {M} + {r}) * {N} + {c}, bz, {r}, {c}, {v});",
+        None,
+        lambda how: _describe(geo, how),
+    )
 
 
-def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True,
-                split: tuple | None = None) -> KernelSource:
+def render_gemm(
+    ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True, split: tuple | None = None
+) -> KernelSource:
     """The blocked template over any operand accessors (matmul, conv as implicit GEMM).
 
     `split` = (K as a size list, chunk): split-K across work groups, for a small output over
@@ -345,8 +367,10 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True,
         add("    int bz = int(gl_WorkGroupID.z);")
         k_end = K
     else:
-        add(f"    int bz = 0, kz = int(gl_WorkGroupID.z), k_end = min({K}, (kz + 1) * {split[1]});"
-            "  // this group's K-chunk")
+        add(
+            f"    int bz = 0, kz = int(gl_WorkGroupID.z), k_end = min({K}, (kz + 1) * {split[1]});"
+            "  // this group's K-chunk"
+        )
         k_end = "k_end"
     # acc<i>_<j>: row i of this invocation's block, columns 4j..4j+3 (plain variables, so
     # they stay in registers)
@@ -417,20 +441,25 @@ def render_gemm(ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True,
         for j in range(gn):
             for c in range(4):
                 col = f"col{j} + {c}" if c else f"col{j}"
-                add(f"        if ({col} < {N}) "
-                    + gm_.store(f"row{i}", col, f"acc{i}_{j}.{'xyzw'[c]}"))
+                add(f"        if ({col} < {N}) " + gm_.store(f"row{i}", col, f"acc{i}_{j}.{'xyzw'[c]}"))
         add("    }")
 
-    extra = [f"shared vec4 sm[{shared_bytes // 16}];  "
-             f"// A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}"
-             + ("; then partial sums" if KS > 1 else "")]
+    extra = [
+        f"shared vec4 sm[{shared_bytes // 16}];  "
+        f"// A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}" + ("; then partial sums" if KS > 1 else "")
+    ]
     for which, tensor in (("A", gm_.a.tensor), ("B", gm_.b.tensor)):
         binding = ctx.binding[ctx.plan.slot_of[tensor]]
-        extra.append(f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
-                     f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4")
-    how = (f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
-           f"K-slabs of {blk.bk}" + (f" split among {KS} K-groups" if KS > 1 else "")
-           + (f", K-chunks of {split[1]} across work groups" if split else ""))
+        extra.append(
+            f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
+            f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4"
+        )
+    how = (
+        f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
+        f"K-slabs of {blk.bk}"
+        + (f" split among {KS} K-groups" if KS > 1 else "")
+        + (f", K-chunks of {split[1]} across work groups" if split else "")
+    )
     lines = header(ctx, gm_.describe(how), (T, 1, 1), extra + extra_split) + funcs
     lines += ["void main() {", *body, "}"]
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, (T, 1, 1))
@@ -457,8 +486,10 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     for i in range(blk.rm):
         for j in range(gn):
             for c in range(4):
-                add(f"        sc.w[parts + kz * {area} + (row{i} - m0) * {blk.tn} + col{j} - n0 + {c}]"
-                    f" = floatBitsToUint(acc{i}_{j}.{'xyzw'[c]});")
+                add(
+                    f"        sc.w[parts + kz * {area} + (row{i} - m0) * {blk.tn} + col{j} - n0 + {c}]"
+                    f" = floatBitsToUint(acc{i}_{j}.{'xyzw'[c]});"
+                )
     add("    }")
     add("    memoryBarrierBuffer();")
     add("    barrier();")
@@ -478,15 +509,19 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     add("    if (tid == 0) sc.w[tile] = 0u;  // ready for the next launch")
     scratch = len(ctx.binding)
     ctx.scratch_buffers = 1
-    return [f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
-            "  // scratch: a counter per tile, then the partial tiles"]
+    return [
+        f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
+        "  // scratch: a counter per tile, then the partial tiles"
+    ]
 
 
 def _shared(base: int, width: int):
     """Index into the shared array for a slab stored [k][p / 4] at `base`."""
+
     def at(k: str, p: str) -> str:
         row = f"{_paren(k)} * {width}"
         return f"sm[{base} + {row} + {p}]" if base else f"sm[{row} + {p}]"
+
     return at
 
 
@@ -506,8 +541,7 @@ def _add_k_groups(blk: Blocking) -> list[str]:
         lines.append("    }")
         lines += ["    memoryBarrierShared();", "    barrier();"]
         lines.append(f"    if (ks < {half}) {{")
-        lines += [f"        {reg} += sm[ks * {len(regs) * TG} + t + {r * TG}];"
-                  for r, reg in enumerate(regs)]
+        lines += [f"        {reg} += sm[ks * {len(regs) * TG} + t + {r * TG}];" for r, reg in enumerate(regs)]
         lines.append("    }")
         if half > 1:
             lines.append("    barrier();")
@@ -519,8 +553,7 @@ def _lane(var: str, group: int, stride: int) -> str:
     return var if group == 0 else f"({var} + {group * stride})"
 
 
-def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T: int,
-             p0: str, kvar: str, shared):
+def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T: int, p0: str, kvar: str, shared):
     """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
     memory as `[k][p / 4]` vec4s (p: the row of A, the column of B).
 
@@ -555,25 +588,20 @@ def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T:
             # their shared stores hit distinct banks); the next 8 the next k-group of the
             # same rows (so a warp still reads whole runs of K from each row).
             kq = blk.bk // 4
-            decls.append(f"int {pp} = ({lid} % 8 + 8 * ({lid} / {8 * kq})) * 4, "
-                         f"{kk} = (({lid} / 8) % {kq}) * 4;")
-            rows = [(f"r{low}{j}_{r}", f"({kvar} + {kk})", f"({p0} + {pp} + {r})")
-                    for r in range(4)]
+            decls.append(f"int {pp} = ({lid} % 8 + 8 * ({lid} / {8 * kq})) * 4, {kk} = (({lid} / 8) % {kq}) * 4;")
+            rows = [(f"r{low}{j}_{r}", f"({kvar} + {kk})", f"({p0} + {pp} + {r})") for r in range(4)]
         else:
             per_row = blk.bk // 4
             decls.append(f"int {pp} = ({lid} / {per_row}) * 4, {kk} = ({lid} % {per_row}) * 4;")
-            rows = [(f"r{low}{j}_{r}", f"({kvar} + {kk})", f"({p0} + {pp} + {r})")
-                    for r in range(4)]
+            rows = [(f"r{low}{j}_{r}", f"({kvar} + {kk})", f"({p0} + {pp} + {r})") for r in range(4)]
         for reg, gk, gp in rows:
             regs.append(reg)
             if contiguous_p:
                 inb = f"{gk} < {K} && {gp} + 3 < {P}"
-                comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {op.load(f'{gp} + {c}', gk)}"
-                         " : 0.0" for c in range(4)]
+                comps = [f"{gk} < {K} && {gp} + {c} < {P} ? {op.load(f'{gp} + {c}', gk)} : 0.0" for c in range(4)]
             else:
                 inb = f"{gp} < {P} && {gk} + 3 < {K}"
-                comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {op.load(gp, f'{gk} + {c}')}"
-                         " : 0.0" for c in range(4)]
+                comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {op.load(gp, f'{gk} + {c}')} : 0.0" for c in range(4)]
             slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
             if vec_ok:
                 fetch.append(f"{guard}if ({inb}) {reg} = {op.load4(gp, gk)};")

@@ -40,8 +40,7 @@ from .glsl import (
     numel_known,
 )
 
-INIT = {"sum": "0.0", "max": "(-DLC_INF)", "min": "DLC_INF", "argmax": "(-DLC_INF)",
-        "argmin": "DLC_INF"}
+INIT = {"sum": "0.0", "max": "(-DLC_INF)", "min": "DLC_INF", "argmax": "(-DLC_INF)", "argmin": "DLC_INF"}
 BETTER = {"max": ">", "min": "<", "argmax": ">", "argmin": "<"}
 SHORT = 64  # a reduction of at most this many elements runs in one invocation
 THREAD_MAX = 4096  # nor one of more than this many (past it: a work group per output)
@@ -104,8 +103,27 @@ def render(ctx: Context) -> KernelSource:
     chunk = chunk_size(shape_of_kernel)
     known = numel_known(red_shape)
     split = (per_group or columns) and (known is None or known > chunk)
-    ctx.names.taken.update({"o", "r", "lid", "cx", "ry", "live", "acc", "best", "nchunk",
-                            "grp", "blk", "chunk", "rbase", "rlen", "q", "i", "sc"})
+    ctx.names.taken.update(
+        {
+            "o",
+            "r",
+            "lid",
+            "cx",
+            "ry",
+            "live",
+            "acc",
+            "best",
+            "nchunk",
+            "grp",
+            "blk",
+            "chunk",
+            "rbase",
+            "rlen",
+            "q",
+            "i",
+            "sc",
+        }
+    )
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
@@ -113,8 +131,7 @@ def render(ctx: Context) -> KernelSource:
     n_out, n_red = ctx.numel(out_shape), ctx.numel(red_shape)
     rows = LOCAL // COLS
     if split:
-        em.line(f"int nchunk = {n_red} / {chunk} + ({n_red} % {chunk} != 0 ? 1 : 0);"
-                "  // chunks of the reduction")
+        em.line(f"int nchunk = {n_red} / {chunk} + ({n_red} % {chunk} != 0 ? 1 : 0);  // chunks of the reduction")
         em.line(f"int grp = {group_index()};")
     if per_group:
         if split:
@@ -125,8 +142,7 @@ def render(ctx: Context) -> KernelSource:
         em.line("int lid = int(gl_LocalInvocationID.x);")
         first, step = "lid", LOCAL
     elif columns:
-        em.line(f"int cx = int(gl_LocalInvocationID.x) % {COLS}, "
-                f"ry = int(gl_LocalInvocationID.x) / {COLS};")
+        em.line(f"int cx = int(gl_LocalInvocationID.x) % {COLS}, ry = int(gl_LocalInvocationID.x) / {COLS};")
         if split:
             em.line("int blk = grp / nchunk, chunk = grp - blk * nchunk;")
             em.line(f"if (blk * {COLS} >= {n_out}) return;  // the whole group leaves together")
@@ -174,8 +190,7 @@ def render(ctx: Context) -> KernelSource:
         if op == "sum":
             em.line(f"acc += {v};")
         elif arg:
-            em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; "
-                    f"best = {index}; }}")
+            em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; best = {index}; }}")
         else:
             em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
 
@@ -215,8 +230,10 @@ def render(ctx: Context) -> KernelSource:
             em.line("part[lid] = a + b;")
         elif arg:
             em.line("int ia = part_arg[lid], ib = part_arg[lid + s];")
-            em.line(f"if (b {BETTER[op]} a || (b == a && ib < ia) || (isnan(b) && (!isnan(a) "
-                    "|| ib < ia))) { part[lid] = b; part_arg[lid] = ib; }")
+            em.line(
+                f"if (b {BETTER[op]} a || (b == a && ib < ia) || (isnan(b) && (!isnan(a) "
+                "|| ib < ia))) { part[lid] = b; part_arg[lid] = ib; }"
+            )
         else:
             em.line(f"part[lid] = (b {BETTER[op]} a || isnan(b)) ? b : a;")
         em.close()
@@ -237,9 +254,11 @@ def render(ctx: Context) -> KernelSource:
     if split:
         scratch = len(ctx.binding)
         ctx.scratch_buffers = 1
-        extra += [f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
-                  "  // scratch: a counter per output (or column block), then the partials",
-                  "shared bool last_group;"]
+        extra += [
+            f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
+            "  // scratch: a counter per output (or column block), then the partials",
+            "shared bool last_group;",
+        ]
         em.open("if (nchunk == 1)")
         em.line(done)
         em.line(f"epilogue(o, {result});")
@@ -276,9 +295,11 @@ def render(ctx: Context) -> KernelSource:
         em.line(done)
     em.line(f"epilogue(o, {result});")
 
-    how = {"group": "one work group per output", "thread": "one invocation per output",
-           "columns": f"{COLS} outputs a work group, {LOCAL // COLS} invocations each"}[
-        shape_of_kernel]
+    how = {
+        "group": "one work group per output",
+        "thread": "one invocation per output",
+        "columns": f"{COLS} outputs a work group, {LOCAL // COLS} invocations each",
+    }[shape_of_kernel]
     if split:
         how += f", in chunks of {chunk}"
     what = f"{op} over axes {list(axes)} of {list(xshape)}, {how}"

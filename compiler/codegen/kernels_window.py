@@ -13,8 +13,9 @@ from . import kernels_conv
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, global_index, header, kernel_source
 
 
-def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = None,
-           conv_split: int | None = None) -> KernelSource:
+def render(
+    ctx: Context, conv: str | None = None, conv_blocking: tuple | None = None, conv_split: int | None = None
+) -> KernelSource:
     """`conv` ("gemm" / "direct") forces how conv2d and its gradients run; by default they
     take the implicit GEMM (kernels_conv.py) where the sizes fill its tiles."""
     g = ctx.graph
@@ -22,8 +23,7 @@ def render(ctx: Context, conv: str | None = None, conv_blocking: tuple | None = 
     if kernels_conv.applies(node, conv):
         x_shape = node.attr("x_shape") if node.op == "conv2d_grad_input" else g.nodes[node.inputs[0]].shape
         k = (node.attr("w_shape") if node.op == "conv2d_grad_filter" else g.nodes[node.inputs[1]].shape)[:2]
-        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking,
-                                   conv_split)
+        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking, conv_split)
         if out is not None:
             return out
     epi = Emitter(ctx, anchor_value="value")
@@ -45,8 +45,21 @@ def _geo(x_shape, k, attrs) -> dict:
     oh, ow, pt, pl = window_geometry(x_shape, k, attrs)
     (sh, sw), (dh, dw) = attrs["stride"], dilation(attrs)
     _, h, w, _ = x_shape
-    return {"OH": oh, "OW": ow, "PT": pt, "PL": pl, "SH": sh, "SW": sw, "H": h, "W": w,
-            "KH": k[0], "KW": k[1], "DH": dh, "DW": dw, "G": attrs.get("groups", 1)}
+    return {
+        "OH": oh,
+        "OW": ow,
+        "PT": pt,
+        "PL": pl,
+        "SH": sh,
+        "SW": sw,
+        "H": h,
+        "W": w,
+        "KH": k[0],
+        "KW": k[1],
+        "DH": dh,
+        "DW": dw,
+        "G": attrs.get("groups", 1),
+    }
 
 
 def _coords(em: Emitter, shape) -> tuple[str, ...]:
@@ -112,8 +125,10 @@ def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
     em.line(f"int ix = ox * {p['SW']} + {dj} * {p['DW']} - {p['PL']};")
     em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
     xc = f"({k} / {co // p['G']}) * {ci} + {c}" if p["G"] > 1 else c
-    em.line(f"acc += {X}.v[((b * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']} + {xc}]"
-            f" * {DY}.v[((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {k}];")
+    em.line(
+        f"acc += {X}.v[((b * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']} + {xc}]"
+        f" * {DY}.v[((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {k}];"
+    )
     em.close()
     em.close()
     em.close()
@@ -164,12 +179,10 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     em.line("int by = -1, bx = -1;")
     _each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
     em.line(f"float v = {X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}];")
-    em.line("if (v > best || by < 0 || (dlc_isnan(v) && !dlc_isnan(best))) "
-            "{ best = v; by = iy; bx = ix; }")
+    em.line("if (v > best || by < 0 || (dlc_isnan(v) && !dlc_isnan(best))) { best = v; by = iy; bx = ix; }")
     em.close()
     em.close()
-    em.line(f"if (by == {y} && bx == {xx}) "
-            f"acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}];")
+    em.line(f"if (by == {y} && bx == {xx}) acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}];")
     em.close()
     em.close()
     return f"max_pool gradient {list(node.attr('size'))} over {list(xs)}"
@@ -189,8 +202,10 @@ def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
         em.line(f"float count = {float(p['KH'] * p['KW'])};")
     else:
         em.line(f"int y0 = oy * {p['SH']} - {p['PT']}, x0 = ox * {p['SW']} - {p['PL']};")
-        em.line(f"float count = float((min(y0 + {p['KH']}, {p['H']}) - max(y0, 0)) * "
-                f"(min(x0 + {p['KW']}, {p['W']}) - max(x0, 0)));")
+        em.line(
+            f"float count = float((min(y0 + {p['KH']}, {p['H']}) - max(y0, 0)) * "
+            f"(min(x0 + {p['KW']}, {p['W']}) - max(x0, 0)));"
+        )
     em.line(f"acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}] / count;")
     em.close()
     em.close()
@@ -228,8 +243,11 @@ def _options(node) -> str:
     a = dict(node.attrs)
     pad = a["padding"]
     out = [f"stride {list(a['stride'])}", f"padding {pad if isinstance(pad, str) else list(pad)}"]
-    out += [f"{k} {list(a[k]) if isinstance(a[k], tuple) else a[k]}"
-            for k in ("dilation", "groups", "count_include_pad") if k in a]
+    out += [
+        f"{k} {list(a[k]) if isinstance(a[k], tuple) else a[k]}"
+        for k in ("dilation", "groups", "count_include_pad")
+        if k in a
+    ]
     return ", ".join(out)
 
 

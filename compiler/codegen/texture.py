@@ -149,8 +149,7 @@ def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) ->
     if es:
         lines += list(ES_PRECISION)
     out = "partials" if output is None else f"output {g.label(output)}"
-    lines += [f"// kernel {k.name}, {comment(out)}: {comment(what)}",
-              "// implements:"]
+    lines += [f"// kernel {k.name}, {comment(out)}: {comment(what)}", "// implements:"]
     lines += ["//   " + comment(text) for text in ctx.ir_lines]
     slot_of = {b: s for s, b in ctx.binding.items()}
     for u in units:
@@ -163,8 +162,13 @@ def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) ->
         lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
     for u, name in sorted(ctx.scalars_used.items()):
         lines.append(f"uniform float {u};  // {comment(name)}")
-    lines += ["uniform int dlc_width;  // the output texture's width",
-              "layout(location = 0) out float dlc_out;", "", PREAMBLE, LOAD]
+    lines += [
+        "uniform int dlc_width;  // the output texture's width",
+        "layout(location = 0) out float dlc_out;",
+        "",
+        PREAMBLE,
+        LOAD,
+    ]
     return lines
 
 
@@ -205,8 +209,7 @@ def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -
     if op == "sum":
         em.line(f"acc += {v};")
     elif arg:
-        em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; "
-                "best = r; }")
+        em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; best = r; }}")
     else:
         em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
     em.close()
@@ -237,8 +240,7 @@ def _matmul_body(ctx: Context, em: Emitter) -> str:
     bv = em.value(b, Ix(multi=(*batch_of(bsh), *((j, "kk") if tb else ("kk", j)))))
     em.line(f"acc += {av} * {bv};")
     em.close()
-    return f"matmul {list(ash)}{'^T' if ta else ''} @ {list(bsh)}{'^T' if tb else ''}, " \
-           "one fragment per output"
+    return f"matmul {list(ash)}{'^T' if ta else ''} @ {list(bsh)}{'^T' if tb else ''}, one fragment per output"
 
 
 def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[dict, dict[str, str]]:

@@ -52,6 +52,7 @@ class Value:
 @dataclass
 class Imported:
     """What `dlc.import_onnx` returns."""
+
     model: Any  # the compiled graph here; dlc.import_onnx gives a dlc.Model (as dlc.compile)
     weights: dict[str, np.ndarray]
     source: str
@@ -115,8 +116,7 @@ class Converter:
 
         n = self.node
         where = f"node '{n.name or n.output[0]}' ({n.op_type}, opset {self.opset})" if n else "model"
-        return ImportError_(f"cannot import {where}: {what}\n"
-                            f"supported ONNX ops: {', '.join(supported_ops())}")
+        return ImportError_(f"cannot import {where}: {what}\nsupported ONNX ops: {', '.join(supported_ops())}")
 
     # -- writing ---------------------------------------------------------------
     def emit(self, onnx_name: str, expr: str, shape: tuple, nhwc: bool = False) -> Value:
@@ -142,8 +142,7 @@ class Converter:
     def declare_const(self, base: str, a: np.ndarray, param: bool) -> str:
         """A .dl name holding the array `a`: a param (weights file) or an inline const."""
         a = np.asarray(a)
-        if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) \
-                and a.dtype != bool:
+        if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) and a.dtype != bool:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
         name = self.names.new(base)
         if param or a.size > INLINE_LIMIT or not np.all(np.isfinite(a)):
@@ -163,8 +162,7 @@ class Converter:
         if not v.nhwc:
             return v.name
         if "nchw" not in v.cache:
-            v.cache["nchw"] = self.temp(v.onnx_name + "_nchw",
-                                        f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
+            v.cache["nchw"] = self.temp(v.onnx_name + "_nchw", f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
         return v.cache["nchw"]
 
     def nhwc(self, v: Value) -> str:
@@ -175,11 +173,11 @@ class Converter:
             return v.name
         if "nhwc" not in v.cache:
             if v.const is not None:
-                v.cache["nhwc"] = self.declare_const(v.onnx_name + "_nhwc",
-                                                     v.const.transpose(TO_NHWC), v.param)
+                v.cache["nhwc"] = self.declare_const(v.onnx_name + "_nhwc", v.const.transpose(TO_NHWC), v.param)
             else:
-                v.cache["nhwc"] = self.temp(v.onnx_name + "_nhwc",
-                                            f"transpose({self.data(v)}, perm={fmt_list(TO_NHWC)})")
+                v.cache["nhwc"] = self.temp(
+                    v.onnx_name + "_nhwc", f"transpose({self.data(v)}, perm={fmt_list(TO_NHWC)})"
+                )
         return v.cache["nhwc"]
 
     def operand(self, v: Value, nhwc: bool) -> str:
@@ -198,8 +196,7 @@ class Converter:
                 v.cache["b4"] = self.declare_const(v.onnx_name + "_nhwc", a, v.param)
             else:
                 r = self.temp(v.onnx_name + "_4d", f"reshape({self.data(v)}, {fmt_shape(full)})")
-                v.cache["b4"] = self.temp(v.onnx_name + "_nhwc",
-                                          f"transpose({r}, perm={fmt_list(TO_NHWC)})")
+                v.cache["b4"] = self.temp(v.onnx_name + "_nhwc", f"transpose({r}, perm={fmt_list(TO_NHWC)})")
         return v.cache["b4"]
 
     def source(self, header: str) -> str:
@@ -208,12 +205,12 @@ class Converter:
 
 # -- loading -----------------------------------------------------------------------
 
+
 def _onnx():
     try:
         import onnx
     except ImportError:
-        raise ImportError_('importing ONNX models needs the onnx package: pip install "dlc[onnx]"') \
-            from None
+        raise ImportError_('importing ONNX models needs the onnx package: pip install "dlc[onnx]"') from None
     return onnx
 
 
@@ -268,6 +265,7 @@ def load_model(path_or_model, batch: str | int | None):
 
 def _infer(model):
     from onnx import shape_inference
+
     try:
         return shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
@@ -292,8 +290,11 @@ def _keep_batch_in_reshapes(model, batch: str, fixed: set[int]) -> bool:
         if not x or x[0] != batch or target.ndim != 1 or not len(target) or int(target[0]) not in fixed:
             continue
         rest = x[1:]
-        if any(isinstance(d, str) for d in rest) or any(int(t) <= 0 for t in target[1:]) or \
-                int(np.prod(rest)) != int(np.prod(target[1:])):
+        if (
+            any(isinstance(d, str) for d in rest)
+            or any(int(t) <= 0 for t in target[1:])
+            or int(np.prod(rest)) != int(np.prod(target[1:]))
+        ):
             continue
         new = target.copy()
         new[0] = 0
@@ -366,9 +367,11 @@ def import_onnx(path_or_model, batch: str | int | None = None):
         shape = tuple(_dim_name(d, names, conv.dim_names) for d in shape)
         et = i.type.tensor_type.elem_type
         if et not in FLOAT_TYPES and not (et in INDEX_TYPES and onnx_ops.only_indices(g, i.name)):
-            raise ImportError_(f"graph input '{i.name}' has element type "
-                               f"{_type_name(et)}: dlc computes in float32, and only indices "
-                               "(Gather's second input) may be integers")
+            raise ImportError_(
+                f"graph input '{i.name}' has element type "
+                f"{_type_name(et)}: dlc computes in float32, and only indices "
+                "(Gather's second input) may be integers"
+            )
         name = names.new(i.name)
         conv.decls.append(f"input {name}: {fmt_shape(shape)}")
         conv.values[i.name] = Value(shape, name, onnx_name=i.name)
@@ -393,8 +396,9 @@ def import_onnx(path_or_model, batch: str | int | None = None):
         elif v.name is None and v.const is not None:
             out_names[o] = conv.declare_const(o, v.const, v.param)
         else:
-            out_names[o] = conv.temp(o, conv.data(v) if not v.nhwc else
-                                     f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
+            out_names[o] = conv.temp(
+                o, conv.data(v) if not v.nhwc else f"transpose({v.name}, perm={fmt_list(TO_NCHW)})"
+            )
     source = conv.source("\n".join(header))
     try:
         compiled = compile_source(source, "<imported>")
@@ -413,4 +417,5 @@ def _dim_name(d, names: Names, seen: dict[str, str]):
 
 def _type_name(et: int) -> str:
     from onnx import TensorProto
+
     return TensorProto.DataType.Name(et)

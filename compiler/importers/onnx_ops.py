@@ -26,6 +26,7 @@ def handler(*ops: str):
         for op in ops:
             HANDLERS[op] = fn
         return fn
+
     return deco
 
 
@@ -41,8 +42,10 @@ def only_indices(graph, name: str) -> bool:
 
 # -- driving -------------------------------------------------------------------------
 
+
 def _attrs(node) -> dict:
     from onnx import helper
+
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -77,8 +80,10 @@ def convert_node(c: Converter, node) -> None:
 
 def _shape_const(c, node, x: Value, attrs) -> None:
     if any(isinstance(d, str) for d in x.shape):
-        raise c.fail(f"{node.op_type} of a tensor with a symbolic dim ({fmt_shape(x.shape)}) "
-                     "cannot be folded at import; import with a fixed batch size")
+        raise c.fail(
+            f"{node.op_type} of a tensor with a symbolic dim ({fmt_shape(x.shape)}) "
+            "cannot be folded at import; import with a fixed batch size"
+        )
     shape = np.array(x.shape, np.int64)
     if node.op_type == "Size":
         c.set_const(node.output[0], np.array(np.prod(shape), np.int64), False)
@@ -95,8 +100,9 @@ def _fold(c, node, ins) -> None:
     for name, v in zip(node.input, ins):
         if v is not None:
             feeds[name] = v.const
-            inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(v.const.dtype), v.const.shape))
+            inputs.append(
+                helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.const.dtype), v.const.shape)
+            )
     outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output if o]
     graph = helper.make_graph([node], "fold", inputs, outs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c.opset)])
@@ -122,8 +128,12 @@ def batch_norms_after_convs(nodes: list, graph_outputs: set[str]) -> dict[str, o
         if n.op_type != "Conv" or n.output[0] in graph_outputs:
             continue
         after = uses.get(n.output[0], [])
-        if len(after) == 1 and after[0].op_type == "BatchNormalization" \
-                and after[0].input[0] == n.output[0] and not _attrs(after[0]).get("training_mode"):
+        if (
+            len(after) == 1
+            and after[0].op_type == "BatchNormalization"
+            and after[0].input[0] == n.output[0]
+            and not _attrs(after[0]).get("training_mode")
+        ):
             out[n.output[0]] = after[0]
     return out
 
@@ -132,17 +142,19 @@ def _fold_bn(c, w: np.ndarray, b: np.ndarray | None, bn) -> tuple[np.ndarray, np
     """(filter, bias) with the BatchNormalization `bn` folded in; None if its stats are
     not constants (or it has more outputs in use)."""
     stats = [c.values.get(i) for i in bn.input[1:5]]
-    if any(v is None or v.const is None for v in stats) or \
-            any(o in c.used for o in bn.output[1:] if o):
+    if any(v is None or v.const is None for v in stats) or any(o in c.used for o in bn.output[1:] if o):
         return None
     scale, shift, mean, var = (v.const.astype(np.float64) for v in stats)
     k = scale / np.sqrt(var + _attrs(bn).get("epsilon", 1e-5))
     b = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
-    return ((w.astype(np.float64) * k[:, None, None, None]).astype(np.float32),
-            ((b - mean) * k + shift).astype(np.float32))
+    return (
+        (w.astype(np.float64) * k[:, None, None, None]).astype(np.float32),
+        ((b - mean) * k + shift).astype(np.float32),
+    )
 
 
 # -- helpers -------------------------------------------------------------------------
+
 
 def _out_shape(c: Converter, name: str) -> tuple:
     shape = c.shapes.get(name)
@@ -190,27 +202,47 @@ def _norm_axis(c, axis: int, rank: int) -> int:
 # -- elementwise ---------------------------------------------------------------------
 
 UNARY = {
-    "Relu": "relu({})", "Sigmoid": "sigmoid({})", "Tanh": "tanh({})", "Exp": "exp({})",
-    "Log": "log({})", "Sqrt": "sqrt({})", "Abs": "abs({})", "Neg": "(-{})",
-    "Reciprocal": "reciprocal({})", "Softplus": "softplus({})", "Sin": "sin({})",
-    "Cos": "cos({})", "Sign": "sign({})", "Softsign": "({0} / (1.0 + abs({0})))", "Erf": "erf({})",
+    "Relu": "relu({})",
+    "Sigmoid": "sigmoid({})",
+    "Tanh": "tanh({})",
+    "Exp": "exp({})",
+    "Log": "log({})",
+    "Sqrt": "sqrt({})",
+    "Abs": "abs({})",
+    "Neg": "(-{})",
+    "Reciprocal": "reciprocal({})",
+    "Softplus": "softplus({})",
+    "Sin": "sin({})",
+    "Cos": "cos({})",
+    "Sign": "sign({})",
+    "Softsign": "({0} / (1.0 + abs({0})))",
+    "Erf": "erf({})",
 }
 BINARY = {
-    "Add": "({} + {})", "Sub": "({} - {})", "Mul": "({} * {})", "Div": "({} / {})",
-    "Pow": "pow({}, {})", "Equal": "eq({}, {})", "Less": "lt({}, {})",
-    "LessOrEqual": "le({}, {})", "Greater": "gt({}, {})", "GreaterOrEqual": "ge({}, {})",
+    "Add": "({} + {})",
+    "Sub": "({} - {})",
+    "Mul": "({} * {})",
+    "Div": "({} / {})",
+    "Pow": "pow({}, {})",
+    "Equal": "eq({}, {})",
+    "Less": "lt({}, {})",
+    "LessOrEqual": "le({}, {})",
+    "Greater": "gt({}, {})",
+    "GreaterOrEqual": "ge({}, {})",
 }
 
 
 def _unary(template):
     def fn(c, node, ins, attrs):
         _elementwise(c, node, ins[:1], lambda x: template.format(x))
+
     return fn
 
 
 def _binary(template):
     def fn(c, node, ins, attrs):
         _elementwise(c, node, ins[:2], lambda a, b: template.format(a, b))
+
     return fn
 
 
@@ -282,12 +314,14 @@ def _clip(c, node, ins, attrs):
         elif hi_v is not None and math.isfinite(hi_v):
             out = f"minimum({out}, {fmt_num(hi_v)})"
         return out
+
     _elementwise(c, node, [x, *(v for v in (lo, hi) if v is not None)], expr)
 
 
 def _variadic(join: Callable[[list[str]], str]):
     def fn(c, node, ins, attrs):
         _elementwise(c, node, ins, lambda *xs: join(list(xs)))
+
     return fn
 
 
@@ -297,6 +331,7 @@ def _nest(f: str):
         for x in xs[1:]:
             out = f"{f}({out}, {x})"
         return out
+
     return join
 
 
@@ -328,18 +363,22 @@ def _identity(c, node, ins, attrs):
 @handler("Cast")
 def _cast(c, node, ins, attrs):
     from .onnx_model import FLOAT_TYPES
+
     if attrs["to"] not in FLOAT_TYPES:
-        raise c.fail(f"Cast to {_type_name(attrs['to'])} is not supported: dlc computes in float32 "
-                     "(Cast among float types is)")
+        raise c.fail(
+            f"Cast to {_type_name(attrs['to'])} is not supported: dlc computes in float32 (Cast among float types is)"
+        )
     _identity(c, node, ins, attrs)
 
 
 def _type_name(t):
     from onnx import TensorProto
+
     return TensorProto.DataType.Name(t)
 
 
 # -- linear algebra ------------------------------------------------------------------
+
 
 @handler("MatMul")
 def _matmul(c, node, ins, attrs):
@@ -352,12 +391,13 @@ def _matmul(c, node, ins, attrs):
     # dlc's matmul batches over one axis: broadcast both operands' batch dims to the output's,
     # fold them into one, multiply, and unfold.
     if a.rank < 2 or b.rank < 2:
-        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (a rank-1 operand "
-                     "with a rank above 3)")
+        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (a rank-1 operand with a rank above 3)")
     batch = tuple(shape[:-2])
     if any(isinstance(d, str) for d in batch):
-        raise c.fail(f"MatMul above rank 3 with symbolic batch dims {fmt_shape(batch)} is not "
-                     "supported (import with a fixed batch size)")
+        raise c.fail(
+            f"MatMul above rank 3 with symbolic batch dims {fmt_shape(batch)} is not "
+            "supported (import with a fixed batch size)"
+        )
     n = str(math.prod(batch))
     parts = []
     for v, tail in ((a, a.shape[-2:]), (b, b.shape[-2:])):
@@ -396,11 +436,14 @@ def _gemm(c, node, ins, attrs):
 
 # -- convolution and pooling ---------------------------------------------------------
 
+
 def _spatial(c, node, x: Value, kernel, strides, attrs, dilations=(1, 1)):
     """(pt, pl, pb, pr) from pads / auto_pad for a 2-D window op over NCHW x."""
     if x.rank != 4 or len(kernel) != 2:
-        raise c.fail(f"only 2-D {node.op_type} over NCHW input is supported, got input "
-                     f"{fmt_shape(x.shape)} and kernel {list(kernel)}")
+        raise c.fail(
+            f"only 2-D {node.op_type} over NCHW input is supported, got input "
+            f"{fmt_shape(x.shape)} and kernel {list(kernel)}"
+        )
     h, w = x.shape[2:]
     if isinstance(h, str) or isinstance(w, str):
         raise c.fail("height and width must be concrete")
@@ -456,6 +499,7 @@ def _pair_arg(v) -> str:
 
 def _one_d(handler_2d):
     """A 1-D Conv, ConvTranspose or pool ([N, C, L]) as the 2-D one over [N, C, 1, L]."""
+
     def fn(c, node, ins, attrs):
         x = ins[0]
         if x.rank != 3:
@@ -463,9 +507,11 @@ def _one_d(handler_2d):
         from onnx import helper
 
         n, ch, length = x.shape
-        x4 = Value((n, ch, 1, length), c.temp(x.onnx_name + "_2d", f"reshape({c.data(x)}, "
-                                                                  f"{fmt_shape((n, ch, 1, length))})"),
-                   onnx_name=x.onnx_name + "_2d")
+        x4 = Value(
+            (n, ch, 1, length),
+            c.temp(x.onnx_name + "_2d", f"reshape({c.data(x)}, {fmt_shape((n, ch, 1, length))})"),
+            onnx_name=x.onnx_name + "_2d",
+        )
         new = dict(attrs)
         for key in ("kernel_shape", "strides", "dilations"):
             if key in attrs:
@@ -478,13 +524,16 @@ def _one_d(handler_2d):
         if node.op_type in ("Conv", "ConvTranspose"):
             w = ins[1]
             if w.const is not None:
-                rest[0] = Value((*w.shape[:2], 1, w.shape[2]), const=w.const[:, :, None, :],
-                                param=w.param, onnx_name=w.onnx_name)
+                rest[0] = Value(
+                    (*w.shape[:2], 1, w.shape[2]), const=w.const[:, :, None, :], param=w.param, onnx_name=w.onnx_name
+                )
             else:
                 shape4 = (*w.shape[:2], 1, w.shape[2])
-                rest[0] = Value(shape4, c.temp(w.onnx_name + "_2d", f"reshape({c.data(w)}, "
-                                                                    f"{fmt_shape(shape4)})"),
-                                onnx_name=w.onnx_name + "_2d")
+                rest[0] = Value(
+                    shape4,
+                    c.temp(w.onnx_name + "_2d", f"reshape({c.data(w)}, {fmt_shape(shape4)})"),
+                    onnx_name=w.onnx_name + "_2d",
+                )
             if "kernel_shape" not in new:
                 new["kernel_shape"] = [1, w.shape[2]]
         out = _one_out(c, node)
@@ -494,6 +543,7 @@ def _one_d(handler_2d):
         node_2d = helper.make_node(node.op_type, [i for i in node.input], [mid], name=node.name)
         handler_2d(c, node_2d, [x4, *rest], new)
         c.emit(out, f"reshape({c.data(c.values[mid])}, {fmt_shape(shape)})", shape)
+
     return fn
 
 
@@ -507,19 +557,24 @@ def _conv(c, node, ins, attrs):
     groups = attrs.get("group", 1)
     pads = _spatial(c, node, x, kernel, strides, attrs, dil)
     bn = c.bn_after.get(out)
-    folded = _fold_bn(c, w.const, bias.const if bias is not None else None, bn) \
-        if bn is not None and w.const is not None and (bias is None or bias.const is not None) else None
+    folded = (
+        _fold_bn(c, w.const, bias.const if bias is not None else None, bn)
+        if bn is not None and w.const is not None and (bias is None or bias.const is not None)
+        else None
+    )
     if folded is not None:  # Conv + BatchNormalization -> one Conv
         c.skip.add(id(bn))
         out = bn.output[0]
         w = Value(w.shape, const=folded[0], param=True, onnx_name=w.onnx_name + "_bn")
         bias = Value(folded[1].shape, const=folded[1], param=True, onnx_name=out + "_bias")
     # [Cout, Cin/G, kh, kw] -> dlc's [kh, kw, Cin/G, Cout]
-    wn = c.declare_const(w.onnx_name, w.const.transpose(2, 3, 1, 0), w.param) \
-        if w.const is not None else f"transpose({c.data(w)}, perm=[2, 3, 1, 0])"
+    wn = (
+        c.declare_const(w.onnx_name, w.const.transpose(2, 3, 1, 0), w.param)
+        if w.const is not None
+        else f"transpose({c.data(w)}, perm=[2, 3, 1, 0])"
+    )
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
-    args = [c.nhwc(x), wn, f"stride={_pair_arg(strides)}",
-            f"padding={_padding_arg(x.shape, eff, strides, pads)}"]
+    args = [c.nhwc(x), wn, f"stride={_pair_arg(strides)}", f"padding={_padding_arg(x.shape, eff, strides, pads)}"]
     if dil != [1, 1]:
         args.append(f"dilation={_pair_arg(dil)}")
     if groups != 1:
@@ -564,8 +619,12 @@ def _pool(c, node, ins, attrs):
         shape = x.shape
     all_pads = (pads[0], pads[1], pads[2] + extra[0], pads[3] + extra[1])
     padding = _padding_arg(shape, kernel, strides, all_pads)
-    c.emit(out, f"{fn}({xs}, {_pair_arg(kernel)}, stride={_pair_arg(strides)}, padding={padding})",
-           _out_shape(c, out), nhwc=True)
+    c.emit(
+        out,
+        f"{fn}({xs}, {_pair_arg(kernel)}, stride={_pair_arg(strides)}, padding={padding})",
+        _out_shape(c, out),
+        nhwc=True,
+    )
 
 
 def _conv_transpose(c, node, ins, attrs):
@@ -579,8 +638,9 @@ def _conv_transpose(c, node, ins, attrs):
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto not in ("NOTSET", "VALID") or "output_shape" in attrs:
-        raise c.fail("ConvTranspose with auto_pad SAME_* or output_shape is not supported "
-                     "(pads and output_padding are)")
+        raise c.fail(
+            "ConvTranspose with auto_pad SAME_* or output_shape is not supported (pads and output_padding are)"
+        )
     kernel = list(w.shape[2:])
     strides = list(attrs.get("strides", [1, 1]))
     dil = list(attrs.get("dilations", [1, 1]))
@@ -588,35 +648,42 @@ def _conv_transpose(c, node, ins, attrs):
     pads = [0, 0, 0, 0] if auto == "VALID" else list(attrs.get("pads", [0, 0, 0, 0]))
     groups = attrs.get("group", 1)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
-    conv_pads = [eff[0] - 1 - pads[0], eff[0] - 1 - pads[2] + extra[0],
-                 eff[1] - 1 - pads[1], eff[1] - 1 - pads[3] + extra[1]]
+    conv_pads = [
+        eff[0] - 1 - pads[0],
+        eff[0] - 1 - pads[2] + extra[0],
+        eff[1] - 1 - pads[1],
+        eff[1] - 1 - pads[3] + extra[1],
+    ]
     if min(conv_pads) < 0:
         raise c.fail(f"ConvTranspose pads {pads} larger than the dilated kernel - 1 are not supported")
     n, ch, h, wd = x.shape
     sh, sw = strides
     xs = c.nhwc(x)
     if (sh, sw) != (1, 1):
-        six = c.temp(out + "_up", f"pad(reshape({xs}, {fmt_shape((n, h, 1, wd, 1, ch))}), "
-                                  f"[0, 0, 0, 0, 0, 0], [0, 0, {sh - 1}, 0, {sw - 1}, 0])")
+        six = c.temp(
+            out + "_up",
+            f"pad(reshape({xs}, {fmt_shape((n, h, 1, wd, 1, ch))}), "
+            f"[0, 0, 0, 0, 0, 0], [0, 0, {sh - 1}, 0, {sw - 1}, 0])",
+        )
         flat = f"reshape({six}, {fmt_shape((n, h * sh, wd * sw, ch))})"
-        xs = c.temp(out + "_zeros", f"slice({flat}, [0, 0, 0, 0], "
-                                    f"[-1, {(h - 1) * sh + 1}, {(wd - 1) * sw + 1}, -1])")
+        xs = c.temp(out + "_zeros", f"slice({flat}, [0, 0, 0, 0], [-1, {(h - 1) * sh + 1}, {(wd - 1) * sw + 1}, -1])")
     # [Cin, Cout/G, kh, kw] -> per group [kh, kw, Cin/G, Cout/G], flipped; groups side by side
     cin_g = w.shape[0] // groups
     if w.const is not None:
         wk = w.const[:, :, ::-1, ::-1]
-        wk = np.concatenate([wk[g * cin_g:(g + 1) * cin_g].transpose(2, 3, 0, 1)
-                             for g in range(groups)], axis=3)
+        wk = np.concatenate([wk[g * cin_g : (g + 1) * cin_g].transpose(2, 3, 0, 1) for g in range(groups)], axis=3)
         wn = c.declare_const(w.onnx_name, np.ascontiguousarray(wk), w.param)
     else:
         wn = c.temp(w.onnx_name + "_t", f"transpose({c.data(w)}, perm=[2, 3, 0, 1])")
         shape = [kernel[0], kernel[1], w.shape[0], w.shape[1]]
         for axis in (0, 1):
-            wn = _take_along(c, w.onnx_name + "_flip", wn, shape, axis,
-                             list(range(kernel[axis] - 1, -1, -1)), -1) if kernel[axis] > 1 else wn
+            wn = (
+                _take_along(c, w.onnx_name + "_flip", wn, shape, axis, list(range(kernel[axis] - 1, -1, -1)), -1)
+                if kernel[axis] > 1
+                else wn
+            )
         if groups != 1:
-            parts = ", ".join(f"slice({wn}, [0, 0, {g * cin_g}, 0], [-1, -1, {cin_g}, -1])"
-                              for g in range(groups))
+            parts = ", ".join(f"slice({wn}, [0, 0, {g * cin_g}, 0], [-1, -1, {cin_g}, -1])" for g in range(groups))
             wn = c.temp(w.onnx_name + "_groups", f"concat([{parts}], axis=3)")
     args = [xs, wn, "stride=1", f"padding={fmt_list(conv_pads)}"]
     if dil != [1, 1]:
@@ -657,13 +724,20 @@ def _batch_norm(c, node, ins, attrs):
     scale, shift, mean, var = (v.const.astype(np.float64) for v in ins[1:5])
     k = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
     bshape = (-1,) + (1,) * (x.rank - 2)
-    ks = Value(tuple(k.reshape(bshape).shape), const=k.reshape(bshape).astype(np.float32),
-               param=ins[1].param, onnx_name=out + "_scale")
-    ts = Value(ks.shape, const=(shift - mean * k).reshape(bshape).astype(np.float32),
-               param=ins[2].param, onnx_name=out + "_shift")
+    ks = Value(
+        tuple(k.reshape(bshape).shape),
+        const=k.reshape(bshape).astype(np.float32),
+        param=ins[1].param,
+        onnx_name=out + "_scale",
+    )
+    ts = Value(
+        ks.shape,
+        const=(shift - mean * k).reshape(bshape).astype(np.float32),
+        param=ins[2].param,
+        onnx_name=out + "_shift",
+    )
     nhwc = x.nhwc and x.rank == 4
-    c.emit(out, f"{c.operand(x, nhwc)} * {c.operand(ks, nhwc)} + {c.operand(ts, nhwc)}",
-           _out_shape(c, out), nhwc)
+    c.emit(out, f"{c.operand(x, nhwc)} * {c.operand(ks, nhwc)} + {c.operand(ts, nhwc)}", _out_shape(c, out), nhwc)
 
 
 @handler("LRN")
@@ -680,11 +754,16 @@ def _lrn(c, node, ins, attrs):
     sq = c.temp(out + "_sq", f"pad(square({xs}), [0, 0, 0, {lo}], [0, 0, 0, {hi}])")
     window = " + ".join(f"slice({sq}, [0, 0, 0, {k}], [-1, -1, -1, {ch}])" for k in range(size))
     s = c.temp(out + "_sum", window)
-    c.emit(out, f"{xs} / pow({fmt_num(bias)} + {fmt_num(alpha / size)} * {s}, {fmt_num(beta)})",
-           _out_shape(c, out), nhwc=True)
+    c.emit(
+        out,
+        f"{xs} / pow({fmt_num(bias)} + {fmt_num(alpha / size)} * {s}, {fmt_num(beta)})",
+        _out_shape(c, out),
+        nhwc=True,
+    )
 
 
 # -- softmax ------------------------------------------------------------------------
+
 
 @handler("Softmax", "LogSoftmax")
 def _softmax(c, node, ins, attrs):
@@ -712,6 +791,7 @@ def _softmax(c, node, ins, attrs):
 
 
 # -- shape ops ----------------------------------------------------------------------
+
 
 def _reshape_to(c, node, x: Value) -> None:
     out = _one_out(c, node)
@@ -814,8 +894,7 @@ def _pad(c, node, ins, attrs):
             ones = [d if (before[k] or after[k]) else 1 for k, d in enumerate(x.shape)]
             m = c.names.new(out + "_ones")
             c.decls.append(f"const {m}: {fmt_shape(ones)} = 1")
-            expr = (f"{expr} + {fmt_num(value)} * (1.0 - pad({m}, {fmt_list(before)}, "
-                    f"{fmt_list(after)}))")
+            expr = f"{expr} + {fmt_num(value)} * (1.0 - pad({m}, {fmt_list(before)}, {fmt_list(after)}))"
         c.emit(out, expr, shape)
         return
     cur, cur_shape = c.data(x), list(x.shape)
@@ -852,10 +931,8 @@ def _gather_runs(c, out: str, x: str, shape: list, axis: int, idx: list[int]) ->
     for r in runs:
         begin, size = [0] * rank, [-1] * rank
         begin[axis], size[axis] = r[0], len(r)
-        parts.append(x if len(r) == shape[axis] else
-                     f"slice({x}, {fmt_list(begin)}, {fmt_list(size)})")
-    return c.temp(f"{out}_g{axis}", parts[0] if len(parts) == 1 else
-                  f"concat([{', '.join(parts)}], axis={axis})")
+        parts.append(x if len(r) == shape[axis] else f"slice({x}, {fmt_list(begin)}, {fmt_list(size)})")
+    return c.temp(f"{out}_g{axis}", parts[0] if len(parts) == 1 else f"concat([{', '.join(parts)}], axis={axis})")
 
 
 def _slice_expr(c, x: Value, begin, size) -> str:
@@ -871,10 +948,10 @@ def _slice(c, node, ins, attrs):
     if c.opset >= 10:
         starts = _const_ints(c, ins[1], "Slice's starts")
         ends = _const_ints(c, ins[2], "Slice's ends")
-        axes = _const_ints(c, ins[3], "Slice's axes") if len(ins) > 3 and ins[3] is not None \
-            else list(range(len(starts)))
-        steps = _const_ints(c, ins[4], "Slice's steps") if len(ins) > 4 and ins[4] is not None \
-            else [1] * len(starts)
+        axes = (
+            _const_ints(c, ins[3], "Slice's axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
+        )
+        steps = _const_ints(c, ins[4], "Slice's steps") if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
     else:
         starts, ends = list(attrs["starts"]), list(attrs["ends"])
         axes = list(attrs.get("axes", range(len(starts))))
@@ -886,12 +963,11 @@ def _slice(c, node, ins, attrs):
         if st == 0:
             raise c.fail(f"Slice step 0 on axis {a}")
         if isinstance(d, str):
-            if s == 0 and e >= 2 ** 31 - 1 and st == 1:
+            if s == 0 and e >= 2**31 - 1 and st == 1:
                 continue
             raise c.fail(f"Slice along symbolic dim {d} must take all of it")
         s, e = s + d if s < 0 else s, e + d if e < 0 else e
-        s, e = (max(0, min(d, s)), max(0, min(d, e))) if st > 0 else \
-            (max(-1, min(d - 1, s)), max(-1, min(d - 1, e)))
+        s, e = (max(0, min(d, s)), max(0, min(d, e))) if st > 0 else (max(-1, min(d - 1, s)), max(-1, min(d - 1, e)))
         idx = list(range(s, e, st))
         if not idx:
             raise c.fail(f"Slice gives an empty tensor on axis {a}: dlc tensors are never empty")
@@ -910,9 +986,9 @@ def _take_along(c, out: str, x: str, shape: list, axis: int, idx: list[int], ste
         if start == 0 and n == dims[axis]:
             return t
         return f"slice({t}, {fmt_list(begin)}, {fmt_list(size)})"
+
     if step == 1:
-        return c.temp(f"{out}_s{axis}", sl(x, idx[0], len(idx), shape)) \
-            if len(idx) != shape[axis] else x
+        return c.temp(f"{out}_s{axis}", sl(x, idx[0], len(idx), shape)) if len(idx) != shape[axis] else x
     if step < 0:  # reversed: one slice per element
         if len(idx) > 256:
             raise c.fail(f"Slice with a negative step over {len(idx)} elements is not supported")
@@ -925,13 +1001,12 @@ def _take_along(c, out: str, x: str, shape: list, axis: int, idx: list[int], ste
     before, after = [0] * rank, [0] * rank
     after[axis] = count * step - n
     padded = f"pad({run}, {fmt_list(before)}, {fmt_list(after)})" if after[axis] else run
-    split = [*shape[:axis], count, step, *shape[axis + 1:]]
+    split = [*shape[:axis], count, step, *shape[axis + 1 :]]
     t = c.temp(f"{out}_split{axis}", f"reshape({padded}, {fmt_shape(split)})")
     begin, size = [0] * (rank + 1), [-1] * (rank + 1)
     size[axis + 1] = 1
-    kept = [*shape[:axis], count, *shape[axis + 1:]]
-    return c.temp(f"{out}_s{axis}", f"reshape(slice({t}, {fmt_list(begin)}, {fmt_list(size)}), "
-                                    f"{fmt_shape(kept)})")
+    kept = [*shape[:axis], count, *shape[axis + 1 :]]
+    return c.temp(f"{out}_s{axis}", f"reshape(slice({t}, {fmt_list(begin)}, {fmt_list(size)}), {fmt_shape(kept)})")
 
 
 @handler("Split")
@@ -1020,8 +1095,7 @@ def _reduce(c, node, ins, attrs):
         a = sorted(_nhwc_axis(k) for k in axes)
         c.emit(out, REDUCE[node.op_type].format(x=x.name, a=fmt_list(a), k="true"), shape, nhwc=True)
         return
-    c.emit(out, REDUCE[node.op_type].format(x=c.data(x), a=fmt_list(axes), k=str(keep).lower()),
-           shape)
+    c.emit(out, REDUCE[node.op_type].format(x=c.data(x), a=fmt_list(axes), k=str(keep).lower()), shape)
 
 
 @handler("ArgMax", "ArgMin")
@@ -1055,4 +1129,3 @@ def _layer_norm(c, node, ins, attrs):
     if bias is not None:
         expr += f" + {c.data(bias)}"
     c.emit(out, expr, _out_shape(c, out))
-

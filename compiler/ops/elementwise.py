@@ -51,11 +51,16 @@ UNARY = {
     "relu": (lambda x, a: np.maximum(x, 0), "dlc_max(a, 0.0)", True),
     "relu6": (lambda x, a: np.clip(x, 0, 6), "dlc_relu6(a)", True),
     "leaky_relu": (
-        lambda x, a: np.where(x >= 0, x, a["alpha"] * x), "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * a)", True),
+        lambda x, a: np.where(x >= 0, x, a["alpha"] * x),
+        "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * a)",
+        True,
+    ),
     "elu": (lambda x, a: _elu(x, a["alpha"]), "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * (exp(a) - 1.0))", True),
     "selu": (
         lambda x, a: SELU_SCALE * _elu(x, SELU_ALPHA),
-        f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * (exp(a) - 1.0)))", True),
+        f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * (exp(a) - 1.0)))",
+        True,
+    ),
     "softplus": (lambda x, a: _softplus(x), "(dlc_max(a, 0.0) + log(1.0 + exp(-abs(a))))", True),
     "sigmoid": (lambda x, a: _sigmoid(x), "dlc_sigmoid(a)", True),
     "tanh": (lambda x, a: np.tanh(x), "tanh(clamp(a, -15.0, 15.0))", True),
@@ -80,12 +85,12 @@ BINARY = {
     "pow": (_pow, "dlc_pow(a, b)", True),
     "maximum": (np.maximum, "dlc_max(a, b)", True),
     "minimum": (np.minimum, "dlc_min(a, b)", True),
-    "eq": (lambda x, y: (x == y), "((a == b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
-    "ne": (lambda x, y: (x != y), "((a != b || dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
-    "lt": (lambda x, y: (x < y), "((a < b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
-    "le": (lambda x, y: (x <= y), "((a <= b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
-    "gt": (lambda x, y: (x > y), "((a > b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
-    "ge": (lambda x, y: (x >= y), "((a >= b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "eq": (lambda x, y: x == y, "((a == b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "ne": (lambda x, y: x != y, "((a != b || dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "lt": (lambda x, y: x < y, "((a < b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "le": (lambda x, y: x <= y, "((a <= b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "gt": (lambda x, y: x > y, "((a > b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
+    "ge": (lambda x, y: x >= y, "((a >= b && !dlc_unordered(a, b)) ? 1.0 : 0.0)", False),
 }
 
 
@@ -93,6 +98,7 @@ def _unary_ref(fn):
     def ref(args, attrs, dims):
         with np.errstate(all="ignore"):
             return np.asarray(fn(args[0], attrs), dtype=args[0].dtype)
+
     return ref
 
 
@@ -101,16 +107,15 @@ def _binary_ref(fn):
         dtype = np.result_type(args[0], args[1])
         with np.errstate(all="ignore"):
             return np.asarray(fn(args[0], args[1]), dtype=dtype)
+
     return ref
 
 
 for _name, (_fn, _glsl, _diff) in UNARY.items():
-    register(OpDef(_name, "elementwise", _same, _unary_ref(_fn), arity=1,
-                   differentiable=_diff, glsl=_glsl))
+    register(OpDef(_name, "elementwise", _same, _unary_ref(_fn), arity=1, differentiable=_diff, glsl=_glsl))
 
 for _name, (_fn, _glsl, _diff) in BINARY.items():
-    register(OpDef(_name, "elementwise", _bcast, _binary_ref(_fn), arity=2,
-                   differentiable=_diff, glsl=_glsl))
+    register(OpDef(_name, "elementwise", _bcast, _binary_ref(_fn), arity=2, differentiable=_diff, glsl=_glsl))
 
 
 def _where(args, attrs, dims):

@@ -31,9 +31,7 @@ def _slice(args, attrs, dims):
 
 
 def _pad_shape(ins, attrs):
-    return tuple(
-        d if isinstance(d, str) else d + lo + hi
-        for d, lo, hi in zip(ins[0], attrs["before"], attrs["after"]))
+    return tuple(d if isinstance(d, str) else d + lo + hi for d, lo, hi in zip(ins[0], attrs["before"], attrs["after"]))
 
 
 def _pad(args, attrs, dims):
@@ -55,8 +53,9 @@ def _one_hot(args, attrs, dims):
 def _take_shape(ins, attrs):
     x, idx = ins
     if not x or len(idx) != 1:
-        raise ShapeError(f"take needs a tensor of rank >= 1 and an index vector, got "
-                         f"{format_shape(x)} and {format_shape(idx)}")
+        raise ShapeError(
+            f"take needs a tensor of rank >= 1 and an index vector, got {format_shape(x)} and {format_shape(idx)}"
+        )
     return (idx[0], *x[1:])
 
 
@@ -73,14 +72,13 @@ def _take(args, attrs, dims):
 
 register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1))
 register(OpDef("broadcast_to", "layout", lambda ins, a: tuple(a["shape"]), _broadcast_to, arity=1))
-register(OpDef("transpose", "layout", _transpose_shape,
-               lambda args, a, d: np.transpose(args[0], a["perm"]).copy(), arity=1))
+register(
+    OpDef("transpose", "layout", _transpose_shape, lambda args, a, d: np.transpose(args[0], a["perm"]).copy(), arity=1)
+)
 register(OpDef("slice", "layout", _slice_shape, _slice, arity=1))
 register(OpDef("pad", "layout", _pad_shape, _pad, arity=1))
-register(OpDef("concat", "layout", _concat_shape,
-               lambda args, a, d: np.concatenate(args, axis=a["axis"])))
-register(OpDef("one_hot", "layout", lambda ins, a: (*ins[0], a["depth"]), _one_hot, arity=1,
-               differentiable=False))
+register(OpDef("concat", "layout", _concat_shape, lambda args, a, d: np.concatenate(args, axis=a["axis"])))
+register(OpDef("one_hot", "layout", lambda ins, a: (*ins[0], a["depth"]), _one_hot, arity=1, differentiable=False))
 # out[i, ...] = x[int(idx[i]), ...]: training gathers its batches from data kept on the GPU
 # (compiler/resident.py). Not differentiable: only data flows through it.
 register(OpDef("take", "layout", _take_shape, _take, arity=2, differentiable=False))

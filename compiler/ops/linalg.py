@@ -16,8 +16,7 @@ def matmul_shape(ins, attrs):
     m, ka = (a[-1], a[-2]) if attrs.get("ta") else (a[-2], a[-1])
     kb, n = (b[-1], b[-2]) if attrs.get("tb") else (b[-2], b[-1])
     if ka != kb:
-        raise ShapeError(
-            f"matmul shapes {format_shape(a)} and {format_shape(b)} do not fit: {ka} != {kb}")
+        raise ShapeError(f"matmul shapes {format_shape(a)} and {format_shape(b)} do not fit: {ka} != {kb}")
     batch = broadcast(a[:-2], b[:-2]) if (len(a) == 3 or len(b) == 3) else ()
     return (*batch, m, n)
 

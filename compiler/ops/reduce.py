@@ -16,6 +16,7 @@ def _reducer(fn):
     def ref(args, attrs, dims):
         x = args[0]
         return np.asarray(fn(x, axis=attrs["axes"], keepdims=attrs["keepdims"]), dtype=x.dtype)
+
     return ref
 
 
@@ -32,6 +33,7 @@ def _arg(fn):
     def ref(args, attrs, dims):
         x = args[0]
         return fn(x, axis=attrs["axis"]).astype(x.dtype)
+
     return ref
 
 

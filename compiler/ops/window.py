@@ -29,7 +29,7 @@ def out_size(n: int, k: int, s: int, padding, d: int = 1) -> tuple[int, int]:
         return out, total // 2
     lo, hi = (0, 0) if padding == "valid" else padding
     if n + lo + hi < span:
-        what = f"padding \"{padding}\"" if isinstance(padding, str) else f"padding {lo}, {hi}"
+        what = f'padding "{padding}"' if isinstance(padding, str) else f"padding {lo}, {hi}"
         dil = f" (dilated to {span})" if d > 1 else ""
         raise ShapeError(f"window {k}{dil} is larger than the input {n} with {what}")
     return (n + lo + hi - span) // s + 1, lo
@@ -75,7 +75,7 @@ def _patches(xp, kh, kw, oh, ow, sh, sw, dh=1, dw=1):
 
 
 def _tap(xp, y0, x0, oh, ow, sh, sw):
-    return xp[:, y0: y0 + sh * (oh - 1) + 1: sh, x0: x0 + sw * (ow - 1) + 1: sw, :]
+    return xp[:, y0 : y0 + sh * (oh - 1) + 1 : sh, x0 : x0 + sw * (ow - 1) + 1 : sw, :]
 
 
 def _padded(x, kh, kw, oh, ow, attrs, fill=0.0):
@@ -90,8 +90,9 @@ def _dims(shape) -> str:
 def conv2d_shape(ins, attrs):
     x, w = ins
     if len(x) != 4 or len(w) != 4:
-        raise ShapeError(f"conv2d takes x [B, H, W, Cin] and w [kh, kw, Cin / groups, Cout], "
-                         f"got {_dims(x)} and {_dims(w)}")
+        raise ShapeError(
+            f"conv2d takes x [B, H, W, Cin] and w [kh, kw, Cin / groups, Cout], got {_dims(x)} and {_dims(w)}"
+        )
     g = attrs.get("groups", 1)
     if isinstance(x[3], str) or isinstance(w[3], str):
         raise ShapeError(f"conv2d needs concrete channel counts, got {_dims(x)} and {_dims(w)}")
@@ -99,11 +100,14 @@ def conv2d_shape(ins, attrs):
         raise ShapeError(f"conv2d input has Cin = {x[3]} channels but the filter expects Cin = {w[2]}")
     if g != 1:
         if x[3] % g or w[3] % g:
-            raise ShapeError(f"conv2d groups = {g} must divide both the input's {x[3]} and the "
-                             f"output's {w[3]} channels")
+            raise ShapeError(
+                f"conv2d groups = {g} must divide both the input's {x[3]} and the output's {w[3]} channels"
+            )
         if x[3] // g != w[2]:
-            raise ShapeError(f"conv2d input has Cin = {x[3]} channels, {x[3] // g} per group of "
-                             f"{g}, but the filter {_dims(w)} expects {w[2]} per group")
+            raise ShapeError(
+                f"conv2d input has Cin = {x[3]} channels, {x[3] // g} per group of "
+                f"{g}, but the filter {_dims(w)} expects {w[2]} per group"
+            )
     oh, ow, _, _ = window_geometry(x, w[:2], attrs)
     return (x[0], oh, ow, w[3])
 
@@ -138,7 +142,7 @@ def _conv2d_grad_input(args, attrs, dims):
         for dj in range(kw):
             part = np.einsum("bhwgo,igo->bhwgi", dyg, _grouped(w[di, dj], g))
             _tap(xp, di * dh, dj * dw, oh, ow, sh, sw)[...] += part.reshape(*part.shape[:3], -1)
-    return xp[:, pt: pt + x_shape[1], pl: pl + x_shape[2], :]
+    return xp[:, pt : pt + x_shape[1], pl : pl + x_shape[2], :]
 
 
 def _conv2d_grad_filter(args, attrs, dims):
@@ -209,7 +213,7 @@ def _max_pool_grad(args, attrs, dims):
         hit = ((p == best) | np.isnan(p)) & ~taken  # a window's first NaN is its maximum
         taken |= hit
         _tap(dxp, di, dj, oh, ow, sh, sw)[...] += np.where(hit, dy, 0)
-    return dxp[:, pt: pt + x.shape[1], pl: pl + x.shape[2], :]
+    return dxp[:, pt : pt + x.shape[1], pl : pl + x.shape[2], :]
 
 
 def _avg_pool_grad(args, attrs, dims):
@@ -223,17 +227,15 @@ def _avg_pool_grad(args, attrs, dims):
     for di in range(kh):
         for dj in range(kw):
             _tap(dxp, di, dj, oh, ow, sh, sw)[...] += share
-    return dxp[:, pt: pt + x_shape[1], pl: pl + x_shape[2], :]
+    return dxp[:, pt : pt + x_shape[1], pl : pl + x_shape[2], :]
 
 
 register(OpDef("conv2d", "window", conv2d_shape, _conv2d, arity=2))
-register(OpDef("conv2d_grad_input", "window",
-               lambda ins, a: (ins[0][0], *a["x_shape"][1:]), _conv2d_grad_input, arity=2))
-register(OpDef("conv2d_grad_filter", "window",
-               lambda ins, a: tuple(a["w_shape"]), _conv2d_grad_filter, arity=2))
+register(
+    OpDef("conv2d_grad_input", "window", lambda ins, a: (ins[0][0], *a["x_shape"][1:]), _conv2d_grad_input, arity=2)
+)
+register(OpDef("conv2d_grad_filter", "window", lambda ins, a: tuple(a["w_shape"]), _conv2d_grad_filter, arity=2))
 register(OpDef("max_pool", "window", pool_shape, _max_pool, arity=1))
 register(OpDef("avg_pool", "window", pool_shape, _avg_pool, arity=1))
-register(OpDef("max_pool_grad", "window",
-               lambda ins, a: ins[0], _max_pool_grad, arity=2))
-register(OpDef("avg_pool_grad", "window",
-               lambda ins, a: (ins[0][0], *a["x_shape"][1:]), _avg_pool_grad, arity=1))
+register(OpDef("max_pool_grad", "window", lambda ins, a: ins[0], _max_pool_grad, arity=2))
+register(OpDef("avg_pool_grad", "window", lambda ins, a: (ins[0][0], *a["x_shape"][1:]), _avg_pool_grad, arity=1))

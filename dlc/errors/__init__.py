@@ -11,5 +11,13 @@ from dlc.runtime.errors import (
     format_shape,
 )
 
-__all__ = ["CompileError", "DataError", "DlcError", "Loc", "RuntimeFailure", "TrainingDiverged",
-           "did_you_mean", "format_shape"]
+__all__ = [
+    "CompileError",
+    "DataError",
+    "DlcError",
+    "Loc",
+    "RuntimeFailure",
+    "TrainingDiverged",
+    "did_you_mean",
+    "format_shape",
+]

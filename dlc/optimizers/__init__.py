@@ -15,5 +15,16 @@ from dlc.runtime.optimizers import (
     make,
 )
 
-__all__ = ["DEFAULT_LR", "OPTIMIZERS", "SGD", "Adadelta", "Adagrad", "Adam", "Adamax", "Momentum",
-           "Optimizer", "RMSProp", "make"]
+__all__ = [
+    "DEFAULT_LR",
+    "OPTIMIZERS",
+    "SGD",
+    "Adadelta",
+    "Adagrad",
+    "Adam",
+    "Adamax",
+    "Momentum",
+    "Optimizer",
+    "RMSProp",
+    "make",
+]

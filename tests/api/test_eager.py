@@ -17,11 +17,30 @@ def arr(*shape, low=-2.0, high=2.0):
 
 # name -> (args, kwargs): np arrays become device arrays; other values are passed as they are.
 CASES: dict[str, list[tuple[tuple, dict]]] = {
-    **{f: [((arr(3, 4),), {})] for f in ["neg", "abs", "sign", "exp", "square", "relu", "relu6", "selu",
-                                         "softplus", "sigmoid", "tanh", "sin", "cos", "step"]},
+    **{
+        f: [((arr(3, 4),), {})]
+        for f in [
+            "neg",
+            "abs",
+            "sign",
+            "exp",
+            "square",
+            "relu",
+            "relu6",
+            "selu",
+            "softplus",
+            "sigmoid",
+            "tanh",
+            "sin",
+            "cos",
+            "step",
+        ]
+    },
     **{f: [((arr(3, 4, low=0.1, high=3),), {})] for f in ["log", "sqrt", "rsqrt", "reciprocal"]},
-    **{f: [((arr(3, 4), arr(4)), {}), ((arr(3, 1), 0.5), {})]
-       for f in ["add", "sub", "mul", "maximum", "minimum", "lt", "le", "gt", "ge"]},
+    **{
+        f: [((arr(3, 4), arr(4)), {}), ((arr(3, 1), 0.5), {})]
+        for f in ["add", "sub", "mul", "maximum", "minimum", "lt", "le", "gt", "ge"]
+    },
     "div": [((arr(2, 3), arr(2, 3, low=0.5, high=2)), {}), ((2.0, arr(3, low=0.5)), {})],
     "pow": [((arr(2, 3, low=0.1, high=2), arr(3)), {}), ((arr(4), 2.0), {})],
     "eq": [((np.round(arr(3, 4)), np.round(arr(4))), {})],
@@ -30,8 +49,12 @@ CASES: dict[str, list[tuple[tuple, dict]]] = {
     "elu": [((arr(2, 3), 0.5), {})],
     "clip": [((arr(3, 4), -1.0, 0.5), {})],
     "where": [((np.array([1, 0, 1], np.float32), arr(2, 3), arr(2, 1)), {})],
-    "matmul": [((arr(2, 3), arr(3, 4)), {}), ((arr(3), arr(3, 4)), {}), ((arr(2, 3), arr(3)), {}),
-               ((arr(2, 2, 3), arr(3, 4)), {})],
+    "matmul": [
+        ((arr(2, 3), arr(3, 4)), {}),
+        ((arr(3), arr(3, 4)), {}),
+        ((arr(2, 3), arr(3)), {}),
+        ((arr(2, 2, 3), arr(3, 4)), {}),
+    ],
     "transpose": [((arr(2, 3),), {}), ((arr(2, 3, 4),), {"perm": [1, 0, 2]})],
     "sum": [((arr(2, 3, 4),), {}), ((arr(2, 3, 4),), {"axis": [0, 2]}), ((arr(2, 3),), {"axis": 1, "keepdims": True})],
     "max": [((arr(2, 3, 4),), {"axis": 1})],
@@ -46,13 +69,19 @@ CASES: dict[str, list[tuple[tuple, dict]]] = {
     "concat": [(([arr(2, 3), arr(2, 2)],), {"axis": 1})],
     "slice": [((arr(3, 4), [1, 0], [2, -1]), {})],
     "one_hot": [((np.array([0, 3, 1], np.float32), 4), {})],
-    "conv2d": [((arr(1, 5, 5, 2), arr(3, 3, 2, 3)), {}), ((arr(2, 6, 6, 1), arr(2, 2, 1, 2)),
-                                                        {"stride": 2, "padding": "valid"}),
-               ((arr(1, 5, 6, 4), arr(3, 2, 2, 6)), {"stride": [2, 1], "padding": [1, 0, 1, 1],
-                                                     "dilation": [1, 2], "groups": 2})],
+    "conv2d": [
+        ((arr(1, 5, 5, 2), arr(3, 3, 2, 3)), {}),
+        ((arr(2, 6, 6, 1), arr(2, 2, 1, 2)), {"stride": 2, "padding": "valid"}),
+        (
+            (arr(1, 5, 6, 4), arr(3, 2, 2, 6)),
+            {"stride": [2, 1], "padding": [1, 0, 1, 1], "dilation": [1, 2], "groups": 2},
+        ),
+    ],
     "max_pool": [((arr(1, 4, 4, 2), 2), {}), ((arr(1, 5, 4, 2), 3), {"padding": [1, 1, 1, 0]})],
-    "avg_pool": [((arr(1, 5, 5, 1), 3), {"stride": 1, "padding": "same"}),
-                 ((arr(1, 5, 5, 2), 2), {"padding": [1, 0, 0, 1], "count_include_pad": True})],
+    "avg_pool": [
+        ((arr(1, 5, 5, 1), 3), {"stride": 1, "padding": "same"}),
+        ((arr(1, 5, 5, 2), 2), {"padding": [1, 0, 0, 1], "count_include_pad": True}),
+    ],
     "global_avg_pool": [((arr(2, 3, 5, 4),), {})],
     "global_max_pool": [((arr(2, 5, 3, 4),), {})],
     "mean_squared": [((arr(3, 2), arr(3, 2)), {})],
@@ -81,8 +110,10 @@ def reference(fname, args, kwargs):
             return g.placeholder(name, v.shape)
         return v
 
-    targs = [[tensor(v) for v in a] if isinstance(a, list) and a and isinstance(a[0], np.ndarray)
-             else tensor(a) for a in args]
+    targs = [
+        [tensor(v) for v in a] if isinstance(a, list) and a and isinstance(a[0], np.ndarray) else tensor(a)
+        for a in args
+    ]
     g.name("out", getattr(g, fname)(*targs, **kwargs))
     return dlc.Session(g, backend="numpy").eval("out", feeds)
 
@@ -94,6 +125,7 @@ def eager(fname, args, kwargs):
         if isinstance(v, list) and v and isinstance(v[0], np.ndarray):
             return [dlc.array(x) for x in v]
         return v
+
     return getattr(dlc.ops, fname)(*[dev(a) for a in args], **kwargs)
 
 
@@ -122,12 +154,15 @@ def test_methods_and_operators(backend):
     np.testing.assert_allclose((a @ b).relu().sum(axis=0).numpy(), np.maximum(x @ w, 0).sum(0), rtol=1e-5)
     np.testing.assert_allclose((2 - a * 3 / 4).numpy(), 2 - x * 3 / 4, rtol=1e-6)
     np.testing.assert_allclose((-a).exp().neg().numpy(), -np.exp(-x), rtol=1e-6)
-    np.testing.assert_allclose((a ** 2).numpy(), x ** 2, rtol=1e-6)
+    np.testing.assert_allclose((a**2).numpy(), x**2, rtol=1e-6)
     np.testing.assert_allclose((a > 0).numpy(), (x > 0).astype(np.float32))
     np.testing.assert_allclose((np.ones(3, np.float32) + a).numpy(), 1 + x)  # numpy defers to Array
     np.testing.assert_allclose(a.T.numpy(), x.T)
-    np.testing.assert_allclose(a.reshape([3, 2]).softmax().numpy(),
-                               np.exp(x.reshape(3, 2)) / np.exp(x.reshape(3, 2)).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(
+        a.reshape([3, 2]).softmax().numpy(),
+        np.exp(x.reshape(3, 2)) / np.exp(x.reshape(3, 2)).sum(1, keepdims=True),
+        rtol=1e-5,
+    )
     assert a.sum().item() == pytest.approx(float(x.sum()), rel=1e-5)
     assert len(a) == 2 and a.ndim == 2 and a.size == 6 and a.dtype == np.float32
 

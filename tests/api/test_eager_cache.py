@@ -12,13 +12,36 @@ from dlc.runtime import cache_limit
 rng = np.random.default_rng(7)
 
 # Numbers a loop might pass: signed zeros, NaN, infinities, tiny and huge, ints, numpy scalars.
-NUMBERS = [0.0, -0.0, 1.0, -2.5, 0.1, 1e-30, -1e-45, 3.4e38, 1e39, float("nan"), float("inf"),
-           float("-inf"), 7, -3, np.float32(0.75), np.float64(-1.25), np.int64(4)]
+NUMBERS = [
+    0.0,
+    -0.0,
+    1.0,
+    -2.5,
+    0.1,
+    1e-30,
+    -1e-45,
+    3.4e38,
+    1e39,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    7,
+    -3,
+    np.float32(0.75),
+    np.float64(-1.25),
+    np.int64(4),
+]
 
 # op -> NumPy float32 oracle, number on the right (x op c) and on the left (c op x)
 BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
 }
 
 
@@ -162,10 +185,10 @@ def test_other_ops_still_compile_per_shape(backend):
     same(dlc.ops.add(dlc.array(2.0), 3.0).numpy(), np.float32(5))
     same(dlc.ops.add(2.0, -3.0).numpy(), np.float32(-1))
     same(dlc.ops.reshape(4.5, [1, 1]).numpy(), np.full((1, 1), 4.5, np.float32))
-    same((a * 10 ** 400).numpy(), a_host * np.float32(np.inf))  # past float64: infinite
-    same((a - -(10 ** 400)).numpy(), a_host + np.float32(np.inf))
-    same((a ** 2).numpy(), a_host ** 2)
-    same((2.0 ** a).numpy(), np.float32(2) ** a_host)
+    same((a * 10**400).numpy(), a_host * np.float32(np.inf))  # past float64: infinite
+    same((a - -(10**400)).numpy(), a_host + np.float32(np.inf))
+    same((a**2).numpy(), a_host**2)
+    same((2.0**a).numpy(), np.float32(2) ** a_host)
 
 
 @pytest.mark.gl
@@ -287,8 +310,10 @@ def test_lowering_the_limit_shrinks_the_eager_cache(backend):
 def test_memory_reports_programs_and_what_sessions_hold(gl):
     from dlc.runtime import program
 
-    model = dlc.compile("input x: [B, 3]\ninput t: [B, 2]\nparam w: [3, 2] = ones\nparam b: [2] = zeros\n"
-                        "loss cost = mean_squared(x @ w + b, t)\n")
+    model = dlc.compile(
+        "input x: [B, 3]\ninput t: [B, 2]\nparam w: [3, 2] = ones\nparam b: [2] = zeros\n"
+        "loss cost = mean_squared(x @ w + b, t)\n"
+    )
     sess = dlc.Session(model, backend="gl")
     data = {"x": rng.normal(size=(16, 3)).astype(np.float32), "t": rng.normal(size=(16, 2)).astype(np.float32)}
     sess.train(data, optimizer=dlc.Adam(0.01), batch_size=4, epochs=1)
@@ -304,7 +329,10 @@ def test_memory_reports_programs_and_what_sessions_hold(gl):
     assert mem.gl_bytes >= s.bytes + mem.bytes
     stats = program.program_cache_stats()
     assert (mem.programs, mem.program_bytes, mem.program_cache_limit) == (
-        stats["programs"], stats["bytes"], stats["limit"])
+        stats["programs"],
+        stats["bytes"],
+        stats["limit"],
+    )
     assert mem.program_bytes >= mem.programs > 0
     assert mem.eager_ops == dlc.ops.cached_kernels()
     sess.backend.close()

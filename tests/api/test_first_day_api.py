@@ -11,12 +11,28 @@ from dlc.errors import CompileError, DataError
 
 X = np.arange(2 * 5 * 7, dtype=np.float32).reshape(2, 5, 7)
 
-BASIC = [0, -1, (1, 2), (slice(None), 2), slice(1, 3), (Ellipsis, -1), slice(None, None, 2),
-         (0, slice(None, None, 3), slice(1, None, 2)), (None, 1), (slice(None), None, 0),
-         (1, 2, 3), (-2, -1, -7), slice(3, 1), (), Ellipsis, (slice(-4, None), slice(0, 5, 4))]
+BASIC = [
+    0,
+    -1,
+    (1, 2),
+    (slice(None), 2),
+    slice(1, 3),
+    (Ellipsis, -1),
+    slice(None, None, 2),
+    (0, slice(None, None, 3), slice(1, None, 2)),
+    (None, 1),
+    (slice(None), None, 0),
+    (1, 2, 3),
+    (-2, -1, -7),
+    slice(3, 1),
+    (),
+    Ellipsis,
+    (slice(-4, None), slice(0, 5, 4)),
+]
 
 
 # -- device arrays: NumPy's basic indexing on the device ----------------------------------
+
 
 @pytest.mark.parametrize("key", BASIC, ids=repr)
 def test_basic_indexing_matches_numpy(backend, key):
@@ -35,16 +51,19 @@ def test_indexing_frees_its_intermediates(backend):
     np.testing.assert_array_equal(b.numpy(), X[0, ::2, 1::3])
 
 
-@pytest.mark.parametrize("key, error, words", [
-    ((0, 0, 0, 0), IndexError, "too many indices"),
-    (2, IndexError, "out of bounds for axis 0 with size 2"),
-    ((0, -6), IndexError, "index -6 is out of bounds for axis 1"),
-    (slice(None, None, -1), IndexError, "negative steps"),
-    ([0, 1], TypeError, "basic indexing only"),
-    (True, TypeError, "boolean"),
-    (1.5, TypeError, "not float"),
-    ((Ellipsis, 0, Ellipsis), IndexError, "single ellipsis"),
-])
+@pytest.mark.parametrize(
+    "key, error, words",
+    [
+        ((0, 0, 0, 0), IndexError, "too many indices"),
+        (2, IndexError, "out of bounds for axis 0 with size 2"),
+        ((0, -6), IndexError, "index -6 is out of bounds for axis 1"),
+        (slice(None, None, -1), IndexError, "negative steps"),
+        ([0, 1], TypeError, "basic indexing only"),
+        (True, TypeError, "boolean"),
+        (1.5, TypeError, "not float"),
+        ((Ellipsis, 0, Ellipsis), IndexError, "single ellipsis"),
+    ],
+)
 def test_bad_indices_are_refused_clearly(key, error, words):
     a = dlc.array(X, backend="numpy")
     with pytest.raises(error, match=words):
@@ -52,6 +71,7 @@ def test_bad_indices_are_refused_clearly(key, error, words):
 
 
 # -- dlc.ops shows ops only ------------------------------------------------------------------
+
 
 def test_dlc_ops_exposes_only_ops():
     from dlc.compiler.functions import FUNCTIONS
@@ -64,18 +84,28 @@ def test_dlc_ops_exposes_only_ops():
     ns: dict = {}
     exec("from dlc.ops import *", ns)
     assert "np" not in ns and "relu" in ns
-    np.testing.assert_array_equal(dlc.ops.relu(dlc.array([-1.0, 2.0], backend="numpy")).numpy(),
-                                  [0.0, 2.0])
+    np.testing.assert_array_equal(dlc.ops.relu(dlc.array([-1.0, 2.0], backend="numpy")).numpy(), [0.0, 2.0])
 
 
 # -- the seeds' camelCase names ----------------------------------------------------------
 
-SEEDS_NAMES = {"matrixTimesVector": "matmul", "vectorTimesMatrix": "matmul",
-               "elementWiseMul": "mul", "meanSquaredCost": "mean_squared",
-               "squaredDiff": "square", "addStrict": "add", "scaledArrayAdd": "add",
-               "leakyRelu": "leaky_relu", "softmaxCrossEntropyCost": "softmax_cross_entropy",
-               "argmaxEquals": "eq", "logSumExp": "logsumexp", "oneHot": "one_hot",
-               "maxPool": "max_pool", "switchDim": "transpose", "reduceSum": "sum"}
+SEEDS_NAMES = {
+    "matrixTimesVector": "matmul",
+    "vectorTimesMatrix": "matmul",
+    "elementWiseMul": "mul",
+    "meanSquaredCost": "mean_squared",
+    "squaredDiff": "square",
+    "addStrict": "add",
+    "scaledArrayAdd": "add",
+    "leakyRelu": "leaky_relu",
+    "softmaxCrossEntropyCost": "softmax_cross_entropy",
+    "argmaxEquals": "eq",
+    "logSumExp": "logsumexp",
+    "oneHot": "one_hot",
+    "maxPool": "max_pool",
+    "switchDim": "transpose",
+    "reduceSum": "sum",
+}
 
 
 @pytest.mark.parametrize("seeds, ours", SEEDS_NAMES.items())
@@ -93,8 +123,7 @@ def test_every_camel_case_op_name_of_the_seeds_is_mapped():
     """The op-like camelCase names the seeds' text uses (grep of /work/shared/seeds)."""
     from dlc.compiler.seed_names import SEED_NAMES
 
-    used = {"matrixTimesVector", "elementWiseMul", "meanSquaredCost", "squaredDiff",
-            "addStrict", "scaledArrayAdd"}
+    used = {"matrixTimesVector", "elementWiseMul", "meanSquaredCost", "squaredDiff", "addStrict", "scaledArrayAdd"}
     assert used <= set(SEED_NAMES)
 
 
@@ -125,12 +154,15 @@ def test_slice_takes_a_symbolic_size(where, request):
     np.testing.assert_allclose(out["cost"], (x[:, 1:3] * w).sum() + x[:, 3:].mean(), rtol=1e-5)
 
 
-@pytest.mark.parametrize("line, words", [
-    ("slice(x, [1, 0], [B, 2])", "must take all of it: begin 0 and size B or -1"),
-    ("slice(x, [0, 0], [B, B])", "size B for axis 1 of [B, 6]: that axis is 6 long"),
-    ("slice(x, [0, 0], [C, 2])", "unknown dim 'C'"),
-    ("slice(x, [0, 5], [B, 2])", "out of bounds for axis 1"),
-])
+@pytest.mark.parametrize(
+    "line, words",
+    [
+        ("slice(x, [1, 0], [B, 2])", "must take all of it: begin 0 and size B or -1"),
+        ("slice(x, [0, 0], [B, B])", "size B for axis 1 of [B, 6]: that axis is 6 long"),
+        ("slice(x, [0, 0], [C, 2])", "unknown dim 'C'"),
+        ("slice(x, [0, 5], [B, 2])", "out of bounds for axis 1"),
+    ],
+)
 def test_bad_symbolic_slices_are_located(line, words):
     with pytest.raises(CompileError) as info:
         dlc.compile(f"input x: [B, 6]\ny = {line}\n")
@@ -147,7 +179,7 @@ def test_session_ignores_extra_feeds_with_one_notice(capsys):
     x = np.arange(4, dtype=np.float32)
     feeds = {"x": x, "y_label": 2 * x, "weights": x}
     cost = sess.eval("cost", feeds)
-    np.testing.assert_allclose(cost, np.mean(x ** 2), rtol=1e-6)
+    np.testing.assert_allclose(cost, np.mean(x**2), rtol=1e-6)
     sess.train(feeds, optimizer=dlc.SGD(0.01), steps=2)
     sess.eval("cost", feeds)
     err = capsys.readouterr().err
@@ -167,6 +199,7 @@ def test_session_train_refuses_epochs_with_steps():
 
 # -- debug mode's kernel times -------------------------------------------------------------
 
+
 @pytest.fixture
 def debugging(monkeypatch):
     from dlc import debug
@@ -179,8 +212,7 @@ def debugging(monkeypatch):
     debug.reset()
 
 
-def test_gl_times_fall_back_to_the_wall_clock_when_timer_queries_read_zero(gl, debugging,
-                                                                            monkeypatch):
+def test_gl_times_fall_back_to_the_wall_clock_when_timer_queries_read_zero(gl, debugging, monkeypatch):
     from dlc.runtime.sync import TimerQuery
 
     monkeypatch.setattr(TimerQuery, "elapsed_ms", lambda self: 0.0)  # as llvmpipe answers

@@ -20,7 +20,7 @@ def quadratic_graph() -> dlc.Graph:
     a = g.variable("a", ("normal", 0, 1))
     b = g.variable("b", ("normal", 0, 1))
     c = g.variable("c", ("normal", 0, 1))
-    y = g.name("y", a * x ** 2 + b * x + c)
+    y = g.name("y", a * x**2 + b * x + c)
     g.loss("cost", g.mean_squared_cost(y, y_label))
     return g
 

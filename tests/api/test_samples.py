@@ -18,8 +18,9 @@ def run(script: str, backend: str) -> list[str]:
 
         if not has_context():
             pytest.skip("no OpenGL context")
-    proc = subprocess.run([sys.executable, str(SAMPLES / script), "--backend", backend],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / script), "--backend", backend], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 

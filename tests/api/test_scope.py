@@ -14,10 +14,10 @@ def test_arrays_made_inside_are_disposed_returned_and_kept_survive(backend):
     before = dlc.memory().arrays
     made = []
     with dlc.tidy() as scope:
-        a = dlc.array([1.0, -2.0])             # made directly: tracked (dl.tidy semantics)
-        c = a.exp().neg()                      # op results: tracked
-        d = scope.returns(c.relu() + 1)        # "returned": survives
-        kept = dlc.keep((a * 3).tanh())        # kept: survives, never disposed automatically
+        a = dlc.array([1.0, -2.0])  # made directly: tracked (dl.tidy semantics)
+        c = a.exp().neg()  # op results: tracked
+        d = scope.returns(c.relu() + 1)  # "returned": survives
+        kept = dlc.keep((a * 3).tanh())  # kept: survives, never disposed automatically
         made += [a, c]
     assert all(x.is_disposed for x in made)
     assert not d.is_disposed and not kept.is_disposed
@@ -42,9 +42,10 @@ def test_nested_scopes_move_returned_arrays_to_the_parent(backend):
             e = dlc.array(3.0)
             inner_made.append(e)
             return e * e
+
         d = inner()
         assert inner_made[0].is_disposed and not d.is_disposed
-        assert d._scope is outer               # tracked by the parent now
+        assert d._scope is outer  # tracked by the parent now
         output = dlc.keep(d.tanh())
     assert a.is_disposed and c.is_disposed and d.is_disposed
     assert output.item() == pytest.approx(np.tanh(9.0))

@@ -37,7 +37,7 @@ def test_per_example_gradients_are_averaged_into_one_sgd_update(backend):
         got = sess.train(cost, entries, 3, dlc.SGD(lr), dlc.CostReduction.MEAN)
         # closed form: cost_k = (m.x_k - l_k)^2, d/dm = 2 (m.x_k - l_k) x_k; mean over k
         err = (INPUTS @ m.T - LABELS)[:, 0]
-        assert got == pytest.approx(float(np.mean(err ** 2)), rel=1e-4)
+        assert got == pytest.approx(float(np.mean(err**2)), rel=1e-4)
         m = m - lr * np.mean(2 * err[:, None] * INPUTS, axis=0, keepdims=True)
         np.testing.assert_allclose(sess.params["multiplier"], m, rtol=1e-4)
 
@@ -61,8 +61,7 @@ def test_batches_are_taken_in_order_and_cycle(backend):
     np.testing.assert_allclose(firsts, [err[[0, 1]].mean(), err[[2, 0]].mean(), err[[1, 2]].mean()], rtol=1e-4)
 
 
-@pytest.mark.parametrize("make_opt", [lambda: dlc.SGD(0.01), lambda: dlc.Momentum(0.01, 0.9),
-                                      lambda: dlc.Adam(0.05)])
+@pytest.mark.parametrize("make_opt", [lambda: dlc.SGD(0.01), lambda: dlc.Momentum(0.01, 0.9), lambda: dlc.Adam(0.05)])
 def test_seeds_style_equals_batched_training_of_the_same_model(backend, make_opt):
     """The seeds' quadratic with scalar placeholders, trained a batch of all four examples at a
     time, must follow exactly the .dl quadratic (batched by B) trained on the same batches."""
@@ -76,9 +75,13 @@ def test_seeds_style_equals_batched_training_of_the_same_model(backend, make_opt
     cost = g.mean_squared_cost(y, y_label)
     seeds = dlc.Session(g, backend=backend)
 
-    batched = dlc.Session(dlc.compile(
-        "input x: [B]\ninput y_label: [B]\nparam a: [] = 0.5\nparam b: [] = -0.3\nparam c: [] = 0.1\n"
-        "y = a * x^2 + b * x + c\nloss cost = mean_squared(y, y_label)\n"), backend=backend)
+    batched = dlc.Session(
+        dlc.compile(
+            "input x: [B]\ninput y_label: [B]\nparam a: [] = 0.5\nparam b: [] = -0.3\nparam c: [] = 0.1\n"
+            "y = a * x^2 + b * x + c\nloss cost = mean_squared(y, y_label)\n"
+        ),
+        backend=backend,
+    )
     opt_seeds, opt_batched = make_opt(), make_opt()
     entries = [dlc.FeedEntry(x, xs), dlc.FeedEntry(y_label, ys)]
     for _ in range(5):
@@ -99,7 +102,7 @@ def test_batched_placeholders_are_fed_whole(backend):
     sess = dlc.Session(g, backend=backend)
     got = sess.train(cost, {x: INPUTS, label: LABELS[:, 0]}, 3, dlc.SGD(1e-5), dlc.CostReduction.SUM)
     err = (INPUTS @ M0.T - LABELS)[:, 0].astype(np.float64)
-    assert got == pytest.approx(float(np.sum(err ** 2)), rel=1e-4)  # the mean cost times the batch
+    assert got == pytest.approx(float(np.sum(err**2)), rel=1e-4)  # the mean cost times the batch
     want = M0.T - 1e-5 * (2 * err[:, None] * INPUTS).mean(0)[:, None]
     np.testing.assert_allclose(sess.params["w"], want, rtol=1e-4)
 
@@ -134,7 +137,7 @@ def test_eval_in_the_seeds_style(backend):
     assert [type(v) for v in got] == [dlc.Array, dlc.Array]
     err = float((M0 @ INPUTS[1])[0] - LABELS[1, 0])
     assert got[0].numpy() == pytest.approx([err + 40.0], rel=1e-5)
-    assert got[1].item() == pytest.approx(err ** 2, rel=1e-5)
+    assert got[1].item() == pytest.approx(err**2, rel=1e-5)
     assert sess.eval("multiplier").tolist() == M0.tolist()  # the name style still works
 
 
@@ -144,8 +147,9 @@ def test_mistakes_are_named(backend):
     with pytest.raises(dlc.DataError, match="placeholder 'label' is needed"):
         sess.train(cost, [dlc.FeedEntry(x, INPUTS)], 3, dlc.SGD(0.1))
     with pytest.raises(dlc.DataError, match="not a placeholder"):
-        sess.train(cost, [dlc.FeedEntry(out, LABELS), dlc.FeedEntry(x, INPUTS), dlc.FeedEntry(label, LABELS)],
-                   3, dlc.SGD(0.1))
+        sess.train(
+            cost, [dlc.FeedEntry(out, LABELS), dlc.FeedEntry(x, INPUTS), dlc.FeedEntry(label, LABELS)], 3, dlc.SGD(0.1)
+        )
     with pytest.raises(dlc.DataError, match="must be a scalar"):
         sess.train(out, [dlc.FeedEntry(x, INPUTS)], 3, dlc.SGD(0.1))
     with pytest.raises(dlc.DataError, match="expected one example"):

@@ -15,11 +15,18 @@ SAMPLES = ROOT / "samples"
 DATA = SAMPLES / "data"
 
 
-def run_dlc(*args, cwd: Path | None = None, env: dict | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
+def run_dlc(
+    *args, cwd: Path | None = None, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "COLUMNS": "120", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "dlc", *map(str, args)], cwd=cwd or ROOT,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dlc", *map(str, args)],
+        cwd=cwd or ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -33,4 +40,3 @@ def models(tmp_path: Path) -> Path:
     for name in ("quadratic.dl", "linear.dl", "mlp_digits.dl"):
         shutil.copy(SAMPLES / name, tmp_path / name)
     return tmp_path
-

@@ -36,22 +36,31 @@ def test_every_command_has_help(dlc_run, command):
         assert "example" in p.stdout
 
 
-@pytest.mark.parametrize("args", [
-    (),                                                    # no command
-    ("frobnicate",),                                       # unknown command
-    ("check",),                                            # missing MODEL
-    ("eval", "samples/quadratic.dl", "--fetch", "y"),      # missing --data
-    ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-     "--epochs", "2", "--steps", "3"),                     # exclusive flags
-    ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-     "--batch-size", "0"),
-    ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-     "--optimizer", "lbfgs"),
-    ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--lr", "-1"),
-    ("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--fetch", "y,,cost"),
-    ("compile", "samples/quadratic.dl", "--emit", "asm"),
-    ("compile", "samples/quadratic.dl", "--optimizer", "adam"),  # --optimizer needs --train
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),  # no command
+        ("frobnicate",),  # unknown command
+        ("check",),  # missing MODEL
+        ("eval", "samples/quadratic.dl", "--fetch", "y"),  # missing --data
+        (
+            "train",
+            "samples/quadratic.dl",
+            "--data",
+            "samples/data/quadratic.npz",
+            "--epochs",
+            "2",
+            "--steps",
+            "3",
+        ),  # exclusive flags
+        ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--batch-size", "0"),
+        ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--optimizer", "lbfgs"),
+        ("train", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--lr", "-1"),
+        ("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--fetch", "y,,cost"),
+        ("compile", "samples/quadratic.dl", "--emit", "asm"),
+        ("compile", "samples/quadratic.dl", "--optimizer", "adam"),  # --optimizer needs --train
+    ],
+)
 def test_usage_errors_exit_2(dlc_run, args):
     p = dlc_run(*args)
     assert p.returncode == 2, p.stderr
@@ -70,11 +79,15 @@ def test_model_error_is_located_without_traceback(dlc_run):
     assert "Traceback" not in p.stderr and p.stdout == ""
 
 
-@pytest.mark.parametrize("command", [("check",), ("compile", "--emit", "ir"),
-                                     ("eval", "--data", "samples/data/quadratic.npz",
-                                      "--fetch", "y", "--backend", "numpy"),
-                                     ("train", "--data", "samples/data/quadratic.npz",
-                                      "--backend", "numpy")])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("check",),
+        ("compile", "--emit", "ir"),
+        ("eval", "--data", "samples/data/quadratic.npz", "--fetch", "y", "--backend", "numpy"),
+        ("train", "--data", "samples/data/quadratic.npz", "--backend", "numpy"),
+    ],
+)
 def test_every_model_command_reports_model_errors(dlc_run, command, tmp_path):
     bad = tmp_path / "bad.dl"
     bad.write_text("input x: [B]\ny = x +* 2\n")

@@ -34,8 +34,9 @@ def test_emit_ir_prints_the_graph(dlc_run, models):
 
 
 def test_emit_ir_with_train_prints_gradients_and_updates(dlc_run, models):
-    p = dlc_run("compile", "quadratic.dl", "--train", "--optimizer", "momentum", "--emit", "ir",
-                "-o", "out.dlc", cwd=models)
+    p = dlc_run(
+        "compile", "quadratic.dl", "--train", "--optimizer", "momentum", "--emit", "ir", "-o", "out.dlc", cwd=models
+    )
     for name in ("grad$a", "grad$b", "grad$c", "a$", "$lr"):
         assert name in p.stdout, name
     for param in "abc":
@@ -44,8 +45,9 @@ def test_emit_ir_with_train_prints_gradients_and_updates(dlc_run, models):
 
 
 def test_train_with_named_loss(dlc_run, tmp_path):
-    (tmp_path / "m.dl").write_text("input x: [B]\nparam w: [] = 1\n"
-                                   "loss first = mean(x * w)\nloss second = mean((x * w)^2)\n")
+    (tmp_path / "m.dl").write_text(
+        "input x: [B]\nparam w: [] = 1\nloss first = mean(x * w)\nloss second = mean((x * w)^2)\n"
+    )
     p = dlc_run("compile", "m.dl", "--train", "second", "--emit", "ir", cwd=tmp_path)
     assert "grad$w" in p.stdout
     p = dlc_run("compile", "m.dl", "--train", "secnd", "--emit", "ir", cwd=tmp_path)
@@ -95,6 +97,5 @@ def test_emit_an_unknown_stage_is_a_usage_error_listing_the_stages(dlc_run, mode
     p = dlc_run("compile", "mlp_digits.dl", "--emit", "lower", cwd=models)
     assert p.returncode == 2
     assert "'lower'" in p.stderr
-    for stage in ("parse", "build", "verify", "autodiff", "optimizer", "simplify", "fuse",
-                  "plan", "codegen"):
+    for stage in ("parse", "build", "verify", "autodiff", "optimizer", "simplify", "fuse", "plan", "codegen"):
         assert f"'{stage}'" in p.stderr

@@ -19,8 +19,7 @@ def test_debug_kernels_stops_at_a_nan_naming_the_op_and_line(dlc_run, tmp_path, 
     model = tmp_path / "nan.dl"
     model.write_text(NAN_MODEL)
     np.savez(tmp_path / "d.npz", x=np.array([0.5, 3.0], np.float32))  # log(0.5 - 1) is NaN
-    r = dlc_run("train", model, "--data", tmp_path / "d.npz", "--steps", "2", "--backend", backend,
-                "--debug-kernels")
+    r = dlc_run("train", model, "--data", tmp_path / "d.npz", "--steps", "2", "--backend", backend, "--debug-kernels")
     assert r.returncode == 1, r.stderr
     assert f"NaN in the output of log at {model}:3:5" in r.stderr
     assert "y = log(x - w)" in r.stderr
@@ -28,8 +27,17 @@ def test_debug_kernels_stops_at_a_nan_naming_the_op_and_line(dlc_run, tmp_path, 
 
 
 def test_debug_kernels_profiles_a_run(dlc_run):
-    r = dlc_run("eval", SAMPLES / "quadratic.dl", "--data", DATA / "quadratic.npz", "--fetch", "cost",
-                "--backend", "numpy", "--debug-kernels")
+    r = dlc_run(
+        "eval",
+        SAMPLES / "quadratic.dl",
+        "--data",
+        DATA / "quadratic.npz",
+        "--fetch",
+        "cost",
+        "--backend",
+        "numpy",
+        "--debug-kernels",
+    )
     assert r.returncode == 0, r.stderr
     assert "dlc debug: pow" in r.stderr  # each kernel logged as it runs
     profile = r.stderr.split("kernel profile", 1)[1]

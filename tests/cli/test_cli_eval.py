@@ -25,22 +25,32 @@ def quadratic_by_hand(seed: int = 0) -> tuple[np.ndarray, float]:
 
 
 def test_eval_prints_values(dlc_run):
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-                "--fetch", "y", "--backend", "numpy")
+    p = dlc_run(
+        "eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz", "--fetch", "y", "--backend", "numpy"
+    )
     assert p.returncode == 0, p.stderr
     y, _ = quadratic_by_hand()
     line = next(ln for ln in p.stdout.splitlines() if ln.strip().startswith("y:"))
     assert "[200]" in line
-    first = [float(v) for v in line.split("[")[-1].rstrip(".]").replace("...", "").split(",")
-             if v.strip()]
-    np.testing.assert_allclose(first, y[:len(first)], rtol=1e-5)
+    first = [float(v) for v in line.split("[")[-1].rstrip(".]").replace("...", "").split(",") if v.strip()]
+    np.testing.assert_allclose(first, y[: len(first)], rtol=1e-5)
     assert "200 examples" in p.stdout
 
 
 def test_eval_saves_fetches(dlc_run, tmp_path):
     out = tmp_path / "out.npz"
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-                "--fetch", "y,cost,a", "--backend", "numpy", "--out", out)
+    p = dlc_run(
+        "eval",
+        "samples/quadratic.dl",
+        "--data",
+        "samples/data/quadratic.npz",
+        "--fetch",
+        "y,cost,a",
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+    )
     assert p.returncode == 0, p.stderr
     y, cost = quadratic_by_hand()
     with np.load(out) as z:
@@ -53,8 +63,20 @@ def test_eval_saves_fetches(dlc_run, tmp_path):
 @pytest.mark.parametrize("batch", [7, 64, 200, 1000])
 def test_batches_concatenate_examples_and_average_scalars(dlc_run, tmp_path, batch):
     out = tmp_path / "out.npz"
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-                "--fetch", "y,cost", "--batch-size", batch, "--backend", "numpy", "--out", out)
+    p = dlc_run(
+        "eval",
+        "samples/quadratic.dl",
+        "--data",
+        "samples/data/quadratic.npz",
+        "--fetch",
+        "y,cost",
+        "--batch-size",
+        batch,
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+    )
     assert p.returncode == 0, p.stderr
     y, cost = quadratic_by_hand()
     with np.load(out) as z:
@@ -65,8 +87,20 @@ def test_batches_concatenate_examples_and_average_scalars(dlc_run, tmp_path, bat
 
 def test_eval_csv(dlc_run, tmp_path):
     out = tmp_path / "out.npz"
-    p = dlc_run("eval", "samples/linear.dl", "--data", "samples/data/linear.csv",
-                "--fetch", "y", "--backend", "numpy", "--out", out, "--seed", "3")
+    p = dlc_run(
+        "eval",
+        "samples/linear.dl",
+        "--data",
+        "samples/data/linear.csv",
+        "--fetch",
+        "y",
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+        "--seed",
+        "3",
+    )
     assert p.returncode == 0, p.stderr
     graph = dlc.compile(ROOT / "samples" / "linear.dl").graph
     m = initial_value(graph.node("multiplier").attr("init"), (1, 3), 3, "multiplier")
@@ -79,8 +113,20 @@ def test_eval_with_weights(dlc_run, tmp_path):
     w = tmp_path / "w.npz"
     np.savez(w, a=np.float32(3), b=np.float32(2), c=np.float32(1))
     out = tmp_path / "out.npz"
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-                "--weights", w, "--fetch", "y", "--backend", "numpy", "--out", out)
+    p = dlc_run(
+        "eval",
+        "samples/quadratic.dl",
+        "--data",
+        "samples/data/quadratic.npz",
+        "--weights",
+        w,
+        "--fetch",
+        "y",
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+    )
     assert p.returncode == 0, p.stderr
     x = np.load(DATA / "quadratic.npz")["x"].astype(np.float64)
     np.testing.assert_allclose(np.load(out)["y"], 3 * x**2 + 2 * x + 1, rtol=1e-5)
@@ -89,18 +135,26 @@ def test_eval_with_weights(dlc_run, tmp_path):
 def test_only_the_inputs_a_fetch_needs_are_required(dlc_run, tmp_path):
     data = tmp_path / "x_only.npz"
     np.savez(data, x=np.linspace(-1, 1, 5, dtype=np.float32))
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", data, "--fetch", "y",
-                "--backend", "numpy")
+    p = dlc_run("eval", "samples/quadratic.dl", "--data", data, "--fetch", "y", "--backend", "numpy")
     assert p.returncode == 0, p.stderr
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", data, "--fetch", "cost",
-                "--backend", "numpy")
+    p = dlc_run("eval", "samples/quadratic.dl", "--data", data, "--fetch", "cost", "--backend", "numpy")
     assert p.returncode == 1 and "input 'y_label' is missing" in p.stderr
 
 
 def test_unknown_fetch_suggests_a_name(dlc_run, tmp_path):
     out = tmp_path / "out.npz"
-    p = dlc_run("eval", "samples/mlp_digits.dl", "--data", "samples/data/digits_test.npz",
-                "--fetch", "accuracy,acuracy", "--backend", "numpy", "--out", out)
+    p = dlc_run(
+        "eval",
+        "samples/mlp_digits.dl",
+        "--data",
+        "samples/data/digits_test.npz",
+        "--fetch",
+        "accuracy,acuracy",
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+    )
     assert p.returncode == 1
     assert "no tensor named 'acuracy'" in p.stderr and "did you mean 'accuracy'?" in p.stderr
     assert "Traceback" not in p.stderr and not out.exists()
@@ -109,11 +163,31 @@ def test_unknown_fetch_suggests_a_name(dlc_run, tmp_path):
 def test_weights_that_do_not_fit(dlc_run, tmp_path):
     w = tmp_path / "w.npz"
     np.savez(w, a=np.ones(3, np.float32), b=np.float32(2), c=np.float32(1))
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-                "--weights", w, "--fetch", "y", "--backend", "numpy")
+    p = dlc_run(
+        "eval",
+        "samples/quadratic.dl",
+        "--data",
+        "samples/data/quadratic.npz",
+        "--weights",
+        w,
+        "--fetch",
+        "y",
+        "--backend",
+        "numpy",
+    )
     assert p.returncode == 1 and "param 'a'" in p.stderr and "Traceback" not in p.stderr
-    p = dlc_run("eval", "samples/quadratic.dl", "--data", "samples/data/quadratic.npz",
-                "--weights", tmp_path / "none.npz", "--fetch", "y", "--backend", "numpy")
+    p = dlc_run(
+        "eval",
+        "samples/quadratic.dl",
+        "--data",
+        "samples/data/quadratic.npz",
+        "--weights",
+        tmp_path / "none.npz",
+        "--fetch",
+        "y",
+        "--backend",
+        "numpy",
+    )
     assert p.returncode == 1 and "no such file" in p.stderr
 
 
@@ -134,8 +208,7 @@ def bad_files(tmp_path: Path) -> list[tuple[Path, str]]:
     npz("rank.npz", "input 'x'", x=np.ones((6, 2)), y_label=x)
     npz("unequal.npz", "rows of unequal count", x=x, y_label=x[:4])
     npz("nan.npz", "NaN", x=np.where(x > 0.5, np.nan, x), y_label=x)
-    csv("cell.csv", "bad.csv:3: column 'x' holds 'one'".replace("bad.csv", "cell.csv"),
-        "x,y_label\n1,2\none,2\n")
+    csv("cell.csv", "bad.csv:3: column 'x' holds 'one'".replace("bad.csv", "cell.csv"), "x,y_label\n1,2\none,2\n")
     csv("gap.csv", "'x.1' is missing", "x.0,x.2,y_label\n1,2,3\n")
     csv("nan.csv", "nan.csv:4: input 'y_label' holds NaN", "x,y_label\n1,2\n3,4\n5,nan\n")
     return cases
@@ -144,8 +217,9 @@ def bad_files(tmp_path: Path) -> list[tuple[Path, str]]:
 def test_bad_data_is_refused_and_nothing_written(dlc_run, tmp_path):
     for data, message in bad_files(tmp_path):
         out = tmp_path / "out.npz"
-        p = dlc_run("eval", "samples/quadratic.dl", "--data", data, "--fetch", "y,cost",
-                    "--backend", "numpy", "--out", out)
+        p = dlc_run(
+            "eval", "samples/quadratic.dl", "--data", data, "--fetch", "y,cost", "--backend", "numpy", "--out", out
+        )
         assert p.returncode == 1, (data.name, p.stdout)
         assert message in p.stderr, (data.name, p.stderr)
         assert str(data) in p.stderr

@@ -31,8 +31,7 @@ def fetched(dlc_run, model, *args, cwd: Path, out: str) -> dict[str, np.ndarray]
 
 
 def test_eval_gl_matches_numpy(dlc_run, models):
-    gl = fetched(dlc_run, "quadratic.dl", "--backend", "gl", "--batch-size", "64", cwd=models,
-                 out="gl.npz")
+    gl = fetched(dlc_run, "quadratic.dl", "--backend", "gl", "--batch-size", "64", cwd=models, out="gl.npz")
     ref = fetched(dlc_run, "quadratic.dl", "--backend", "numpy", cwd=models, out="np.npz")
     for k in ref:
         np.testing.assert_allclose(gl[k], ref[k], rtol=1e-5, atol=1e-6)
@@ -40,9 +39,25 @@ def test_eval_gl_matches_numpy(dlc_run, models):
 
 def test_train_gl_matches_numpy(dlc_run, models):
     for backend in ("gl", "numpy"):
-        p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--steps", 15, "--optimizer", "adam",
-                    "--lr", "0.05", "--backend", backend, "--log", f"{backend}.csv",
-                    "--save", f"{backend}.npz", cwd=models)
+        p = dlc_run(
+            "train",
+            "quadratic.dl",
+            "--data",
+            QUAD,
+            "--steps",
+            15,
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.05",
+            "--backend",
+            backend,
+            "--log",
+            f"{backend}.csv",
+            "--save",
+            f"{backend}.npz",
+            cwd=models,
+        )
         assert p.returncode == 0, p.stderr
     np.testing.assert_allclose(losses(models / "gl.csv"), losses(models / "numpy.csv"), rtol=1e-4)
     with np.load(models / "gl.npz") as g, np.load(models / "numpy.npz") as n:
@@ -64,24 +79,42 @@ def test_artifact_folder_eval_and_check(dlc_run, models):
     art_np = fetched(dlc_run, "quadratic.dlc", "--backend", "numpy", cwd=models, out="art_np.npz")
     for k in ref:
         np.testing.assert_allclose(art_np[k], ref[k], rtol=1e-6, atol=1e-7)
-    assert "backend numpy" in dlc_run("eval", "quadratic.dlc", "--data", QUAD, "--fetch", "y",
-                                      "--backend", "numpy", cwd=models).stderr
+    assert (
+        "backend numpy"
+        in dlc_run("eval", "quadratic.dlc", "--data", QUAD, "--fetch", "y", "--backend", "numpy", cwd=models).stderr
+    )
 
 
 def test_artifact_folder_train(dlc_run, models):
     p = dlc_run("compile", "quadratic.dl", "--train", "--optimizer", "momentum", cwd=models)
     assert p.returncode == 0, p.stderr
-    p = dlc_run("train", "quadratic.dlc", "--data", QUAD, "--steps", 10, "--lr", "0.005",
-                "--log", "art.csv", cwd=models)
+    p = dlc_run(
+        "train", "quadratic.dlc", "--data", QUAD, "--steps", 10, "--lr", "0.005", "--log", "art.csv", cwd=models
+    )
     assert p.returncode == 0, p.stderr
     assert (models / "quadratic.weights.npz").is_file()  # beside the folder, named for the model
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--steps", 10, "--lr", "0.005",
-                "--optimizer", "momentum", "--backend", "numpy", "--log", "np.csv",
-                "--save", "np.npz", cwd=models)
+    p = dlc_run(
+        "train",
+        "quadratic.dl",
+        "--data",
+        QUAD,
+        "--steps",
+        10,
+        "--lr",
+        "0.005",
+        "--optimizer",
+        "momentum",
+        "--backend",
+        "numpy",
+        "--log",
+        "np.csv",
+        "--save",
+        "np.npz",
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr
     np.testing.assert_allclose(losses(models / "art.csv"), losses(models / "np.csv"), rtol=1e-4)
-    p = dlc_run("train", "quadratic.dlc", "--data", QUAD, "--steps", 1, "--optimizer", "adam",
-                cwd=models)
+    p = dlc_run("train", "quadratic.dlc", "--data", QUAD, "--steps", 1, "--optimizer", "adam", cwd=models)
     assert p.returncode == 1 and "compiled with the momentum optimizer" in p.stderr
 
 
@@ -89,6 +122,17 @@ def test_weights_from_an_artifact_load_into_the_model(dlc_run, models):
     assert dlc_run("compile", "quadratic.dl", "--train", cwd=models).returncode == 0
     p = dlc_run("train", "quadratic.dlc", "--data", QUAD, "--steps", 3, cwd=models)
     assert p.returncode == 0, p.stderr
-    p = dlc_run("eval", "quadratic.dl", "--data", QUAD, "--fetch", "cost", "--backend", "numpy",
-                "--weights", "quadratic.weights.npz", cwd=models)
+    p = dlc_run(
+        "eval",
+        "quadratic.dl",
+        "--data",
+        QUAD,
+        "--fetch",
+        "cost",
+        "--backend",
+        "numpy",
+        "--weights",
+        "quadratic.weights.npz",
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr

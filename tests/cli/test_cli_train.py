@@ -23,8 +23,9 @@ def read_log(path: Path) -> list[dict[str, str]]:
 
 
 def test_train_quadratic_writes_weights_and_log(dlc_run, models):
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--steps", 200, "--backend", "numpy",
-                "--log", "log.csv", cwd=models)
+    p = dlc_run(
+        "train", "quadratic.dl", "--data", QUAD, "--steps", 200, "--backend", "numpy", "--log", "log.csv", cwd=models
+    )
     assert p.returncode == 0, p.stderr
     weights = models / "quadratic.weights.npz"  # the default: beside the model
     assert f"weights saved to {weights.name}" in p.stdout
@@ -43,9 +44,25 @@ def test_train_quadratic_writes_weights_and_log(dlc_run, models):
 def test_init_and_save(dlc_run, models):
     init = models / "start.npz"
     np.savez(init, a=np.float32(3), b=np.float32(2), c=np.float32(1))
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--steps", 3, "--lr", "1e-6",
-                "--init", init, "--save", "out/w.npz", "--backend", "numpy", "--log", "log.csv",
-                cwd=models)
+    p = dlc_run(
+        "train",
+        "quadratic.dl",
+        "--data",
+        QUAD,
+        "--steps",
+        3,
+        "--lr",
+        "1e-6",
+        "--init",
+        init,
+        "--save",
+        "out/w.npz",
+        "--backend",
+        "numpy",
+        "--log",
+        "log.csv",
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr
     assert not (models / "quadratic.weights.npz").exists()
     with np.load(models / "out" / "w.npz") as w:
@@ -59,16 +76,30 @@ def test_train_csv_data(dlc_run, models, tmp_path):
     x = rng.normal(size=(64, 3))
     rows = ["x.0,x.1,x.2,label"] + [f"{a},{b},{c},{a + 2 * b + 3 * c}" for a, b, c in x]
     data.write_text("\n".join(rows) + "\n")
-    p = dlc_run("train", "linear.dl", "--data", data, "--epochs", 40, "--batch-size", 16,
-                "--optimizer", "sgd", "--lr", "0.05", "--backend", "numpy", cwd=models)
+    p = dlc_run(
+        "train",
+        "linear.dl",
+        "--data",
+        data,
+        "--epochs",
+        40,
+        "--batch-size",
+        16,
+        "--optimizer",
+        "sgd",
+        "--lr",
+        "0.05",
+        "--backend",
+        "numpy",
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr
     with np.load(models / "linear.weights.npz") as w:
         np.testing.assert_allclose(w["multiplier"], [[1, 2, 3]], atol=0.05)
 
 
 def test_unknown_loss(dlc_run, models):
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--loss", "cots", "--backend", "numpy",
-                cwd=models)
+    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--loss", "cots", "--backend", "numpy", cwd=models)
     assert p.returncode == 1 and "did you mean 'cost'?" in p.stderr
     assert not (models / "quadratic.weights.npz").exists()
 
@@ -85,13 +116,26 @@ def test_bad_data_is_refused_before_training_and_nothing_written(dlc_run, models
     bad = models / "bad.csv"
     bad.write_text("x,y_label\n1,2\n3,oops\n")
     good = ["--data", QUAD] if flag == "--val" else []
-    p = dlc_run("train", "quadratic.dl", *good, flag, bad, "--steps", 5, "--backend", "numpy",
-                "--log", "log.csv", "--save", "w.npz", cwd=models)
+    p = dlc_run(
+        "train",
+        "quadratic.dl",
+        *good,
+        flag,
+        bad,
+        "--steps",
+        5,
+        "--backend",
+        "numpy",
+        "--log",
+        "log.csv",
+        "--save",
+        "w.npz",
+        cwd=models,
+    )
     assert p.returncode == 1
     assert f"{bad}:3: column 'y_label' holds 'oops'" in p.stderr
     assert "step" not in p.stdout  # no training step ran
-    assert sorted(f.name for f in models.iterdir()) == ["bad.csv", "linear.dl", "mlp_digits.dl",
-                                                        "quadratic.dl"]
+    assert sorted(f.name for f in models.iterdir()) == ["bad.csv", "linear.dl", "mlp_digits.dl", "quadratic.dl"]
 
 
 def test_plot_without_matplotlib_stops_before_training(dlc_run, models, tmp_path):
@@ -99,8 +143,20 @@ def test_plot_without_matplotlib_stops_before_training(dlc_run, models, tmp_path
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
     env = {"PYTHONPATH": os.pathsep.join([str(shim.parent), os.environ.get("PYTHONPATH", "")])}
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--steps", 5, "--backend", "numpy",
-                "--plot", "loss.png", env=env, cwd=models)
+    p = dlc_run(
+        "train",
+        "quadratic.dl",
+        "--data",
+        QUAD,
+        "--steps",
+        5,
+        "--backend",
+        "numpy",
+        "--plot",
+        "loss.png",
+        env=env,
+        cwd=models,
+    )
     assert p.returncode == 1
     assert len(p.stderr.strip().splitlines()) == 1
     assert "--plot needs matplotlib" in p.stderr and "dlc[plot]" in p.stderr
@@ -110,16 +166,42 @@ def test_plot_without_matplotlib_stops_before_training(dlc_run, models, tmp_path
 
 def test_plot(dlc_run, models):
     pytest.importorskip("matplotlib", reason="matplotlib (the dlc[plot] extra) is not installed")
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--epochs", 3, "--val", QUAD,
-                "--backend", "numpy", "--plot", "loss.png", cwd=models)
+    p = dlc_run(
+        "train",
+        "quadratic.dl",
+        "--data",
+        QUAD,
+        "--epochs",
+        3,
+        "--val",
+        QUAD,
+        "--backend",
+        "numpy",
+        "--plot",
+        "loss.png",
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr
     assert (models / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "loss curve written to loss.png" in p.stdout
 
 
 def test_divergence_exits_1_and_keeps_the_last_finite_params(dlc_run, models):
-    p = dlc_run("train", "quadratic.dl", "--data", QUAD, "--steps", 200, "--lr", "10",
-                "--backend", "numpy", "--log", "log.csv", cwd=models)
+    p = dlc_run(
+        "train",
+        "quadratic.dl",
+        "--data",
+        QUAD,
+        "--steps",
+        200,
+        "--lr",
+        "10",
+        "--backend",
+        "numpy",
+        "--log",
+        "log.csv",
+        cwd=models,
+    )
     assert p.returncode == 1
     assert "training diverged at step" in p.stderr and "Traceback" not in p.stderr
     with np.load(models / "quadratic.weights.npz") as w:
@@ -130,9 +212,26 @@ def test_divergence_exits_1_and_keeps_the_last_finite_params(dlc_run, models):
 
 def test_ctrl_c_stops_after_the_step_saves_and_exits_130(models):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dlc", "train", "quadratic.dl", "--data", str(QUAD),
-         "--steps", "10000000", "--backend", "numpy", "--log", "log.csv"],
-        cwd=models, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "dlc",
+            "train",
+            "quadratic.dl",
+            "--data",
+            str(QUAD),
+            "--steps",
+            "10000000",
+            "--backend",
+            "numpy",
+            "--log",
+            "log.csv",
+        ],
+        cwd=models,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()  # the progress line of step 1: training is under way
         assert "step 1/" in first, first + proc.stderr.read()
@@ -150,9 +249,27 @@ def test_ctrl_c_stops_after_the_step_saves_and_exits_130(models):
 
 
 def test_mlp_digits_reaches_95_percent(dlc_run, models):
-    p = dlc_run("train", "mlp_digits.dl", "--data", DATA / "digits_train.npz",
-                "--val", DATA / "digits_test.npz", "--optimizer", "adam", "--lr", "0.01",
-                "--epochs", 10, "--seed", 0, "--backend", "numpy", "--log", "log.csv", cwd=models)
+    p = dlc_run(
+        "train",
+        "mlp_digits.dl",
+        "--data",
+        DATA / "digits_train.npz",
+        "--val",
+        DATA / "digits_test.npz",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--epochs",
+        10,
+        "--seed",
+        0,
+        "--backend",
+        "numpy",
+        "--log",
+        "log.csv",
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr
     assert "val accuracy" in p.stdout
     rows = read_log(models / "log.csv")
@@ -161,9 +278,21 @@ def test_mlp_digits_reaches_95_percent(dlc_run, models):
     assert len(val_rows) == 10 and all(r["val_accuracy"] for r in val_rows)
 
     out = models / "pred.npz"
-    p = dlc_run("eval", "mlp_digits.dl", "--data", DATA / "digits_test.npz",
-                "--weights", "mlp_digits.weights.npz", "--fetch", "accuracy,prediction",
-                "--backend", "numpy", "--out", out, cwd=models)
+    p = dlc_run(
+        "eval",
+        "mlp_digits.dl",
+        "--data",
+        DATA / "digits_test.npz",
+        "--weights",
+        "mlp_digits.weights.npz",
+        "--fetch",
+        "accuracy,prediction",
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+        cwd=models,
+    )
     assert p.returncode == 0, p.stderr
     with np.load(out) as z, np.load(DATA / "digits_test.npz") as test:
         by_hand = float(np.mean(z["prediction"] == test["labels"]))

@@ -12,19 +12,113 @@ from __future__ import annotations
 import random
 import re
 
-TOKEN = re.compile(r"""\s+|#[^\n]*|[A-Za-z_][A-Za-z_0-9]*|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
-                      |==|!=|<=|>=|"[^"\n]*"|'[^'\n]*'|.""", re.X | re.S)
+TOKEN = re.compile(
+    r"""\s+|#[^\n]*|[A-Za-z_][A-Za-z_0-9]*|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
+                      |==|!=|<=|>=|"[^"\n]*"|'[^'\n]*'|.""",
+    re.X | re.S,
+)
 
-NUMBERS = ["0", "-0", "1e309", "-1e309", "3.5e38", "1e-50", "99999999999999999999", "-1", "-7",
-           "nan", "inf", "0.0", "1e38", "2147483648", "4294967297", "65536", "1.5", ".5", "5.",
-           "1e", "0x10", "1_000"]
-NAMES = ["x", "y", "B", "W1", "nan", "inf", "true", "false", "all", "none", "input", "param",
-         "const", "loss", "f32", "sum", "mean", "reshape", "matmul", "softmax", "exp", "where",
-         "conv2d", "one_hot", "argmax", "clip", "transpose", "slice", "concat", "zeros", "glorot",
-         "normal", "uniform", "he", "_", "a" * 300, "é", "B2"]
-ODD = ["\x00", "\ufeff", "\u2028", "\u2029", "\x0c", "\x0b", "\r", "\r\n", "\t", "$", "@", "é",
-       "(", ")", "[", "]", ",", "=", ":", "^", "#", '"', "'", "\\", "-", "*", "/", "\n", " ",
-       "\x85", "\U0001F600", "[B]", "()", "[]", "f32"]
+NUMBERS = [
+    "0",
+    "-0",
+    "1e309",
+    "-1e309",
+    "3.5e38",
+    "1e-50",
+    "99999999999999999999",
+    "-1",
+    "-7",
+    "nan",
+    "inf",
+    "0.0",
+    "1e38",
+    "2147483648",
+    "4294967297",
+    "65536",
+    "1.5",
+    ".5",
+    "5.",
+    "1e",
+    "0x10",
+    "1_000",
+]
+NAMES = [
+    "x",
+    "y",
+    "B",
+    "W1",
+    "nan",
+    "inf",
+    "true",
+    "false",
+    "all",
+    "none",
+    "input",
+    "param",
+    "const",
+    "loss",
+    "f32",
+    "sum",
+    "mean",
+    "reshape",
+    "matmul",
+    "softmax",
+    "exp",
+    "where",
+    "conv2d",
+    "one_hot",
+    "argmax",
+    "clip",
+    "transpose",
+    "slice",
+    "concat",
+    "zeros",
+    "glorot",
+    "normal",
+    "uniform",
+    "he",
+    "_",
+    "a" * 300,
+    "é",
+    "B2",
+]
+ODD = [
+    "\x00",
+    "\ufeff",
+    "\u2028",
+    "\u2029",
+    "\x0c",
+    "\x0b",
+    "\r",
+    "\r\n",
+    "\t",
+    "$",
+    "@",
+    "é",
+    "(",
+    ")",
+    "[",
+    "]",
+    ",",
+    "=",
+    ":",
+    "^",
+    "#",
+    '"',
+    "'",
+    "\\",
+    "-",
+    "*",
+    "/",
+    "\n",
+    " ",
+    "\x85",
+    "\U0001f600",
+    "[B]",
+    "()",
+    "[]",
+    "f32",
+]
 OPERATORS = ["+", "-", "*", "/", "@", "^", "==", "<", ">=", "!="]
 
 
@@ -53,7 +147,7 @@ def _token_edit(text: str, rng: random.Random, pick, change) -> str:
     if not where:
         return text
     i = rng.choice(where)
-    toks[i:i + 1] = change(toks, i)
+    toks[i : i + 1] = change(toks, i)
     return "".join(toks)
 
 
@@ -84,12 +178,14 @@ def change_name(text, rng):
     def change(toks, i):
         others = [t for t in toks if _is_name(t)]
         return [rng.choice(NAMES + others)]
+
     return _token_edit(text, rng, _is_name, change)
 
 
 def change_operator(text, rng):
-    return _token_edit(text, rng, lambda t: t in OPERATORS or t in ",:=()[]",
-                       lambda toks, i: [rng.choice(OPERATORS + list(",:=()[]"))])
+    return _token_edit(
+        text, rng, lambda t: t in OPERATORS or t in ",:=()[]", lambda toks, i: [rng.choice(OPERATORS + list(",:=()[]"))]
+    )
 
 
 def insert_odd(text, rng):
@@ -98,7 +194,7 @@ def insert_odd(text, rng):
 
 
 def truncate(text, rng):
-    return text[:rng.randrange(len(text) + 1)]
+    return text[: rng.randrange(len(text) + 1)]
 
 
 def duplicate_line(text, rng):
@@ -125,8 +221,7 @@ def nest_deeply(text, rng):
     """Wrap a name in hundreds of calls, parens, minus signs or list brackets."""
     depth = rng.choice((50, 300, 1200))
     wrap = rng.choice((("exp(", ")"), ("(", ")"), ("-", ""), ("[", "]"), ("abs(", ")")))
-    return _token_edit(text, rng, _is_name,
-                       lambda toks, i: [wrap[0] * depth, toks[i], wrap[1] * depth])
+    return _token_edit(text, rng, _is_name, lambda toks, i: [wrap[0] * depth, toks[i], wrap[1] * depth])
 
 
 def long_sum(text, rng):
@@ -135,6 +230,21 @@ def long_sum(text, rng):
     return _token_edit(text, rng, _is_name, lambda toks, i: [" + ".join([toks[i]] * n)])
 
 
-EDITS = [delete_token, duplicate_token, swap_tokens, change_number, change_number, change_name,
-         change_name, change_operator, insert_odd, insert_odd, truncate, duplicate_line,
-         delete_line, swap_lines, nest_deeply, long_sum]
+EDITS = [
+    delete_token,
+    duplicate_token,
+    swap_tokens,
+    change_number,
+    change_number,
+    change_name,
+    change_name,
+    change_operator,
+    insert_odd,
+    insert_odd,
+    truncate,
+    duplicate_line,
+    delete_line,
+    swap_lines,
+    nest_deeply,
+    long_sum,
+]

@@ -30,8 +30,13 @@ def random_graph(seed: int, n_ops: int = 14) -> tuple[Graph, list[int]]:
     """A graph and the nodes to fetch; its updates are in `graph.updates`."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder()
-    pool = [b.input("x", ("B", 4)), b.input("y", ("B", 3)), b.input("s", (4,)),
-            b.param("w", (4, 3), ("normal", 0.0, 0.5)), b.param("c", (3,), ("normal", 0.0, 0.5))]
+    pool = [
+        b.input("x", ("B", 4)),
+        b.input("y", ("B", 3)),
+        b.input("s", (4,)),
+        b.param("w", (4, 3), ("normal", 0.0, 0.5)),
+        b.param("c", (3,), ("normal", 0.0, 0.5)),
+    ]
     params = {"w": pool[3], "c": pool[4]}
 
     def pick(pred=lambda s: True):
@@ -39,8 +44,7 @@ def random_graph(seed: int, n_ops: int = 14) -> tuple[Graph, list[int]]:
         return options[int(rng.integers(len(options)))] if options else None
 
     for _ in range(n_ops):
-        kind = rng.choice(["unary", "binary", "binary", "reduce", "matmul", "transpose",
-                           "reshape", "slice", "pad"])
+        kind = rng.choice(["unary", "binary", "binary", "reduce", "matmul", "transpose", "reshape", "slice", "pad"])
         n = None
         if kind == "unary":
             n = b.add(str(rng.choice(UNARY)), [pick()])
@@ -52,10 +56,8 @@ def random_graph(seed: int, n_ops: int = 14) -> tuple[Graph, list[int]]:
         elif kind == "reduce":
             a = pick(lambda s: len(s) >= 1)
             rank = len(b.shape(a))
-            axes = tuple(sorted(rng.choice(rank, size=int(rng.integers(1, rank + 1)),
-                                           replace=False).tolist()))
-            n = b.add(str(rng.choice(["sum", "max"])), [a], axes=axes,
-                      keepdims=bool(rng.integers(2)))
+            axes = tuple(sorted(rng.choice(rank, size=int(rng.integers(1, rank + 1)), replace=False).tolist()))
+            n = b.add(str(rng.choice(["sum", "max"])), [a], axes=axes, keepdims=bool(rng.integers(2)))
         elif kind == "matmul":
             a = pick(lambda s: len(s) == 2)
             k = b.shape(a)[-1]
@@ -80,8 +82,7 @@ def random_graph(seed: int, n_ops: int = 14) -> tuple[Graph, list[int]]:
             n = b.add("pad", [a], before=(0, 1), after=(0, 0))
         if n is not None:
             pool.append(n)
-    roots = sorted({pool[-1], *(int(i) for i in rng.choice(pool[5:], size=2))}
-                   if len(pool) > 5 else {pool[-1]})
+    roots = sorted({pool[-1], *(int(i) for i in rng.choice(pool[5:], size=2))} if len(pool) > 5 else {pool[-1]})
     updates = []
     for name, p in params.items():
         same = [n for n in pool[5:] if b.shape(n) == b.shape(p)]

@@ -52,7 +52,7 @@ def test_fan_out_gradients_are_summed():
     x = np.array([1.0, -2.0, 0.5])
     got = grads_at(g, {"x": x}, {})["x"]
     np.testing.assert_allclose(got, 2 * x + 1)
-    adds = [n for n in differentiate(g)[0].nodes[len(g.nodes):] if n.op == "add"]
+    adds = [n for n in differentiate(g)[0].nodes[len(g.nodes) :] if n.op == "add"]
     assert adds, "fan-out should be summed with add nodes"
 
 
@@ -60,7 +60,7 @@ def test_gradient_nodes_carry_the_forward_line():
     src = "input x: [B]\nparam w: [] = 1\nh = exp(w * x)\nloss l = mean(h)\n"
     g = graph_of(src)
     gg, _ = differentiate(g)
-    new = gg.nodes[len(g.nodes):]
+    new = gg.nodes[len(g.nodes) :]
     assert all(n.loc is not None for n in new)
     # the exp's gradient (a mul by exp's output) sits on line 3
     exp_node = g.names["h"]
@@ -68,16 +68,13 @@ def test_gradient_nodes_carry_the_forward_line():
 
 
 def test_param_not_reached_gets_zeros():
-    g = graph_of("input x: [B]\nparam w: [2, 3]\nparam unused: [4, 2] = 1\n"
-                 "loss l = sum(x) * sum(w)\n")
-    got = grads_at(g, {"x": np.ones(3), "w": np.ones((2, 3)), "unused": np.ones((4, 2))},
-                   {"B": 3})
+    g = graph_of("input x: [B]\nparam w: [2, 3]\nparam unused: [4, 2] = 1\nloss l = sum(x) * sum(w)\n")
+    got = grads_at(g, {"x": np.ones(3), "w": np.ones((2, 3)), "unused": np.ones((4, 2))}, {"B": 3})
     np.testing.assert_array_equal(got["unused"], np.zeros((4, 2)))
     np.testing.assert_allclose(got["w"], np.full((2, 3), 3.0))
 
 
-@pytest.mark.parametrize("expr", ["sign(w) * 3", "step(w)", "(w > 0) * 2",
-                                  "one_hot(argmax(w), 3)", "w == 1"])
+@pytest.mark.parametrize("expr", ["sign(w) * 3", "step(w)", "(w > 0) * 2", "one_hot(argmax(w), 3)", "w == 1"])
 def test_non_differentiable_paths_give_zero(expr):
     g = graph_of(f"param w: [3] = 1\nloss l = sum({expr}) + sum(w)\n")
     got = grads_at(g, {"w": np.array([0.5, -1.0, 2.0])}, {})["w"]
@@ -117,14 +114,14 @@ def test_loss_errors():
 
 def test_gradient_with_respect_to_an_input():
     g = graph_of("input x: [B, 2]\nparam w: [2, 1] = 1\nloss l = sum(x @ w)\n")
-    got = grads_at(g, {"x": np.ones((3, 2)), "w": np.array([[2.0], [-1.0]])}, {"B": 3},
-                   wrt=["x"])
+    got = grads_at(g, {"x": np.ones((3, 2)), "w": np.array([[2.0], [-1.0]])}, {"B": 3}, wrt=["x"])
     np.testing.assert_allclose(got["x"], np.tile([2.0, -1.0], (3, 1)))
 
 
 def test_rank_1_matmul_both_sides():
-    g = graph_of("param v: [3] = 1\nparam M: [3, 4] = 1\nparam u: [4] = 1\n"
-                 "loss l = sum(v @ M) + sum(M @ u) + v @ M @ u\n")
+    g = graph_of(
+        "param v: [3] = 1\nparam M: [3, 4] = 1\nparam u: [4] = 1\nloss l = sum(v @ M) + sum(M @ u) + v @ M @ u\n"
+    )
     rng = np.random.default_rng(0)
     vals = {"v": rng.normal(size=3), "M": rng.normal(size=(3, 4)), "u": rng.normal(size=4)}
     got = grads_at(g, vals, {})
@@ -179,8 +176,7 @@ def _values(g, dims, seed=0):
     vals = {}
     for name in g.inputs:
         shape = tuple(dims.get(d, d) for d in g.shape(name))
-        vals[name] = (rng.integers(0, 3, size=shape).astype(float) if name == "labels"
-                      else rng.normal(size=shape))
+        vals[name] = rng.integers(0, 3, size=shape).astype(float) if name == "labels" else rng.normal(size=shape)
     for name in g.params:
         n = g.node(name)
         vals[name] = initial_value(n.attr("init"), n.shape, seed, name).astype(np.float64)
@@ -194,8 +190,9 @@ def test_whole_models_against_central_differences(name):
     vals = _values(g, dims)
     got = grads_at(g, vals, dims)
     for p in g.params:
-        np.testing.assert_allclose(got[p], central(g, "cost", vals, dims, p), rtol=1e-5,
-                                   atol=1e-7, err_msg=f"{name}: d cost / d {p}")
+        np.testing.assert_allclose(
+            got[p], central(g, "cost", vals, dims, p), rtol=1e-5, atol=1e-7, err_msg=f"{name}: d cost / d {p}"
+        )
 
 
 def test_samples_mlp_digits_gradient():
@@ -209,5 +206,4 @@ def test_samples_mlp_digits_gradient():
     got = grads_at(g, vals, {"B": 8})
     # W1 (64x64) would take 8192 evaluations: the others are checked fully
     for p in ("b1", "W2", "b2"):
-        np.testing.assert_allclose(got[p], central(g, "cost", vals, {"B": 8}, p), rtol=1e-5,
-                                   atol=1e-8)
+        np.testing.assert_allclose(got[p], central(g, "cost", vals, {"B": 8}, p), rtol=1e-5, atol=1e-8)

@@ -28,11 +28,14 @@ def test_elementwise_over_a_multiple_of_four_is_vec4():
     assert k.grid == {"flat": [3, "B"], "per_group": 256}
 
 
-@pytest.mark.parametrize("src", [
-    "input x: [B, 7]\ny = relu(x) * 2\n",               # 7*B need not be a multiple of 4
-    "input x: [B, 12]\ninput b: [12]\ny = x + b\n",    # a broadcast read is not per element
-    "input x: [4, 8]\ny = transpose(x) + 1\n",         # nor is a transposed one
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "input x: [B, 7]\ny = relu(x) * 2\n",  # 7*B need not be a multiple of 4
+        "input x: [B, 12]\ninput b: [12]\ny = x + b\n",  # a broadcast read is not per element
+        "input x: [4, 8]\ny = transpose(x) + 1\n",  # nor is a transposed one
+    ],
+)
 def test_other_elementwise_kernels_are_scalar_and_bounds_checked(src):
     (k,) = kernels(src, "y")
     assert "vec4" not in k.source.split("void main")[1]
@@ -95,8 +98,7 @@ def test_reductions_pick_a_shape_of_kernel():
     assert k.grid["per_group"] == 1
     # a long reduction over the batch with many outputs: 16 columns a work group
     (k,) = kernels("input x: [B, 1000]\ny = sum(x, axis=0)\n", "y")
-    assert "shared float part[16][17]" in k.source and k.grid["flat"] == [1000] \
-        and k.grid["per_group"] == 16
+    assert "shared float part[16][17]" in k.source and k.grid["flat"] == [1000] and k.grid["per_group"] == 16
     # ... cut into chunks of 16384 rows (B is not known to fit one), with a scratch buffer
     assert k.grid["split"] == [[1, "B"], 16384] and k.grid["scratch"] == 1
     # a reduction known to fit one chunk is not split
@@ -110,14 +112,17 @@ def test_reductions_pick_a_shape_of_kernel():
     assert "best = r;" in k.source and "epilogue(o, float(best));" in k.source
 
 
-@pytest.mark.parametrize("shape, want", [((4096, 4096, 4096), "big"), ((1024, 1024, 784), "medium"),
-                                         ((64, 10, 64), "tile16"), ((7, 300, 5), "tile16")])
+@pytest.mark.parametrize(
+    "shape, want",
+    [((4096, 4096, 4096), "big"), ((1024, 1024, 784), "medium"), ((64, 10, 64), "tile16"), ((7, 300, 5), "tile16")],
+)
 def test_matmul_variant_by_size(shape, want):
     m, n, k = shape
     src = f"input x: [{m}, {k}]\nparam W: [{k}, {n}]\ny = x @ W\n"
     g = compile_source(src, "t.dl")
     p = plan(fuse(g, [g.names["y"]]))
     from dlc.compiler.codegen.glsl import Context
+
     ctx = Context(p.fusion, p, p.fusion.kernels[0], {})
     assert choose(ctx) == want
 

@@ -23,8 +23,8 @@ def expectation(path: Path) -> tuple[int, int, str, list[str], str | None]:
     lines = path.read_text(encoding="utf-8").splitlines()
     m = HEADER.match(lines[0])
     assert m, f"{path.name}: the first line must be '# error: LINE:COL: MESSAGE'"
-    nots = [ln[len("# not: "):] for ln in lines[1:] if ln.startswith("# not: ")]
-    xfail = next((ln[len("# xfail: "):] for ln in lines[1:] if ln.startswith("# xfail: ")), None)
+    nots = [ln[len("# not: ") :] for ln in lines[1:] if ln.startswith("# not: ")]
+    xfail = next((ln[len("# xfail: ") :] for ln in lines[1:] if ln.startswith("# xfail: ")), None)
     return int(m[1]), int(m[2]), m[3], nots, xfail
 
 

@@ -29,11 +29,11 @@ X = np.array([0.5, -1.25, 2.0], dtype=np.float32)
 
 # -- long and deep expressions ---------------------------------------------------
 
+
 def test_flat_sum_of_1000_terms_on_one_line():
     terms = [f"{k % 7} * x" for k in range(1000)]
     y = eval_y("input x: [B]\ny = " + " + ".join(terms) + "\n", X)
-    np.testing.assert_allclose(y, sum(k % 7 for k in range(1000)) * X.astype(np.float64),
-                               rtol=1e-5)
+    np.testing.assert_allclose(y, sum(k % 7 for k in range(1000)) * X.astype(np.float64), rtol=1e-5)
 
 
 def test_long_difference_chain_keeps_left_associativity():
@@ -77,14 +77,18 @@ def test_deep_list_inside_an_expression_is_located():
 
 # -- initializer arguments ----------------------------------------------------------
 
-@pytest.mark.parametrize("init,column,words", [
-    ("normal(0, -1)", 26, "std must be >= 0"),
-    ("normal(std=-1)", 27, "std must be >= 0"),
-    ("normal(mean=1, std=-0.5)", 35, "std must be >= 0"),
-    ("uniform(1, -1)", 27, "high must be >= its low"),
-    ("uniform(high=-2)", 29, "high must be >= its low"),
-    ("normal(0, 1e38)", 26, "beyond float32's range"),
-])
+
+@pytest.mark.parametrize(
+    "init,column,words",
+    [
+        ("normal(0, -1)", 26, "std must be >= 0"),
+        ("normal(std=-1)", 27, "std must be >= 0"),
+        ("normal(mean=1, std=-0.5)", 35, "std must be >= 0"),
+        ("uniform(1, -1)", 27, "high must be >= its low"),
+        ("uniform(high=-2)", 29, "high must be >= its low"),
+        ("normal(0, 1e38)", 26, "beyond float32's range"),
+    ],
+)
 def test_bad_initializer_arguments_fail_at_compile_time(init, column, words):
     e = compile_error(f"param w: [3] = {init}\n")
     assert words in e.message
@@ -96,8 +100,7 @@ def test_initializer_argument_given_twice():
     assert "'mean' twice" in e.message
 
 
-@pytest.mark.parametrize("init", ["normal(0, 0)", "uniform(2, 2)", "uniform(-1e38, 1e38)",
-                                  "normal(-3, 1e37)"])
+@pytest.mark.parametrize("init", ["normal(0, 0)", "uniform(2, 2)", "uniform(-1e38, 1e38)", "normal(-3, 1e37)"])
 def test_edge_initializers_draw_finite_values(init):
     model = dlc.compile(f"param w: [50] = {init}\ny = w * 1\n")
     sess = dlc.Session(model, backend="numpy", seed=3)
@@ -123,6 +126,7 @@ def test_dlc_check_reports_a_bad_initializer(tmp_path, capsys):
 
 
 # -- source positions -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("sep", ["\x0c", "\u2028", "\x0b", "\x85", "\u2029"])
 def test_line_separators_lark_does_not_count_do_not_shift_the_echoed_line(sep):
@@ -161,8 +165,7 @@ def test_crlf_and_lone_cr():
 def test_a_leading_bom_is_accepted(tmp_path):
     p = tmp_path / "bom.dl"
     p.write_bytes(b"\xef\xbb\xbfinput x: [B]\ny = 2 * x\n")
-    np.testing.assert_array_equal(
-        dlc.Session(dlc.compile(p), backend="numpy").eval("y", {"x": X}), 2 * X)
+    np.testing.assert_array_equal(dlc.Session(dlc.compile(p), backend="numpy").eval("y", {"x": X}), 2 * X)
     # Columns on the first line do not count the BOM.
     p.write_bytes(b"\xef\xbb\xbfinput x: [B] $\n")
     with pytest.raises(dlc.CompileError) as info:

@@ -26,8 +26,7 @@ def test_relu_of_matmul_plus_bias_is_one_kernel():
 
 
 def test_chain_of_ten_elementwise_ops_is_one_kernel():
-    f = fused("input x: [B, 7]\ninput z: [7]\n"
-              "y = exp(sigmoid(tanh(abs(-(x * z + 1) / 2) - 3) ^ 2) * 0.5)\n", "y")
+    f = fused("input x: [B, 7]\ninput z: [7]\ny = exp(sigmoid(tanh(abs(-(x * z + 1) / 2) - 3) ^ 2) * 0.5)\n", "y")
     assert len(f.kernels) == 1
     ops = [f.graph.nodes[n].op for n in f.kernels[0].nodes]
     assert len([o for o in ops if o != "const"]) >= 10
@@ -39,15 +38,15 @@ def test_reduction_takes_its_producers_and_consumers():
     f = fused("input x: [B, 9]\ny = mean(exp(x) * 2)\n", "y")
     assert len(f.kernels) == 1
     assert f.kernels[0].kind == "reduce"
-    assert {"exp", "mul", "sum", "dim_size", "div"} <= {f.graph.nodes[n].op
-                                                       for n in f.kernels[0].nodes}
+    assert {"exp", "mul", "sum", "dim_size", "div"} <= {f.graph.nodes[n].op for n in f.kernels[0].nodes}
 
 
 def test_matmul_operands_are_stored_and_window_ops_are_their_own_kernels():
     f = fused("input x: [B, 4]\nparam W: [4, 4]\ny = (x + 1) @ W\n", "y")
     assert [k.kind for k in f.kernels] == ["elementwise", "matmul"]
-    f = fused("input x: [B, 6, 6, 2]\nparam w: [3, 3, 2, 4]\nparam b: [4]\n"
-              "y = max_pool(relu(conv2d(x, w) + b), 2)\n", "y")
+    f = fused(
+        "input x: [B, 6, 6, 2]\nparam w: [3, 3, 2, 4]\nparam b: [4]\ny = max_pool(relu(conv2d(x, w) + b), 2)\n", "y"
+    )
     assert [k.kind for k in f.kernels] == ["window", "window"]  # conv+bias+relu, then pool
 
 
@@ -66,8 +65,11 @@ def test_fetches_inside_a_kernel_become_extra_outputs():
 
 
 def test_activation_read_by_backward_pass_is_written_by_the_matmul_kernel():
-    g = compile_source("input x: [B, 5]\ninput t: [B, 3]\nparam W: [5, 3]\nparam b: [3]\n"
-                       "h = relu(x @ W + b)\nloss l = mean_squared(h, t)\n", "t.dl")
+    g = compile_source(
+        "input x: [B, 5]\ninput t: [B, 3]\nparam W: [5, 3]\nparam b: [3]\n"
+        "h = relu(x @ W + b)\nloss l = mean_squared(h, t)\n",
+        "t.dl",
+    )
     step = build_train_graph(g, "l", SGD(0.1))
     f = fuse(step, [step.names["l"]], step.updates)
     first = f.kernels[0]
@@ -78,13 +80,15 @@ def test_activation_read_by_backward_pass_is_written_by_the_matmul_kernel():
     assert pre not in first.outputs and step.names["h"] not in first.outputs
     # every update is written in place into its param
     from dlc.compiler.plan import plan
+
     p = plan(f, {"B": 8})
     assert not p.copies and len(p.inplace) == 2
 
 
 def test_adam_updates_fuse_into_the_gradient_kernels():
-    g = compile_source("input x: [B, 5]\ninput t: [B, 3]\nparam W: [5, 3]\nparam b: [3]\n"
-                       "loss l = mean_squared(x @ W + b, t)\n", "t.dl")
+    g = compile_source(
+        "input x: [B, 5]\ninput t: [B, 3]\nparam W: [5, 3]\nparam b: [3]\nloss l = mean_squared(x @ W + b, t)\n", "t.dl"
+    )
     step = build_train_graph(g, "l", Adam(0.01))
     f = fuse(step, [step.names["l"]], step.updates)
     names = step.names

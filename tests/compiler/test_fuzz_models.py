@@ -23,7 +23,7 @@ def sources() -> list[str]:
 
 
 def outcome(src: str) -> str:
-    """"ok", "error" (a located CompileError), or a description of what went wrong."""
+    """ "ok", "error" (a located CompileError), or a description of what went wrong."""
     try:
         dlc.compile(src, name="mutant.dl")
     except dlc.CompileError as e:

@@ -77,8 +77,15 @@ def broadcast_partner(shape: tuple) -> tuple:
 
 
 UNARY_DOMAINS = {
-    "log": "positive", "sqrt": "positive", "rsqrt": "positive", "reciprocal": "away",
-    "abs": "away", "relu": "away", "leaky_relu": "away", "elu": "away", "selu": "away",
+    "log": "positive",
+    "sqrt": "positive",
+    "rsqrt": "positive",
+    "reciprocal": "away",
+    "abs": "away",
+    "relu": "away",
+    "leaky_relu": "away",
+    "elu": "away",
+    "selu": "away",
     "relu6": "relu6",
 }
 UNARY_ATTRS = {"leaky_relu": [{"alpha": 0.2}, {"alpha": 0.05}], "elu": [{"alpha": 1.0}, {"alpha": 0.5}]}
@@ -104,8 +111,13 @@ def binary_cases() -> list[Case]:
     for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"):
         doms = BINARY_DOMAINS.get(op, ["normal", "normal"])
         full = rand_shape(3)
-        for shapes in ([full, full], [full, broadcast_partner(full)],
-                       [broadcast_partner(full), full], [(), rand_shape(2)], [rand_shape(1), ()]):
+        for shapes in (
+            [full, full],
+            [full, broadcast_partner(full)],
+            [broadcast_partner(full), full],
+            [(), rand_shape(2)],
+            [rand_shape(1), ()],
+        ):
             out.append(Case(op, list(shapes), {}, doms))
         out.append(Case(op, [("B", 3), (1, 3)], {}, doms, dims={"B": 2}, label="symbolic"))
     # x^2 with a negative base: the exponent is fixed, only the base is checked
@@ -114,8 +126,10 @@ def binary_cases() -> list[Case]:
 
 
 def where_cases() -> list[Case]:
-    return [Case("where", [(2, 3), (3,), (2, 1)], {}, ["cond", "normal", "normal"], wrt=(1, 2)),
-            Case("where", [(4,), (4,), ()], {}, ["cond", "normal", "normal"], wrt=(1, 2))]
+    return [
+        Case("where", [(2, 3), (3,), (2, 1)], {}, ["cond", "normal", "normal"], wrt=(1, 2)),
+        Case("where", [(4,), (4,), ()], {}, ["cond", "normal", "normal"], wrt=(1, 2)),
+    ]
 
 
 def layout_cases() -> list[Case]:
@@ -129,11 +143,9 @@ def layout_cases() -> list[Case]:
         Case("transpose", [(2, 3, 4)], {"perm": (2, 0, 1)}),
         Case("transpose", [(3, 5)], {"perm": (1, 0)}),
         Case("slice", [(4, 5)], {"begin": (1, 2), "size": (2, 3)}),
-        Case("slice", [("B", 5)], {"begin": (0, 1), "size": ("B", 3)}, dims={"B": 3},
-             label="symbolic"),
+        Case("slice", [("B", 5)], {"begin": (0, 1), "size": ("B", 3)}, dims={"B": 3}, label="symbolic"),
         Case("pad", [(2, 3)], {"before": (1, 0), "after": (0, 2)}),
-        Case("pad", [("B", 3)], {"before": (0, 1), "after": (0, 1)}, dims={"B": 2},
-             label="symbolic"),
+        Case("pad", [("B", 3)], {"before": (0, 1), "after": (0, 1)}, dims={"B": 2}, label="symbolic"),
         Case("concat", [(2, 3), (2, 1), (2, 2)], {"axis": 1}),
         Case("concat", [(1, 3), (2, 3)], {"axis": 0}),
     ]
@@ -143,11 +155,12 @@ def reduce_cases() -> list[Case]:
     out = []
     for op in ("sum", "max", "min"):
         s = rand_shape(3)
-        out += [Case(op, [s], {"axes": (1,), "keepdims": False}, label="ax1"),
-                Case(op, [s], {"axes": (0, 2), "keepdims": True}, label="ax02keep"),
-                Case(op, [s], {"axes": (0, 1, 2), "keepdims": False}, label="all"),
-                Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 4},
-                     label="symbolic")]
+        out += [
+            Case(op, [s], {"axes": (1,), "keepdims": False}, label="ax1"),
+            Case(op, [s], {"axes": (0, 2), "keepdims": True}, label="ax02keep"),
+            Case(op, [s], {"axes": (0, 1, 2), "keepdims": False}, label="all"),
+            Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 4}, label="symbolic"),
+        ]
     return out
 
 
@@ -159,13 +172,14 @@ def matmul_cases() -> list[Case]:
             a = (k, m) if ta else (m, k)
             b = (n, k) if tb else (k, n)
             out.append(Case("matmul", [a, b], {"ta": ta, "tb": tb}, label=f"2x2-{ta:d}{tb:d}"))
-            out.append(Case("matmul", [(3, *a), (3, *b)], {"ta": ta, "tb": tb},
-                            label=f"3x3-{ta:d}{tb:d}"))
+            out.append(Case("matmul", [(3, *a), (3, *b)], {"ta": ta, "tb": tb}, label=f"3x3-{ta:d}{tb:d}"))
     f = {"ta": False, "tb": False}
-    out += [Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
-            Case("matmul", [(2, m, k), (k, n)], f, label="3x2"),
-            Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
-            Case("matmul", [("B", k), (k, n)], f, dims={"B": 3}, label="symbolic")]
+    out += [
+        Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
+        Case("matmul", [(2, m, k), (k, n)], f, label="3x2"),
+        Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
+        Case("matmul", [("B", k), (k, n)], f, dims={"B": 3}, label="symbolic"),
+    ]
     return out
 
 
@@ -180,9 +194,11 @@ def conv_cases(x: tuple, w: tuple, wa: dict, lab: str) -> list[Case]:
     """conv2d and its two gradient ops under one geometry."""
     oh, ow = conv_out(x, w[:2], wa)
     dy = (x[0], oh, ow, w[3])
-    return [Case("conv2d", [x, w], wa, label=lab),
-            Case("conv2d_grad_input", [dy, w], {**wa, "x_shape": x}, label=lab),
-            Case("conv2d_grad_filter", [x, dy], {**wa, "w_shape": w}, label=lab)]
+    return [
+        Case("conv2d", [x, w], wa, label=lab),
+        Case("conv2d_grad_input", [dy, w], {**wa, "x_shape": x}, label=lab),
+        Case("conv2d_grad_filter", [x, dy], {**wa, "w_shape": w}, label=lab),
+    ]
 
 
 def pool_cases(x: tuple, pa: dict, lab: str, ops=("max", "avg")) -> list[Case]:
@@ -192,34 +208,35 @@ def pool_cases(x: tuple, pa: dict, lab: str, ops=("max", "avg")) -> list[Case]:
     if "max" in ops:
         out += [Case("max_pool", [x], pa, label=lab), Case("max_pool_grad", [x, dy], pa, label=lab)]
     if "avg" in ops:
-        out += [Case("avg_pool", [x], pa, label=lab),
-                Case("avg_pool_grad", [dy], {**pa, "x_shape": x}, label=lab)]
+        out += [Case("avg_pool", [x], pa, label=lab), Case("avg_pool_grad", [dy], {**pa, "x_shape": x}, label=lab)]
     return out
 
 
 # The conv options (dilation, explicit padding, groups, depthwise) and the pool options
 # (explicit padding, count_include_pad), on odd sizes.
 CONV_OPTIONS = [
-    ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (1, 1), "padding": "same", "dilation": (2, 1)},
-     "dil21-same"),
-    ((2, 7, 6, 3), (3, 2, 3, 4), {"stride": (2, 1), "padding": "valid", "dilation": (2, 2)},
-     "dil22-s21-valid"),
+    ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (1, 1), "padding": "same", "dilation": (2, 1)}, "dil21-same"),
+    ((2, 7, 6, 3), (3, 2, 3, 4), {"stride": (2, 1), "padding": "valid", "dilation": (2, 2)}, "dil22-s21-valid"),
     ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (2, 1), "padding": (1, 0, 2, 1)}, "pad1021-s21"),
-    ((1, 4, 5, 2), (2, 3, 2, 3), {"stride": (1, 2), "padding": (0, 2, 1, 0), "dilation": (1, 2)},
-     "pad0210-dil12"),
+    ((1, 4, 5, 2), (2, 3, 2, 3), {"stride": (1, 2), "padding": (0, 2, 1, 0), "dilation": (1, 2)}, "pad0210-dil12"),
     ((2, 5, 4, 6), (3, 2, 3, 4), {"stride": (1, 1), "padding": "same", "groups": 2}, "groups2"),
-    ((2, 5, 5, 3), (3, 3, 1, 6), {"stride": (2, 2), "padding": "same", "groups": 3},
-     "depthwise-x2"),
-    ((1, 6, 5, 4), (3, 3, 1, 4), {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (2, 2),
-                                  "groups": 4}, "depthwise-dil2"),
+    ((2, 5, 5, 3), (3, 3, 1, 6), {"stride": (2, 2), "padding": "same", "groups": 3}, "depthwise-x2"),
+    (
+        (1, 6, 5, 4),
+        (3, 3, 1, 4),
+        {"stride": (1, 1), "padding": (1, 1, 1, 1), "dilation": (2, 2), "groups": 4},
+        "depthwise-dil2",
+    ),
 ]
 POOL_OPTIONS = [
     ((2, 5, 6, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 0)}, "pad1110"),
     ((2, 5, 6, 3), {"size": (3, 2), "stride": (1, 2), "padding": (2, 0, 1, 1)}, "pad2011"),
-    ((2, 5, 6, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 0),
-                    "count_include_pad": True}, "pad1110-incl"),
-    ((2, 5, 5, 3), {"size": (2, 3), "stride": (1, 1), "padding": "same",
-                    "count_include_pad": True}, "same-incl"),
+    (
+        (2, 5, 6, 3),
+        {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 1, 0), "count_include_pad": True},
+        "pad1110-incl",
+    ),
+    ((2, 5, 5, 3), {"size": (2, 3), "stride": (1, 1), "padding": "same", "count_include_pad": True}, "same-incl"),
 ]
 
 
@@ -237,18 +254,18 @@ def window_cases() -> list[Case]:
     for xs, pa, lab in POOL_OPTIONS:
         out += pool_cases(xs, pa, lab, ("avg",) if "count_include_pad" in pa else ("max", "avg"))
     sym = {"stride": (1, 1), "padding": "same"}
-    out.append(Case("conv2d", [("B", 4, 4, 2), (3, 3, 2, 3)], sym, dims={"B": 2},
-                    label="symbolic"))
-    out.append(Case("max_pool", [("B", 4, 4, 2)], {**sym, "size": (2, 2)}, dims={"B": 2},
-                    label="symbolic"))
+    out.append(Case("conv2d", [("B", 4, 4, 2), (3, 3, 2, 3)], sym, dims={"B": 2}, label="symbolic"))
+    out.append(Case("max_pool", [("B", 4, 4, 2)], {**sym, "size": (2, 2)}, dims={"B": 2}, label="symbolic"))
     return out
 
 
-CASES: list[Case] = (unary_cases() + binary_cases() + where_cases() + layout_cases()
-                     + reduce_cases() + matmul_cases() + window_cases())
+CASES: list[Case] = (
+    unary_cases() + binary_cases() + where_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases()
+)
 
 
 # -- building and checking a case ---------------------------------------------------
+
 
 @dataclass
 class Built:
@@ -301,8 +318,7 @@ def numeric_grad(bt: Built, name: str, h: float = 1e-6) -> np.ndarray:
         plus, minus = x.copy(), x.copy()
         plus[idx] += h
         minus[idx] -= h
-        out[idx] = (loss_value(bt, {**bt.values, name: plus})
-                    - loss_value(bt, {**bt.values, name: minus})) / (2 * h)
+        out[idx] = (loss_value(bt, {**bt.values, name: plus}) - loss_value(bt, {**bt.values, name: minus})) / (2 * h)
     return out
 
 
@@ -332,8 +348,7 @@ def test_take_passes_no_gradient():
     g, grads = differentiate(b.build(), "loss", ["x", "w"])
     xs = RNG.normal(size=(4, 3))
     rows = np.array([3.0, 0.0, 3.0, 1.0, 2.0])
-    vals = evaluate(g, list(grads.values()), {"x": xs, "i": rows, "w": np.ones(3)}, {"B": 5},
-                    np.float64)
+    vals = evaluate(g, list(grads.values()), {"x": xs, "i": rows, "w": np.ones(3)}, {"B": 5}, np.float64)
     np.testing.assert_array_equal(vals[grads["x"]], np.zeros((4, 3)))
     np.testing.assert_allclose(vals[grads["w"]], xs[[3, 0, 3, 1, 2]].sum(axis=0))
 
@@ -345,11 +360,11 @@ def test_gradient_matches_central_differences(case: Case):
     for name in bt.wrt:
         want = numeric_grad(bt, name)
         assert got[name].shape == want.shape
-        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6,
-                                   err_msg=f"d loss / d {name} for {case.id}")
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=f"d loss / d {name} for {case.id}")
 
 
 # -- PyTorch ------------------------------------------------------------------------
+
 
 def _torch():
     try:
@@ -370,8 +385,13 @@ def _t_conv2d(torch, x, w, attrs):
     F = torch.nn.functional
     t, b, left, r = _tf_pads(x.shape, w.shape[:2], attrs)
     xp = F.pad(x.permute(0, 3, 1, 2), (left, r, t, b))
-    y = F.conv2d(xp, w.permute(3, 2, 0, 1), stride=attrs["stride"],
-                 dilation=attrs.get("dilation", 1), groups=attrs.get("groups", 1))
+    y = F.conv2d(
+        xp,
+        w.permute(3, 2, 0, 1),
+        stride=attrs["stride"],
+        dilation=attrs.get("dilation", 1),
+        groups=attrs.get("groups", 1),
+    )
     return y.permute(0, 2, 3, 1)
 
 
@@ -429,6 +449,7 @@ def _t_pad(torch, x, a):
 def _t_reduce(fn):
     def f(torch, x, a, dims):
         return getattr(torch, fn)(x, dim=a["axes"], keepdim=a["keepdims"]) if a["axes"] else x
+
     return f
 
 
@@ -454,23 +475,32 @@ def _b(fn):
 
 
 TORCH = {
-    "neg": _u(lambda t, x, a: -x), "abs": _u(lambda t, x, a: t.abs(x)),
-    "exp": _u(lambda t, x, a: t.exp(x)), "log": _u(lambda t, x, a: t.log(x)),
-    "sqrt": _u(lambda t, x, a: t.sqrt(x)), "rsqrt": _u(lambda t, x, a: t.rsqrt(x)),
-    "square": _u(lambda t, x, a: t.square(x)), "reciprocal": _u(lambda t, x, a: t.reciprocal(x)),
+    "neg": _u(lambda t, x, a: -x),
+    "abs": _u(lambda t, x, a: t.abs(x)),
+    "exp": _u(lambda t, x, a: t.exp(x)),
+    "log": _u(lambda t, x, a: t.log(x)),
+    "sqrt": _u(lambda t, x, a: t.sqrt(x)),
+    "rsqrt": _u(lambda t, x, a: t.rsqrt(x)),
+    "square": _u(lambda t, x, a: t.square(x)),
+    "reciprocal": _u(lambda t, x, a: t.reciprocal(x)),
     "relu": _u(lambda t, x, a: t.relu(x)),
     "relu6": _u(lambda t, x, a: t.nn.functional.relu6(x)),
     "leaky_relu": _u(lambda t, x, a: t.nn.functional.leaky_relu(x, a["alpha"])),
     "elu": _u(lambda t, x, a: t.nn.functional.elu(x, a["alpha"])),
     "selu": _u(lambda t, x, a: t.nn.functional.selu(x)),
     "softplus": _u(lambda t, x, a: t.nn.functional.softplus(x)),
-    "sigmoid": _u(lambda t, x, a: t.sigmoid(x)), "tanh": _u(lambda t, x, a: t.tanh(x)),
-    "sin": _u(lambda t, x, a: t.sin(x)), "cos": _u(lambda t, x, a: t.cos(x)),
+    "sigmoid": _u(lambda t, x, a: t.sigmoid(x)),
+    "tanh": _u(lambda t, x, a: t.tanh(x)),
+    "sin": _u(lambda t, x, a: t.sin(x)),
+    "cos": _u(lambda t, x, a: t.cos(x)),
     "erf": _u(lambda t, x, a: t.erf(x)),
-    "add": _b(lambda t, x, y: x + y), "sub": _b(lambda t, x, y: x - y),
-    "mul": _b(lambda t, x, y: x * y), "div": _b(lambda t, x, y: x / y),
+    "add": _b(lambda t, x, y: x + y),
+    "sub": _b(lambda t, x, y: x - y),
+    "mul": _b(lambda t, x, y: x * y),
+    "div": _b(lambda t, x, y: x / y),
     "pow": _b(lambda t, x, y: t.pow(x, y)),
-    "maximum": _b(lambda t, x, y: t.maximum(x, y)), "minimum": _b(lambda t, x, y: t.minimum(x, y)),
+    "maximum": _b(lambda t, x, y: t.maximum(x, y)),
+    "minimum": _b(lambda t, x, y: t.minimum(x, y)),
     "where": lambda t, c, x, y, a, dims: t.where(c != 0, x, y),
     "reshape": lambda t, x, a, dims: x.reshape(bind(a["shape"], dims)),
     "broadcast_to": lambda t, x, a, dims: x.broadcast_to(bind(a["shape"], dims)),
@@ -478,13 +508,17 @@ TORCH = {
     "slice": _t_slice,
     "pad": _u(lambda t, x, a: _t_pad(t, x, a)),
     "concat": lambda t, *xs_a_dims: t.cat(xs_a_dims[:-2], dim=xs_a_dims[-2]["axis"]),
-    "sum": _t_reduce("sum"), "max": _t_reduce("amax"), "min": _t_reduce("amin"),
+    "sum": _t_reduce("sum"),
+    "max": _t_reduce("amax"),
+    "min": _t_reduce("amin"),
     "matmul": _t_matmul,
     "conv2d": lambda t, x, w, a, dims: _t_conv2d(t, x, w, a),
-    "conv2d_grad_input": _t_conv_grad_input, "conv2d_grad_filter": _t_conv_grad_filter,
+    "conv2d_grad_input": _t_conv_grad_input,
+    "conv2d_grad_filter": _t_conv_grad_filter,
     "max_pool": lambda t, x, a, dims: _t_pool(t, x, a, "max"),
     "avg_pool": lambda t, x, a, dims: _t_pool(t, x, a, "avg"),
-    "max_pool_grad": _t_max_pool_grad, "avg_pool_grad": _t_avg_pool_grad,
+    "max_pool_grad": _t_max_pool_grad,
+    "avg_pool_grad": _t_avg_pool_grad,
 }
 
 
@@ -492,12 +526,10 @@ TORCH = {
 def test_gradient_matches_pytorch(case: Case):
     torch = _torch()
     if torch is None:
-        pytest.skip("PyTorch is not installed (pip install torch): the central-difference "
-                    "check still runs")
+        pytest.skip("PyTorch is not installed (pip install torch): the central-difference check still runs")
     bt = build(case)
     got = symbolic_grads(bt)
-    ts = {n: torch.tensor(bt.values[n], dtype=torch.float64, requires_grad=n in bt.wrt)
-          for n in bt.names}
+    ts = {n: torch.tensor(bt.values[n], dtype=torch.float64, requires_grad=n in bt.wrt) for n in bt.names}
     y = TORCH[case.op](torch, *(ts[n] for n in bt.names), case.attrs, bt.dims)
     # forward agrees with the reference first, so the gradients compare like with like
     ref = evaluate(bt.graph, [len(bt.names)], bt.values, bt.dims, np.float64)[len(bt.names)]
@@ -506,5 +538,4 @@ def test_gradient_matches_pytorch(case: Case):
     want = torch.autograd.grad(loss, [ts[n] for n in bt.wrt], allow_unused=True)
     for name, w in zip(bt.wrt, want):
         w = np.zeros(bt.values[name].shape) if w is None else w.numpy()
-        np.testing.assert_allclose(got[name], w, rtol=1e-9, atol=1e-12,
-                                   err_msg=f"d loss / d {name} for {case.id}")
+        np.testing.assert_allclose(got[name], w, rtol=1e-9, atol=1e-12, err_msg=f"d loss / d {name} for {case.id}")

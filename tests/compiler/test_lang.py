@@ -64,8 +64,10 @@ def test_ir_text_is_readable_and_names_tensors():
 
 
 def test_initializers_are_deterministic_per_seed_and_follow_their_law():
-    src = "param w: [200, 300] = glorot\nparam h: [400, 50] = he\nparam n: [1000] = normal(2, 0.5)\n" \
-          "param u: [1000] = uniform(3, 4)\nparam z: [3]\nparam o: [2] = ones\nparam k: [] = -1.5\n"
+    src = (
+        "param w: [200, 300] = glorot\nparam h: [400, 50] = he\nparam n: [1000] = normal(2, 0.5)\n"
+        "param u: [1000] = uniform(3, 4)\nparam z: [3]\nparam o: [2] = ones\nparam k: [] = -1.5\n"
+    )
     p0 = dlc.Session(dlc.compile(src), backend="numpy", seed=0).params
     p0b = dlc.Session(dlc.compile(src), backend="numpy", seed=0).params
     p1 = dlc.Session(dlc.compile(src), backend="numpy", seed=1).params
@@ -83,10 +85,12 @@ def test_initializers_are_deterministic_per_seed_and_follow_their_law():
 
 
 def test_feeds_are_checked_against_symbolic_dims():
-    sess = dlc.Session(dlc.compile("input x: [B, 2]\ninput y: [B]\nout = sum(x, axis=1) + y\n"),
-                       backend="numpy")
-    with pytest.raises(dlc.DataError, match=r"input 'y' has shape \[4\] but the model expects "
-                                            r"\[B\]: B = 4 here but 3 from input 'x'"):
+    sess = dlc.Session(dlc.compile("input x: [B, 2]\ninput y: [B]\nout = sum(x, axis=1) + y\n"), backend="numpy")
+    with pytest.raises(
+        dlc.DataError,
+        match=r"input 'y' has shape \[4\] but the model expects "
+        r"\[B\]: B = 4 here but 3 from input 'x'",
+    ):
         sess.eval("out", {"x": np.zeros((3, 2)), "y": np.zeros(4)})
     with pytest.raises(dlc.DataError, match=r"input 'x' has shape \[3, 5\] .* \[B, 2\]: 5 != 2"):
         sess.eval("out", {"x": np.zeros((3, 5)), "y": np.zeros(3)})
@@ -98,8 +102,7 @@ def test_only_the_inputs_a_fetch_needs_are_required():
     sess = dlc.Session(dlc.compile("samples/quadratic.dl"), backend="numpy")
     y = sess.eval("y", {"x": np.array([1.0, 2.0])})
     p = sess.params
-    np.testing.assert_allclose(y, p["a"] * np.array([1, 4]) + p["b"] * np.array([1, 2]) + p["c"],
-                               rtol=1e-6)
+    np.testing.assert_allclose(y, p["a"] * np.array([1, 4]) + p["b"] * np.array([1, 2]) + p["c"], rtol=1e-6)
 
 
 def test_params_save_load_roundtrip(tmp_path):

@@ -40,12 +40,24 @@ def _selu(x):
 
 POSITIVE = {"log", "sqrt", "rsqrt", "reciprocal"}
 UNARY_ORACLES = {
-    "neg": np.negative, "abs": np.abs, "sign": np.sign, "exp": np.exp, "log": np.log,
-    "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "square": np.square,
-    "reciprocal": lambda x: 1 / x, "relu": lambda x: np.maximum(x, 0),
-    "relu6": lambda x: np.minimum(np.maximum(x, 0), 6), "selu": _selu,
-    "softplus": lambda x: np.log(1 + np.exp(x)), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "step": lambda x: (x > 0).astype(x.dtype),
+    "neg": np.negative,
+    "abs": np.abs,
+    "sign": np.sign,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "square": np.square,
+    "reciprocal": lambda x: 1 / x,
+    "relu": lambda x: np.maximum(x, 0),
+    "relu6": lambda x: np.minimum(np.maximum(x, 0), 6),
+    "selu": _selu,
+    "softplus": lambda x: np.log(1 + np.exp(x)),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "tanh": np.tanh,
+    "sin": np.sin,
+    "cos": np.cos,
+    "step": lambda x: (x > 0).astype(x.dtype),
 }
 
 
@@ -64,8 +76,7 @@ def test_parameterized_unary():
     got = run("input x: [B, 6]\nout = leaky_relu(x)\n", x=x)  # default alpha 0.2
     np.testing.assert_allclose(got, np.where(x64 >= 0, x64, 0.2 * x64), rtol=1e-6)
     got = run("input x: [B, 6]\nout = elu(x, 0.5)\n", x=x)
-    np.testing.assert_allclose(got, np.where(x64 >= 0, x64, 0.5 * (np.exp(x64) - 1)), rtol=1e-5,
-                               atol=1e-7)
+    np.testing.assert_allclose(got, np.where(x64 >= 0, x64, 0.5 * (np.exp(x64) - 1)), rtol=1e-5, atol=1e-7)
     got = run("input x: [B, 6]\nout = clip(x, -1, 0.5)\n", x=x)
     np.testing.assert_allclose(got, np.clip(x, -1, 0.5))
 
@@ -80,10 +91,16 @@ def test_sigmoid_softplus_extremes_are_finite():
 
 
 BINARY = {
-    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide,
-    "==": lambda a, b: (a == b).astype(float), "!=": lambda a, b: (a != b).astype(float),
-    "<": lambda a, b: (a < b).astype(float), "<=": lambda a, b: (a <= b).astype(float),
-    ">": lambda a, b: (a > b).astype(float), ">=": lambda a, b: (a >= b).astype(float),
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.divide,
+    "==": lambda a, b: (a == b).astype(float),
+    "!=": lambda a, b: (a != b).astype(float),
+    "<": lambda a, b: (a < b).astype(float),
+    "<=": lambda a, b: (a <= b).astype(float),
+    ">": lambda a, b: (a > b).astype(float),
+    ">=": lambda a, b: (a >= b).astype(float),
 }
 
 
@@ -97,12 +114,12 @@ def test_binary_operators_broadcast(op, shapes):
     np.testing.assert_allclose(run(src, a=a, b=b), BINARY[op](a, b), rtol=1e-6)
 
 
-@pytest.mark.parametrize("fn, oracle", [("maximum", np.maximum), ("minimum", np.minimum),
-                                        ("pow", np.power)])
+@pytest.mark.parametrize("fn, oracle", [("maximum", np.maximum), ("minimum", np.minimum), ("pow", np.power)])
 def test_binary_functions(fn, oracle):
     a, b = arr(2, 3, low=0.1, high=3), arr(3)
-    np.testing.assert_allclose(run(f"input a: [2, 3]\ninput b: [3]\nout = {fn}(a, b)\n", a=a, b=b),
-                               oracle(a, b), rtol=1e-5)
+    np.testing.assert_allclose(
+        run(f"input a: [2, 3]\ninput b: [3]\nout = {fn}(a, b)\n", a=a, b=b), oracle(a, b), rtol=1e-5
+    )
 
 
 def test_power_operator_is_right_associative_and_handles_negative_bases():
@@ -116,13 +133,20 @@ def test_power_operator_is_right_associative_and_handles_negative_bases():
 def test_where():
     c = np.array([[1, 0, 1]], np.float32)
     a, b = arr(2, 3), arr(2, 1)
-    got = run("input c: [1, 3]\ninput a: [2, 3]\ninput b: [2, 1]\nout = where(c, a, b)\n",
-              c=c, a=a, b=b)
+    got = run("input c: [1, 3]\ninput a: [2, 3]\ninput b: [2, 1]\nout = where(c, a, b)\n", c=c, a=a, b=b)
     np.testing.assert_allclose(got, np.where(c != 0, a, b))
 
 
-MATMUL_SHAPES = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
-                 ((2, 3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((1, 3, 4), (2, 4, 5))]
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((1, 3, 4), (2, 4, 5)),
+]
 
 
 @pytest.mark.parametrize("sa, sb", MATMUL_SHAPES)
@@ -142,13 +166,15 @@ def test_matmul_with_symbolic_batch():
 def test_transpose():
     x = arr(2, 3, 4)
     np.testing.assert_allclose(run("input x: [2, 3, 4]\nout = transpose(x)\n", x=x), x.T)
-    np.testing.assert_allclose(run("input x: [2, 3, 4]\nout = transpose(x, [1, 0, 2])\n", x=x),
-                               np.transpose(x, (1, 0, 2)))
+    np.testing.assert_allclose(
+        run("input x: [2, 3, 4]\nout = transpose(x, [1, 0, 2])\n", x=x), np.transpose(x, (1, 0, 2))
+    )
 
 
 @pytest.mark.parametrize("fn", ["sum", "mean", "max", "min"])
-@pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (-1, True), ((0, 2), False),
-                                            ([-1, 0], True), (1, True)])
+@pytest.mark.parametrize(
+    "axis, keepdims", [(None, False), (0, False), (-1, True), ((0, 2), False), ([-1, 0], True), (1, True)]
+)
 def test_reductions(fn, axis, keepdims):
     x = arr(3, 4, 5)
     args = ""
@@ -172,24 +198,24 @@ def test_mean_over_symbolic_dim_uses_the_bound_size():
 @pytest.mark.parametrize("fn", ["argmax", "argmin"])
 def test_arg_reductions(fn):
     x = arr(4, 6)
-    np.testing.assert_array_equal(run(f"input x: [B, 6]\nout = {fn}(x)\n", x=x),
-                                  getattr(np, fn)(x, axis=-1))
-    np.testing.assert_array_equal(run(f"input x: [B, 6]\nout = {fn}(x, axis=0)\n", x=x),
-                                  getattr(np, fn)(x, axis=0))
+    np.testing.assert_array_equal(run(f"input x: [B, 6]\nout = {fn}(x)\n", x=x), getattr(np, fn)(x, axis=-1))
+    np.testing.assert_array_equal(run(f"input x: [B, 6]\nout = {fn}(x, axis=0)\n", x=x), getattr(np, fn)(x, axis=0))
 
 
 def test_logsumexp_softmax_log_softmax():
     x = arr(3, 5, low=-50, high=50)
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(run("input x: [B, 5]\nout = logsumexp(x)\n", x=x), _lse(x64), rtol=1e-6)
-    np.testing.assert_allclose(run("input x: [B, 5]\nout = logsumexp(x, axis=0, keepdims=true)\n", x=x),
-                               _lse(x64, 0, True), rtol=1e-6)
-    np.testing.assert_allclose(run("input x: [B, 5]\nout = softmax(x)\n", x=x), _softmax(x64),
-                               rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(run("input x: [B, 5]\nout = softmax(x, axis=0)\n", x=x),
-                               _softmax(x64, 0), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(run("input x: [B, 5]\nout = log_softmax(x)\n", x=x),
-                               x64 - _lse(x64, -1, True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run("input x: [B, 5]\nout = logsumexp(x, axis=0, keepdims=true)\n", x=x), _lse(x64, 0, True), rtol=1e-6
+    )
+    np.testing.assert_allclose(run("input x: [B, 5]\nout = softmax(x)\n", x=x), _softmax(x64), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        run("input x: [B, 5]\nout = softmax(x, axis=0)\n", x=x), _softmax(x64, 0), rtol=1e-5, atol=1e-7
+    )
+    np.testing.assert_allclose(
+        run("input x: [B, 5]\nout = log_softmax(x)\n", x=x), x64 - _lse(x64, -1, True), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_reshape_with_minus_one_and_symbolic_dims():
@@ -206,14 +232,11 @@ def test_concat_slice_one_hot():
     a, b = arr(2, 3), arr(2, 2)
     got = run("input a: [2, 3]\ninput b: [2, 2]\nout = concat([a, b], axis=1)\n", a=a, b=b)
     np.testing.assert_allclose(got, np.concatenate([a, b], axis=1))
-    got = run("input a: [2, 2]\ninput b: [2, 2]\nout = concat([a, transpose(b)], axis=-2)\n",
-              a=a[:, :2], b=b)
+    got = run("input a: [2, 2]\ninput b: [2, 2]\nout = concat([a, transpose(b)], axis=-2)\n", a=a[:, :2], b=b)
     np.testing.assert_allclose(got, np.concatenate([a[:, :2], b.T], axis=0))
     x = arr(4, 5)
-    np.testing.assert_allclose(run("input x: [4, 5]\nout = slice(x, [1, 2], [2, -1])\n", x=x),
-                               x[1:3, 2:])
-    np.testing.assert_allclose(run("input x: [B, 5]\nout = slice(x, [0, 1], [-1, 3])\n", x=x),
-                               x[:, 1:4])
+    np.testing.assert_allclose(run("input x: [4, 5]\nout = slice(x, [1, 2], [2, -1])\n", x=x), x[1:3, 2:])
+    np.testing.assert_allclose(run("input x: [B, 5]\nout = slice(x, [0, 1], [-1, 3])\n", x=x), x[:, 1:4])
     idx = np.array([0, 3, 1], np.float32)
     np.testing.assert_array_equal(run("input i: [B]\nout = one_hot(i, 4)\n", i=idx), np.eye(4)[[0, 3, 1]])
 
@@ -242,8 +265,11 @@ def _conv_oracle(x, w, stride, padding):
 @pytest.mark.parametrize("stride, padding", [(1, "same"), (2, "same"), (1, "valid"), (2, "valid")])
 def test_conv2d(stride, padding):
     x, w = arr(2, 7, 6, 3), arr(3, 2, 3, 4)
-    got = run(f'input x: [B, 7, 6, 3]\ninput w: [3, 2, 3, 4]\nout = conv2d(x, w, stride={stride}, '
-              f'padding="{padding}")\n', x=x, w=w)
+    got = run(
+        f'input x: [B, 7, 6, 3]\ninput w: [3, 2, 3, 4]\nout = conv2d(x, w, stride={stride}, padding="{padding}")\n',
+        x=x,
+        w=w,
+    )
     np.testing.assert_allclose(got, _conv_oracle(x, w, stride, padding), rtol=1e-4, atol=1e-5)
 
 
@@ -258,7 +284,7 @@ def _pool_oracle(x, k, s, padding, reduce):
     for i in range(oh):
         for j in range(ow):
             r0, c0 = i * s - pt, j * s - pl
-            win = x[:, max(r0, 0):r0 + k, max(c0, 0):c0 + k, :]
+            win = x[:, max(r0, 0) : r0 + k, max(c0, 0) : c0 + k, :]
             out[:, i, j, :] = reduce(win, axis=(1, 2))
     return out
 
@@ -277,7 +303,7 @@ def _axis(n, k, s, d, padding, which):
     if padding == "same":
         out = -(-n // s)
         return out, max((out - 1) * s + span - n, 0) // 2
-    lo, hi = (0, 0) if padding == "valid" else padding[2 * which: 2 * which + 2]
+    lo, hi = (0, 0) if padding == "valid" else padding[2 * which : 2 * which + 2]
     return (n + lo + hi - span) // s + 1, lo
 
 
@@ -298,44 +324,43 @@ def _conv_options_oracle(x, w, stride, padding, dilation, groups):
                     if not (0 <= r < h and 0 <= c < wd):
                         continue
                     for g in range(groups):
-                        out[:, i, j, g * og:(g + 1) * og] += (
-                            x[:, r, c, g * ig:(g + 1) * ig] @ w[di, dj, :, g * og:(g + 1) * og])
+                        out[:, i, j, g * og : (g + 1) * og] += (
+                            x[:, r, c, g * ig : (g + 1) * ig] @ w[di, dj, :, g * og : (g + 1) * og]
+                        )
     return out
 
 
-@pytest.mark.parametrize("xs, ws, args, stride, padding, dilation, groups", [
-    ((2, 7, 6, 3), (3, 2, 3, 4), "stride=[2, 1], dilation=[1, 2]", (2, 1), "same", (1, 2), 1),
-    ((2, 7, 6, 3), (3, 3, 3, 4), 'padding="valid", dilation=2', (1, 1), "valid", (2, 2), 1),
-    ((1, 6, 7, 3), (2, 3, 3, 5), "stride=2, padding=[1, 0, 2, 1]", (2, 2), (1, 0, 2, 1),
-     (1, 1), 1),
-    ((2, 5, 6, 6), (3, 3, 2, 9), "groups=3", (1, 1), "same", (1, 1), 3),
-    ((2, 5, 6, 4), (3, 3, 1, 8), "groups=4, stride=[1, 2], padding=[1, 1, 0, 2]", (1, 2),
-     (1, 1, 0, 2), (1, 1), 4),
-])
+@pytest.mark.parametrize(
+    "xs, ws, args, stride, padding, dilation, groups",
+    [
+        ((2, 7, 6, 3), (3, 2, 3, 4), "stride=[2, 1], dilation=[1, 2]", (2, 1), "same", (1, 2), 1),
+        ((2, 7, 6, 3), (3, 3, 3, 4), 'padding="valid", dilation=2', (1, 1), "valid", (2, 2), 1),
+        ((1, 6, 7, 3), (2, 3, 3, 5), "stride=2, padding=[1, 0, 2, 1]", (2, 2), (1, 0, 2, 1), (1, 1), 1),
+        ((2, 5, 6, 6), (3, 3, 2, 9), "groups=3", (1, 1), "same", (1, 1), 3),
+        ((2, 5, 6, 4), (3, 3, 1, 8), "groups=4, stride=[1, 2], padding=[1, 1, 0, 2]", (1, 2), (1, 1, 0, 2), (1, 1), 4),
+    ],
+)
 def test_conv2d_options(xs, ws, args, stride, padding, dilation, groups):
     x, w = arr(*xs), arr(*ws)
-    src = (f"input x: [B, {xs[1]}, {xs[2]}, {xs[3]}]\ninput w: {list(ws)}\n"
-           f"out = conv2d(x, w, {args})\n")
-    np.testing.assert_allclose(run(src, x=x, w=w),
-                               _conv_options_oracle(x, w, stride, padding, dilation, groups),
-                               rtol=1e-4, atol=1e-5)
+    src = f"input x: [B, {xs[1]}, {xs[2]}, {xs[3]}]\ninput w: {list(ws)}\nout = conv2d(x, w, {args})\n"
+    np.testing.assert_allclose(
+        run(src, x=x, w=w), _conv_options_oracle(x, w, stride, padding, dilation, groups), rtol=1e-4, atol=1e-5
+    )
 
 
-@pytest.mark.parametrize("fn, include", [("max_pool", False), ("avg_pool", False),
-                                         ("avg_pool", True)])
+@pytest.mark.parametrize("fn, include", [("max_pool", False), ("avg_pool", False), ("avg_pool", True)])
 def test_pools_with_explicit_padding(fn, include):
     x = arr(2, 7, 5, 3)
     pads = (1, 0, 2, 1)  # top, bottom, left, right
     extra = ", count_include_pad=true" if include else ""
-    got = run(f"input x: [B, 7, 5, 3]\nout = {fn}(x, [3, 3], stride=[2, 1], "
-              f"padding={list(pads)}{extra})\n", x=x)
+    got = run(f"input x: [B, 7, 5, 3]\nout = {fn}(x, [3, 3], stride=[2, 1], padding={list(pads)}{extra})\n", x=x)
     fill = -np.inf if fn == "max_pool" else np.nan  # nan marks a padded position
     xp = np.pad(x.astype(np.float64), ((0, 0), pads[:2], pads[2:], (0, 0)), constant_values=fill)
     oh, ow = (7 + 1 - 3) // 2 + 1, (5 + 3 - 3) // 1 + 1
     want = np.zeros((2, oh, ow, 3))
     for i in range(oh):
         for j in range(ow):
-            win = xp[:, 2 * i: 2 * i + 3, j: j + 3, :]
+            win = xp[:, 2 * i : 2 * i + 3, j : j + 3, :]
             if fn == "max_pool":
                 want[:, i, j] = win.max(axis=(1, 2))
             elif include:
@@ -356,26 +381,33 @@ def test_global_pools():
 
 def test_costs():
     p, t = arr(5, 3), arr(5, 3)
-    np.testing.assert_allclose(run("input p: [B, 3]\ninput t: [B, 3]\nout = mean_squared(p, t)\n",
-                                   p=p, t=t), np.mean((p - t) ** 2), rtol=1e-6)
+    np.testing.assert_allclose(
+        run("input p: [B, 3]\ninput t: [B, 3]\nout = mean_squared(p, t)\n", p=p, t=t), np.mean((p - t) ** 2), rtol=1e-6
+    )
     logits = arr(5, 4, low=-10, high=10)
     labels = np.eye(4, dtype=np.float32)[[0, 1, 3, 2, 1]]
     lsm = logits - _lse(logits.astype(np.float64), -1, True)
     np.testing.assert_allclose(
         run("input l: [B, 4]\ninput y: [B, 4]\nout = softmax_cross_entropy(l, y)\n", l=logits, y=labels),
-        np.mean(-np.sum(labels * lsm, axis=-1)), rtol=1e-5)
+        np.mean(-np.sum(labels * lsm, axis=-1)),
+        rtol=1e-5,
+    )
     z = (arr(5, 3) > 0).astype(np.float32)
     x = arr(5, 3, low=-20, high=20).astype(np.float64)
     sig = 1 / (1 + np.exp(-x))
     want = np.mean(-(z * np.log(sig) + (1 - z) * np.log(1 - sig)))
     np.testing.assert_allclose(
-        run("input x: [B, 3]\ninput z: [B, 3]\nout = sigmoid_cross_entropy(x, z)\n",
-            x=x.astype(np.float32), z=z), want, rtol=1e-4)
+        run("input x: [B, 3]\ninput z: [B, 3]\nout = sigmoid_cross_entropy(x, z)\n", x=x.astype(np.float32), z=z),
+        want,
+        rtol=1e-4,
+    )
 
 
 def test_consts_and_literals():
-    got = run("const k: [2, 2] = [[1, 2], [3, 4]]\nconst h: [3] = 0.5\ninput x: [2]\n"
-              "out = k @ x + sum(h)\n", x=np.array([1.0, -1.0], np.float32))
+    got = run(
+        "const k: [2, 2] = [[1, 2], [3, 4]]\nconst h: [3] = 0.5\ninput x: [2]\nout = k @ x + sum(h)\n",
+        x=np.array([1.0, -1.0], np.float32),
+    )
     np.testing.assert_allclose(got, np.array([[1, 2], [3, 4]]) @ [1, -1] + 1.5)
     got = run("input x: [2]\nout = x * [10, -10]\n", x=np.array([1.0, 2.0], np.float32))
     np.testing.assert_allclose(got, [10, -20])
@@ -383,19 +415,58 @@ def test_consts_and_literals():
 
 def test_float64_reference_on_request():
     from dlc.compiler.reference import evaluate
+
     g = dlc.compile("input x: [N]\nout = x / 3\n").graph
     v = evaluate(g, [g.names["out"]], {"x": np.array([1.0])}, {"N": 1}, dtype=np.float64)
     assert v[g.names["out"]].dtype == np.float64 and v[g.names["out"]][0] == 1.0 / 3.0
 
 
-COVERED = set(UNARY_ORACLES) | {"leaky_relu", "elu", "clip", "maximum", "minimum", "pow", "where",
-                                "matmul", "transpose", "sum", "mean", "max", "min", "argmax",
-                                "argmin", "logsumexp", "softmax", "log_softmax", "reshape",
-                                "concat", "slice", "one_hot", "conv2d", "max_pool", "avg_pool",
-                                "global_avg_pool", "global_max_pool",
-                                "mean_squared", "softmax_cross_entropy", "sigmoid_cross_entropy",
-                                "add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge",
-                                "pad", "broadcast_to", "erf", "gelu"}
+COVERED = set(UNARY_ORACLES) | {
+    "leaky_relu",
+    "elu",
+    "clip",
+    "maximum",
+    "minimum",
+    "pow",
+    "where",
+    "matmul",
+    "transpose",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "reshape",
+    "concat",
+    "slice",
+    "one_hot",
+    "conv2d",
+    "max_pool",
+    "avg_pool",
+    "global_avg_pool",
+    "global_max_pool",
+    "mean_squared",
+    "softmax_cross_entropy",
+    "sigmoid_cross_entropy",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "pad",
+    "broadcast_to",
+    "erf",
+    "gelu",
+}
 
 
 def test_pad_and_broadcast_to():
@@ -412,17 +483,18 @@ def test_pad_and_broadcast_to():
 
 def test_erf_and_gelu():
     import math
+
     x = np.concatenate([np.linspace(-4, 4, 41), [1e-7, -1e-4]]).astype(np.float32)
     erf = np.array([math.erf(v) for v in x.astype(np.float64)])
     np.testing.assert_allclose(run("input x: [B]\nout = erf(x)\n", x=x), erf, rtol=1e-6, atol=1e-7)
     erf2 = np.array([math.erf(v / math.sqrt(2)) for v in x.astype(np.float64)])
-    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x)\n", x=x), x * (1 + erf2) / 2,
-                               rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x)\n", x=x), x * (1 + erf2) / 2, rtol=1e-6, atol=1e-7)
     tanh = x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x.astype(np.float64) ** 3))) / 2
-    np.testing.assert_allclose(run("input x: [B]\nout = gelu(x, approximate=\"tanh\")\n", x=x), tanh,
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        run('input x: [B]\nout = gelu(x, approximate="tanh")\n', x=x), tanh, rtol=1e-5, atol=1e-7
+    )
     with pytest.raises(dlc.CompileError, match='gelu approximate must be "none" or "tanh"'):
-        dlc.compile("input x: [B]\nout = gelu(x, approximate=\"fast\")\n")
+        dlc.compile('input x: [B]\nout = gelu(x, approximate="fast")\n')
 
 
 def test_every_function_of_the_language_is_covered_here():
@@ -432,10 +504,13 @@ def test_every_function_of_the_language_is_covered_here():
 # -- NaN, infinities and signed zeros ---------------------------------------------------------
 
 MILD_SPECIALS = SPECIALS[(np.abs(SPECIALS) < 1e6) | ~np.isfinite(SPECIALS)]  # no 1e30: oracles
-SPECIAL_ORACLES = {**UNARY_ORACLES, "step": lambda x: np.heaviside(x, 0.0),
-                   "softplus": lambda x: np.logaddexp(x, 0.0),
-                   # np.clip's: -0 stays -0 (NaN fails both tests and stays too)
-                   "relu6": lambda x: np.where(x < 0, 0.0, np.where(x > 6, 6.0, x))}
+SPECIAL_ORACLES = {
+    **UNARY_ORACLES,
+    "step": lambda x: np.heaviside(x, 0.0),
+    "softplus": lambda x: np.logaddexp(x, 0.0),
+    # np.clip's: -0 stays -0 (NaN fails both tests and stays too)
+    "relu6": lambda x: np.where(x < 0, 0.0, np.where(x > 6, 6.0, x)),
+}
 
 
 @pytest.mark.parametrize("fn", sorted(UNARY_ORACLES))
@@ -448,10 +523,20 @@ def test_unary_special_values(fn):
     same_specials(got, want, fn, rtol=2e-6)
 
 
-SPECIAL_BINARY = {"maximum": np.maximum, "minimum": np.minimum, "==": np.equal,
-                  "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
-                  ">=": np.greater_equal, "+": np.add, "-": np.subtract, "*": np.multiply,
-                  "/": np.divide}
+SPECIAL_BINARY = {
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "==": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.divide,
+}
 
 
 @pytest.mark.parametrize("op", sorted(SPECIAL_BINARY))
@@ -483,10 +568,11 @@ def test_pow_edge_cases_match_c99():
 @pytest.mark.parametrize("fn", ["max", "min", "argmax", "argmin", "sum"])
 def test_reductions_with_nan(fn):
     """max/min propagate NaN; argmax/argmin give the first NaN's index, as NumPy's do."""
-    x = np.array([[1, np.nan, 3, np.nan], [-np.inf, -np.inf, -np.inf, -np.inf],
-                  [2, 5, np.inf, -1]], np.float32)
-    got = run(f"input x: [B, 4]\nout = {fn}(x, 1)\n" if fn.startswith("arg") else
-              f"input x: [B, 4]\nout = {fn}(x, axis=1)\n", x=x)
+    x = np.array([[1, np.nan, 3, np.nan], [-np.inf, -np.inf, -np.inf, -np.inf], [2, 5, np.inf, -1]], np.float32)
+    got = run(
+        f"input x: [B, 4]\nout = {fn}(x, 1)\n" if fn.startswith("arg") else f"input x: [B, 4]\nout = {fn}(x, axis=1)\n",
+        x=x,
+    )
     with np.errstate(all="ignore"):
         want = getattr(np, fn)(x, axis=1).astype(np.float32)
     same_specials(got, want, fn, zero_signs=False)
@@ -501,6 +587,5 @@ def test_log_softmax_is_exact_at_large_logits():
     np.testing.assert_allclose(got, np.stack([want, want]), rtol=0, atol=2e-6)
     np.testing.assert_allclose(np.round(got[0], 5), [-3.44019, -2.44019, -1.44019, -0.44019])
     labels = np.array([[0, 0, 0, 1], [1, 0, 0, 0]], np.float32)
-    cost = run("input x: [B, 4]\ninput y: [B, 4]\nout = softmax_cross_entropy(x, y)\n",
-               x=x, y=labels)
+    cost = run("input x: [B, 4]\ninput y: [B, 4]\nout = softmax_cross_entropy(x, y)\n", x=x, y=labels)
     np.testing.assert_allclose(cost, -(want[3] + want[0]) / 2, rtol=1e-6)

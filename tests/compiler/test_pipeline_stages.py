@@ -22,8 +22,7 @@ def _work(train: bool = True, **kw) -> Work:
 
 
 def test_stage_names_in_order_and_the_cli_lists_the_same():
-    assert STAGE_NAMES == ("parse", "build", "verify", "autodiff", "optimizer", "simplify",
-                           "fuse", "plan", "codegen")
+    assert STAGE_NAMES == ("parse", "build", "verify", "autodiff", "optimizer", "simplify", "fuse", "plan", "codegen")
     assert cli.STAGES == STAGE_NAMES
 
 
@@ -53,7 +52,7 @@ def test_the_train_step_is_built_from_the_unsimplified_model_and_simplified_once
     opts = Options(optimizer=dlc.Adam(0.01), batch_size=32)
     w = run_stages(Work(MLP.read_text(), str(MLP)), opts, stop="optimizer")
     step = w.graphs["train"]
-    assert step.nodes[:len(w.graph.nodes)] == w.graph.nodes  # the model as built, then grads
+    assert step.nodes[: len(w.graph.nodes)] == w.graph.nodes  # the model as built, then grads
     run_stages(w, opts, start="simplify")
     assert str(w.graphs["train"]) == str(pipeline.simplify(step))
     assert len(w.graphs["train"].nodes) < len(step.nodes)

@@ -30,7 +30,7 @@ def check_plan(p) -> None:
     # the property: no slot holds two temporaries that are live at once
     temps = sorted(p.live)
     for i, a in enumerate(temps):
-        for b in temps[i + 1:]:
+        for b in temps[i + 1 :]:
             if p.slot_of[a] == p.slot_of[b]:
                 (a0, a1), (b0, b1) = p.live[a], p.live[b]
                 assert a1 < b0 or b1 < a0, f"%{a} {p.live[a]} and %{b} {p.live[b]} share a slot"
@@ -71,8 +71,9 @@ def test_reuse_lowers_the_peak_of_a_training_step():
 
 
 def test_a_deep_chain_needs_two_slots():
-    lines = ["input x: [B, 16]"] + [f"param W{k}: [16, 16]\nh{k} = relu({'x' if k == 0 else f'h{k - 1}'}"
-                                    f" @ W{k})" for k in range(6)]
+    lines = ["input x: [B, 16]"] + [
+        f"param W{k}: [16, 16]\nh{k} = relu({'x' if k == 0 else f'h{k - 1}'} @ W{k})" for k in range(6)
+    ]
     g = compile_source("\n".join(lines) + "\n", "deep.dl")
     p = plan(fuse(g, [g.names["h5"]]), {"B": 10})
     check_plan(p)
@@ -86,8 +87,7 @@ def test_slot_sizes_follow_the_binding():
     p = plan(fuse(g, [g.names["z"]]), {"B": 4})
     temps = [s for s in p.slots if s.kind == "temp"]
     assert all(z[1:] == ("B",) for s in temps for z in s.sizes)
-    assert p.slot_bytes(temps[0], {"B": 1000}) == 4 * max(eval_size(z, {"B": 1000})
-                                                          for z in temps[0].sizes)
+    assert p.slot_bytes(temps[0], {"B": 1000}) == 4 * max(eval_size(z, {"B": 1000}) for z in temps[0].sizes)
 
 
 def test_an_update_another_kernel_still_reads_goes_through_a_copy():

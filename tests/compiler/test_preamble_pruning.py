@@ -40,8 +40,11 @@ def test_pruning_keeps_what_is_used_directly_or_through_a_helper():
     kept = pruned_preamble("y = toy_double(x);", TOY)
     assert "toy_double" in kept and "TOY_TWO" in kept and "toy_quad" not in kept
     assert pruned_preamble("y = x + TOY_ONE;", TOY).strip() == "#define TOY_ONE 1.0"
-    assert pruned_preamble("y = x; // toy_quadruple is not toy_quad", TOY) == pruned_preamble(
-        "y = x; // toy_quad", TOY) != ""
+    assert (
+        pruned_preamble("y = x; // toy_quadruple is not toy_quad", TOY)
+        == pruned_preamble("y = x; // toy_quad", TOY)
+        != ""
+    )
     assert pruned_preamble("y = x;", TOY) == ""
 
 
@@ -53,8 +56,7 @@ def test_the_real_preamble_has_every_helper_named():
 
 def sources(text: str) -> dict[str, str]:
     model = dlc.compile(text)
-    progs = programs(model, train_loss=next(iter(model.losses), None),
-                     optimizer=dlc.SGD(0.1) if model.losses else None)
+    progs = programs(model, train_loss=next(iter(model.losses), None), optimizer=dlc.SGD(0.1) if model.losses else None)
     return {f"{p}/{f}": t for p, prog in progs.items() for f, t in prog.sources.items()}
 
 
@@ -66,8 +68,7 @@ def test_kernels_carry_only_the_helpers_they_use():
     mixed = sources("input x: [B]\ny = tanh(x) * 2\nz = x ^ 3\n")
     texts = list(mixed.values())
     with_tanh = [t for t in texts if "dlc_tanh(" in t.split("void main")[-1]]
-    assert with_tanh and all("float dlc_pow" not in t for t in with_tanh
-                             if "dlc_pow(" not in t.split("void main")[-1])
+    assert with_tanh and all("float dlc_pow" not in t for t in with_tanh if "dlc_pow(" not in t.split("void main")[-1])
     for t in texts:
         body = t.split("void main")[-1]
         for helper in ("dlc_pow", "dlc_tanh", "dlc_sigmoid"):

@@ -38,6 +38,7 @@ def value(g: Graph, name: str, leaves, dims=None):
 
 # -- fold_constants -------------------------------------------------------------------
 
+
 def test_fold_constants_folds_const_only_subgraphs():
     b = GraphBuilder()
     x = b.input("x", (3,))
@@ -71,9 +72,19 @@ def test_fold_constants_leaves_run_time_values_alone():
 
 # -- simplify_algebra -----------------------------------------------------------------
 
-@pytest.mark.parametrize("op,unit,side", [("add", 0.0, 1), ("add", 0.0, 0), ("sub", 0.0, 1),
-                                          ("mul", 1.0, 1), ("mul", 1.0, 0), ("div", 1.0, 1),
-                                          ("pow", 1.0, 1)])
+
+@pytest.mark.parametrize(
+    "op,unit,side",
+    [
+        ("add", 0.0, 1),
+        ("add", 0.0, 0),
+        ("sub", 0.0, 1),
+        ("mul", 1.0, 1),
+        ("mul", 1.0, 0),
+        ("div", 1.0, 1),
+        ("pow", 1.0, 1),
+    ],
+)
 def test_algebra_identities(op, unit, side):
     b = GraphBuilder()
     x = b.input("x", (2, 3))
@@ -86,9 +97,12 @@ def test_algebra_identities(op, unit, side):
 def test_algebra_keeps_what_is_not_an_identity():
     b = GraphBuilder()
     x = b.input("x", (3,))
-    g = named(b, a=b.add("sub", [b.const(0.0), x]),               # 0 - x is -x, not x
-              c=b.add("mul", [x, b.const([1.0] * 6, (2, 3))]),   # broadcasts x up
-              d=b.add("mul", [x, b.const(2.0)]))
+    g = named(
+        b,
+        a=b.add("sub", [b.const(0.0), x]),  # 0 - x is -x, not x
+        c=b.add("mul", [x, b.const([1.0] * 6, (2, 3))]),  # broadcasts x up
+        d=b.add("mul", [x, b.const(2.0)]),
+    )
     out = simplify_algebra(g)
     for name in "acd":
         assert out.names[name] != out.names["x"]
@@ -98,10 +112,13 @@ def test_algebra_layout_no_ops_and_double_negation():
     b = GraphBuilder()
     x = b.input("x", (2, 3))
     r = b.add("reshape", [b.add("reshape", [x], shape=(6,))], shape=(3, 2))
-    g = named(b, n=b.add("neg", [b.add("neg", [x])]),
-              t=b.add("transpose", [x], perm=(0, 1)),
-              s=b.add("reshape", [x], shape=(2, 3)),
-              r=r)
+    g = named(
+        b,
+        n=b.add("neg", [b.add("neg", [x])]),
+        t=b.add("transpose", [x], perm=(0, 1)),
+        s=b.add("reshape", [x], shape=(2, 3)),
+        r=r,
+    )
     out = simplify_algebra(g)
     for name in "nts":
         assert out.names[name] == out.names["x"]
@@ -123,14 +140,14 @@ def test_algebra_reads_past_explicit_broadcasts():
 
 # -- CSE --------------------------------------------------------------------------------
 
+
 def test_cse_merges_equal_nodes_but_not_distinct_leaves():
     b = GraphBuilder()
     x, z = b.input("x", (3,)), b.input("z", (3,))
     e1, e2 = b.add("exp", [x]), b.add("exp", [x])
     c1 = b.add("const", (), shape=(), value=(2.0,))
     c2 = b.add("const", (), shape=(), value=(2.0,))
-    g = named(b, y=b.add("add", [b.add("mul", [e1, c1]), b.add("mul", [e2, c2])]),
-              w=b.add("exp", [z]))
+    g = named(b, y=b.add("add", [b.add("mul", [e1, c1]), b.add("mul", [e2, c2])]), w=b.add("exp", [z]))
     out = eliminate_common_subexpressions(g)
     assert ops(out).count("exp") == 2 and ops(out).count("const") == 1
     assert ops(out).count("mul") == 1 and ops(out).count("input") == 2
@@ -139,6 +156,7 @@ def test_cse_merges_equal_nodes_but_not_distinct_leaves():
 
 
 # -- dead code --------------------------------------------------------------------------
+
 
 def test_dce_drops_unused_keeps_named_and_updates():
     b = GraphBuilder()
@@ -165,8 +183,10 @@ def test_dce_start_protects_earlier_nodes():
 
 # -- everything on real training steps ------------------------------------------------
 
-@pytest.mark.parametrize("sample,opt", [("quadratic", dlc.SGD(0.1)), ("mlp_digits", dlc.Adam(0.01)),
-                                        ("linear", dlc.Adadelta())])
+
+@pytest.mark.parametrize(
+    "sample,opt", [("quadratic", dlc.SGD(0.1)), ("mlp_digits", dlc.Adam(0.01)), ("linear", dlc.Adadelta())]
+)
 def test_simplify_keeps_every_value_of_a_training_step(sample, opt, monkeypatch):
     from dlc.compiler import train_graph
 
@@ -180,15 +200,12 @@ def test_simplify_keeps_every_value_of_a_training_step(sample, opt, monkeypatch)
     leaves = {}
     for name in raw.inputs:
         shape = tuple(4 if isinstance(d, str) else d for d in raw.shape(name))
-        leaves[name] = rng.integers(0, 10, size=shape).astype(float) if name == "labels" \
-            else rng.normal(size=shape)
+        leaves[name] = rng.integers(0, 10, size=shape).astype(float) if name == "labels" else rng.normal(size=shape)
     for name in (*raw.params, *raw.states):
         leaves[name] = rng.normal(size=raw.shape(name))
     dims = {"B": 4}
-    before = evaluate(raw, [i for _, i in raw.updates] + list(raw.names.values()), leaves, dims,
-                      np.float64)
-    after = evaluate(done, [i for _, i in done.updates] + list(done.names.values()), leaves, dims,
-                     np.float64)
+    before = evaluate(raw, [i for _, i in raw.updates] + list(raw.names.values()), leaves, dims, np.float64)
+    after = evaluate(done, [i for _, i in done.updates] + list(done.names.values()), leaves, dims, np.float64)
     for name, i in raw.names.items():
         np.testing.assert_allclose(after[done.names[name]], before[i], rtol=1e-12, err_msg=name)
     assert [n for n, _ in raw.updates] == [n for n, _ in done.updates]

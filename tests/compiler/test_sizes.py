@@ -28,8 +28,9 @@ def test_a_symbolic_shape_whose_fixed_dims_are_over_the_limit_is_refused():
 
 
 def test_an_intermediate_over_the_limit_is_refused_at_its_operator():
-    e = error_of("input a: [B, 50000]\ninput b: [B, 50000]\n"
-                 "y = sum(reshape(a, [B, 50000, 1]) * reshape(b, [B, 1, 50000]))\n")
+    e = error_of(
+        "input a: [B, 50000]\ninput b: [B, 50000]\ny = sum(reshape(a, [B, 50000, 1]) * reshape(b, [B, 1, 50000]))\n"
+    )
     assert (e.line, e.column) == (3, 35)
     assert "mul: [B, 50000, 50000] has at least 2,500,000,000 elements" in e.message
 
@@ -39,9 +40,14 @@ def test_the_largest_fixed_size_passes():
 
 
 def spec(shape, kind="input"):
-    return {"name": "p", "dims": ["B"], "slots": [{"kind": kind}],
-            "tensors": {"0": {"slot": 0, "shape": shape, "label": "x"}}, "kernels": [],
-            "producer": {}}
+    return {
+        "name": "p",
+        "dims": ["B"],
+        "slots": [{"kind": kind}],
+        "tensors": {"0": {"slot": 0, "shape": shape, "label": "x"}},
+        "kernels": [],
+        "producer": {},
+    }
 
 
 @pytest.mark.parametrize("b, ok", [(MAX_ELEMENTS // 7000, True), (MAX_ELEMENTS // 7000 + 1, False)])
@@ -50,8 +56,11 @@ def test_bound_dims_are_checked_at_the_edge(b, ok):
     if ok:
         check_bound(s, {"B": b}, max_block_bytes=2**40)
     else:
-        with pytest.raises(dlc.DataError, match=rf"program 'p': input 'x' \[B, 7000\] with "
-                                                rf"B = {b}: \[{b}, 7000\] has"):
+        with pytest.raises(
+            dlc.DataError,
+            match=rf"program 'p': input 'x' \[B, 7000\] with "
+            rf"B = {b}: \[{b}, 7000\] has",
+        ):
             check_bound(s, {"B": b}, max_block_bytes=2**40)
 
 
@@ -67,14 +76,12 @@ def test_dlc_check_refuses_the_shape(tmp_path):
 
     path = tmp_path / "big.dl"
     path.write_text("input x: [B, 70000, 40000]\ny = sum(x)\n")
-    p = subprocess.run([sys.executable, "-m", "dlc", "check", str(path)], capture_output=True,
-                       text=True)
+    p = subprocess.run([sys.executable, "-m", "dlc", "check", str(path)], capture_output=True, text=True)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.startswith(f"{path}:1:7: error: input 'x': [B, 70000, 40000] has at least")
 
 
-LIMITS = {"max_work_group_size": (1024, 1024, 64), "max_work_group_invocations": 1024,
-          "max_shared_memory": 32768}
+LIMITS = {"max_work_group_size": (1024, 1024, 64), "max_work_group_invocations": 1024, "max_shared_memory": 32768}
 
 
 def test_kernels_over_the_work_group_or_shared_memory_limits_are_refused():

@@ -26,16 +26,14 @@ VERSION = {"compute": "#version 430", "texture": "#version 330 core"}[TARGET]
 
 def digits(n: int):
     d = np.load("samples/data/digits_train.npz")
-    return {"pixels": d["pixels"][:n].astype(np.float32),
-            "labels": d["labels"][:n].astype(np.float32)}
+    return {"pixels": d["pixels"][:n].astype(np.float32), "labels": d["labels"][:n].astype(np.float32)}
 
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
     model = dlc.compile("samples/mlp_digits.dl")
     out = tmp_path_factory.mktemp("art") / "mlp.dlc"
-    write_artifact(model, out, train_loss="cost", optimizer=dlc.Adam(0.01), batch_size=32,
-                   target=TARGET)
+    write_artifact(model, out, train_loss="cost", optimizer=dlc.Adam(0.01), batch_size=32, target=TARGET)
     return model, out
 
 
@@ -118,8 +116,7 @@ def test_the_runtime_imports_neither_the_compiler_nor_lark(gl, artifact, tmp_pat
         print("ok")
     """)
     # run elsewhere, so that the checkout's dlc/ folder cannot stand in for the installed one
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
 
@@ -142,8 +139,9 @@ def test_emit_stages(stage):
     model = dlc.compile("samples/mlp_digits.dl")
     text = emit(model, stage, train_loss="cost", optimizer=dlc.SGD(0.1))
     assert "=== program eval" in text and "=== program train" in text
-    want = {"kernels": "kernel k01_matmul_add_relu (matmul)", "plan": "peak temporaries:",
-            "glsl": "#version 430"}[stage]
+    want = {"kernels": "kernel k01_matmul_add_relu (matmul)", "plan": "peak temporaries:", "glsl": "#version 430"}[
+        stage
+    ]
     assert want in text
 
 
@@ -217,8 +215,7 @@ def test_an_absurd_buffer_size_is_a_dlc_error(gl, tmp_path):
     model = dlc.compile("input x: [B]\nparam w: [1] = 0.5\nloss cost = mean(square(x * w))\n")
     out = write_artifact(model, tmp_path / "q.dlc", train_loss="cost", target=TARGET)
     m = json.loads((out / "manifest.json").read_text())
-    temps = [s for s in m["programs"]["train"]["slots"] if s["kind"] == "temp" and
-             len(s["sizes"][0]) > 1]
+    temps = [s for s in m["programs"]["train"]["slots"] if s["kind"] == "temp" and len(s["sizes"][0]) > 1]
     temps[0]["sizes"][0][0] = 2**31 - 1  # times B: far beyond any GPU at B = 64
     (out / "manifest.json").write_text(json.dumps(m))
     runner = dlc.load(out)

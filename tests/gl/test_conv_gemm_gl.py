@@ -28,12 +28,10 @@ def _graph(op, xs, ws, attrs, batch_symbolic=False):
     else:
         oh, ow = window_pads(xs, ws[:2], attrs)[:2]
         dy = (xs[0], oh, ow, ws[3])
-        shapes, extra = (([dy, ws], {"x_shape": xs}) if op == "conv2d_grad_input"
-                         else ([xs, dy], {"w_shape": ws}))
+        shapes, extra = ([dy, ws], {"x_shape": xs}) if op == "conv2d_grad_input" else ([xs, dy], {"w_shape": ws})
     b = GraphBuilder()
     # every operand but the filter has the batch axis
-    ids = [b.input(f"a{i}", ("B", *s[1:]) if batch_symbolic and s is not ws else s)
-           for i, s in enumerate(shapes)]
+    ids = [b.input(f"a{i}", ("B", *s[1:]) if batch_symbolic and s is not ws else s) for i, s in enumerate(shapes)]
     y = b.add(op, ids, **attrs, **extra)
     out = b.add("relu", [b.add("sub", [y, b.const(0.25)])])  # a fused epilogue
     return b.build(), out, shapes
@@ -66,12 +64,15 @@ def test_symbolic_batch_through_the_gemm(gl):
         backend = GLBackend({"conv": "gemm"})
         for batch in (2, 3):
             rng = np.random.default_rng(batch)
-            feeds = {f"a{i}": rng.normal(size=(batch, *s[1:]) if s is not ws else s)
-                     .astype(np.float32) for i, s in enumerate(shapes)}
+            feeds = {
+                f"a{i}": rng.normal(size=(batch, *s[1:]) if s is not ws else s).astype(np.float32)
+                for i, s in enumerate(shapes)
+            }
             (got,) = backend.run(g, [y], feeds, {"B": batch})
             want = evaluate(g, [y], feeds, {"B": batch})[y]
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
-                                       err_msg=f"{op} B={batch}")
+            np.testing.assert_allclose(
+                got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), err_msg=f"{op} B={batch}"
+            )
         backend.close()
 
 
@@ -105,19 +106,21 @@ def _run_twice(op, xs, ws, attrs, options, seeds=(0, 1), batch_symbolic=False, b
     got = []
     for seed in (*seeds, seeds[0]):
         rng = np.random.default_rng(seed)
-        feeds = {f"a{i}": rng.normal(size=((batch or s[0]), *s[1:]) if s is not ws else s)
-                 .astype(np.float32) for i, s in enumerate(shapes)}
+        feeds = {
+            f"a{i}": rng.normal(size=((batch or s[0]), *s[1:]) if s is not ws else s).astype(np.float32)
+            for i, s in enumerate(shapes)
+        }
         (out,) = backend.run(g, [y], feeds, dims)
         want = evaluate(g, [y], feeds, dims)[y]
-        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
-                                   err_msg=f"{op} {options} seed {seed}")
+        np.testing.assert_allclose(
+            out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), err_msg=f"{op} {options} seed {seed}"
+        )
         got.append(out)
     backend.close()
     assert np.array_equal(got[0], got[-1]), "split-K sums differ between two runs"
 
 
-@pytest.mark.parametrize("blocking", [(16, 16, 64, 4, 4, 16), (64, 64, 32, 4, 4),
-                                      (128, 32, 32, 8, 4, 2)], ids=str)
+@pytest.mark.parametrize("blocking", [(16, 16, 64, 4, 4, 16), (64, 64, 32, 4, 4), (128, 32, 32, 8, 4, 2)], ids=str)
 @pytest.mark.parametrize("op", ["conv2d", "conv2d_grad_input", "conv2d_grad_filter"])
 def test_split_k_across_work_groups(gl, op, blocking):
     # geometry 0: K is 72 (forward), 108 (input gradient), 80 (filter gradient): 2 to 4

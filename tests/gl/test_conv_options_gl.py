@@ -35,9 +35,11 @@ def test_options_net_forward_and_gradients_match_numpy(gl):
     run = dlc.Session(m, backend="gl", seed=0)
     for name in ("h1", "h2", "p1", "p2", "h3", "g"):
         want = ref.eval(name, feeds)
-        np.testing.assert_allclose(run.eval(name, feeds), want, rtol=1e-4,
-                                   atol=1e-5 * float(np.abs(want).max()), err_msg=name)
+        np.testing.assert_allclose(
+            run.eval(name, feeds), want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()), err_msg=name
+        )
     want, got = ref.gradients(feeds), run.gradients(feeds)
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-3,
-                                   atol=1e-4 * float(np.abs(want[name]).max()), err_msg=name)
+        np.testing.assert_allclose(
+            got[name], want[name], rtol=1e-3, atol=1e-4 * float(np.abs(want[name]).max()), err_msg=name
+        )

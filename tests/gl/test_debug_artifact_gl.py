@@ -29,8 +29,14 @@ def test_debug_mode_on_an_artifact_names_the_nan_without_the_compiler(tmp_path):
     model = tmp_path / "nan.dl"
     model.write_text("input x: [B]\nparam w: [] = 1\ny = log(x - w)\nloss cost = mean(y)\n")
     write_artifact(dlc.compile(str(model)), tmp_path / "nan.dlc")
-    r = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "nan.dlc")], cwd=tmp_path,
-                       env={**os.environ, "DLC_DEBUG": "1"}, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "nan.dlc")],
+        cwd=tmp_path,
+        env={**os.environ, "DLC_DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert f"NaN in the output of kernel k00_sub_log at {model}:3:5" in r.stdout
     assert "imported: False False" in r.stdout

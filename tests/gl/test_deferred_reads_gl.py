@@ -20,8 +20,7 @@ def quadratic():
 
 def digits(n: int = 60):
     d = np.load("samples/data/digits_train.npz")
-    return {"pixels": d["pixels"][:n].astype(np.float32),
-            "labels": d["labels"][:n].astype(np.float32)}
+    return {"pixels": d["pixels"][:n].astype(np.float32), "labels": d["labels"][:n].astype(np.float32)}
 
 
 @pytest.fixture
@@ -73,8 +72,9 @@ def test_windows_match_numpy_step_by_step(gl, reads):
     assert reads == [4, 4, 3]
     np.testing.assert_allclose(got, want, rtol=1e-4)
     for name, value in ref.params.items():
-        np.testing.assert_allclose(sess.params[name], value, rtol=1e-4,
-                                   atol=1e-4 * float(np.abs(value).max()), err_msg=name)
+        np.testing.assert_allclose(
+            sess.params[name], value, rtol=1e-4, atol=1e-4 * float(np.abs(value).max()), err_msg=name
+        )
 
 
 def test_a_stop_inside_a_window_keeps_that_steps_params_and_the_shuffle(gl):
@@ -90,8 +90,7 @@ def test_a_stop_inside_a_window_keeps_that_steps_params_and_the_shuffle(gl):
             seen.append(step)
             return step < 6
 
-        losses = sess.train(feeds, optimizer=dlc.SGD(0.1), batch_size=16, epochs=5,
-                            callback=callback)
+        losses = sess.train(feeds, optimizer=dlc.SGD(0.1), batch_size=16, epochs=5, callback=callback)
         later = sess.train(feeds, batch_size=16, steps=5)  # the rng must be where it was
         return seen, losses, later, sess.params
 
@@ -108,10 +107,16 @@ def test_epoch_end_sees_the_params_of_that_step(gl):
     model, feeds = "samples/quadratic.dl", quadratic()
     seen = {}
     sess = gl_session(model, window=64)
-    sess.train(feeds, optimizer=dlc.SGD(0.01), batch_size=64, epochs=3,
-               on_epoch_end=lambda e: seen.setdefault(e, sess.params["a"].copy()))
+    sess.train(
+        feeds,
+        optimizer=dlc.SGD(0.01),
+        batch_size=64,
+        epochs=3,
+        on_epoch_end=lambda e: seen.setdefault(e, sess.params["a"].copy()),
+    )
     ref = dlc.Session(model, backend="numpy", seed=0)
     for epoch in (1, 2, 3):
-        ref.train(feeds, optimizer=dlc.SGD(0.01), batch_size=64, epochs=1) if epoch == 1 else \
-            ref.train(feeds, batch_size=64, epochs=1)
+        ref.train(feeds, optimizer=dlc.SGD(0.01), batch_size=64, epochs=1) if epoch == 1 else ref.train(
+            feeds, batch_size=64, epochs=1
+        )
         np.testing.assert_allclose(seen[epoch], ref.params["a"], rtol=1e-5)

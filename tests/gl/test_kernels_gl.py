@@ -36,9 +36,11 @@ def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
     a_shape = (k, m) if ta else (m, k)
     b_shape = (n, k) if tb else (k, n)
     g, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue=True)
-    feeds = {"a": rng.normal(size=a_shape).astype(np.float32),
-             "w": rng.normal(size=b_shape).astype(np.float32),
-             "bias": rng.normal(size=n).astype(np.float32)}
+    feeds = {
+        "a": rng.normal(size=a_shape).astype(np.float32),
+        "w": rng.normal(size=b_shape).astype(np.float32),
+        "bias": rng.normal(size=n).astype(np.float32),
+    }
     backend = GLBackend({"matmul": variant})
     (got,) = backend.run(g, [y], feeds, {})
     want = evaluate(g, [y], feeds, {})[y]
@@ -54,8 +56,10 @@ def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
     g, y = matmul_graph(("B", 9, 64), (64, 12), False, False, epilogue=False)
     backend = GLBackend({"matmul": variant})
     for batch in (3, 1):
-        feeds = {"a": rng.normal(size=(batch, 9, 64)).astype(np.float32),
-                 "w": rng.normal(size=(64, 12)).astype(np.float32)}
+        feeds = {
+            "a": rng.normal(size=(batch, 9, 64)).astype(np.float32),
+            "w": rng.normal(size=(64, 12)).astype(np.float32),
+        }
         (got,) = backend.run(g, [y], feeds, {"B": batch})
         np.testing.assert_allclose(got, feeds["a"] @ feeds["w"], rtol=1e-4, atol=1e-4)
     backend.close()
@@ -65,23 +69,25 @@ def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
 def test_random_fused_graphs_step_like_the_reference(backend, seed):
     g, roots = random_graph(seed)
     rng = np.random.default_rng(seed)
-    values = {"w": rng.normal(0, 0.5, (4, 3)).astype(np.float32),
-              "c": rng.normal(0, 0.5, 3).astype(np.float32)}
+    values = {"w": rng.normal(0, 0.5, (4, 3)).astype(np.float32), "c": rng.normal(0, 0.5, 3).astype(np.float32)}
     ref = NumpyBackend()
     for name, v in values.items():
         backend.set_leaf(name, v)
         ref.set_leaf(name, v)
     for batch in (5, 2):  # planned at 5; a smaller binding reuses the same program
-        feeds = {"x": rng.normal(size=(batch, 4)).astype(np.float32),
-                 "y": rng.normal(size=(batch, 3)).astype(np.float32),
-                 "s": rng.normal(size=4).astype(np.float32)}
+        feeds = {
+            "x": rng.normal(size=(batch, 4)).astype(np.float32),
+            "y": rng.normal(size=(batch, 3)).astype(np.float32),
+            "s": rng.normal(size=4).astype(np.float32),
+        }
         got = backend.step(g, roots, feeds, {"B": batch})
         want = ref.step(g, roots, feeds, {"B": batch})
         for r, u, v in zip(roots, got, want):
             np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-4, err_msg=f"%{r} seed {seed}")
         for name in values:
-            np.testing.assert_allclose(backend.get_leaf(name), ref.get_leaf(name), rtol=1e-4,
-                                       atol=1e-4, err_msg=f"update of {name}")
+            np.testing.assert_allclose(
+                backend.get_leaf(name), ref.get_leaf(name), rtol=1e-4, atol=1e-4, err_msg=f"update of {name}"
+            )
 
 
 def test_group_counts_beyond_the_limit_become_a_2d_grid():

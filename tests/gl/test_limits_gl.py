@@ -55,10 +55,18 @@ def test_sum_over_axis_0_of_2_pow_20_plus_1_rows(gl):
 
 
 REDUCTIONS = [
-    ("sum(x)", "all"), ("max(x)", "all"), ("min(x)", "all"), ("argmin(x, axis=2)", "inner"),
-    ("sum(x, axis=2)", "inner"), ("min(x, axis=2)", "inner"), ("argmax(x, axis=2)", "inner"),
-    ("sum(x, axis=0)", "outer"), ("max(x, axis=0)", "outer"), ("argmax(x, axis=0)", "outer"),
-    ("sum(x, axis=1)", "middle"), ("argmin(x, axis=1)", "middle"),
+    ("sum(x)", "all"),
+    ("max(x)", "all"),
+    ("min(x)", "all"),
+    ("argmin(x, axis=2)", "inner"),
+    ("sum(x, axis=2)", "inner"),
+    ("min(x, axis=2)", "inner"),
+    ("argmax(x, axis=2)", "inner"),
+    ("sum(x, axis=0)", "outer"),
+    ("max(x, axis=0)", "outer"),
+    ("argmax(x, axis=0)", "outer"),
+    ("sum(x, axis=1)", "middle"),
+    ("argmin(x, axis=1)", "middle"),
     ("mean(exp(x * 0.1), axis=[0, 2])", "outer and inner"),
 ]
 
@@ -96,12 +104,15 @@ KINDS = {
     "reduce inner, short": ("input x: [B, 7]\ny = max(x, axis=1)\n", {"x": (2000, 7)}),
     "reduce outer": ("input x: [B, 700]\ny = sum(x, axis=0)\n", {"x": (90, 700)}),
     "reduce outer, argmax": ("input x: [B, 700]\ny = argmax(x, axis=0)\n", {"x": (90, 700)}),
-    "matmul": ("input x: [B, 37]\ninput w: [37, 150]\ny = x @ w\n",
-               {"x": (300, 37), "w": (37, 150)}),
-    "batched matmul": ("input x: [B, 20, 37]\ninput w: [B, 37, 40]\ny = matmul(x, w)\n",
-                       {"x": (30, 20, 37), "w": (30, 37, 40)}),
-    "window": ("input x: [B, 12, 12, 3]\ninput w: [3, 3, 3, 4]\ny = conv2d(x, w)\n"
-               "z = max_pool(x, 2)\n", {"x": (20, 12, 12, 3), "w": (3, 3, 3, 4)}),
+    "matmul": ("input x: [B, 37]\ninput w: [37, 150]\ny = x @ w\n", {"x": (300, 37), "w": (37, 150)}),
+    "batched matmul": (
+        "input x: [B, 20, 37]\ninput w: [B, 37, 40]\ny = matmul(x, w)\n",
+        {"x": (30, 20, 37), "w": (30, 37, 40)},
+    ),
+    "window": (
+        "input x: [B, 12, 12, 3]\ninput w: [3, 3, 3, 4]\ny = conv2d(x, w)\nz = max_pool(x, 2)\n",
+        {"x": (20, 12, 12, 3), "w": (3, 3, 3, 4)},
+    ),
     "layout": ("input x: [B, 30, 20]\ny = transpose(x, [2, 0, 1]) * 2\n", {"x": (40, 30, 20)}),
 }
 
@@ -140,8 +151,11 @@ def test_a_slot_over_the_storage_block_limit_is_refused_naming_the_tensor(gl, mo
     monkeypatch.setitem(gl.limits, "max_ssbo_size", 4000)
     model = dlc.compile("input x: [B]\ny = exp(x)\n")
     dlc.Session(model, backend="gl").eval("y", {"x": np.zeros(1000, np.float32)})  # 4000 bytes
-    with pytest.raises(dlc.DataError, match=r"input 'x' \[B\] with B = 1001 needs 4,004 bytes, more "
-                                            r"than this GPU's 4,000-byte storage block limit"):
+    with pytest.raises(
+        dlc.DataError,
+        match=r"input 'x' \[B\] with B = 1001 needs 4,004 bytes, more "
+        r"than this GPU's 4,000-byte storage block limit",
+    ):
         dlc.Session(model, backend="gl").eval("y", {"x": np.zeros(1001, np.float32)})
 
 
@@ -153,8 +167,11 @@ def test_out_of_gpu_memory_names_the_program_and_bytes(gl, monkeypatch):
     real = storage.GL.glGetError
     monkeypatch.setattr(storage.GL, "glGetError", lambda: storage.GL.GL_OUT_OF_MEMORY)
     try:
-        with pytest.raises(dlc.DlcError, match=r"out of GPU memory running program 'eval': "
-                                               r"allocating 12,348 bytes"):
+        with pytest.raises(
+            dlc.DlcError,
+            match=r"out of GPU memory running program 'eval': "
+            r"allocating 12,348 bytes",
+        ):
             sess.eval("y", {"x": np.zeros(3087, np.float32)})
     finally:
         monkeypatch.setattr(storage.GL, "glGetError", real)

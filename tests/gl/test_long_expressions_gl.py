@@ -10,9 +10,11 @@ import dlc
 
 
 def test_a_1000_term_sum_and_deep_nesting_evaluate_on_gl(gl):
-    src = ("input x: [B]\n"
-           "y = " + " + ".join(f"{k % 5} * x" for k in range(1000)) + "\n"
-           "z = " + "sin(" * 600 + "x" + ")" * 600 + "\n")
+    src = (
+        "input x: [B]\n"
+        "y = " + " + ".join(f"{k % 5} * x" for k in range(1000)) + "\n"
+        "z = " + "sin(" * 600 + "x" + ")" * 600 + "\n"
+    )
     model = dlc.compile(src)
     x = np.linspace(-2, 2, 7, dtype=np.float32)
     got = dlc.Session(model, backend="gl").eval(["y", "z"], {"x": x})

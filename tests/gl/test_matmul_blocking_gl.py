@@ -40,9 +40,11 @@ def test_blockings_at_awkward_sizes(gl, blocking, ta, tb):
     a_shape = (k, m) if ta else (m, k)
     b_shape = (n, k) if tb else (k, n)
     g, y = _graph(a_shape, b_shape, ta, tb)
-    feeds = {"a": rng.normal(size=a_shape).astype(np.float32),
-             "w": rng.normal(size=b_shape).astype(np.float32),
-             "bias": rng.normal(size=n).astype(np.float32)}
+    feeds = {
+        "a": rng.normal(size=a_shape).astype(np.float32),
+        "w": rng.normal(size=b_shape).astype(np.float32),
+        "bias": rng.normal(size=n).astype(np.float32),
+    }
     backend = GLBackend({"blocking": blocking})
     (got,) = backend.run(g, [y], feeds, {})
     want = evaluate(g, [y], feeds, {})[y]
@@ -61,9 +63,11 @@ def test_thin_output_over_a_long_k_takes_k_groups(gl, ta):
     g, y = _graph(a_shape, (k, n), ta, False)
     source = compile_program(g, [y]).kernels[0].source
     assert "16 K-groups" in source.split("\n")[1]
-    feeds = {"a": rng.normal(size=a_shape).astype(np.float32),
-             "w": rng.normal(size=(k, n)).astype(np.float32),
-             "bias": rng.normal(size=n).astype(np.float32)}
+    feeds = {
+        "a": rng.normal(size=a_shape).astype(np.float32),
+        "w": rng.normal(size=(k, n)).astype(np.float32),
+        "bias": rng.normal(size=n).astype(np.float32),
+    }
     backend = GLBackend()
     (got,) = backend.run(g, [y], feeds, {})
     want = evaluate(g, [y], feeds, {})[y]

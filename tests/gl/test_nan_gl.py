@@ -37,8 +37,12 @@ HIDDEN = [
     ("input x: [N]\nout = sqrt(x) * 0 + 1\n", "sqrt", "sqrt(x)", "elementwise, x * 0"),
     ("input x: [N]\nout = sqrt(x) > 9\n", "sqrt", "sqrt(x)", "NaN > 9 is false"),
     ("input x: [N]\nout = sum(where(x > 0, log(x), 0))\n", "log", "log(x)", "reduce prologue"),
-    ("input x: [N, 3]\ninput w: [3, 2]\nout = where(x @ w > 1e6, log(x @ w), 1)\n", "log",
-     "log(x @ w)", "matmul epilogue"),
+    (
+        "input x: [N, 3]\ninput w: [3, 2]\nout = where(x @ w > 1e6, log(x @ w), 1)\n",
+        "log",
+        "log(x @ w)",
+        "matmul epilogue",
+    ),
 ]
 
 
@@ -67,7 +71,7 @@ def test_debug_mode_finds_a_nan_a_later_op_hides(gl, debugging, src, op, text, w
     assert e.value.op == op
     line = src.splitlines()[-1]
     assert e.value.loc is not None and e.value.loc.line == len(src.splitlines())
-    assert line[e.value.loc.column - 1:].startswith(text)
+    assert line[e.value.loc.column - 1 :].startswith(text)
     assert "already held NaN" not in str(e.value)
     # The flags are cleared for the next run: a clean input runs, with the right values.
     ref = dlc.Session(dlc.compile(src), backend="numpy").eval("out", feeds_for(src, n, False))
@@ -100,8 +104,7 @@ def test_nan_checks_only_in_debug_mode(gl, debugging):
 
 def test_log_softmax_exact_at_large_logits_on_gl(gl):
     x = np.array([[10000, 10001, 10002, 10003]], np.float32)
-    got = dlc.Session(dlc.compile("input x: [B, 4]\nout = log_softmax(x)\n"),
-                      backend="gl").eval("out", {"x": x})
+    got = dlc.Session(dlc.compile("input x: [B, 4]\nout = log_softmax(x)\n"), backend="gl").eval("out", {"x": x})
     # float64 closed form: j - 3 - log(1 + e^-1 + e^-2 + e^-3)
     want = np.arange(4.0) - 3.0 - np.log1p(np.exp(-1.0) + np.exp(-2.0) + np.exp(-3.0))
     np.testing.assert_allclose(got[0], want, rtol=0, atol=2e-6)

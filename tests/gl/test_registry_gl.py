@@ -70,17 +70,19 @@ def elementwise_cases() -> list[Case]:
             out.append(Case(name, [ODD], attrs, domains=dom))
             out.append(Case(name, [(2, 6)], attrs, domains=dom, label="vec4", grad=False))
         elif op.arity == 2:
-            dom = ["positive", "normal"] if name == "pow" else (
-                ["ints", "ints"] if not op.differentiable else ["normal", "normal"])
+            dom = (
+                ["positive", "normal"]
+                if name == "pow"
+                else (["ints", "ints"] if not op.differentiable else ["normal", "normal"])
+            )
             out.append(Case(name, [ODD, (5, 1)], domains=dom))
             out.append(Case(name, [(), (2, 3)], domains=dom))
-            out.append(Case(name, [("B", 3), (1, 3)], domains=dom, dims={"B": 5},
-                            label="symbolic"))
-    out.append(Case("pow", [(3, 4), ()], domains=["normal", "ints"], label="neg-base",
-                    grad=False))
+            out.append(Case(name, [("B", 3), (1, 3)], domains=dom, dims={"B": 5}, label="symbolic"))
+    out.append(Case("pow", [(3, 4), ()], domains=["normal", "ints"], label="neg-base", grad=False))
     out.append(Case("where", [(2, 3), (3,), (2, 1)], domains=["cond", "normal", "normal"]))
-    out.append(Case("where", [("B", 5), (5,), ()], domains=["cond", "normal", "normal"],
-                    dims={"B": 3}, label="symbolic"))
+    out.append(
+        Case("where", [("B", 5), (5,), ()], domains=["cond", "normal", "normal"], dims={"B": 3}, label="symbolic")
+    )
     return out
 
 
@@ -93,18 +95,15 @@ def layout_cases() -> list[Case]:
         Case("transpose", [(3, 5, 7)], {"perm": (2, 0, 1)}),
         Case("transpose", [("B", 5)], {"perm": (1, 0)}, dims={"B": 3}, label="symbolic"),
         Case("slice", [(5, 7)], {"begin": (1, 2), "size": (3, 4)}),
-        Case("slice", [("B", 7)], {"begin": (0, 3), "size": ("B", 3)}, dims={"B": 2},
-             label="symbolic"),
+        Case("slice", [("B", 7)], {"begin": (0, 3), "size": ("B", 3)}, dims={"B": 2}, label="symbolic"),
         Case("pad", [(3, 5)], {"before": (1, 0), "after": (2, 3)}),
-        Case("pad", [("B", 5)], {"before": (0, 2), "after": (0, 1)}, dims={"B": 3},
-             label="symbolic"),
+        Case("pad", [("B", 5)], {"before": (0, 2), "after": (0, 1)}, dims={"B": 3}, label="symbolic"),
         Case("concat", [(3, 2), (3, 1), (3, 4)], {"axis": 1}),
         Case("concat", [(1, 5), (2, 5)], {"axis": 0}),
         Case("one_hot", [(3, 5)], {"depth": 4}, ["index"]),
         Case("one_hot", [("B",)], {"depth": 6}, ["index"], dims={"B": 7}, label="symbolic"),
         Case("take", [(5, 7), (9,)], {}, ["normal", "rows"]),
-        Case("take", [(3, 2, 5), ("B",)], {}, ["normal", "rows"], dims={"B": 7},
-             label="symbolic"),
+        Case("take", [(3, 2, 5), ("B",)], {}, ["normal", "rows"], dims={"B": 7}, label="symbolic"),
         Case("take", [(3, 4), (8,)], {}, ["normal", "rows"], label="vec4"),
     ]
 
@@ -112,17 +111,20 @@ def layout_cases() -> list[Case]:
 def reduce_cases() -> list[Case]:
     out = []
     for op in ("sum", "max", "min"):
-        out += [Case(op, [ODD], {"axes": (1,), "keepdims": False}, label="ax1"),
-                Case(op, [ODD], {"axes": (0, 2), "keepdims": True}, label="ax02keep"),
-                Case(op, [ODD], {"axes": (0, 1, 2), "keepdims": False}, label="all"),
-                Case(op, [(3, 301)], {"axes": (1,), "keepdims": True}, label="longrow"),
-                Case(op, [(70, 300)], {"axes": (0,), "keepdims": True}, label="longcol"),
-                Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 5},
-                     label="symbolic")]
+        out += [
+            Case(op, [ODD], {"axes": (1,), "keepdims": False}, label="ax1"),
+            Case(op, [ODD], {"axes": (0, 2), "keepdims": True}, label="ax02keep"),
+            Case(op, [ODD], {"axes": (0, 1, 2), "keepdims": False}, label="all"),
+            Case(op, [(3, 301)], {"axes": (1,), "keepdims": True}, label="longrow"),
+            Case(op, [(70, 300)], {"axes": (0,), "keepdims": True}, label="longcol"),
+            Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 5}, label="symbolic"),
+        ]
     for op in ("argmax", "argmin"):
-        out += [Case(op, [ODD], {"axis": 2}, ["ints"], label="ties"),
-                Case(op, [ODD], {"axis": 0}, label="ax0"),
-                Case(op, [(2, 300)], {"axis": 1}, label="longrow")]
+        out += [
+            Case(op, [ODD], {"axis": 2}, ["ints"], label="ties"),
+            Case(op, [ODD], {"axis": 0}, label="ax0"),
+            Case(op, [(2, 300)], {"axis": 1}, label="longrow"),
+        ]
     return out
 
 
@@ -134,21 +136,24 @@ def matmul_cases() -> list[Case]:
             a = (k, m) if ta else (m, k)
             b = (n, k) if tb else (k, n)
             out.append(Case("matmul", [a, b], {"ta": ta, "tb": tb}, label=f"2x2-{ta:d}{tb:d}"))
-            out.append(Case("matmul", [(2, *a), (2, *b)], {"ta": ta, "tb": tb},
-                            label=f"3x3-{ta:d}{tb:d}"))
+            out.append(Case("matmul", [(2, *a), (2, *b)], {"ta": ta, "tb": tb}, label=f"3x3-{ta:d}{tb:d}"))
     f = {"ta": False, "tb": False}
-    out += [Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
-            Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
-            Case("matmul", [("B", k), (k, n)], f, dims={"B": 9}, label="symbolic")]
+    out += [
+        Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
+        Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
+        Case("matmul", [("B", k), (k, n)], f, dims={"B": 9}, label="symbolic"),
+    ]
     return out
 
 
 def _conv(x, w, wa, lab) -> list[Case]:
     oh, ow = window_pads(x, w[:2], wa)[:2]
     dy = (x[0], oh, ow, w[3])
-    return [Case("conv2d", [x, w], wa, label=lab),
-            Case("conv2d_grad_input", [dy, w], {**wa, "x_shape": x}, label=lab),
-            Case("conv2d_grad_filter", [x, dy], {**wa, "w_shape": w}, label=lab)]
+    return [
+        Case("conv2d", [x, w], wa, label=lab),
+        Case("conv2d_grad_input", [dy, w], {**wa, "x_shape": x}, label=lab),
+        Case("conv2d_grad_filter", [x, dy], {**wa, "w_shape": w}, label=lab),
+    ]
 
 
 def _pools(x, pa, lab, ops=("max", "avg")) -> list[Case]:
@@ -158,8 +163,7 @@ def _pools(x, pa, lab, ops=("max", "avg")) -> list[Case]:
     if "max" in ops:
         out += [Case("max_pool", [x], pa, label=lab), Case("max_pool_grad", [x, dy], pa, label=lab)]
     if "avg" in ops:
-        out += [Case("avg_pool", [x], pa, label=lab),
-                Case("avg_pool_grad", [dy], {**pa, "x_shape": x}, label=lab)]
+        out += [Case("avg_pool", [x], pa, label=lab), Case("avg_pool_grad", [dy], {**pa, "x_shape": x}, label=lab)]
     return out
 
 
@@ -172,25 +176,38 @@ def window_cases() -> list[Case]:
         lab = f"s{stride[0]}{stride[1]}-{pad}"
         out += _conv(x, (*k, 3, 4), wa, lab) + _pools(x, {**wa, "size": k}, lab)
     # the conv options: dilation, explicit padding, groups, depthwise (odd sizes)
-    out += _conv((2, 7, 5, 3), (3, 2, 3, 5), {"stride": (1, 2), "padding": "same",
-                                              "dilation": (2, 1)}, "dil21-same")
-    out += _conv((2, 5, 7, 3), (2, 3, 3, 5), {"stride": (2, 1), "padding": (1, 0, 2, 1)},
-                 "pad1021")
-    out += _conv((1, 7, 7, 9), (3, 3, 3, 6), {"stride": (1, 1), "padding": (2, 1, 0, 2),
-                                              "dilation": (2, 2), "groups": 3}, "groups3-dil2")
-    out += _conv((2, 7, 5, 5), (3, 3, 1, 5), {"stride": (2, 1), "padding": "same",
-                                              "groups": 5}, "depthwise")
-    out += _conv((1, 5, 5, 3), (3, 3, 1, 6), {"stride": (1, 1), "padding": "valid",
-                                              "groups": 3}, "depthwise-x2")
-    out += _pools((2, 7, 5, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 2, 0)},
-                  "pad1120")
-    out += _pools((2, 7, 5, 3), {"size": (3, 2), "stride": (2, 1), "padding": (1, 1, 1, 0),
-                                 "count_include_pad": True}, "pad1110-incl", ("avg",))
-    out += _pools((2, 5, 7, 3), {"size": (3, 3), "stride": (1, 2), "padding": "same",
-                                 "count_include_pad": True}, "same-incl", ("avg",))
-    out.append(Case("conv2d", [("B", 4, 4, 2), (3, 3, 2, 3)], {"stride": (1, 1),
-                                                               "padding": "same"},
-                    dims={"B": 2}, label="symbolic"))
+    out += _conv((2, 7, 5, 3), (3, 2, 3, 5), {"stride": (1, 2), "padding": "same", "dilation": (2, 1)}, "dil21-same")
+    out += _conv((2, 5, 7, 3), (2, 3, 3, 5), {"stride": (2, 1), "padding": (1, 0, 2, 1)}, "pad1021")
+    out += _conv(
+        (1, 7, 7, 9),
+        (3, 3, 3, 6),
+        {"stride": (1, 1), "padding": (2, 1, 0, 2), "dilation": (2, 2), "groups": 3},
+        "groups3-dil2",
+    )
+    out += _conv((2, 7, 5, 5), (3, 3, 1, 5), {"stride": (2, 1), "padding": "same", "groups": 5}, "depthwise")
+    out += _conv((1, 5, 5, 3), (3, 3, 1, 6), {"stride": (1, 1), "padding": "valid", "groups": 3}, "depthwise-x2")
+    out += _pools((2, 7, 5, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 2, 0)}, "pad1120")
+    out += _pools(
+        (2, 7, 5, 3),
+        {"size": (3, 2), "stride": (2, 1), "padding": (1, 1, 1, 0), "count_include_pad": True},
+        "pad1110-incl",
+        ("avg",),
+    )
+    out += _pools(
+        (2, 5, 7, 3),
+        {"size": (3, 3), "stride": (1, 2), "padding": "same", "count_include_pad": True},
+        "same-incl",
+        ("avg",),
+    )
+    out.append(
+        Case(
+            "conv2d",
+            [("B", 4, 4, 2), (3, 3, 2, 3)],
+            {"stride": (1, 1), "padding": "same"},
+            dims={"B": 2},
+            label="symbolic",
+        )
+    )
     return out
 
 
@@ -210,8 +227,7 @@ def build(case: Case, seed: int = 0):
     b.declare("y", y, None)
     r = b.input("r", b.shape(y))
     feeds["r"] = np.asarray(rng.normal(size=bind(b.shape(y), case.dims)), np.float32)
-    loss = b.add("sum", [b.add("mul", [y, r])], axes=tuple(range(len(b.shape(y)))),
-                 keepdims=False)
+    loss = b.add("sum", [b.add("mul", [y, r])], axes=tuple(range(len(b.shape(y)))), keepdims=False)
     b.declare("loss", loss, None)
     b.loss("loss", loss)
     return b.build(), feeds
@@ -246,8 +262,11 @@ def test_forward_matches_reference(backend, case: Case):
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c.id)
 def test_gradient_matches_reference(backend, case: Case):
     g, feeds = build(case)
-    wrt = [f"x{k}" for k, d in enumerate(case.domains or ["normal"] * len(case.shapes))
-           if d not in ("cond", "index", "ints")]
+    wrt = [
+        f"x{k}"
+        for k, d in enumerate(case.domains or ["normal"] * len(case.shapes))
+        if d not in ("cond", "index", "ints")
+    ]
     gg, grads = differentiate(g, "loss", wrt)
     roots = [grads[n] for n in wrt]
     got = backend.run(gg, roots, feeds, case.dims)
@@ -287,8 +306,7 @@ def special_inputs(op: str, arity: int, n: int) -> list[np.ndarray]:
     return [s.reshape(sh) for sh in shapes]
 
 
-ELEMENTWISE = sorted(name for name, op in registry.REGISTRY.items()
-                     if op.kind == "elementwise" and name != "dim_size")
+ELEMENTWISE = sorted(name for name, op in registry.REGISTRY.items() if op.kind == "elementwise" and name != "dim_size")
 
 
 @pytest.mark.parametrize("n", [len(SPECIALS), len(SPECIALS) - 1], ids=["vec4", "odd"])
@@ -347,16 +365,24 @@ def test_forward_with_nan_and_inf_matches_numpy(backend, case: Case):
     same_specials(got, want, case.id, rtol=1e-4, atol=1e-4, zero_signs=False)
 
 
-REDUCE_GEOMETRIES = {"thread": ((4, 7), (1,)), "group": ((3, 300), (1,)),
-                     "columns": ((300, 40), (0,)), "leading": ((5, 3), (0,)),
-                     "mixed": ((2, 3, 70), (0, 2))}
+REDUCE_GEOMETRIES = {
+    "thread": ((4, 7), (1,)),
+    "group": ((3, 300), (1,)),
+    "columns": ((300, 40), (0,)),
+    "leading": ((5, 3), (0,)),
+    "mixed": ((2, 3, 70), (0, 2)),
+}
 
 
-@pytest.mark.parametrize("op, shape, axes", [
-    pytest.param(op, shape, axes, id=f"{op}-{name}")
-    for op in ("max", "min", "argmax", "argmin", "sum")
-    for name, (shape, axes) in REDUCE_GEOMETRIES.items()
-    if len(axes) == 1 or not op.startswith("arg")])  # argmax/argmin reduce one axis
+@pytest.mark.parametrize(
+    "op, shape, axes",
+    [
+        pytest.param(op, shape, axes, id=f"{op}-{name}")
+        for op in ("max", "min", "argmax", "argmin", "sum")
+        for name, (shape, axes) in REDUCE_GEOMETRIES.items()
+        if len(axes) == 1 or not op.startswith("arg")
+    ],
+)  # argmax/argmin reduce one axis
 def test_reductions_of_rows_with_nan(backend, op, shape, axes):
     """A row with one NaN, one with several, one all -inf, one all +inf, one of -0 and 0: every
     kernel template gives NumPy's answer."""

@@ -13,8 +13,7 @@ from dlc.compiler.train_graph import LR, build_train_graph
 
 def digits(n: int = 50):
     d = np.load("samples/data/digits_train.npz")
-    return {"pixels": d["pixels"][:n].astype(np.float32),
-            "labels": d["labels"][:n].astype(np.float32)}
+    return {"pixels": d["pixels"][:n].astype(np.float32), "labels": d["labels"][:n].astype(np.float32)}
 
 
 def test_resident_graph_reads_the_rows_it_is_given():
@@ -32,10 +31,13 @@ def test_resident_graph_reads_the_rows_it_is_given():
     lr = np.float32(0.01)
     want_roots = [step.names["cost"], *(i for _, i in step.updates)]
     got_roots = [res.names["cost"], *(i for _, i in res.updates)]
-    want = evaluate(step, want_roots, {**leaves, LR: lr, **{k: v[rows] for k, v in data.items()}},
-                    {"B": 5})
-    got = evaluate(res, got_roots, {**leaves, LR: lr, IDX: rows.astype(np.float32),
-                                    **{data_name(k): v for k, v in data.items()}}, {"B": 5})
+    want = evaluate(step, want_roots, {**leaves, LR: lr, **{k: v[rows] for k, v in data.items()}}, {"B": 5})
+    got = evaluate(
+        res,
+        got_roots,
+        {**leaves, LR: lr, IDX: rows.astype(np.float32), **{data_name(k): v for k, v in data.items()}},
+        {"B": 5},
+    )
     for w, g in zip(want_roots, got_roots):
         np.testing.assert_array_equal(got[g], want[w])
 

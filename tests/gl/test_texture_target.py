@@ -29,10 +29,9 @@ NO_COMPUTE = {
     "MESA_GL_VERSION_OVERRIDE": "4.1",
     "MESA_GLSL_VERSION_OVERRIDE": "410",
     "MESA_EXTENSION_OVERRIDE": "-GL_ARB_compute_shader -GL_ARB_shader_storage_buffer_object "
-                               "-GL_ARB_shader_image_load_store -GL_ARB_shader_atomic_counters",
+    "-GL_ARB_shader_image_load_store -GL_ARB_shader_atomic_counters",
 }
-SUITES = ["tests/gl/test_registry_gl.py", "tests/gl/test_training_gl.py",
-          "tests/gl/test_artifact_gl.py"]
+SUITES = ["tests/gl/test_registry_gl.py", "tests/gl/test_training_gl.py", "tests/gl/test_artifact_gl.py"]
 
 CONV = """
 input images: [B, 6, 6, 2]
@@ -52,17 +51,20 @@ def _no_compute_env(**extra) -> dict:
 
 
 def test_mesa_env_removes_compute_and_dlc_chooses_texture(gl):
-    code = ("from dlc.runtime.context import get_context\n"
-            "from dlc.runtime.target import choose_target\n"
-            "from dlc.runtime.gl import GL\n"
-            "ctx = get_context()\n"
-            "try:\n"
-            "    ok = bool(GL.glCreateShader(GL.GL_COMPUTE_SHADER))\n"
-            "except Exception:\n"
-            "    ok = False\n"
-            "print(ctx.has_compute, ok, *choose_target())\n")
-    done = subprocess.run([sys.executable, "-c", code], env=_no_compute_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    code = (
+        "from dlc.runtime.context import get_context\n"
+        "from dlc.runtime.target import choose_target\n"
+        "from dlc.runtime.gl import GL\n"
+        "ctx = get_context()\n"
+        "try:\n"
+        "    ok = bool(GL.glCreateShader(GL.GL_COMPUTE_SHADER))\n"
+        "except Exception:\n"
+        "    ok = False\n"
+        "print(ctx.has_compute, ok, *choose_target())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_no_compute_env(), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[:3] == ["False", "False", "texture"], done.stdout
 
@@ -70,9 +72,14 @@ def test_mesa_env_removes_compute_and_dlc_chooses_texture(gl):
 @pytest.mark.skipif(os.environ.get("DLC_TARGET") == "texture", reason="already on it")
 @pytest.mark.parametrize("suite", SUITES, ids=lambda s: pathlib.Path(s).stem)
 def test_suite_passes_on_the_texture_target_without_compute(gl, suite):
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-rs", suite], env=_no_compute_env(DLC_TARGET="texture"), cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", suite],
+        env=_no_compute_env(DLC_TARGET="texture"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     tail = done.stdout[-6000:]
     assert done.returncode == 0, tail + done.stderr[-2000:]
     assert "passed" in tail and "no OpenGL context" not in tail, tail
@@ -81,8 +88,7 @@ def test_suite_passes_on_the_texture_target_without_compute(gl, suite):
 def test_every_shader_version_line_is_330_core_or_300_es():
     model = dlc.compile(CONV)
     for es, version in ((False, VERSION_CORE), (True, VERSION_ES)):
-        progs = programs(model, train_loss="cost", optimizer=dlc.Adam(0.01), target="texture",
-                         options={"es": es})
+        progs = programs(model, train_loss="cost", optimizer=dlc.Adam(0.01), target="texture", options={"es": es})
         sources = [text for p in progs.values() for text in p.sources.values()]
         assert sources
         for text in sources:
@@ -108,8 +114,7 @@ def test_es_shaders_compile_as_glsl_es_300(gl):
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
     model = dlc.compile(CONV)
-    progs = programs(model, train_loss="cost", optimizer=dlc.Adam(0.01), target="texture",
-                     options={"es": True})
+    progs = programs(model, train_loss="cost", optimizer=dlc.Adam(0.01), target="texture", options={"es": True})
     for p in progs.values():
         for file, text in p.sources.items():
             assert _compiles(text) == "", file
@@ -122,8 +127,7 @@ def test_session_target_texture_matches_numpy_on_a_conv_net(gl):
     ref = dlc.Session(dlc.compile(CONV), backend="numpy", seed=2)
     assert tex.backend.target == "texture"
     for name in ("h", "logits", "cost", "top"):
-        np.testing.assert_allclose(tex.eval(name, feeds), ref.eval(name, feeds), rtol=1e-4,
-                                   atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(tex.eval(name, feeds), ref.eval(name, feeds), rtol=1e-4, atol=1e-5, err_msg=name)
     lt = tex.train(feeds, optimizer=dlc.Momentum(0.1), batch_size=3, steps=4)
     lr = ref.train(feeds, optimizer=dlc.Momentum(0.1), batch_size=3, steps=4)
     np.testing.assert_allclose(lt, lr, rtol=1e-4)
@@ -133,8 +137,7 @@ def test_session_target_texture_matches_numpy_on_a_conv_net(gl):
 
 def test_a_tensor_too_big_for_the_textures_is_refused_by_name(gl, monkeypatch):
     monkeypatch.setitem(gl.limits, "max_texture_size", 8)  # 64 floats a texture
-    sess = dlc.Session(dlc.compile("input x: [B, 10]\nwide = exp(x)\n"), backend="gl",
-                       target="texture")
+    sess = dlc.Session(dlc.compile("input x: [B, 10]\nwide = exp(x)\n"), backend="gl", target="texture")
     np.testing.assert_allclose(sess.eval("wide", {"x": np.zeros((6, 10))}), np.ones((6, 10)))
     with pytest.raises(DlcError, match=r"'x' \[B, 10\] = \[7, 10\].*MAX_TEXTURE_SIZE is 8"):
         sess.eval("wide", {"x": np.zeros((7, 10))})
@@ -152,28 +155,30 @@ def test_unknown_target_and_numpy_target_are_refused(gl, monkeypatch):
 
 def test_cli_eval_texture_matches_compute_and_info_names_the_target(gl, tmp_path):
     def cli(*args, env=None):
-        done = subprocess.run([sys.executable, "-m", "dlc", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "dlc", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     model, data = str(ROOT / "samples/mlp_digits.dl"), str(ROOT / "samples/data/digits_test.npz")
     outs = {}
     for target in ("compute", "texture"):
-        cli("eval", model, "--data", data, "--fetch", "probs,cost", "--target", target,
-            "--out", f"{target}.npz")
+        cli("eval", model, "--data", data, "--fetch", "probs,cost", "--target", target, "--out", f"{target}.npz")
         outs[target] = dict(np.load(tmp_path / f"{target}.npz"))
     for name in ("probs", "cost"):
-        np.testing.assert_allclose(outs["texture"][name], outs["compute"][name], rtol=1e-4,
-                                   atol=1e-6)
+        np.testing.assert_allclose(outs["texture"][name], outs["compute"][name], rtol=1e-4, atol=1e-6)
     assert "target: compute (the context has compute shaders)" in cli("info")
-    assert "target: texture (the context has no compute shaders)" in cli(
-        "info", env=_no_compute_env())
+    assert "target: texture (the context has no compute shaders)" in cli("info", env=_no_compute_env())
     cli("compile", model, "-o", "m.dlc", "--target", "texture")
     assert json.loads((tmp_path / "m.dlc" / "manifest.json").read_text())["target"] == "texture"
-    done = subprocess.run([sys.executable, "-m", "dlc", "eval", "m.dlc", "--data", data,
-                           "--fetch", "cost", "--target", "compute"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlc", "eval", "m.dlc", "--data", data, "--fetch", "cost", "--target", "compute"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and "compiled for the texture target" in done.stderr
 
 
@@ -181,8 +186,7 @@ def test_debug_mode_names_the_node_making_a_nan_on_the_texture_target(gl, monkey
     from dlc import debug
 
     monkeypatch.setattr(debug, "_enabled", True)
-    sess = dlc.Session(dlc.compile("input x: [B]\ny = log(x) * 2\nz = sum(y)\n"), backend="gl",
-                       target="texture")
+    sess = dlc.Session(dlc.compile("input x: [B]\ny = log(x) * 2\nz = sum(y)\n"), backend="gl", target="texture")
     assert sess.eval("z", {"x": np.array([1.0, 2.0])}) == pytest.approx(np.log(2) * 2)
     with pytest.raises(DlcError, match=r"NaN in the output of log at <model>:2:5"):
         sess.eval("z", {"x": np.array([1.0, -2.0])})
@@ -202,8 +206,8 @@ def test_long_reductions_run_as_two_pass_tree_reductions(gl, op):
     tex = dlc.Session(model, backend="gl", target="texture")
     ref = dlc.Session(model, backend="numpy")
     for name in ("r", "t"):
-        np.testing.assert_allclose(tex.eval(name, {"x": x}), ref.eval(name, {"x": x}),
-                                   rtol=1e-5, atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(
+            tex.eval(name, {"x": x}), ref.eval(name, {"x": x}), rtol=1e-5, atol=1e-4, err_msg=name
+        )
     small = x[:2]  # fewer rows than partials: empty partials must not change the result
-    np.testing.assert_allclose(tex.eval("r", {"x": small}), ref.eval("r", {"x": small}),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tex.eval("r", {"x": small}), ref.eval("r", {"x": small}), rtol=1e-5, atol=1e-5)

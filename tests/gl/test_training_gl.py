@@ -26,22 +26,19 @@ loss cost = softmax_cross_entropy(logits, one_hot(labels, 3))
 
 def digits(n: int = 100):
     d = np.load("samples/data/digits_train.npz")
-    return {"pixels": d["pixels"][:n].astype(np.float32),
-            "labels": d["labels"][:n].astype(np.float32)}
+    return {"pixels": d["pixels"][:n].astype(np.float32), "labels": d["labels"][:n].astype(np.float32)}
 
 
 def run_both(model, feeds, optimizer_factory, steps, batch_size):
     out = {}
     for name in ("numpy", "gl"):
         sess = dlc.Session(model, backend=name, seed=0)
-        losses = sess.train(feeds, optimizer=optimizer_factory(), batch_size=batch_size,
-                            steps=steps)
+        losses = sess.train(feeds, optimizer=optimizer_factory(), batch_size=batch_size, steps=steps)
         out[name] = (np.array(losses), sess.params)
     return out
 
 
-@pytest.mark.parametrize("optimizer", [lambda: dlc.SGD(0.05), lambda: dlc.Adam(0.01)],
-                         ids=["sgd", "adam"])
+@pytest.mark.parametrize("optimizer", [lambda: dlc.SGD(0.05), lambda: dlc.Adam(0.01)], ids=["sgd", "adam"])
 def test_twenty_steps_match_numpy(gl, optimizer):
     # 100 examples in batches of 32: every fourth step has 4, so the batch dim is rebound
     out = run_both("samples/mlp_digits.dl", digits(), optimizer, steps=20, batch_size=32)
@@ -49,16 +46,16 @@ def test_twenty_steps_match_numpy(gl, optimizer):
     assert len(lg) == 20
     np.testing.assert_allclose(lg, ln, rtol=1e-4)
     for name in pn:
-        np.testing.assert_allclose(pg[name], pn[name], rtol=1e-4,
-                                   atol=1e-4 * float(np.abs(pn[name]).max()), err_msg=name)
+        np.testing.assert_allclose(
+            pg[name], pn[name], rtol=1e-4, atol=1e-4 * float(np.abs(pn[name]).max()), err_msg=name
+        )
 
 
 @pytest.mark.parametrize("name", sorted(optimizers.OPTIMIZERS))
 def test_every_optimizer_matches_numpy(gl, name):
     # small and quick: every optimizer's update kernels (also run on the texture target)
     data = dict(np.load("samples/data/quadratic.npz"))
-    out = run_both("samples/quadratic.dl", data, lambda: optimizers.make(name, lr=0.01),
-                   steps=5, batch_size=16)
+    out = run_both("samples/quadratic.dl", data, lambda: optimizers.make(name, lr=0.01), steps=5, batch_size=16)
     (ln, pn), (lg, pg) = out["numpy"], out["gl"]
     np.testing.assert_allclose(lg, ln, rtol=1e-4)
     for p in pn:
@@ -67,8 +64,10 @@ def test_every_optimizer_matches_numpy(gl, name):
 
 def test_a_conv_net_trains_the_same(gl):
     rng = np.random.default_rng(0)
-    feeds = {"images": rng.normal(size=(10, 6, 6, 1)).astype(np.float32),
-             "labels": rng.integers(0, 3, size=10).astype(np.float32)}
+    feeds = {
+        "images": rng.normal(size=(10, 6, 6, 1)).astype(np.float32),
+        "labels": rng.integers(0, 3, size=10).astype(np.float32),
+    }
     model = dlc.compile(CONV)
     out = run_both(model, feeds, lambda: dlc.Momentum(0.05), steps=6, batch_size=4)
     np.testing.assert_allclose(out["gl"][0], out["numpy"][0], rtol=1e-4)
@@ -79,8 +78,9 @@ def test_gradients_match(gl):
     want = dlc.Session("samples/mlp_digits.dl", backend="numpy").gradients(feeds)
     got = dlc.Session("samples/mlp_digits.dl", backend="gl").gradients(feeds)
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4,
-                                   atol=1e-5 * float(np.abs(want[name]).max()), err_msg=name)
+        np.testing.assert_allclose(
+            got[name], want[name], rtol=1e-4, atol=1e-5 * float(np.abs(want[name]).max()), err_msg=name
+        )
 
 
 def test_every_update_of_an_adam_step_is_in_place(backend):

@@ -50,9 +50,14 @@ def gl():
 
 
 def run_dlc(*args, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlc", *map(str, args)], cwd=cwd or ROOT,
-                          env={**os.environ, "COLUMNS": "120"}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dlc", *map(str, args)],
+        cwd=cwd or ROOT,
+        env={**os.environ, "COLUMNS": "120"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

@@ -11,27 +11,32 @@ import dlc
 
 def _model(onnx, nodes, inputs, outputs, inits=(), opset=13):
     from onnx import helper
+
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def _vi(onnx, name, shape, elem=1):
     from onnx import helper
+
     return helper.make_tensor_value_info(name, elem, shape)
 
 
 def _run(imported, **feeds):
     sess = dlc.Session(imported.model, backend="numpy")
     sess.set_params(imported.weights)
-    return {o: sess.eval(d, {imported.inputs[k]: v for k, v in feeds.items()})
-            for o, d in imported.outputs.items()}
+    return {o: sess.eval(d, {imported.inputs[k]: v for k, v in feeds.items()}) for o, d in imported.outputs.items()}
 
 
 def test_names_are_kept_or_escaped_and_mapped(onnx):
     from onnx import helper
-    m = _model(onnx, [helper.make_node("Relu", ["input"], ["1/out"]),
-                      helper.make_node("Neg", ["1/out"], ["y"])],
-               [_vi(onnx, "input", [2, 3])], [_vi(onnx, "1/out", [2, 3]), _vi(onnx, "y", [2, 3])])
+
+    m = _model(
+        onnx,
+        [helper.make_node("Relu", ["input"], ["1/out"]), helper.make_node("Neg", ["1/out"], ["y"])],
+        [_vi(onnx, "input", [2, 3])],
+        [_vi(onnx, "1/out", [2, 3]), _vi(onnx, "y", [2, 3])],
+    )
     imp = dlc.import_onnx(m)
     assert imp.inputs == {"input": "t_input"}
     assert imp.outputs == {"1/out": "t_1_out", "y": "y"}
@@ -43,16 +48,25 @@ def test_names_are_kept_or_escaped_and_mapped(onnx):
 
 def test_large_constants_become_params_small_ones_are_inlined(onnx):
     from onnx import helper, numpy_helper
+
     big = np.arange(40, dtype=np.float32).reshape(4, 10)
     small = np.array([1.5, -2.0], np.float32)
-    m = _model(onnx, [helper.make_node("Constant", [], ["big"], value=numpy_helper.from_array(big)),
-                      helper.make_node("MatMul", ["x", "big"], ["h"]),
-                      helper.make_node("Constant", [], ["small"], value=numpy_helper.from_array(small)),
-                      helper.make_node("Slice", ["h", "st", "en"], ["hs"]),
-                      helper.make_node("Mul", ["hs", "small"], ["y"])],
-               [_vi(onnx, "x", [3, 4])], [_vi(onnx, "y", [3, 2])],
-               [numpy_helper.from_array(np.array([0, 0], np.int64), "st"),
-                numpy_helper.from_array(np.array([3, 2], np.int64), "en")])
+    m = _model(
+        onnx,
+        [
+            helper.make_node("Constant", [], ["big"], value=numpy_helper.from_array(big)),
+            helper.make_node("MatMul", ["x", "big"], ["h"]),
+            helper.make_node("Constant", [], ["small"], value=numpy_helper.from_array(small)),
+            helper.make_node("Slice", ["h", "st", "en"], ["hs"]),
+            helper.make_node("Mul", ["hs", "small"], ["y"]),
+        ],
+        [_vi(onnx, "x", [3, 4])],
+        [_vi(onnx, "y", [3, 2])],
+        [
+            numpy_helper.from_array(np.array([0, 0], np.int64), "st"),
+            numpy_helper.from_array(np.array([3, 2], np.int64), "en"),
+        ],
+    )
     imp = dlc.import_onnx(m)
     assert "param big: [4, 10]" in imp.source and "const small: [2] = [1.5, -2.0]" in imp.source
     np.testing.assert_array_equal(imp.weights["big"], big)
@@ -63,8 +77,14 @@ def test_large_constants_become_params_small_ones_are_inlined(onnx):
 @pytest.mark.parametrize("opset", [11, 13])
 def test_softmax_axis_semantics_of_old_and_new_opsets(onnx, opset):
     from onnx import helper
-    m = _model(onnx, [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
-               [_vi(onnx, "x", [2, 3, 4])], [_vi(onnx, "y", [2, 3, 4])], opset=opset)
+
+    m = _model(
+        onnx,
+        [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+        [_vi(onnx, "x", [2, 3, 4])],
+        [_vi(onnx, "y", [2, 3, 4])],
+        opset=opset,
+    )
     x = np.random.default_rng(2).normal(size=(2, 3, 4)).astype(np.float32)
     if opset < 13:  # the input seen as [2, 12]
         e = np.exp(x.reshape(2, 12) - x.reshape(2, 12).max(1, keepdims=True))
@@ -77,9 +97,15 @@ def test_softmax_axis_semantics_of_old_and_new_opsets(onnx, opset):
 
 def test_symbolic_batch(onnx):
     from onnx import helper, numpy_helper
+
     w = np.random.default_rng(3).normal(size=(5, 4)).astype(np.float32)
-    m = _model(onnx, [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
-               [_vi(onnx, "x", [1, 4])], [_vi(onnx, "y", [1, 5])], [numpy_helper.from_array(w, "w")])
+    m = _model(
+        onnx,
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
+        [_vi(onnx, "x", [1, 4])],
+        [_vi(onnx, "y", [1, 5])],
+        [numpy_helper.from_array(w, "w")],
+    )
     imp = dlc.import_onnx(m, batch="B")
     assert imp.model.inputs["x"] == ("B", 4)
     np.testing.assert_array_equal(imp.weights["w"], w.T)  # stored as [K, N]
@@ -90,6 +116,7 @@ def test_symbolic_batch(onnx):
 
 def _error(onnx, m):
     from dlc.compiler.importers.onnx_model import ImportError_
+
     with pytest.raises(ImportError_) as e:
         dlc.import_onnx(m)
     return str(e.value)
@@ -97,8 +124,10 @@ def _error(onnx, m):
 
 def test_an_unsupported_op_names_node_op_opset_and_the_supported_list(onnx):
     from onnx import helper
-    m = _model(onnx, [helper.make_node("Hardmax", ["x"], ["y"], name="hm")],
-               [_vi(onnx, "x", [2, 3])], [_vi(onnx, "y", [2, 3])])
+
+    m = _model(
+        onnx, [helper.make_node("Hardmax", ["x"], ["y"], name="hm")], [_vi(onnx, "x", [2, 3])], [_vi(onnx, "y", [2, 3])]
+    )
     msg = _error(onnx, m)
     assert msg.startswith("cannot import node 'hm' (Hardmax, opset 13): op Hardmax is not supported")
     assert "supported ONNX ops: Abs, Add," in msg and "Conv" in msg
@@ -106,28 +135,37 @@ def test_an_unsupported_op_names_node_op_opset_and_the_supported_list(onnx):
 
 def test_an_unsupported_attribute_says_what(onnx):
     from onnx import helper
-    m = _model(onnx, [helper.make_node("ArgMax", ["x"], ["y"], select_last_index=1)],
-               [_vi(onnx, "x", [2, 3])], [_vi(onnx, "y", [1, 3], 7)])
+
+    m = _model(
+        onnx,
+        [helper.make_node("ArgMax", ["x"], ["y"], select_last_index=1)],
+        [_vi(onnx, "x", [2, 3])],
+        [_vi(onnx, "y", [1, 3], 7)],
+    )
     assert "select_last_index=1 is not supported" in _error(onnx, m)
 
 
 def test_a_non_float_input_that_is_no_index_says_so(onnx):
     from onnx import helper
-    m = _model(onnx, [helper.make_node("Add", ["x", "x"], ["y"])],
-               [_vi(onnx, "x", [2], 6)], [_vi(onnx, "y", [2], 6)])
+
+    m = _model(onnx, [helper.make_node("Add", ["x", "x"], ["y"])], [_vi(onnx, "x", [2], 6)], [_vi(onnx, "y", [2], 6)])
     msg = _error(onnx, m)
     assert "graph input 'x' has element type INT32" in msg and "float32" in msg
 
 
 def test_cli_errors_exit_1_without_a_traceback(onnx, tmp_path, dlc_cli):
     from onnx import helper
-    m = _model(onnx, [helper.make_node("Hardmax", ["x"], ["y"], name="hm")],
-               [_vi(onnx, "x", [2, 3])], [_vi(onnx, "y", [2, 3])])
+
+    m = _model(
+        onnx, [helper.make_node("Hardmax", ["x"], ["y"], name="hm")], [_vi(onnx, "x", [2, 3])], [_vi(onnx, "y", [2, 3])]
+    )
     onnx.save(m, str(tmp_path / "bad.onnx"))
     (tmp_path / "junk.onnx").write_bytes(b"\xff\x00 not a model")
-    for path, want in ((tmp_path / "bad.onnx", "error: cannot import node 'hm' (Hardmax, opset 13)"),
-                       (tmp_path / "junk.onnx", "not a readable ONNX model"),
-                       (tmp_path / "missing.onnx", "no such file")):
+    for path, want in (
+        (tmp_path / "bad.onnx", "error: cannot import node 'hm' (Hardmax, opset 13)"),
+        (tmp_path / "junk.onnx", "not a readable ONNX model"),
+        (tmp_path / "missing.onnx", "no such file"),
+    ):
         r = dlc_cli("import", path)
         assert r.returncode == 1 and want in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = dlc_cli("import", tmp_path / "bad.onnx", "--batch", "-1")
@@ -137,27 +175,47 @@ def test_cli_errors_exit_1_without_a_traceback(onnx, tmp_path, dlc_cli):
 @pytest.mark.parametrize("start, end, step", [(1, 7, 2), (0, 8, 3), (6, 0, -2), (-1, -9, -1)])
 def test_slice_steps(onnx, start, end, step):
     from onnx import helper, numpy_helper
+
     x = np.random.default_rng(5).normal(size=(3, 8)).astype(np.float32)
     want = x[:, start:end:step]
-    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
-              for n, v in (("st", [start]), ("en", [end]), ("ax", [1]), ("sp", [step]))]
-    m = _model(onnx, [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
-               [_vi(onnx, "x", [3, 8])], [_vi(onnx, "y", list(want.shape))], consts)
+    consts = [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (("st", [start]), ("en", [end]), ("ax", [1]), ("sp", [step]))
+    ]
+    m = _model(
+        onnx,
+        [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+        [_vi(onnx, "x", [3, 8])],
+        [_vi(onnx, "y", list(want.shape))],
+        consts,
+    )
     imp = dlc.import_onnx(m, batch="B")
     np.testing.assert_array_equal(_run(imp, x=x)["y"], want)
 
 
-@pytest.mark.parametrize("mode, value", [("constant", 0.0), ("constant", -1.5), ("edge", 0.0),
-                                         ("reflect", 0.0), ("wrap", 0.0)])
+@pytest.mark.parametrize(
+    "mode, value", [("constant", 0.0), ("constant", -1.5), ("edge", 0.0), ("reflect", 0.0), ("wrap", 0.0)]
+)
 def test_pad_modes(onnx, mode, value):
     from onnx import helper, numpy_helper
+
     x = np.random.default_rng(6).normal(size=(2, 3, 4)).astype(np.float32)
     pads = [0, 2, 1, 0, 1, 3]  # before for axes 0-2, then after
     width = list(zip(pads[:3], pads[3:]))
-    want = np.pad(x, width, mode=mode, constant_values=value) if mode == "constant" else \
-        np.pad(x, width, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[mode])
-    consts = [numpy_helper.from_array(np.array(pads, np.int64), "pads"),
-              numpy_helper.from_array(np.array(value, np.float32), "value")]
-    m = _model(onnx, [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)],
-               [_vi(onnx, "x", [2, 3, 4])], [_vi(onnx, "y", list(want.shape))], consts)
+    want = (
+        np.pad(x, width, mode=mode, constant_values=value)
+        if mode == "constant"
+        else np.pad(x, width, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[mode])
+    )
+    consts = [
+        numpy_helper.from_array(np.array(pads, np.int64), "pads"),
+        numpy_helper.from_array(np.array(value, np.float32), "value"),
+    ]
+    m = _model(
+        onnx,
+        [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)],
+        [_vi(onnx, "x", [2, 3, 4])],
+        [_vi(onnx, "y", list(want.shape))],
+        consts,
+    )
     np.testing.assert_array_equal(_run(dlc.import_onnx(m), x=x)["y"], want)

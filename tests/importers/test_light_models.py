@@ -12,13 +12,23 @@ import pytest
 
 import dlc
 
-MODELS = {"bvlc_alexnet": 1e-3, "densenet121": 2e-3, "inception_v1": 1e-3, "inception_v2": 1e-3,
-          "resnet50": 1e-3, "shufflenet": 1e-3, "squeezenet": 1e-3, "vgg19": 1e-3, "zfnet512": 1e-3}
+MODELS = {
+    "bvlc_alexnet": 1e-3,
+    "densenet121": 2e-3,
+    "inception_v1": 1e-3,
+    "inception_v2": 1e-3,
+    "resnet50": 1e-3,
+    "shufflenet": 1e-3,
+    "squeezenet": 1e-3,
+    "vgg19": 1e-3,
+    "zfnet512": 1e-3,
+}
 SLACK = 1e-6
 
 
 def _case(onnx, name):
     from onnx import numpy_helper
+
     folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
     expected = numpy_helper.to_array(onnx.load_tensor(os.path.join(folder, f"light_{name}_output_0.pb")))
     return os.path.join(folder, f"light_{name}.onnx"), expected
@@ -60,9 +70,20 @@ def test_resnet50_with_a_symbolic_batch(onnx, tmp_path, dlc_cli):
     assert "input gpu_0/data_0 -> gpu_0_data_0: [N, 3, 224, 224]" in r.stdout
     x = _input((1, 3, 224, 224))
     np.savez(tmp_path / "input.npz", gpu_0_data_0=np.concatenate([x, x]))
-    r = dlc_cli("eval", tmp_path / "r50.dl", "--weights", tmp_path / "r50.weights.npz", "--data",
-                tmp_path / "input.npz", "--fetch", "gpu_0_softmax_1", "--backend", "numpy",
-                "--out", tmp_path / "out.npz")
+    r = dlc_cli(
+        "eval",
+        tmp_path / "r50.dl",
+        "--weights",
+        tmp_path / "r50.weights.npz",
+        "--data",
+        tmp_path / "input.npz",
+        "--fetch",
+        "gpu_0_softmax_1",
+        "--backend",
+        "numpy",
+        "--out",
+        tmp_path / "out.npz",
+    )
     assert r.returncode == 0, r.stderr
     got = np.load(tmp_path / "out.npz")["gpu_0_softmax_1"]
     assert got.shape == (2, 1000)

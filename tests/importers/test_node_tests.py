@@ -17,9 +17,15 @@ import dlc
 
 # Casts from 8-bit float inputs (and to bfloat16) round differently from float32.
 KNOWN_DIFFERENCES = {
-    "test_cast_FLOAT_to_BFLOAT16", "test_cast_FLOAT8E4M3FN_to_FLOAT", "test_cast_FLOAT8E4M3FN_to_FLOAT16",
-    "test_cast_FLOAT8E4M3FNUZ_to_FLOAT", "test_cast_FLOAT8E4M3FNUZ_to_FLOAT16", "test_cast_FLOAT8E5M2_to_FLOAT",
-    "test_cast_FLOAT8E5M2_to_FLOAT16", "test_cast_FLOAT8E5M2FNUZ_to_FLOAT", "test_cast_FLOAT8E5M2FNUZ_to_FLOAT16",
+    "test_cast_FLOAT_to_BFLOAT16",
+    "test_cast_FLOAT8E4M3FN_to_FLOAT",
+    "test_cast_FLOAT8E4M3FN_to_FLOAT16",
+    "test_cast_FLOAT8E4M3FNUZ_to_FLOAT",
+    "test_cast_FLOAT8E4M3FNUZ_to_FLOAT16",
+    "test_cast_FLOAT8E5M2_to_FLOAT",
+    "test_cast_FLOAT8E5M2_to_FLOAT16",
+    "test_cast_FLOAT8E5M2FNUZ_to_FLOAT",
+    "test_cast_FLOAT8E5M2FNUZ_to_FLOAT16",
 }
 FLOATS = (1, 10, 11, 16)
 
@@ -69,8 +75,10 @@ def test_node_tests_of_the_claimed_ops(onnx):
             if _run_case(case, numpy_helper):
                 passed.append(case.name)
         except ImportError_ as e:
-            assert "cannot import" in str(e) or "element type" in str(e) or "shape" in str(e) \
-                or "compile" in str(e), (case.name, str(e))
+            assert "cannot import" in str(e) or "element type" in str(e) or "shape" in str(e) or "compile" in str(e), (
+                case.name,
+                str(e),
+            )
             refused.append(case.name)
         except Exception as e:  # a wrong value or an internal error
             if case.name not in KNOWN_DIFFERENCES:

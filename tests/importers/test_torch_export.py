@@ -14,23 +14,39 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def _export(torch, module, example, path):
     module.eval()
-    torch.onnx.export(module, (example,), str(path), dynamo=False, input_names=["x"],
-                      output_names=["logits"], dynamic_axes={"x": {0: "B"}, "logits": {0: "B"}})
+    torch.onnx.export(
+        module,
+        (example,),
+        str(path),
+        dynamo=False,
+        input_names=["x"],
+        output_names=["logits"],
+        dynamic_axes={"x": {0: "B"}, "logits": {0: "B"}},
+    )
 
 
 def _mlp(torch):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16),
-                               torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
+    )
 
 
 def _cnn(torch):
     torch.manual_seed(0)
     nn = torch.nn
     net = nn.Sequential(
-        nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(6), nn.LeakyReLU(0.1),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 3))
+        nn.Conv2d(2, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False),
+        nn.BatchNorm2d(6),
+        nn.LeakyReLU(0.1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(6, 3),
+    )
     with torch.no_grad():  # statistics that are not the identity, so folding them shows
         for m in net:
             if isinstance(m, nn.BatchNorm2d):
@@ -45,22 +61,31 @@ def _conv1d(torch):
     torch.manual_seed(0)
     nn = torch.nn
     return nn.Sequential(
-        nn.Conv1d(2, 4, 3, padding=2, dilation=2), nn.ReLU(), nn.MaxPool1d(2, ceil_mode=True),
-        nn.AvgPool1d(3, stride=1, padding=1), nn.Conv1d(4, 4, 3, groups=2, stride=2), nn.Flatten(),
-        nn.Linear(12, 3))
+        nn.Conv1d(2, 4, 3, padding=2, dilation=2),
+        nn.ReLU(),
+        nn.MaxPool1d(2, ceil_mode=True),
+        nn.AvgPool1d(3, stride=1, padding=1),
+        nn.Conv1d(4, 4, 3, groups=2, stride=2),
+        nn.Flatten(),
+        nn.Linear(12, 3),
+    )
 
 
 def _deconv(torch):
     torch.manual_seed(0)
     nn = torch.nn
     return nn.Sequential(
-        nn.Conv2d(2, 4, 3, stride=2), nn.ReLU(),
-        nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2), nn.Tanh(),
-        nn.ConvTranspose2d(4, 1, 2, dilation=2), nn.Flatten(), nn.Linear(64, 3))
+        nn.Conv2d(2, 4, 3, stride=2),
+        nn.ReLU(),
+        nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
+        nn.Tanh(),
+        nn.ConvTranspose2d(4, 1, 2, dilation=2),
+        nn.Flatten(),
+        nn.Linear(64, 3),
+    )
 
 
-CASES = {"mlp": (_mlp, (6,)), "cnn": (_cnn, (2, 8, 8)), "conv1d": (_conv1d, (2, 15)),
-         "deconv": (_deconv, (2, 7, 7))}
+CASES = {"mlp": (_mlp, (6,)), "cnn": (_cnn, (2, 8, 8)), "conv1d": (_conv1d, (2, 15)), "deconv": (_deconv, (2, 7, 7))}
 
 
 @pytest.fixture(params=sorted(CASES))
@@ -115,9 +140,26 @@ def test_fine_tunes_with_dlc_train(exported, tmp_path, dlc_cli):
     before.set_params(imported.weights)
     loss0 = float(before.eval("cost", {imported.inputs["x"]: xs, "label": labels}))
     saved = tmp_path / "tuned.npz"
-    r = run_dlc("train", out, "--data", data, "--init", tmp_path / "model.weights.npz",
-                "--optimizer", "adam", "--lr", "0.01", "--steps", "150", "--batch-size", "16",
-                "--backend", "numpy", "--save", saved)
+    r = run_dlc(
+        "train",
+        out,
+        "--data",
+        data,
+        "--init",
+        tmp_path / "model.weights.npz",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.01",
+        "--steps",
+        "150",
+        "--batch-size",
+        "16",
+        "--backend",
+        "numpy",
+        "--save",
+        saved,
+    )
     assert r.returncode == 0, r.stderr
     after = dlc.Session(dlc.compile(out), backend="numpy")
     after.load(str(saved))

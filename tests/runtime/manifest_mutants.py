@@ -15,28 +15,65 @@ import pathlib
 
 import numpy as np
 
-ODD_VALUES = [None, True, False, 0, -1, -4, 1, 2**31, 2**31 - 1, 2**40, -(2**63), 2**64, 1.5,
-              -0.0, 1e308, "", "x", "B", "../../etc/passwd", "/etc/passwd", "a/b.glsl", "..",
-              "dim0; x", "dim0", "W1", "$lr", "x" * 300, "\u2028", "nan", [], {}, [1], [[1]],
-              ["B"], {"a": 1}, {"flat": [1], "per_group": 1}, [2**40], [-4]]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    -4,
+    1,
+    2**31,
+    2**31 - 1,
+    2**40,
+    -(2**63),
+    2**64,
+    1.5,
+    -0.0,
+    1e308,
+    "",
+    "x",
+    "B",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "a/b.glsl",
+    "..",
+    "dim0; x",
+    "dim0",
+    "W1",
+    "$lr",
+    "x" * 300,
+    "\u2028",
+    "nan",
+    [],
+    {},
+    [1],
+    [[1]],
+    ["B"],
+    {"a": 1},
+    {"flat": [1], "per_group": 1},
+    [2**40],
+    [-4],
+]
 ODD_KEYS = ["dim0; x", "", "0", "../x", "$lr", "W1", "B", "dim9", "x" * 300, "format"]
 
 # Fields the runtime does not act on: a mutant that changes only these must still run and
 # give the pristine results.
 INERT_TOP = {"dlc_version", "model"}
-INERT_ANYWHERE = {"ir", "locs", "label", "peak_bytes", "ref_dims", "local_size", "reads", "fetch",
-                  "inplace"}
+INERT_ANYWHERE = {"ir", "locs", "label", "peak_bytes", "ref_dims", "local_size", "reads", "fetch", "inplace"}
 INERT_KERNEL = {"name", "kind"}
 
 
 def inert(changed: list[tuple]) -> bool:
     """Whether every changed path is one the runtime ignores (text damage never is)."""
+
     def one(path):
         if path[:1] and path[0] in INERT_TOP or path[:2] == ("train", "batch_size"):
             return True
         if any(k in INERT_ANYWHERE for k in path if isinstance(k, str)):
             return True
         return len(path) == 5 and path[2] == "kernels" and path[4] in INERT_KERNEL
+
     return bool(changed) and all(one(p) for p in changed)
 
 
@@ -71,8 +108,7 @@ _paths_of: dict[str, list] = {}  # manifest text -> [(path, type of its value, l
 
 def _index(base_text: str, m) -> list:
     if base_text not in _paths_of:
-        _paths_of[base_text] = [(p, type(v), len(v) if isinstance(v, (dict, list)) else 0)
-                                for p, v in paths(m)[1:]]
+        _paths_of[base_text] = [(p, type(v), len(v) if isinstance(v, (dict, list)) else 0) for p, v in paths(m)[1:]]
     return _paths_of[base_text]
 
 
@@ -83,8 +119,7 @@ def _pick(options: list, rng: np.random.Generator):
 def json_mutant(base_text: str, rng: np.random.Generator) -> tuple[bytes, str, list]:
     """(manifest bytes, what was done, the paths changed: [] for text-level damage)."""
     m = json.loads(base_text)
-    op = rng.choice(["delete", "replace", "replace", "int", "int", "swap", "swap", "copy",
-                     "rename", "list", "text"])
+    op = rng.choice(["delete", "replace", "replace", "int", "int", "swap", "swap", "copy", "rename", "list", "text"])
     if op == "text":
         return _garble(base_text.encode(), rng)
     nodes = _index(base_text, m)
@@ -101,13 +136,11 @@ def json_mutant(base_text: str, rng: np.random.Generator) -> tuple[bytes, str, l
         path = _pick([p for p, t, _ in nodes if t is int], rng)
         value = _at(m, path)
         where = describe(path)
-        new = int(rng.choice([value + 1, value - 1, -value, 2 * value + 1, value + 2**31,
-                              value * 2**20, 0, -1]))
+        new = int(rng.choice([value + 1, value - 1, -value, 2 * value + 1, value + 2**31, value * 2**20, 0, -1]))
         _set(m, path, new)
         what = f"{where} = {new} (was {value})"
     elif op in ("swap", "copy"):
-        same = [p for p, t, _ in nodes
-                if t is kind and p != path and p[:len(path)] != path and path[:len(p)] != p]
+        same = [p for p, t, _ in nodes if t is kind and p != path and p[: len(path)] != path and path[: len(p)] != p]
         if not same:
             return json.dumps(m).encode(), "nothing to swap", []
         other = _pick(same, rng)
@@ -165,13 +198,12 @@ def file_mutant(folder: pathlib.Path, outside: pathlib.Path, rng: np.random.Gene
     """Damage one file beside the manifest in `folder`; `outside` is a file outside it."""
     files = sorted(p for p in folder.iterdir() if p.name != "manifest.json")
     victim = files[int(rng.integers(len(files)))]
-    how = rng.choice(["remove", "truncate", "garble", "empty", "symlink_out", "dir", "big",
-                      "symlink_loop"])
+    how = rng.choice(["remove", "truncate", "garble", "empty", "symlink_out", "dir", "big", "symlink_loop"])
     if how == "remove":
         victim.unlink()
     elif how == "truncate":
         data = victim.read_bytes()
-        victim.write_bytes(data[:int(rng.integers(len(data)))])
+        victim.write_bytes(data[: int(rng.integers(len(data)))])
     elif how == "garble":
         data = bytearray(victim.read_bytes())
         for _ in range(int(rng.integers(1, 20))):

@@ -37,8 +37,7 @@ print(json.dumps({"out": out.download(5).tolist(), **program.link_counts}))
 
 def _probe(env_extra: dict) -> dict:
     env = {**os.environ, **env_extra}
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         if "no OpenGL context" in done.stderr or "RuntimeFailure" in done.stderr:
             pytest.skip(f"no OpenGL context: {done.stderr.strip().splitlines()[-1]}")

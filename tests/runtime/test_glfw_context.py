@@ -25,13 +25,15 @@ print("out", sess.eval("out", {"x": np.array([-1.0, 0.5, 2.0], np.float32)}).tol
 """
 
 
-@pytest.mark.skipif(shutil.which("xvfb-run") is None,
-                    reason="xvfb-run is not installed (Debian package xvfb): no display for glfw")
+@pytest.mark.skipif(
+    shutil.which("xvfb-run") is None, reason="xvfb-run is not installed (Debian package xvfb): no display for glfw"
+)
 def test_a_session_runs_on_a_glfw_context():
     env = {k: v for k, v in os.environ.items() if k not in ("PYOPENGL_PLATFORM", "DLC_EGL_DEVICE")}
     env["DLC_GL"] = "glfw"
-    r = subprocess.run(["xvfb-run", "-a", sys.executable, "-c", SCRIPT], env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["xvfb-run", "-a", sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert "platform glfw" in r.stdout
     assert "out [1.0, 2.0, 5.0]" in r.stdout

@@ -72,17 +72,23 @@ def test_the_writer_writes_a_format_the_reader_accepts(pristine):
 def test_path_traversal_reads_nothing_outside(art):
     def traverse(m):
         m["programs"]["eval"]["kernels"][3]["file"] = "../../etc/passwd"
+
     edit(art, traverse)
-    text = refused(art, r"programs\.eval\.kernels\[3\]\.file: '\.\./\.\./etc/passwd' leaves "
-                        "the artifact folder")
+    text = refused(
+        art,
+        r"programs\.eval\.kernels\[3\]\.file: '\.\./\.\./etc/passwd' leaves "
+        "the artifact folder",
+    )
     assert "root:" not in text
 
 
-@pytest.mark.parametrize("name", ["/etc/passwd", "sub/x.glsl", "..", "..glsl", "a\\b.glsl",
-                                  ".hidden.glsl", "", 7, None])
+@pytest.mark.parametrize(
+    "name", ["/etc/passwd", "sub/x.glsl", "..", "..glsl", "a\\b.glsl", ".hidden.glsl", "", 7, None]
+)
 def test_file_names_stay_plain(art, name):
     def change(m):
         m["programs"]["train"]["kernels"][0]["file"] = name
+
     edit(art, change)
     refused(art, r"programs\.train\.kernels\[0\]\.file: ")
 
@@ -95,8 +101,11 @@ def test_a_symlink_out_of_the_folder_is_refused(art, tmp_path):
     (art / "inside.glsl").write_bytes(victim.read_bytes())
     victim.unlink()
     victim.symlink_to(secret)
-    text = refused(art, r"programs\.eval\.kernels\[1\]\.file: '.*' is a link that leaves the "
-                        "artifact folder")
+    text = refused(
+        art,
+        r"programs\.eval\.kernels\[1\]\.file: '.*' is a link that leaves the "
+        "artifact folder",
+    )
     assert "SECRET" not in text
     # a link to a file inside the folder is as good as the file
     victim.unlink()
@@ -135,6 +144,7 @@ def test_uniform_names_must_be_identifiers(art, uniform):
     def rename(m):
         k = m["programs"]["eval"]["kernels"][1]
         k["uniforms"] = {uniform: k["uniforms"].pop("dim0")}
+
     edit(art, rename)
     refused(art, r"programs\.eval\.kernels\[1\]\.uniforms: the name .* is not a GLSL identifier")
 
@@ -143,43 +153,55 @@ def test_uniforms_must_match_the_shader(art):
     def rename(m):
         k = m["programs"]["eval"]["kernels"][1]
         k["uniforms"] = {"dim7": k["uniforms"].pop("dim0")}
+
     edit(art, rename)
     refused(art, r"programs\.eval\.kernels\[1\]\.uniforms\.dim7: '.*' declares no uniform int dim7")
 
     def drop(m):
         m["programs"]["eval"]["kernels"][1]["uniforms"] = {}
+
     edit(art, drop)
-    refused(art, r"kernels\[1\]\.uniforms: '.*' declares uniform int dim0, which the manifest "
-                 "gives no value")
+    refused(
+        art,
+        r"kernels\[1\]\.uniforms: '.*' declares uniform int dim0, which the manifest "
+        "gives no value",
+    )
 
 
 def test_bindings_must_be_within_the_kernels_slots(art):
     def drop_slot(m):
         m["programs"]["eval"]["kernels"][1]["slots"].pop()
+
     edit(art, drop_slot)
     refused(art, r"kernels\[1\]\.(slots: '.*' uses buffer binding \d+|writes\[\d\]: tensor)")
 
 
-@pytest.mark.parametrize("raw, match", [
-    (b"{", r"not valid JSON: Expecting property name enclosed in double quotes at line 1"),
-    (b"[1, 2]", r"the manifest: must be an object, not a list"),
-    (b'"format"', r"the manifest: must be an object, not a string"),
-    (b"\xff\xfe{}", r"not UTF-8 text"),
-    (b'{"format": NaN}', r"not valid JSON: NaN is not JSON"),
-    (b'{"format": 1, "format": 1}', r"key 'format' appears twice"),
-    (b"[" * 100_000 + b"]" * 100_000, r"not valid JSON"),
-    (b"", r"not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        (b"{", r"not valid JSON: Expecting property name enclosed in double quotes at line 1"),
+        (b"[1, 2]", r"the manifest: must be an object, not a list"),
+        (b'"format"', r"the manifest: must be an object, not a string"),
+        (b"\xff\xfe{}", r"not UTF-8 text"),
+        (b'{"format": NaN}', r"not valid JSON: NaN is not JSON"),
+        (b'{"format": 1, "format": 1}', r"key 'format' appears twice"),
+        (b"[" * 100_000 + b"]" * 100_000, r"not valid JSON"),
+        (b"", r"not valid JSON"),
+    ],
+)
 def test_malformed_json_is_refused(art, raw, match):
     (art / "manifest.json").write_bytes(raw)
     refused(art, match)
 
 
-@pytest.mark.parametrize("version, match", [
-    (2, r"format: artifact format 2 is not one this dlc reads \(1\); recompile"),
-    ("1", r"format: artifact format '1' is not one this dlc reads"),
-    (True, r"format: artifact format True is not"),
-])
+@pytest.mark.parametrize(
+    "version, match",
+    [
+        (2, r"format: artifact format 2 is not one this dlc reads \(1\); recompile"),
+        ("1", r"format: artifact format '1' is not one this dlc reads"),
+        (True, r"format: artifact format True is not"),
+    ],
+)
 def test_unknown_format_versions_are_refused(art, version, match):
     edit(art, lambda m: m.__setitem__("format", version))
     refused(art, match)
@@ -189,10 +211,12 @@ def test_unknown_format_versions_are_refused(art, version, match):
 
 def _set(path, value):
     """A change setting the item at `path` (keys and indices) to `value`."""
+
     def change(m):
         for key in path[:-1]:
             m = m[key]
         m[path[-1]] = value
+
     return change
 
 
@@ -201,58 +225,98 @@ def _delete(path):
         for key in path[:-1]:
             m = m[key]
         del m[path[-1]]
+
     return change
 
 
-@pytest.mark.parametrize("change, match", [
-    (_delete(["programs"]), r"the manifest: the key 'programs' is missing"),
-    (_delete(["programs", "eval", "kernels", 0, "grid"]),
-     r"programs\.eval\.kernels\[0\]: the key 'grid' is missing"),
-    (_set(["programs", "eval", "kernels", 1, "slots", 0], 999),
-     r"programs\.eval\.kernels\[1\]\.slots\[0\]: 999 is out of range \(0 to \d+\)"),
-    (_set(["programs", "eval", "tensors", "0", "slot"], -1),
-     r"programs\.eval\.tensors\.0\.slot: -1 is out of range"),
-    (_set(["programs", "eval", "slots", 4, "sizes", 0, 0], -4),
-     r"programs\.eval\.slots\[4\]\.sizes\[0\]\[0\]: -4 is out of range"),
-    (_set(["programs", "eval", "slots", 4, "sizes", 0, 0], 2**40),
-     r"programs\.eval\.slots\[4\]\.sizes\[0\]\[0\]: 1099511627776 is out of range"),
-    (_set(["params", "W1"], [2**20, 2**20]), r"params\.W1: 1099511627776 elements; at most"),
-    (_set(["params", "W1"], [64, -4]), r"params\.W1\[1\]: -4 is out of range"),
-    (_set(["params", "W1"], [64, "B"]), r"params\.W1\[1\]: must be a number: 'B' is symbolic"),
-    (_set(["programs", "eval", "slots", 2, "sizes"], [[10]]),
-     r"programs\.eval\.slots\[2\]\.sizes\[0\]: \[10\] is not the 4096 elements of param 'W1'"),
-    (_set(["programs", "eval", "tensors", "2", "shape"], [64, 65]),
-     r"programs\.eval\.tensors\.2: 4160 elements do not fit in param 'W1' \(4096\)"),
-    (_set(["programs", "eval", "kernels", 2, "after"], [5]),
-     r"programs\.eval\.kernels\[2\]\.after\[0\]: 5 is out of range \(0 to 1\)"),
-    (_set(["programs", "eval", "kernels", 1, "inputs"], ["nope"]),
-     r"programs\.eval\.kernels\[1\]\.inputs\[0\]: 'nope' is not an input of the artifact"),
-    (_set(["programs", "eval", "kernels", 1, "uniforms", "dim0"], "Q"),
-     r"programs\.eval\.kernels\[1\]\.uniforms\.dim0: 'Q' is not one of the program's dims"),
-    (_set(["programs", "eval", "kernels", 1, "grid"], {"flat": [4, "Q"], "per_group": 0}),
-     r"programs\.eval\.kernels\[1\]\.grid\.flat\[1\]: 'Q' is not one of the program's dims"),
-    (_set(["programs", "eval", "kernels", 1, "grid"], {"flat": [4], "per_group": 0}),
-     r"programs\.eval\.kernels\[1\]\.grid\.per_group: 0 is out of range"),
-    (_set(["programs", "eval", "slots", 0, "name"], "W1"),
-     r"programs\.eval\.slots\[0\]\.name: 'W1' is not one of the artifact's inputs"),
-    (_set(["programs", "eval", "slots", 0, "sizes"], [[1, "B"]]),
-     r"programs\.eval\.slots\[0\]: 64\*B elements do not fit in input 'pixels's slot"),
-    (_set(["names", "cost"], 99999), r"names\.cost: tensor 99999 is not a tensor of the eval"),
-    (_set(["losses"], ["nothing"]), r"losses\[0\]: 'nothing' is not a name in 'names'"),
-    (_set(["train", "loss"], "probs"), r"train\.loss: 'probs' is not one of 'losses'"),
-    (_set(["train", "optimizer", "lr"], "fast"), r"train\.optimizer\.lr: must be a finite number"),
-    (_set(["train"], None), r"programs: has a 'train' program exactly when 'train' is set"),
-    (_set(["programs", "train", "copies"], [{"target": "W9", "tensor": 0}]),
-     r"programs\.train\.copies\[0\]\.target: 'W9' is not a param or optimizer state"),
-    (_set(["programs", "eval", "slots", 0, "kind"], "magic"),
-     r"programs\.eval\.slots\[0\]\.kind: 'magic' is not a slot kind"),
-    (_set(["programs", "nope"], {}), r"programs: 'nope' is not a program this dlc runs"),
-    (_set(["inputs", "pixels"], ["B", "x y"]), r"inputs\.pixels\[1\]: 'x y' is not a dim name"),
-    (_set(["tensors", "h"], ["B", 10]),
-     r"names\.h: tensor 10 has shape \['B', 64\], but 'h' is declared \['B', 10\]"),
-    (_set(["programs", "train", "roots"], [0]),
-     r"programs\.train\.roots\[0\]: the loss tensor 0 has shape \['B', 64\], not a scalar"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (_delete(["programs"]), r"the manifest: the key 'programs' is missing"),
+        (
+            _delete(["programs", "eval", "kernels", 0, "grid"]),
+            r"programs\.eval\.kernels\[0\]: the key 'grid' is missing",
+        ),
+        (
+            _set(["programs", "eval", "kernels", 1, "slots", 0], 999),
+            r"programs\.eval\.kernels\[1\]\.slots\[0\]: 999 is out of range \(0 to \d+\)",
+        ),
+        (
+            _set(["programs", "eval", "tensors", "0", "slot"], -1),
+            r"programs\.eval\.tensors\.0\.slot: -1 is out of range",
+        ),
+        (
+            _set(["programs", "eval", "slots", 4, "sizes", 0, 0], -4),
+            r"programs\.eval\.slots\[4\]\.sizes\[0\]\[0\]: -4 is out of range",
+        ),
+        (
+            _set(["programs", "eval", "slots", 4, "sizes", 0, 0], 2**40),
+            r"programs\.eval\.slots\[4\]\.sizes\[0\]\[0\]: 1099511627776 is out of range",
+        ),
+        (_set(["params", "W1"], [2**20, 2**20]), r"params\.W1: 1099511627776 elements; at most"),
+        (_set(["params", "W1"], [64, -4]), r"params\.W1\[1\]: -4 is out of range"),
+        (_set(["params", "W1"], [64, "B"]), r"params\.W1\[1\]: must be a number: 'B' is symbolic"),
+        (
+            _set(["programs", "eval", "slots", 2, "sizes"], [[10]]),
+            r"programs\.eval\.slots\[2\]\.sizes\[0\]: \[10\] is not the 4096 elements of param 'W1'",
+        ),
+        (
+            _set(["programs", "eval", "tensors", "2", "shape"], [64, 65]),
+            r"programs\.eval\.tensors\.2: 4160 elements do not fit in param 'W1' \(4096\)",
+        ),
+        (
+            _set(["programs", "eval", "kernels", 2, "after"], [5]),
+            r"programs\.eval\.kernels\[2\]\.after\[0\]: 5 is out of range \(0 to 1\)",
+        ),
+        (
+            _set(["programs", "eval", "kernels", 1, "inputs"], ["nope"]),
+            r"programs\.eval\.kernels\[1\]\.inputs\[0\]: 'nope' is not an input of the artifact",
+        ),
+        (
+            _set(["programs", "eval", "kernels", 1, "uniforms", "dim0"], "Q"),
+            r"programs\.eval\.kernels\[1\]\.uniforms\.dim0: 'Q' is not one of the program's dims",
+        ),
+        (
+            _set(["programs", "eval", "kernels", 1, "grid"], {"flat": [4, "Q"], "per_group": 0}),
+            r"programs\.eval\.kernels\[1\]\.grid\.flat\[1\]: 'Q' is not one of the program's dims",
+        ),
+        (
+            _set(["programs", "eval", "kernels", 1, "grid"], {"flat": [4], "per_group": 0}),
+            r"programs\.eval\.kernels\[1\]\.grid\.per_group: 0 is out of range",
+        ),
+        (
+            _set(["programs", "eval", "slots", 0, "name"], "W1"),
+            r"programs\.eval\.slots\[0\]\.name: 'W1' is not one of the artifact's inputs",
+        ),
+        (
+            _set(["programs", "eval", "slots", 0, "sizes"], [[1, "B"]]),
+            r"programs\.eval\.slots\[0\]: 64\*B elements do not fit in input 'pixels's slot",
+        ),
+        (_set(["names", "cost"], 99999), r"names\.cost: tensor 99999 is not a tensor of the eval"),
+        (_set(["losses"], ["nothing"]), r"losses\[0\]: 'nothing' is not a name in 'names'"),
+        (_set(["train", "loss"], "probs"), r"train\.loss: 'probs' is not one of 'losses'"),
+        (_set(["train", "optimizer", "lr"], "fast"), r"train\.optimizer\.lr: must be a finite number"),
+        (_set(["train"], None), r"programs: has a 'train' program exactly when 'train' is set"),
+        (
+            _set(["programs", "train", "copies"], [{"target": "W9", "tensor": 0}]),
+            r"programs\.train\.copies\[0\]\.target: 'W9' is not a param or optimizer state",
+        ),
+        (
+            _set(["programs", "eval", "slots", 0, "kind"], "magic"),
+            r"programs\.eval\.slots\[0\]\.kind: 'magic' is not a slot kind",
+        ),
+        (_set(["programs", "nope"], {}), r"programs: 'nope' is not a program this dlc runs"),
+        (_set(["inputs", "pixels"], ["B", "x y"]), r"inputs\.pixels\[1\]: 'x y' is not a dim name"),
+        (
+            _set(["tensors", "h"], ["B", 10]),
+            r"names\.h: tensor 10 has shape \['B', 64\], but 'h' is declared \['B', 10\]",
+        ),
+        (
+            _set(["programs", "train", "roots"], [0]),
+            r"programs\.train\.roots\[0\]: the loss tensor 0 has shape \['B', 64\], not a scalar",
+        ),
+    ],
+)
 def test_each_broken_field_is_named(art, change, match):
     edit(art, change)
     refused(art, match)
@@ -299,8 +363,7 @@ def test_an_absurd_npy_header_is_refused_before_reading(art, pristine):
     with np.load(pristine / "params.npz") as z:
         arrays = {k: z[k] for k in z.files}
     header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
-                                                  "shape": (10**12,)})
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for k, v in arrays.items():
@@ -313,13 +376,26 @@ def test_an_absurd_npy_header_is_refused_before_reading(art, pristine):
 
 def test_the_cli_prints_a_dlc_error_not_an_internal_one(art, tmp_path):
     edit(art, _set(["programs", "eval", "kernels", 3, "file"], "../../etc/passwd"))
-    done = subprocess.run([sys.executable, "-m", "dlc", "eval", str(art), "--fetch", "probs",
-                           "--data", str(pathlib.Path("samples/data/digits_test.npz").resolve())],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlc",
+            "eval",
+            str(art),
+            "--fetch",
+            "probs",
+            "--data",
+            str(pathlib.Path("samples/data/digits_test.npz").resolve()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1
     assert "internal error" not in done.stderr and "root:" not in done.stderr + done.stdout
-    assert "manifest.json: programs.eval.kernels[3].file: '../../etc/passwd' leaves the " \
-           "artifact folder" in done.stderr
+    assert "manifest.json: programs.eval.kernels[3].file: '../../etc/passwd' leaves the artifact folder" in done.stderr
 
 
 def test_artifact_errors_are_dlc_errors():
@@ -330,8 +406,7 @@ def test_a_split_k_conv_gradients_scratch_is_read_back_and_checked(tmp_path):
     # cnn_digits' first filter gradient splits its K (B * 64) across work groups: a tiled
     # grid with a scratch buffer (compiler/codegen/kernels_matmul.py, _split_k)
     out = tmp_path / "cnn.dlc"
-    write_artifact(dlc.compile(str(MLP.with_name("cnn_digits.dl"))), out, train_loss="cost",
-                   optimizer=dlc.SGD(0.1))
+    write_artifact(dlc.compile(str(MLP.with_name("cnn_digits.dl"))), out, train_loss="cost", optimizer=dlc.SGD(0.1))
     kernels = read_artifact(out).manifest["programs"]["train"]["kernels"]
     split = [i for i, k in enumerate(kernels) if "tiles" in k["grid"] and "scratch" in k["grid"]]
     assert split, "no split-K kernel in the CNN's train program"

@@ -34,8 +34,11 @@ def compiled_samples(root: pathlib.Path) -> list[pathlib.Path]:
         model = dlc.compile(str(path))
         out.append(write_artifact(model, root / f"{path.stem}.dlc"))
         if model.losses:
-            out.append(write_artifact(model, root / f"{path.stem}_train.dlc",
-                                      train_loss=list(model.losses)[0], optimizer="adam"))
+            out.append(
+                write_artifact(
+                    model, root / f"{path.stem}_train.dlc", train_loss=list(model.losses)[0], optimizer="adam"
+                )
+            )
     return out
 
 

@@ -127,7 +127,7 @@ def test_dispatch_refuses_what_the_gpu_cannot_do(gl, gl_context):
     "log, line",
     [
         ("0:12(5): error: `x' undeclared\n0:14(2): error: more", 12),  # Mesa
-        ("0(7) : error C1008: undefined variable \"x\"", 7),  # NVIDIA
+        ('0(7) : error C1008: undefined variable "x"', 7),  # NVIDIA
         ("ERROR: 0:31: 'x' : undeclared identifier\nERROR: 1 compilation errors.", 31),  # AMD
         ("0:3(1): warning: unused\n0:9(4): error: bad", 9),  # a warning first
         ("error: compute shader lacks `main'", None),  # link logs name no line
