@@ -102,10 +102,70 @@ def _numel(shape: Shape) -> int | None:
     return math.prod(shape)
 
 
-def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] = ()) -> Fusion:
-    """Group the work of fetching `roots` (and computing `updates`) into kernels."""
-    roots = tuple(roots)
-    updates = tuple(updates)
+# Storage buffers one kernel may bind: GL guarantees 8 storage blocks a compute shader and
+# NVIDIA and Mesa give 16; a kernel may add a split reduction's scratch, debug mode's NaN flags
+# and vec4 views of its matmul operands (each a block of its own), so its tensors get 12.
+MAX_KERNEL_BUFFERS = 12
+
+
+def fuse(
+    graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] = (), max_buffers: int = MAX_KERNEL_BUFFERS
+) -> Fusion:
+    """Group the work of fetching `roots` (and computing `updates`) into kernels, none binding
+    more than `max_buffers` stored tensors: a kernel over the limit is cut by storing an
+    inlined value (or an extra output) in a kernel of its own, then fusing again."""
+    roots, updates = tuple(roots), tuple(updates)
+    split: set[int] = set()
+    while True:
+        f = _fuse(graph, roots, updates, frozenset(split))
+        more = _cuts(f, max_buffers) - split
+        if not more:  # within the limit, or nothing left to cut (the runtime then refuses it)
+            return f
+        split |= more
+
+
+def _cuts(f: Fusion, limit: int) -> set[int]:
+    """Nodes to store in kernels of their own so that over-full kernels bind fewer buffers."""
+    out: set[int] = set()
+    g = f.graph
+    for k in f.kernels:
+        bound = {f.base(i) for i in k.inputs} | set(k.outputs)
+        if len(bound) <= limit:
+            continue
+        if len(k.outputs) > limit // 2:  # many results (updates of many params): move some out
+            out.update(o for o in k.outputs[limit // 2 :] if kind_of(g, o) == "elementwise")
+            continue
+        # The inlined elementwise value whose own reads cut the most buffers while fitting
+        # a kernel of its own.
+        nodes = set(k.nodes)
+        reads: dict[int, frozenset[int]] = {}
+        for m in k.nodes:  # topological order: inputs first
+            acc: set[int] = set()
+            for j in g.nodes[m].inputs:
+                if j in nodes and f.storage.get(j) == "inline":
+                    acc |= reads.get(j, frozenset())
+                elif j not in f.literals:
+                    acc.add(f.base(j))
+            reads[m] = frozenset(acc)
+        best = max(
+            (
+                m
+                for m in k.nodes
+                if f.storage.get(m) == "inline"
+                and m not in f.literals
+                and g.nodes[m].op != "dim_size"
+                and kind_of(g, m) == "elementwise"
+                and 2 <= len(reads[m]) < limit
+            ),
+            key=lambda m: (len(reads[m]), m),
+            default=None,
+        )
+        if best is not None:
+            out.add(best)
+    return out
+
+
+def _fuse(graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], ...], split: frozenset[int]) -> Fusion:
     want = [*roots, *(i for _, i in updates)]
     order = cone(graph, want)
     in_work = set(order)
@@ -149,6 +209,9 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
         kind = kind_of(graph, n)
         feeds_anchor = any(kind_of(graph, c) in ("matmul", "window") for c in users)
         where = set().union(*(home[c] for c in users)) if users else set()
+        if kind == "elementwise" and n in split:  # cut out of an over-full kernel (fuse)
+            start("elementwise", n)
+            continue
         if kind in ("elementwise", "layout"):
             # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar
             # (Adam's bias corrections), a layout view of a leaf.
@@ -207,7 +270,7 @@ def fuse(graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] 
                 continue
         start(kind, n, anchor=n)
 
-    _merge_consumers(graph, building, alias, literals, ident)
+    _merge_consumers(graph, building, alias, literals, ident, split)
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
     ranked = _schedule(graph, building, alias, literals)
     kernels: list[Kernel] = []
@@ -255,11 +318,12 @@ def _producers(graph: Graph, building: list[_Building], alias: dict[int, int], l
     return deps
 
 
-def _merge_consumers(graph: Graph, building: list, alias, literals, ident) -> None:
+def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split=frozenset()) -> None:
     """Fold an elementwise kernel into the kernel that makes its input, when it reads that
     input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
     also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
-    lies between the two (that would make a cycle)."""
+    lies between the two (that would make a cycle), or when the producer was cut out of an
+    over-full kernel (`split`, see fuse)."""
     changed = True
     while changed:
         changed = False
@@ -269,7 +333,7 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident) -> No
                 continue
             for k1 in sorted(deps[k2]):
                 b1 = building[k1]
-                if b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
+                if b1.primary in split or b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
                     continue
                 made = set(b1.outputs)
                 reads = [

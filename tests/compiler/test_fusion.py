@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.fusion import format_fusion, fuse
+from dlc.compiler.fusion import MAX_KERNEL_BUFFERS, format_fusion, fuse
 from dlc.compiler.lang import compile_source
 from dlc.compiler.train_graph import build_train_graph
 from dlc.optimizers import SGD, Adam
@@ -139,3 +139,13 @@ def test_format_lists_each_kernel_with_its_ir():
 def test_fetching_a_leaf_needs_no_kernel(src):
     f = fused(src, "y")
     assert f.kernels == ()
+
+
+def test_no_kernel_binds_more_than_the_buffer_limit():
+    n = 40
+    src = "".join(f"input x{i}: [B]\n" for i in range(n)) + "y = " + " + ".join(f"x{i}" for i in range(n)) + "\n"
+    g = compile_source(src)
+    f = fuse(g, [g.names["y"]])
+    assert len(f.kernels) > 1
+    for k in f.kernels:
+        assert len({f.base(i) for i in k.inputs} | set(k.outputs)) <= MAX_KERNEL_BUFFERS, k.name

@@ -197,3 +197,29 @@ def test_a_matmul_over_a_long_k_is_exact(gl):
     model = dlc.compile("input a: [64, 70000]\ninput b: [70000, 64]\nc = relu(a @ b)\n")
     (c,) = dlc.Session(model, backend="gl").eval(["c"], {"a": a, "b": b}).values()
     np.testing.assert_array_equal(c, np.maximum(a.astype(np.float64) @ b, 0))
+
+
+def test_a_sum_of_many_inputs_fits_the_storage_block_limit(gl):
+    # 60 inputs in one elementwise chain would bind 61 storage buffers (GL gives 16): fusion
+    # cuts the chain into kernels of at most fusion.MAX_KERNEL_BUFFERS.
+    n = 60
+    src = "".join(f"input x{i}: [B]\n" for i in range(n)) + "y = " + " + ".join(f"x{i}" for i in range(n)) + "\n"
+    feeds = {f"x{i}": np.full(5, i, np.float32) for i in range(n)}
+    got = dlc.Session(dlc.compile(src), backend="gl").eval("y", feeds)
+    np.testing.assert_array_equal(got, np.full(5, sum(range(n)), np.float32))
+
+
+def test_training_many_params_fits_the_storage_block_limit(gl):
+    # 30 scalar params: their updates would be one kernel writing 30 outputs and reading more
+    n = 30
+    src = "input x: [B]\ninput t: [B]\n" + "".join(f"param p{i}: [] = 0.1\n" for i in range(n))
+    src += "y = " + " + ".join(f"p{i} * x" for i in range(n)) + "\nloss cost = mean_squared(y, t)\n"
+    model = dlc.compile(src)
+    x = np.linspace(-1, 1, 16).astype(np.float32)
+    losses = {
+        b: dlc.Session(model, backend=b, seed=0).train(
+            {"x": x, "t": 2 * x}, optimizer=dlc.Adam(0.01), batch_size=16, steps=5
+        )
+        for b in ("numpy", "gl")
+    }
+    np.testing.assert_allclose(losses["gl"], losses["numpy"], rtol=1e-4, atol=1e-5)
