@@ -1,0 +1,101 @@
+"""ResNet-50 inference (issue 13's benchmark, not a test): the onnx wheel's light ResNet-50
+imported with `dlc import`, run by dlc on GL at batch 1 and 32, against PyTorch eager
+(torchvision's ResNet-50, the same architecture, cuDNN with TF32 off) and onnxruntime's CPU
+provider on the same ONNX file, in one process. Prints a markdown table of ms per batch.
+
+    python benchmarks/bench_resnet.py [--reps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import time
+
+import numpy as np
+
+
+def light_model() -> str:
+    import onnx
+
+    pattern = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/*resnet50*.onnx")
+    return sorted(glob.glob(pattern))[0]
+
+
+def timed(fn, reps: int) -> float:
+    fn()
+    fn()  # warm: compile, upload, caches
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=10)
+    args = p.parse_args()
+    import dlc
+
+    path = light_model()
+    imp = dlc.import_onnx(path, batch="N")
+    (in_name,) = imp.inputs.values()
+    (out_name,) = imp.outputs.values()
+    rows = []
+    sess = dlc.Session(imp.model, backend="gl")
+    sess.set_params(imp.weights)
+    for batch in (1, 32):
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        ms = timed(lambda x=x: sess.eval(out_name, {in_name: x}), args.reps)
+        rows.append((f"ResNet-50 batch {batch}", "dlc GL (eval: upload, kernels, read back)", ms))
+    try:
+        import torch
+        import torchvision
+
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        net = torchvision.models.resnet50().eval().cuda()
+        for batch in (1, 32):
+            x = torch.randn(batch, 3, 224, 224)
+
+            def run(x=x):
+                with torch.no_grad():
+                    return net(x.cuda()).cpu()
+
+            rows.append(
+                (
+                    f"ResNet-50 batch {batch}",
+                    "PyTorch eager (cuda, torchvision), host in and out",
+                    timed(run, args.reps),
+                )
+            )
+    except Exception as e:  # noqa: BLE001 - a missing comparison is reported, not fatal
+        print(f"PyTorch rows skipped: {type(e).__name__}: {e}")
+    try:
+        import onnxruntime as ort
+
+        so = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        name = so.get_inputs()[0].name
+        for batch in (1, 32):
+            if so.get_inputs()[0].shape[0] not in (batch, None, "N") and batch != 1:
+                continue  # the light model's batch is fixed at 1
+            x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+            rows.append(
+                (
+                    f"ResNet-50 batch {batch}",
+                    "onnxruntime CPU",
+                    timed(lambda x=x: so.run(None, {name: x}), max(2, args.reps // 3)),
+                )
+            )
+    except Exception as e:  # noqa: BLE001
+        print(f"onnxruntime rows skipped: {type(e).__name__}: {e}")
+    print("| row | impl | ms |\n|---|---|---|")
+    for r, impl, ms in rows:
+        print(f"| {r} | {impl} | {ms:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
