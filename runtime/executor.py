@@ -106,6 +106,8 @@ class LeafStore:
     `snapshot()` copies every leaf on the GPU into one of a small ring of buffer sets and
     returns a token; `restore(token)` copies it back (training undoes a step that diverged).
     Leaves set with `snapshot=False` (training data: read, never written) are left out.
+    The storage is a `Buffer` a leaf; the texture target's TextureStore overrides the four
+    storage hooks (`_allocate`, `_fits`, `_like`, `_copy_all`) and keeps the rest.
     """
 
     def __init__(self) -> None:
@@ -117,6 +119,26 @@ class LeafStore:
         self._taken = 0
         self._unsnapshotted: set[str] = set()
 
+    # -- storage hooks ---------------------------------------------------------------------
+    def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Buffer:
+        return Buffer(data.nbytes)
+
+    def _fits(self, storage: Buffer, data: np.ndarray) -> bool:
+        return storage.nbytes == data.nbytes
+
+    def _like(self, storage: Buffer, old: Buffer | None) -> Buffer:
+        """A snapshot copy of `storage`: the previous one, `old`, when it has the same layout, else a new one."""
+        if old is not None and old.nbytes == storage.nbytes:
+            return old
+        if old is not None:
+            old.delete()
+        return Buffer(storage.nbytes)
+
+    def _copy_all(self, pairs: list) -> None:
+        """(dst, src) copies on the GPU, none reading what another writes."""
+        gpu_copy_many([(dst, src, None) for dst, src in pairs])
+
+    # -- leaves ----------------------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
         return name in self.buffers
 
@@ -124,10 +146,10 @@ class LeafStore:
         shape = np.shape(value)  # ascontiguousarray makes a 0-d array 1-d: keep the real shape
         data = np.ascontiguousarray(value, dtype=np.float32)
         buf = self.buffers.get(name)
-        if buf is None or buf.nbytes != data.nbytes:
+        if buf is None or not self._fits(buf, data):
             if buf is not None:
                 buf.delete()
-            buf = Buffer(data.nbytes)
+            buf = self._allocate(data, name, shape)
             self.buffers[name] = buf
             self.version += 1
         buf.upload(data)
@@ -148,7 +170,8 @@ class LeafStore:
 
     def get(self, name: str) -> np.ndarray:
         buf = self.buffer(name)
-        return buf.download(buf.nbytes // 4).reshape(self.shapes[name])
+        shape = self.shapes[name]
+        return buf.download(math.prod(shape)).reshape(shape)
 
     def buffer(self, name: str) -> Buffer:
         try:
@@ -163,16 +186,12 @@ class LeafStore:
         names = [n for n in self.buffers if n not in self._unsnapshotted]
         for name in set(ring) - set(names):  # no longer snapshotted: restore must skip it
             ring.pop(name).delete()
-        copies = []
+        pairs = []
         for name in names:
             buf = self.buffers[name]
-            copy = ring.get(name)
-            if copy is None or copy.nbytes != buf.nbytes:
-                if copy is not None:
-                    copy.delete()
-                copy = ring[name] = Buffer(buf.nbytes)
-            copies.append((copy, buf, None))
-        gpu_copy_many(copies)
+            copy = ring[name] = self._like(buf, ring.get(name))
+            pairs.append((copy, buf))
+        self._copy_all(pairs)
         self._ring_gen[slot] = self._taken
         return (slot, self._taken)
 
@@ -180,9 +199,7 @@ class LeafStore:
         slot, gen = token
         if self._ring_gen[slot] != gen:
             raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
-        gpu_copy_many(
-            [(self.buffers[name], copy, None) for name, copy in self._ring[slot].items() if name in self.buffers]
-        )
+        self._copy_all([(self.buffers[name], copy) for name, copy in self._ring[slot].items() if name in self.buffers])
 
     def snapshot_buffers(self) -> list[Buffer]:
         """The buffers snapshots are kept in (for memory reports)."""

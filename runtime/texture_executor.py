@@ -17,43 +17,32 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.executor import PERSISTENT, SNAPSHOTS, bind_shape, eval_size
+from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size
 from dlc.runtime.textures import FragmentProgram, Texture, copy
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
 
 
-class TextureStore:
-    """Params and optimizer state as textures by name (the texture target's LeafStore)."""
+class TextureStore(LeafStore):
+    """Params and optimizer state as textures by name: the texture target's LeafStore (its
+    storage hooks make textures; snapshots and restores are texture copies)."""
 
-    def __init__(self) -> None:
-        self.buffers: dict[str, Texture] = {}
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.version = 0
-        self._ring: list[dict[str, Texture]] = [{} for _ in range(SNAPSHOTS)]
-        self._ring_gen = [0] * SNAPSHOTS
-        self._taken = 0
-        self._unsnapshotted: set[str] = set()
+    def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Texture:
+        return Texture(data.size, f"'{name}' {list(shape)}")
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.buffers
+    def _fits(self, storage: Texture, data: np.ndarray) -> bool:
+        return data.size <= storage.count <= max(2 * data.size, 16)
 
-    def set(self, name: str, value, *, snapshot: bool = True) -> None:
-        shape = np.shape(value)
-        data = np.ascontiguousarray(value, dtype=np.float32)
-        tex = self.buffers.get(name)
-        if tex is None or tex.count < data.size or tex.count > max(2 * data.size, 16):
-            if tex is not None:
-                tex.delete()
-            tex = Texture(data.size, f"'{name}' {list(shape)}")
-            self.buffers[name] = tex
-            self.version += 1
-        tex.upload(data)
-        self.shapes[name] = shape
-        if snapshot:
-            self._unsnapshotted.discard(name)
-        else:
-            self._unsnapshotted.add(name)
+    def _like(self, storage: Texture, old: Texture | None) -> Texture:
+        if old is not None and (old.width, old.height) == (storage.width, storage.height):
+            return old
+        if old is not None:
+            old.delete()
+        return Texture(storage.count)
+
+    def _copy_all(self, pairs: list) -> None:
+        for dst, src in pairs:
+            copy(dst, src)
 
     def replace(self, name: str, tex: Texture) -> Texture:
         """Put `tex` in place of leaf `name`'s texture (same layout); return the old one."""
@@ -61,66 +50,6 @@ class TextureStore:
         self.buffers[name] = tex
         self.version += 1
         return old
-
-    def drop(self, name: str) -> None:
-        tex = self.buffers.pop(name, None)
-        if tex is not None:
-            tex.delete()
-            self.version += 1
-        self.shapes.pop(name, None)
-        self._unsnapshotted.discard(name)
-
-    def get(self, name: str) -> np.ndarray:
-        shape = self.shapes[name] if name in self.shapes else None
-        tex = self.buffer(name)
-        return tex.download(math.prod(shape)).reshape(shape)
-
-    def buffer(self, name: str) -> Texture:
-        try:
-            return self.buffers[name]
-        except KeyError:
-            raise RuntimeFailure(f"'{name}' has no value on the GPU yet (set it first)") from None
-
-    def snapshot(self) -> tuple[int, int]:
-        self._taken += 1
-        slot = self._taken % SNAPSHOTS
-        ring = self._ring[slot]
-        names = [n for n in self.buffers if n not in self._unsnapshotted]
-        for name in set(ring) - set(names):
-            ring.pop(name).delete()
-        for name in names:
-            tex = self.buffers[name]
-            snap = ring.get(name)
-            if snap is None or (snap.width, snap.height) != (tex.width, tex.height):
-                if snap is not None:
-                    snap.delete()
-                snap = ring[name] = Texture(tex.count)
-            copy(snap, tex)
-        self._ring_gen[slot] = self._taken
-        return (slot, self._taken)
-
-    def restore(self, token: tuple[int, int]) -> None:
-        slot, gen = token
-        if self._ring_gen[slot] != gen:
-            raise RuntimeFailure("internal dlc error: restoring a snapshot that was overwritten")
-        for name, snap in self._ring[slot].items():
-            if name in self.buffers:
-                copy(self.buffers[name], snap)
-
-    def snapshot_buffers(self) -> list[Texture]:
-        return [t for ring in self._ring for t in ring.values() if t.handle]
-
-    def is_data(self, name: str) -> bool:
-        return name in self._unsnapshotted
-
-    def delete(self) -> None:
-        for tex in self.buffers.values():
-            tex.delete()
-        for ring in self._ring:
-            for tex in ring.values():
-                tex.delete()
-            ring.clear()
-        self.buffers.clear()
 
 
 class TextureExecutor:
