@@ -9,18 +9,18 @@ names and shapes checked against the manifest before any array data is read.
 
 from __future__ import annotations
 
-import io
 import os
 import pathlib
 import re
 import stat
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from dlc.runtime.errors import DataError
 from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
+from dlc.runtime.npzfile import NpzReader
 
 MAX_SHADER_BYTES = 1 << 20
 NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data
@@ -202,68 +202,41 @@ def read_npz(
     folder: pathlib.Path, name: str, shapes: Mapping[str, tuple], where: str, field: str
 ) -> dict[str, np.ndarray]:
     """Arrays of `folder/name` as float32: exactly the names of `shapes`, each of its shape,
-    finite. Headers are checked before data is read; no pickles."""
+    finite. Read confined and bounded, then through NpzReader (headers checked before data is
+    read; no pickles)."""
     want_bytes = sum(8 * int(np.prod(s, dtype=np.int64)) for s in shapes.values())
     raw = read_confined(folder, name, want_bytes + NPZ_SLACK + 512 * len(shapes), where, field)
     fail = _fail(where)
-    out = {}
     try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as z:
-            members = {}
-            for info in z.infolist():
-                key = info.filename[:-4] if info.filename.endswith(".npy") else None
-                if key not in shapes:
-                    fail(
-                        field,
-                        f"'{name}' holds '{info.filename[:100]}', which is not one of "
-                        f"the manifest's {len(shapes)} arrays",
-                    )
-                if key in members:
-                    fail(field, f"'{name}' holds '{info.filename[:100]}' twice")
-                members[key] = info
-            for key in shapes:
-                if key not in members:
-                    fail(field, f"'{name}' has no array '{key}'")
-            for key, info in members.items():
-                out[key] = _read_member(z, info, tuple(shapes[key]), name, fail, field)
-    except ArtifactError:
-        raise
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        EOFError,
-        OSError,
-        ValueError,
-        NotImplementedError,
-        RuntimeError,
-        KeyError,
-    ) as e:
-        fail(field, f"'{name}' is not a readable .npz file ({type(e).__name__}: {e})")
+        z = NpzReader(name, data=raw)
+    except DataError as e:
+        fail(field, f"'{name}' is not a readable .npz file ({str(e).removeprefix(name + ': ')})")
+    out = {}
+    with z:
+        for key in z.files:
+            if key not in shapes:
+                fail(
+                    field, f"'{name}' holds '{key[:100]}.npy', which is not one of the manifest's {len(shapes)} arrays"
+                )
+        for key, shape in shapes.items():
+            if key not in z.files:
+                fail(field, f"'{name}' has no array '{key}'")
+            out[key] = _read_member(z, key, tuple(shape), name, fail, field)
     return out
 
 
-def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, shape: tuple, name: str, fail, field: str) -> np.ndarray:
-    key = info.filename[:-4]
-    count = int(np.prod(shape, dtype=np.int64))
-    if info.file_size > 8 * count + NPZ_SLACK:  # checked before inflating anything
-        fail(field, f"'{name}': array '{key}' claims {info.file_size} bytes")
-    with z.open(info) as f:
-        data = f.read(8 * count + NPZ_SLACK + 1)
-    buf = io.BytesIO(data)
-    version = np.lib.format.read_magic(buf)
-    if version == (1, 0):
-        got, fortran, dtype = np.lib.format.read_array_header_1_0(buf)
-    elif version in ((2, 0), (3, 0)):
-        got, fortran, dtype = np.lib.format.read_array_header_2_0(buf)
-    else:
-        fail(field, f"'{name}': array '{key}' has .npy version {version}")
-    if tuple(got) != shape:
-        fail(field, f"'{name}': array '{key}' has shape {list(got)} but the manifest says {list(shape)}")
-    if dtype.hasobject or dtype.kind not in "fiu" or dtype.itemsize > 8:
-        fail(field, f"'{name}': array '{key}' holds {dtype}, not numbers")
-    buf.seek(0)
-    arr = np.lib.format.read_array(buf, allow_pickle=False)
-    arr = np.asarray(arr, dtype=np.float32).reshape(shape)
+def _read_member(z: NpzReader, key: str, shape: tuple, name: str, fail, field: str) -> np.ndarray:
+    try:
+        got, dtype = z.header(key)
+        if got != shape:
+            fail(field, f"'{name}': array '{key}' has shape {list(got)} but the manifest says {list(shape)}")
+        if dtype.hasobject or dtype.kind not in "fiu" or dtype.itemsize > 8:
+            fail(field, f"'{name}': array '{key}' holds {dtype}, not numbers")
+        arr = np.asarray(z[key], dtype=np.float32).reshape(shape)
+    except DataError as e:
+        if isinstance(e, ArtifactError):
+            raise
+        fail(field, f"'{name}' is not a readable .npz file ({str(e).removeprefix(name + ': ')})")
     if not np.all(np.isfinite(arr)):
         fail(field, f"'{name}': array '{key}' holds NaN or infinite values")
     return arr

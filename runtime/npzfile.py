@@ -10,6 +10,7 @@ every failure is a DataError naming the file (and the array).
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import zipfile
@@ -27,16 +28,21 @@ class NpzReader:
     """The arrays of an .npz, read one at a time: `files`, `reader[name]`, a context manager
     (np.load's NpzFile interface, so callers can swap one for the other)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, data: bytes | None = None):
+        """`data`: the file's bytes, already read (the artifact reader confines and bounds
+        its reads); else the file at `path` is opened. `path` names it in messages."""
         self.path = os.fspath(path)
-        try:
-            size = os.path.getsize(self.path)
-            with open(self.path, "rb") as f:
-                magic = f.read(4)
-        except FileNotFoundError:
-            raise DataError(f"{self.path}: no such file") from None
-        except OSError as e:
-            raise DataError(f"{self.path}: cannot read the file ({e.strerror or e})") from None
+        if data is not None:
+            size, magic = len(data), data[:4]
+        else:
+            try:
+                size = os.path.getsize(self.path)
+                with open(self.path, "rb") as f:
+                    magic = f.read(4)
+            except FileNotFoundError:
+                raise DataError(f"{self.path}: no such file") from None
+            except OSError as e:
+                raise DataError(f"{self.path}: cannot read the file ({e.strerror or e})") from None
         if magic[:2] != b"PK":
             what = "empty" if not magic else "not a zip archive"
             raise DataError(
@@ -44,7 +50,7 @@ class NpzReader:
                 "of .npy arrays, as numpy.savez writes)"
             )
         try:
-            self._zip = zipfile.ZipFile(self.path)
+            self._zip = zipfile.ZipFile(io.BytesIO(data) if data is not None else self.path)
             infos = self._zip.infolist()
         except Exception as e:  # BadZipFile, NotImplementedError (an unknown zip version), ...
             raise DataError(
@@ -73,16 +79,29 @@ class NpzReader:
             self._zip.close()
             self._zip = None
 
-    def __getitem__(self, key: str) -> np.ndarray:
+    def header(self, key: str) -> tuple[tuple[int, ...], np.dtype]:
+        """Array `key`'s shape and dtype from its .npy header, checked against the bytes its
+        member can hold (nothing allocated)."""
         info = self._members[key]
         where = f"{self.path}: array '{key}'"
         try:
             with self._zip.open(info) as f:
-                self._check_header(f, info, where)
-            with self._zip.open(info) as f:
-                return npy.read_array(f, allow_pickle=False)
+                return self._check_header(f, info, where)
         except DataError:
             raise
+        except Exception as e:  # zipfile and zlib fail in their own words
+            raise DataError(
+                f"{where} cannot be read: the file is damaged or truncated ({type(e).__name__}: {e})"
+            ) from None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        where = f"{self.path}: array '{key}'"
+        _, dtype = self.header(key)
+        if dtype.hasobject:
+            raise DataError(f"{where} holds Python objects, which would need pickle: dlc never loads pickled data")
+        try:
+            with self._zip.open(self._members[key]) as f:
+                return npy.read_array(f, allow_pickle=False)
         except MemoryError:
             raise DataError(f"{where} is too large to load into memory") from None
         except Exception as e:  # zipfile, zlib and numpy each fail in their own words
@@ -90,8 +109,8 @@ class NpzReader:
                 f"{where} cannot be read: the file is damaged or truncated ({type(e).__name__}: {e})"
             ) from None
 
-    def _check_header(self, f, info: zipfile.ZipInfo, where: str) -> None:
-        """Refuse object arrays and shapes the member's bytes cannot hold, before allocating."""
+    def _check_header(self, f, info: zipfile.ZipInfo, where: str) -> tuple[tuple[int, ...], np.dtype]:
+        """Shape and dtype, refusing shapes the member's bytes cannot hold, before allocating."""
         try:
             version = npy.read_magic(f)
             if version == (1, 0):
@@ -102,8 +121,6 @@ class NpzReader:
                 shape, _, dtype = npy._read_array_header(f, version)  # 3.0: no public reader
         except ValueError as e:
             raise DataError(f"{where} is not a valid .npy array ({e})") from None
-        if dtype.hasobject:
-            raise DataError(f"{where} holds Python objects, which would need pickle: dlc never loads pickled data")
         if any(not isinstance(d, int) or d < 0 for d in shape):
             raise DataError(f"{where} has an invalid shape {shape}")
         need = math.prod(shape) * dtype.itemsize
@@ -118,3 +135,4 @@ class NpzReader:
                 f"but the file holds at most {max(holds, 0):,} bytes for it: the file "
                 "is damaged or truncated"
             )
+        return tuple(shape), dtype
