@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from dlc.compiler import registry
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.functions import FUNCTIONS, REQUIRED
 from dlc.compiler.ir import Graph
@@ -41,46 +42,11 @@ from .devices import Device, get_device
 from .errors import CompileError
 from .graph import SEED_ALIASES, _call_site, bind_args
 
-# Functions made of elementwise ops alone: they may run over a flat symbolic length.
+# Functions made of elementwise ops alone: they may run over a flat symbolic length. The
+# language's functions that are elementwise registry ops, and clip (maximum of minimum).
 FLAT_FUNCTIONS = frozenset(
-    [
-        "neg",
-        "abs",
-        "sign",
-        "exp",
-        "log",
-        "sqrt",
-        "rsqrt",
-        "square",
-        "reciprocal",
-        "relu",
-        "relu6",
-        "selu",
-        "softplus",
-        "sigmoid",
-        "tanh",
-        "sin",
-        "cos",
-        "step",
-        "add",
-        "sub",
-        "mul",
-        "div",
-        "pow",
-        "maximum",
-        "minimum",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "leaky_relu",
-        "elu",
-        "clip",
-        "where",
-    ]
-)
+    name for name in FUNCTIONS if name in registry.REGISTRY and registry.get(name).kind == "elementwise"
+) | {"clip"}
 # Reductions over every element (axis=None, keepdims=False) of one array: also flat.
 FLAT_REDUCTIONS = frozenset(["sum", "mean", "max", "min"])
 FLAT_DIM = "N"  # the symbolic length of a flat kernel
