@@ -75,6 +75,7 @@ class TextureExecutor:
         self.buffers: dict[int, Texture] = {}
         self._spare: dict[tuple[int, int], list[Texture]] = {}
         self._scratch: dict[int, Texture] = {}  # kernel -> its partials (split reductions)
+        self._packed: dict[tuple[int, int], Texture] = {}  # (kernel, unit) -> a packed matmul operand
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
                 values = np.asarray(slot["values"], np.float32)
@@ -117,6 +118,14 @@ class TextureExecutor:
                     if tex is not None:
                         tex.delete()
                     self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
+            for p in spec.get("packed", ()):  # a packed matmul operand: rows x ceil(depth / 4) texels
+                need = eval_size(p["rows"], dims) * -(-eval_size(p["depth"], dims) // 4)
+                tex = self._packed.get((k, p["unit"]))
+                if tex is None or tex.count < need:
+                    if tex is not None:
+                        tex.delete()
+                    what = f"the packed operand on unit {p['unit']} of {spec['name']}"
+                    self._packed[k, p["unit"]] = Texture(need, what, channels=4)
         self._dims = dims
 
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
@@ -184,12 +193,18 @@ class TextureExecutor:
             samplers = {unit: self.slot_buffer(s) for unit, s in enumerate(spec["slots"])}
             if "scratch" in spec:
                 samplers[spec["scratch"]["unit"]] = self._scratch[k]
+            for p in spec.get("packed", ()):
+                samplers[p["unit"]] = self._packed[k, p["unit"]]
             read = {self.tensors[t]["slot"] for t in spec["reads"]}
             ints = {u: dims[d] for u, d in spec["uniforms"].items()}
             floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0]) for u, n in spec.get("scalars", {}).items()}
             swaps = []
             for p, program in zip(spec["passes"], self.programs[k]):
                 used = {u: samplers[u] for u in program.units}
+                if p.get("into") is not None:  # a packed matmul operand
+                    target = samplers[p["into"]]
+                    render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
+                    continue
                 if p["tensor"] is None:  # a split reduction's partials
                     target = self._scratch[k]
                     render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
@@ -249,9 +264,10 @@ class TextureExecutor:
             for tex in pool:
                 tex.delete()
         self._spare.clear()
-        for tex in self._scratch.values():
+        for tex in [*self._scratch.values(), *self._packed.values()]:
             tex.delete()
         self._scratch.clear()
+        self._packed.clear()
         for passes in self.programs:
             for program in passes:
                 program.delete()
@@ -260,5 +276,5 @@ class TextureExecutor:
     def buffer_bytes(self) -> tuple[int, int]:
         live = [t for t in self.buffers.values() if t.handle]
         live += [t for pool in self._spare.values() for t in pool if t.handle]
-        live += [t for t in self._scratch.values() if t.handle]
+        live += [t for t in [*self._scratch.values(), *self._packed.values()] if t.handle]
         return len(live), sum(t.nbytes for t in live)

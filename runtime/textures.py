@@ -39,28 +39,35 @@ def layout(count: int, what: str = "a tensor") -> tuple[int, int]:
     return width, height
 
 
-class Texture:
-    """An R32F texture of `count` floats (at least), with its framebuffer."""
+_FORMATS = {1: ("GL_R32F", "GL_RED"), 4: ("GL_RGBA32F", "GL_RGBA")}
 
-    def __init__(self, count: int, what: str = "a tensor"):
+
+class Texture:
+    """An R32F texture of `count` floats (at least), with its framebuffer; with `channels=4`
+    an RGBA32F one of `count` texels (texture_matmul's packed operands)."""
+
+    def __init__(self, count: int, what: str = "a tensor", channels: int = 1):
         self.width, self.height = layout(count, what)
+        self.channels = channels
+        internal, self._format = (getattr(GL, name) for name in _FORMATS[channels])
         self.handle = int(GL.glGenTextures(1))
         GL.glBindTexture(GL.GL_TEXTURE_2D, self.handle)
         GL.glTexParameteri(GL.GL_TEXTURE_2D, GL.GL_TEXTURE_MIN_FILTER, GL.GL_NEAREST)
         GL.glTexParameteri(GL.GL_TEXTURE_2D, GL.GL_TEXTURE_MAG_FILTER, GL.GL_NEAREST)
-        GL.glTexImage2D(GL.GL_TEXTURE_2D, 0, GL.GL_R32F, self.width, self.height, 0, GL.GL_RED, GL.GL_FLOAT, None)
+        GL.glTexImage2D(GL.GL_TEXTURE_2D, 0, internal, self.width, self.height, 0, self._format, GL.GL_FLOAT, None)
         self.fbo = int(GL.glGenFramebuffers(1))
         GL.glBindFramebuffer(GL.GL_FRAMEBUFFER, self.fbo)
         GL.glFramebufferTexture2D(GL.GL_FRAMEBUFFER, GL.GL_COLOR_ATTACHMENT0, GL.GL_TEXTURE_2D, self.handle, 0)
         status = GL.glCheckFramebufferStatus(GL.GL_FRAMEBUFFER)
         if status != GL.GL_FRAMEBUFFER_COMPLETE:
             self.delete()
-            raise RuntimeFailure(f"this OpenGL cannot render into R32F textures (framebuffer status 0x{int(status):x})")
+            kind = _FORMATS[channels][0][3:]
+            raise RuntimeFailure(f"this OpenGL cannot render into {kind} textures (framebuffer status 0x{int(status):x})")
         _live[self.handle] = self.nbytes
 
     @property
     def count(self) -> int:
-        """Floats it holds."""
+        """Floats it holds (texels for a packed texture: each holds `channels` floats)."""
         return self.width * self.height
 
     @property
@@ -70,28 +77,31 @@ class Texture:
 
     @property
     def nbytes(self) -> int:
-        return 4 * self.count
+        return 4 * self.channels * self.count
 
     def upload(self, array) -> None:
+        """The floats of `array` (for a packed texture, `channels` a texel), zeros after."""
         data = np.ascontiguousarray(array, dtype=np.float32).ravel()
-        if data.size > self.count:
-            raise RuntimeFailure(f"internal dlc error: {data.size} floats into a texture of {self.count}")
-        full = np.zeros(self.count, np.float32)
+        floats = self.count * self.channels
+        if data.size > floats:
+            raise RuntimeFailure(f"internal dlc error: {data.size} floats into a texture of {floats}")
+        full = np.zeros(floats, np.float32)
         full[: data.size] = data
         GL.glBindTexture(GL.GL_TEXTURE_2D, self.handle)
         GL.glPixelStorei(GL.GL_UNPACK_ALIGNMENT, 4)
-        GL.glTexSubImage2D(GL.GL_TEXTURE_2D, 0, 0, 0, self.width, self.height, GL.GL_RED, GL.GL_FLOAT, full)
+        GL.glTexSubImage2D(GL.GL_TEXTURE_2D, 0, 0, 0, self.width, self.height, self._format, GL.GL_FLOAT, full)
 
     def download(self, count: int | None = None) -> np.ndarray:
+        """The first `count` texels' floats (default all), `channels` a texel."""
         count = self.count if count is None else int(count)
         rows = max(-(-count // self.width), 1) if count else 0
         if rows == 0:
             return np.zeros(0, np.float32)
         GL.glBindFramebuffer(GL.GL_FRAMEBUFFER, self.fbo)
         GL.glPixelStorei(GL.GL_PACK_ALIGNMENT, 4)
-        out = np.empty(rows * self.width, np.float32)
-        GL.glReadPixels(0, 0, self.width, rows, GL.GL_RED, GL.GL_FLOAT, out)
-        return out[:count].copy()
+        out = np.empty(rows * self.width * self.channels, np.float32)
+        GL.glReadPixels(0, 0, self.width, rows, self._format, GL.GL_FLOAT, out)
+        return out[: count * self.channels].copy()
 
     def delete(self) -> None:
         if self.handle:

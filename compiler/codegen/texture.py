@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..plan import Plan, size_of
-from . import dim_index
+from . import dim_index, texture_matmul
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
@@ -52,6 +52,7 @@ PARTS = 64  # partial results per output in the first of them
 class TexturePass:
     tensor: int | None  # the output this pass writes; None: the partials of a split reduction
     source: str
+    into: int | None = None  # renders the packed texture on this unit (texture_matmul)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class TextureKernel:
     kernel: KernelSource
     passes: tuple[TexturePass, ...]
     scratch: dict | None = None  # {"size": [int, dims...], "unit": k}: the partials' texture
+    packed: tuple = ()  # texture_matmul's packed operands: {"unit", "rows", "depth"} each
 
 
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
@@ -72,6 +74,8 @@ def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
 def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], es: bool = False) -> TextureKernel:
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims)
+    if texture_matmul.applies(ctx):
+        return texture_matmul.render_kernel(ctx, es)
     passes = []
     scratch = None
     if _split(ctx):
@@ -256,8 +260,11 @@ def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[dict, 
         ks["passes"] = []
         if t.scratch is not None:
             ks["scratch"] = t.scratch
+        if t.packed:
+            ks["packed"] = [dict(p) for p in t.packed]
         for p in t.passes:
-            file = f"{name}_{ks['name']}_{'partials' if p.tensor is None else p.tensor}.frag"
+            what = f"pack{p.into}" if p.into is not None else "partials" if p.tensor is None else p.tensor
+            file = f"{name}_{ks['name']}_{what}.frag"
             sources[file] = p.source
-            ks["passes"].append({"file": file, "tensor": p.tensor})
+            ks["passes"].append({"file": file, "tensor": p.tensor, **({} if p.into is None else {"into": p.into})})
     return spec, sources

@@ -1,0 +1,166 @@
+"""Packed matmul for the texture target: both operands repacked four k values a texel.
+
+The per-output loop of `texture._matmul_body` fetches one float per texelFetch, and every
+fetch turns a flat index into texture coordinates with an integer division and modulo by the
+texture's width (scalarized per lane on llvmpipe; a long dependent chain on a GPU). Here a
+matmul kernel renders three kinds of passes instead (as tfjs's packed matmul, 4 values a
+texel):
+
+1. a pack pass per operand into an RGBA32F texture: texel (q, r) holds row r's k = 4q..4q+3
+   (zero past K), where row r is (batch, i) of A or (batch, j) of B, transposes and
+   broadcasting resolved once here, along with any view fused into the operand;
+2. one pass per output: fragment o loops q over ceil(K/4) texels of each packed operand,
+   accumulating a vec4 of products, then runs the kernel's epilogue as the per-output loop.
+
+Packed textures are laid out flat by texel index t = q * R + r (R rows), so neighbouring
+outputs read neighbouring texels, and the matmul loop steps its coordinates by R texels with a
+compare instead of dividing per fetch. The runtime makes one packed texture per operand of R *
+ceil(K/4) texels (the kernel spec's `packed` entries: `rows`, `depth` = K, `unit`).
+"""
+
+from __future__ import annotations
+
+from ..plan import size_of
+from .glsl import Context, Emitter, Ix, comment, kernel_source, mul
+
+MIN_DEPTH = 8  # a known K below this keeps the per-output loop (nothing to pack)
+
+
+def applies(ctx: Context) -> bool:
+    """Whether this kernel is a matmul the packed passes render."""
+    k = ctx.kernel
+    if k.kind != "matmul":
+        return False
+    node = ctx.graph.nodes[k.anchor]
+    ash = ctx.graph.nodes[node.inputs[0]].shape
+    kdim = ash[-2] if node.attr("ta") else ash[-1]
+    return isinstance(kdim, str) or kdim >= MIN_DEPTH
+
+
+class _Operand:
+    """One side of the product as packed rows: A's rows are (batch, i), B's are (batch, j)."""
+
+    def __init__(self, ctx: Context, tensor: int, k_last: bool, unit: int, name: str):
+        self.tensor, self.unit, self.name = tensor, unit, name
+        self.shape = ctx.graph.nodes[tensor].shape
+        self.k_last = k_last  # k is its last axis (A untransposed, B transposed)
+        self.batch = tuple(self.shape[:-2])  # its own batch axis, if any (1 or the output's)
+        self.length = self.shape[-2] if k_last else self.shape[-1]  # rows: i (A) or j (B)
+
+    def row_shape(self) -> tuple:
+        return (*self.batch, self.length)
+
+
+def render_kernel(ctx: Context, es: bool):
+    """The kernel's pack passes and its output passes (a `texture.TextureKernel`)."""
+    from .texture import TextureKernel, TexturePass
+
+    g, k = ctx.graph, ctx.kernel
+    node = g.nodes[k.anchor]
+    a, b = node.inputs
+    ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
+    ash = g.nodes[a].shape
+    kdim = ash[-2] if ta else ash[-1]
+    unit = len(ctx.binding)  # the packed textures take the units after the kernel's slots
+    pa = _Operand(ctx, a, not ta, unit, "A")
+    pb = _Operand(ctx, b, tb, unit + 1, "B")
+    passes = [TexturePass(None, _pack_pass(ctx, p, kdim, es), into=p.unit) for p in (pa, pb)]
+    for o in k.outputs:
+        passes.append(TexturePass(o, _product_pass(ctx, o, pa, pb, kdim, es)))
+    packed = tuple(
+        {"unit": p.unit, "rows": list(size_of(p.row_shape())), "depth": list(size_of((kdim,)))} for p in (pa, pb)
+    )
+    ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
+    return TextureKernel(ks, tuple(passes), None, packed)
+
+
+def _quads(ctx: Context, kdim) -> str:
+    """ceil(K / 4): texels per packed row."""
+    if isinstance(kdim, int):
+        return str(-(-kdim // 4))
+    return f"(({ctx.dim(kdim)} + 3) / 4)"
+
+
+def _pack_pass(ctx: Context, p: _Operand, kdim, es: bool) -> str:
+    """Texel t = q * R + r of operand p's packed texture: its row r, k = 4q..4q+3."""
+    from .texture import _finish
+
+    g = ctx.graph
+    em = Emitter(ctx)
+    rows = ctx.numel(p.row_shape())
+    quads = _quads(ctx, kdim)
+    K = ctx.dim(kdim)
+    em.line("int t = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"if (t >= {mul(rows, quads)}) {{ dlc_out4 = vec4(0.0); return; }}")
+    em.line(f"int r = t % {rows}, k0 = (t / {rows}) * 4;")
+    rc = em.coords(Ix(flat="r"), p.row_shape())
+    batch, row = rc[:-1], rc[-1]
+    values = []
+    for c in range(4):
+        kk = em.names.claim(f"k{c + 1}")
+        em.line(f"int {kk} = min(k0 + {c}, {K} - 1);")
+        v = em.value(p.tensor, Ix(multi=(*batch, *((row, kk) if p.k_last else (kk, row)))))
+        values.append(v if c == 0 else f"k0 + {c} < {K} ? {v} : 0.0")
+    em.line(f"dlc_out4 = vec4({', '.join(values)});")
+    what = f"pack {p.name} = {g.label(p.tensor)} {list(p.shape)}: 4 values of k a texel, texel q * rows + row"
+    text = _finish(ctx, em, None, what, es)
+    return _as_vec4_output(text, f"packed {p.name}")
+
+
+def _as_vec4_output(text: str, label: str) -> str:
+    """A pass rendering into an RGBA32F texture: its output is a vec4."""
+    text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
+    return text.replace(", partials: ", f", {comment(label)}: ", 1)
+
+
+def _product_pass(ctx: Context, output: int, pa: _Operand, pb: _Operand, kdim, es: bool) -> str:
+    """One fragment per output element: the dot product over the packed rows, then the epilogue."""
+    from .texture import _finish
+
+    g, k = ctx.graph, ctx.kernel
+    node = g.nodes[k.anchor]
+    em = Emitter(ctx)
+    n = ctx.numel(k.shape)
+    em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"if (o >= {n}) {{ dlc_out = 0.0; return; }}")
+    oc = em.coords(Ix(flat="o"), node.shape)
+    i, j = oc[-2], oc[-1]
+    batch = oc[:-2]
+    steps = []
+    for p, idx, stem in ((pa, i, "pa_"), (pb, j, "pb_")):
+        rows = ctx.numel(p.row_shape())
+        own = ()
+        if p.batch:  # its own batch axis: 1 (broadcast) or the output's
+            own = ("0",) if p.batch[0] == 1 else (batch[0] if batch else "0",)
+        r = em.flat(Ix(multi=(*own, idx)), p.row_shape())
+        u = f"b{p.unit}"
+        # texel index r + q * rows, as coordinates stepped by (rows % w, rows / w) each q
+        em.line(f"int {stem}w = textureSize({u}, 0).x;")
+        em.line(f"int {stem}r = {r};")
+        em.line(f"int {stem}x = {stem}r % {stem}w, {stem}y = {stem}r / {stem}w;")
+        em.line(f"int {stem}dx = ({rows}) % {stem}w, {stem}dy = ({rows}) / {stem}w;")
+        steps.append((u, stem))
+    em.line("vec4 acc4 = vec4(0.0);")
+    em.open(f"for (int q = 0; q < {_quads(ctx, kdim)}; ++q)")
+    (ua, sa), (ub, sb) = steps
+    em.line(f"acc4 += texelFetch({ua}, ivec2({sa}x, {sa}y), 0) * texelFetch({ub}, ivec2({sb}x, {sb}y), 0);")
+    for _, s in steps:
+        em.line(f"{s}x += {s}dx;")
+        em.line(f"{s}y += {s}dy;")
+        em.line(f"if ({s}x >= {s}w) {{ {s}x -= {s}w; {s}y += 1; }}")
+    em.close()
+    em.line("float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
+    em.anchor_value = "acc"
+    value = em.value(output, Ix(flat="o"))
+    em.line(f"dlc_out = {value};")
+    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
+    what = (
+        f"matmul {list(ash)}{'^T' if node.attr('ta') else ''} @ {list(bsh)}{'^T' if node.attr('tb') else ''}, "
+        "one fragment per output over the packed operands"
+    )
+    text = _finish(ctx, em, output, what, es)
+    decl = "".join(
+        f"uniform sampler2D b{p.unit};  // packed {p.name}: {comment(g.label(p.tensor))}, 4 values of k a texel\n"
+        for p in (pa, pb)
+    )
+    return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
