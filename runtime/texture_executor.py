@@ -18,7 +18,7 @@ import numpy as np
 
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size
-from dlc.runtime.textures import FragmentProgram, Texture, copy
+from dlc.runtime.textures import FragmentProgram, Texture, copy, packed_layout
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
 
@@ -118,14 +118,14 @@ class TextureExecutor:
                     if tex is not None:
                         tex.delete()
                     self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
-            for p in spec.get("packed", ()):  # a packed matmul operand: rows x ceil(depth / 4) texels
-                need = eval_size(p["rows"], dims) * -(-eval_size(p["depth"], dims) // 4)
+            for p in spec.get("packed", ()):  # a packed matmul operand: rows of ceil(depth / 4) texels
+                what = f"the packed operand on unit {p['unit']} of {spec['name']}"
+                size = packed_layout(eval_size(p["rows"], dims), eval_size(p["depth"], dims), what)
                 tex = self._packed.get((k, p["unit"]))
-                if tex is None or tex.count < need:
+                if tex is None or (tex.width, tex.height) != size:
                     if tex is not None:
                         tex.delete()
-                    what = f"the packed operand on unit {p['unit']} of {spec['name']}"
-                    self._packed[k, p["unit"]] = Texture(need, what, channels=4)
+                    self._packed[k, p["unit"]] = Texture(size[0] * size[1], what, channels=4, size=size)
         self._dims = dims
 
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:

@@ -42,12 +42,28 @@ def layout(count: int, what: str = "a tensor") -> tuple[int, int]:
 _FORMATS = {1: ("GL_R32F", "GL_RED"), 4: ("GL_RGBA32F", "GL_RGBA")}
 
 
+def packed_layout(rows: int, depth: int, what: str) -> tuple[int, int]:
+    """(width, height) of a packed matmul operand (texture_matmul): `rows` rows of
+    ceil(depth / 4) RGBA texels, one row down each column, in bands as wide as the context
+    allows; RuntimeFailure naming `what` when too big."""
+    limit = max_texture_size()
+    width = max(min(rows, limit), 1)
+    height = -(-rows // width) * max(-(-depth // 4), 1)
+    if height > limit:
+        raise RuntimeFailure(
+            f"{what} needs {-(-rows // width)} bands of {-(-depth // 4)} texels, more than a "
+            f"{limit}x{limit} texture holds (this context's MAX_TEXTURE_SIZE is {limit})"
+        )
+    return width, height
+
+
 class Texture:
     """An R32F texture of `count` floats (at least), with its framebuffer; with `channels=4`
-    an RGBA32F one of `count` texels (texture_matmul's packed operands)."""
+    an RGBA32F one of `count` texels (texture_matmul's packed operands); `size` (width,
+    height) in place of the row-major layout."""
 
-    def __init__(self, count: int, what: str = "a tensor", channels: int = 1):
-        self.width, self.height = layout(count, what)
+    def __init__(self, count: int, what: str = "a tensor", channels: int = 1, size: tuple[int, int] | None = None):
+        self.width, self.height = size or layout(count, what)
         self.channels = channels
         internal, self._format = (getattr(GL, name) for name in _FORMATS[channels])
         self.handle = int(GL.glGenTextures(1))

@@ -21,9 +21,12 @@ ceil(K/4) texels (the kernel spec's `packed` entries: `rows`, `depth` = K, `unit
 from __future__ import annotations
 
 from ..plan import size_of
-from .glsl import Context, Emitter, Ix, comment, kernel_source, mul
+from .glsl import Context, Emitter, Ix, comment, kernel_source, mul, numel_known
 
-MIN_DEPTH = 8  # a known K below this keeps the per-output loop (nothing to pack)
+# Below these (known sizes) the per-output loop is as fast: too little to pack, or too few
+# products for two more passes to pay (measured on llvmpipe).
+MIN_DEPTH = 8
+MIN_PRODUCTS = 8192
 
 
 def applies(ctx: Context) -> bool:
@@ -34,7 +37,10 @@ def applies(ctx: Context) -> bool:
     node = ctx.graph.nodes[k.anchor]
     ash = ctx.graph.nodes[node.inputs[0]].shape
     kdim = ash[-2] if node.attr("ta") else ash[-1]
-    return isinstance(kdim, str) or kdim >= MIN_DEPTH
+    if isinstance(kdim, int) and kdim < MIN_DEPTH:
+        return False
+    products = numel_known((*node.shape, kdim))
+    return products is None or products >= MIN_PRODUCTS
 
 
 class _Operand:
@@ -90,9 +96,10 @@ def _pack_pass(ctx: Context, p: _Operand, kdim, es: bool) -> str:
     rows = ctx.numel(p.row_shape())
     quads = _quads(ctx, kdim)
     K = ctx.dim(kdim)
-    em.line("int t = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"if (t >= {mul(rows, quads)}) {{ dlc_out4 = vec4(0.0); return; }}")
-    em.line(f"int r = t % {rows}, k0 = (t / {rows}) * 4;")
+    # the texture is dlc_width rows wide and `quads` texels deep per band of rows
+    em.line(f"int r = (int(gl_FragCoord.y) / {quads}) * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"int k0 = (int(gl_FragCoord.y) % {quads}) * 4;")
+    em.line(f"if (r >= {rows}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), p.row_shape())
     batch, row = rc[:-1], rc[-1]
     values = []
@@ -102,7 +109,7 @@ def _pack_pass(ctx: Context, p: _Operand, kdim, es: bool) -> str:
         v = em.value(p.tensor, Ix(multi=(*batch, *((row, kk) if p.k_last else (kk, row)))))
         values.append(v if c == 0 else f"k0 + {c} < {K} ? {v} : 0.0")
     em.line(f"dlc_out4 = vec4({', '.join(values)});")
-    what = f"pack {p.name} = {g.label(p.tensor)} {list(p.shape)}: 4 values of k a texel, texel q * rows + row"
+    what = f"pack {p.name} = {g.label(p.tensor)} {list(p.shape)}: 4 values of k a texel, row r down a column"
     text = _finish(ctx, em, None, what, es)
     return _as_vec4_output(text, f"packed {p.name}")
 
@@ -126,28 +133,20 @@ def _product_pass(ctx: Context, output: int, pa: _Operand, pb: _Operand, kdim, e
     oc = em.coords(Ix(flat="o"), node.shape)
     i, j = oc[-2], oc[-1]
     batch = oc[:-2]
-    steps = []
+    quads = _quads(ctx, kdim)
+    at = []
     for p, idx, stem in ((pa, i, "pa_"), (pb, j, "pb_")):
-        rows = ctx.numel(p.row_shape())
         own = ()
         if p.batch:  # its own batch axis: 1 (broadcast) or the output's
             own = ("0",) if p.batch[0] == 1 else (batch[0] if batch else "0",)
         r = em.flat(Ix(multi=(*own, idx)), p.row_shape())
-        u = f"b{p.unit}"
-        # texel index r + q * rows, as coordinates stepped by (rows % w, rows / w) each q
-        em.line(f"int {stem}w = textureSize({u}, 0).x;")
-        em.line(f"int {stem}r = {r};")
-        em.line(f"int {stem}x = {stem}r % {stem}w, {stem}y = {stem}r / {stem}w;")
-        em.line(f"int {stem}dx = ({rows}) % {stem}w, {stem}dy = ({rows}) / {stem}w;")
-        steps.append((u, stem))
+        # row r's texels: column r % w, from (r / w) * quads down
+        em.line(f"int {stem}w = textureSize(b{p.unit}, 0).x, {stem}r = {r};")
+        em.line(f"int {stem}x = {stem}r % {stem}w, {stem}y = ({stem}r / {stem}w) * {quads};")
+        at.append(f"texelFetch(b{p.unit}, ivec2({stem}x, {stem}y + q), 0)")
     em.line("vec4 acc4 = vec4(0.0);")
-    em.open(f"for (int q = 0; q < {_quads(ctx, kdim)}; ++q)")
-    (ua, sa), (ub, sb) = steps
-    em.line(f"acc4 += texelFetch({ua}, ivec2({sa}x, {sa}y), 0) * texelFetch({ub}, ivec2({sb}x, {sb}y), 0);")
-    for _, s in steps:
-        em.line(f"{s}x += {s}dx;")
-        em.line(f"{s}y += {s}dy;")
-        em.line(f"if ({s}x >= {s}w) {{ {s}x -= {s}w; {s}y += 1; }}")
+    em.open(f"for (int q = 0; q < {quads}; ++q)")
+    em.line(f"acc4 += {at[0]} * {at[1]};")
     em.close()
     em.line("float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
     em.anchor_value = "acc"

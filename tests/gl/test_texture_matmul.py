@@ -1,0 +1,159 @@
+"""The texture target's packed matmul (compiler/codegen/texture_matmul.py) against NumPy:
+transposes, batching and broadcasting, symbolic dims, sizes that are no multiple of 4, fused
+epilogues, NaN and infinities, gradients in closed form, and its choice against the
+per-output loop. tests/gl/test_texture_target.py runs the registry sweeps again without
+compute shaders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dlc
+from dlc.compiler.artifact import programs
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.codegen import texture_matmul
+from dlc.errors import DlcError
+
+pytestmark = pytest.mark.gl
+
+M, K, N = 37, 13, 29  # K = 3 texels and a quarter: the last texel is padded
+
+
+@pytest.fixture(scope="module")
+def texture(gl):
+    from dlc.gl_backend import GLBackend
+
+    backend = GLBackend(target="texture")
+    yield backend
+    backend.close()
+
+
+def _matmul(a, b, ta, tb):
+    a = np.swapaxes(a, -1, -2) if ta else a
+    b = np.swapaxes(b, -1, -2) if tb else b
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def _run(backend, a_shape, b_shape, ta, tb, feeds, dims=None, epilogue=False):
+    g = GraphBuilder()
+    a, b = g.input("a", a_shape), g.input("b", b_shape)
+    y = g.add("matmul", [a, b], ta=ta, tb=tb)
+    if epilogue:
+        bias = g.input("bias", (g.shape(y)[-1],))
+        y = g.add("relu", [g.add("add", [y, bias])])
+    graph = g.build()
+    (got,) = backend.run(graph, [y], feeds, dims or {})
+    return got
+
+
+def _packed_files(source: str) -> list[str]:
+    """The pack passes' shader files of `source`'s eval program on the texture target."""
+    return [f for f in programs(dlc.compile(source), target="texture")["eval"].sources if "_pack" in f]
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize(
+    "batch",
+    [((), ()), ((2,), (2,)), ((), (3,)), ((3,), ()), ((1,), (3,)), ((3,), (1,))],
+    ids=["2x2", "3x3", "2x3", "3x2", "broadcast-a", "broadcast-b"],
+)
+def test_packed_matmul_matches_numpy(texture, ta, tb, batch):
+    rng = np.random.default_rng(0)
+    a_shape = (*batch[0], *((K, M) if ta else (M, K)))
+    b_shape = (*batch[1], *((N, K) if tb else (K, N)))
+    a = rng.normal(size=a_shape).astype(np.float32)
+    b = rng.normal(size=b_shape).astype(np.float32)
+    got = _run(texture, a_shape, b_shape, ta, tb, {"a": a, "b": b})
+    np.testing.assert_allclose(got, _matmul(a, b, ta, tb), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [8, 9, 10, 11, 64, 301])
+def test_every_padding_of_the_last_texel_and_a_fused_epilogue(texture, k):
+    rng = np.random.default_rng(k)
+    a = rng.normal(size=(M, k)).astype(np.float32)
+    b = rng.normal(size=(k, N)).astype(np.float32)
+    bias = rng.normal(size=N).astype(np.float32)
+    got = _run(texture, (M, k), (k, N), False, False, {"a": a, "b": b, "bias": bias}, epilogue=True)
+    want = np.maximum(_matmul(a, b, False, False) + bias, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_rows_and_depth_resize_between_runs(texture):
+    """B is both a row count (A's rows) and K (a weight gradient's x^T @ dy): the packed
+    textures are sized when bound, grown and shrunk."""
+    rng = np.random.default_rng(2)
+    for batch in (5, 70, 1, 9):
+        x = rng.normal(size=(batch, K)).astype(np.float32)
+        w = rng.normal(size=(K, N)).astype(np.float32)
+        got = _run(texture, ("B", K), (K, N), False, False, {"a": x, "b": w}, {"B": batch})
+        np.testing.assert_allclose(got, _matmul(x, w, False, False), rtol=1e-5, atol=1e-5)
+        dy = rng.normal(size=(batch, N)).astype(np.float32)
+        got = _run(texture, ("B", K), ("B", N), True, False, {"a": x, "b": dy}, {"B": batch})
+        np.testing.assert_allclose(got, _matmul(x, dy, True, False), rtol=1e-5, atol=1e-5)
+
+
+def test_nan_and_infinities_propagate_as_numpy(texture):
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(M, K)).astype(np.float32)
+    b = rng.normal(size=(K, N)).astype(np.float32)
+    a[1, 12] = np.nan  # in the last, padded texel
+    a[4, 0] = np.inf
+    b[0, 7] = 0.0  # inf * 0: NaN at (4, 7), as NumPy
+    b[5, 2] = -np.inf
+    got = _run(texture, (M, K), (K, N), False, False, {"a": a, "b": b})
+    with np.errstate(invalid="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+
+
+GRAD = f"""
+input x: [B, {K}]
+input t: [B, 9]
+param W: [{K}, 6] = glorot
+param V: [6, 9] = glorot
+h = x @ W
+loss cost = sum((h @ V) * t)
+"""
+
+
+def test_gradients_match_the_closed_form(gl):
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.normal(size=(11, K)), "t": rng.normal(size=(11, 9))}
+    sess = dlc.Session(dlc.compile(GRAD), backend="gl", target="texture", seed=5)
+    W, V = (sess.params[n].astype(np.float64) for n in ("W", "V"))
+    x, t = feeds["x"], feeds["t"]
+    got = sess.gradients(feeds)
+    np.testing.assert_allclose(got["W"], x.T @ (t @ V.T), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["V"], (x @ W).T @ t, rtol=1e-4, atol=1e-4)
+    # the weight gradients are x^T @ dy over K = B: the training step packs them
+    progs = programs(dlc.compile(GRAD), train_loss="cost", optimizer=dlc.SGD(0.1), target="texture")
+    assert len([f for f in progs["train"].sources if "_pack" in f]) >= 4
+
+
+def test_small_products_keep_the_per_output_loop():
+    assert len(_packed_files("input a: [5, 7]\ninput b: [7, 3]\nc = a @ b\n")) == 0  # K < 8
+    assert len(_packed_files("input a: [4, 8]\ninput b: [8, 4]\nc = a @ b\n")) == 0  # 128 products
+    assert len(_packed_files("input a: [B, 8]\ninput b: [8, 4]\nc = a @ b\n")) == 2  # B symbolic
+    assert texture_matmul.MIN_DEPTH == 8
+
+
+def test_packed_shaders_read_without_dividing_per_fetch():
+    files = programs(dlc.compile("input a: [B, 64]\ninput b: [64, 32]\nc = a @ b\n"), target="texture")
+    (text,) = [t for f, t in files["eval"].sources.items() if "_pack" not in f]
+    loop = text[text.index("for (int q") :]
+    loop = loop[: loop.index("}")]
+    assert "/" not in loop and "%" not in loop and loop.count("texelFetch") == 2
+
+
+def test_a_packed_operand_too_big_for_the_textures_is_refused_by_name(gl, monkeypatch):
+    from dlc.runtime.textures import packed_layout
+
+    assert packed_layout(70, 13, "x") == (70, 4)
+    monkeypatch.setitem(gl.limits, "max_texture_size", 8)
+    assert packed_layout(12, 13, "x") == (8, 8)  # two bands of 8 rows, 4 texels deep
+    with pytest.raises(DlcError, match=r"packed 'a'.*3 bands of 4 texels.*MAX_TEXTURE_SIZE is 8"):
+        packed_layout(17, 16, "packed 'a'")
