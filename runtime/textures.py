@@ -78,7 +78,9 @@ class Texture:
         if status != GL.GL_FRAMEBUFFER_COMPLETE:
             self.delete()
             kind = _FORMATS[channels][0][3:]
-            raise RuntimeFailure(f"this OpenGL cannot render into {kind} textures (framebuffer status 0x{int(status):x})")
+            raise RuntimeFailure(
+                f"this OpenGL cannot render into {kind} textures (framebuffer status 0x{int(status):x})"
+            )
         _live[self.handle] = self.nbytes
 
     @property

@@ -3,25 +3,25 @@
 The per-output loop of `texture._matmul_body` fetches one float per texelFetch, and every
 fetch turns a flat index into texture coordinates with an integer division and modulo by the
 texture's width (scalarized per lane on llvmpipe; a long dependent chain on a GPU). Here a
-matmul kernel renders three kinds of passes instead (as tfjs's packed matmul, 4 values a
-texel):
+matmul kernel renders two kinds of passes instead (as tfjs's packed matmul, 4 values a texel):
 
-1. a pack pass per operand into an RGBA32F texture: texel (q, r) holds row r's k = 4q..4q+3
-   (zero past K), where row r is (batch, i) of A or (batch, j) of B, transposes and
-   broadcasting resolved once here, along with any view fused into the operand;
+1. a pack pass per operand into an RGBA32F texture: row r's k = 4q..4q+3 (zero past K) in one
+   texel, where row r is (batch, i) of A or (batch, j) of B: transposes, broadcasting and any
+   view fused into the operand are resolved once per element here, not once per product;
 2. one pass per output: fragment o loops q over ceil(K/4) texels of each packed operand,
    accumulating a vec4 of products, then runs the kernel's epilogue as the per-output loop.
 
-Packed textures are laid out flat by texel index t = q * R + r (R rows), so neighbouring
-outputs read neighbouring texels, and the matmul loop steps its coordinates by R texels with a
-compare instead of dividing per fetch. The runtime makes one packed texture per operand of R *
-ceil(K/4) texels (the kernel spec's `packed` entries: `rows`, `depth` = K, `unit`).
+A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
+width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
+read neighbouring columns. The kernel spec's `packed` entries (`unit`, `rows`, `depth` = K)
+tell the runtime to make these textures (`runtime/textures.packed_layout`); a pass with
+`into` renders one.
 """
 
 from __future__ import annotations
 
 from ..plan import size_of
-from .glsl import Context, Emitter, Ix, comment, kernel_source, mul, numel_known
+from .glsl import Context, Emitter, Ix, comment, kernel_source, numel_known
 
 # Below these (known sizes) the per-output loop is as fast: too little to pack, or too few
 # products for two more passes to pay (measured on llvmpipe).
