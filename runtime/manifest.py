@@ -465,6 +465,13 @@ class _Manifest:
         """A texture kernel's render passes: a .frag each, rendering one tensor it writes (or,
         tensor null, a reduction's partials into its scratch texture)."""
         writes = k["writes"] if isinstance(k["writes"], list) else []
+        units = []  # packed matmul operands (texture_matmul): on units after the kernel's slots
+        for i, q in enumerate(self.list(k.get("packed", []), f"{f}.packed", 2)):
+            g = f"{f}.packed[{i}]"
+            self.obj(q, g, required=("unit", "rows", "depth"))
+            units.append(self.int(q["unit"], f"{g}.unit", len(k["slots"]), MAX_BINDINGS))
+            self.size(q["rows"], f"{g}.rows", dims)
+            self.size(q["depth"], f"{g}.depth", dims)
         passes = self.list(k["passes"], f"{f}.passes", MAX_BINDINGS)
         if not passes:
             self.fail(f"{f}.passes", "a kernel renders at least one pass")
@@ -474,7 +481,10 @@ class _Manifest:
             check_file_name(p["file"], f"{g}.file", self.fail)
             if not p["file"].endswith(".frag"):
                 self.fail(f"{g}.file", f"{_show(p['file'])} is not a .frag file")
-            if p["tensor"] is None:
+            if "into" in p:  # renders a packed matmul operand
+                if type(p["into"]) is not int or p["into"] not in units or p["tensor"] is not None:
+                    self.fail(f"{g}.into", f"{_show(p['into'])} is not a packed unit of the kernel (tensor null)")
+            elif p["tensor"] is None:
                 if "scratch" not in k:
                     self.fail(f"{g}.tensor", "null (partials) needs the kernel's 'scratch'")
             elif p["tensor"] not in writes:

@@ -157,3 +157,36 @@ def test_a_packed_operand_too_big_for_the_textures_is_refused_by_name(gl, monkey
     assert packed_layout(12, 13, "x") == (8, 8)  # two bands of 8 rows, 4 texels deep
     with pytest.raises(DlcError, match=r"packed 'a'.*3 bands of 4 texels.*MAX_TEXTURE_SIZE is 8"):
         packed_layout(17, 16, "packed 'a'")
+
+
+MLP = f"""
+input x: [B, {K}]
+param W: [{K}, 20] = glorot
+y = tanh(x @ W)
+"""
+
+
+def test_an_artifact_runs_its_packed_passes_and_a_bad_packed_unit_is_refused(gl, tmp_path):
+    import json
+
+    from dlc.compiler.artifact import write_artifact
+
+    model = dlc.compile(MLP)
+    out = write_artifact(model, tmp_path / "m.dlc", target="texture", seed=3)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (kernel,) = manifest["programs"]["eval"]["kernels"]
+    assert [q["unit"] for q in kernel["packed"]] == [p.get("into") for p in kernel["passes"][:2]]
+    x = np.random.default_rng(6).normal(size=(7, K))
+    runner = dlc.load(out, seed=3)
+    W = dlc.Session(model, backend="numpy", seed=3).params["W"].astype(np.float64)
+    np.testing.assert_allclose(runner.eval("y", {"x": x}), np.tanh(x @ W), rtol=1e-5, atol=1e-5)
+    for bad in (kernel["packed"][0]["unit"] + 7, "3"):
+        kernel["passes"][0]["into"] = bad
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(DlcError, match=r"passes\[0\]\.into.*is not a packed unit"):
+            dlc.load(out)
+    kernel["passes"][0]["into"] = kernel["packed"][0]["unit"]
+    kernel["packed"][0]["unit"] = 0  # a unit the kernel's slots use
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DlcError, match=r"packed\[0\]\.unit.*out of range"):
+        dlc.load(out)
