@@ -6,7 +6,9 @@
 Rows (the issue's three): a fused chain of 8 elementwise ops over N floats, an fp32 matmul
 M x M x M, and an MLP 784-1024-1024-10 training step (SGD) at batch B. Each figure is the
 median wall-clock time of running the program's kernels on data already on the GPU, synchronized
-with glFinish (no uploads or read-backs), after two warm-up runs.
+with glFinish (no uploads or read-backs), after two warm-up runs. The "loop" column is the
+texture target with its matmuls as the per-output loop (the packed matmul of
+compiler/codegen/texture_matmul.py turned off), for what packing gains.
 """
 
 from __future__ import annotations
@@ -96,11 +98,21 @@ def main(argv=None) -> int:
             True,
         ),
     ]
-    print("| work | compute ms | texture ms | texture / compute |")
-    print("| --- | --- | --- | --- |")
+    from dlc.compiler.codegen import texture_matmul
+
+    print("| work | compute ms | texture ms | texture / compute | texture, loop matmul ms |")
+    print("| --- | --- | --- | --- | --- |")
     for what, source, roots, feeds, dims, train in cases:
         got = {t: time_program(t, source, roots, feeds, dims, a.reps, train) for t in ("compute", "texture")}
-        print(f"| {what} | {got['compute']:.3g} | {got['texture']:.3g} | {got['texture'] / got['compute']:.2f}x |")
+        loop = "-"
+        if "@" in source:
+            packed, texture_matmul.MIN_DEPTH = texture_matmul.MIN_DEPTH, 1 << 62
+            try:
+                loop = f"{time_program('texture', source, roots, feeds, dims, a.reps, train):.3g}"
+            finally:
+                texture_matmul.MIN_DEPTH = packed
+        ratio = got["texture"] / got["compute"]
+        print(f"| {what} | {got['compute']:.3g} | {got['texture']:.3g} | {ratio:.2f}x | {loop} |")
     return 0
 
 

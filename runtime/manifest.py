@@ -472,6 +472,8 @@ class _Manifest:
             units.append(self.int(q["unit"], f"{g}.unit", len(k["slots"]), MAX_BINDINGS))
             self.size(q["rows"], f"{g}.rows", dims)
             self.size(q["depth"], f"{g}.depth", dims)
+            if "label" in q:
+                self.str(q["label"], f"{g}.label", 4096)
         passes = self.list(k["passes"], f"{f}.passes", MAX_BINDINGS)
         if not passes:
             self.fail(f"{f}.passes", "a kernel renders at least one pass")

@@ -119,7 +119,7 @@ class TextureExecutor:
                         tex.delete()
                     self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
             for p in spec.get("packed", ()):  # a packed matmul operand: rows of ceil(depth / 4) texels
-                what = f"the packed operand on unit {p['unit']} of {spec['name']}"
+                what = f"the packed copy of {p.get('label', 'an operand')} in kernel {spec['name']}"
                 size = packed_layout(eval_size(p["rows"], dims), eval_size(p["depth"], dims), what)
                 tex = self._packed.get((k, p["unit"]))
                 if tex is None or (tex.width, tex.height) != size:
@@ -195,7 +195,10 @@ class TextureExecutor:
                 samplers[spec["scratch"]["unit"]] = self._scratch[k]
             for p in spec.get("packed", ()):
                 samplers[p["unit"]] = self._packed[k, p["unit"]]
-            read = {self.tensors[t]["slot"] for t in spec["reads"]}
+            # the slots any pass samples (from the shaders, not the spec's "reads"): written
+            # through spares, as a later pass may read what an earlier one wrote
+            units = {u for program in self.programs[k] for u in program.units}
+            read = {s for u, s in enumerate(spec["slots"]) if u in units}
             ints = {u: dims[d] for u, d in spec["uniforms"].items()}
             floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0]) for u, n in spec.get("scalars", {}).items()}
             swaps = []

@@ -74,7 +74,13 @@ def render_kernel(ctx: Context, es: bool):
     for o in k.outputs:
         passes.append(TexturePass(o, _product_pass(ctx, o, pa, pb, kdim, es)))
     packed = tuple(
-        {"unit": p.unit, "rows": list(size_of(p.row_shape())), "depth": list(size_of((kdim,)))} for p in (pa, pb)
+        {
+            "unit": p.unit,
+            "rows": list(size_of(p.row_shape())),
+            "depth": list(size_of((kdim,))),
+            "label": f"'{g.label(p.tensor)}' {list(p.shape)}",  # for error messages
+        }
+        for p in (pa, pb)
     )
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), None, packed)

@@ -31,7 +31,12 @@ NO_COMPUTE = {
     "MESA_EXTENSION_OVERRIDE": "-GL_ARB_compute_shader -GL_ARB_shader_storage_buffer_object "
     "-GL_ARB_shader_image_load_store -GL_ARB_shader_atomic_counters",
 }
-SUITES = ["tests/gl/test_registry_gl.py", "tests/gl/test_training_gl.py", "tests/gl/test_artifact_gl.py"]
+SUITES = [
+    "tests/gl/test_registry_gl.py",
+    "tests/gl/test_training_gl.py",
+    "tests/gl/test_artifact_gl.py",
+    "tests/gl/test_texture_matmul.py",
+]
 
 CONV = """
 input images: [B, 6, 6, 2]
