@@ -1,4 +1,5 @@
-"""Packed matmul for the texture target: both operands repacked four k values a texel.
+"""Packed matmul and conv2d for the texture target: both operands repacked four k values a
+texel.
 
 The per-output loop of `texture._matmul_body` fetches one float per texelFetch, and every
 fetch turns a flat index into texture coordinates with an integer division and modulo by the
@@ -11,6 +12,9 @@ matmul kernel renders two kinds of passes instead (as tfjs's packed matmul, 4 va
 2. one pass per output: fragment o loops q over ceil(K/4) texels of each packed operand,
    accumulating a vec4 of products, then runs the kernel's epilogue as the per-output loop.
 
+conv2d (one group) is the same product per tap: x's rows are its pixels, w's are (tap, output
+channel), k runs over input channels; the output pass loops over the taps inside the image.
+
 A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
 width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
 read neighbouring columns. The kernel spec's `packed` entries (`unit`, `rows`, `depth` = K)
@@ -20,8 +24,12 @@ tell the runtime to make these textures (`runtime/textures.packed_layout`); a pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from ..plan import size_of
 from .glsl import Context, Emitter, Ix, comment, kernel_source, numel_known
+from .kernels_window import _each_tap, _geo, _options
 
 # Below these (known sizes) the per-output loop is as fast: too little to pack, or too few
 # products for two more passes to pay (measured on llvmpipe).
@@ -30,11 +38,13 @@ MIN_PRODUCTS = 8192
 
 
 def applies(ctx: Context) -> bool:
-    """Whether this kernel is a matmul the packed passes render."""
+    """Whether this kernel is a matmul (or a conv2d) the packed passes render."""
     k = ctx.kernel
-    if k.kind != "matmul":
+    if k.kind not in ("matmul", "window"):
         return False
     node = ctx.graph.nodes[k.anchor]
+    if k.kind == "window":  # conv2d over one group: a matmul per tap, over input channels
+        return node.op == "conv2d" and node.attr("groups", 1) == 1 and _conv_pays(ctx, node)
     ash = ctx.graph.nodes[node.inputs[0]].shape
     kdim = ash[-2] if node.attr("ta") else ash[-1]
     if isinstance(kdim, int) and kdim < MIN_DEPTH:
@@ -43,126 +53,168 @@ def applies(ctx: Context) -> bool:
     return products is None or products >= MIN_PRODUCTS
 
 
+def _conv_pays(ctx: Context, node) -> bool:
+    ws = ctx.graph.nodes[node.inputs[1]].shape
+    products = numel_known((*node.shape, *ws[:3]))
+    return ws[2] >= CONV_MIN_CHANNELS and (products is None or products >= MIN_PRODUCTS)
+
+
+CONV_MIN_CHANNELS = 2  # input channels: with one, packing measured no faster
+
+
+@dataclass(frozen=True)
 class _Operand:
-    """One side of the product as packed rows: A's rows are (batch, i), B's are (batch, j)."""
+    """One side of the product as packed rows of `depth` values (k)."""
 
-    def __init__(self, ctx: Context, tensor: int, k_last: bool, unit: int, name: str):
-        self.tensor, self.unit, self.name = tensor, unit, name
-        self.shape = ctx.graph.nodes[tensor].shape
-        self.k_last = k_last  # k is its last axis (A untransposed, B transposed)
-        self.batch = tuple(self.shape[:-2])  # its own batch axis, if any (1 or the output's)
-        self.length = self.shape[-2] if k_last else self.shape[-1]  # rows: i (A) or j (B)
+    tensor: int
+    rows: tuple  # the shape its rows are numbered in (row r's coordinates)
+    index: Callable[[tuple, str], tuple]  # (row coordinates, k) -> the tensor's multi-index
+    unit: int  # its packed texture's texture unit
+    name: str
 
-    def row_shape(self) -> tuple:
-        return (*self.batch, self.length)
+    def spec(self, ctx: Context, depth) -> dict:
+        shape = ctx.graph.nodes[self.tensor].shape
+        return {
+            "unit": self.unit,
+            "rows": list(size_of(self.rows)),
+            "depth": list(size_of((depth,))),
+            "label": f"'{ctx.graph.label(self.tensor)}' {list(shape)}",  # for error messages
+        }
+
+
+def _matmul_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """A's rows are (batch, i), B's are (batch, j); k is A's last axis unless transposed, B's
+    first of two unless transposed."""
+    g = ctx.graph
+    a, b = node.inputs
+    ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
+    ash, bsh = g.nodes[a].shape, g.nodes[b].shape
+
+    def operand(t, shape, k_last: bool, unit: int, name: str) -> _Operand:
+        rows = (*shape[:-2], shape[-2] if k_last else shape[-1])
+        if k_last:
+            return _Operand(t, rows, lambda rc, k: (*rc, k), unit, name)
+        return _Operand(t, rows, lambda rc, k: (*rc[:-1], k, rc[-1]), unit, name)
+
+    kdim = ash[-2] if ta else ash[-1]
+    return operand(a, ash, not ta, unit, "A"), operand(b, bsh, tb, unit + 1, "B"), kdim
+
+
+def _conv_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """x [B, H, W, C]'s rows are its pixels (b, y, x); w [KH, KW, C, CO]'s are (di, dj, co)."""
+    g = ctx.graph
+    x, w = node.inputs
+    xs, ws = g.nodes[x].shape, g.nodes[w].shape
+    px = _Operand(x, tuple(xs[:3]), lambda rc, k: (*rc, k), unit, "x")
+    pw = _Operand(w, (ws[0], ws[1], ws[3]), lambda rc, k: (rc[0], rc[1], k, rc[2]), unit + 1, "w")
+    return px, pw, ws[2]
 
 
 def render_kernel(ctx: Context, es: bool):
     """The kernel's pack passes and its output passes (a `texture.TextureKernel`)."""
     from .texture import TextureKernel, TexturePass
 
-    g, k = ctx.graph, ctx.kernel
-    node = g.nodes[k.anchor]
-    a, b = node.inputs
-    ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
-    ash = g.nodes[a].shape
-    kdim = ash[-2] if ta else ash[-1]
+    k = ctx.kernel
+    node = ctx.graph.nodes[k.anchor]
     unit = len(ctx.binding)  # the packed textures take the units after the kernel's slots
-    pa = _Operand(ctx, a, not ta, unit, "A")
-    pb = _Operand(ctx, b, tb, unit + 1, "B")
-    passes = [TexturePass(None, _pack_pass(ctx, p, kdim, es), into=p.unit) for p in (pa, pb)]
+    operands = _conv_operands if k.kind == "window" else _matmul_operands
+    pa, pb, depth = operands(ctx, node, unit)
+    passes = [TexturePass(None, _pack_pass(ctx, p, depth, es), into=p.unit) for p in (pa, pb)]
     for o in k.outputs:
-        passes.append(TexturePass(o, _product_pass(ctx, o, pa, pb, kdim, es)))
-    packed = tuple(
-        {
-            "unit": p.unit,
-            "rows": list(size_of(p.row_shape())),
-            "depth": list(size_of((kdim,))),
-            "label": f"'{g.label(p.tensor)}' {list(p.shape)}",  # for error messages
-        }
-        for p in (pa, pb)
-    )
+        passes.append(TexturePass(o, _product_pass(ctx, o, pa, pb, depth, es)))
+    packed = tuple(p.spec(ctx, depth) for p in (pa, pb))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), None, packed)
 
 
-def _quads(ctx: Context, kdim) -> str:
-    """ceil(K / 4): texels per packed row."""
-    if isinstance(kdim, int):
-        return str(-(-kdim // 4))
-    return f"(({ctx.dim(kdim)} + 3) / 4)"
+def _quads(ctx: Context, depth) -> str:
+    """ceil(depth / 4): texels per packed row."""
+    if isinstance(depth, int):
+        return str(-(-depth // 4))
+    return f"(({ctx.dim(depth)} + 3) / 4)"
 
 
-def _pack_pass(ctx: Context, p: _Operand, kdim, es: bool) -> str:
-    """Texel t = q * R + r of operand p's packed texture: its row r, k = 4q..4q+3."""
+def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
+    """Operand p's packed texture: row r down column r % width, texel q of it at
+    ((r / width) * quads + q), holding k = 4q..4q+3 (zeros past the depth)."""
     from .texture import _finish
 
     g = ctx.graph
     em = Emitter(ctx)
-    rows = ctx.numel(p.row_shape())
-    quads = _quads(ctx, kdim)
-    K = ctx.dim(kdim)
-    # the texture is dlc_width rows wide and `quads` texels deep per band of rows
+    quads = _quads(ctx, depth)
+    K = ctx.dim(depth)
     em.line(f"int r = (int(gl_FragCoord.y) / {quads}) * dlc_width + int(gl_FragCoord.x);")
     em.line(f"int k0 = (int(gl_FragCoord.y) % {quads}) * 4;")
-    em.line(f"if (r >= {rows}) {{ dlc_out4 = vec4(0.0); return; }}")
-    rc = em.coords(Ix(flat="r"), p.row_shape())
-    batch, row = rc[:-1], rc[-1]
+    em.line(f"if (r >= {ctx.numel(p.rows)}) {{ dlc_out4 = vec4(0.0); return; }}")
+    rc = em.coords(Ix(flat="r"), p.rows)
     values = []
     for c in range(4):
         kk = em.names.claim(f"k{c + 1}")
         em.line(f"int {kk} = min(k0 + {c}, {K} - 1);")
-        v = em.value(p.tensor, Ix(multi=(*batch, *((row, kk) if p.k_last else (kk, row)))))
+        v = em.value(p.tensor, Ix(multi=p.index(rc, kk)))
         values.append(v if c == 0 else f"k0 + {c} < {K} ? {v} : 0.0")
     em.line(f"dlc_out4 = vec4({', '.join(values)});")
-    what = f"pack {p.name} = {g.label(p.tensor)} {list(p.shape)}: 4 values of k a texel, row r down a column"
+    shape = list(g.nodes[p.tensor].shape)
+    what = f"pack {p.name} = {g.label(p.tensor)} {shape}: 4 values of k a texel, row r down a column"
     text = _finish(ctx, em, None, what, es)
-    return _as_vec4_output(text, f"packed {p.name}")
-
-
-def _as_vec4_output(text: str, label: str) -> str:
-    """A pass rendering into an RGBA32F texture: its output is a vec4."""
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
-    return text.replace(", partials: ", f", {comment(label)}: ", 1)
+    return text.replace(", partials: ", f", {comment('packed ' + p.name)}: ", 1)
 
 
-def _product_pass(ctx: Context, output: int, pa: _Operand, pb: _Operand, kdim, es: bool) -> str:
-    """One fragment per output element: the dot product over the packed rows, then the epilogue."""
+def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rb: str) -> None:
+    """acc4 += row ra of packed A times row rb of packed B, texel by texel (pa_w, pb_w: the
+    textures' widths)."""
+    fetch = []
+    for p, r, stem in ((pa, ra, "pa_"), (pb, rb, "pb_")):
+        em.line(f"int {stem}r = {r};")
+        em.line(f"int {stem}x = {stem}r % {stem}w, {stem}y = ({stem}r / {stem}w) * {quads};")
+        fetch.append(f"texelFetch(b{p.unit}, ivec2({stem}x, {stem}y + q), 0)")
+    em.open(f"for (int q = 0; q < {quads}; ++q)")
+    em.line(f"acc4 += {fetch[0]} * {fetch[1]};")
+    em.close()
+
+
+def _product_pass(ctx: Context, output: int, pa: _Operand, pb: _Operand, depth, es: bool) -> str:
+    """One fragment per output element: dot products of packed rows, then the epilogue."""
     from .texture import _finish
 
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
-    n = ctx.numel(k.shape)
     em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"if (o >= {n}) {{ dlc_out = 0.0; return; }}")
+    em.line(f"if (o >= {ctx.numel(k.shape)}) {{ dlc_out = 0.0; return; }}")
     oc = em.coords(Ix(flat="o"), node.shape)
-    i, j = oc[-2], oc[-1]
-    batch = oc[:-2]
-    quads = _quads(ctx, kdim)
-    at = []
-    for p, idx, stem in ((pa, i, "pa_"), (pb, j, "pb_")):
-        own = ()
-        if p.batch:  # its own batch axis: 1 (broadcast) or the output's
-            own = ("0",) if p.batch[0] == 1 else (batch[0] if batch else "0",)
-        r = em.flat(Ix(multi=(*own, idx)), p.row_shape())
-        # row r's texels: column r % w, from (r / w) * quads down
-        em.line(f"int {stem}w = textureSize(b{p.unit}, 0).x, {stem}r = {r};")
-        em.line(f"int {stem}x = {stem}r % {stem}w, {stem}y = ({stem}r / {stem}w) * {quads};")
-        at.append(f"texelFetch(b{p.unit}, ivec2({stem}x, {stem}y + q), 0)")
+    em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
     em.line("vec4 acc4 = vec4(0.0);")
-    em.open(f"for (int q = 0; q < {quads}; ++q)")
-    em.line(f"acc4 += {at[0]} * {at[1]};")
-    em.close()
+    quads = _quads(ctx, depth)
+    if node.op == "conv2d":
+        xs, ws = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
+        geo = _geo(xs, ws[:2], node.attrs)
+        b, oy, ox, c = oc
+        _each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
+        ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
+        _accumulate(em, quads, pa, ra, pb, f"(di * {geo['KW']} + dj) * {ws[3]} + {c}")
+        em.close()
+        em.close()
+        what = f"conv2d {list(xs)} * {list(ws)}, {_options(node)}, per output over packed pixels and taps"
+    else:
+        i, j = oc[-2], oc[-1]
+        rows = []
+        for p, idx in ((pa, i), (pb, j)):
+            own = ()
+            if len(p.rows) == 2:  # its own batch axis: 1 (broadcast) or the output's
+                own = ("0",) if p.rows[0] == 1 else (oc[0] if len(oc) == 3 else "0",)
+            rows.append(em.flat(Ix(multi=(*own, idx)), p.rows))
+        _accumulate(em, quads, pa, rows[0], pb, rows[1])
+        ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
+        what = (
+            f"matmul {list(ash)}{'^T' if node.attr('ta') else ''} @ {list(bsh)}{'^T' if node.attr('tb') else ''}, "
+            "one fragment per output over the packed operands"
+        )
     em.line("float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
     em.anchor_value = "acc"
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
-    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-    what = (
-        f"matmul {list(ash)}{'^T' if node.attr('ta') else ''} @ {list(bsh)}{'^T' if node.attr('tb') else ''}, "
-        "one fragment per output over the packed operands"
-    )
     text = _finish(ctx, em, output, what, es)
     decl = "".join(
         f"uniform sampler2D b{p.unit};  // packed {p.name}: {comment(g.label(p.tensor))}, 4 values of k a texel\n"

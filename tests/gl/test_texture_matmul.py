@@ -190,3 +190,49 @@ def test_an_artifact_runs_its_packed_passes_and_a_bad_packed_unit_is_refused(gl,
     (out / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DlcError, match=r"packed\[0\]\.unit.*out of range"):
         dlc.load(out)
+
+
+def _conv_numpy(x, w, stride, pads, dil):
+    """conv2d in float64 by its definition (NHWC, filter [KH, KW, C, CO]), padding given."""
+    (pt, pb), (pl, pr) = pads
+    x = np.pad(x.astype(np.float64), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    kh, kw = w.shape[:2]
+    oh = (x.shape[1] - dil * (kh - 1) - 1) // stride + 1
+    ow = (x.shape[2] - dil * (kw - 1) - 1) // stride + 1
+    out = np.zeros((x.shape[0], oh, ow, w.shape[3]))
+    for di in range(kh):
+        for dj in range(kw):
+            y0, x0 = di * dil, dj * dil
+            patch = x[:, y0 : y0 + stride * (oh - 1) + 1 : stride, x0 : x0 + stride * (ow - 1) + 1 : stride]
+            out += patch @ w[di, dj].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize(
+    "padding,stride,dilation,pads",
+    [("valid", 1, 1, ((0, 0), (0, 0))), ("same", 2, 1, ((1, 1), (0, 1))), ("same", 1, 2, ((2, 2), (2, 2)))],
+    ids=["valid", "same-stride2", "same-dilated"],
+)
+def test_packed_conv2d_matches_numpy(gl, padding, stride, dilation, pads):
+    src = f"""
+input images: [B, 9, 8, 5]
+input k: [3, 3, 5, 6]
+input bias: [6]
+h = relu(conv2d(images, k, stride={stride}, padding="{padding}", dilation={dilation}) + bias)
+"""
+    assert len(_packed_files(src)) == 2  # 5 channels: the last texel of each pixel is padded
+    rng = np.random.default_rng(7)
+    k = rng.normal(size=(3, 3, 5, 6)).astype(np.float32)
+    bias = rng.normal(size=6).astype(np.float32)
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture")
+    for batch in (3, 1):
+        x = rng.normal(size=(batch, 9, 8, 5)).astype(np.float32)
+        got = sess.eval("h", {"images": x, "k": k, "bias": bias})
+        want = np.maximum(_conv_numpy(x, k, stride, pads, dilation) + bias, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_one_channel_and_grouped_convs_keep_the_per_output_loop():
+    one = 'input x: [B, 8, 8, 1]\ninput k: [3, 3, 1, 4]\ny = conv2d(x, k, stride=1, padding="same")\n'
+    grouped = 'input x: [B, 8, 8, 4]\ninput k: [3, 3, 2, 4]\ny = conv2d(x, k, stride=1, padding="same", groups=2)\n'
+    assert _packed_files(one) == [] and _packed_files(grouped) == []
