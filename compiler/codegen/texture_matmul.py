@@ -14,6 +14,8 @@ matmul kernel renders two kinds of passes instead (as tfjs's packed matmul, 4 va
 
 conv2d (one group) is the same product per tap: x's rows are its pixels, w's are (tap, output
 channel), k runs over input channels; the output pass loops over the taps inside the image.
+Its input gradient likewise, over the output pixels whose windows hold the input pixel, k
+running over output channels.
 
 A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
 width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 from ..plan import size_of
 from .glsl import Context, Emitter, Ix, comment, kernel_source, numel_known
-from .kernels_window import _each_tap, _geo, _options
+from .kernels_window import _each_tap, _each_window_touching, _geo, _options
 
 # Below these (known sizes) the per-output loop is as fast: too little to pack, or too few
 # products for two more passes to pay (measured on llvmpipe).
@@ -43,8 +45,8 @@ def applies(ctx: Context) -> bool:
     if k.kind not in ("matmul", "window"):
         return False
     node = ctx.graph.nodes[k.anchor]
-    if k.kind == "window":  # conv2d over one group: a matmul per tap, over input channels
-        return node.op == "conv2d" and node.attr("groups", 1) == 1 and _conv_pays(ctx, node)
+    if k.kind == "window":  # conv2d (and its input gradient) over one group: a product per tap
+        return node.op in ("conv2d", "conv2d_grad_input") and node.attr("groups", 1) == 1 and _conv_pays(ctx, node)
     ash = ctx.graph.nodes[node.inputs[0]].shape
     kdim = ash[-2] if node.attr("ta") else ash[-1]
     if isinstance(kdim, int) and kdim < MIN_DEPTH:
@@ -55,8 +57,9 @@ def applies(ctx: Context) -> bool:
 
 def _conv_pays(ctx: Context, node) -> bool:
     ws = ctx.graph.nodes[node.inputs[1]].shape
-    products = numel_known((*node.shape, *ws[:3]))
-    return ws[2] >= CONV_MIN_CHANNELS and (products is None or products >= MIN_PRODUCTS)
+    channels = ws[2] if node.op == "conv2d" else ws[3]  # what each tap's product sums over
+    products = numel_known((*node.shape, *ws[:2], channels))
+    return channels >= CONV_MIN_CHANNELS and (products is None or products >= MIN_PRODUCTS)
 
 
 CONV_MIN_CHANNELS = 2  # input channels: with one, packing measured no faster
@@ -110,6 +113,17 @@ def _conv_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, o
     return px, pw, ws[2]
 
 
+def _conv_grad_input_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """dy [B, OH, OW, CO]'s rows are its pixels; w [KH, KW, C, CO]'s are (di, dj, c); k runs
+    over the output channels."""
+    g = ctx.graph
+    dy, w = node.inputs
+    ds, ws = g.nodes[dy].shape, g.nodes[w].shape
+    pd = _Operand(dy, tuple(ds[:3]), lambda rc, k: (*rc, k), unit, "dy")
+    pw = _Operand(w, tuple(ws[:3]), lambda rc, k: (*rc, k), unit + 1, "w")
+    return pd, pw, ws[3]
+
+
 def render_kernel(ctx: Context, es: bool):
     """The kernel's pack passes and its output passes (a `texture.TextureKernel`)."""
     from .texture import TextureKernel, TexturePass
@@ -117,7 +131,11 @@ def render_kernel(ctx: Context, es: bool):
     k = ctx.kernel
     node = ctx.graph.nodes[k.anchor]
     unit = len(ctx.binding)  # the packed textures take the units after the kernel's slots
-    operands = _conv_operands if k.kind == "window" else _matmul_operands
+    operands = {
+        "matmul": _matmul_operands,
+        "conv2d": _conv_operands,
+        "conv2d_grad_input": _conv_grad_input_operands,
+    }[node.op]
     pa, pb, depth = operands(ctx, node, unit)
     passes = [TexturePass(None, _pack_pass(ctx, p, depth, es), into=p.unit) for p in (pa, pb)]
     for o in k.outputs:
@@ -197,6 +215,16 @@ def _product_pass(ctx: Context, output: int, pa: _Operand, pb: _Operand, depth, 
         em.close()
         em.close()
         what = f"conv2d {list(xs)} * {list(ws)}, {_options(node)}, per output over packed pixels and taps"
+    elif node.op == "conv2d_grad_input":
+        ws = g.nodes[pb.tensor].shape
+        geo = _geo(node.attr("x_shape"), ws[:2], node.attrs)
+        b, y, x, c = oc
+        _each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
+        ra = f"({b} * {geo['OH']} + oy) * {geo['OW']} + ox"
+        _accumulate(em, quads, pa, ra, pb, f"(di * {geo['KW']} + dj) * {ws[2]} + {c}")
+        em.close()
+        em.close()
+        what = f"conv2d gradient for the input {list(node.shape)}, filter {list(ws)}, {_options(node)}, packed"
     else:
         i, j = oc[-2], oc[-1]
         rows = []

@@ -236,3 +236,33 @@ def test_one_channel_and_grouped_convs_keep_the_per_output_loop():
     one = 'input x: [B, 8, 8, 1]\ninput k: [3, 3, 1, 4]\ny = conv2d(x, k, stride=1, padding="same")\n'
     grouped = 'input x: [B, 8, 8, 4]\ninput k: [3, 3, 2, 4]\ny = conv2d(x, k, stride=1, padding="same", groups=2)\n'
     assert _packed_files(one) == [] and _packed_files(grouped) == []
+
+
+CONV_GRAD = """
+param img: [2, 7, 6, 3] = normal(0, 1)
+param k: [3, 3, 3, 5] = normal(0, 1)
+input t: [2, 4, 3, 5]
+loss cost = sum(conv2d(img, k, stride=2, padding="same") * t)
+"""
+
+
+def test_conv_gradients_match_the_closed_form(gl):
+    """d cost / d img (conv2d_grad_input, packed over the 5 output channels) and d cost / d k
+    (the per-output loop), against the adjoint of the float64 conv."""
+    progs = programs(dlc.compile(CONV_GRAD), train_loss="cost", optimizer=dlc.SGD(0.1), target="texture")
+    assert any("conv2d_grad_input" in f and "_pack" in f for f in progs["train"].sources)
+    rng = np.random.default_rng(8)
+    t = rng.normal(size=(2, 4, 3, 5))
+    sess = dlc.Session(dlc.compile(CONV_GRAD), backend="gl", target="texture", seed=9)
+    img, k = (sess.params[n].astype(np.float64) for n in ("img", "k"))
+    pads = ((1, 1), (0, 1))  # "same" at stride 2: 7 -> 4 rows, 6 -> 3 columns
+    padded = np.pad(img, ((0, 0), *pads, (0, 0)))
+    dpadded, dk = np.zeros_like(padded), np.zeros_like(k)
+    for di in range(3):
+        for dj in range(3):
+            window = (slice(None), slice(di, di + 7, 2), slice(dj, dj + 5, 2))
+            dpadded[window] += t @ k[di, dj].T
+            dk[di, dj] = np.einsum("byxc,byxo->co", padded[window], t)
+    got = sess.gradients({"t": t})
+    np.testing.assert_allclose(got["img"], dpadded[:, 1:8, 0:6], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["k"], dk, rtol=1e-4, atol=1e-4)
