@@ -3,11 +3,11 @@
     python benchmarks/bench_texture.py            # full sizes, for a GPU
     python benchmarks/bench_texture.py --small    # a quick run anywhere (Mesa llvmpipe too)
 
-Rows (the issue's three): a fused chain of 8 elementwise ops over N floats, an fp32 matmul
-M x M x M, and an MLP 784-1024-1024-10 training step (SGD) at batch B. Each figure is the
-median wall-clock time of running the program's kernels on data already on the GPU, synchronized
-with glFinish (no uploads or read-backs), after two warm-up runs. The "loop" column is the
-texture target with its matmuls as the per-output loop (the packed matmul of
+Rows (the issue's three and a conv): a fused chain of 8 elementwise ops over N floats, an fp32
+matmul M x M x M, a 3x3 conv2d, and an MLP 784-1024-1024-10 training step (SGD) at batch B.
+Each figure is the median wall-clock time of running the program's kernels on data already on
+the GPU, synchronized with glFinish (no uploads or read-backs), after two warm-up runs. The "loop" column is the
+texture target with its matmuls and convs as the per-output loop (the packed passes of
 compiler/codegen/texture_matmul.py turned off), for what packing gains.
 """
 
@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=5)
     a = p.parse_args(argv)
     n, m, batch = (1 << 20, 256, 64) if a.small else (1 << 24, 2048, 1024)
+    cb, hw, ci = (8, 28, 16) if a.small else (32, 56, 64)
     rng = np.random.default_rng(0)
     from dlc.runtime.context import get_context
 
@@ -90,6 +91,15 @@ def main(argv=None) -> int:
             False,
         ),
         (
+            f"conv2d 3x3 'same', [{cb}, {hw}, {hw}, {ci}] -> {ci} channels",
+            f"input x: [{cb}, {hw}, {hw}, {ci}]\ninput k: [3, 3, {ci}, {ci}]\n"
+            'y = conv2d(x, k, stride=1, padding="same")\n',
+            ["y"],
+            {"x": rng.normal(size=(cb, hw, hw, ci)), "k": rng.normal(size=(3, 3, ci, ci)) * 0.1},
+            {},
+            False,
+        ),
+        (
             f"MLP 784-1024-1024-10 SGD step, batch {batch}",
             MLP,
             [],
@@ -105,12 +115,13 @@ def main(argv=None) -> int:
     for what, source, roots, feeds, dims, train in cases:
         got = {t: time_program(t, source, roots, feeds, dims, a.reps, train) for t in ("compute", "texture")}
         loop = "-"
-        if "@" in source:
-            packed, texture_matmul.MIN_DEPTH = texture_matmul.MIN_DEPTH, 1 << 62
+        if "@" in source or "conv2d" in source:
+            packed = texture_matmul.MIN_DEPTH, texture_matmul.CONV_MIN_CHANNELS
+            texture_matmul.MIN_DEPTH = texture_matmul.CONV_MIN_CHANNELS = 1 << 62
             try:
                 loop = f"{time_program('texture', source, roots, feeds, dims, a.reps, train):.3g}"
             finally:
-                texture_matmul.MIN_DEPTH = packed
+                texture_matmul.MIN_DEPTH, texture_matmul.CONV_MIN_CHANNELS = packed
         ratio = got["texture"] / got["compute"]
         print(f"| {what} | {got['compute']:.3g} | {got['texture']:.3g} | {ratio:.2f}x | {loop} |")
     return 0

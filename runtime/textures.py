@@ -48,7 +48,7 @@ def packed_layout(rows: int, depth: int, what: str) -> tuple[int, int]:
     allows; RuntimeFailure naming `what` when too big."""
     limit = max_texture_size()
     width = max(min(rows, limit), 1)
-    height = -(-rows // width) * max(-(-depth // 4), 1)
+    height = max(-(-rows // width), 1) * max(-(-depth // 4), 1)
     if height > limit:
         raise RuntimeFailure(
             f"{what} needs {-(-rows // width)} bands of {-(-depth // 4)} texels, more than a "
