@@ -266,3 +266,25 @@ def test_conv_gradients_match_the_closed_form(gl):
     got = sess.gradients({"t": t})
     np.testing.assert_allclose(got["img"], dpadded[:, 1:8, 0:6], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got["k"], dk, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("source", [GRAD, CONV_GRAD], ids=["matmul", "conv"])
+def test_packed_shaders_compile_as_glsl_es_300(gl, source):
+    """WebGL2's GLSL ES 3.00 refuses implicit int -> float and needs precisions: Mesa's ES
+    front end checks the pack and product passes as a browser would."""
+    from dlc.runtime.gl import GL
+
+    if "GL_ARB_ES3_compatibility" not in gl.extensions:
+        pytest.skip("this GL compiles no GLSL ES 3.00")
+    opt = dlc.SGD(0.1)
+    progs = programs(dlc.compile(source), train_loss="cost", optimizer=opt, target="texture", options={"es": True})
+    files = {f: t for p in progs.values() for f, t in p.sources.items()}
+    assert any("_pack" in f for f in files)
+    for file, text in files.items():
+        shader = GL.glCreateShader(GL.GL_FRAGMENT_SHADER)
+        GL.glShaderSource(shader, text)
+        GL.glCompileShader(shader)
+        ok = GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS)
+        log = GL.glGetShaderInfoLog(shader)
+        GL.glDeleteShader(shader)
+        assert ok, f"{file}: {log}"
