@@ -466,7 +466,7 @@ class _Manifest:
         tensor null, a reduction's partials into its scratch texture)."""
         writes = k["writes"] if isinstance(k["writes"], list) else []
         units = []  # packed matmul operands (texture_matmul): on units after the kernel's slots
-        for i, q in enumerate(self.list(k.get("packed", []), f"{f}.packed", 2)):
+        for i, q in enumerate(self.list(k.get("packed", []), f"{f}.packed", 3)):
             g = f"{f}.packed[{i}]"
             self.obj(q, g, required=("unit", "rows", "depth"))
             units.append(self.int(q["unit"], f"{g}.unit", len(k["slots"]), MAX_BINDINGS))

@@ -137,16 +137,22 @@ def test_gradients_match_the_closed_form(gl):
 def test_small_products_keep_the_per_output_loop():
     assert len(_packed_files("input a: [5, 7]\ninput b: [7, 3]\nc = a @ b\n")) == 0  # K < 8
     assert len(_packed_files("input a: [4, 8]\ninput b: [8, 4]\nc = a @ b\n")) == 0  # 128 products
-    assert len(_packed_files("input a: [B, 8]\ninput b: [8, 4]\nc = a @ b\n")) == 2  # B symbolic
+    # B symbolic: A and B packed, then the products, 4 outputs a fragment
+    assert len(_packed_files("input a: [B, 8]\ninput b: [8, 4]\nc = a @ b\n")) == 3
     assert texture_matmul.MIN_DEPTH == 8
 
 
 def test_packed_shaders_read_without_dividing_per_fetch():
-    files = programs(dlc.compile("input a: [B, 64]\ninput b: [64, 32]\nc = a @ b\n"), target="texture")
-    (text,) = [t for f, t in files["eval"].sources.items() if "_pack" not in f]
-    loop = text[text.index("for (int q") :]
-    loop = loop[: loop.index("}")]
-    assert "/" not in loop and "%" not in loop and loop.count("texelFetch") == 2
+    """The K loops (the matmul's products pass, the conv's output pass) fetch texels at
+    (x, y + q): no division or modulo inside, one fetch of A and 4 of B (matmul) or one of
+    each (conv) per 4 k."""
+    conv = 'input x: [B, 8, 8, 4]\ninput k: [3, 3, 4, 4]\ny = conv2d(x, k, stride=1, padding="same")\n'
+    for source, fetches in (("input a: [B, 64]\ninput b: [64, 32]\nc = a @ b\n", 5), (conv, 2)):
+        files = programs(dlc.compile(source), target="texture")["eval"].sources
+        (text,) = [t for t in files.values() if "for (int q" in t]
+        loop = text[text.index("for (int q") :]
+        loop = loop[: loop.index("}")]
+        assert "/" not in loop and "%" not in loop and loop.count("texelFetch") == fetches
 
 
 def test_a_packed_operand_too_big_for_the_textures_is_refused_by_name(gl, monkeypatch):
@@ -175,7 +181,8 @@ def test_an_artifact_runs_its_packed_passes_and_a_bad_packed_unit_is_refused(gl,
     out = write_artifact(model, tmp_path / "m.dlc", target="texture", seed=3)
     manifest = json.loads((out / "manifest.json").read_text())
     (kernel,) = manifest["programs"]["eval"]["kernels"]
-    assert [q["unit"] for q in kernel["packed"]] == [p.get("into") for p in kernel["passes"][:2]]
+    units = [q["unit"] for q in kernel["packed"]]  # A, B and the products, rendered in that order
+    assert len(units) == 3 and units == [p.get("into") for p in kernel["passes"][:3]]
     x = np.random.default_rng(6).normal(size=(7, K))
     runner = dlc.load(out, seed=3)
     W = dlc.Session(model, backend="numpy", seed=3).params["W"].astype(np.float64)
