@@ -14,10 +14,10 @@ matmul kernel renders two kinds of passes instead (as tfjs's packed matmul, 4 va
    fetch of A and four of B (5 fetches for 16 products, against 2 for 1 in the plain loop);
 3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
 
-conv2d (one group) is the same product per tap, one output a fragment (2. and 3. in one pass): x's rows are its pixels, w's are (tap, output
-channel), k runs over input channels; the output pass loops over the taps inside the image.
-Its input gradient likewise, over the output pixels whose windows hold the input pixel, k
-running over output channels.
+conv2d (one group) is the same product per tap, one output a fragment (2. and 3. in one
+pass): x's rows are its pixels, w's are (tap, output channel), k runs over input channels;
+the output pass loops over the taps inside the image. Its input gradient likewise, over the
+output pixels whose windows hold the input pixel, k running over output channels.
 
 A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
 width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
