@@ -4,20 +4,22 @@ texel.
 The per-output loop of `texture._matmul_body` fetches one float per texelFetch, and every
 fetch turns a flat index into texture coordinates with an integer division and modulo by the
 texture's width (scalarized per lane on llvmpipe; a long dependent chain on a GPU). Here a
-matmul kernel renders two kinds of passes instead (as tfjs's packed matmul, 4 values a texel):
+matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a texel):
 
 1. a pack pass per operand into an RGBA32F texture: row r's k = 4q..4q+3 (zero past K) in one
    texel, where row r is (batch, i) of A or (batch, j) of B: transposes, broadcasting and any
    view fused into the operand are resolved once per element here, not once per product;
 2. a products pass into a third RGBA32F texture (rows (batch, i), 4 values of j a texel):
    each fragment computes outputs j..j+3 of row i, looping q over ceil(K/4) texels with one
-   fetch of A and four of B (5 fetches for 16 products, against 2 for 1 in the plain loop);
+   fetch of A and four of B (5 fetches for 16 products, against 2 for 1 in the plain loop;
+   1.5-2x faster on llvmpipe than one output a fragment from the same packed operands);
 3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
 
-conv2d (one group) is the same product per tap, one output a fragment (2. and 3. in one
-pass): x's rows are its pixels, w's are (tap, output channel), k runs over input channels;
-the output pass loops over the taps inside the image. Its input gradient likewise, over the
-output pixels whose windows hold the input pixel, k running over output channels.
+conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
+(di, dj, output channel), k runs over input channels, and the products pass loops over the
+taps inside the image. Its input gradient likewise: dy's pixels, w's (di, dj, input channel)
+rows, k over output channels, looping over the output pixels whose windows hold the input
+pixel. The products texture's rows are the output's coordinates but the last in every case.
 
 A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
 width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
@@ -63,10 +65,6 @@ def _conv_pays(ctx: Context, node) -> bool:
     products = numel_known((*node.shape, *ws[:2], channels))
     return channels >= CONV_MIN_CHANNELS and (products is None or products >= MIN_PRODUCTS)
 
-
-# A matmul's products pass computes 4 outputs a fragment (measured 1.5-2x faster on llvmpipe
-# than one); False: one output a fragment straight from the packed operands (benchmarks).
-WIDE = True
 
 CONV_MIN_CHANNELS = 2  # input channels: with one, packing measured no faster
 
@@ -145,18 +143,15 @@ def render_kernel(ctx: Context, es: bool):
     pa, pb, depth = operands(ctx, node, unit)
     passes = [TexturePass(None, _pack_pass(ctx, p, depth, es), into=p.unit) for p in (pa, pb)]
     packed = [p.spec(ctx, depth) for p in (pa, pb)]
-    if node.op == "matmul" and WIDE:
-        # the products, four outputs a fragment, into a third RGBA texture (rows (batch, i),
-        # 4 values of j a texel); then each output pass reads its own and runs the epilogue
-        rows, n = (*node.shape[:-2], node.shape[-2]), node.shape[-1]
-        label = f"the products of kernel {k.name}"
-        packed.append({"unit": unit + 2, "rows": list(size_of(rows)), "depth": list(size_of((n,))), "label": label})
-        passes.append(TexturePass(None, _wide_product_pass(ctx, pa, pb, depth, es), into=unit + 2))
-        for o in k.outputs:
-            passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es)))
-    else:
-        for o in k.outputs:
-            passes.append(TexturePass(o, _product_pass(ctx, o, pa, pb, depth, es)))
+    # the products, four outputs a fragment, into a third RGBA texture (rows: the output's
+    # coordinates but the last, j; 4 values of j a texel); then each output pass reads its own
+    # and runs the epilogue
+    rows, n = tuple(node.shape[:-1]), node.shape[-1]
+    label = f"the products of kernel {k.name}"
+    packed.append({"unit": unit + 2, "rows": list(size_of(rows)), "depth": list(size_of((n,))), "label": label})
+    passes.append(TexturePass(None, _products_pass(ctx, pa, pb, depth, es), into=unit + 2))
+    for o in k.outputs:
+        passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es)))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), None, tuple(packed))
 
@@ -195,74 +190,6 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     return text.replace(", partials: ", f", {comment('packed ' + p.name)}: ", 1)
 
 
-def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rb: str) -> None:
-    """acc4 += row ra of packed A times row rb of packed B, texel by texel (pa_w, pb_w: the
-    textures' widths)."""
-    fetch = []
-    for p, r, stem in ((pa, ra, "pa_"), (pb, rb, "pb_")):
-        em.line(f"int {stem}r = {r};")
-        em.line(f"int {stem}x = {stem}r % {stem}w, {stem}y = ({stem}r / {stem}w) * {quads};")
-        fetch.append(f"texelFetch(b{p.unit}, ivec2({stem}x, {stem}y + q), 0)")
-    em.open(f"for (int q = 0; q < {quads}; ++q)")
-    em.line(f"acc4 += {fetch[0]} * {fetch[1]};")
-    em.close()
-
-
-def _product_pass(ctx: Context, output: int, pa: _Operand, pb: _Operand, depth, es: bool) -> str:
-    """One fragment per output element: dot products of packed rows, then the epilogue."""
-    from .texture import _finish
-
-    g, k = ctx.graph, ctx.kernel
-    node = g.nodes[k.anchor]
-    em = Emitter(ctx)
-    em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"if (o >= {ctx.numel(k.shape)}) {{ dlc_out = 0.0; return; }}")
-    oc = em.coords(Ix(flat="o"), node.shape)
-    em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
-    em.line("vec4 acc4 = vec4(0.0);")
-    quads = _quads(ctx, depth)
-    if node.op == "conv2d":
-        xs, ws = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-        geo = _geo(xs, ws[:2], node.attrs)
-        b, oy, ox, c = oc
-        _each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
-        ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
-        _accumulate(em, quads, pa, ra, pb, f"(di * {geo['KW']} + dj) * {ws[3]} + {c}")
-        em.close()
-        em.close()
-        what = f"conv2d {list(xs)} * {list(ws)}, {_options(node)}, per output over packed pixels and taps"
-    elif node.op == "conv2d_grad_input":
-        ws = g.nodes[pb.tensor].shape
-        geo = _geo(node.attr("x_shape"), ws[:2], node.attrs)
-        b, y, x, c = oc
-        _each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
-        ra = f"({b} * {geo['OH']} + oy) * {geo['OW']} + ox"
-        _accumulate(em, quads, pa, ra, pb, f"(di * {geo['KW']} + dj) * {ws[2]} + {c}")
-        em.close()
-        em.close()
-        what = f"conv2d gradient for the input {list(node.shape)}, filter {list(ws)}, {_options(node)}, packed"
-    else:
-        i, j = oc[-2], oc[-1]
-        rows = []
-        for p, idx in ((pa, i), (pb, j)):
-            own = ()
-            if len(p.rows) == 2:  # its own batch axis: 1 (broadcast) or the output's
-                own = ("0",) if p.rows[0] == 1 else (oc[0] if len(oc) == 3 else "0",)
-            rows.append(em.flat(Ix(multi=(*own, idx)), p.rows))
-        _accumulate(em, quads, pa, rows[0], pb, rows[1])
-        ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-        what = (
-            f"matmul {list(ash)}{'^T' if node.attr('ta') else ''} @ {list(bsh)}{'^T' if node.attr('tb') else ''}, "
-            "one fragment per output over the packed operands"
-        )
-    em.line("float acc = (acc4.x + acc4.y) + (acc4.z + acc4.w);")
-    em.anchor_value = "acc"
-    value = em.value(output, Ix(flat="o"))
-    em.line(f"dlc_out = {value};")
-    text = _finish(ctx, em, output, what, es)
-    return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
-
-
 def _matmul_rows(em: Emitter, pa: _Operand, pb: _Operand, batch: tuple, i: str, j: str) -> tuple[str, str]:
     """The packed rows of A and B that output (batch, i, j) reads."""
     rows = []
@@ -274,49 +201,70 @@ def _matmul_rows(em: Emitter, pa: _Operand, pb: _Operand, batch: tuple, i: str, 
     return rows[0], rows[1]
 
 
-def _wide_product_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) -> str:
-    """Fragment (row r = (batch, i), texel jq) of the products texture: outputs j = 4jq..4jq+3
-    of row r, from one fetch of A and four of B per 4 k."""
+def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) -> str:
+    """Fragment (row r, texel jq) of the products texture: outputs j = 4jq..4jq+3 of output
+    row r (the output's coordinates but the last), from one fetch of A and four of B per 4 k."""
     from .texture import _finish
 
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
-    rows_shape, n = (*node.shape[:-2], node.shape[-2]), node.shape[-1]
+    rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
     nq, quads, N = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n)
     em.line(f"int r = (int(gl_FragCoord.y) / {nq}) * dlc_width + int(gl_FragCoord.x);")
     em.line(f"int j0 = (int(gl_FragCoord.y) % {nq}) * 4;")
     em.line(f"if (r >= {ctx.numel(rows_shape)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), rows_shape)
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
-    fetch_b = []
+    js = []
     for c in range(4):
-        jc = em.names.claim(f"j{c + 1}")
-        em.line(f"int {jc} = min(j0 + {c}, {N} - 1);")
-        ra, rb = _matmul_rows(em, pa, pb, rc[:-1], rc[-1], jc)
-        if c == 0:
-            em.line(f"int pa_r = {ra};")
-            em.line(f"int pa_x = pa_r % pa_w, pa_y = (pa_r / pa_w) * {quads};")
-        em.line(f"int pb{c}_r = {rb};")
-        em.line(f"int pb{c}_x = pb{c}_r % pb_w, pb{c}_y = (pb{c}_r / pb_w) * {quads};")
+        js.append(em.names.claim(f"j{c + 1}"))
+        em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
         em.line(f"vec4 acc{c} = vec4(0.0);")
-        fetch_b.append(f"texelFetch(b{pb.unit}, ivec2(pb{c}_x, pb{c}_y + q), 0)")
-    em.open(f"for (int q = 0; q < {quads}; ++q)")
-    em.line(f"vec4 a = texelFetch(b{pa.unit}, ivec2(pa_x, pa_y + q), 0);")
-    for c in range(4):
-        em.line(f"acc{c} += a * {fetch_b[c]};")
-    em.close()
+    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
+    if node.op == "matmul":
+        rows = [_matmul_rows(em, pa, pb, rc[:-1], rc[-1], j) for j in js]
+        _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
+        ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
+        what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
+    elif node.op == "conv2d":
+        geo = _geo(ash, bsh[:2], node.attrs)
+        b, oy, ox = rc
+        _each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
+        ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
+        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js])
+        em.close()
+        em.close()
+        what = f"conv2d {list(ash)} * {list(bsh)}, {_options(node)}"
+    else:  # conv2d_grad_input
+        geo = _geo(node.attr("x_shape"), bsh[:2], node.attrs)
+        b, y, x = rc
+        _each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
+        ra = f"({b} * {geo['OH']} + oy) * {geo['OW']} + ox"
+        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[2]} + {j}" for j in js])
+        em.close()
+        em.close()
+        what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {_options(node)}"
     sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
     em.line(f"dlc_out4 = vec4({sums});")
-    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-    what = (
-        f"matmul {list(ash)}{'^T' if node.attr('ta') else ''} @ {list(bsh)}{'^T' if node.attr('tb') else ''}, "
-        "4 outputs a fragment over the packed operands"
-    )
-    text = _finish(ctx, em, None, what, es)
+    text = _finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands", es)
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     text = text.replace(", partials: ", ", the products: ", 1)
     return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
+
+
+def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rbs: list[str]) -> None:
+    """acc<c> += row ra of packed A times row rbs[c] of packed B, c = 0..3, texel by texel."""
+    em.line(f"int pa_r = {ra};")
+    em.line(f"int pa_x = pa_r % pa_w, pa_y = (pa_r / pa_w) * {quads};")
+    for c, rb in enumerate(rbs):
+        em.line(f"int pb{c}_r = {rb};")
+        em.line(f"int pb{c}_x = pb{c}_r % pb_w, pb{c}_y = (pb{c}_r / pb_w) * {quads};")
+    em.open(f"for (int q = 0; q < {quads}; ++q)")
+    em.line(f"vec4 a = texelFetch(b{pa.unit}, ivec2(pa_x, pa_y + q), 0);")
+    for c in range(len(rbs)):
+        em.line(f"acc{c} += a * texelFetch(b{pb.unit}, ivec2(pb{c}_x, pb{c}_y + q), 0);")
+    em.close()
 
 
 def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
@@ -327,7 +275,7 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
-    rows_shape, n = (*node.shape[:-2], node.shape[-2]), node.shape[-1]
+    rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
     em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
     em.line(f"if (o >= {ctx.numel(k.shape)}) {{ dlc_out = 0.0; return; }}")
     oc = em.coords(Ix(flat="o"), node.shape)
@@ -338,7 +286,7 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     em.anchor_value = "acc"
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
-    text = _finish(ctx, em, output, "matmul: one output a fragment from the products texture", es)
+    text = _finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture", es)
     decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
 
