@@ -75,7 +75,10 @@ class TextureExecutor:
         self.buffers: dict[int, Texture] = {}
         self._spare: dict[tuple[int, int], list[Texture]] = {}
         self._scratch: dict[int, Texture] = {}  # kernel -> its partials (split reductions)
-        self._packed: dict[tuple[int, int], Texture] = {}  # (kernel, unit) -> a packed matmul operand
+        # texture_matmul's packed textures (operands, products): live only while their kernel
+        # runs, so every kernel draws them from one pool by size
+        self._packed_size: dict[tuple[int, int], tuple[int, int]] = {}  # (kernel, unit) -> size
+        self._packed: dict[tuple[int, int], list[Texture]] = {}  # size -> free textures
         for s, slot in enumerate(self.slots):
             if slot["kind"] == "const":
                 values = np.asarray(slot["values"], np.float32)
@@ -118,14 +121,10 @@ class TextureExecutor:
                     if tex is not None:
                         tex.delete()
                     self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
-            for p in spec.get("packed", ()):  # a packed matmul operand: rows of ceil(depth / 4) texels
+            for p in spec.get("packed", ()):  # rows of ceil(depth / 4) RGBA texels
                 what = f"the packed copy of {p.get('label', 'an operand')} in kernel {spec['name']}"
                 size = packed_layout(eval_size(p["rows"], dims), eval_size(p["depth"], dims), what)
-                tex = self._packed.get((k, p["unit"]))
-                if tex is None or (tex.width, tex.height) != size:
-                    if tex is not None:
-                        tex.delete()
-                    self._packed[k, p["unit"]] = Texture(size[0] * size[1], what, channels=4, size=size)
+                self._packed_size[k, p["unit"]] = size
         self._dims = dims
 
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
@@ -193,8 +192,8 @@ class TextureExecutor:
             samplers = {unit: self.slot_buffer(s) for unit, s in enumerate(spec["slots"])}
             if "scratch" in spec:
                 samplers[spec["scratch"]["unit"]] = self._scratch[k]
-            for p in spec.get("packed", ()):
-                samplers[p["unit"]] = self._packed[k, p["unit"]]
+            packed = [self._take_packed(self._packed_size[k, p["unit"]]) for p in spec.get("packed", ())]
+            samplers.update((p["unit"], tex) for p, tex in zip(spec.get("packed", ()), packed))
             # the slots any pass samples (from the shaders, not the spec's "reads"): written
             # through spares, as a later pass may read what an earlier one wrote
             units = {u for program in self.programs[k] for u in program.units}
@@ -204,7 +203,7 @@ class TextureExecutor:
             swaps = []
             for p, program in zip(spec["passes"], self.programs[k]):
                 used = {u: samplers[u] for u in program.units}
-                if p.get("into") is not None:  # a packed matmul operand
+                if p.get("into") is not None:  # a packed texture (texture_matmul)
                     target = samplers[p["into"]]
                     render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
                     continue
@@ -218,6 +217,8 @@ class TextureExecutor:
                     target = self._take_spare(target)
                     swaps.append((s, target))
                 render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
+            for tex in packed:
+                self._packed[tex.width, tex.height].append(tex)
             for s, tex in swaps:
                 slot = self.slots[s]
                 if slot["kind"] in PERSISTENT:
@@ -230,6 +231,10 @@ class TextureExecutor:
 
     def _scalar(self, name: str):
         raise RuntimeFailure(f"the texture target does not take the number input '{name}'")
+
+    def _take_packed(self, size: tuple[int, int]) -> Texture:
+        pool = self._packed.setdefault(size, [])
+        return pool.pop() if pool else Texture(size[0] * size[1], "a packed texture", channels=4, size=size)
 
     def _take_spare(self, like: Texture) -> Texture:
         pool = self._spare.get((like.width, like.height))
@@ -267,7 +272,7 @@ class TextureExecutor:
             for tex in pool:
                 tex.delete()
         self._spare.clear()
-        for tex in [*self._scratch.values(), *self._packed.values()]:
+        for tex in [*self._scratch.values(), *(t for pool in self._packed.values() for t in pool)]:
             tex.delete()
         self._scratch.clear()
         self._packed.clear()
@@ -279,5 +284,5 @@ class TextureExecutor:
     def buffer_bytes(self) -> tuple[int, int]:
         live = [t for t in self.buffers.values() if t.handle]
         live += [t for pool in self._spare.values() for t in pool if t.handle]
-        live += [t for t in [*self._scratch.values(), *self._packed.values()] if t.handle]
+        live += [t for t in [*self._scratch.values(), *(t for pool in self._packed.values() for t in pool)] if t.handle]
         return len(live), sum(t.nbytes for t in live)

@@ -62,7 +62,7 @@ class TextureKernel:
     kernel: KernelSource
     passes: tuple[TexturePass, ...]
     scratch: dict | None = None  # {"size": [int, dims...], "unit": k}: the partials' texture
-    packed: tuple = ()  # texture_matmul's packed operands: {"unit", "rows", "depth"} each
+    packed: tuple = ()  # texture_matmul's RGBA textures: {"unit", "rows", "depth", "label"} each
 
 
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
