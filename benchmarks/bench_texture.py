@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ]
     from dlc.compiler.codegen import texture_matmul
 
-    print("| work | compute ms | texture ms | texture / compute | texture, loop matmul ms |")
+    print("| work | compute ms | texture ms | texture / compute | texture, per-output loop ms |")
     print("| --- | --- | --- | --- | --- |")
     for what, source, roots, feeds, dims, train in cases:
         got = {t: time_program(t, source, roots, feeds, dims, a.reps, train) for t in ("compute", "texture")}

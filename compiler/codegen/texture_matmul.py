@@ -43,10 +43,15 @@ MIN_DEPTH = 8
 MIN_PRODUCTS = 8192
 
 
+# Texture units every GL 3.3 / WebGL2 fragment shader has: the packed textures take 3 more
+# after the kernel's slots
+TEXTURE_UNITS = 16
+
+
 def applies(ctx: Context) -> bool:
     """Whether this kernel is a matmul (or a conv2d) the packed passes render."""
     k = ctx.kernel
-    if k.kind not in ("matmul", "window"):
+    if k.kind not in ("matmul", "window") or len(ctx.binding) + 3 > TEXTURE_UNITS:
         return False
     node = ctx.graph.nodes[k.anchor]
     if k.kind == "window":  # conv2d (and its input gradient) over one group: a product per tap

@@ -142,6 +142,14 @@ def test_small_products_keep_the_per_output_loop():
     assert texture_matmul.MIN_DEPTH == 8
 
 
+def test_a_kernel_without_three_spare_texture_units_keeps_the_per_output_loop(monkeypatch):
+    source = "input a: [B, 64]\ninput b: [64, 32]\nc = a @ b\n"  # slots a, b, c: units 0-2
+    monkeypatch.setattr(texture_matmul, "TEXTURE_UNITS", 5)
+    assert _packed_files(source) == []
+    monkeypatch.setattr(texture_matmul, "TEXTURE_UNITS", 6)
+    assert len(_packed_files(source)) == 3
+
+
 def test_packed_shaders_read_without_dividing_per_fetch():
     """The K loops (the products passes) fetch texels at (x, y + q): no division or modulo
     inside, one fetch of A (x) and 4 of B (w) per 4 k."""
