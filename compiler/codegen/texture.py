@@ -68,13 +68,17 @@ class TextureKernel:
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
     dims = dim_index(plan)
     es = bool((options or {}).get("es", False))
-    return [render_kernel(plan, k, dims, es) for k in range(len(plan.fusion.kernels))]
+    # texture_matmul's packed passes; off by default for ES until dlc.js reads packed textures
+    packed = bool((options or {}).get("packed", not es))
+    return [render_kernel(plan, k, dims, es, packed) for k in range(len(plan.fusion.kernels))]
 
 
-def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], es: bool = False) -> TextureKernel:
+def render_kernel(
+    plan: Plan, index: int, dims: Mapping[str, int], es: bool = False, packed: bool = True
+) -> TextureKernel:
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims)
-    if texture_matmul.applies(ctx):
+    if packed and texture_matmul.applies(ctx):
         return texture_matmul.render_kernel(ctx, es)
     passes = []
     scratch = None

@@ -290,8 +290,8 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
-    opt = dlc.SGD(0.1)
-    progs = programs(dlc.compile(source), train_loss="cost", optimizer=opt, target="texture", options={"es": True})
+    opt, es = dlc.SGD(0.1), {"es": True, "packed": True}
+    progs = programs(dlc.compile(source), train_loss="cost", optimizer=opt, target="texture", options=es)
     files = {f: t for p in progs.values() for f, t in p.sources.items()}
     assert any("_pack" in f for f in files)
     for file, text in files.items():
@@ -302,3 +302,12 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
         log = GL.glGetShaderInfoLog(shader)
         GL.glDeleteShader(shader)
         assert ok, f"{file}: {log}"
+
+
+def test_es_shaders_pack_only_when_asked():
+    """The web runtime (dlc.js) reads no packed textures yet: GLSL ES programs keep the
+    per-output loop unless the `packed` option asks for the packed passes."""
+    model = dlc.compile(GRAD)
+    for options, want in (({"es": True}, False), ({"es": True, "packed": True}, True), ({"packed": False}, False)):
+        sources = programs(model, target="texture", options=options)["eval"].sources
+        assert any("_pack" in f for f in sources) == want, options
