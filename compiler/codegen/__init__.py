@@ -36,7 +36,7 @@ def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], options: Mapp
     if kernel.kind == "reduce":
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
-        return kernels_matmul.render(ctx, options.get("matmul"), options.get("blocking"), options.get("prefetch", True))
+        return kernels_matmul.render(ctx, options)
     if kernel.kind == "window":
         return kernels_window.render(ctx, options.get("conv"), options.get("conv_blocking"), options.get("conv_split"))
     raise AssertionError(f"no template for {kernel.kind} kernels")
