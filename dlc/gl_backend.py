@@ -76,7 +76,10 @@ class GLBackend:
         if found is None:
             from dlc.compiler.pipeline import compile_program
 
-            options = {**self.options, "nan_flags": True} if checked else self.options
+            # the matmul tuning table's row for this GPU (compiler/codegen/matmul_tuning.py)
+            options = {"device": get_context().renderer, **self.options}
+            if checked:
+                options["nan_flags"] = True
             compiled = compile_program(
                 graph,
                 roots,

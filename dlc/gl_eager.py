@@ -130,7 +130,8 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
 def _compile(kernel: Any, dims: dict) -> _Compiled:
     from dlc.compiler.pipeline import compile_program
 
-    program = compile_program(kernel.graph, [kernel.out], name=f"eager_{kernel.name}", ref_dims=dims)
+    options = {"device": get_context().renderer}  # the matmul tuning table's row for this GPU
+    program = compile_program(kernel.graph, [kernel.out], name=f"eager_{kernel.name}", ref_dims=dims, options=options)
     spec, sources = program.spec, program.sources
     slots = spec["slots"]
     launches = [

@@ -180,7 +180,7 @@ def resolve(ctx: Context, options: Mapping | None = None) -> tuple[str, Variant 
         base = tuning.variant(
             {**base.literal(), **switches, "blocking": base.blocking}, "codegen option matmul_variant"
         )
-        where += ", switches forced"
+        where += "" if where == "forced" else ", switches forced"
     return which, base, where
 
 
@@ -342,11 +342,12 @@ LONG_K = 16384
 
 
 def _render_blocked(ctx: Context, var: Variant, where: str = "", shared_limit: int = SHARED_LIMIT) -> KernelSource:
-    gm_ = matmul_gemm(ctx, var.store4)
     geo = geometry(ctx)
     k = geo.k
     blk = var.blocking
-    if geo.batch is None and isinstance(k, int) and k > LONG_K:
+    long_k = geo.batch is None and isinstance(k, int) and k > LONG_K
+    gm_ = matmul_gemm(ctx, var.store4 and not long_k)  # split-K partials are stored one by one
+    if long_k:
         chunk = -(-LONG_K // blk.bk) * blk.bk
         gm_ = dataclasses.replace(gm_, grid=lambda tm, tn: _grid(geo, tm, tn))
         return render_gemm(ctx, gm_, var, split=([k], chunk), where=where, shared_limit=shared_limit)
@@ -445,7 +446,7 @@ def render_gemm(
         warp = None
     store4 = gm_.store4 is not None and split is None
     if var.store4 and not store4:
-        notes.append("scalar stores: " + (gm_.store4_why or "split-K partials"))
+        notes.append("scalar stores: " + ("split-K partials" if split is not None else gm_.store4_why))
     off = "so" if double else None  # the slab pair in use, when double-buffered
     shared_a = _shared(0, blk.tm // 4, off)
     shared_b = _shared(a_words, blk.tn // 4, off)
