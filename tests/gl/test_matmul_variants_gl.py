@@ -160,3 +160,28 @@ def test_the_llvmpipe_row_is_what_the_gl_backend_renders_with(gl):
     backend.close()
     head = compiled.kernels[0].source.split("\n")[1]
     assert f"({matmul_tuning.family(gl.renderer)}, split)" in head
+
+
+def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
+    """benchmarks/tune_matmul.py at tiny sizes: each candidate checked against float64, and the
+    row it prints parses as the tuning table's entries."""
+    import ast
+    import pathlib
+    import sys
+
+    from dlc.compiler.codegen import matmul_tuning
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    import tune_matmul
+
+    argv = ["--small", "--classes", "thin,tile16", "--budget", "3", "--reps", "1", "--warm", "0"]
+    assert tune_matmul.main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    literal = out.split("TABLE:\n", 1)[1].split("\n", 2)[2]  # after the comment line
+    ((family, row),) = ast.literal_eval(literal).items()
+    assert family == matmul_tuning.family(gl.renderer)
+    assert set(row) == {"wave", "shared_bytes", *matmul_tuning.CLASSES}
+    for cls in matmul_tuning.CLASSES:
+        matmul_tuning.variant(row[cls])
+    assert "| thin | thin (small) 300x260x10" in out and "WRONG" not in out
+    assert (tmp_path / "tune_matmul.json").exists()
