@@ -150,10 +150,6 @@ def size_class(ctx: Context, which: str) -> str:
     return which
 
 
-def blocking_of(ctx: Context, which: str, device: str | None = None) -> Blocking:
-    return tuning.lookup(device, size_class(ctx, which)).blocking
-
-
 def resolve(ctx: Context, options: Mapping | None = None) -> tuple[str, Variant | None, str]:
     """(template, variant or None for tile16, where the variant came from) for this kernel
     under the codegen options (see the module's docstring)."""
@@ -438,7 +434,11 @@ def render_gemm(
         double = False
         notes.append(f"single-buffered: two slabs need {32 * slab} bytes of shared memory, past {shared_limit}")
     shared_bytes = 16 * max(slab * (2 if double else 1), red_words)
-    assert shared_bytes <= max(shared_limit, SHARED_LIMIT), f"{blk} needs {shared_bytes} bytes of shared memory"
+    if shared_bytes > shared_limit:  # only a forced blocking can (the table's are tested)
+        raise ValueError(
+            f"matmul blocking {dataclasses.astuple(blk)} needs {shared_bytes} bytes of shared memory,"
+            f" past the {shared_limit} a work group may take on this device"
+        )
     prefetch = var.prefetch or double  # double buffering fetches the next slab into registers
     warp = var.warp
     if warp and (tx_count % warp[1] or ty_count % warp[0]):

@@ -87,6 +87,8 @@ def test_bad_codegen_options_are_clear_errors():
         compile_program(g, [y], options={"matmul_variant": "double"})
     with pytest.raises(ValueError, match="unknown matmul template 'huge'"):
         compile_program(g, [y], options={"matmul": "huge"})
+    with pytest.raises(ValueError, match=r"needs 65536 bytes of shared memory, past the 32768"):
+        compile_program(g, [y], options={"blocking": (128, 128, 64, 8, 8)})
 
 
 def test_choices_come_from_the_device_row(monkeypatch):
