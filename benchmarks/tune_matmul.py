@@ -82,7 +82,8 @@ BLOCKINGS = {
     "medium": [(64, 64, 32, 4, 4), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2)],
     "thin": [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)],
 }
-# Switch combinations tried on every blocking; vec4 stores are then tried on each class's best.
+# Switch combinations: the first two on every blocking, the rest on the two best blockings;
+# vec4 stores are then tried on the best of all (tune()).
 SWITCHES = [
     {},
     {"double_buffer": True},
@@ -168,12 +169,41 @@ REPS = 20
 TOLERANCE = 1e-4  # relative to the largest output: fp32 sums of a few thousand terms
 
 
-def candidates(cls: str) -> list[dict]:
-    return [{"blocking": b, **s} for b, s in itertools.product(BLOCKINGS[cls], SWITCHES)]
+class Search:
+    """One class's candidates: each literal timed once on every product of the class."""
+
+    def __init__(self, rows: list[dict], prods: list[Product], cls: str, device: str, end: float):
+        self.rows, self.prods, self.cls, self.device, self.end = rows, prods, cls, device, end
+        self.totals: dict[tuple, float] = {}  # by the variant's literal as a sorted tuple
+        self.literals: dict[tuple, dict] = {}
+        self.skipped = 0
+
+    @staticmethod
+    def key(lit: dict) -> tuple:
+        from dlc.compiler.codegen import matmul_tuning as tuning
+
+        return tuple(sorted(tuning.variant(lit).literal().items()))
+
+    def attempt(self, lit: dict, prefix: str = "") -> None:
+        key = self.key(lit)
+        if key in self.literals:
+            return
+        if time.perf_counter() > self.end:
+            self.skipped += 1
+            return
+        self.literals[key] = lit
+        total = _try(self.rows, self.prods, self.cls, self.device, lit, prefix)
+        if total is not None:
+            self.totals[key] = total
+
+    def leaders(self, count: int) -> list[dict]:
+        return [self.literals[k] for k in sorted(self.totals, key=self.totals.get)[:count]]
 
 
 def tune(products: dict[str, list[Product]], device: str, budget: float) -> tuple[list[dict], dict]:
-    """Rows of the table and each class's best literal."""
+    """Rows of the table and each class's best literal. Per class, in three rounds: every
+    blocking single- and double-buffered (and the table's variant now); the other switch
+    combinations on the best two blockings; vec4 stores on the best of all."""
     from dlc.compiler.codegen import matmul_tuning as tuning
 
     rows: list[dict] = []
@@ -181,8 +211,6 @@ def tune(products: dict[str, list[Product]], device: str, budget: float) -> tupl
     end = time.perf_counter() + budget
     skipped = 0
     for i, (cls, prods) in enumerate(products.items()):
-        # this class's share of the time left (what one leaves goes to the next)
-        class_end = time.perf_counter() + (end - time.perf_counter()) / (len(products) - i)
         for p in prods:
             if p.torch_ms is not None:
                 rows.append(_row(p, cls, "torch.matmul (cuBLAS fp32, TF32 off)", p.torch_ms, None))
@@ -191,37 +219,35 @@ def tune(products: dict[str, list[Product]], device: str, budget: float) -> tupl
                 ms, err, _ = p.time({"device": device})
                 rows.append(_row(p, cls, "tile16 (the template for K this short)", ms, err))
             continue
+        # this class's share of the time left (what one leaves goes to the next)
+        search = Search(
+            rows, prods, cls, device, time.perf_counter() + (end - time.perf_counter()) / (len(products) - i)
+        )
         current = tuning.lookup(device, cls).literal()
-        totals: dict[str, float] = {}
-        literals: dict[str, dict] = {}
-        tried = [current] + [c for c in candidates(cls) if tuning.variant(c) != tuning.variant(current)]
-        for lit in tried:
-            if time.perf_counter() > class_end:
-                skipped += 1
-                continue
-            key = repr(lit)
-            total = _try(rows, prods, cls, device, lit, "table now: " if lit is current else "")
-            if total is not None:
-                totals[key], literals[key] = total, lit
-        if totals:  # vec4 stores on the best so far
-            top = literals[min(totals, key=totals.get)]
-            if not top.get("store4"):
-                lit = {**top, "store4": True}
-                total = _try(rows, prods, cls, device, lit, "")
-                if total is not None:
-                    totals[repr(lit)], literals[repr(lit)] = total, lit
-            winner = literals[min(totals, key=totals.get)]
-            best[cls] = tuning.variant(winner).literal()
-            kept = totals[repr(current)] if repr(current) in totals else None
-            rows.append(
-                {
-                    "class": cls,
-                    "product": f"best of {len(totals)} (ms: its total over the class)",
-                    "variant": describe(winner),
-                    "ms": totals[repr(winner)],
-                    "vs table now": f"{kept / totals[repr(winner)]:.2f}x" if kept else "",
-                }
-            )
+        search.attempt(current, "table now: ")
+        for blk, first in itertools.product(BLOCKINGS[cls], SWITCHES[:2]):
+            search.attempt({"blocking": blk, **first})
+        for blk in dict.fromkeys(tuple(lit["blocking"]) for lit in search.leaders(2)):
+            for switches in SWITCHES[2:]:
+                search.attempt({"blocking": blk, **switches})
+        for top in search.leaders(1):
+            search.attempt({**top, "store4": True})
+        skipped += search.skipped
+        if not search.totals:
+            continue
+        (win,) = search.leaders(1)
+        best[cls] = tuning.variant(win).literal()
+        total = search.totals[search.key(win)]
+        now = search.totals.get(search.key(current))
+        rows.append(
+            {
+                "class": cls,
+                "product": f"best of {len(search.totals)} (ms: its total over the class)",
+                "variant": describe(win),
+                "ms": total,
+                "vs table now": f"{now / total:.2f}x" if now else "",
+            }
+        )
     if skipped:
         rows.append({"class": "", "product": f"{skipped} candidates skipped: past --budget"})
     return rows, best
