@@ -325,6 +325,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     global REPS
     REPS = args.reps or (3 if args.small else 20)
+    # hundreds of one-off programs: compile each, keep none in the user's program binary cache
+    os.environ.setdefault("DLC_PROGRAM_BINARY_CACHE", "0")
     bench_gl.WARM_S = args.warm if args.warm is not None else (0.01 if args.small else 0.1)
 
     from dlc.compiler.codegen import matmul_tuning as tuning
