@@ -120,7 +120,7 @@ def _pack(arrays: dict[str, np.ndarray]) -> tuple[bytes, dict[str, dict]]:
 
 
 def _page_kind(data: dict) -> str:
-    """"digits" when the page can draw the input: an input of 64 grey levels per example (8x8)
+    """ "digits" when the page can draw the input: an input of 64 grey levels per example (8x8)
     and a `probs` tensor of 10 classes per example; else "generic"."""
 
     def per_example(shape) -> int | None:
@@ -160,4 +160,3 @@ def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
