@@ -115,10 +115,11 @@ class Device {
     this.readFormat = null; // [format, channels] readPixels takes for an R32F framebuffer
   }
 
-  /** (width, height) holding `count` floats. */
+  /** (width, height) holding `count` floats: near square (a one-row texture wastes half of
+   * every 2x2 quad the rasterizer shades; shaders index it flat, by its width). */
   layout(count, what) {
     count = Math.max(count, 1);
-    const width = Math.min(count, this.maxSize);
+    const width = Math.min(Math.ceil(Math.sqrt(count)), this.maxSize);
     const height = Math.ceil(count / width);
     if (height > this.maxSize) {
       throw new DlcError(
@@ -315,26 +316,16 @@ class Device {
   }
 }
 
-// The next task: a MessageChannel message (setTimeout chains are clamped to 4 ms).
-const channel = typeof MessageChannel !== "undefined" ? new MessageChannel() : null;
-const waiting = [];
-if (channel) channel.port1.onmessage = () => waiting.shift()();
-function nextTask() {
-  return new Promise((resolve) => {
-    if (!channel) return setTimeout(resolve, 0);
-    waiting.push(resolve);
-    channel.port2.postMessage(0);
-  });
-}
-
-/** Resolve once `sync` has signaled; a sync's status changes only between tasks. */
+/** Resolve once `sync` has signaled. A sync's status changes only between tasks: poll from
+ * zero timers, as TensorFlow.js does (a loop of MessageChannel messages polls hundreds of
+ * times and starves the task that updates the status). */
 async function waitFor(gl, sync) {
-  for (let polls = 0; ; polls++) {
+  for (;;) {
     const status = gl.clientWaitSync(sync, 0, 0);
     if (status === gl.ALREADY_SIGNALED || status === gl.CONDITION_SATISFIED) return;
     if (status === gl.WAIT_FAILED) throw new DlcError("the GPU fence failed (WAIT_FAILED); was the context lost?");
     if (gl.isContextLost()) throw new DlcError("the WebGL2 context was lost");
-    await (polls < 1000 ? nextTask() : new Promise((r) => setTimeout(r, 1)));
+    await new Promise((resolve) => setTimeout(resolve, 0));
   }
 }
 
