@@ -1,4 +1,4 @@
-"""The `dlc` command line: check, compile, train, eval, plot-model, info (SPEC section 2).
+"""The `dlc` command line: check, compile, train, eval, plot-model, import, export, info (SPEC section 2).
 
 Errors in a model or in data print the located message and exit 1 without a
 traceback (`--debug` shows one); usage errors exit 2 (argparse). A MODEL may
