@@ -126,19 +126,42 @@ def test_bad_feeds_and_names_are_clear_errors(web_root, open_export):
     assert "disposed" in error("m.dispose(); await m.eval({}, ['probs'])")
 
 
-DRAWN_ZERO = [(0.5 + 0.22 * np.sin(t), 0.5 - 0.36 * np.cos(t)) for t in np.linspace(0, 2 * np.pi, 40)]
+def strokes(points: list[tuple[float, float]], steps: int = 12) -> list[tuple[float, float]]:
+    """A polyline through `points` (fractions of the pad), `steps` points per segment."""
+    out = [points[0]]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        out += [(x0 + (x1 - x0) * t, y0 + (y1 - y0) * t) for t in np.linspace(0, 1, steps)[1:]]
+    return out
 
 
-def test_the_digits_page_classifies_a_drawn_digit(web_root, open_export, tmp_path):
-    path = "samples/mlp_digits.dl"
-    sess = reference(path)
+DRAWN = {  # digits as a person draws them, in fractions of the pad
+    0: [(0.5 + 0.22 * np.sin(t), 0.5 - 0.36 * np.cos(t)) for t in np.linspace(0, 2 * np.pi, 40)],
+    1: strokes([(0.35, 0.38), (0.56, 0.15), (0.56, 0.85)]),
+    7: strokes([(0.3, 0.18), (0.7, 0.18), (0.45, 0.85)]),
+}
+
+
+@pytest.fixture(scope="module")
+def digits_weights(tmp_path_factory):
+    """The digits MLP trained with the NumPy reference (a session of its own)."""
+    sess = reference("samples/mlp_digits.dl")
     train = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
     sess.train(train, optimizer=dlc.Adam(0.01), batch_size=32, epochs=15)
-    np.savez(tmp_path / "w.npz", **sess.params)
-    page = open_export(exported(web_root, "digits", path, weights=tmp_path / "w.npz"))
+    path = tmp_path_factory.mktemp("digits") / "w.npz"
+    np.savez(path, **sess.params)
+    return path, sess
+
+
+@pytest.mark.parametrize("digit", sorted(DRAWN))
+def test_the_digits_page_classifies_a_drawn_digit(digit, digits_weights, web_root, open_export, tmp_path):
+    weights, sess = digits_weights
+    root, _ = web_root
+    if not (root / "digits").exists():
+        exported(web_root, "digits", "samples/mlp_digits.dl", weights=weights)
+    page = open_export("digits")
     pad = page.page.locator("#pad").bounding_box()
     mouse = page.page.mouse
-    for i, (fx, fy) in enumerate(DRAWN_ZERO):  # an upright ellipse: a zero
+    for i, (fx, fy) in enumerate(DRAWN[digit]):
         x, y = pad["x"] + fx * pad["width"], pad["y"] + fy * pad["height"]
         if i == 0:
             mouse.move(x, y)
@@ -147,9 +170,8 @@ def test_the_digits_page_classifies_a_drawn_digit(web_root, open_export, tmp_pat
             mouse.move(x, y, steps=2)
     mouse.up()
     page.page.wait_for_function("window.dlcPage.last !== null", timeout=60_000)
-    page.page.wait_for_timeout(300)
-    last = page.page.evaluate("window.dlcPage.classify()")
-    shot = pathlib.Path(tmp_path / "digits_page.png")
+    last = page.page.evaluate("window.dlcPage.classify()")  # the whole drawing, after the last stroke
+    shot = tmp_path / f"digits_page_{digit}.png"
     page.page.screenshot(path=str(shot))
     print(f"screenshot: {shot}")
     features = np.asarray(last["features"], np.float32).reshape(1, 64)
@@ -158,6 +180,38 @@ def test_the_digits_page_classifies_a_drawn_digit(web_root, open_export, tmp_pat
     assert features.min() == 0 and 12 <= features.max() <= 16 and (features == np.round(features)).all()
     assert (features.reshape(8, 8) > 0).any(axis=1).all()
     np.testing.assert_allclose(last["probs"], sess.eval("probs", {"pixels": features})[0], rtol=2e-4, atol=2e-6)
-    assert last["prediction"] == 0
-    assert page.page.locator("#prediction").inner_text() == "0"
+    assert last["prediction"] == digit
+    assert page.page.locator("#prediction").inner_text() == str(digit)
     assert page.page.locator(".bar").count() == 10
+    page.page.locator("#clear").click()
+    assert page.page.locator("#prediction").inner_text() == "?"
+
+
+def test_the_generic_page_evaluates_on_zeros(web_root, open_export):
+    page = open_export(exported(web_root, "generic", "samples/quadratic.dl"))
+    assert page.page.locator("#names").inner_text().count("param") == 3
+    page.page.locator("#run").click()
+    page.page.wait_for_function("document.getElementById('output').textContent.includes('cost')")
+    sess = reference("samples/quadratic.dl")
+    text = page.page.locator("#output").inner_text()
+    c = sess.params["c"].item()  # at x = 0: y = c
+    assert text.splitlines()[0].startswith("y [1]: ") and abs(float(text.splitlines()[0].split()[-1]) - c) < 1e-3
+
+
+def test_load_without_float_render_targets_says_so(browser, web_root):
+    root, base = web_root
+    if not (root / "digits_plain").exists():
+        exported(web_root, "digits_plain", "samples/mlp_digits.dl")
+    page = browser.new_page()
+    try:
+        page.add_init_script(
+            "const get = WebGL2RenderingContext.prototype.getExtension;"
+            "WebGL2RenderingContext.prototype.getExtension = function (name) {"
+            " return name === 'EXT_color_buffer_float' ? null : get.call(this, name); };"
+        )
+        page.goto(f"{base}digits_plain/index.html")
+        page.wait_for_function("window.dlcPage && window.dlcPage.error", timeout=60_000)
+        assert "lacks EXT_color_buffer_float" in page.evaluate("window.dlcPage.error")
+        assert "lacks EXT_color_buffer_float" in page.locator("#error").inner_text()
+    finally:
+        page.close()
