@@ -130,6 +130,12 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3, help="alternating timed runs per side; the median is shown")
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument(
+        "--flags",
+        default=" ".join(FLAGS),
+        help="the browser's flags (default: WebGL2 on SwiftShader; on a GPU machine e.g. '--no-sandbox "
+        "--use-angle=vulkan --enable-gpu')",
+    )
     args = ap.parse_args()
     if not TFJS.exists():
         sys.exit(f"TensorFlow.js is missing at {TFJS}: see the top of {__file__} for how to get it")
@@ -157,7 +163,7 @@ def main() -> int:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         rows = []
         with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=browser, args=FLAGS)
+            b = p.chromium.launch(executable_path=browser, args=args.flags.split())
             page = b.new_page()
             page.on("pageerror", lambda e: print("page error:", e, file=sys.stderr))
             page.goto(f"http://127.0.0.1:{server.server_address[1]}/bench.html")
