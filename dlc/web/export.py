@@ -45,6 +45,7 @@ def export_web(
     """Write the web export of `model_path` into `out_dir`; returns its path."""
     from dlc import compile as compile_model
     from dlc.compiler.artifact import manifest, programs
+    from dlc.compiler.codegen.texture import TextureTargetError
     from dlc.compiler.initializers import initial_value
     from dlc.runtime import optimizers
     from dlc.runtime.weights import checked_params, load_npz
@@ -75,7 +76,10 @@ def export_web(
     elif loss is not None or optimizer is not None or lr is not None:
         raise DlcError(f"{path} has no loss to train; --loss, --optimizer and --lr need one")
 
-    progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options={"es": True})
+    try:
+        progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options={"es": True})
+    except TextureTargetError as e:  # WebGL2 has no compute shaders: the texture target or nothing
+        raise DlcError(f"{path} cannot run in a browser: {e}") from None
     data = manifest(model, progs, opt, None)
 
     # The params: a weights file, the artifact's params.npz, or the initializers.

@@ -59,6 +59,29 @@ def test_eval_matches_numpy(sample, web_root, open_export, tmp_path):
     assert not page.errors
 
 
+CONSTS = """input x: [N, 2]
+const k: [2] = [1, 2]
+const m: [2, 2] = [[1, -1], [0.5, 2]]
+const s = 3
+param w: [2] = ones
+y = (x * k * s + w) @ m
+total = sum(y)
+"""
+
+
+def test_eval_with_constants_matches_numpy(web_root, open_export, tmp_path):
+    path = tmp_path / "consts.dl"
+    path.write_text(CONSTS)
+    sess = reference(str(path))
+    page = open_export(exported(web_root, "consts", path))
+    x = {"x": np.arange(10, dtype=np.float32).reshape(5, 2) - 4}
+    want = sess.eval(["y", "total"], x)
+    got = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['y', 'total']); return {JS_OUT};", {"feeds": feed(x)})
+    for name in ("y", "total"):
+        value = np.reshape(got[name]["data"], np.shape(want[name]))
+        np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_eval_binds_symbolic_dims_from_each_call(web_root, open_export):
     sess = reference("samples/mlp_digits.dl")
     page = open_export(exported(web_root, "dims", "samples/mlp_digits.dl"))

@@ -461,7 +461,7 @@ class Executor {
     this.dims = {};
     this.slots.forEach((slot, s) => {
       if (slot.kind === "const") {
-        const values = Float32Array.from(slot.values.flat(Infinity));
+        const values = Float32Array.from([slot.values].flat(Infinity)); // a number or nested lists
         const tex = device.texture(values.length, `a constant of ${spec.name}`);
         device.upload(tex, values);
         this.buffers.set(s, tex);
