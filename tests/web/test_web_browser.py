@@ -110,11 +110,13 @@ def test_ten_training_steps_match_numpy(optimizer, web_root, open_export, tmp_pa
     got = page.call(
         f"{JS_FEEDS} const losses = await m.train(feeds, {{steps: 10, batchSize: 32}});"
         " const params = await m.params();"
-        f" const out = params; return {{losses, params: {JS_OUT}}};",
+        " const after = await m.eval(feeds, ['cost']);"  # eval sees the trained params
+        f" const out = params; return {{losses, params: {JS_OUT}, cost: after.cost.data[0]}};",
         {"feeds": feed(data)},
     )
     np.testing.assert_allclose(got["losses"], want, rtol=1e-4, atol=1e-5)
     assert got["losses"][-1] < got["losses"][0]
+    np.testing.assert_allclose(got["cost"], sess.eval("cost", data), rtol=1e-4)
     for n, v in sess.params.items():
         assert got["params"][n]["shape"] == list(v.shape)
         np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
