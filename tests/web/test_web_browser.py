@@ -240,3 +240,21 @@ def test_load_without_float_render_targets_says_so(browser, web_root):
         assert "lacks EXT_color_buffer_float" in page.locator("#error").inner_text()
     finally:
         page.close()
+
+
+def test_training_refuses_inputs_without_the_batch_dim_as_python_does(web_root, open_export, tmp_path):
+    path = tmp_path / "scaled.dl"
+    path.write_text(
+        "input x: [B, 2]\ninput y: [B]\ninput scale: [2]\nparam w: [2] = ones\n"
+        "pred = (x * scale) @ w\nloss cost = mean_squared(pred, y)\n"
+    )
+    page = open_export(exported(web_root, "scaled", path))
+    x = {"x": np.ones((4, 2), np.float32), "y": np.zeros(4, np.float32), "scale": np.array([2, 3], np.float32)}
+    with pytest.raises(dlc.DlcError, match="must share a leading symbolic dim") as python:
+        reference(str(path)).train(x, batch_size=2, steps=1, shuffle=False)
+    got = page.call(
+        f"{JS_FEEDS} try {{ await m.train(feeds, {{steps: 1, batchSize: 2}}); return 'no error'; }}"
+        " catch (e) { return e.message; }",
+        {"feeds": feed(x)},
+    )
+    assert got == str(python.value)

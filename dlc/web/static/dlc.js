@@ -18,6 +18,7 @@
 const FORMAT = 1;
 const LR = "$lr"; // the learning rate, an input of the train program
 const PERSISTENT = new Set(["param", "state"]);
+const YIELD_EVERY = 32; // training steps queued between returns to the event loop (the page stays live)
 const ES_HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp sampler2D;\n";
 
 // A triangle covering the viewport, from gl_VertexID alone (no attributes).
@@ -717,6 +718,7 @@ class Model {
         ex.launch(ex.kernels.map((_, i) => i));
         device.pick(losses, k, lossWhere());
         ex.applyCopies();
+        if (k % YIELD_EVERY === YIELD_EVERY - 1) await new Promise((resolve) => setTimeout(resolve, 0));
       }
       const [values] = await device.read([[losses, total]]);
       const bad = values.findIndex((v) => !Number.isFinite(v));
@@ -732,11 +734,19 @@ class Model {
     }
   }
 
-  /** The dim training batches along: the symbolic first dim the fed inputs share (null: none). */
+  /** The dim training batches along: the symbolic dim leading every fed input (null: none
+   * leads with one, and each step takes all the data), as the Python runtime draws them. */
   batchDim(names) {
-    const firsts = new Set(names.map((n) => this.inputs[n][0]).filter((d) => typeof d === "string"));
-    if (firsts.size > 1) throw new DlcError(`the fed inputs start with different dims (${[...firsts].join(", ")}): cannot batch them`);
-    return firsts.size ? [...firsts][0] : null;
+    const leading = names.map((n) => this.inputs[n][0]);
+    const symbolic = new Set(leading.filter((d) => typeof d === "string"));
+    if (!symbolic.size) return null;
+    if (symbolic.size > 1 || leading.some((d) => typeof d !== "string")) {
+      const shown = names.map((n) => `'${n}' ${showShape(this.inputs[n])}`).join(", ");
+      throw new DlcError(
+        `training draws batches along the first axis of every input, so the inputs must share a leading symbolic dim: ${shown}`,
+      );
+    }
+    return [...symbolic][0];
   }
 
   /** The params' current values: {name: {data: Float32Array, shape}}. */
