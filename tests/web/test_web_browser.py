@@ -149,6 +149,8 @@ def test_bad_feeds_and_names_are_clear_errors(web_root, open_export):
     # the params are back as they were before the diverged call
     assert page.call("const p = await m.params(); return p.W1.data.every(Number.isFinite);")
     assert "disposed" in error("m.dispose(); await m.eval({}, ['probs'])")
+    missing = error("const { load } = await import('./dlc.js'); await load('../no_such_export/')")
+    assert missing.startswith("DlcError: cannot load ") and "no_such_export/manifest.json: HTTP 404" in missing
 
 
 def strokes(points: list[tuple[float, float]], steps: int = 12) -> list[tuple[float, float]]:

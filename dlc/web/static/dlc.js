@@ -86,7 +86,12 @@ export async function load(url = ".", options = {}) {
 }
 
 async function fetchOk(url) {
-  const response = await fetch(url);
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (e) {
+    throw new DlcError(`cannot load ${url}: ${e.message}`);
+  }
   if (!response.ok) throw new DlcError(`cannot load ${url}: HTTP ${response.status}`);
   return response;
 }
