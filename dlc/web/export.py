@@ -141,6 +141,8 @@ def _page_kind(data: dict) -> str:
 
 def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None) -> pathlib.Path:
     """Write the folder beside its destination, then move it into place (never half a folder)."""
+    if out.exists() and not out.is_dir():
+        raise DlcError(f"{out} is a file, not a folder to write the web export into")
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise DlcError(f"{out} exists and is not a dlc web export; not replacing it")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,8 @@ def test_export_errors_name_what_is_wrong(tmp_path):
     with pytest.raises(DlcError, match="not a dlc web export"):
         export_web(DIGITS, tmp_path / "other")
     assert (tmp_path / "other" / "keep.txt").read_text() == "mine"
+    with pytest.raises(DlcError, match="is a file"):
+        export_web(DIGITS, tmp_path / "other" / "keep.txt")
 
 
 def test_cli_export(tmp_path, capsys):
