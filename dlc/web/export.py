@@ -63,10 +63,12 @@ def export_web(
 
     # The training step: the artifact's own setup, else the model's first loss (or `loss`).
     setup = (compiled or {}).get("train")
-    train_loss, opt = None, None
-    if setup and optimizer is None and lr is None and loss in (None, setup["loss"]):
-        train_loss = setup["loss"]
+    train_loss, opt, own_setup = None, None, False
+    if setup and loss in (None, setup["loss"]) and optimizer in (None, setup["optimizer"]["name"]):
+        train_loss, own_setup = setup["loss"], True  # its optimizer and state go on (lr may change)
         config = {k: v for k, v in setup["optimizer"].items() if k != "name"}
+        if lr is not None:
+            config["lr"] = float(lr)
         opt = optimizers.OPTIMIZERS[setup["optimizer"]["name"]](**config)
     elif graph.losses:
         train_loss = loss or graph.losses[0]
@@ -94,7 +96,7 @@ def export_web(
     if "train" in progs:
         step = progs["train"].fusion.graph
         saved = {}
-        if compiled is not None and setup and train_loss == setup["loss"] and (path / "state.npz").exists():
+        if own_setup and (path / "state.npz").exists():
             saved = dict(np.load(path / "state.npz"))
         for s in step.states:
             value = saved.get(s)

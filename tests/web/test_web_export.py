@@ -62,13 +62,18 @@ def test_export_of_an_artifact_keeps_its_params_and_training_setup(tmp_path):
     art = tmp_path / "art"
     assert main(["compile", DIGITS, "--train", "--optimizer", "momentum", "-o", str(art)]) == 0
     params = dict(np.load(art / "params.npz"))
-    out = export_web(art, tmp_path / "out")
+    state = {n: v + 0.25 for n, v in np.load(art / "state.npz").items()}  # as if trained a while
+    np.savez(art / "state.npz", **state)
+    out = export_web(art, tmp_path / "out", lr=0.125)
     data = json.loads((out / "manifest.json").read_text())
-    assert data["train"]["optimizer"]["name"] == "momentum"
+    assert data["train"]["optimizer"] == {"name": "momentum", "lr": 0.125, "momentum": 0.9}
     got = leaves(out)
-    for n, v in params.items():
+    assert set(got) == set(params) | set(state) == {"W1", "b1", "W2", "b2", "W1$v", "b1$v", "W2$v", "b2$v"}
+    for n, v in {**params, **state}.items():
         np.testing.assert_array_equal(got[n], v)
-    assert "W1$velocity" in got or any(k.startswith("W1$") for k in got)
+    # another optimizer starts its own state from its initializers
+    got = leaves(export_web(art, tmp_path / "out2", optimizer="adam"))
+    assert "W1$v" in got and not got["W1$v"].any() and "W1$m" in got
 
 
 def test_a_model_without_a_loss_exports_eval_only(tmp_path):
