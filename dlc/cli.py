@@ -1,4 +1,4 @@
-"""The `dlc` command line: check, compile, train, eval, plot-model, info (SPEC section 2).
+"""The `dlc` command line: check, compile, train, eval, plot-model, import, export, info (SPEC section 2).
 
 Errors in a model or in data print the located message and exit 1 without a
 traceback (`--debug` shows one); usage errors exit 2 (argparse). A MODEL may
@@ -685,6 +685,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- export ------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from dlc.web import export_web
+
+    out = export_web(
+        args.model, args.web, weights=args.weights, optimizer=args.optimizer, lr=args.lr, loss=args.loss, seed=args.seed
+    )
+    print(f"wrote {out}: serve it (python -m http.server -d {out}) and open index.html")
+    return 0
+
+
 # -- info --------------------------------------------------------------------------
 
 
@@ -969,6 +982,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="make the inputs' first dim the symbolic dim NAME (any batch size) or N",
     )
     c.set_defaults(func=cmd_import)
+
+    c = sub.add_parser(
+        "export",
+        parents=[common],
+        formatter_class=_Formatter,
+        help="export a model to run and train in a browser (WebGL2)",
+        description="Write a folder a browser runs: index.html, the JavaScript runtime dlc.js, "
+        "manifest.json,\nthe GLSL ES 3.00 shaders and the weights (see README 'The model in a browser').",
+        epilog="example:\n  dlc export samples/mlp_digits.dl --weights digits.weights.npz --web out/",
+    )
+    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+    c.add_argument("--web", required=True, metavar="DIR", help="the folder to write (replaced if it is an export)")
+    c.add_argument("--weights", metavar="W.npz", help="the params (default: the artifact's, or drawn with --seed)")
+    c.add_argument("--loss", metavar="NAME", help="the loss the training step minimizes (default: the first)")
+    c.add_argument("--optimizer", choices=OPTIMIZERS, help="the optimizer compiled in (default: sgd)")
+    c.add_argument("--lr", type=float, metavar="X", help="its learning rate (default: the optimizer's)")
+    c.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of the params' initializers")
+    c.set_defaults(func=cmd_export)
 
     c = sub.add_parser(
         "info",
