@@ -106,8 +106,8 @@ def test_choices_come_from_the_device_row(monkeypatch):
 
 def test_forced_switches_apply_over_the_table_choice():
     g, y = _matmul(1024, 1024, 1024)
-    h100 = {"device": "NVIDIA H100 80GB HBM3/PCIe/SSE2"}  # 48 KiB of shared memory: two slabs fit
-    head = _head(g, y, {**h100, "matmul_variant": {"double_buffer": True, "store4": True}})
+    h200 = {"device": "NVIDIA H200"}  # 48 KiB of shared memory: two slabs fit
+    head = _head(g, y, {**h200, "matmul_variant": {"double_buffer": True, "store4": True}})
     assert "128x64 tiles" in head  # the split class's blocking, kept
     assert "vec4 stores, double-buffered" in head and "switches forced" in head
     # the default row's 32 KiB do not hold two such slabs: single-buffered, and the header says so
