@@ -271,7 +271,7 @@ class Session:
         """One step of a training-step graph (`compiler.train_graph.build_train_graph` over
         this model's params, with `optimizer`): its optimizer state made on first use, the
         learning rate fed, the updates applied; returns the values of node indices `roots`.
-        `train` runs its steps with it; the seeds' style runs one."""
+        The seeds' style trains with it, one step a call."""
         self._init_state(graph, optimizer)
         return self.backend.step(graph, roots, {**feeds, LR: np.asarray(optimizer.lr, dtype=np.float32)}, dims)
 
@@ -335,7 +335,10 @@ class Session:
                 return optimizer.lr  # read at every step
 
             def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
-                (value,) = self.train_step(program, [loss_node], batch, bdims, optimizer)
+                # Not train_step: the state is made above, from the training step's graph (a
+                # resident graph's data leaves are states too, set from the data).
+                batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
+                (value,) = self.backend.step(program, [loss_node], batch, bdims)
                 return float(value)
 
         arrays, dims, dim = train_feeds(self.model.inputs, feeds, needed)
