@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dlc.backend import track_gl
 from dlc.runtime.errors import DataError, DlcError
 from dlc.runtime.manifest import LR, MANIFEST, leaf_shapes, read_manifest
 
@@ -91,6 +92,7 @@ class ArtifactBackend:
         self.runner = Runner(path, hook=hook)
         self.target = self.runner.target
         self.path = self.runner.path
+        track_gl(self)
 
     # -- leaves ----------------------------------------------------------------------------
     def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:

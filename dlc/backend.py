@@ -20,6 +20,7 @@ the compute target) lets the Session read losses a window of steps at a time
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,3 +65,16 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Free everything the backend holds; it is not used after."""
+
+
+# Live GL backends (over a model or an artifact), for dlc.memory()'s account of what sessions hold.
+_live_gl: weakref.WeakSet = weakref.WeakSet()
+
+
+def track_gl(backend: Backend) -> None:
+    """Count a GL backend in `live_gl_backends` while it lives."""
+    _live_gl.add(backend)
+
+
+def live_gl_backends() -> list[Backend]:
+    return list(_live_gl)

@@ -9,7 +9,7 @@ import pytest
 
 import dlc
 from dlc.artifact_backend import ArtifactBackend
-from dlc.backend import Backend
+from dlc.backend import Backend, live_gl_backends
 from dlc.backends import NumpyBackend
 from dlc.compiler.artifact import write_artifact
 from dlc.gl_backend import GLBackend
@@ -97,6 +97,7 @@ def test_dlc_load_returns_a_session_with_the_runner_surface(gl, compiled, tmp_pa
     np.testing.assert_array_equal(s.params["W"], dlc.Session(model, backend="numpy").params["W"])
     held = s.memory()
     assert held["params"][0] == 2 and held["state"][0] >= 2  # W, b; Adam's moments and step
+    assert s.backend in live_gl_backends()  # dlc.memory() counts an artifact's session too
     with pytest.raises(dlc.DlcError, match="compiled with the adam optimizer, not sgd"):
         s.train(data(), optimizer=dlc.SGD(0.1))
     with pytest.raises(dlc.DlcError, match="compiled to train loss 'cost', not 'pred'"):
