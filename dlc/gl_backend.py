@@ -8,22 +8,20 @@ on the GPU in a `LeafStore` shared by all of them.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dlc import debug
+from dlc.backend import live_gl_backends, track_gl
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
 from dlc.runtime.executor import Executor, LeafStore
 
-# Live GL backends, for dlc.memory()'s account of what sessions hold.
-_live: weakref.WeakSet = weakref.WeakSet()
 
-
-def live_backends() -> list[GLBackend]:
-    return list(_live)
+def live_backends() -> list:
+    """The live GL backends, over models and artifacts (`dlc.backend.live_gl_backends`)."""
+    return live_gl_backends()
 
 
 class GLBackend:
@@ -47,7 +45,7 @@ class GLBackend:
         # key -> (graph kept alive so its id stays unique, compiled program, executor)
         self._programs: dict[tuple, tuple[Graph, object, Executor]] = {}
         self._debug_hooks: dict[tuple, debug.GLHook] = {}
-        _live.add(self)
+        track_gl(self)
 
     # -- leaves ----------------------------------------------------------------------------
     def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:
