@@ -154,7 +154,7 @@ class Runner:
         lr = self._lr(setup["optimizer"], optimizer)
         ex = self._executor("train")
         spec = ex.spec
-        loss_tensor = spec["roots"][0]
+        loss_tensor = spec.roots[0]
         needed = ex.needs([loss_tensor], step=True)[1] - {LR}
         arrays, dims, dim = train_feeds(self.inputs, feeds, needed)
         lr_value = np.asarray(lr, dtype=np.float32)
@@ -217,11 +217,11 @@ class Runner:
     def _all_dims(self, ex: Executor, kernels, fetch, dims: dict[str, int]) -> dict[str, int]:
         """`dims` plus 1 for each dim that only unfed inputs bind: the eval program sizes
         every buffer, but the kernels a fetch launches must not depend on such a dim."""
-        used = {d for t in fetch for d in ex.tensors[t]["shape"] if isinstance(d, str)}
+        used = {d for t in fetch for d in ex.tensors[t].shape if isinstance(d, str)}
         for k in kernels:
             spec = ex.kernels[k]
-            used.update(spec["uniforms"].values())
-            used.update(d for t in spec["reads"] + spec["writes"] for d in ex.tensors[t]["shape"] if isinstance(d, str))
+            used.update(spec.uniforms.values())
+            used.update(d for t in (*spec.reads, *spec.writes) for d in ex.tensors[t].shape if isinstance(d, str))
         for d in sorted(used - set(dims)):
             binders = sorted(n for n, s in self.inputs.items() if d in s)
             raise DataError(

@@ -1,0 +1,73 @@
+"""Prepared launches: a kernel dispatch worked out once, issued many times.
+
+A `Prepared` launch is (program handle, int uniform values, calls): `calls` are the raw
+ctypes GL calls with their arguments already converted to plain ints (use the program, bind
+each buffer, dispatch, barrier). The executor prepares one per kernel for each binding of
+the dims; the eager arrays one per call. `run_prepared` issues them: per launch a uniform
+check against the shared uniform cache, then `fn(*args)` per call; nothing is allocated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from dlc.runtime.gl import GL_SHADER_STORAGE_BUFFER, fast
+from dlc.runtime.program import BARRIER_BITS
+
+Call = tuple[Callable, tuple]
+Prepared = tuple[int, tuple[tuple[int, int], ...], tuple[Call, ...]]
+
+
+def _entry_points() -> tuple:
+    fast.resolve()
+    return fast.use_program, fast._bind_buffer_base, fast.dispatch, fast.memory_barrier
+
+
+def kernel_calls(
+    program: int, uniforms: Sequence[tuple[int, int]], handles: Sequence[int], groups: tuple[int, int, int]
+) -> Prepared:
+    """A launch of `program` with buffer `handles[i]` at binding i, int `uniforms` as
+    (location, value), `groups` work groups, then a barrier (no dispatch when a count is 0)."""
+    use, bind, dispatch, barrier = _entry_points()
+    calls: list[Call] = [(use, (int(program),))]
+    calls += [(bind, (GL_SHADER_STORAGE_BUFFER, i, int(h))) for i, h in enumerate(handles)]
+    x, y, z = (int(n) for n in groups)
+    if x and y and z:
+        calls += [(dispatch, (x, y, z)), (barrier, (BARRIER_BITS,))]
+    return (int(program), tuple((int(loc), int(v)) for loc, v in uniforms), tuple(calls))
+
+
+def copy_calls(
+    program: int, location: int, copies: Sequence[tuple[int, int, int]], max_count: Sequence[int]
+) -> tuple[Call, ...]:
+    """Calls of the copy program (runtime/executor.py `_COPY_SOURCE`) copying `n` floats for
+    each (dst handle, src handle, n), then one barrier: the copies must not overlap."""
+    from dlc.runtime.executor import copy_groups
+
+    use, bind, dispatch, barrier = _entry_points()
+    set_int = fast.program_uniform1i
+    calls: list[Call] = [(use, (int(program),))]
+    for dst, src, n in copies:
+        if n == 0:
+            continue
+        calls += [
+            (set_int, (int(program), int(location), int(n))),
+            (bind, (GL_SHADER_STORAGE_BUFFER, 0, int(src))),
+            (bind, (GL_SHADER_STORAGE_BUFFER, 1, int(dst))),
+            (dispatch, copy_groups(int(n), max_count)),
+        ]
+    calls.append((barrier, (BARRIER_BITS,)))
+    return tuple(calls)
+
+
+def run_prepared(launches: Sequence[Prepared], uniforms_set: dict) -> None:
+    """Issue `launches` in order. `uniforms_set` (program handle -> the values last set on
+    it) skips setting uniforms a program already holds."""
+    set_int = fast.program_uniform1i
+    for program, values, calls in launches:
+        if uniforms_set.get(program) != values:
+            for loc, v in values:
+                set_int(program, loc, v)
+            uniforms_set[program] = values
+        for fn, args in calls:
+            fn(*args)
