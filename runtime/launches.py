@@ -1,8 +1,8 @@
 """Prepared launches: a kernel dispatch worked out once, issued many times.
 
-A `Prepared` launch is (program handle, int uniform values, calls): `calls` are the raw
-ctypes GL calls with their arguments already converted to plain ints (use the program, bind
-each buffer, dispatch, barrier). The executor prepares one per kernel for each binding of
+A `Prepared` launch is (program handle, int uniform values, calls, groups): `calls` are the
+raw ctypes GL calls with their arguments already converted to plain ints (use the program,
+bind each buffer, dispatch, barrier). The executor prepares one per kernel for each binding of
 the dims; the eager arrays one per call. `run_prepared` issues them: per launch a uniform
 check against the shared uniform cache, then `fn(*args)` per call; nothing is allocated.
 """
@@ -10,12 +10,21 @@ check against the shared uniform cache, then `fn(*args)` per call; nothing is al
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from dlc.runtime.gl import GL_SHADER_STORAGE_BUFFER, fast
 from dlc.runtime.program import BARRIER_BITS
 
 Call = tuple[Callable, tuple]
-Prepared = tuple[int, tuple[tuple[int, int], ...], tuple[Call, ...]]
+
+
+class Prepared(NamedTuple):
+    """One kernel launch, resolved for a binding of the dims."""
+
+    program: int  # GL program handle
+    uniforms: tuple[tuple[int, int], ...]  # int uniforms: (location, value)
+    calls: tuple[Call, ...]  # use, bind each buffer, dispatch, barrier
+    groups: tuple[int, int, int]  # the work groups it dispatches
 
 
 def _entry_points() -> tuple:
@@ -34,7 +43,7 @@ def kernel_calls(
     x, y, z = (int(n) for n in groups)
     if x and y and z:
         calls += [(dispatch, (x, y, z)), (barrier, (BARRIER_BITS,))]
-    return (int(program), tuple((int(loc), int(v)) for loc, v in uniforms), tuple(calls))
+    return Prepared(int(program), tuple((int(loc), int(v)) for loc, v in uniforms), tuple(calls), (x, y, z))
 
 
 def copy_calls(
@@ -64,7 +73,7 @@ def run_prepared(launches: Sequence[Prepared], uniforms_set: dict) -> None:
     """Issue `launches` in order. `uniforms_set` (program handle -> the values last set on
     it) skips setting uniforms a program already holds."""
     set_int = fast.program_uniform1i
-    for program, values, calls in launches:
+    for program, values, calls, _ in launches:
         if uniforms_set.get(program) != values:
             for loc, v in values:
                 set_int(program, loc, v)
