@@ -81,7 +81,7 @@ def step_row(n: int, reps: int) -> dict:
     for name in prog.fusion.graph.states:
         store.set(name, np.zeros(prog.fusion.graph.shape(name), np.float32))
     ex = Executor(prog.spec, prog.sources, store)
-    loss = prog.spec.roots[0]
+    loss = prog.fusion.roots[0]  # the step returns its loss first
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, 11).astype(np.float32)
     feeds = {"x": x, "y_label": (0.5 * x * x - x + 2).astype(np.float32), "$lr": np.float32(1e-4)}

@@ -263,6 +263,7 @@ class Executor:
         self._all = list(range(len(self.kernels)))
         self._inputs = tuple((s, slot.name) for s, slot in enumerate(self.slots) if slot.kind == "input")
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
+        self._step_needs: dict[int, tuple[list[int], set[str]]] = {}  # step_into's, by loss tensor
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
         self._step_fence: Fence | None = None  # the last step_into's end
         self.scratch: dict[int, Buffer] = {}  # kernel index -> its scratch (split reductions)
@@ -418,7 +419,10 @@ class Executor:
         """A training step whose scalar `loss` tensor is copied on the GPU into float `index`
         of `sink`: nothing is read back, so many steps queue before one read."""
         self.prepare(dims)
-        kernels, inputs = self.needs([loss], True)
+        found = self._step_needs.get(loss)
+        if found is None:
+            found = self._step_needs[loss] = self.needs([loss], True)
+        kernels, inputs = found
         # The previous step may still read the input slots this upload overwrites: NVIDIA's
         # driver let glBufferSubData race with in-flight dispatches (training diverged from
         # numpy on the H100), and no glMemoryBarrier orders it. Wait for that step first.
