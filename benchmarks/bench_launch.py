@@ -9,9 +9,9 @@ Rows:
   eager      `a + b` on 8-element GL arrays (`dlc.ops` through dlc/gl_eager.py), the result
              read by nothing: microseconds per op
 
-Times are wall clock of the issuing loop divided by the launches, medians of `--reps` runs;
-the queue is drained (glFinish) before and after each timed run so earlier work does not
-count, and the final glFinish is counted (it is part of the cost a caller waits for).
+Per launch (executor), step or op: `wall_us`, wall clock of the issuing loop with the queue
+drained (glFinish) before and counted after; `cpu_us`, the issuing thread's CPU time (the
+host work this item is about, without the driver's own threads). Medians of `--reps` runs.
 
     python benchmarks/bench_launch.py [--reps 7] [--n 200]
 """
@@ -36,21 +36,24 @@ def _chain_model() -> str:
     return "\n".join(lines) + "\n"
 
 
-def timed(fn, n: int, reps: int) -> float:
-    """Median seconds per call of `fn` over `reps` runs of `n` calls."""
+def timed(fn, n: int, reps: int) -> tuple[float, float]:
+    """Median seconds per call of `fn` over `reps` runs of `n` calls: wall clock (the final
+    glFinish counted) and the calling thread's CPU time (the host's own issuing work, without
+    the driver's worker threads; on a loaded machine the steadier of the two)."""
     from dlc.runtime.gl import GL
 
     fn()
     GL.glFinish()
-    times = []
+    walls, cpus = [], []
     for _ in range(reps):
         GL.glFinish()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         for _ in range(n):
             fn()
+        cpus.append((time.thread_time() - c) / n)
         GL.glFinish()
-        times.append((time.perf_counter() - t) / n)
-    return float(np.median(times))
+        walls.append((time.perf_counter() - t) / n)
+    return float(np.median(walls)), float(np.median(cpus))
 
 
 def executor_row(n: int, reps: int) -> dict:
@@ -63,9 +66,14 @@ def executor_row(n: int, reps: int) -> dict:
     ex = Executor(prog.spec, prog.sources, LeafStore())
     ex.upload({"x": np.full((8, 8), 0.01, np.float32)}, {})
     kernels = len(ex.kernels)
-    s = timed(ex.launch, n, reps)
+    wall, cpu = timed(ex.launch, n, reps)
     ex.delete()
-    return {"row": "executor launch", "kernels": kernels, "us_per_launch": 1e6 * s / kernels}
+    return {
+        "row": "executor launch",
+        "kernels": kernels,
+        "wall_us": 1e6 * wall / kernels,
+        "cpu_us": 1e6 * cpu / kernels,
+    }
 
 
 def step_row(n: int, reps: int) -> dict:
@@ -85,10 +93,15 @@ def step_row(n: int, reps: int) -> dict:
     rng = np.random.default_rng(0)
     x = rng.uniform(-2, 2, 11).astype(np.float32)
     feeds = {"x": x, "y_label": (0.5 * x * x - x + 2).astype(np.float32), "$lr": np.float32(1e-4)}
-    s = timed(lambda: ex.run(feeds, {"B": 11}, [loss], step=True), n, reps)
+    wall, cpu = timed(lambda: ex.run(feeds, {"B": 11}, [loss], step=True), n, reps)
     ex.delete()
     store.delete()
-    return {"row": "quadratic training step (Executor.run)", "kernels": len(ex.kernels), "us_per_step": 1e6 * s}
+    return {
+        "row": "quadratic step (Executor.run)",
+        "kernels": len(ex.kernels),
+        "wall_us": 1e6 * wall,
+        "cpu_us": 1e6 * cpu,
+    }
 
 
 def eager_row(n: int, reps: int) -> dict:
@@ -101,8 +114,8 @@ def eager_row(n: int, reps: int) -> dict:
     def op():
         (a + b).dispose()
 
-    s = timed(op, n, reps)
-    return {"row": "eager a + b (8 elements)", "us_per_op": 1e6 * s}
+    wall, cpu = timed(op, n, reps)
+    return {"row": "eager a + b (8 elements)", "wall_us": 1e6 * wall, "cpu_us": 1e6 * cpu}
 
 
 def main() -> None:
