@@ -11,7 +11,7 @@ Rows:
 
 Per launch (executor), step or op: `wall_us`, wall clock of the issuing loop with the queue
 drained (glFinish) before and counted after; `cpu_us`, the issuing thread's CPU time (the
-host work this item is about, without the driver's own threads). Medians of `--reps` runs.
+host work this item is about, without the driver's own threads). The least of `--reps` runs.
 
     python benchmarks/bench_launch.py [--reps 7] [--n 200]
 """
@@ -37,7 +37,8 @@ def _chain_model() -> str:
 
 
 def timed(fn, n: int, reps: int) -> tuple[float, float]:
-    """Median seconds per call of `fn` over `reps` runs of `n` calls: wall clock (the final
+    """Least seconds per call of `fn` over `reps` runs of `n` calls (the least: other load on
+    the machine only adds): wall clock (the final
     glFinish counted) and the calling thread's CPU time (the host's own issuing work, without
     the driver's worker threads; on a loaded machine the steadier of the two)."""
     from dlc.runtime.gl import GL
@@ -53,7 +54,7 @@ def timed(fn, n: int, reps: int) -> tuple[float, float]:
         cpus.append((time.thread_time() - c) / n)
         GL.glFinish()
         walls.append((time.perf_counter() - t) / n)
-    return float(np.median(walls)), float(np.median(cpus))
+    return min(walls), min(cpus)
 
 
 def executor_row(n: int, reps: int) -> dict:

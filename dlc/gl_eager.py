@@ -6,7 +6,7 @@ own buffers bound to its input slots (no upload), sets the call's numbers as flo
 and its dims (a flat kernel's length) as int uniforms, and hands the buffer the result was
 written to over to the new array (no download). Uniform locations, values and group counts
 are worked out once per op and binding of the dims; the launches go through the executor's
-prepared path (runtime/launches.py: raw ctypes calls, the shared uniform cache). Scratch
+launch path (runtime/launches.py: raw ctypes calls, the shared uniform cache). Scratch
 buffers of multi-kernel ops (softmax, ...) are kept per compiled op and reused by later
 calls; the GPU runs commands in order, so reuse is safe without waiting. `drop` frees them when `dlc.ops` evicts the op.
 
@@ -26,7 +26,7 @@ from dlc.runtime.context import get_context
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.executor import _uniforms_set, eval_size, gpu_copy, group_counts, scratch_words
 from dlc.runtime.gl import fast
-from dlc.runtime.launches import kernel_calls, run_prepared
+from dlc.runtime.launches import launch_now
 from dlc.runtime.program import Program, get_program
 from dlc.runtime.spec import Kernel, Slot
 from dlc.runtime.storage import Buffer
@@ -142,8 +142,7 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
                     f"kernel '{launch.kernel.name}': buffer {index} holds {buf.nbytes} bytes, more "
                     f"than this GPU's {max_block}-byte storage block limit"
                 )
-        calls = kernel_calls(program, prepared.uniforms[j], [b.handle for b in bound], prepared.groups[j])
-        run_prepared((calls,), _uniforms_set)
+        launch_now(program, prepared.uniforms[j], [b.handle for b in bound], prepared.groups[j], _uniforms_set)
     if out_slot.kind == "temp":
         return out
     if out_slot.name in scalars:  # the result is a number as it came (a reshape of it)

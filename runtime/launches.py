@@ -28,7 +28,8 @@ class Prepared(NamedTuple):
 
 
 def _entry_points() -> tuple:
-    fast.resolve()
+    if not fast._resolved:
+        fast.resolve()
     return fast.use_program, fast._bind_buffer_base, fast.dispatch, fast.memory_barrier
 
 
@@ -67,6 +68,31 @@ def copy_calls(
         ]
     calls.append((barrier, (BARRIER_BITS,)))
     return tuple(calls)
+
+
+def launch_now(
+    program: int,
+    uniforms: tuple[tuple[int, int], ...],
+    handles: Sequence[int],
+    groups: tuple[int, int, int],
+    uniforms_set: dict,
+) -> None:
+    """One launch issued at once through the same entry points and uniform cache as
+    `run_prepared`, for a launch whose buffers change every call (eager ops): nothing is
+    built to be kept."""
+    use, bind, dispatch, barrier = _entry_points()
+    if uniforms_set.get(program) != uniforms:
+        set_int = fast.program_uniform1i
+        for loc, v in uniforms:
+            set_int(program, loc, v)
+        uniforms_set[program] = uniforms
+    use(program)
+    for i, h in enumerate(handles):
+        bind(GL_SHADER_STORAGE_BUFFER, i, h)
+    x, y, z = groups
+    if x and y and z:
+        dispatch(x, y, z)
+        barrier(BARRIER_BITS)
 
 
 def run_prepared(launches: Sequence[Prepared], uniforms_set: dict) -> None:
