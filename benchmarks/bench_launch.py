@@ -6,6 +6,9 @@ Rows:
              place (`Executor.launch`): host microseconds per kernel launch
   step       a whole training step of the seeds' quadratic through `Executor.run(step=True)`
              (feeds upload, launches, updates, the loss read back): microseconds per step
+  stubbed    the executor row with the GL entry points of the launch loop (`runtime.gl.fast`)
+             swapped for a C function that does nothing: the Python loop's own cost, which
+             llvmpipe's driver work (most of the rows above on it) hides
   eager      `a + b` on 8-element GL arrays (`dlc.ops` through dlc/gl_eager.py), the result
              read by nothing: microseconds per op
 
@@ -77,6 +80,26 @@ def executor_row(n: int, reps: int) -> dict:
     }
 
 
+def stubbed_row(n: int, reps: int) -> dict:
+    """The executor row with every `fast` entry point a no-op C call (libc's labs: on the
+    x86-64 and arm64 C ABIs a callee ignores arguments it does not take)."""
+    import ctypes
+
+    from dlc.runtime.gl import fast
+
+    fast.resolve()
+    noop = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
+    saved = {attr: getattr(fast, attr) for attr in fast._SIGNATURES}
+    try:
+        for attr, (_, argtypes) in fast._SIGNATURES.items():
+            setattr(fast, attr, ctypes.CFUNCTYPE(None, *argtypes)(noop))
+        row = executor_row(n, reps)  # prepared after the swap: its calls are the no-ops
+    finally:
+        for attr, fn in saved.items():
+            setattr(fast, attr, fn)
+    return {**row, "row": "executor launch, GL calls stubbed"}
+
+
 def step_row(n: int, reps: int) -> dict:
     import dlc
     from dlc.compiler.artifact import programs
@@ -129,7 +152,8 @@ def main() -> None:
 
     ctx = get_context()
     print(f"# {ctx.renderer if hasattr(ctx, 'renderer') else 'GL'}")
-    for row in (executor_row(args.n, args.reps), step_row(args.n, args.reps), eager_row(args.n, args.reps)):
+    rows = (executor_row, stubbed_row, step_row, eager_row)
+    for row in (make(args.n, args.reps) for make in rows):
         if args.json:
             print(json.dumps(row))
         else:
