@@ -12,8 +12,9 @@ A model compiles to programs: `eval` (every named tensor) and, with a loss to tr
 
 `compile_program` runs the back end (fuse, plan, codegen) for one graph: the eager ops and the
 GL session call it directly. It returns a `CompiledProgram`: the fusion and plan, the GLSL
-sources, and `spec`, a JSON-able description of every launch that `dlc.runtime.executor` runs
-without the compiler. The artifact writer puts specs in manifest.json.
+sources, and `spec`, a `runtime.spec.ProgramSpec` (frozen dataclasses) describing every launch
+that `dlc.runtime.executor` runs without the compiler. The artifact writer puts specs in
+manifest.json through `ProgramSpec.to_json`.
 """
 
 from __future__ import annotations
