@@ -85,9 +85,12 @@ def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
     writes: one program bind and one barrier for all of them (snapshots copy every leaf)."""
     prog = copy_program()
     limit = get_context().limits["max_work_group_count"]
-    words = [(dst.handle, src.handle, (src.nbytes if nbytes is None else nbytes) // 4) for dst, src, nbytes in copies]
+    words = []
+    for dst, src, nbytes in copies:
+        n = (src.nbytes if nbytes is None else nbytes) // 4
+        words.append((dst.handle, src.handle, n, copy_groups(n, limit)))
     _uniforms_set.pop(prog.handle, None)
-    for fn, args in copy_calls(prog.handle, prog.uniform_location("n"), words, limit):
+    for fn, args in copy_calls(prog.handle, prog.uniform_location("n"), words):
         fn(*args)
 
 
@@ -344,16 +347,20 @@ class Executor:
         self._version = self.store.version
         self._copies = ()
         if self.spec.copies:
-            words = [
-                (
-                    self.store.buffer(c.target).handle,
-                    self.slot_buffer(self.tensors[c.tensor].slot).handle,
-                    math.prod(bind_shape(self.tensors[c.tensor].shape, dims)),
+            words = []
+            for c in self.spec.copies:
+                info = self.tensors[c.tensor]
+                n = math.prod(bind_shape(info.shape, dims))
+                words.append(
+                    (
+                        self.store.buffer(c.target).handle,
+                        self.slot_buffer(info.slot).handle,
+                        n,
+                        copy_groups(n, max_count),
+                    )
                 )
-                for c in self.spec.copies
-            ]
             copier = self._copy_program
-            self._copies = copy_calls(copier.handle, copier.uniform_location("n"), words, max_count)
+            self._copies = copy_calls(copier.handle, copier.uniform_location("n"), words)
 
     def _allocate(self, nbytes: int, slot: int) -> Buffer:
         """A buffer for `slot`; out of GPU memory is reported naming the program and bytes."""

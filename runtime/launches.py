@@ -3,8 +3,10 @@
 A `Prepared` launch is (program handle, int uniform values, calls, groups): `calls` are the
 raw ctypes GL calls with their arguments already converted to plain ints (use the program,
 bind each buffer, dispatch, barrier). The executor prepares one per kernel for each binding of
-the dims; the eager arrays one per call. `run_prepared` issues them: per launch a uniform
-check against the shared uniform cache, then `fn(*args)` per call; nothing is allocated.
+the dims (and its update copies as `copy_calls`); `run_prepared` issues them: per launch a
+uniform check against the shared uniform cache, then `fn(*args)` per call; nothing is
+allocated. Eager ops, whose buffers change every call, issue theirs with `launch_now`
+through the same entry points and cache.
 """
 
 from __future__ import annotations
@@ -47,24 +49,21 @@ def kernel_calls(
     return Prepared(int(program), tuple((int(loc), int(v)) for loc, v in uniforms), tuple(calls), (x, y, z))
 
 
-def copy_calls(
-    program: int, location: int, copies: Sequence[tuple[int, int, int]], max_count: Sequence[int]
-) -> tuple[Call, ...]:
-    """Calls of the copy program (runtime/executor.py `_COPY_SOURCE`) copying `n` floats for
-    each (dst handle, src handle, n), then one barrier: the copies must not overlap."""
-    from dlc.runtime.executor import copy_groups
-
+def copy_calls(program: int, location: int, copies: Sequence[tuple[int, int, int, tuple]]) -> tuple[Call, ...]:
+    """Calls of the copy program (runtime/executor.py `_COPY_SOURCE`, its uniform `n` at
+    `location`) copying `n` floats for each (dst handle, src handle, n, work groups), then one
+    barrier: the copies must not overlap."""
     use, bind, dispatch, barrier = _entry_points()
     set_int = fast.program_uniform1i
     calls: list[Call] = [(use, (int(program),))]
-    for dst, src, n in copies:
+    for dst, src, n, groups in copies:
         if n == 0:
             continue
         calls += [
             (set_int, (int(program), int(location), int(n))),
             (bind, (GL_SHADER_STORAGE_BUFFER, 0, int(src))),
             (bind, (GL_SHADER_STORAGE_BUFFER, 1, int(dst))),
-            (dispatch, copy_groups(int(n), max_count)),
+            (dispatch, tuple(int(g) for g in groups)),
         ]
     calls.append((barrier, (BARRIER_BITS,)))
     return tuple(calls)
