@@ -246,7 +246,7 @@ class Executor:
         self.limits = get_context().limits
         self.kernels: tuple[Kernel, ...] = spec.kernels
         for k in self.kernels:
-            check_kernel(k.name, sources[k.file], k.local_size, self.limits)
+            check_kernel(k.name, sources[k.file], k.local_size or (1, 1, 1), self.limits)  # none listed: GL checks
         self.programs = []
         for k in self.kernels:  # pinned one by one: the cache may evict while we link
             program = get_program(sources[k.file], k.name)
