@@ -149,7 +149,7 @@ class ArtifactBackend:
         self.runner.check_loss(loss)
         lr = self.runner.learning_rate(optimizer)
         ex = self.runner.executor("train")
-        root = ex.spec["roots"][0]
+        root = ex.spec.roots[0]
         return "train", root, set(ex.needs([root], step=True)[1]) - {LR}, lr
 
     # -- resources -------------------------------------------------------------------------

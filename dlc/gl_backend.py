@@ -124,7 +124,7 @@ class GLBackend:
         """GPU buffers and bytes this backend holds, by what they hold: "params", "state"
         (optimizer state), "data" (training data kept on the GPU), "snapshots" (copies of
         params and state to undo a diverged step) and "slots" (the programs' planned storage)."""
-        state = {s["name"] for _, _, ex in self._programs.values() for s in ex.slots if s["kind"] == "state"}
+        state = {s.name for _, _, ex in self._programs.values() for s in ex.slots if s.kind == "state"}
         out = {k: (0, 0) for k in ("params", "state", "data", "snapshots", "slots")}
 
         def add(kind: str, count: int, nbytes: int) -> None:

@@ -109,11 +109,11 @@ class Runner:
         every buffer, but the kernels a fetch launches must not depend on such a dim."""
         ex = self.executor(program)
         kernels, _ = ex.needs(fetch)
-        used = {d for t in fetch for d in ex.tensors[t]["shape"] if isinstance(d, str)}
+        used = {d for t in fetch for d in ex.tensors[t].shape if isinstance(d, str)}
         for k in kernels:
             spec = ex.kernels[k]
-            used.update(spec["uniforms"].values())
-            used.update(d for t in spec["reads"] + spec["writes"] for d in ex.tensors[t]["shape"] if isinstance(d, str))
+            used.update(spec.uniforms.values())
+            used.update(d for t in (*spec.reads, *spec.writes) for d in ex.tensors[t].shape if isinstance(d, str))
         for d in sorted(used - set(dims)):
             binders = sorted(n for n, s in self.inputs.items() if d in s)
             raise DataError(

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size
+from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size, outputs_info
+from dlc.runtime.spec import FORMAT, Kernel, ProgramSpec
 from dlc.runtime.textures import FragmentProgram, Texture, copy
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
@@ -55,78 +56,77 @@ class TextureStore(LeafStore):
 class TextureExecutor:
     """Runs one texture program spec against a TextureStore (the interface of `Executor`)."""
 
-    def __init__(self, spec: dict, sources: Mapping[str, str], store: TextureStore, hook=None):
-        if spec.get("format") != 1 or spec.get("target") != "texture":
+    def __init__(self, spec: ProgramSpec, sources: Mapping[str, str], store: TextureStore, hook=None):
+        if spec.format != FORMAT or spec.target != "texture":
             raise RuntimeFailure("internal dlc error: not a texture-target program spec")
         self.spec = spec
         self.store = store
         self.hook = hook
-        self.kernels: list[dict] = spec["kernels"]
+        self.kernels: tuple[Kernel, ...] = spec.kernels
         self.programs: list[list[FragmentProgram]] = [
-            [FragmentProgram(sources[p["file"]], f"{k['name']}:{p['tensor']}") for p in k["passes"]]
-            for k in self.kernels
+            [FragmentProgram(sources[p.file], f"{k.name}:{p.tensor}") for p in k.passes] for k in self.kernels
         ]
         for passes in self.programs:  # the texture units each pass samples
             for program in passes:
                 program.units = [int(u) for u in _SAMPLER.findall(program.source)]
-        self.slots: list[dict] = spec["slots"]
-        self.tensors = {int(t): info for t, info in spec["tensors"].items()}
-        self.producer = {int(t): k for t, k in spec["producer"].items()}
+        self.slots = spec.slots
+        self.tensors = spec.tensors
+        self.producer = spec.producer
         self.buffers: dict[int, Texture] = {}
         self._spare: dict[tuple[int, int], list[Texture]] = {}
         self._scratch: dict[int, Texture] = {}  # kernel -> its partials (split reductions)
         for s, slot in enumerate(self.slots):
-            if slot["kind"] == "const":
-                values = np.asarray(slot["values"], np.float32)
+            if slot.kind == "const":
+                values = np.asarray(slot.values, np.float32)
                 self.buffers[s] = Texture(values.size, self._what(s, {}))
                 self.buffers[s].upload(values)
         self._dims: dict[str, int] = {}
 
     def _what(self, s: int, dims: Mapping[str, int]) -> str:
         def shape(info) -> str:
-            text = "[" + ", ".join(str(d) for d in info["shape"]) + "]"
-            if any(isinstance(d, str) for d in info["shape"]) and dims:
-                text += f" = {list(bind_shape(info['shape'], dims))}"
+            text = "[" + ", ".join(str(d) for d in info.shape) + "]"
+            if any(isinstance(d, str) for d in info.shape) and dims:
+                text += f" = {list(bind_shape(info.shape, dims))}"
             return text
 
-        names = [f"'{i['label']}' {shape(i)}" for i in self.tensors.values() if i["slot"] == s]
+        names = [f"'{i.label}' {shape(i)}" for i in self.tensors.values() if i.slot == s]
         return "tensor " + (", ".join(names[:3]) if names else f"slot {s}")
 
     def slot_buffer(self, s: int) -> Texture:
         slot = self.slots[s]
-        if slot["kind"] in PERSISTENT:
-            return self.store.buffer(slot["name"])
+        if slot.kind in PERSISTENT:
+            return self.store.buffer(slot.name)
         return self.buffers[s]
 
     def prepare(self, dims: Mapping[str, int]) -> None:
         """Size the temp and input slots' textures for this binding of the dims."""
         dims = {d: int(v) for d, v in dims.items()}
         for s, slot in enumerate(self.slots):
-            if slot["kind"] in ("temp", "input"):
-                need = max(eval_size(z, dims) for z in slot["sizes"])
+            if slot.kind in ("temp", "input"):
+                need = max(eval_size(z, dims) for z in slot.sizes)
                 tex = self.buffers.get(s)
                 if tex is None or tex.count < need:
                     if tex is not None:
                         tex.delete()
                     self.buffers[s] = Texture(need, self._what(s, dims))
         for k, spec in enumerate(self.kernels):  # split reductions' partial results
-            if "scratch" in spec:
-                need = eval_size(spec["scratch"]["size"], dims)
+            if spec.scratch is not None:
+                need = eval_size(spec.scratch.size, dims)
                 tex = self._scratch.get(k)
                 if tex is None or tex.count < need:
                     if tex is not None:
                         tex.delete()
-                    self._scratch[k] = Texture(need, f"the partial results of {spec['name']}")
+                    self._scratch[k] = Texture(need, f"the partial results of {spec.name}")
         self._dims = dims
 
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
         """The kernels to run for `fetch` (all for a step) and the inputs they read."""
         kernels = list(range(len(self.kernels))) if step else self._needed_kernels(fetch)
-        names = {n for k in kernels for n in self.kernels[k]["inputs"]}
+        names = {n for k in kernels for n in self.kernels[k].inputs}
         for t in fetch:
-            slot = self.slots[self.tensors[t]["slot"]]
-            if slot["kind"] == "input":
-                names.add(slot["name"])
+            slot = self.slots[self.tensors[t].slot]
+            if slot.kind == "input":
+                names.add(slot.name)
         return kernels, names
 
     def _needed_kernels(self, fetch: Sequence[int]) -> list[int]:
@@ -136,7 +136,7 @@ class TextureExecutor:
             k = stack.pop()
             if k not in want:
                 want.add(k)
-                stack.extend(self.kernels[k]["after"])
+                stack.extend(self.kernels[k].after)
         return sorted(want)
 
     def run(
@@ -148,12 +148,12 @@ class TextureExecutor:
         self._launch(kernels)
         out = [self._download(t) for t in fetch]
         if step:
-            for c in self.spec["copies"]:
-                info = self.tensors[c["tensor"]]
+            for c in self.spec.copies:
+                info = self.tensors[c.tensor]
                 copy(
-                    self.store.buffer(c["target"]),
-                    self.slot_buffer(info["slot"]),
-                    math.prod(bind_shape(info["shape"], self._dims)),
+                    self.store.buffer(c.target),
+                    self.slot_buffer(info.slot),
+                    math.prod(bind_shape(info.shape, self._dims)),
                 )
         return out
 
@@ -166,10 +166,10 @@ class TextureExecutor:
 
     def _upload(self, feeds: Mapping[str, np.ndarray], names: set[str]) -> None:
         for s, slot in enumerate(self.slots):
-            if slot["kind"] == "input" and slot["name"] in names:
-                if slot["name"] not in feeds:
-                    raise DataError(f"input '{slot['name']}' is missing")
-                self.buffers[s].upload(feeds[slot["name"]])
+            if slot.kind == "input" and slot.name in names:
+                if slot.name not in feeds:
+                    raise DataError(f"input '{slot.name}' is missing")
+                self.buffers[s].upload(feeds[slot.name])
 
     def _launch(self, kernels) -> None:
         from dlc.runtime.textures import render_pass
@@ -180,21 +180,21 @@ class TextureExecutor:
         for k in kernels:
             spec = self.kernels[k]
             if before is not None:
-                before(spec["name"])
-            samplers = {unit: self.slot_buffer(s) for unit, s in enumerate(spec["slots"])}
-            if "scratch" in spec:
-                samplers[spec["scratch"]["unit"]] = self._scratch[k]
-            read = {self.tensors[t]["slot"] for t in spec["reads"]}
-            ints = {u: dims[d] for u, d in spec["uniforms"].items()}
-            floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0]) for u, n in spec.get("scalars", {}).items()}
+                before(spec.name)
+            samplers = {unit: self.slot_buffer(s) for unit, s in enumerate(spec.slots)}
+            if spec.scratch is not None:
+                samplers[spec.scratch.unit] = self._scratch[k]
+            read = {self.tensors[t].slot for t in spec.reads}
+            ints = {u: dims[d] for u, d in spec.uniforms.items()}
+            floats = {u: float(np.asarray(self._scalar(n)).reshape(-1)[0]) for u, n in spec.scalars.items()}
             swaps = []
-            for p, program in zip(spec["passes"], self.programs[k]):
+            for p, program in zip(spec.passes, self.programs[k]):
                 used = {u: samplers[u] for u in program.units}
-                if p["tensor"] is None:  # a split reduction's partials
+                if p.tensor is None:  # a split reduction's partials
                     target = self._scratch[k]
                     render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
                     continue
-                s = self.tensors[p["tensor"]]["slot"]
+                s = self.tensors[p.tensor].slot
                 target = self.slot_buffer(s)
                 if s in read:  # never render into a texture being read: a spare, swapped in after
                     target = self._take_spare(target)
@@ -202,13 +202,13 @@ class TextureExecutor:
                 render_pass(program, target, used, {**ints, "dlc_width": target.width}, floats)
             for s, tex in swaps:
                 slot = self.slots[s]
-                if slot["kind"] in PERSISTENT:
-                    old = self.store.replace(slot["name"], tex)
+                if slot.kind in PERSISTENT:
+                    old = self.store.replace(slot.name, tex)
                 else:
                     old, self.buffers[s] = self.buffers[s], tex
                 self._spare.setdefault((old.width, old.height), []).append(old)
             if hook is not None:
-                hook(spec["name"], self._outputs_info(spec))
+                hook(spec.name, outputs_info(spec, self.tensors, self._dims, self.slot_buffer))
 
     def _scalar(self, name: str):
         raise RuntimeFailure(f"the texture target does not take the number input '{name}'")
@@ -217,29 +217,10 @@ class TextureExecutor:
         pool = self._spare.get((like.width, like.height))
         return pool.pop() if pool else Texture(like.count)
 
-    def _outputs_info(self, k: dict) -> list[dict]:
-        out = []
-        for t in k["writes"]:
-            info = self.tensors[t]
-            shape = bind_shape(info["shape"], self._dims)
-            out.append(
-                {
-                    "tensor": t,
-                    "label": info["label"],
-                    "shape": shape,
-                    "count": math.prod(shape),
-                    "buffer": self.slot_buffer(info["slot"]),
-                    "ir": k["ir"],
-                    "locs": k["locs"],
-                    "kernel": k["name"],
-                }
-            )
-        return out
-
     def _download(self, t: int) -> np.ndarray:
         info = self.tensors[t]
-        shape = bind_shape(info["shape"], self._dims)
-        return self.slot_buffer(info["slot"]).download(math.prod(shape)).reshape(shape)
+        shape = bind_shape(info.shape, self._dims)
+        return self.slot_buffer(info.slot).download(math.prod(shape)).reshape(shape)
 
     def delete(self) -> None:
         for tex in self.buffers.values():

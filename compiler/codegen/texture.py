@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from dlc.runtime.spec import Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
 from . import dim_index
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
+from .options import codegen_options
 
 VERSION_CORE = "#version 330 core"
 VERSION_ES = "#version 300 es"
@@ -65,7 +68,7 @@ class TextureKernel:
 
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
     dims = dim_index(plan)
-    es = bool((options or {}).get("es", False))
+    es = codegen_options(options).es
     return [render_kernel(plan, k, dims, es) for k in range(len(plan.fusion.kernels))]
 
 
@@ -243,21 +246,22 @@ def _matmul_body(ctx: Context, em: Emitter) -> str:
     return f"matmul {list(ash)}{'^T' if ta else ''} @ {list(bsh)}{'^T' if tb else ''}, one fragment per output"
 
 
-def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[dict, dict[str, str]]:
+def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[ProgramSpec, dict[str, str]]:
     """The program spec (as `pipeline.program_spec`, with target "texture" and each kernel's
     passes) and its shader files."""
     from ..pipeline import program_spec
 
     spec, _ = program_spec(name, plan, [t.kernel for t in kernels])
     sources: dict[str, str] = {}
-    spec["target"] = "texture"
-    for ks, t in zip(spec["kernels"], kernels):
-        del ks["file"], ks["grid"], ks["local_size"]
-        ks["passes"] = []
-        if t.scratch is not None:
-            ks["scratch"] = t.scratch
+    texture_kernels = []
+    for ks, t in zip(spec.kernels, kernels):
+        passes = []
         for p in t.passes:
-            file = f"{name}_{ks['name']}_{'partials' if p.tensor is None else p.tensor}.frag"
+            file = f"{name}_{ks.name}_{'partials' if p.tensor is None else p.tensor}.frag"
             sources[file] = p.source
-            ks["passes"].append({"file": file, "tensor": p.tensor})
-    return spec, sources
+            passes.append(Pass(file, p.tensor))
+        scratch = None if t.scratch is None else PassScratch(tuple(t.scratch["size"]), t.scratch["unit"])
+        texture_kernels.append(
+            replace(ks, file=None, grid=None, local_size=None, passes=tuple(passes), scratch=scratch)
+        )
+    return replace(spec, target="texture", kernels=tuple(texture_kernels)), sources
