@@ -74,6 +74,8 @@ class NumpyDevice:
 
 class GLDevice:
     """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.gl_eager).
+    They live on the process's default GL device (`dlc.runtime.device`), whichever device
+    sessions use: every call makes it current first.
 
     Buffers can only be freed on the thread that holds the GL context, and a finalizer may
     run anywhere: `release` queues them and the next call on the owning thread frees them.
@@ -82,9 +84,10 @@ class GLDevice:
     name = "gl"
 
     def __init__(self) -> None:
-        from dlc.runtime.context import get_context
+        from dlc.runtime.device import default_device
 
-        self.context = get_context()
+        self.gl_device = default_device()
+        self.context = self.gl_device.context
         if not self.context.has_compute:  # eager kernels are compute shaders only
             from dlc.errors import RuntimeFailure
 
@@ -98,7 +101,7 @@ class GLDevice:
         from dlc.runtime.storage import Buffer
 
         self.flush()
-        return Buffer.from_array(np.ascontiguousarray(value, dtype=np.float32))
+        return Buffer.from_array(np.ascontiguousarray(value, dtype=np.float32), self.gl_device)
 
     def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
         return handle.download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
@@ -106,6 +109,7 @@ class GLDevice:
     async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
         from dlc.runtime.sync import read_async
 
+        self.gl_device.activate()
         values = await read_async(handle, int(np.prod(shape, dtype=np.int64)))
         return values.reshape(shape)
 
@@ -129,6 +133,7 @@ class GLDevice:
         from . import gl_eager
 
         self.flush()
+        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
         return gl_eager.run(call, handles)
 
 
@@ -182,8 +187,9 @@ def flush_pending() -> None:
 
 def gl_counts() -> tuple[int | None, int | None]:
     """GPU buffers and bytes held in all, when the GL device is in use."""
-    if "gl" not in _devices:
+    device = _devices.get("gl")
+    if not isinstance(device, GLDevice):
         return None, None
     from dlc.runtime.storage import live_buffers, live_bytes
 
-    return live_buffers(), live_bytes()
+    return live_buffers(device.gl_device), live_bytes(device.gl_device)

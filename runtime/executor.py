@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.context import get_context
+from dlc.runtime.device import current_device
 from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.gl import fast
 from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.storage import Buffer, OutOfMemory
@@ -31,14 +30,13 @@ from dlc.runtime.sync import Fence
 PERSISTENT = ("param", "state")
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 
-# GL program handle -> uniform values last set on it (programs are shared between
-# executors whose kernels have the same text, possibly under other dims).
-_uniforms_set: dict[int, tuple] = {}
+# Each device's `uniforms`: GL program handle -> uniform values last set on it (programs are
+# shared between executors whose kernels have the same text, possibly under other dims).
 
 
 def forget_uniforms(handle: int) -> None:
     """Uniforms of program `handle` were set elsewhere, or it was deleted: set them next time."""
-    _uniforms_set.pop(handle, None)
+    current_device().uniforms.pop(handle, None)
 
 
 on_delete(forget_uniforms)
@@ -72,11 +70,13 @@ def gpu_copy(dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
 def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
     """Independent copies (dst, src, nbytes or None for all of src), none reading what another
     writes: one program bind and one barrier for all of them (snapshots copy every leaf)."""
-    prog = get_program(_COPY_SOURCE, "dlc_copy")
+    device = copies[0][0].device.activate() if copies else current_device()  # the buffers' device
+    prog = get_program(_COPY_SOURCE, "dlc_copy", device)
     loc = prog.uniform_location("n")
-    limit = get_context().limits["max_work_group_count"]
+    limit = device.limits["max_work_group_count"]
+    fast = device.fast
     fast.use_program(prog.handle)
-    _uniforms_set.pop(prog.handle, None)
+    device.uniforms.pop(prog.handle, None)
     for dst, src, nbytes in copies:
         n = (src.nbytes if nbytes is None else nbytes) // 4
         if n == 0:
@@ -118,10 +118,11 @@ class LeafStore:
         self._ring_gen = [0] * SNAPSHOTS
         self._taken = 0
         self._unsnapshotted: set[str] = set()
+        self.device = current_device()  # the GL device its buffers live on
 
     # -- storage hooks ---------------------------------------------------------------------
     def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Buffer:
-        return Buffer(data.nbytes)
+        return Buffer(data.nbytes, device=self.device)
 
     def _fits(self, storage: Buffer, data: np.ndarray) -> bool:
         return storage.nbytes == data.nbytes
@@ -132,7 +133,7 @@ class LeafStore:
             return old
         if old is not None:
             old.delete()
-        return Buffer(storage.nbytes)
+        return Buffer(storage.nbytes, device=self.device)
 
     def _copy_all(self, pairs: list) -> None:
         """(dst, src) copies on the GPU, none reading what another writes."""
@@ -249,7 +250,8 @@ class Executor:
         self.spec = spec
         self.store = store
         self.hook = hook
-        self.limits = get_context().limits
+        self.device = store.device.activate()  # programs and buffers go on the store's device
+        self.limits = self.device.limits
         self.kernels: list[dict] = spec["kernels"]
         for k in self.kernels:
             check_kernel(k["name"], sources[k["file"]], k["local_size"], self.limits)
@@ -288,6 +290,7 @@ class Executor:
 
     def prepare(self, dims: Mapping[str, int]) -> None:
         """Size the slots and resolve every launch for this binding (no-op when unchanged)."""
+        self.device.activate()
         key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec["dims"]))
         if key == self._dims and self._version == self.store.version:
             return
@@ -448,6 +451,7 @@ class Executor:
     def _launch(self, kernels: Sequence[int]) -> None:
         hook = self.hook
         before = getattr(hook, "before", None)
+        fast, uniforms_set = self.device.activate().fast, self.device.uniforms
         use, bind, dispatch, barrier = (fast.use_program, fast.bind_buffer_base, fast.dispatch, fast.memory_barrier)
         set_int = fast.program_uniform1i
         for k in kernels:
@@ -456,10 +460,10 @@ class Executor:
                 before(launch.name)
             program = launch.program
             values = launch.uniforms
-            if _uniforms_set.get(program) != values:
+            if uniforms_set.get(program) != values:
                 for loc, v in values:
                     set_int(program, loc, v)
-                _uniforms_set[program] = values
+                uniforms_set[program] = values
             use(program)
             for i, handle in launch.bindings:
                 bind(i, handle)
