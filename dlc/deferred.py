@@ -20,7 +20,7 @@ class GLDeferredSteps:
         self.optimizer = optimizer
         self.capacity = int(capacity)
         self.interval_s = float(interval_s)
-        self._sink = Buffer(4 * self.capacity)
+        self._sink = Buffer(4 * self.capacity, device=backend.store.device)  # where the steps run
 
     def queue(self, batch: dict[str, np.ndarray], bdims: dict[str, int], index: int) -> None:
         batch[LR] = np.asarray(self.optimizer.lr, dtype=np.float32)  # read at every step
@@ -29,6 +29,7 @@ class GLDeferredSteps:
     def read(self, count: int) -> np.ndarray:
         from dlc.runtime.sync import Fence
 
+        self._sink.device.activate()  # the fence goes on the steps' device
         Fence().wait()
         return self._sink.download(count)
 

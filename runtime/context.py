@@ -63,7 +63,10 @@ class GLContext:
         if self.platform == "egl":
             from dlc.runtime.gl import EGL
 
-            ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
+            try:  # PyOpenGL's EGL checks errors itself: a refusal may raise
+                ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
+            except Exception:
+                ok = False
             if not ok:
                 raise RuntimeFailure(
                     "the OpenGL context is current on another thread; call release_current() there first"

@@ -9,7 +9,7 @@ and the driver's limits.
 
 The default device is made on first use from the environment (runtime/context.py's choice);
 `open_device()` makes another (a second context on the same EGL display, another EGL device,
-or another glfw window). Runtime objects (`Buffer`, `Program`, `Executor`) remember the
+or another glfw window) without making it the one in use. Runtime objects (`Buffer`, `Program`, `Executor`) remember the
 device they were made on and make it current before their GL calls; code that makes new
 objects without naming a device gets the device used last on this thread (`current_device()`;
 the default one until another is used). `with device:` uses `device` inside the block and
@@ -96,6 +96,17 @@ class Device:
         previous = self._previous.pop()
         if previous is not None and not previous.closed:
             previous.activate()
+        elif not self.closed:
+            self.release()  # the thread had none: leave it so (another thread may take this one)
+
+    def release(self) -> None:
+        """Flush and detach this device's context from the calling thread, so that another
+        thread can use the device."""
+        if getattr(_local, "device", None) is self:
+            _leave_current()
+            _local.device = None
+        if not self.closed and self.context._thread == threading.get_ident():
+            self.context.release_current()
 
     # ------------------------------------------------------------ freeing it
 
@@ -169,12 +180,14 @@ def open_device(egl_device: int | None = None) -> Device:
     first = default_device()  # the platform choice and its errors are the default's
     if egl_device is None and first.context.platform == "egl":
         egl_device = first.context.device_index
+    previous = getattr(_local, "device", None) or first
     with _lock:
         _leave_current()
         ctx = _context.create_context(egl_device=egl_device, platform=first.context.platform)
-        device = Device(ctx)
+        _local.device = device = Device(ctx)
         _open.append(device)
-        _local.device = device
+    if not previous.closed:
+        previous.activate()  # opening a device does not change which one is in use
     return device
 
 

@@ -184,6 +184,8 @@ class Buffer:
     # ------------------------------------------------------------ checks
 
     def _check_live(self, what: str) -> None:
+        if self.device.closed:
+            raise RuntimeFailure(f"{what} on a buffer of GL device {self.device.id}, which was closed")
         if not self.handle:
             raise ValueError(f"{what} on a deleted buffer")
 
