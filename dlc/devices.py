@@ -6,7 +6,12 @@ dims) over handles, giving a new handle; results stay where they are until read.
 
 Which device new arrays use: `set_backend("gl" | "numpy")`, else env `DLC_BACKEND`, else gl
 when an OpenGL context can be made (numpy otherwise, said once on stderr). An array keeps the
-device it was made on; an op runs on its arguments' device.
+device it was made on; an op runs on its arguments' device. Eager arrays on gl live on the
+default GL device.
+
+GL devices for sessions (`dlc.runtime.device.Device`, one OpenGL context each):
+`gl_devices()` lists them, `open_gl_device()` makes another; a Session made inside
+`with device:` keeps its params, programs and buffers there.
 """
 
 from __future__ import annotations
@@ -135,6 +140,24 @@ class GLDevice:
         self.flush()
         self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
         return gl_eager.run(call, handles)
+
+
+def gl_devices() -> list:
+    """The GL devices open now, the default one first (made here if none is yet);
+    RuntimeFailure when no OpenGL context can be made."""
+    from dlc.runtime.device import default_device, open_devices
+
+    default_device()
+    return open_devices()
+
+
+def open_gl_device(egl_device: int | None = None):
+    """A new GL device: its own OpenGL context, program cache and buffers, on EGL device
+    `egl_device` (default: the default device's; a second context on one GPU works too).
+    Use it with `with device:`; `device.close()` frees all it holds."""
+    from dlc.runtime.device import open_device
+
+    return open_device(egl_device)
 
 
 def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:

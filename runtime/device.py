@@ -208,9 +208,24 @@ def peek_device() -> Device | None:
     return _default
 
 
+def require_default(device: Device, what: str) -> None:
+    """Refuse `what` on a device other than the default (code whose GL objects do not yet
+    remember their device: made current by someone else, they would use the wrong context)."""
+    if device is not _default:
+        raise RuntimeFailure(f"{what} runs on the default GL device only, not on GL device {device.id}")
+
+
 def open_devices() -> list[Device]:
     """Devices made so far and not closed, the default first."""
     return list(_open)
 
 
-__all__ = ["Device", "current_device", "default_device", "open_device", "open_devices", "peek_device"]
+__all__ = [
+    "Device",
+    "current_device",
+    "default_device",
+    "open_device",
+    "open_devices",
+    "peek_device",
+    "require_default",
+]

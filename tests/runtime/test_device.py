@@ -262,3 +262,20 @@ def test_another_thread_runs_a_session_on_its_own_device(default, second):
     np.testing.assert_allclose(got["h"], want, rtol=1e-5, atol=1e-6)
     assert "release_current" in got["refused"]
     assert _is_current(default)
+
+
+def test_the_texture_target_is_refused_on_a_second_device(second):
+    with second, pytest.raises(RuntimeFailure, match="texture target runs on the default GL device only"):
+        dlc.Session(dlc.compile(MLP), backend="gl", target="texture")
+
+
+def test_the_public_names_list_and_open_gl_devices(default):
+    devices = dlc.gl_devices()
+    assert devices[0] is default
+    extra = dlc.open_gl_device()
+    try:
+        assert dlc.gl_devices() == [*devices, extra]
+        assert "Device(" in repr(extra) and extra.limits["max_ssbo_bindings"] >= 8
+    finally:
+        extra.close()
+    assert extra not in dlc.gl_devices() and "closed" in repr(extra)
