@@ -209,10 +209,10 @@ def flush_pending() -> None:
 
 
 def gl_counts() -> tuple[int | None, int | None]:
-    """GPU buffers and bytes held in all, when the GL device is in use."""
+    """GPU buffers and bytes held in all (every GL device), when eager arrays use GL."""
     device = _devices.get("gl")
     if not isinstance(device, GLDevice):
         return None, None
     from dlc.runtime.storage import live_buffers, live_bytes
 
-    return live_buffers(device.gl_device), live_bytes(device.gl_device)
+    return live_buffers(), live_bytes()  # on every GL device

@@ -9,11 +9,14 @@ and the driver's limits.
 
 The default device is made on first use from the environment (runtime/context.py's choice);
 `open_device()` makes another (a second context on the same EGL display, another EGL device,
-or another glfw window) without making it the one in use. Runtime objects (`Buffer`, `Program`, `Executor`) remember the
-device they were made on and make it current before their GL calls; code that makes new
-objects without naming a device gets the device used last on this thread (`current_device()`;
-the default one until another is used). `with device:` uses `device` inside the block and
-goes back to the one before at its end.
+or another glfw window) without making it the one in use.
+
+Runtime objects (`Buffer`, `Program`, `Executor`, the leaf store) remember the device they
+were made on and make it current before their GL calls. A new leaf store (so a new Session)
+goes on the selected device (`selected_device()`: the innermost `with device:` block's on
+this thread, else the default); lower-level calls that name no device (`Buffer(n)`,
+`get_program`, `get_context`) use the device current on the thread (`current_device()`: the
+one used last, which inside an object's operation is the object's).
 
 Switching: before another context is made current on a thread, the one leaving is flushed
 (`glFlush`) so its queued commands reach its GPU; no object is shared between contexts, so
@@ -90,9 +93,11 @@ class Device:
 
     def __enter__(self) -> Device:
         self._previous.append(getattr(_local, "device", None))
+        _selected().append(self)
         return self.activate()
 
     def __exit__(self, *exc: object) -> None:
+        _selected().pop()
         previous = self._previous.pop()
         if previous is not None and not previous.closed:
             previous.activate()
@@ -138,6 +143,14 @@ class Device:
                 _open.remove(self)
             if _default is self:
                 _default = None  # the next default_device() makes a fresh one
+
+
+def _selected() -> list[Device]:
+    """This thread's `with device:` blocks, innermost last."""
+    stack = getattr(_local, "selected", None)
+    if stack is None:
+        stack = _local.selected = []
+    return stack
 
 
 def _leave_current() -> None:
@@ -191,21 +204,20 @@ def open_device(egl_device: int | None = None) -> Device:
     return device
 
 
+def selected_device() -> Device:
+    """The device new sessions go on: the innermost `with device:` block's on this thread,
+    else the default one; made current."""
+    stack = _selected()
+    device = stack[-1] if stack else default_device()
+    return device.activate()
+
+
 def current_device() -> Device:
     """The device used last on this thread (the default one until another is), current."""
     device = getattr(_local, "device", None)
     if device is None or device.closed:
         device = default_device()
     return device.activate()
-
-
-def peek_device() -> Device | None:
-    """The device `current_device()` would give, without making a context; None when none
-    exists yet (statistics read this: asking them must not start GL)."""
-    device = getattr(_local, "device", None)
-    if device is not None and not device.closed:
-        return device
-    return _default
 
 
 def require_default(device: Device, what: str) -> None:
@@ -226,6 +238,6 @@ __all__ = [
     "default_device",
     "open_device",
     "open_devices",
-    "peek_device",
     "require_default",
+    "selected_device",
 ]

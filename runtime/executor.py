@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.device import current_device
+from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
@@ -118,7 +118,7 @@ class LeafStore:
         self._ring_gen = [0] * SNAPSHOTS
         self._taken = 0
         self._unsnapshotted: set[str] = set()
-        self.device = current_device()  # the GL device its buffers live on
+        self.device = selected_device()  # the GL device its buffers live on
 
     # -- storage hooks ---------------------------------------------------------------------
     def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Buffer:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dlc.runtime import binary_cache, cache_limit
-from dlc.runtime.device import Device, current_device, open_devices, peek_device
+from dlc.runtime.device import Device, current_device, open_devices
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import DEBUG, GL
 from dlc.runtime.storage import Buffer
@@ -198,17 +198,17 @@ def set_program_cache_limit(limit: int | None) -> None:
 
 
 def program_cache_stats(device: Device | None = None) -> dict:
-    """Linked programs kept now on `device` (default: the current one; none made yet counts
-    as empty), their estimated driver bytes, pinned ones, the limit, and how many were
+    """Linked programs kept now on `device` (default: on every open device), their
+    estimated driver bytes, pinned ones, the limit (each device's), and how many were
     evicted so far."""
-    device = peek_device() if device is None else device
-    cache = device.programs if device is not None else {}
+    devices = open_devices() if device is None else [device]
+    kept = [p for d in devices for p in d.programs.values()]
     return {
-        "programs": len(cache),
-        "bytes": sum(p.nbytes for p in cache.values()),
-        "pinned": sum(1 for p in cache.values() if p.pins),
+        "programs": len(kept),
+        "bytes": sum(p.nbytes for p in kept),
+        "pinned": sum(1 for p in kept if p.pins),
         "limit": program_cache_limit(),
-        "evicted": device.evicted if device is not None else 0,
+        "evicted": sum(d.evicted for d in devices),
     }
 
 

@@ -3,8 +3,8 @@
 A buffer belongs to the device (runtime/device.py) it was made on, and makes that device's
 context current before each GL call. Buffers are freed only by `delete()` (no finalizer: a
 garbage collector may run on a thread that does not hold the context) or by closing their
-device. `live_buffers()` / `live_bytes()` count, per device, what is not yet deleted so tests
-can check that sessions and eager arrays clean up after themselves.
+device. `live_buffers()` / `live_bytes()` count what is not yet deleted (on one device, or on
+all) so tests can check that sessions and eager arrays clean up after themselves.
 
 GL 4.5 direct state access (glNamedBuffer*) is used where the driver has it; a 4.3 driver
 without it goes through the copy-read/copy-write binding points instead.
@@ -16,7 +16,7 @@ import ctypes
 
 import numpy as np
 
-from dlc.runtime.device import Device, current_device, peek_device
+from dlc.runtime.device import Device, current_device, open_devices
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 
@@ -24,17 +24,17 @@ _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us
 
 
 def live_buffers(device: Device | None = None) -> int:
-    """How many buffers exist on `device` (default: the current one) that have not been
-    deleted; 0 before any device exists."""
-    device = peek_device() if device is None else device
-    return device.live_buffers if device is not None else 0
+    """How many buffers exist on `device` (default: on every open device) that have not
+    been deleted; 0 before any device exists."""
+    devices = open_devices() if device is None else [device]
+    return sum(d.live_buffers for d in devices)
 
 
 def live_bytes(device: Device | None = None) -> int:
-    """GPU bytes held by `device`'s buffers not yet deleted (allocated sizes, at least 4
-    each); 0 before any device exists."""
-    device = peek_device() if device is None else device
-    return device.live_bytes if device is not None else 0
+    """GPU bytes held by buffers not yet deleted on `device` (default: on every open
+    device; allocated sizes, at least 4 each)."""
+    devices = open_devices() if device is None else [device]
+    return sum(d.live_bytes for d in devices)
 
 
 class OutOfMemory(RuntimeFailure):

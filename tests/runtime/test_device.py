@@ -158,6 +158,17 @@ def test_sessions_on_two_devices_interleaved_match_numpy(default, second):
     for sess, device in ((on_default, default), (on_second, second), (other_model, second)):
         assert all(b.device is device for b in sess.backend.store.buffers.values())
     assert second.live_buffers == len(second.buffers) > 0
+    from dlc.runtime import program, storage
+
+    assert storage.live_buffers() == default.live_buffers + second.live_buffers
+    assert storage.live_bytes() == default.live_bytes + second.live_bytes
+    everywhere, stats = program.program_cache_stats(), [program.program_cache_stats(d) for d in (default, second)]
+    assert (
+        everywhere["programs"]
+        == stats[0]["programs"] + stats[1]["programs"]
+        == len(default.programs) + len(second.programs)
+    )
+    assert dlc.memory().programs == everywhere["programs"] and dlc.memory().gl_buffers == storage.live_buffers()
 
 
 def test_closing_a_device_frees_its_objects_and_leaves_the_other(default, second):
@@ -203,6 +214,13 @@ def test_with_a_device_selects_it_and_gives_back_the_previous(default, second):
         assert current_device() is second
     assert current_device() is default and buffer.device is second
     buffer.delete()
+
+    with second:
+        there = dlc.Session(dlc.compile(MLP), backend="gl", seed=0)
+    there.eval("h", _data(0))  # leaves `second` current on this thread ...
+    assert current_device() is second
+    here = dlc.Session(dlc.compile(MLP), backend="gl", seed=0)  # ... but a new session goes on the default
+    assert here.backend.store.device is default and there.backend.store.device is second
 
 
 def test_a_new_limit_evicts_on_every_device(default, second):
