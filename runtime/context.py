@@ -87,7 +87,7 @@ class GLContext:
         else:
             import glfw
 
-            if glfw.get_current_context() == h["window"]:
+            if _address(glfw.get_current_context()) == _address(h["window"]):
                 glfw.make_context_current(None)
             glfw.destroy_window(h["window"])
         self._handles = {}
@@ -332,7 +332,9 @@ def _egl_destroy(EGL: Any, handles: dict[str, Any]) -> None:
 
 
 def _address(handle: Any) -> int:
-    """An EGL handle's pointer value (PyOpenGL makes a new wrapper object per call)."""
+    """A ctypes handle's pointer value (PyOpenGL and glfw make a new wrapper per call)."""
+    if not handle:
+        return 0
     return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
 
 

@@ -63,15 +63,16 @@ def default(gl_context):
 
 def _is_current(device) -> bool:
     """Whether the driver's current context is `device`'s (asked of EGL / glfw, not of dlc)."""
+    from dlc.runtime.context import _address
+
     handles = device.context._handles
     if device.context.platform == "egl":
-        from dlc.runtime.context import _address
         from dlc.runtime.gl import EGL
 
         return _address(EGL.eglGetCurrentContext()) == _address(handles["context"])
     import glfw
 
-    return glfw.get_current_context() == handles["window"]
+    return _address(glfw.get_current_context()) == _address(handles["window"])
 
 
 def _data(seed: int) -> dict:
