@@ -185,6 +185,7 @@ def get_device(name: str | None = None) -> Device:
         name = _chosen or os.environ.get("DLC_BACKEND", "").strip().lower() or None
         if name is not None and name not in _BACKENDS:
             raise ValueError(f"DLC_BACKEND={name!r}: use 'gl' or 'numpy'")
+    _forget_closed_gl()
     if name is None:
         if "gl" in _devices:
             return _devices["gl"]
@@ -199,6 +200,19 @@ def get_device(name: str | None = None) -> Device:
     if device is None:
         device = _devices[name] = GLDevice() if name == "gl" else NumpyDevice()
     return device
+
+
+def _forget_closed_gl() -> None:
+    """After the default GL device was closed, eager arrays start again on a new one: its
+    compiled ops held buffers of the closed device."""
+    device = _devices.get("gl")
+    if isinstance(device, GLDevice) and device.gl_device.closed:
+        from . import ops
+
+        del _devices["gl"]
+        if _devices.get("auto") is device:
+            del _devices["auto"]
+        ops.clear_cache()
 
 
 def flush_pending() -> None:

@@ -302,3 +302,36 @@ def test_the_public_names_list_and_open_gl_devices(default):
     finally:
         extra.close()
     assert extra not in dlc.gl_devices() and "closed" in repr(extra)
+
+
+CLOSE_DEFAULT = """
+import numpy as np
+import dlc
+from dlc.errors import RuntimeFailure
+x = dlc.array(np.array([1.0, -2.0, 3.0], np.float32), backend="gl")
+print("before", dlc.ops.relu(x * 2).numpy().tolist())
+sess = dlc.Session(dlc.compile("input v: [N]\\nout = v + 1\\n"), backend="gl")
+old = dlc.gl_devices()[0]
+old.close()
+try:
+    sess.eval("out", {"v": np.zeros(2, np.float32)})
+except RuntimeFailure as e:
+    print("session", e)
+y = dlc.array(np.array([1.0, -2.0, 3.0], np.float32), backend="gl")
+print("after", dlc.ops.relu(y * 2).numpy().tolist(), dlc.gl_devices()[0] is not old)
+fresh = dlc.Session(dlc.compile("input v: [N]\\nout = v + 1\\n"), backend="gl")
+print("fresh", fresh.eval("out", {"v": np.zeros(2, np.float32)}).tolist())
+"""
+
+
+def test_closing_the_default_device_starts_a_new_one_for_what_comes_after(gl_context):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CLOSE_DEFAULT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "before [2.0, 0.0, 6.0]"
+    assert lines[1].startswith("session GL device 0 was closed")
+    assert lines[2] == "after [2.0, 0.0, 6.0] True"
+    assert lines[3] == "fresh [1.0, 1.0]"
