@@ -27,7 +27,7 @@ class GLDeferredSteps:
         self.learning_rate = learning_rate
         self.capacity = int(capacity)
         self.interval_s = float(interval_s)
-        self._sink = Buffer(4 * self.capacity)
+        self._sink = Buffer(4 * self.capacity, device=backend.store.device)  # where the steps run
 
     def queue(self, batch: dict[str, np.ndarray], bdims: dict[str, int], index: int) -> None:
         batch[LR] = np.asarray(self.learning_rate(), dtype=np.float32)  # read at every step
@@ -36,6 +36,7 @@ class GLDeferredSteps:
     def read(self, count: int) -> np.ndarray:
         from dlc.runtime.sync import Fence
 
+        self._sink.device.activate()  # the fence goes on the steps' device
         Fence().wait()
         return self._sink.download(count)
 

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from dlc.runtime.context import get_context
+from dlc.runtime.device import current_device
 from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.executor import _uniforms_set, eval_size, gpu_copy, group_counts, scratch_words
-from dlc.runtime.gl import fast
+from dlc.runtime.executor import eval_size, gpu_copy, group_counts, scratch_words
 from dlc.runtime.launches import launch_now
 from dlc.runtime.program import Program, get_program
 from dlc.runtime.spec import Kernel, Slot
@@ -117,7 +117,9 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
         buffers[compiled.out_slot] = out
     else:
         out = Buffer(4 * count)
-    max_block = get_context().limits["max_ssbo_size"]
+    device = current_device()  # eager ops run on the device used last (the default one unless another is)
+    max_block = device.limits["max_ssbo_size"]
+    fast = device.fast
     set_float = fast.program_uniform1f
     for j, launch in enumerate(compiled.launches):
         program = launch.program.handle
@@ -142,7 +144,7 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
                     f"kernel '{launch.kernel.name}': buffer {index} holds {buf.nbytes} bytes, more "
                     f"than this GPU's {max_block}-byte storage block limit"
                 )
-        launch_now(program, prepared.uniforms[j], [b.handle for b in bound], prepared.groups[j], _uniforms_set)
+        launch_now(fast, program, prepared.uniforms[j], [b.handle for b in bound], prepared.groups[j], device.uniforms)
     if out_slot.kind == "temp":
         return out
     if out_slot.name in scalars:  # the result is a number as it came (a reshape of it)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from dlc.runtime.context import get_context
+from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, run_prepared
 from dlc.runtime.program import get_program, on_delete, pin, unpin
@@ -32,14 +32,13 @@ from dlc.runtime.sync import Fence
 PERSISTENT = ("param", "state")
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 
-# GL program handle -> uniform values last set on it (programs are shared between
-# executors whose kernels have the same text, possibly under other dims).
-_uniforms_set: dict[int, tuple] = {}
+# Each device's `uniforms`: GL program handle -> uniform values last set on it (programs are
+# shared between executors whose kernels have the same text, possibly under other dims).
 
 
 def forget_uniforms(handle: int) -> None:
     """Uniforms of program `handle` were set elsewhere, or it was deleted: set them next time."""
-    _uniforms_set.pop(handle, None)
+    current_device().uniforms.pop(handle, None)
 
 
 on_delete(forget_uniforms)
@@ -70,9 +69,10 @@ def gpu_copy(dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
     gpu_copy_many([(dst, src, nbytes)])
 
 
-def copy_program():
-    """The GL program that copies buffers (from the program cache)."""
-    return get_program(_COPY_SOURCE, "dlc_copy")
+def copy_program(device=None):
+    """The GL program that copies buffers on `device` (default: the current one), from its
+    program cache."""
+    return get_program(_COPY_SOURCE, "dlc_copy", device)
 
 
 def copy_groups(n: int, max_count: Sequence[int]) -> tuple[int, int, int]:
@@ -83,14 +83,15 @@ def copy_groups(n: int, max_count: Sequence[int]) -> tuple[int, int, int]:
 def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
     """Independent copies (dst, src, nbytes or None for all of src), none reading what another
     writes: one program bind and one barrier for all of them (snapshots copy every leaf)."""
-    prog = copy_program()
-    limit = get_context().limits["max_work_group_count"]
+    device = copies[0][0].device.activate() if copies else current_device()  # the buffers' device
+    prog = copy_program(device)
+    limit = device.limits["max_work_group_count"]
     words = []
     for dst, src, nbytes in copies:
         n = (src.nbytes if nbytes is None else nbytes) // 4
         words.append((dst.handle, src.handle, n, copy_groups(n, limit)))
-    _uniforms_set.pop(prog.handle, None)
-    for fn, args in copy_calls(prog.handle, prog.uniform_location("n"), words):
+    device.uniforms.pop(prog.handle, None)
+    for fn, args in copy_calls(device.fast, prog.handle, prog.uniform_location("n"), words):
         fn(*args)
 
 
@@ -124,10 +125,11 @@ class LeafStore:
         self._ring_gen = [0] * SNAPSHOTS
         self._taken = 0
         self._unsnapshotted: set[str] = set()
+        self.device = selected_device()  # the GL device its buffers live on
 
     # -- storage hooks ---------------------------------------------------------------------
     def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Buffer:
-        return Buffer(data.nbytes)
+        return Buffer(data.nbytes, device=self.device)
 
     def _fits(self, storage: Buffer, data: np.ndarray) -> bool:
         return storage.nbytes == data.nbytes
@@ -138,7 +140,7 @@ class LeafStore:
             return old
         if old is not None:
             old.delete()
-        return Buffer(storage.nbytes)
+        return Buffer(storage.nbytes, device=self.device)
 
     def _copy_all(self, pairs: list) -> None:
         """(dst, src) copies on the GPU, none reading what another writes."""
@@ -243,18 +245,19 @@ class Executor:
         self.spec = spec
         self.store = store
         self.hook = hook
-        self.limits = get_context().limits
+        self.device = store.device.activate()  # programs and buffers go on the store's device
+        self.limits = self.device.limits
         self.kernels: tuple[Kernel, ...] = spec.kernels
         for k in self.kernels:
             check_kernel(k.name, sources[k.file], k.local_size or (1, 1, 1), self.limits)  # none listed: GL checks
         self.programs = []
         for k in self.kernels:  # pinned one by one: the cache may evict while we link
-            program = get_program(sources[k.file], k.name)
+            program = get_program(sources[k.file], k.name, self.device)
             pin(program)
             self.programs.append(program)
         self._copy_program = None
         if spec.copies:  # the update copies are prepared too: keep their program linked
-            self._copy_program = copy_program()
+            self._copy_program = copy_program(self.device)
             pin(self._copy_program)
             self.programs.append(self._copy_program)
         # An executor dropped without delete() unpins its programs (no GL call: a finalizer
@@ -302,6 +305,7 @@ class Executor:
 
     def prepare(self, dims: Mapping[str, int]) -> None:
         """Size the slots and resolve every launch for this binding (no-op when unchanged)."""
+        self.device.activate()
         if self._dims is not None and self._prepared(dims):
             return
         key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec.dims))
@@ -339,7 +343,9 @@ class Executor:
                 groups = group_counts(k.grid, dims, max_count)
             except RuntimeFailure as e:
                 raise RuntimeFailure(f"kernel '{k.name}': {e}") from None
-            launches.append(kernel_calls(prog.handle, [u for u in uniforms if u[0] >= 0], handles, groups))
+            launches.append(
+                kernel_calls(self.device.fast, prog.handle, [u for u in uniforms if u[0] >= 0], handles, groups)
+            )
         self._launches = launches
         self._subsets = {}
         self._dims = key
@@ -360,7 +366,7 @@ class Executor:
                     )
                 )
             copier = self._copy_program
-            self._copies = copy_calls(copier.handle, copier.uniform_location("n"), words)
+            self._copies = copy_calls(self.device.fast, copier.handle, copier.uniform_location("n"), words)
 
     def _allocate(self, nbytes: int, slot: int) -> Buffer:
         """A buffer for `slot`; out of GPU memory is reported naming the program and bytes."""
@@ -444,7 +450,7 @@ class Executor:
     def _copy_updates(self) -> None:
         """The step's update copies (prepared with the launches)."""
         if self._copies:
-            _uniforms_set.pop(self._copy_program.handle, None)  # its 'n' is set per copy
+            self.device.uniforms.pop(self._copy_program.handle, None)  # its 'n' is set per copy
             for fn, args in self._copies:
                 fn(*args)
 
@@ -477,7 +483,7 @@ class Executor:
             if len(self._subsets) > 64:  # lists made by callers, not `needs`: keep few
                 self._subsets.clear()
             launches = self._subsets[id(kernels)] = (kernels, tuple(self._launches[k] for k in kernels))
-        run_prepared(launches[1], _uniforms_set)
+        run_prepared(self.device.activate().fast, launches[1], self.device.uniforms)
 
     def _launch_hooked(self, kernels: Sequence[int]) -> None:
         """Debug mode: one launch at a time, the hook around each."""
@@ -487,7 +493,7 @@ class Executor:
             name = self.kernels[k].name
             if before is not None:
                 before(name)
-            run_prepared((self._launches[k],), _uniforms_set)
+            run_prepared(self.device.fast, (self._launches[k],), self.device.uniforms)
             hook(name, self._outputs_info(self.kernels[k]))
 
     def _outputs_info(self, k: Kernel) -> list[dict]:

@@ -1,8 +1,9 @@
 """Prepared launches: a kernel dispatch worked out once, issued many times.
 
 A `Prepared` launch is (program handle, int uniform values, calls, groups): `calls` are the
-raw ctypes GL calls with their arguments already converted to plain ints (use the program,
-bind each buffer, dispatch, barrier). The executor prepares one per kernel for each binding of
+raw ctypes GL calls (the entry points, `Device.fast`, of the device they run on) with their
+arguments already converted to plain ints (use the program, bind each buffer, dispatch,
+barrier). The executor prepares one per kernel for each binding of
 the dims (and its update copies as `copy_calls`); `run_prepared` issues them: per launch a
 uniform check against the shared uniform cache, then `fn(*args)` per call; nothing is
 allocated. Eager ops, whose buffers change every call, issue theirs with `launch_now`
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from dlc.runtime.gl import GL_SHADER_STORAGE_BUFFER, fast
+from dlc.runtime.gl import GL_SHADER_STORAGE_BUFFER, Fast
 from dlc.runtime.program import BARRIER_BITS
 
 Call = tuple[Callable, tuple]
@@ -29,18 +30,18 @@ class Prepared(NamedTuple):
     groups: tuple[int, int, int]  # the work groups it dispatches
 
 
-def _entry_points() -> tuple:
+def _entry_points(fast: Fast) -> tuple:
     if not fast._resolved:
         fast.resolve()
     return fast.use_program, fast._bind_buffer_base, fast.dispatch, fast.memory_barrier
 
 
 def kernel_calls(
-    program: int, uniforms: Sequence[tuple[int, int]], handles: Sequence[int], groups: tuple[int, int, int]
+    fast: Fast, program: int, uniforms: Sequence[tuple[int, int]], handles: Sequence[int], groups: tuple[int, int, int]
 ) -> Prepared:
     """A launch of `program` with buffer `handles[i]` at binding i, int `uniforms` as
     (location, value), `groups` work groups, then a barrier (no dispatch when a count is 0)."""
-    use, bind, dispatch, barrier = _entry_points()
+    use, bind, dispatch, barrier = _entry_points(fast)
     calls: list[Call] = [(use, (int(program),))]
     calls += [(bind, (GL_SHADER_STORAGE_BUFFER, i, int(h))) for i, h in enumerate(handles)]
     x, y, z = (int(n) for n in groups)
@@ -49,11 +50,13 @@ def kernel_calls(
     return Prepared(int(program), tuple((int(loc), int(v)) for loc, v in uniforms), tuple(calls), (x, y, z))
 
 
-def copy_calls(program: int, location: int, copies: Sequence[tuple[int, int, int, tuple]]) -> tuple[Call, ...]:
+def copy_calls(
+    fast: Fast, program: int, location: int, copies: Sequence[tuple[int, int, int, tuple]]
+) -> tuple[Call, ...]:
     """Calls of the copy program (runtime/executor.py `_COPY_SOURCE`, its uniform `n` at
     `location`) copying `n` floats for each (dst handle, src handle, n, work groups), then one
     barrier: the copies must not overlap."""
-    use, bind, dispatch, barrier = _entry_points()
+    use, bind, dispatch, barrier = _entry_points(fast)
     set_int = fast.program_uniform1i
     calls: list[Call] = [(use, (int(program),))]
     for dst, src, n, groups in copies:
@@ -70,6 +73,7 @@ def copy_calls(program: int, location: int, copies: Sequence[tuple[int, int, int
 
 
 def launch_now(
+    fast: Fast,
     program: int,
     uniforms: tuple[tuple[int, int], ...],
     handles: Sequence[int],
@@ -79,7 +83,7 @@ def launch_now(
     """One launch issued at once through the same entry points and uniform cache as
     `run_prepared`, for a launch whose buffers change every call (eager ops): nothing is
     built to be kept."""
-    use, bind, dispatch, barrier = _entry_points()
+    use, bind, dispatch, barrier = _entry_points(fast)
     if uniforms_set.get(program) != uniforms:
         set_int = fast.program_uniform1i
         for loc, v in uniforms:
@@ -94,7 +98,7 @@ def launch_now(
         barrier(BARRIER_BITS)
 
 
-def run_prepared(launches: Sequence[Prepared], uniforms_set: dict) -> None:
+def run_prepared(fast: Fast, launches: Sequence[Prepared], uniforms_set: dict) -> None:
     """Issue `launches` in order. `uniforms_set` (program handle -> the values last set on
     it) skips setting uniforms a program already holds."""
     set_int = fast.program_uniform1i

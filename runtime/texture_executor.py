@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from dlc.runtime.device import require_default
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size, outputs_info
 from dlc.runtime.spec import FORMAT, Kernel, ProgramSpec
@@ -27,6 +28,10 @@ _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
 class TextureStore(LeafStore):
     """Params and optimizer state as textures by name: the texture target's LeafStore (its
     storage hooks make textures; snapshots and restores are texture copies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        require_default(self.device, "the texture target")  # textures do not make their device current
 
     def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Texture:
         return Texture(data.size, f"'{name}' {list(shape)}")
