@@ -95,6 +95,11 @@ class ArtifactBackend:
         track_gl(self)
 
     # -- leaves ----------------------------------------------------------------------------
+    @property
+    def store(self):
+        """The leaves' store (its device is where the steps run)."""
+        return self.runner.store
+
     def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:
         self.runner.store.set(name, value, snapshot=snapshot)
 

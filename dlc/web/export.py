@@ -142,6 +142,8 @@ def _page_kind(data: dict) -> str:
 
 
 def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None) -> pathlib.Path:
+    from dlc.runtime.spec import manifest_json
+
     """Write the folder beside its destination, then move it into place (never half a folder)."""
     if out.exists() and not out.is_dir():
         raise DlcError(f"{out} is a file, not a folder to write the web export into")
@@ -155,7 +157,7 @@ def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None
             for file, text in prog.sources.items():
                 (tmp / SHADERS / file).write_text(text, encoding="ascii")
         (tmp / WEIGHTS).write_bytes(blob)
-        (tmp / "manifest.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        (tmp / "manifest.json").write_text(manifest_json(data), encoding="utf-8")
         if source:
             (tmp / "model.dl").write_text(source, encoding="utf-8")
         static = resources.files("dlc.web") / "static"
