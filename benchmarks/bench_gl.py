@@ -194,7 +194,7 @@ def bench_chain(n: int, reps: int, torch, skip) -> list[dict]:
     prog, ex = gl_program(CHAIN.format(n=n))
     ex.upload({"x": x}, {})
     ms = gl_gpu_ms(ex.launch, reps)
-    y = ex.run({"x": x}, {}, [prog.spec["roots"][0]])[0]
+    y = ex.run({"x": x}, {}, [prog.spec.roots[0]])[0]
     err = float(np.max(np.abs(y - chain_numpy(x))))
     rows.append(
         {
@@ -266,7 +266,7 @@ def bench_matmul(m: int, reps: int, torch, skip) -> list[dict]:
         prog, ex = gl_program(source, {"matmul": variant} if variant else None)
         ex.upload({"a": a, "b": b}, {})
         ms = gl_gpu_ms(ex.launch, reps)
-        y = ex.run({"a": a, "b": b}, {}, [prog.spec["roots"][0]])[0]
+        y = ex.run({"a": a, "b": b}, {}, [prog.spec.roots[0]])[0]
         err = float(np.max(np.abs(y - ref)) / np.max(np.abs(ref))) if ref is not None else None
         how = prog.kernels[0].source.split("\n")[1].split("], ")[-1]
         rows.append({"row": "matmul", "impl": f"dlc GL ({how})", "ms": ms, "TFLOP/s": flop / ms / 1e9, "rel_err": err})

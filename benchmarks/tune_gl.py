@@ -127,7 +127,7 @@ def bandwidth(n: int, reps: int, torch) -> list[dict]:
                 ex._dims = None
                 ex.upload({"x": x}, {})
                 ms = gl_gpu_ms(ex.launch, reps)
-                y = ex.run({"x": x}, {}, [prog.spec["roots"][0]])[0]
+                y = ex.run({"x": x}, {}, [prog.spec.roots[0]])[0]
                 want = -x if name == "copy kernel" else chain_numpy(x)
                 rows.append(
                     {

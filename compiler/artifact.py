@@ -16,7 +16,6 @@ needs); `train` (with `train_loss` / `optimizer`) runs one training step and its
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
@@ -24,6 +23,8 @@ import tempfile
 from dataclasses import fields
 
 import numpy as np
+
+from dlc.runtime.spec import manifest_json
 
 from .fusion import format_fusion
 from .initializers import initial_value
@@ -116,7 +117,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
     return {
         "format": FORMAT,
         "dlc_version": __version__,
-        "target": progs["eval"].spec.get("target", "compute"),
+        "target": progs["eval"].spec.target,
         "model": os.path.basename(model.path),
         "inputs": {n: list(s) for n, s in model.inputs.items()},
         "params": {n: list(s) for n, s in model.params.items()},
@@ -124,7 +125,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         "losses": list(g.losses),
         "names": {n: i for n, i in g.names.items()},  # name -> tensor of the eval program
         "train": train,
-        "programs": {name: p.spec for name, p in progs.items()},
+        "programs": {name: p.spec for name, p in progs.items()},  # ProgramSpec: manifest_json writes them
     }
 
 
@@ -166,7 +167,7 @@ def write_artifact(
             )
         if model.source:
             (tmp / "model.dl").write_text(model.source, encoding="utf-8")
-        (tmp / "manifest.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        (tmp / "manifest.json").write_text(manifest_json(data), encoding="utf-8")
         if out.exists():
             if not (out / "manifest.json").exists() and any(out.iterdir()):
                 raise FileExistsError(f"{out} exists and is not a dlc artifact; not replacing it")

@@ -12,8 +12,9 @@ A model compiles to programs: `eval` (every named tensor) and, with a loss to tr
 
 `compile_program` runs the back end (fuse, plan, codegen) for one graph: the eager ops and the
 GL session call it directly. It returns a `CompiledProgram`: the fusion and plan, the GLSL
-sources, and `spec`, a JSON-able description of every launch that `dlc.runtime.executor` runs
-without the compiler. The artifact writer puts specs in manifest.json.
+sources, and `spec`, a `runtime.spec.ProgramSpec` (frozen dataclasses) describing every launch
+that `dlc.runtime.executor` runs without the compiler. The artifact writer puts specs in
+manifest.json through `ProgramSpec.to_json`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
-from .codegen import KernelSource, dim_index, render
+from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot, TensorInfo, Update
+
+from .codegen import CodegenOptions, KernelSource, codegen_options, dim_index, render
 from .fusion import Fusion, format_fusion, fuse
 from .ir import Graph
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
 from .simplify import simplify
 from .verify import check_graph
-
-FORMAT = 1  # the version of the program spec and manifest layout
 
 
 @dataclass
@@ -39,7 +40,7 @@ class CompiledProgram:
     fusion: Fusion
     plan: Plan
     kernels: list[KernelSource]
-    spec: dict
+    spec: ProgramSpec
     sources: dict[str, str]  # file name -> GLSL text
 
 
@@ -47,13 +48,14 @@ class CompiledProgram:
 class Options:
     """How to compile a model: the training step (`optimizer`, a `dlc.optimizers` object, or
     None for no training step; `train_loss`, None for the model's first loss), the batch size the storage plan
-    is made for, codegen options (e.g. `{"nan_flags": True}`), and `verify`: check every
+    is made for, codegen options (`CodegenOptions`; a mapping such as `{"nan_flags": True}` is
+    turned into one), and `verify`: check every
     graph between stages (None: the process default, `set_verify`)."""
 
     train_loss: str | None = None
     optimizer: Any = None
     batch_size: int | None = None
-    codegen: Mapping | None = None
+    codegen: CodegenOptions | Mapping | None = None
     verify: bool | None = None
     target: str = "compute"  # "compute" or "texture" (compile_program)
 
@@ -248,7 +250,7 @@ def compile_program(
     name: str = "eval",
     updates: Iterable[tuple[str, int]] = (),
     ref_dims: Mapping[str, int] | None = None,
-    options: Mapping | None = None,
+    options: CodegenOptions | Mapping | None = None,
     target: str = "compute",
 ) -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
@@ -256,10 +258,11 @@ def compile_program(
     return render_program(name, plan(fuse(graph, roots, updates), ref_dims), options, target)
 
 
-def render_program(name: str, storage: Plan, options: Mapping | None, target: str) -> CompiledProgram:
+def render_program(name: str, storage: Plan, options: CodegenOptions | Mapping | None, target: str) -> CompiledProgram:
     """The codegen stage for one planned program and target."""
     if target not in ("compute", "texture"):
         raise ValueError(f"unknown target '{target}': choose compute or texture")
+    options = codegen_options(options)
     if target == "texture":
         from .codegen import texture
 
@@ -272,7 +275,8 @@ def render_program(name: str, storage: Plan, options: Mapping | None, target: st
     return CompiledProgram(name, storage.fusion, storage, kernels, spec, sources)
 
 
-def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict, dict[str, str]]:
+def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[ProgramSpec, dict[str, str]]:
+    """The program spec of planned program `p` rendered as `kernels`, and its GLSL files."""
     f, g = p.fusion, p.fusion.graph
     label = g.label
     made = f.producer
@@ -283,51 +287,50 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[dict,
         sources[file] = ks.source
         bases = [f.base(i) for i in k.inputs]
         kernel_specs.append(
-            {
-                "name": ks.name,
-                "file": file,
-                "kind": k.kind,
-                "slots": list(ks.slots),
-                "uniforms": dict(ks.uniforms),
-                **({"scalars": dict(ks.scalars)} if ks.scalars else {}),  # eager numbers only
-                "grid": ks.grid,
-                "local_size": list(ks.local_size),
-                "reads": list(k.inputs),
-                "writes": list(k.outputs),
-                "after": sorted({made[b] for b in bases if b in made}),
-                "inputs": sorted({g.nodes[b].attr("name") for b in bases if g.nodes[b].op == "input"}),
-                "ir": list(ks.ir),
-                "locs": [list(x) if x else None for x in ks.locs],
-                **({"nan_flags": list(ks.nan_flags)} if ks.nan_flags else {}),
-            }
+            Kernel(
+                name=ks.name,
+                file=file,
+                kind=k.kind,
+                slots=tuple(ks.slots),
+                uniforms=ks.uniforms,
+                scalars=ks.scalars,  # eager numbers only
+                grid=Grid.from_json(ks.grid),
+                local_size=tuple(ks.local_size),
+                reads=tuple(k.inputs),
+                writes=tuple(k.outputs),
+                after=tuple(sorted({made[b] for b in bases if b in made})),
+                inputs=tuple(sorted({g.nodes[b].attr("name") for b in bases if g.nodes[b].op == "input"})),
+                ir=tuple(ks.ir),
+                locs=tuple(tuple(x) if x else None for x in ks.locs),
+                nan_flags=tuple(ks.nan_flags),
+            )
         )
-    slots = []
-    for s in p.slots:
-        entry: dict = {"kind": s.kind, "sizes": [list(z) for z in s.sizes]}
-        if s.name is not None:
-            entry["name"] = s.name
-        if s.kind == "const":
-            entry["values"] = list(g.nodes[s.node].attr("value"))
-        slots.append(entry)
-    tensors = {
-        str(t): {"slot": s, "shape": list(g.nodes[t].shape), "label": label(t)} for t, s in sorted(p.slot_of.items())
-    }
-    fetch = {}
+    slots = tuple(
+        Slot(
+            s.kind,
+            tuple(tuple(z) for z in s.sizes),
+            s.name,
+            tuple(g.nodes[s.node].attr("value")) if s.kind == "const" else None,
+        )
+        for s in p.slots
+    )
+    tensors = {t: TensorInfo(s, tuple(g.nodes[t].shape), label(t)) for t, s in sorted(p.slot_of.items())}
+    fetch: dict[str, int] = {}
     for r in f.roots:
         fetch.setdefault(label(r), r)
-    spec = {
-        "format": FORMAT,
-        "name": name,
-        "dims": list(dim_index(p)),  # in uniform order
-        "ref_dims": dict(p.ref_dims),
-        "slots": slots,
-        "tensors": tensors,
-        "roots": list(f.roots),
-        "fetch": fetch,
-        "producer": {str(t): made[f.base(t)] for t in p.slot_of if f.base(t) in made},
-        "kernels": kernel_specs,
-        "inplace": [{"target": t, "tensor": u} for t, u in p.inplace],
-        "copies": [{"target": t, "tensor": u} for t, u in p.copies],
-        "peak_bytes": p.peak_bytes(),
-    }
-    return spec, sources
+    program = ProgramSpec(
+        name=name,
+        dims=tuple(dim_index(p)),  # in uniform order
+        ref_dims=p.ref_dims,
+        slots=slots,
+        tensors=tensors,
+        roots=tuple(f.roots),
+        fetch=fetch,
+        producer={t: made[f.base(t)] for t in p.slot_of if f.base(t) in made},
+        kernels=tuple(kernel_specs),
+        inplace=tuple(Update(t, u) for t, u in p.inplace),
+        copies=tuple(Update(t, u) for t, u in p.copies),
+        peak_bytes=p.peak_bytes(),
+        format=FORMAT,
+    )
+    return program, sources

@@ -43,6 +43,8 @@ _LAZY = {
     "set_debug": "dlc.debug",
     "set_backend": "dlc.devices",
     "get_backend": "dlc.devices",
+    "gl_devices": "dlc.devices",
+    "open_gl_device": "dlc.devices",
     "FeedEntry": "dlc.seeds",
     "CostReduction": "dlc.seeds",
     "InCPUMemoryShuffledInputProviderBuilder": "dlc.seeds",

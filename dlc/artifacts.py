@@ -1,15 +1,18 @@
-"""`dlc.load(DIR)`: run a compiled artifact (imports neither the compiler nor lark)."""
+"""`dlc.load(DIR)`: a Session over a compiled artifact (imports neither the compiler nor lark)."""
 
 from __future__ import annotations
 
 import os
 
-from dlc.runtime.artifact import Runner
+from .session import Session
 
 
-def load(path: str | os.PathLike, seed: int = 0) -> Runner:
-    """Open an artifact folder written by `dlc compile`; debug mode (`dlc.set_debug`,
-    DLC_DEBUG=1) checks its kernels as it does a Session's."""
-    from . import debug
+def load(path: str | os.PathLike, seed: int = 0, backend: str | None = None) -> Session:
+    """Open an artifact folder written by `dlc compile` as a Session on GL running its
+    programs (`backend="numpy"`: its model.dl on the NumPy reference, with its params). Debug
+    mode (`dlc.set_debug`, DLC_DEBUG=1) checks its kernels as it does any Session's."""
+    if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))):
+        from .errors import DataError
 
-    return Runner(path, seed=seed, hook=debug.gl_hook)
+        raise DataError(f"{path} is not a dlc artifact: it has no manifest.json")
+    return Session(path, backend=backend, seed=seed)

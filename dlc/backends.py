@@ -1,14 +1,7 @@
-"""Backends run IR for a Session. Each owns the storage of params and state.
+"""The NumPy reference backend of a Session, and `make_backend` (a backend by name).
 
-A backend implements:
-  set_leaf(name, array) / get_leaf(name) -> np.ndarray   params and optimizer state
-  run(graph, roots, feeds, dims) -> list[np.ndarray]     values of node indices `roots`
-  step(graph, roots, feeds, dims) -> list[np.ndarray]    same, then applies graph.updates
-                                                         (new values of params/state)
-  snapshot() -> token / restore(token)                   save and put back every param and
-                                                         state (training undoes a NaN step)
-`feeds` maps input names (including runtime scalars such as the learning rate)
-to arrays; `dims` binds the symbolic dims.
+Every backend implements `dlc.backend.Backend` (see there); this one evaluates the IR with
+the reference interpreter (`dlc.compiler.reference`), node by node in debug mode.
 """
 
 from __future__ import annotations
@@ -35,11 +28,21 @@ class NumpyBackend:
         self.dtype = dtype
         self.leaves: dict[str, np.ndarray] = {}
 
-    def set_leaf(self, name: str, value: np.ndarray) -> None:
+        self._data: set[str] = set()  # leaves no step writes: kept out of snapshots
+
+    def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:
         self.leaves[name] = np.array(value, dtype=self.dtype)
+        if snapshot:
+            self._data.discard(name)
+        else:
+            self._data.add(name)
 
     def get_leaf(self, name: str) -> np.ndarray:
         return self.leaves[name].copy()
+
+    def drop_leaf(self, name: str) -> None:
+        self.leaves.pop(name, None)
+        self._data.discard(name)
 
     def run(
         self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
@@ -64,15 +67,32 @@ class NumpyBackend:
 
     # Leaves are replaced, never written in place, so a snapshot is a shallow copy.
     def snapshot(self) -> dict[str, np.ndarray]:
-        return dict(self.leaves)
+        return {k: v for k, v in self.leaves.items() if k not in self._data}
 
     def restore(self, token: dict[str, np.ndarray]) -> None:
-        self.leaves = dict(token)
+        self.leaves = {**dict(token), **{k: self.leaves[k] for k in self._data}}
+
+    def memory(self) -> dict[str, tuple[int, int]]:
+        """Host arrays and bytes held (params and optimizer state together, as "params")."""
+        out = {k: (0, 0) for k in ("params", "state", "data", "snapshots", "slots")}
+        for name, v in self.leaves.items():
+            kind = "data" if name in self._data else "params"
+            out[kind] = (out[kind][0] + 1, out[kind][1] + v.nbytes)
+        return out
+
+    def close(self) -> None:
+        self.leaves.clear()
+        self._data.clear()
 
 
 def make_backend(name: str | None, target: str | None = None):
     """'numpy', 'gl', or None: gl when a context can be made, else numpy with a notice.
-    `target` picks gl's "compute" or "texture" target (default: runtime/target.py decides)."""
+    `target` picks gl's "compute" or "texture" target (default: runtime/target.py decides).
+    A backend object (anything implementing `dlc.backend.Backend`) is used as it is."""
+    if name is not None and not isinstance(name, str):
+        if target is not None:
+            raise ValueError("target is for a backend by name ('gl'), not for a backend object")
+        return name
     if target is not None and name == "numpy":
         raise ValueError(f"target {target!r} is for the gl backend, not numpy")
     if name == "numpy":

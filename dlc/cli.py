@@ -1,4 +1,4 @@
-"""The `dlc` command line: check, compile, train, eval, plot-model, info (SPEC section 2).
+"""The `dlc` command line: check, compile, train, eval, plot-model, import, export, info (SPEC section 2).
 
 Errors in a model or in data print the located message and exit 1 without a
 traceback (`--debug` shows one); usage errors exit 2 (argparse). A MODEL may
@@ -16,12 +16,13 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from . import __version__, optimizers
+from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
+from .runtime.manifest_files import read_artifact
 from .stdout_guard import guard_stdout
 from .training import steps_per_epoch
 from .weights import write_atomic
@@ -36,52 +37,44 @@ class UsageError(DlcError):
 
 
 # -- the model a command works on --------------------------------------------------
+# A MODEL argument is a .dl file (a dlc.Model) or an artifact folder (an ArtifactModel, read
+# from its manifest): both name their inputs, params, tensors and losses; a command runs on a
+# dlc.Session over either.
 
 
-@dataclass
-class Target:
-    """A .dl model or a compiled artifact: its names and how to make a session over it."""
+def model_shapes(model) -> dict[str, tuple]:
+    return {**model.inputs, **model.params, **model.tensors}
 
-    path: str
-    inputs: dict[str, tuple]
-    params: dict[str, tuple]
-    tensors: dict[str, tuple]
-    losses: list[str]
-    open_session: Callable[[str | None, int], Any]
-    needed: Callable[[Iterable[str]], set[str]]
-    inits: dict[str, tuple] = field(default_factory=dict)
-    model: Any = None  # the dlc.Model for a .dl file; None for an artifact
-    optimizer: str | None = None  # the optimizer an artifact's training step was compiled with
-    optimizer_config: dict | None = None  # and its hyper-parameters (manifest "train.optimizer")
 
-    @property
-    def shapes(self) -> dict[str, tuple]:
-        return {**self.inputs, **self.params, **self.tensors}
+def check_names(model, names: Sequence[str], what: str = "tensor") -> None:
+    shapes = model_shapes(model)
+    for n in names:
+        if n not in shapes:
+            hint = did_you_mean(n, shapes)
+            raise DlcError(f"{model.path}: no {what} named '{n}' in the model{hint}")
 
-    def check_names(self, names: Sequence[str], what: str = "tensor") -> None:
-        shapes = self.shapes
-        for n in names:
-            if n not in shapes:
-                hint = did_you_mean(n, shapes)
-                raise DlcError(f"{self.path}: no {what} named '{n}' in the model{hint}")
 
-    def compiled_optimizer(self, lr: float | None) -> optimizers.Optimizer:
-        """The optimizer an artifact was compiled with (its hyper-parameters), `lr` if given."""
-        config = dict(self.optimizer_config or {"name": DEFAULT_OPTIMIZER})
-        cls = optimizers.OPTIMIZERS[config.pop("name")]
-        if lr is not None:
-            config["lr"] = lr
-        return cls(**config)
+def pick_loss(model, name: str | None) -> str:
+    """`name`, checked to be a loss of the model; None: its first (an artifact's: the one its
+    training step minimizes)."""
+    losses = list(model.losses)
+    if not losses:
+        raise DlcError(f"{model.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
+    if name is None:
+        return losses[0]
+    if name not in losses:
+        hint = did_you_mean(name, losses)
+        raise DlcError(f"{model.path}: '{name}' is not a loss of the model{hint} (losses: {', '.join(losses)})")
+    return name
 
-    def loss(self, name: str | None) -> str:
-        if not self.losses:
-            raise DlcError(f"{self.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
-        if name is None:
-            return self.losses[0]
-        if name not in self.losses:
-            hint = did_you_mean(name, self.losses)
-            raise DlcError(f"{self.path}: '{name}' is not a loss of the model{hint} (losses: {', '.join(self.losses)})")
-        return name
+
+def compiled_optimizer(model: ArtifactModel, lr: float | None) -> optimizers.Optimizer:
+    """The optimizer an artifact was compiled with (its hyper-parameters), `lr` if given."""
+    config = dict(model.optimizer or {"name": DEFAULT_OPTIMIZER})
+    cls = optimizers.OPTIMIZERS[config.pop("name")]
+    if lr is not None:
+        config["lr"] = lr
+    return cls(**config)
 
 
 def read_model_source(path: str) -> str:
@@ -96,99 +89,55 @@ def read_model_source(path: str) -> str:
         raise DlcError(f"{path}: cannot read the model ({e})") from None
 
 
-def open_target(path: str) -> Target:
-    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json")):
-        return _open_artifact(path)
-    return _open_source(path)
-
-
-def _open_source(path: str) -> Target:
+def open_model(path: str):
+    """A .dl file as a dlc.Model, an artifact folder as an ArtifactModel (no GL needed)."""
+    if is_artifact(path):
+        return ArtifactModel(path)
     import dlc
-    from dlc.compiler.reference import leaf_inputs
 
     text = read_model_source(path)
     # A trailing newline makes dlc.compile take it as source text, never as a path.
-    model = dlc.compile(text if text.endswith("\n") else text + "\n", name=path)
-    graph = model.graph
-
-    def open_session(backend: str | None, seed: int):
-        return dlc.Session(model, backend=backend, seed=seed)
-
-    def needed(names: Iterable[str]) -> set[str]:
-        return leaf_inputs(graph, [graph.names[n] for n in names])
-
-    inits = {n: graph.node(n).attr("init") for n in graph.params}
-    tensors = {n: s for n, s in model.tensors.items()}
-    return Target(
-        path,
-        dict(model.inputs),
-        dict(model.params),
-        tensors,
-        list(model.losses),
-        open_session,
-        needed,
-        inits,
-        model=model,
-    )
+    return dlc.compile(text if text.endswith("\n") else text + "\n", name=path)
 
 
-def _open_artifact(path: str) -> Target:
+def open_session(model, backend: str | None, seed: int):
+    """The Session a command runs on: an artifact's programs on gl (its model.dl with its
+    params on numpy), a .dl model on either."""
     import dlc
 
-    runner = dlc.load(path)
-
-    def open_session(backend: str | None, seed: int):
-        if backend == "numpy":
-            return _artifact_reference_session(path, runner, seed)
+    if isinstance(model, ArtifactModel) and backend != "numpy":
         wanted = os.environ.get("DLC_TARGET", "").strip()  # --target sets it
-        if wanted and wanted != runner.target:
+        if wanted and wanted != model.target:
             raise UsageError(
-                f"{path} was compiled for the {runner.target} target, not "
+                f"{model.path} was compiled for the {model.target} target, not "
                 f"{wanted} (recompile it with --target {wanted})"
             )
-        return runner if seed == runner.seed else dlc.load(path, seed=seed)
-
-    def needed(names: Iterable[str]) -> set[str]:
-        return set(runner.needed_inputs(list(names)))
-
-    # The loss the artifact was compiled to train comes first: it is the default.
-    train = runner.manifest.get("train") or {}
-    losses = sorted(runner.losses, key=lambda n: n != train.get("loss"))
-    return Target(
-        path,
-        dict(runner.inputs),
-        dict(runner.params_shapes),
-        dict(runner.tensors),
-        losses,
-        open_session,
-        needed,
-        optimizer=(train.get("optimizer") or {}).get("name"),
-        optimizer_config=train.get("optimizer"),
-    )
+    return dlc.Session(model, backend=backend, seed=seed)
 
 
-def _artifact_reference_session(path: str, runner, seed: int):
-    """A numpy Session over the model an artifact holds (its model.dl), with its params."""
-    import dlc
+def needed_inputs(model, names: Iterable[str], session=None) -> set[str]:
+    """The inputs fetching `names` reads: from a .dl model's graph, or from the session over
+    an artifact (its eval program's kernels)."""
+    if isinstance(model, ArtifactModel):
+        return session.needed_inputs(list(names))
+    from dlc.compiler.reference import leaf_inputs
 
-    source = os.path.join(path, "model.dl")
-    if not os.path.isfile(source):
-        raise DlcError(
-            f"{path}: the artifact holds no model.dl, so it runs on the gl backend "
-            "only (recompile it with `dlc compile`, or run the .dl model)"
-        )
-    text = read_model_source(source)
-    model = dlc.compile(text if text.endswith("\n") else text + "\n", name=source)
-    session = dlc.Session(model, backend="numpy", seed=seed)
-    session.set_params(runner.params)
-    return session
+    return set(leaf_inputs(model.graph, [model.graph.names[n] for n in names]))
 
 
-def weights_text(path: str | None, t: Target, seed: int) -> str:
+def param_inits(model) -> dict[str, tuple]:
+    if isinstance(model, ArtifactModel):
+        return {}
+    return {n: model.graph.node(n).attr("init") for n in model.graph.params}
+
+
+def weights_text(path: str | None, model, seed: int) -> str:
     """Which params a run starts from, as the start line says it."""
     if path:
         return path
-    return f"the artifact's params ({t.path})" if t.model is None else f"initial params, seed {seed}"
+    return (
+        f"the artifact's params ({model.path})" if isinstance(model, ArtifactModel) else f"initial params, seed {seed}"
+    )
 
 
 def run_line(session, weights: str) -> str:
@@ -231,7 +180,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         if k:
             print()
         try:
-            t = open_target(path)
+            t = open_model(path)
+            if isinstance(t, ArtifactModel):
+                read_artifact(t.path)  # every file it names, checked
         except DlcError as e:  # report each bad model and go on to the next
             if len(args.models) == 1:
                 raise
@@ -240,7 +191,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         print(f"{t.path}: ok")
         print()
-        print(model_table(t.inputs, t.params, t.tensors, t.losses, t.inits))
+        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t)))
     return status
 
 
@@ -252,9 +203,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.model} is a folder; dlc compile takes a .dl model")
     if args.optimizer and args.train is None:
         raise UsageError("--optimizer needs --train")
-    t = open_target(args.model)
-    model = t.model
-    train_loss = t.loss(None if args.train is True else args.train) if args.train else None
+    model = open_model(args.model)
+    train_loss = pick_loss(model, None if args.train is True else args.train) if args.train else None
     optimizer = None
     if train_loss is not None:
         optimizer = optimizers.make(args.optimizer or DEFAULT_OPTIMIZER, lr=None)
@@ -314,10 +264,10 @@ def cmd_plot_model(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {args.output}: name a .svg, .png or .pdf file (the extension picks the format)")
     if os.path.isdir(args.model):
         raise UsageError(f"{args.model} is a folder; dlc plot-model takes a .dl model")
-    t = open_target(args.model)
-    train_loss = t.loss(None if args.train is True else args.train) if args.train else None
+    model = open_model(args.model)
+    train_loss = pick_loss(model, None if args.train is True else args.train) if args.train else None
     optimizer = optimizers.make(DEFAULT_OPTIMIZER) if train_loss is not None else None
-    text = model_dot(t.model, train_loss, optimizer, kernels=args.kernels)
+    text = model_dot(model, train_loss, optimizer, kernels=args.kernels)
     try:
         picture = render(text, fmt)
     except RenderError as e:
@@ -346,7 +296,7 @@ def _artifact_module():
 # -- evaluation over a data file ---------------------------------------------------
 
 
-def evaluate(session, data, names: Sequence[str], target: Target, batch_size: int | None) -> dict[str, np.ndarray]:
+def evaluate(session, data, names: Sequence[str], model, batch_size: int | None) -> dict[str, np.ndarray]:
     """Fetch `names` over all of `data`, in batches of `batch_size` examples if given.
 
     Per-example fetches (whose first dim is the data's example dim) are
@@ -355,12 +305,12 @@ def evaluate(session, data, names: Sequence[str], target: Target, batch_size: in
     """
     from .data import example_inputs
 
-    example_dims = {target.inputs[n][0] for n in example_inputs(target.inputs, data.arrays)}
-    shapes = target.shapes
+    example_dims = {model.inputs[n][0] for n in example_inputs(model.inputs, data.arrays)}
+    shapes = model_shapes(model)
     per_example = {n for n in names if shapes[n] and shapes[n][0] in example_dims}
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     weights: list[int] = []
-    for feeds, count in data.batches(target.inputs, batch_size):
+    for feeds, count in data.batches(model.inputs, batch_size):
         values = session.eval(list(names), feeds)
         weights.append(count)
         for n in names:
@@ -391,16 +341,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     names = parse_fetch(args.fetch)
     _apply_target(args)
-    t = open_target(args.model)
-    t.check_names(names)
-    data = load_data(args.data, t.inputs, t.needed(names))
+    t = open_model(args.model)
+    check_names(t, names)
+    # An artifact's session answers which inputs a fetch reads (it loads the programs).
+    session = open_session(t, args.backend, args.seed) if isinstance(t, ArtifactModel) else None
+    data = load_data(args.data, t.inputs, needed_inputs(t, names, session))
     if args.weights and not os.path.isfile(args.weights):
         raise DataError(f"{args.weights}: no such file")
-    session = t.open_session(args.backend, args.seed)
+    if session is None:
+        session = open_session(t, args.backend, args.seed)
     if args.weights:
         session.load(args.weights)
     announce_run(session, weights_text(args.weights, t, args.seed))
-    if not args.weights and t.model is not None:  # an artifact holds params of its own
+    if not args.weights and not isinstance(t, ArtifactModel):  # an artifact holds params of its own
         print(
             f"warning: no --weights given: evaluating the initial params (seed {args.seed}); "
             f"pass --weights W.npz for trained ones",
@@ -532,16 +485,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .progress import TrainProgress
 
     _apply_target(args)
-    t = open_target(args.model)
-    loss = t.loss(args.loss)
+    t = open_model(args.model)
+    artifact = isinstance(t, ArtifactModel)
+    loss = pick_loss(t, args.loss)
     optimizer = None
-    if t.model is not None or args.optimizer or args.lr is not None:
+    if not artifact or args.optimizer or args.lr is not None:
         # An artifact trains with its compiled optimizer; only --lr may change (it is fed).
-        optimizer = optimizers.make(args.optimizer or t.optimizer or DEFAULT_OPTIMIZER, lr=args.lr)
-    data = load_data(args.data, t.inputs, t.needed([loss]))
+        compiled = (t.optimizer or {}).get("name") if artifact else None
+        optimizer = optimizers.make(args.optimizer or compiled or DEFAULT_OPTIMIZER, lr=args.lr)
+    # An artifact's session answers which inputs a fetch reads (it loads the programs).
+    session = open_session(t, args.backend, args.seed) if artifact else None
+    data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session))
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
     val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
-    val = load_data(args.val, t.inputs, t.needed(val_names)) if args.val else None
+    val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session)) if args.val else None
     if args.plot:
         _require_matplotlib()
     for path in [args.init] if args.init else []:
@@ -549,11 +506,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise DataError(f"{path}: no such file (--init)")
     save_path = args.save or default_weights_path(t.path)
 
-    session = t.open_session(args.backend, args.seed)
+    if session is None:
+        session = open_session(t, args.backend, args.seed)
     if args.init:
         session.load(args.init)
-    if t.model is None and not args.optimizer and not hasattr(session, "manifest"):
-        optimizer = t.compiled_optimizer(args.lr)  # an artifact's model on the numpy backend
+    if artifact and not args.optimizer and not isinstance(session.backend, ArtifactBackend):
+        optimizer = compiled_optimizer(t, args.lr)  # an artifact's model on the numpy backend
     announce_run(session, weights_text(args.init, t, args.seed))
 
     epochs = None if args.steps else (args.epochs or 1)
@@ -634,7 +592,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _summary(
-    t: Target,
+    t,
     data,
     log: TrainLog,
     progress,
@@ -682,6 +640,19 @@ def cmd_import(args: argparse.Namespace) -> int:
         for onnx_name, dl_name in names.items():
             shape = imported.model.graph.shape(dl_name)
             print(f"  {kind} {onnx_name} -> {dl_name}: [{', '.join(map(str, shape))}]")
+    return 0
+
+
+# -- export ------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from dlc.web import export_web
+
+    out = export_web(
+        args.model, args.web, weights=args.weights, optimizer=args.optimizer, lr=args.lr, loss=args.loss, seed=args.seed
+    )
+    print(f"wrote {out}: serve it (python -m http.server -d {out}) and open index.html")
     return 0
 
 
@@ -969,6 +940,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="make the inputs' first dim the symbolic dim NAME (any batch size) or N",
     )
     c.set_defaults(func=cmd_import)
+
+    c = sub.add_parser(
+        "export",
+        parents=[common],
+        formatter_class=_Formatter,
+        help="export a model to run and train in a browser (WebGL2)",
+        description="Write a folder a browser runs: index.html, the JavaScript runtime dlc.js, "
+        "manifest.json,\nthe GLSL ES 3.00 shaders and the weights (see README 'The model in a browser').",
+        epilog="example:\n  dlc export samples/mlp_digits.dl --weights digits.weights.npz --web out/",
+    )
+    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+    c.add_argument("--web", required=True, metavar="DIR", help="the folder to write (replaced if it is an export)")
+    c.add_argument("--weights", metavar="W.npz", help="the params (default: the artifact's, or drawn with --seed)")
+    c.add_argument("--loss", metavar="NAME", help="the loss the training step minimizes (default: the first)")
+    c.add_argument("--optimizer", choices=OPTIMIZERS, help="the optimizer compiled in (default: sgd)")
+    c.add_argument("--lr", type=float, metavar="X", help="its learning rate (default: the optimizer's)")
+    c.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of the params' initializers")
+    c.set_defaults(func=cmd_export)
 
     c = sub.add_parser(
         "info",

@@ -298,15 +298,15 @@ class GLHook:
         ex = self.executor
         if ex is None or getattr(ex, "nan_buffer", None) is None:
             return None
-        spec = next((k for k in ex.kernels if k["name"] == name), None)
-        return spec.get("nan_flags") if spec is not None else None
+        spec = next((k for k in ex.kernels if k.name == name), None)
+        return spec.nan_flags if spec is not None else None
 
     def __call__(self, name: str, outputs: list[dict]) -> None:
         ms = self._timer.end() if self._timer is not None else 0.0
         first = outputs[0] if outputs else {}
         loc = self._loc(first.get("tensor"), first.get("locs"))
         kernels = getattr(self.executor, "kernels", None) or ()
-        width = max((len(k["name"]) for k in kernels), default=24)
+        width = max((len(k.name) for k in kernels), default=24)
         record(name, ms, first.get("shape", ()), f"{loc.file}:{loc.line}" if loc else "", "gl", width)
         flags = self._flags(name)
         if flags:
@@ -353,12 +353,12 @@ class GLHook:
         from dlc.runtime.executor import bind_shape
 
         ex = self.executor
-        spec = next(k for k in ex.kernels if k["name"] == name)
+        spec = next(k for k in ex.kernels if k.name == name)
         dims = dict(ex._dims or ())
-        for t in spec["reads"]:
+        for t in spec.reads:
             info = ex.tensors[t]
-            count = int(np.prod(bind_shape(info["shape"], dims), dtype=np.int64))
-            if np.isnan(ex.slot_buffer(info["slot"]).download(count)).any():
+            count = int(np.prod(bind_shape(info.shape, dims), dtype=np.int64))
+            if np.isnan(ex.slot_buffer(info.slot).download(count)).any():
                 return True
         return False
 
@@ -369,14 +369,14 @@ class GLHook:
         from dlc.compiler import registry
         from dlc.runtime.executor import bind_shape
 
-        index = next(i for i, k in enumerate(ex.kernels) if k["name"] == name)
+        index = next(i for i, k in enumerate(ex.kernels) if k.name == name)
         kernel = self.fusion.kernels[index]
         dims = dict(ex._dims or ())
         values: dict[int, np.ndarray] = {}
         for t in kernel.inputs:
             info = ex.tensors[t]
-            shape = bind_shape(info["shape"], dims)
-            values[t] = ex.slot_buffer(info["slot"]).download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+            shape = bind_shape(info.shape, dims)
+            values[t] = ex.slot_buffer(info.slot).download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
             if np.isnan(values[t]).any():
                 return None  # NaN came in: an earlier kernel's output, not this one's doing
 

@@ -6,7 +6,12 @@ dims) over handles, giving a new handle; results stay where they are until read.
 
 Which device new arrays use: `set_backend("gl" | "numpy")`, else env `DLC_BACKEND`, else gl
 when an OpenGL context can be made (numpy otherwise, said once on stderr). An array keeps the
-device it was made on; an op runs on its arguments' device.
+device it was made on; an op runs on its arguments' device. Eager arrays on gl live on the
+default GL device.
+
+GL devices for sessions (`dlc.runtime.device.Device`, one OpenGL context each):
+`gl_devices()` lists them, `open_gl_device()` makes another; a Session made inside
+`with device:` keeps its params, programs and buffers there.
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ class NumpyDevice:
 
 class GLDevice:
     """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.gl_eager).
+    They live on the process's default GL device (`dlc.runtime.device`), whichever device
+    sessions use: every call makes it current first.
 
     Buffers can only be freed on the thread that holds the GL context, and a finalizer may
     run anywhere: `release` queues them and the next call on the owning thread frees them.
@@ -82,9 +89,10 @@ class GLDevice:
     name = "gl"
 
     def __init__(self) -> None:
-        from dlc.runtime.context import get_context
+        from dlc.runtime.device import default_device
 
-        self.context = get_context()
+        self.gl_device = default_device()
+        self.context = self.gl_device.context
         if not self.context.has_compute:  # eager kernels are compute shaders only
             from dlc.errors import RuntimeFailure
 
@@ -98,7 +106,7 @@ class GLDevice:
         from dlc.runtime.storage import Buffer
 
         self.flush()
-        return Buffer.from_array(np.ascontiguousarray(value, dtype=np.float32))
+        return Buffer.from_array(np.ascontiguousarray(value, dtype=np.float32), self.gl_device)
 
     def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
         return handle.download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
@@ -106,6 +114,7 @@ class GLDevice:
     async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
         from dlc.runtime.sync import read_async
 
+        self.gl_device.activate()
         values = await read_async(handle, int(np.prod(shape, dtype=np.int64)))
         return values.reshape(shape)
 
@@ -129,7 +138,26 @@ class GLDevice:
         from . import gl_eager
 
         self.flush()
+        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
         return gl_eager.run(call, handles)
+
+
+def gl_devices() -> list:
+    """The GL devices open now, the default one first (made here if none is yet);
+    RuntimeFailure when no OpenGL context can be made."""
+    from dlc.runtime.device import default_device, open_devices
+
+    default_device()
+    return open_devices()
+
+
+def open_gl_device(egl_device: int | None = None):
+    """A new GL device: its own OpenGL context, program cache and buffers, on EGL device
+    `egl_device` (default: the default device's; a second context on one GPU works too).
+    Use it with `with device:`; `device.close()` frees all it holds."""
+    from dlc.runtime.device import open_device
+
+    return open_device(egl_device)
 
 
 def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:
@@ -157,6 +185,7 @@ def get_device(name: str | None = None) -> Device:
         name = _chosen or os.environ.get("DLC_BACKEND", "").strip().lower() or None
         if name is not None and name not in _BACKENDS:
             raise ValueError(f"DLC_BACKEND={name!r}: use 'gl' or 'numpy'")
+    _forget_closed_gl()
     if name is None:
         if "gl" in _devices:
             return _devices["gl"]
@@ -173,6 +202,19 @@ def get_device(name: str | None = None) -> Device:
     return device
 
 
+def _forget_closed_gl() -> None:
+    """After the default GL device was closed, eager arrays start again on a new one: its
+    compiled ops held buffers of the closed device."""
+    device = _devices.get("gl")
+    if isinstance(device, GLDevice) and device.gl_device.closed:
+        from . import ops
+
+        del _devices["gl"]
+        if _devices.get("auto") is device:
+            del _devices["auto"]
+        ops.clear_cache()
+
+
 def flush_pending() -> None:
     """Free GPU buffers of arrays the garbage collector let go of."""
     device = _devices.get("gl")
@@ -181,9 +223,10 @@ def flush_pending() -> None:
 
 
 def gl_counts() -> tuple[int | None, int | None]:
-    """GPU buffers and bytes held in all, when the GL device is in use."""
-    if "gl" not in _devices:
+    """GPU buffers and bytes held in all (every GL device), when eager arrays use GL."""
+    device = _devices.get("gl")
+    if not isinstance(device, GLDevice):
         return None, None
     from dlc.runtime.storage import live_buffers, live_bytes
 
-    return live_buffers(), live_bytes()
+    return live_buffers(), live_bytes()  # on every GL device

@@ -8,22 +8,20 @@ on the GPU in a `LeafStore` shared by all of them.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dlc import debug
+from dlc.backend import live_gl_backends, track_gl
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
 from dlc.runtime.executor import Executor, LeafStore
 
-# Live GL backends, for dlc.memory()'s account of what sessions hold.
-_live: weakref.WeakSet = weakref.WeakSet()
 
-
-def live_backends() -> list[GLBackend]:
-    return list(_live)
+def live_backends() -> list:
+    """The live GL backends, over models and artifacts (`dlc.backend.live_gl_backends`)."""
+    return live_gl_backends()
 
 
 class GLBackend:
@@ -47,7 +45,7 @@ class GLBackend:
         # key -> (graph kept alive so its id stays unique, compiled program, executor)
         self._programs: dict[tuple, tuple[Graph, object, Executor]] = {}
         self._debug_hooks: dict[tuple, debug.GLHook] = {}
-        _live.add(self)
+        track_gl(self)
 
     # -- leaves ----------------------------------------------------------------------------
     def set_leaf(self, name: str, value: np.ndarray, *, snapshot: bool = True) -> None:
@@ -76,7 +74,10 @@ class GLBackend:
         if found is None:
             from dlc.compiler.pipeline import compile_program
 
-            options = {**self.options, "nan_flags": True} if checked else self.options
+            # the matmul tuning table's row for this GPU (compiler/codegen/matmul_tuning.py)
+            options = {"device": get_context().renderer, **self.options}
+            if checked:
+                options["nan_flags"] = True
             compiled = compile_program(
                 graph,
                 roots,
@@ -123,7 +124,7 @@ class GLBackend:
         """GPU buffers and bytes this backend holds, by what they hold: "params", "state"
         (optimizer state), "data" (training data kept on the GPU), "snapshots" (copies of
         params and state to undo a diverged step) and "slots" (the programs' planned storage)."""
-        state = {s["name"] for _, _, ex in self._programs.values() for s in ex.slots if s["kind"] == "state"}
+        state = {s.name for _, _, ex in self._programs.values() for s in ex.slots if s.kind == "state"}
         out = {k: (0, 0) for k in ("params", "state", "data", "snapshots", "slots")}
 
         def add(kind: str, count: int, nbytes: int) -> None:

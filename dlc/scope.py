@@ -218,10 +218,10 @@ def memory() -> Memory:
 
         stats = program_cache_stats()
         programs, program_bytes, limit = stats["programs"], stats["bytes"], stats["limit"]
-    if "dlc.gl_backend" in sys.modules:
-        from dlc.gl_backend import live_backends
+    if "dlc.backend" in sys.modules:  # GL sessions over models and artifacts
+        from dlc.backend import live_gl_backends
 
-        sessions = _sessions_memory(live_backends())
+        sessions = _sessions_memory(live_gl_backends())
     return Memory(
         _live_arrays, _live_bytes, buffers, nbytes, programs, program_bytes, limit, ops.cached_kernels(), sessions
     )

@@ -11,8 +11,9 @@ As in deeplearn.js, where placeholders have no batch dim the graph computes one 
 batch of `batch_size` examples gives `batch_size` per-example costs, their gradients are
 averaged and the optimizer makes one update. dlc does that in one program: the graph's
 per-example part is copied once per example of the batch (each copy reading its row of the
-stacked inputs), the costs are averaged, and the optimizer's training step is built over that
-mean, whose gradient is the average of the per-example gradients. Where the placeholders do
+stacked inputs; the pass `dlc.compiler.unroll.unroll`), the costs are averaged, and the
+optimizer's training step is built over that mean, whose gradient is the average of the
+per-example gradients. The step runs through `Session.train_step`, the Session's one step. Where the placeholders do
 lead with a symbolic batch dim, the batch is fed whole and the cost tensor is taken as the
 batch's mean cost.
 
@@ -23,7 +24,6 @@ The returned cost: CostReduction.MEAN the mean of the per-example costs, SUM the
 from __future__ import annotations
 
 import enum
-import functools
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,18 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.functions import FUNCTIONS
-from dlc.compiler.ir import Graph, cone
 from dlc.compiler.reference import leaf_inputs
-from dlc.compiler.train_graph import LR, build_train_graph
+from dlc.compiler.train_graph import build_train_graph
+from dlc.compiler.unroll import COST, COST_SUM, cost_as_loss, unroll
 
 from .errors import DataError, format_shape
 from .feeds import bind_dims
 from .graph import Tensor
-
-COST = "$seeds_cost"  # the loss the seeds' step minimizes: mean of per-example costs
-COST_SUM = "$seeds_cost_sum"  # their sum, for CostReduction.SUM
 
 
 class CostReduction(enum.Enum):
@@ -187,24 +182,7 @@ def feed_entries(feeds: Any) -> list[FeedEntry]:
     return out
 
 
-# -- the Session hook ---------------------------------------------------------------------
-
-
-def seeds_style(method: Callable) -> Callable:
-    """Decorates Session.train and Session.eval: a call whose first argument is a dlc.Tensor
-    (or a list of them, for eval) goes the seeds' way (`train_seeds` / `eval_seeds`)."""
-    seeds = {"train": train_seeds, "eval": eval_seeds}[method.__name__]
-
-    @functools.wraps(method)
-    def dispatch(self, *args, **kwargs):
-        first = args[0] if args else kwargs.get("cost", kwargs.get("fetch", kwargs.get("feeds")))
-        if isinstance(first, Tensor) or (
-            isinstance(first, (list, tuple)) and first and all(isinstance(t, Tensor) for t in first)
-        ):
-            return seeds(self, *args, **kwargs)
-        return method(self, *args, **kwargs)
-
-    return dispatch
+# -- the seeds' calls on a Session (Session.train / Session.eval send them here) ----------
 
 
 _compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: step graph}
@@ -285,10 +263,9 @@ def train_seeds(
     key = (cost_node, batched, None if batched else batch_size, optimizer.config())
     cache = _compiled.setdefault(session, {})
     if key not in cache:
-        per_batch = _batched(graph, cost_node) if batched else _unrolled(graph, cost_node, names, batch_size)
+        per_batch = cost_as_loss(graph, cost_node) if batched else unroll(graph, cost_node, batch_size)
         cache[key] = build_train_graph(per_batch, COST, optimizer)
     step = cache[key]
-    session._init_state(step, optimizer)
 
     arrays = {}
     for n in names:
@@ -300,67 +277,9 @@ def train_seeds(
         dims = {}
         for n in names:
             dims.update(bind_dims({n: graph.shape(n)}, {n: arrays[n][0]}))
-    arrays[LR] = np.asarray(optimizer.lr, dtype=np.float32)
-    roots = [step.names[COST], step.names[COST_SUM]]
-    mean, total = session.backend.step(step, roots, arrays, dims)
+    mean, total = session.train_step(step, [step.names[COST], step.names[COST_SUM]], arrays, dims, optimizer)
     if cost_reduction in (CostReduction.MEAN, "mean"):
         return float(mean)
     if cost_reduction in (CostReduction.SUM, "sum"):
         return float(total) if not batched else float(mean) * batch_size
     return None
-
-
-def _batched(graph: Graph, cost_node: int) -> Graph:
-    """The model with its cost tensor as the loss to minimize (inputs fed a whole batch)."""
-    b = _extend(graph)
-    b.declare(COST, cost_node, graph.nodes[cost_node].loc)
-    b.declare(COST_SUM, cost_node, graph.nodes[cost_node].loc)
-    b.losses = [COST]
-    return b.build()
-
-
-def _unrolled(graph: Graph, cost_node: int, inputs: list[str], batch: int) -> Graph:
-    """The per-example part of the model copied `batch` times: each copy reads its row of the
-    stacked inputs (input x [s...] becomes [batch, s...]); params and constants are shared.
-    The loss is the mean of the copies' costs."""
-    b = GraphBuilder()
-    nodes = cone(graph, [cost_node])
-    shared: dict[int, int] = {}
-    stacked: dict[int, int] = {}
-    for i in nodes:
-        n = graph.nodes[i]
-        if n.op == "param":
-            shared[i] = b.param(n.attr("name"), n.shape, n.attr("init"), n.loc)
-        elif n.op == "const":
-            shared[i] = b.const(n.attr("value"), n.shape, n.loc)
-        elif n.op == "input":
-            stacked[i] = b.input(n.attr("name"), (batch, *n.shape), n.loc)
-        elif n.op == "state":
-            raise DataError("the seeds' style of training needs a model without optimizer state leaves")
-    costs = []
-    for k in range(batch):
-        local = dict(shared)
-        for i, x in stacked.items():
-            shape = graph.nodes[i].shape
-            row = FUNCTIONS["slice"].impl(b, graph.nodes[i].loc, x, (k, *[0] * len(shape)), (1, *[-1] * len(shape)))
-            local[i] = FUNCTIONS["reshape"].impl(b, graph.nodes[i].loc, row, tuple(shape))
-        for i in nodes:
-            n = graph.nodes[i]
-            if i not in local:
-                local[i] = b.add(n.op, [local[j] for j in n.inputs], n.loc, **dict(n.attrs))
-        costs.append(local[cost_node])
-    loc = graph.nodes[cost_node].loc
-    total = costs[0]
-    for c in costs[1:]:
-        total = b.add("add", [total, c], loc)
-    b.declare(COST_SUM, total, loc)
-    mean = b.add("div", [total, b.const(float(batch), (), loc)], loc)
-    b.declare(COST, mean, loc)
-    b.loss(COST, mean, loc)
-    return b.build()
-
-
-def _extend(graph: Graph) -> GraphBuilder:
-    from dlc.compiler.autodiff import extend
-
-    return extend(graph)

@@ -1,49 +1,119 @@
-"""Session: runs a Model on a backend; holds its params and optimizer state, evaluates,
-computes gradients and trains (seed: deeplearn.js Session)."""
+"""Session: the one driver. It runs a model on a `dlc.backend.Backend`, holds its params and
+optimizer state, evaluates, computes gradients and trains (seed: deeplearn.js Session).
+
+Three backends: the NumPy reference and GL over a model (`dlc.Session(model, backend=...)`),
+and GL over a compiled artifact's fixed programs (`dlc.load(DIR)`, or
+`dlc.Session(DIR)`). Feeds, batching, the train loop (`dlc.runtime.training.train_loop`),
+divergence and saving are here for all three; nothing else drives training.
+
+Over an artifact nothing imports the compiler or lark: the compiler is imported only where a
+model's graph is built or differentiated.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
-from dlc.compiler.initializers import initial_value
-from dlc.compiler.ir import Graph
-from dlc.compiler.reference import leaf_inputs
-from dlc.compiler.resident import IDX, data_name, resident_graph
-from dlc.compiler.simplify import simplify
-from dlc.compiler.train_graph import LR, build_train_graph
+from dlc.runtime.manifest import LR
 
-from .backends import make_backend
-from .errors import did_you_mean
+from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
+from .errors import DlcError, did_you_mean
 from .feeds import prepare
-from .model import Model, compile
 from .optimizers import SGD, Optimizer
-from .seeds import seeds_style
 from .training import Callback, schedule, train_feeds, train_loop
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
 
+def _seeds_style(method: Callable) -> Callable:
+    """Session.train and Session.eval called the seeds' way (the first argument a dlc.Tensor,
+    or a list of them for eval) go to `dlc.seeds`."""
+
+    @functools.wraps(method)
+    def dispatch(self, *args, **kwargs):
+        graph_module = sys.modules.get("dlc.graph")  # no dlc.Tensor exists before it is imported
+        if graph_module is not None:
+            tensor = graph_module.Tensor
+            first = args[0] if args else kwargs.get("cost", kwargs.get("fetch", kwargs.get("feeds")))
+            if isinstance(first, tensor) or (
+                isinstance(first, (list, tuple)) and first and all(isinstance(t, tensor) for t in first)
+            ):
+                if self._artifact is not None:
+                    raise DlcError(f"{self.model.path}: a compiled artifact has no dlc.Tensor to {method.__name__}")
+                from . import seeds
+
+                return getattr(seeds, f"{method.__name__}_seeds")(self, *args, **kwargs)
+        return method(self, *args, **kwargs)
+
+    return dispatch
+
+
+def _open_model(model: Any) -> Any:
+    """A path (a .dl file or an artifact folder), .dl source text, a dlc.Graph, a Model or an
+    ArtifactModel -> a Model or an ArtifactModel."""
+    if isinstance(model, (str, os.PathLike)):
+        if is_artifact(model):
+            return ArtifactModel(model)
+        from .model import compile
+
+        return compile(model)
+    if hasattr(model, "build") and not hasattr(model, "graph"):
+        return model.build()  # a dlc.Graph
+    return model
+
+
 class Session:
-    def __init__(self, model, backend: str | None = None, seed: int = 0, target: str | None = None):
-        if isinstance(model, (str, os.PathLike)):
-            model = compile(model)
-        elif hasattr(model, "build") and not isinstance(model, Model):
-            model = model.build()  # a dlc.Graph
-        self.model: Model = model
+    """`Session(model, backend=None, seed=0, target=None)`: `model` a dlc.Model, a dlc.Graph,
+    a .dl path or source, or an artifact folder; `backend` "gl", "numpy", None (gl when a
+    context can be made) or a `dlc.backend.Backend` object; `target` gl's "compute" or
+    "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
+    start) and "numpy" runs its model.dl on the reference with its params."""
+
+    def __init__(self, model, backend: Any = None, seed: int = 0, target: str | None = None):
+        model = _open_model(model)
         self.seed = seed
-        self.backend = make_backend(backend, target)  # target: gl's "compute" or "texture"
-        graph = model.graph
-        for name in graph.params:
-            node = graph.node(name)
-            self.backend.set_leaf(name, initial_value(node.attr("init"), node.shape, seed, name))
+        initial: dict[str, np.ndarray] | None = None
+        if isinstance(model, ArtifactModel):
+            if backend == "numpy":
+                if target is not None:
+                    raise ValueError(f"target {target!r} is for the gl backend, not numpy")
+                initial = model.param_values()
+                model = model.reference_model()
+            elif backend in (None, "gl"):
+                if target is not None and target != model.target:
+                    raise DlcError(
+                        f"{model.path} was compiled for the {model.target} target, not "
+                        f"{target} (recompile it with --target {target})"
+                    )
+                from . import debug
+
+                backend = ArtifactBackend(model.path, hook=debug.gl_hook)
+                target = None
+            elif not isinstance(backend, ArtifactBackend):
+                raise ValueError(f"unknown backend {backend!r} for an artifact: use 'gl' or 'numpy'")
+        self.model = model
+        self.backend = self._make_backend(backend, target)
+        # The artifact's backend answers what a model's graph answers elsewhere.
+        self._artifact: ArtifactBackend | None = self.backend if isinstance(self.backend, ArtifactBackend) else None
+        if self._artifact is None:
+            from dlc.compiler.initializers import initial_value
+
+            graph = model.graph
+            for name in graph.params:
+                node = graph.node(name)
+                self.backend.set_leaf(name, initial_value(node.attr("init"), node.shape, seed, name))
+            if initial is not None:
+                self.set_params(initial)
         self._rng = np.random.default_rng(seed)  # batch order: fixed by the seed
-        self._grad_graphs: dict[str, Graph] = {}
-        self._train_graphs: dict[tuple, Graph] = {}
-        self._resident_graphs: dict[tuple, Graph] = {}
+        self._grad_graphs: dict[str, Any] = {}
+        self._train_graphs: dict[tuple, Any] = {}
+        self._resident_graphs: dict[tuple, Any] = {}
         # On GL, train() keeps its data on the GPU when it would upload more rows than the
         # data holds (see _resident); False always uploads each batch (benchmarks compare).
         self.resident_data = True
@@ -54,10 +124,40 @@ class Session:
         self._optimizer: Optimizer | None = None  # whose state the backend holds
         self._state_ready: set[str] = set()
 
+    @staticmethod
+    def _make_backend(backend: Any, target: str | None):
+        if isinstance(backend, ArtifactBackend):
+            return backend
+        from .backends import make_backend
+
+        return make_backend(backend, target)
+
+    # -- the model's names -----------------------------------------------------------------
+    @property
+    def inputs(self) -> dict[str, tuple]:
+        return dict(self.model.inputs)
+
+    @property
+    def tensors(self) -> dict[str, tuple]:
+        return dict(self.model.tensors)
+
+    @property
+    def losses(self) -> dict[str, tuple]:
+        """Loss name -> shape (); the default loss to train comes first."""
+        return dict(self.model.losses)
+
+    def needed_inputs(self, names: Sequence[str]) -> set[str]:
+        """The inputs that fetching `names` reads."""
+        if self._artifact is not None:
+            return self._artifact.eval_plan(list(names))[2]
+        from dlc.compiler.reference import leaf_inputs
+
+        return set(leaf_inputs(self.model.graph, self._roots(names)))
+
     # -- params ----------------------------------------------------------------
     @property
     def params(self) -> dict[str, np.ndarray]:
-        return {n: self.backend.get_leaf(n) for n in self.model.graph.params}
+        return {n: self.backend.get_leaf(n) for n in self.model.params}
 
     def set_params(self, values: Mapping[str, np.ndarray]) -> None:
         from .weights import checked_params
@@ -77,9 +177,6 @@ class Session:
         self.set_params(load_npz(path, self.model.params))
 
     # -- evaluation ------------------------------------------------------------
-    def _feeds(self, feeds: Mapping[str, np.ndarray] | None, graph: Graph, roots) -> tuple[dict, dict]:
-        return prepare(self.model.inputs, feeds, leaf_inputs(graph, roots))
-
     def _roots(self, names) -> list[int]:
         graph = self.model.graph
         out = []
@@ -89,28 +186,47 @@ class Session:
             out.append(graph.names[n])
         return out
 
-    @seeds_style
+    @_seeds_style
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
         """One fetch name -> its array; a list of names -> dict name -> array."""
         names = [fetch] if isinstance(fetch, str) else list(fetch)
-        roots = self._roots(names)
-        arrays, dims = self._feeds(feeds, self.model.graph, roots)
-        values = self.backend.run(self.model.graph, roots, arrays, dims)
+        if self._artifact is not None:
+            program, roots, needed = self._artifact.eval_plan(names)
+            arrays, dims = prepare(self.model.inputs, feeds, needed)
+            dims = self._artifact.fetch_dims(program, roots, dims)
+        else:
+            from dlc.compiler.reference import leaf_inputs
+
+            program, roots = self.model.graph, self._roots(names)
+            arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(program, roots))
+        values = self.backend.run(program, roots, arrays, dims)
         out = {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, values)}
         return out[fetch] if isinstance(fetch, str) else out
 
     # -- gradients and training --------------------------------------------------
+    def _needs_graph(self, what: str) -> None:
+        if self._artifact is not None:
+            raise DlcError(
+                f"{self.model.path}: {what} needs the model's graph, which a compiled artifact "
+                "does not hold (open the .dl model, or the artifact with backend='numpy')"
+            )
+
     def gradients(
         self, feeds: Mapping[str, np.ndarray] | None = None, loss: str | None = None
     ) -> dict[str, np.ndarray]:
         """d loss / d param for every param, over all of `feeds` (default loss: the first)."""
+        self._needs_graph("gradients()")
+        from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
+        from dlc.compiler.reference import leaf_inputs
+        from dlc.compiler.simplify import simplify
+
         graph = self.model.graph
         loss = resolve_loss(graph, loss)
         if loss not in self._grad_graphs:
             self._grad_graphs[loss] = simplify(differentiate(graph, loss)[0])
         gg = self._grad_graphs[loss]
         roots = [gg.names[grad_name(p)] for p in graph.params]
-        arrays, dims = self._feeds(feeds, gg, roots)
+        arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(gg, roots))
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
@@ -118,8 +234,12 @@ class Session:
         """`optimizer`, else the last one train() used, else SGD(0.01)."""
         return optimizer or self._optimizer or SGD(0.01)
 
-    def train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None) -> Graph:
+    def train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None):
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
+        self._needs_graph("train_graph()")
+        from dlc.compiler.autodiff import resolve_loss
+        from dlc.compiler.train_graph import build_train_graph
+
         loss = resolve_loss(self.model.graph, loss)
         optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
@@ -127,8 +247,10 @@ class Session:
             self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer)
         return self._train_graphs[key]
 
-    def _init_state(self, graph: Graph, optimizer: Optimizer) -> None:
+    def _init_state(self, graph, optimizer: Optimizer) -> None:
         """Optimizer state starts at its init for a new optimizer object, then persists."""
+        from dlc.compiler.initializers import initial_value
+
         if optimizer is not self._optimizer:
             self._optimizer, self._state_ready = optimizer, set()
         for name in graph.states:
@@ -138,7 +260,22 @@ class Session:
                 self.backend.set_leaf(name, value)
                 self._state_ready.add(name)
 
-    @seeds_style
+    def train_step(
+        self,
+        graph,
+        roots: Sequence[int],
+        feeds: Mapping[str, np.ndarray],
+        dims: Mapping[str, int],
+        optimizer: Optimizer,
+    ) -> list[np.ndarray]:
+        """One step of a training-step graph (`compiler.train_graph.build_train_graph` over
+        this model's params, with `optimizer`): its optimizer state made on first use, the
+        learning rate fed, the updates applied; returns the values of node indices `roots`.
+        The seeds' style trains with it, one step a call."""
+        self._init_state(graph, optimizer)
+        return self.backend.step(graph, roots, {**feeds, LR: np.asarray(optimizer.lr, dtype=np.float32)}, dims)
+
+    @_seeds_style
     def train(
         self,
         feeds: Mapping[str, np.ndarray],
@@ -163,6 +300,9 @@ class Session:
         epoch. A NaN or infinite loss raises dlc.errors.TrainingDiverged with
         the params of the last finite loss restored.
 
+        Over an artifact the compiled training step runs: `loss` and `optimizer` default to the
+        compiled ones and may differ from them only in the learning rate.
+
         On GL, when the batches would upload more rows than `feeds` holds, the data goes to
         the GPU once (freed when train returns) and each step uploads only its rows' indices.
         On GL the losses are read a window of steps at a time (`loss_read_steps`,
@@ -172,31 +312,52 @@ class Session:
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
         epochs = 1 if epochs is None else epochs
-        optimizer = self.optimizer(optimizer)
-        graph = self.train_graph(loss, optimizer)
-        loss_node = graph.names[graph.losses[0]]
-        needed = leaf_inputs(graph, [loss_node, *(i for _, i in graph.updates)]) - {LR}
+        if self._artifact is not None:
+            program, loss_node, needed, compiled_lr = self._artifact.train_plan(loss, optimizer)
+
+            def learning_rate() -> float:
+                return compiled_lr
+
+            def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
+                batch[LR] = np.asarray(compiled_lr, dtype=np.float32)
+                (value,) = self.backend.step(program, [loss_node], batch, bdims)
+                return float(value)
+        else:
+            from dlc.compiler.reference import leaf_inputs
+
+            optimizer = self.optimizer(optimizer)
+            program = self.train_graph(loss, optimizer)
+            loss_node = program.names[program.losses[0]]
+            needed = leaf_inputs(program, [loss_node, *(i for _, i in program.updates)]) - {LR}
+            self._init_state(program, optimizer)
+
+            def learning_rate() -> float:
+                return optimizer.lr  # read at every step
+
+            def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
+                # Not train_step: the state is made above, from the training step's graph (a
+                # resident graph's data leaves are states too, set from the data).
+                batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
+                (value,) = self.backend.step(program, [loss_node], batch, bdims)
+                return float(value)
+
         arrays, dims, dim = train_feeds(self.model.inputs, feeds, needed)
-        self._init_state(graph, optimizer)
         select = None
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
         if resident:
             # The data goes to the GPU once; each step uploads only its rows' indices.
-            key = (graph.losses[0], optimizer.config(), dims[dim])
+            from dlc.compiler.resident import IDX, data_name, resident_graph
+
+            key = (program.losses[0], optimizer.config(), dims[dim])
             if key not in self._resident_graphs:
-                self._resident_graphs[key] = resident_graph(graph, list(arrays), dim, dims[dim])
-            graph = self._resident_graphs[key]
-            loss_node = graph.names[graph.losses[0]]
+                self._resident_graphs[key] = resident_graph(program, list(arrays), dim, dims[dim])
+            program = self._resident_graphs[key]
+            loss_node = program.names[program.losses[0]]
             for name, v in arrays.items():
                 self.backend.set_leaf(data_name(name), v, snapshot=False)
 
             def select(rows: np.ndarray) -> dict[str, np.ndarray]:
                 return {IDX: rows.astype(np.float32)}
-
-        def step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
-            batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
-            (value,) = self.backend.step(graph, [loss_node], batch, bdims)
-            return float(value)
 
         deferred = None
         # Deferred loss reads need a GPU-side loss copy (compute target only, for now).
@@ -208,11 +369,11 @@ class Session:
             from .deferred import GLDeferredSteps
 
             deferred = GLDeferredSteps(
-                self.backend, graph, loss_node, optimizer, self.loss_read_steps, self.loss_read_interval_s
+                self.backend, program, loss_node, learning_rate, self.loss_read_steps, self.loss_read_interval_s
             )
         try:
             return train_loop(
-                step,
+                run_step,
                 arrays,
                 dims,
                 dim,
@@ -244,10 +405,10 @@ class Session:
         epochs: int,
         steps: int | None,
     ) -> bool:
-        """Whether train() keeps its data on the GPU: on GL, with batches drawn along `dim`
-        from inputs whose other dims are concrete, when the run would upload more rows than
-        the data has (one epoch or less uploads each row once anyway)."""
-        if not (self.resident_data and dim is not None and hasattr(self.backend, "drop_leaf")):
+        """Whether train() keeps its data on the GPU: on GL over a model, with batches drawn
+        along `dim` from inputs whose other dims are concrete, when the run would upload more
+        rows than the data has (one epoch or less uploads each row once anyway)."""
+        if not (self.resident_data and dim is not None and self.backend.name == "gl" and self._artifact is None):
             return False
         if any(isinstance(d, str) for name in arrays for d in self.model.inputs[name][1:]):
             return False
@@ -256,3 +417,18 @@ class Session:
         epochs_done, rest = divmod(total, per_epoch)
         rows = epochs_done * n + min(rest * size, n)  # the rows the batches would upload
         return n < MAX_RESIDENT_ROWS and rows > n
+
+    # -- resources -------------------------------------------------------------------------
+    def memory(self) -> dict[str, tuple[int, int]]:
+        """(count, bytes) the backend holds, by kind (see `dlc.backend.Backend.memory`)."""
+        return self.backend.memory()
+
+    def close(self) -> None:
+        """Free what the backend holds (GPU buffers on GL); the session is not used after."""
+        self.backend.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Session({self.model.path!r}, backend={self.backend.name!r}, inputs={list(self.model.inputs)}, "
+            f"params={list(self.model.params)}, losses={list(self.model.losses)})"
+        )

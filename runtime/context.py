@@ -9,6 +9,10 @@ Threads: a GL context is current on at most one thread. The context is made curr
 thread that first calls `get_context()`, and every GL call dlc makes must come from that thread
 (asyncio coroutines on it are fine). To move it, call `ctx.release_current()` on the old thread,
 then `get_context()` on the new one; if it is still current elsewhere, that raises.
+
+A process may hold several contexts: each belongs to a `runtime.device.Device`, which owns
+what is cached against it. `get_context()` is the current device's context (the default
+device's until another is used); `create_context()` makes a new one.
 """
 
 from __future__ import annotations
@@ -26,9 +30,8 @@ MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers (the compute 
 TEXTURE_VERSION = (3, 3)  # fragment shaders over float textures (the texture target)
 INSTALL_HINT = "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU driver"
 
-_lock = threading.Lock()
-_context: GLContext | None = None
-_failure: str | None = None  # the one-line reason, kept so has_context() does not retry
+# EGL display -> contexts alive on it: eglTerminate would end them all, so the last one does it
+_display_users: dict[int, int] = {}
 
 
 @dataclass
@@ -60,7 +63,10 @@ class GLContext:
         if self.platform == "egl":
             from dlc.runtime.gl import EGL
 
-            ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
+            try:  # PyOpenGL's EGL checks errors itself: a refusal may raise
+                ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
+            except Exception:
+                ok = False
             if not ok:
                 raise RuntimeFailure(
                     "the OpenGL context is current on another thread; call release_current() there first"
@@ -70,6 +76,22 @@ class GLContext:
 
             glfw.make_context_current(h["window"])
         self._thread = threading.get_ident()
+
+    def destroy(self) -> None:
+        """Destroy the context (and everything made in it); it must not be used again."""
+        h = self._handles
+        if self.platform == "egl":
+            from dlc.runtime.gl import EGL
+
+            _egl_destroy(EGL, h)
+        else:
+            import glfw
+
+            if _address(glfw.get_current_context()) == _address(h["window"]):
+                glfw.make_context_current(None)
+            glfw.destroy_window(h["window"])
+        self._handles = {}
+        self._thread = 0
 
     def release_current(self) -> None:
         """Detach the context from the calling thread so another thread can take it."""
@@ -86,23 +108,11 @@ class GLContext:
 
 
 def get_context() -> GLContext:
-    """The process's GL context, current on the calling thread; RuntimeFailure when none."""
-    global _context, _failure
-    ctx = _context
-    if ctx is not None and ctx._thread == threading.get_ident():
-        return ctx
-    with _lock:
-        if _context is None:
-            if _failure is not None:
-                raise RuntimeFailure(_failure)
-            try:
-                _context = _create()
-            except RuntimeFailure as exc:
-                _failure = str(exc)
-                raise
-        if _context._thread != threading.get_ident():
-            _context.make_current()
-        return _context
+    """The current device's GL context, current on the calling thread; RuntimeFailure when
+    none can be made (see runtime/device.py for which device is current)."""
+    from dlc.runtime.device import current_device
+
+    return current_device().context
 
 
 def has_context() -> bool:
@@ -112,6 +122,23 @@ def has_context() -> bool:
         return True
     except Exception:
         return False
+
+
+def create_context(egl_device: int | None = None, platform: str | None = None) -> GLContext:
+    """A new context, current on the calling thread. By default the platform and EGL device
+    follow DLC_GL and DLC_EGL_DEVICE; `platform` ("egl" / "glfw") and `egl_device` pin them
+    (a further context of a device already in use)."""
+    if platform == "glfw":
+        try:
+            return _create_glfw()
+        except _NoContext as exc:
+            raise RuntimeFailure(f"no OpenGL context: {exc}") from None
+    if platform == "egl" or egl_device is not None:
+        try:
+            return _create_egl(egl_device)
+        except _NoContext as exc:
+            raise RuntimeFailure(f"no OpenGL context: {exc}") from None
+    return _create()
 
 
 def _create() -> GLContext:
@@ -159,7 +186,7 @@ class _NoContext(Exception):
 # ---------------------------------------------------------------- EGL device platform
 
 
-def _create_egl() -> GLContext:
+def _create_egl(egl_device: int | None = None) -> GLContext:
     from dlc.runtime import gl
 
     if gl.PYOPENGL_PLATFORM not in ("", "egl"):
@@ -192,11 +219,12 @@ def _create_egl() -> GLContext:
     if n == 0:
         raise _NoContext("EGL found no device")
 
-    wanted = os.environ.get("DLC_EGL_DEVICE", "").strip()
+    wanted = os.environ.get("DLC_EGL_DEVICE", "").strip() if egl_device is None else str(egl_device)
     if wanted:
         if not wanted.isdigit() or int(wanted) >= n:
             raise _NoContext(
-                f"DLC_EGL_DEVICE={wanted} but EGL found {n} device(s), numbered 0..{n - 1}",
+                f"{'EGL device ' if egl_device is not None else 'DLC_EGL_DEVICE='}{wanted} but EGL found "
+                f"{n} device(s), numbered 0..{n - 1}",
                 installable=False,
             )
         candidates = [int(wanted)]
@@ -222,6 +250,7 @@ def _egl_context_on(EGL: Any, display: Any) -> dict[str, Any]:
     if not EGL.eglInitialize(display, ctypes.pointer(major), ctypes.pointer(minor)):
         raise _NoContext(f"eglInitialize failed (error 0x{EGL.eglGetError():x})")
     handles: dict[str, Any] = {"display": display}
+    _display_users[_address(display)] = _display_users.get(_address(display), 0) + 1
     try:
         if not EGL.eglBindAPI(EGL.EGL_OPENGL_API):
             raise _NoContext("this EGL has no desktop OpenGL")
@@ -286,14 +315,27 @@ def _egl_config(EGL: Any, display: Any) -> Any:
 
 
 def _egl_destroy(EGL: Any, handles: dict[str, Any]) -> None:
+    """Destroy the context and, when no other context of ours uses it, end the display."""
     try:
         display = handles["display"]
         if handles.get("context"):
-            EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
+            if _address(EGL.eglGetCurrentContext()) == _address(handles["context"]):
+                EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
             EGL.eglDestroyContext(display, handles["context"])
-        EGL.eglTerminate(display)
+        users = _display_users.get(_address(display), 1) - 1
+        _display_users[_address(display)] = users
+        if users <= 0:
+            del _display_users[_address(display)]
+            EGL.eglTerminate(display)
     except Exception:
-        pass  # best effort while reporting the real failure
+        pass  # best effort (also while reporting a creation failure)
+
+
+def _address(handle: Any) -> int:
+    """A ctypes handle's pointer value (PyOpenGL and glfw make a new wrapper per call)."""
+    if not handle:
+        return 0
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
 
 
 # ---------------------------------------------------------------- glfw hidden window
@@ -372,10 +414,6 @@ def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) 
         _handles=handles,
         _thread=threading.get_ident(),
     )
-    from dlc.runtime.gl import fast
-
-    if compute:  # the fast entry points include glDispatchCompute
-        fast.resolve()
     return ctx
 
 

@@ -6,9 +6,10 @@ file, buffer bindings, dim uniforms and work-group grid, the update copies. This
 decides nothing: it binds dims to sizes, allocates, uploads feeds, launches, downloads the
 fetches. It imports neither the compiler nor lark.
 
-Per step the work is: upload the feeds, then for each launch bind its buffers and dispatch
-(through raw ctypes entry points), then copy updates, then read back only the fetches.
-Buffer sizes, uniforms and group counts are worked out again only when the dims change.
+The spec is a `runtime.spec.ProgramSpec`. Per step the work is: upload the feeds, run the
+prepared launches (runtime/launches.py: bindings, uniform values and group counts worked out
+once per binding of the dims, then issued through raw ctypes entry points with no per-step
+Python allocation), copy updates (prepared the same way), read back only the fetches.
 """
 
 from __future__ import annotations
@@ -16,29 +17,28 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.context import get_context
+from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.gl import fast
-from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
+from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, run_prepared
+from dlc.runtime.program import get_program, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
+from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
 from dlc.runtime.storage import Buffer, OutOfMemory
 from dlc.runtime.sync import Fence
 
 PERSISTENT = ("param", "state")
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 
-# GL program handle -> uniform values last set on it (programs are shared between
-# executors whose kernels have the same text, possibly under other dims).
-_uniforms_set: dict[int, tuple] = {}
+# Each device's `uniforms`: GL program handle -> uniform values last set on it (programs are
+# shared between executors whose kernels have the same text, possibly under other dims).
 
 
 def forget_uniforms(handle: int) -> None:
     """Uniforms of program `handle` were set elsewhere, or it was deleted: set them next time."""
-    _uniforms_set.pop(handle, None)
+    current_device().uniforms.pop(handle, None)
 
 
 on_delete(forget_uniforms)
@@ -69,23 +69,30 @@ def gpu_copy(dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
     gpu_copy_many([(dst, src, nbytes)])
 
 
+def copy_program(device=None):
+    """The GL program that copies buffers on `device` (default: the current one), from its
+    program cache."""
+    return get_program(_COPY_SOURCE, "dlc_copy", device)
+
+
+def copy_groups(n: int, max_count: Sequence[int]) -> tuple[int, int, int]:
+    """The work groups copying `n` floats takes (a vec4 per invocation, 256 a group)."""
+    return wrap_groups(-(-(n // 4 + 3) // 256), max_count)
+
+
 def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
     """Independent copies (dst, src, nbytes or None for all of src), none reading what another
     writes: one program bind and one barrier for all of them (snapshots copy every leaf)."""
-    prog = get_program(_COPY_SOURCE, "dlc_copy")
-    loc = prog.uniform_location("n")
-    limit = get_context().limits["max_work_group_count"]
-    fast.use_program(prog.handle)
-    _uniforms_set.pop(prog.handle, None)
+    device = copies[0][0].device.activate() if copies else current_device()  # the buffers' device
+    prog = copy_program(device)
+    limit = device.limits["max_work_group_count"]
+    words = []
     for dst, src, nbytes in copies:
         n = (src.nbytes if nbytes is None else nbytes) // 4
-        if n == 0:
-            continue
-        fast.program_uniform1i(prog.handle, loc, n)
-        fast.bind_buffer_base(0, src.handle)
-        fast.bind_buffer_base(1, dst.handle)
-        fast.dispatch(*group_counts({"flat": [n // 4 + 3], "per_group": 256}, {}, limit))
-    fast.memory_barrier(BARRIER_BITS)
+        words.append((dst.handle, src.handle, n, copy_groups(n, limit)))
+    device.uniforms.pop(prog.handle, None)
+    for fn, args in copy_calls(device.fast, prog.handle, prog.uniform_location("n"), words):
+        fn(*args)
 
 
 def eval_size(size: Sequence, dims: Mapping[str, int]) -> int:
@@ -118,10 +125,11 @@ class LeafStore:
         self._ring_gen = [0] * SNAPSHOTS
         self._taken = 0
         self._unsnapshotted: set[str] = set()
+        self.device = selected_device()  # the GL device its buffers live on
 
     # -- storage hooks ---------------------------------------------------------------------
     def _allocate(self, data: np.ndarray, name: str, shape: tuple) -> Buffer:
-        return Buffer(data.nbytes)
+        return Buffer(data.nbytes, device=self.device)
 
     def _fits(self, storage: Buffer, data: np.ndarray) -> bool:
         return storage.nbytes == data.nbytes
@@ -132,7 +140,7 @@ class LeafStore:
             return old
         if old is not None:
             old.delete()
-        return Buffer(storage.nbytes)
+        return Buffer(storage.nbytes, device=self.device)
 
     def _copy_all(self, pairs: list) -> None:
         """(dst, src) copies on the GPU, none reading what another writes."""
@@ -219,23 +227,11 @@ class LeafStore:
         self.buffers.clear()
 
 
-@dataclass
-class Launch:
-    """One dispatch, resolved for a binding of the dims."""
-
-    name: str
-    program: int  # GL program handle
-    bindings: tuple[tuple[int, int], ...]  # (binding, buffer handle)
-    uniforms: tuple[tuple[int, int], ...]  # (location, value)
-    groups: tuple[int, int, int]
-    spec: dict
-
-
 Hook = Callable[[str, list], None]
 
 
 class Executor:
-    """Runs one program spec against a LeafStore.
+    """Runs one program spec (a `ProgramSpec`) against a LeafStore.
 
     `hook`, when set, is called after every launch as `hook(kernel_name, outputs)` where
     `outputs` lists dicts {tensor, label, buffer, count, shape, ir, locs} of what the kernel
@@ -243,59 +239,82 @@ class Executor:
     is called before the launch (debug mode starts a timer there).
     """
 
-    def __init__(self, spec: dict, sources: Mapping[str, str], store: LeafStore, hook: Hook | None = None):
-        if spec.get("format") != 1:
-            raise RuntimeFailure(f"program format {spec.get('format')} is not one this dlc runs")
+    def __init__(self, spec: ProgramSpec, sources: Mapping[str, str], store: LeafStore, hook: Hook | None = None):
+        if spec.format != FORMAT:
+            raise RuntimeFailure(f"program format {spec.format} is not one this dlc runs")
         self.spec = spec
         self.store = store
         self.hook = hook
-        self.limits = get_context().limits
-        self.kernels: list[dict] = spec["kernels"]
+        self.device = store.device.activate()  # programs and buffers go on the store's device
+        self.limits = self.device.limits
+        self.kernels: tuple[Kernel, ...] = spec.kernels
         for k in self.kernels:
-            check_kernel(k["name"], sources[k["file"]], k["local_size"], self.limits)
+            check_kernel(k.name, sources[k.file], k.local_size or (1, 1, 1), self.limits)  # none listed: GL checks
         self.programs = []
         for k in self.kernels:  # pinned one by one: the cache may evict while we link
-            program = get_program(sources[k["file"]], k["name"])
+            program = get_program(sources[k.file], k.name, self.device)
             pin(program)
             self.programs.append(program)
+        self._copy_program = None
+        if spec.copies:  # the update copies are prepared too: keep their program linked
+            self._copy_program = copy_program(self.device)
+            pin(self._copy_program)
+            self.programs.append(self._copy_program)
         # An executor dropped without delete() unpins its programs (no GL call: a finalizer
         # may run on any thread; the cache evicts them at its next insertion).
         weakref.finalize(self, _release_pins, self.programs)
-        self.slots: list[dict] = spec["slots"]
-        self.tensors = {int(t): info for t, info in spec["tensors"].items()}
-        self.producer = {int(t): k for t, k in spec["producer"].items()}
+        self.slots = spec.slots
+        self.tensors = spec.tensors
+        self.producer = spec.producer
+        self._all = list(range(len(self.kernels)))
+        self._inputs = tuple((s, slot.name) for s, slot in enumerate(self.slots) if slot.kind == "input")
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
+        self._step_needs: dict[int, tuple[list[int], set[str]]] = {}  # step_into's, by loss tensor
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
         self._step_fence: Fence | None = None  # the last step_into's end
         self.scratch: dict[int, Buffer] = {}  # kernel index -> its scratch (split reductions)
         for s, slot in enumerate(self.slots):
-            if slot["kind"] == "const":
-                self.buffers[s] = Buffer.from_array(np.asarray(slot["values"], np.float32))
+            if slot.kind == "const":
+                self.buffers[s] = Buffer.from_array(np.asarray(slot.values, np.float32))
         self._dims: tuple | None = None
+        self._dim_values: tuple[tuple[str, int], ...] = ()  # the binding prepared, for a cheap check
         self._version = -1
-        self._launches: list[Launch] = []
-        # Debug-mode kernels (spec "nan_flags") set a float per checked node when it is NaN;
+        self._launches: list[Prepared] = []  # one per kernel, for the binding prepared
+        self._subsets: dict[tuple, tuple[Prepared, ...]] = {}  # kernel list -> its launches
+        self._copies: tuple = ()  # the update copies' calls
+        # Debug-mode kernels (spec nan_flags) set a float per checked node when it is NaN;
         # one buffer serves them all, bound after a kernel's slots (dlc/debug.py reads it).
-        flags = max((len(k.get("nan_flags", ())) for k in self.kernels), default=0)
+        flags = max((len(k.nan_flags) for k in self.kernels), default=0)
         self.nan_buffer = Buffer(4 * flags, zero=True) if flags else None
 
     # -- the dims binding -----------------------------------------------------------------
     def slot_buffer(self, s: int) -> Buffer:
         slot = self.slots[s]
-        if slot["kind"] in PERSISTENT:
-            return self.store.buffer(slot["name"])
+        if slot.kind in PERSISTENT:
+            return self.store.buffer(slot.name)
         return self.buffers[s]
+
+    def _prepared(self, dims: Mapping[str, int]) -> bool:
+        """Whether the launches are prepared for `dims` (no allocation: the steady state)."""
+        if self._version != self.store.version:
+            return False
+        for d, v in self._dim_values:
+            if dims.get(d) != v:
+                return False
+        return True
 
     def prepare(self, dims: Mapping[str, int]) -> None:
         """Size the slots and resolve every launch for this binding (no-op when unchanged)."""
-        key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec["dims"]))
-        if key == self._dims and self._version == self.store.version:
+        self.device.activate()
+        if self._dims is not None and self._prepared(dims):
             return
+        key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec.dims))
+        values = tuple((d, int(dims[d]) if d in dims else None) for d in self.spec.dims)
         if key != self._dims:
             check_bound(self.spec, dims, self.limits["max_ssbo_size"])
         for s, slot in enumerate(self.slots):
-            if slot["kind"] in ("temp", "input"):
-                need = 4 * max(eval_size(z, dims) for z in slot["sizes"])
+            if slot.kind in ("temp", "input"):
+                need = 4 * max(eval_size(z, dims) for z in slot.sizes)
                 buf = self.buffers.get(s)
                 if buf is None or buf.nbytes < need:
                     if buf is not None:
@@ -305,31 +324,49 @@ class Executor:
         max_count = self.limits["max_work_group_count"]
         launches = []
         for index, (k, prog) in enumerate(zip(self.kernels, self.programs)):
-            bindings = tuple((i, self.slot_buffer(s).handle) for i, s in enumerate(k["slots"]))
-            words = scratch_words(k["grid"], dims)
+            handles = [self.slot_buffer(s).handle for s in k.slots]
+            words = scratch_words(k.grid, dims)
             if words:  # a split reduction's counters and partials, bound after the slots
                 buf = self.scratch.get(index)
                 if buf is None or buf.nbytes < 4 * words:
                     if buf is not None:
                         buf.delete()
                     buf = self.scratch[index] = Buffer(4 * words, zero=True)
-                bindings += ((len(k["slots"]), buf.handle),)
-            if k.get("nan_flags"):  # debug mode's NaN flags, bound after the slots and scratch
-                bindings += ((len(k["slots"]) + bool(words), self.nan_buffer.handle),)
-            uniforms = tuple((prog.uniform_location(u), int(dims[d])) for u, d in k["uniforms"].items())
-            if "tiles" in k["grid"]:  # a tiled kernel's tile counts (uniforms where symbolic)
-                tiles = tile_counts(k["grid"], dims)
-                uniforms += tuple((prog.uniform_location(f"dlc_tiles_{axis}"), n) for axis, n in zip("xyz", tiles))
+                handles.append(buf.handle)
+            if k.nan_flags:  # debug mode's NaN flags, bound after the slots and scratch
+                handles.append(self.nan_buffer.handle)
+            uniforms = [(prog.uniform_location(u), int(dims[d])) for u, d in k.uniforms.items()]
+            if k.grid.tiles is not None:  # a tiled kernel's tile counts (uniforms where symbolic)
+                tiles = tile_counts(k.grid, dims)
+                uniforms += [(prog.uniform_location(f"dlc_tiles_{axis}"), n) for axis, n in zip("xyz", tiles)]
             try:
-                groups = group_counts(k["grid"], dims, max_count)
+                groups = group_counts(k.grid, dims, max_count)
             except RuntimeFailure as e:
-                raise RuntimeFailure(f"kernel '{k['name']}': {e}") from None
+                raise RuntimeFailure(f"kernel '{k.name}': {e}") from None
             launches.append(
-                Launch(k["name"], prog.handle, bindings, tuple(u for u in uniforms if u[0] >= 0), groups, k)
+                kernel_calls(self.device.fast, prog.handle, [u for u in uniforms if u[0] >= 0], handles, groups)
             )
         self._launches = launches
+        self._subsets = {}
         self._dims = key
+        self._dim_values = values
         self._version = self.store.version
+        self._copies = ()
+        if self.spec.copies:
+            words = []
+            for c in self.spec.copies:
+                info = self.tensors[c.tensor]
+                n = math.prod(bind_shape(info.shape, dims))
+                words.append(
+                    (
+                        self.store.buffer(c.target).handle,
+                        self.slot_buffer(info.slot).handle,
+                        n,
+                        copy_groups(n, max_count),
+                    )
+                )
+            copier = self._copy_program
+            self._copies = copy_calls(self.device.fast, copier.handle, copier.uniform_location("n"), words)
 
     def _allocate(self, nbytes: int, slot: int) -> Buffer:
         """A buffer for `slot`; out of GPU memory is reported naming the program and bytes."""
@@ -337,9 +374,9 @@ class Executor:
             return Buffer(nbytes)
         except OutOfMemory:
             held = sum(b.nbytes for b in self.buffers.values() if b.handle)
-            labels = [info["label"] for info in self.tensors.values() if info["slot"] == slot]
+            labels = [info.label for info in self.tensors.values() if info.slot == slot]
             raise OutOfMemory(
-                f"out of GPU memory running program '{self.spec.get('name', '?')}': allocating "
+                f"out of GPU memory running program '{self.spec.name}': allocating "
                 f"{nbytes:,} bytes for {', '.join(repr(x) for x in labels) or 'a buffer'} with "
                 f"{held:,} bytes of its buffers already held",
                 nbytes,
@@ -352,7 +389,7 @@ class Executor:
         key = (tuple(fetch), step)
         found = self._needs.get(key)
         if found is None:
-            kernels = list(range(len(self.kernels))) if step else self.needed_kernels(fetch)
+            kernels = self._all if step else self.needed_kernels(fetch)
             found = self._needs[key] = (kernels, self.needed_inputs(fetch, kernels))
         return found
 
@@ -364,15 +401,15 @@ class Executor:
             k = stack.pop()
             if k not in want:
                 want.add(k)
-                stack.extend(self.kernels[k]["after"])
+                stack.extend(self.kernels[k].after)
         return sorted(want)
 
     def needed_inputs(self, fetch: Sequence[int], kernels: Sequence[int]) -> set[str]:
-        names = {n for k in kernels for n in self.kernels[k]["inputs"]}
+        names = {n for k in kernels for n in self.kernels[k].inputs}
         for t in fetch:
-            slot = self.slots[self.tensors[t]["slot"]]
-            if slot["kind"] == "input":
-                names.add(slot["name"])
+            slot = self.slots[self.tensors[t].slot]
+            if slot.kind == "input":
+                names.add(slot.name)
         return names
 
     def run(
@@ -385,17 +422,8 @@ class Executor:
         self._upload(feeds, inputs)
         self._launch(kernels)
         out = [self._download(t, dims) for t in fetch]
-        if step and self.spec["copies"]:
-            gpu_copy_many(
-                [
-                    (
-                        self.store.buffer(c["target"]),
-                        self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
-                        4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)),
-                    )
-                    for c in self.spec["copies"]
-                ]
-            )
+        if step:
+            self._copy_updates()
         return out
 
     def step_into(
@@ -404,7 +432,10 @@ class Executor:
         """A training step whose scalar `loss` tensor is copied on the GPU into float `index`
         of `sink`: nothing is read back, so many steps queue before one read."""
         self.prepare(dims)
-        kernels, inputs = self.needs([loss], True)
+        found = self._step_needs.get(loss)
+        if found is None:
+            found = self._step_needs[loss] = self.needs([loss], True)
+        kernels, inputs = found
         # The previous step may still read the input slots this upload overwrites: NVIDIA's
         # driver let glBufferSubData race with in-flight dispatches (training diverged from
         # numpy on the H100), and no glMemoryBarrier orders it. Wait for that step first.
@@ -412,19 +443,16 @@ class Executor:
             self._step_fence.wait()
         self._upload(feeds, inputs)
         self._launch(kernels)
-        sink.copy_from(self.slot_buffer(self.tensors[loss]["slot"]), 4, 0, 4 * index)
-        if self.spec["copies"]:
-            gpu_copy_many(
-                [
-                    (
-                        self.store.buffer(c["target"]),
-                        self.slot_buffer(self.tensors[c["tensor"]]["slot"]),
-                        4 * math.prod(bind_shape(self.tensors[c["tensor"]]["shape"], dims)),
-                    )
-                    for c in self.spec["copies"]
-                ]
-            )
+        sink.copy_from(self.slot_buffer(self.tensors[loss].slot), 4, 0, 4 * index)
+        self._copy_updates()
         self._step_fence = Fence()
+
+    def _copy_updates(self) -> None:
+        """The step's update copies (prepared with the launches)."""
+        if self._copies:
+            self.device.uniforms.pop(self._copy_program.handle, None)  # its 'n' is set per copy
+            for fn, args in self._copies:
+                fn(*args)
 
     def upload(self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]) -> None:
         """Size the slots for `dims` and upload every input in `feeds` (benchmarks then call
@@ -434,65 +462,47 @@ class Executor:
 
     def launch(self, kernels: Sequence[int] | None = None) -> None:
         """Dispatch `kernels` (default: all) on the data already in place; no sync."""
-        self._launch(range(len(self.kernels)) if kernels is None else kernels)
+        self._launch(self._all if kernels is None else kernels)
 
     def _upload(self, feeds: Mapping[str, np.ndarray], names: set[str]) -> None:
-        for s, slot in enumerate(self.slots):
-            if slot["kind"] != "input" or slot["name"] not in names:
+        for s, name in self._inputs:
+            if name not in names:
                 continue
-            name = slot["name"]
             if name not in feeds:
                 raise DataError(f"input '{name}' is missing")
             self.buffers[s].upload(feeds[name])  # upload makes it contiguous float32
 
     def _launch(self, kernels: Sequence[int]) -> None:
+        if self.hook is not None:
+            self._launch_hooked(kernels)
+            return
+        # The launches of this kernel list, prepared once per binding of the dims: a list
+        # `needs` returned is the same object every step, so its id is the cache key.
+        launches = self._subsets.get(id(kernels))
+        if launches is None or launches[0] is not kernels:
+            if len(self._subsets) > 64:  # lists made by callers, not `needs`: keep few
+                self._subsets.clear()
+            launches = self._subsets[id(kernels)] = (kernels, tuple(self._launches[k] for k in kernels))
+        run_prepared(self.device.activate().fast, launches[1], self.device.uniforms)
+
+    def _launch_hooked(self, kernels: Sequence[int]) -> None:
+        """Debug mode: one launch at a time, the hook around each."""
         hook = self.hook
         before = getattr(hook, "before", None)
-        use, bind, dispatch, barrier = (fast.use_program, fast.bind_buffer_base, fast.dispatch, fast.memory_barrier)
-        set_int = fast.program_uniform1i
         for k in kernels:
-            launch = self._launches[k]
+            name = self.kernels[k].name
             if before is not None:
-                before(launch.name)
-            program = launch.program
-            values = launch.uniforms
-            if _uniforms_set.get(program) != values:
-                for loc, v in values:
-                    set_int(program, loc, v)
-                _uniforms_set[program] = values
-            use(program)
-            for i, handle in launch.bindings:
-                bind(i, handle)
-            x, y, z = launch.groups
-            dispatch(x, y, z)
-            barrier(BARRIER_BITS)
-            if hook is not None:
-                hook(launch.name, self._outputs_info(launch.spec))
+                before(name)
+            run_prepared(self.device.fast, (self._launches[k],), self.device.uniforms)
+            hook(name, self._outputs_info(self.kernels[k]))
 
-    def _outputs_info(self, k: dict) -> list[dict]:
-        dims = dict(self._dims or ())
-        out = []
-        for t in k["writes"]:
-            info = self.tensors[t]
-            shape = bind_shape(info["shape"], dims)
-            out.append(
-                {
-                    "tensor": t,
-                    "label": info["label"],
-                    "shape": shape,
-                    "count": math.prod(shape),
-                    "buffer": self.slot_buffer(info["slot"]),
-                    "ir": k["ir"],
-                    "locs": k["locs"],
-                    "kernel": k["name"],
-                }
-            )
-        return out
+    def _outputs_info(self, k: Kernel) -> list[dict]:
+        return outputs_info(k, self.tensors, dict(self._dims or ()), self.slot_buffer)
 
     def _download(self, t: int, dims: Mapping[str, int]) -> np.ndarray:
         info = self.tensors[t]
-        shape = bind_shape(info["shape"], dims)
-        return self.slot_buffer(info["slot"]).download(math.prod(shape)).reshape(shape)
+        shape = bind_shape(info.shape, dims)
+        return self.slot_buffer(info.slot).download(math.prod(shape)).reshape(shape)
 
     def delete(self) -> None:
         for buf in (*self.buffers.values(), *self.scratch.values()):
@@ -519,42 +529,63 @@ def _release_pins(programs: list) -> None:
     programs.clear()
 
 
-def chunks(grid: dict, dims: Mapping[str, int]) -> int:
+def outputs_info(k: Kernel, tensors: Mapping, dims: Mapping[str, int], slot_buffer) -> list[dict]:
+    """What debug mode's hook gets about kernel `k`'s outputs (see `Executor`)."""
+    out = []
+    for t in k.writes:
+        info = tensors[t]
+        shape = bind_shape(info.shape, dims)
+        out.append(
+            {
+                "tensor": t,
+                "label": info.label,
+                "shape": shape,
+                "count": math.prod(shape),
+                "buffer": slot_buffer(info.slot),
+                "ir": k.ir,
+                "locs": k.locs,
+                "kernel": k.name,
+            }
+        )
+    return out
+
+
+def chunks(grid: Grid, dims: Mapping[str, int]) -> int:
     """How many chunks a split reduction's grid cuts each output's reduction into (else 1)."""
-    if "split" not in grid:
+    if grid.split is None:
         return 1
-    size, chunk = grid["split"]
+    size, chunk = grid.split
     return max(1, -(-eval_size(size, dims) // int(chunk)))
 
 
-def scratch_words(grid: dict, dims: Mapping[str, int]) -> int:
+def scratch_words(grid: Grid, dims: Mapping[str, int]) -> int:
     """The 4-byte words of scratch a kernel needs bound after its slots (0: none): a counter
     per output, then `scratch` words per (output, chunk); for a tiled (split-K) grid, whose z
     axis numbers the K-chunks, a counter per tile, then `scratch` words per (tile element,
     chunk)."""
-    if "scratch" not in grid:
+    if not grid.scratch:
         return 0
-    if "tiles" in grid:  # a split-K GEMM: a counter per tile, a partial tile per (tile, K-chunk)
+    if grid.tiles is not None:  # a split-K GEMM: a counter per tile, a partial tile per (tile, K-chunk)
         x, y, z = tile_counts(grid, dims)
-        area = int(grid["tiles"][0][1]) * int(grid["tiles"][1][1])
-        return x * y + x * y * z * area * int(grid["scratch"])
-    outputs = eval_size(grid["flat"], dims)
-    return outputs + outputs * chunks(grid, dims) * int(grid["scratch"])
+        area = int(grid.tiles[0][1]) * int(grid.tiles[1][1])
+        return x * y + x * y * z * area * int(grid.scratch)
+    outputs = eval_size(grid.flat, dims)
+    return outputs + outputs * chunks(grid, dims) * int(grid.scratch)
 
 
-def group_counts(grid: dict, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
+def group_counts(grid: Grid, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
     """The work groups to dispatch for `grid` under `dims`, within `max_count` per axis."""
-    if "tiles" in grid:  # tiled kernels decode their tile from a wrapped grid (glsl.wrap_tiles)
+    if grid.tiles is not None:  # tiled kernels decode their tile from a wrapped grid (glsl.wrap_tiles)
         tiles = tile_counts(grid, dims)
         if all(n <= m for n, m in zip(tiles, max_count)):
             return tiles
         return wrap_groups(math.prod(tiles), max_count)
-    total = -(-eval_size(grid["flat"], dims) // grid["per_group"]) * chunks(grid, dims)
+    total = -(-eval_size(grid.flat, dims) // grid.per_group) * chunks(grid, dims)
     return wrap_groups(total, max_count)
 
 
-def tile_counts(grid: dict, dims: Mapping[str, int]) -> tuple[int, int, int]:
-    x, y, z = (max(1, -(-eval_size(size, dims) // int(tile))) for size, tile in grid["tiles"])
+def tile_counts(grid: Grid, dims: Mapping[str, int]) -> tuple[int, int, int]:
+    x, y, z = (max(1, -(-eval_size(size, dims) // int(tile))) for size, tile in grid.tiles)
     return (x, y, z)
 
 

@@ -5,9 +5,10 @@ first import, and PyOpenGL 3.1.10's EGL module fails to import once `OpenGL.ERRO
 False. So: choose the platform, import `OpenGL.EGL`, set error checking (on only when
 `DLC_DEBUG=1`), then import `OpenGL.GL`.
 
-`fast` holds raw ctypes function pointers for the launch loop (a ctypes call costs ~1.3 us
-against ~2.4 us through PyOpenGL, DESIGN.md). They are resolved the first time they are used,
-after `runtime.context.get_context()` has made a context current.
+`Fast` holds raw ctypes function pointers for the launch loop (a ctypes call costs ~1.3 us
+against ~2.4 us through PyOpenGL, DESIGN.md). Each `runtime.device.Device` resolves its own
+once its context is current (a pointer may differ between contexts, as on Windows); `fast`
+here stands for the current device's.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from OpenGL import GL  # noqa: E402
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 
 
-class _Fast:
+class Fast:
     """Raw ctypes GL entry points for the hot path; no error checking, no argument conversion."""
 
     # name -> (GL symbol, argument types); all return void.
@@ -107,14 +108,24 @@ class _Fast:
         self._resolved = True
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for entry points not yet resolved: make the context, then resolve.
+        # Only reached for entry points not yet resolved (a context without compute resolves
+        # none up front): resolve now; its device's context is current.
         if name.startswith("__") or name not in self._SIGNATURES:
             raise AttributeError(name)
-        from dlc.runtime.context import get_context
-
-        get_context()  # resolves us once current
         self.resolve()
         return object.__getattribute__(self, name)
+
+
+class _CurrentFast:
+    """`fast`: the entry points of the current device (runtime/device.py), made current.
+    Hot loops take `device.fast` of the device they run on instead."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from dlc.runtime.device import current_device
+
+        return getattr(current_device().fast, name)
 
 
 def _proc_address(symbol: str) -> int:
@@ -138,6 +149,6 @@ def _proc_address(symbol: str) -> int:
         return 0
 
 
-fast = _Fast()
+fast = _CurrentFast()
 
-__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "fast"]
+__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast", "fast"]

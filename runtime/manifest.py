@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 
 from dlc.runtime.errors import DataError
+from dlc.runtime.spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
 
-FORMAT = 1  # the manifest layout this runtime reads; compiler/pipeline.py writes the same
 MANIFEST = "manifest.json"
 PROGRAMS = ("eval", "train")
 LR = "$lr"  # the learning rate, fed to the train program as an input
@@ -51,7 +51,8 @@ class ArtifactError(DataError):
 
 
 def read_manifest(folder: str | os.PathLike) -> dict:
-    """manifest.json of `folder`, parsed and validated (ArtifactError on any problem)."""
+    """manifest.json of `folder`, parsed and validated (ArtifactError on any problem), its
+    programs typed (`runtime.spec.ProgramSpec`)."""
     from dlc.runtime.manifest_files import read_confined
 
     folder = pathlib.Path(folder)
@@ -59,7 +60,7 @@ def read_manifest(folder: str | os.PathLike) -> dict:
     raw = read_confined(folder, MANIFEST, MAX_MANIFEST_BYTES, where, "file")
     data = parse(raw, where)
     validate(data, where)
-    return data
+    return programs_from_json(data)
 
 
 def parse(raw: bytes, where: str):
@@ -304,6 +305,8 @@ class _Manifest:
         self.obj(p, f, required=("format", "dims", "slots", "tensors", "roots", "kernels", "producer", "copies"))
         if type(p["format"]) is not int or p["format"] != FORMAT:
             self.fail(f"{f}.format", f"program format {_show(p['format'])} is not one this dlc runs ({FORMAT})")
+        if p.get("target", self.target) != self.target:
+            self.fail(f"{f}.target", f"{_show(p['target'])} is not the artifact's target '{self.target}'")
         if "name" in p and p["name"] != name:
             self.fail(f"{f}.name", f"{_show(p['name'])} is not the program's key '{name}'")
         dims = self.list(p["dims"], f"{f}.dims", 256)

@@ -21,6 +21,7 @@ import numpy as np
 from dlc.runtime.errors import DataError
 from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
 from dlc.runtime.npzfile import NpzReader
+from dlc.runtime.spec import Kernel, programs_from_json
 
 MAX_SHADER_BYTES = 1 << 20
 NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data
@@ -67,8 +68,10 @@ def read_artifact(folder: str | os.PathLike) -> ArtifactFiles:
 
 
 def read_named_files(folder: pathlib.Path, m: dict) -> ArtifactFiles:
-    """The shaders and .npz files that the validated manifest `m` of `folder` names."""
+    """The shaders and .npz files that the validated manifest `m` of `folder` names (its
+    programs typed here when they are not yet)."""
     where = str(folder / MANIFEST)
+    m = programs_from_json(m)
     sources = read_shaders(folder, m, where)
     params, states = leaf_shapes(m)
     initial = read_npz(folder, "params.npz", params, where, "params")
@@ -123,12 +126,12 @@ def read_shaders(folder: pathlib.Path, m: Mapping, where: str) -> dict[str, dict
     texture = m.get("target", "compute") == "texture"
     for prog, spec in m["programs"].items():
         sources = out[prog] = {}
-        for i, k in enumerate(spec["kernels"]):
+        for i, k in enumerate(spec.kernels):
             field = f"programs.{prog}.kernels[{i}]"
             files = (
-                [(p["file"], f"{field}.passes[{j}].file") for j, p in enumerate(k["passes"])]
+                [(p.file, f"{field}.passes[{j}].file") for j, p in enumerate(k.passes)]
                 if texture
-                else [(k["file"], f"{field}.file")]
+                else [(k.file, f"{field}.file")]
             )
             for name, file_field in files:
                 raw = read_confined(folder, name, MAX_SHADER_BYTES, where, file_field)
@@ -144,42 +147,42 @@ def read_shaders(folder: pathlib.Path, m: Mapping, where: str) -> dict[str, dict
     return out
 
 
-def check_shader(text: str, kernel: Mapping, fail) -> None:
+def check_shader(text: str, kernel: Kernel, fail) -> None:
     """Declared uniforms and bindings of `text` against the kernel's manifest entry."""
     if "\0" in text:
-        fail("file", f"'{kernel['file']}' holds a NUL byte")
+        fail("file", f"'{kernel.file}' holds a NUL byte")
     declared = {}
     for kind, name in _words(_UNIFORM, text):
         declared[name] = kind
-    for u in kernel["uniforms"]:
+    for u in kernel.uniforms:
         if declared.get(u) != "int":
-            fail(f"uniforms.{u}", f"'{kernel['file']}' declares no uniform int {u}")
+            fail(f"uniforms.{u}", f"'{kernel.file}' declares no uniform int {u}")
     # Tile counts of a wrapped grid are set by the runtime from the grid (glsl.wrap_tiles).
-    runtime_set = {f"dlc_tiles_{axis}" for axis in "xyz"} if "tiles" in kernel["grid"] else set()
+    runtime_set = {f"dlc_tiles_{axis}" for axis in "xyz"} if kernel.grid.tiles is not None else set()
     for name, kind in declared.items():
         if name in runtime_set and kind == "int":
             continue
-        if name not in kernel["uniforms"]:
-            fail("uniforms", f"'{kernel['file']}' declares uniform {kind} {name}, which the manifest gives no value")
+        if name not in kernel.uniforms:
+            fail("uniforms", f"'{kernel.file}' declares uniform {kind} {name}, which the manifest gives no value")
     # A split reduction's scratch buffer is bound after the slots (runtime.executor.scratch_words).
-    bound = len(kernel["slots"]) + ("scratch" in kernel["grid"])
+    bound = len(kernel.slots) + bool(kernel.grid.scratch)
     used = set()
     for (b,) in _words(_BINDING, text):
         if not b.isdigit() or int(b) >= bound:
             fail(
                 "slots",
-                f"'{kernel['file']}' uses buffer binding {b}; the kernel binds "
+                f"'{kernel.file}' uses buffer binding {b}; the kernel binds "
                 f"{bound} slot{'s' if bound != 1 else ''} (0 to {bound - 1})",
             )
         used.add(int(b))
     if len(used) != bound:  # every slot the manifest binds is one the shader declares
-        fail("slots", f"{bound} slots for the {len(used)} buffer bindings that '{kernel['file']}' declares")
+        fail("slots", f"{bound} slots for the {len(used)} buffer bindings that '{kernel.file}' declares")
 
 
 _SAMPLER = re.compile(r"b\d{1,3}")
 
 
-def check_fragment_shader(text: str, name: str, kernel: Mapping, fail) -> None:
+def check_fragment_shader(text: str, name: str, kernel: Kernel, fail) -> None:
     """A texture pass: no storage buffers; int uniforms the manifest sets (or the output
     width the runtime sets); samplers named b<unit>, set by the runtime."""
     if "\0" in text:
@@ -187,11 +190,11 @@ def check_fragment_shader(text: str, name: str, kernel: Mapping, fail) -> None:
     if re.search(r"\bbuffer\b", text):
         fail("passes", f"'{name}' declares a storage buffer, which a texture pass cannot use")
     declared = dict((n, kind) for kind, n in _words(_UNIFORM, text))
-    for u in kernel["uniforms"]:
+    for u in kernel.uniforms:
         if declared.get(u) != "int":
             fail(f"uniforms.{u}", f"'{name}' declares no uniform int {u}")
     for n, kind in declared.items():
-        ok = (kind == "int" and (n in kernel["uniforms"] or n == "dlc_width")) or (
+        ok = (kind == "int" and (n in kernel.uniforms or n == "dlc_width")) or (
             kind == "sampler2D" and _SAMPLER.fullmatch(n)
         )
         if not ok:

@@ -1,6 +1,7 @@
 """Compute-shader programs: compile and link once per source, set uniforms, dispatch.
 
-Linked programs are kept in a bounded LRU cache keyed by source text: past its limit
+Linked programs are kept per device (runtime/device.py: a program belongs to one GL context)
+in a bounded LRU cache keyed by source text: past its limit
 (`runtime/cache_limit.py`: 256, env `DLC_PROGRAM_CACHE`, or `set_program_cache_limit`) the least
 recently used program is deleted from GL. Programs a live executor uses are pinned (`pin` /
 `unpin`): they count toward the limit but are never evicted, since executors keep their
@@ -16,23 +17,21 @@ from __future__ import annotations
 
 import ctypes
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from dlc.runtime import binary_cache, cache_limit
-from dlc.runtime.context import get_context
+from dlc.runtime.device import Device, current_device, open_devices
 from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import DEBUG, GL, fast
+from dlc.runtime.gl import DEBUG, GL
 from dlc.runtime.storage import Buffer
 
 # After a dispatch, later shaders may read what it wrote (SHADER_STORAGE) and later copies,
 # uploads and downloads see it (BUFFER_UPDATE).
 BARRIER_BITS = GL.GL_SHADER_STORAGE_BARRIER_BIT | GL.GL_BUFFER_UPDATE_BARRIER_BIT
 
-_cache: OrderedDict[str, Program] = OrderedDict()  # source -> program, least recently used first
-_evicted = 0
 # Programs linked from GLSL source and programs loaded from the on-disk binary cache, in this
-# process (tests and benchmarks count them).
+# process on every device (tests and benchmarks count them; each Device counts its own too).
 link_counts = {"compiled": 0, "from_disk": 0}
 # Called with a program's GL handle when it is deleted (GL reuses handle numbers, so caches
 # keyed by handle must forget it).
@@ -62,9 +61,10 @@ class ShaderError(RuntimeFailure):
 class Program:
     """A linked compute program. Uniforms are set with glProgramUniform (no binding needed)."""
 
-    __slots__ = ("handle", "name", "source", "local_size", "nbytes", "pins", "_uniforms", "_limits")
+    __slots__ = ("handle", "name", "source", "local_size", "nbytes", "pins", "device", "_uniforms", "_limits")
 
-    def __init__(self, handle: int, name: str, source: str, limits: dict):
+    def __init__(self, handle: int, name: str, source: str, device: Device):
+        self.device = device  # its context is current: made by get_program
         self.handle = handle
         self.name = name
         self.source = source
@@ -73,7 +73,7 @@ class Program:
         GL.glGetProgramiv(handle, GL.GL_COMPUTE_WORK_GROUP_SIZE, size)
         self.local_size: tuple[int, int, int] = (size[0], size[1], size[2])
         self._uniforms: dict[str, int] = {}
-        self._limits = limits
+        self._limits = device.limits
         self.nbytes = _program_bytes(handle, source)
         self.pins = 0  # live users that keep the handle (see the module doc)
 
@@ -84,6 +84,7 @@ class Program:
         """The uniform's location, or -1 when the program has none by that name."""
         location = self._uniforms.get(name)
         if location is None:
+            self.device.activate()
             location = int(GL.glGetUniformLocation(self.handle, name))
             self._uniforms[name] = location
         return location
@@ -92,12 +93,12 @@ class Program:
         """Set an int uniform; a uniform the driver optimized away is ignored, as GL does."""
         location = self.uniform_location(name)
         if location >= 0:
-            fast.program_uniform1i(self.handle, location, int(value))
+            self.device.activate().fast.program_uniform1i(self.handle, location, int(value))
 
     def set_float(self, name: str, value: float) -> None:
         location = self.uniform_location(name)
         if location >= 0:
-            fast.program_uniform1f(self.handle, location, float(value))
+            self.device.activate().fast.program_uniform1f(self.handle, location, float(value))
 
     def dispatch(self, groups: tuple[int, int, int], buffers: Sequence[Buffer]) -> None:
         """Bind buffer i at storage binding i, run `groups` work groups, then a barrier."""
@@ -114,11 +115,17 @@ class Program:
                 f"internal dlc error: kernel '{self.name}' binds {len(buffers)} buffers; this "
                 f"GPU allows {limits['max_ssbo_bindings']}"
             )
+        fast = self.device.activate().fast
         fast.use_program(self.handle)
         for index, buffer in enumerate(buffers):
             if not buffer.handle:
                 raise RuntimeFailure(
                     f"internal dlc error: kernel '{self.name}' got a deleted buffer at binding {index}"
+                )
+            if buffer.device is not self.device:
+                raise RuntimeFailure(
+                    f"internal dlc error: kernel '{self.name}' on GL device {self.device.id} got a "
+                    f"buffer of GL device {buffer.device.id} at binding {index}"
                 )
             if buffer.capacity > limits["max_ssbo_size"]:
                 raise RuntimeFailure(
@@ -133,27 +140,33 @@ class Program:
             _check_gl_error(f"dispatching kernel '{self.name}'")
 
     def delete(self) -> None:
-        """Free the program and drop it from the cache."""
-        if self.handle:
+        """Free the program and drop it from its device's cache."""
+        device = self.device
+        if self.handle and not device.closed:
             handle, self.handle = self.handle, 0
+            device.activate()
             GL.glDeleteProgram(handle)
+            device.uniforms.pop(handle, None)
             for forget in _on_delete:
                 forget(handle)
-        if _cache.get(self.source) is self:
-            del _cache[self.source]
+        if device.programs.get(self.source) is self:
+            del device.programs[self.source]
 
 
-def get_program(source: str, name: str) -> Program:
-    """The linked program for `source`, compiled on first use; `name` labels it in errors.
-    Using it makes it the most recently used; adding one may evict the least recently used."""
-    program = _cache.get(source)
+def get_program(source: str, name: str, device: Device | None = None) -> Program:
+    """The linked program for `source` on `device` (default: the current one), compiled on
+    first use; `name` labels it in errors. Using it makes it the most recently used; adding
+    one may evict the least recently used."""
+    device = current_device() if device is None else device.activate()
+    cache = device.programs
+    program = cache.pop(source, None)
     if program is not None:
-        _cache.move_to_end(source)
+        cache[source] = program  # most recently used: dicts keep insertion order
         return program
-    ctx = get_context()
-    program = Program(_link(source, name, (ctx.vendor, ctx.renderer, ctx.version)), name, source, ctx.limits)
-    _cache[source] = program
-    _evict(keep=program)
+    ctx = device.context
+    program = Program(_link(source, name, (ctx.vendor, ctx.renderer, ctx.version), device), name, source, device)
+    cache[source] = program
+    _evict(device, keep=program)
     return program
 
 
@@ -164,11 +177,12 @@ def pin(program: Program) -> None:
 
 def unpin(program: Program) -> None:
     program.pins = max(program.pins - 1, 0)
-    _evict()
+    if not program.device.closed:
+        _evict(program.device)
 
 
 def on_delete(callback: Callable[[int], None]) -> None:
-    """Call `callback(handle)` whenever a program is deleted."""
+    """Call `callback(handle)` whenever a program is deleted (its device is current)."""
     _on_delete.append(callback)
 
 
@@ -183,31 +197,41 @@ def set_program_cache_limit(limit: int | None) -> None:
     cache_limit.set_limit(limit)
 
 
-def program_cache_stats() -> dict:
-    """Linked programs kept now, their estimated driver bytes, pinned ones, the limit, and how
-    many were evicted so far."""
+def program_cache_stats(device: Device | None = None) -> dict:
+    """Linked programs kept now on `device` (default: on every open device), their
+    estimated driver bytes, pinned ones, the limit (each device's), and how many were
+    evicted so far."""
+    devices = open_devices() if device is None else [device]
+    kept = [p for d in devices for p in d.programs.values()]
     return {
-        "programs": len(_cache),
-        "bytes": sum(p.nbytes for p in _cache.values()),
-        "pinned": sum(1 for p in _cache.values() if p.pins),
+        "programs": len(kept),
+        "bytes": sum(p.nbytes for p in kept),
+        "pinned": sum(1 for p in kept if p.pins),
         "limit": program_cache_limit(),
-        "evicted": _evicted,
+        "evicted": sum(d.evicted for d in devices),
     }
 
 
-def _evict(keep: Program | None = None) -> None:
-    """Delete least recently used unpinned programs while over the limit."""
-    global _evicted
+def __getattr__(name: str) -> Any:
+    # `_cache`: the current device's program cache (it was this module's, before devices).
+    if name == "_cache":
+        return current_device().programs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _evict(device: Device, keep: Program | None = None) -> None:
+    """Delete `device`'s least recently used unpinned programs while over the limit."""
     limit = program_cache_limit()
-    if len(_cache) <= limit:
+    cache = device.programs
+    if len(cache) <= limit:
         return
-    for program in list(_cache.values()):
-        if len(_cache) <= limit:
+    for program in list(cache.values()):
+        if len(cache) <= limit:
             break
         if program.pins or program is keep:
             continue
         program.delete()
-        _evicted += 1
+        device.evicted += 1
 
 
 def _program_bytes(handle: int, source: str) -> int:
@@ -223,21 +247,26 @@ def _program_bytes(handle: int, source: str) -> int:
     return len(source)
 
 
-def _link(source: str, name: str, driver: tuple[str, str, str]) -> int:
-    """A linked program for `source`: from the on-disk binary cache when it holds one this
-    driver accepts, else compiled (and then stored there)."""
+def _count_link(device: Device, how: str) -> None:
+    link_counts[how] += 1
+    device.link_counts[how] += 1
+
+
+def _link(source: str, name: str, driver: tuple[str, str, str], device: Device) -> int:
+    """A linked program for `source` on `device` (current): from the on-disk binary cache
+    when it holds one this driver accepts, else compiled (and then stored there)."""
     if not binary_cache.enabled():
-        link_counts["compiled"] += 1
+        _count_link(device, "compiled")
         return _compile_and_link(source, name)
     cache_key = binary_cache.key(source, driver)
     cached = binary_cache.load(cache_key)
     if cached is not None:
         handle = _from_binary(*cached)
         if handle:
-            link_counts["from_disk"] += 1
+            _count_link(device, "from_disk")
             return handle
         binary_cache.forget(cache_key)  # stale or refused: recompile and overwrite
-    link_counts["compiled"] += 1
+    _count_link(device, "compiled")
     handle = _compile_and_link(source, name, retrievable=True)
     binary = _get_binary(handle)
     if binary is not None:
@@ -341,4 +370,11 @@ def _check_gl_error(doing: str) -> None:
         raise RuntimeFailure(f"internal dlc error: OpenGL error 0x{int(error):04x} while {doing}")
 
 
-cache_limit.on_change(lambda _limit: _evict())
+def _evict_everywhere(_limit: int) -> None:
+    for device in open_devices():
+        if len(device.programs) > _limit:
+            with device:  # and back to the device in use
+                _evict(device)
+
+
+cache_limit.on_change(_evict_everywhere)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from dlc.runtime.errors import DataError, RuntimeFailure, format_shape
+from dlc.runtime.spec import ProgramSpec, TensorInfo
 
 MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
 
@@ -31,32 +32,31 @@ def too_many(count: int, shape: Sequence) -> str | None:
     )
 
 
-def _where(spec: dict, t: int) -> str:
+def _where(spec: ProgramSpec, t: int) -> str:
     """' (written by kernel K at file:line)' for tensor `t`, when the spec knows."""
-    k = spec.get("producer", {}).get(str(t))
+    k = spec.producer.get(t)
     if k is None:
         return ""
-    kernel = spec["kernels"][k]
-    locs = [loc for loc in kernel.get("locs", []) if loc]
+    kernel = spec.kernels[k]
+    locs = [loc for loc in kernel.locs if loc]
     at = f" at {locs[-1][0]}:{locs[-1][1]}" if locs else ""
-    return f" (kernel {kernel['name']}{at})"
+    return f" (kernel {kernel.name}{at})"
 
 
-def check_bound(spec: dict, dims: Mapping[str, int], max_block_bytes: int) -> None:
+def check_bound(spec: ProgramSpec, dims: Mapping[str, int], max_block_bytes: int) -> None:
     """Refuse a binding of the dims under which a tensor of program `spec` has more elements
     than the index math supports, or a storage slot more bytes than a storage block may."""
-    bound = ", ".join(f"{d} = {v}" for d, v in sorted(dims.items()) if d in spec.get("dims", ()))
+    bound = ", ".join(f"{d} = {v}" for d, v in sorted(dims.items()) if d in spec.dims)
     bound = f" with {bound}" if bound else ""
-    largest: dict[int, tuple[int, int, dict]] = {}  # slot -> (count, tensor, info)
-    for key, info in spec["tensors"].items():
-        shape = [d if isinstance(d, int) else int(dims[d]) for d in info["shape"]]
+    largest: dict[int, tuple[int, int, TensorInfo]] = {}  # slot -> (count, tensor, info)
+    for t, info in spec.tensors.items():
+        shape = [d if isinstance(d, int) else int(dims[d]) for d in info.shape]
         count = math.prod(shape)
         why = too_many(count, shape)
         if why:
-            raise DataError(f"{_what(spec, info)}{bound}: {why}{_where(spec, int(key))}")
-        slot = info["slot"]
-        if slot not in largest or count > largest[slot][0]:
-            largest[slot] = (count, int(key), info)
+            raise DataError(f"{_what(spec, info)}{bound}: {why}{_where(spec, t)}")
+        if info.slot not in largest or count > largest[info.slot][0]:
+            largest[info.slot] = (count, t, info)
     for count, t, info in largest.values():
         if 4 * count > max_block_bytes:
             raise DataError(
@@ -65,10 +65,10 @@ def check_bound(spec: dict, dims: Mapping[str, int], max_block_bytes: int) -> No
             )
 
 
-def _what(spec: dict, info: dict) -> str:
+def _what(spec: ProgramSpec, info: TensorInfo) -> str:
     """ "program 'eval': input 'x' [B, 10]" (or tensor 'y' ...)."""
-    kind = "input" if spec["slots"][info["slot"]]["kind"] == "input" else "tensor"
-    return f"program '{spec.get('name', '?')}': {kind} '{info['label']}' {format_shape(info['shape'])}"
+    kind = "input" if spec.slots[info.slot].kind == "input" else "tensor"
+    return f"program '{spec.name}': {kind} '{info.label}' {format_shape(info.shape)}"
 
 
 _SHARED = re.compile(r"^\s*shared\s+(\w+)\s+\w+((?:\s*\[\s*\d+\s*\])*)\s*;", re.MULTILINE)

@@ -1,8 +1,10 @@
 """Shader storage buffers of float32: allocate, upload, download, copy, zero, free.
 
-Buffers are freed only by `delete()` (no finalizer: a garbage collector may run on a thread
-that does not hold the context). `live_buffers()` / `live_bytes()` count what is not yet
-deleted so tests can check that sessions and eager arrays clean up after themselves.
+A buffer belongs to the device (runtime/device.py) it was made on, and makes that device's
+context current before each GL call. Buffers are freed only by `delete()` (no finalizer: a
+garbage collector may run on a thread that does not hold the context) or by closing their
+device. `live_buffers()` / `live_bytes()` count what is not yet deleted (on one device, or on
+all) so tests can check that sessions and eager arrays clean up after themselves.
 
 GL 4.5 direct state access (glNamedBuffer*) is used where the driver has it; a 4.3 driver
 without it goes through the copy-read/copy-write binding points instead.
@@ -14,23 +16,25 @@ import ctypes
 
 import numpy as np
 
-from dlc.runtime.context import get_context
+from dlc.runtime.device import Device, current_device, open_devices
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 
 _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us
-_live_count = 0
-_live_bytes = 0
 
 
-def live_buffers() -> int:
-    """How many buffers exist that have not been deleted."""
-    return _live_count
+def live_buffers(device: Device | None = None) -> int:
+    """How many buffers exist on `device` (default: on every open device) that have not
+    been deleted; 0 before any device exists."""
+    devices = open_devices() if device is None else [device]
+    return sum(d.live_buffers for d in devices)
 
 
-def live_bytes() -> int:
-    """GPU bytes held by buffers not yet deleted (allocated sizes, at least 4 each)."""
-    return _live_bytes
+def live_bytes(device: Device | None = None) -> int:
+    """GPU bytes held by buffers not yet deleted on `device` (default: on every open
+    device; allocated sizes, at least 4 each)."""
+    devices = open_devices() if device is None else [device]
+    return sum(d.live_bytes for d in devices)
 
 
 class OutOfMemory(RuntimeFailure):
@@ -46,18 +50,18 @@ class Buffer:
 
     `nbytes` is the size asked for; `capacity` what was allocated (rounded up to a multiple of
     4, at least 4, because GL refuses empty buffers). New contents are undefined unless
-    `zero=True`.
+    `zero=True`. It lives on `device` (default: the current one).
     """
 
-    __slots__ = ("handle", "nbytes", "capacity", "_dsa")
+    __slots__ = ("handle", "nbytes", "capacity", "device", "_dsa", "__weakref__")
 
-    def __init__(self, nbytes: int, *, zero: bool = False):
-        global _live_count, _live_bytes
+    def __init__(self, nbytes: int, *, zero: bool = False, device: Device | None = None):
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"buffer size {nbytes} is negative")
-        ctx = get_context()
-        self._dsa = ctx.has_dsa
+        device = current_device() if device is None else device.activate()
+        self.device = device
+        self._dsa = device.context.has_dsa
         self.nbytes = nbytes
         self.capacity = max(4, (nbytes + 3) // 4 * 4)
         handle = ctypes.c_uint(0)
@@ -73,16 +77,17 @@ class Buffer:
             GL.glDeleteBuffers(1, ctypes.byref(handle))
             self.handle = 0
             raise OutOfMemory(f"out of GPU memory allocating a buffer of {nbytes:,} bytes", nbytes)
-        _live_count += 1
-        _live_bytes += self.capacity
+        device.live_buffers += 1
+        device.live_bytes += self.capacity
+        device.buffers.add(self)
         if zero:
             self.fill_zero()
 
     @classmethod
-    def from_array(cls, array: np.ndarray) -> Buffer:
-        """A new buffer holding `array` as float32."""
+    def from_array(cls, array: np.ndarray, device: Device | None = None) -> Buffer:
+        """A new buffer holding `array` as float32 (on `device`, default the current one)."""
         data = np.ascontiguousarray(array, dtype=np.float32)
-        buffer = cls(data.nbytes)
+        buffer = cls(data.nbytes, device=device)
         buffer.upload(data)
         return buffer
 
@@ -99,6 +104,7 @@ class Buffer:
         if data.nbytes == 0:
             return
         pointer = ctypes.c_void_p(data.ctypes.data)
+        self.device.activate()
         if self._dsa:
             GL.glNamedBufferSubData(self.handle, offset_bytes, data.nbytes, pointer)
         else:
@@ -114,6 +120,7 @@ class Buffer:
         if out.nbytes == 0:
             return out
         pointer = ctypes.c_void_p(out.ctypes.data)
+        self.device.activate()
         if self._dsa:
             GL.glGetNamedBufferSubData(self.handle, offset_bytes, out.nbytes, pointer)
         else:
@@ -129,8 +136,13 @@ class Buffer:
         self._check_range(dst_offset, nbytes, "copy destination")
         if src is self and abs(src_offset - dst_offset) < nbytes:
             raise ValueError("copy_from within one buffer needs ranges that do not overlap")
+        if src.device is not self.device:
+            raise ValueError(
+                f"copy_from between GL devices {src.device.id} and {self.device.id}: download and upload instead"
+            )
         if nbytes == 0:
             return
+        self.device.activate()
         if self._dsa:
             GL.glCopyNamedBufferSubData(src.handle, self.handle, src_offset, dst_offset, nbytes)
         else:
@@ -143,6 +155,7 @@ class Buffer:
         self._check_live("fill_zero")
         # R8UI clears any byte count; with no data pointer GL writes zeros.
         args = (GL.GL_R8UI, GL.GL_RED_INTEGER, GL.GL_UNSIGNED_BYTE, None)
+        self.device.activate()
         if self._dsa:
             GL.glClearNamedBufferData(self.handle, *args)
         else:
@@ -151,17 +164,28 @@ class Buffer:
 
     def delete(self) -> None:
         """Free the GPU memory; later calls do nothing."""
-        global _live_count, _live_bytes
+        if self.handle:
+            self.device.activate()
+            self.forget_handle(delete=True)
+
+    def forget_handle(self, delete: bool) -> None:
+        """Mark the buffer deleted and uncount it; `delete`: glDeleteBuffers too (its device's
+        context current). Device.close calls it for every buffer it still has."""
         if not self.handle:
             return
-        GL.glDeleteBuffers(1, ctypes.byref(ctypes.c_uint(self.handle)))
+        if delete:
+            GL.glDeleteBuffers(1, ctypes.byref(ctypes.c_uint(self.handle)))
         self.handle = 0
-        _live_count -= 1
-        _live_bytes -= self.capacity
+        device = self.device
+        device.live_buffers -= 1
+        device.live_bytes -= self.capacity
+        device.buffers.discard(self)
 
     # ------------------------------------------------------------ checks
 
     def _check_live(self, what: str) -> None:
+        if self.device.closed:
+            raise RuntimeFailure(f"{what} on a buffer of GL device {self.device.id}, which was closed")
         if not self.handle:
             raise ValueError(f"{what} on a deleted buffer")
 

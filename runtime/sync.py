@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from dlc.runtime.context import get_context
+from dlc.runtime.device import current_device
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 from dlc.runtime.storage import Buffer
@@ -25,10 +26,10 @@ _POLL_SLEEP_S = 0.0002  # between polls once a few bare yields did not suffice
 class Fence:
     """Signals once the GPU has finished every command issued before it was made."""
 
-    __slots__ = ("_sync", "_done")
+    __slots__ = ("_sync", "_done", "_device")
 
     def __init__(self) -> None:
-        get_context()
+        self._device = current_device()  # a sync object belongs to its context
         self._sync = GL.glFenceSync(GL.GL_SYNC_GPU_COMMANDS_COMPLETE, 0)
         if not self._sync:
             raise RuntimeFailure("internal dlc error: glFenceSync failed")
@@ -53,6 +54,7 @@ class Fence:
             self._done = self._client_wait(step_ns)
 
     def _client_wait(self, timeout_ns: int) -> bool:
+        self._device.activate()
         status = GL.glClientWaitSync(self._sync, GL.GL_SYNC_FLUSH_COMMANDS_BIT, timeout_ns)
         if status == GL.GL_WAIT_FAILED:
             raise RuntimeFailure("internal dlc error: glClientWaitSync failed")
@@ -126,7 +128,7 @@ async def read_async(buffer: Buffer, count: int | None = None) -> np.ndarray:
     """
     if count is None:
         count = buffer.nbytes // 4
-    staging = Buffer(count * 4)
+    staging = Buffer(count * 4, device=buffer.device)
     try:
         staging.copy_from(buffer, count * 4)
         fence = Fence()

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from ..plan import Plan
 from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_window
 from .glsl import Context, KernelSource
+from .options import CodegenOptions, codegen_options
 
-__all__ = ["KernelSource", "dim_index", "render", "render_kernel"]
+__all__ = ["CodegenOptions", "KernelSource", "codegen_options", "dim_index", "render", "render_kernel"]
 
 
 def dim_index(plan: Plan) -> dict[str, int]:
@@ -25,23 +26,34 @@ def dim_index(plan: Plan) -> dict[str, int]:
     return {d: k for k, d in enumerate(sorted(names))}
 
 
-def render_kernel(plan: Plan, index: int, dims: Mapping[str, int], options: Mapping | None = None) -> KernelSource:
-    options = options or {}
+def render_kernel(
+    plan: Plan, index: int, dims: Mapping[str, int], options: CodegenOptions | Mapping | None = None
+) -> KernelSource:
+    o = codegen_options(options)
     kernel = plan.fusion.kernels[index]
-    ctx = Context(plan.fusion, plan, kernel, dims, nan_check=bool(options.get("nan_flags")))
+    ctx = Context(plan.fusion, plan, kernel, dims, nan_check=o.nan_flags)
     if kernel.kind == "elementwise":
-        return kernels_elementwise.render(
-            ctx, allow_vec4=options.get("vec4", True), local=options.get("elementwise_local", 256)
-        )
+        return kernels_elementwise.render(ctx, allow_vec4=o.vec4, local=o.elementwise_local)
     if kernel.kind == "reduce":
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
-        return kernels_matmul.render(ctx, options.get("matmul"), options.get("blocking"), options.get("prefetch", True))
+        return kernels_matmul.render(ctx, _matmul_options(o))
     if kernel.kind == "window":
-        return kernels_window.render(ctx, options.get("conv"), options.get("conv_blocking"), options.get("conv_split"))
+        return kernels_window.render(ctx, o.conv, o.conv_blocking, o.conv_split)
     raise AssertionError(f"no template for {kernel.kind} kernels")
 
 
-def render(plan: Plan, options: Mapping | None = None) -> list[KernelSource]:
+def render(plan: Plan, options: CodegenOptions | Mapping | None = None) -> list[KernelSource]:
     dims = dim_index(plan)
+    options = codegen_options(options)
     return [render_kernel(plan, k, dims, options) for k in range(len(plan.fusion.kernels))]
+
+
+def _matmul_options(o: CodegenOptions) -> dict:
+    """The matmul template's options (kernels_matmul.resolve reads a mapping: an absent key
+    leaves the tuning table's choice; prefetch is forced only when turned off)."""
+    picked = {"device": o.device, "matmul": o.matmul, "blocking": o.blocking, "matmul_variant": o.matmul_variant}
+    out = {k: v for k, v in picked.items() if v is not None}
+    if not o.prefetch:
+        out["prefetch"] = False
+    return out

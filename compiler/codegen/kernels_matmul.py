@@ -11,64 +11,41 @@ Two templates, both exact for any size (every load and store is bounds-checked):
   group, each multiplying its part of every slab, their sums added in shared memory before
   the epilogue (split-K inside the work group: more invocations per tile when tiles are few,
   and no second pass, so fused epilogues such as relu' masks and Adam updates stay fused).
-  Chosen by size (`choose`; on the lent H200, benchmarks/tune_gl.py): 128x128 tiles, 8x8
-  outputs each, K-slabs of 16 for large products (31 TFLOP/s at 4096^3, 61% of PyTorch's
-  fp32); 128x64 tiles, 8x4 each, slabs of 32 split between 2 K-groups when 128x128 tiles
-  would leave most of the GPU idle (1024-sized products), 64x64 with 4x4 when there are
-  fewer than 128 rows; 16x16 tiles with 16 K-groups for
-  thin outputs (N = 10 classes) over a long K.
+  Switches (matmul_tuning.Variant): vec4 global loads and stores, double-buffered shared
+  slabs, a warp-tiled invocation layout, register prefetch.
+
+Which template, blocking and switches: `choose` picks a size class by the sizes at the plan's
+reference binding, and matmul_tuning's table holds the variant of each class per device
+family (the codegen option `device`, a GL_RENDERER string). Codegen options force them:
+`matmul` (a template: tile16, thin, medium, big), `blocking` (tm, tn, bk, rm, rn[, ks[,
+swizzle]]), `prefetch`, and `matmul_variant` (a dict of Variant switches, and optionally a
+blocking), applied over the table's choice.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..plan import eval_size, size_of
+from . import matmul_tuning as tuning
 from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .matmul_tuning import Blocking, Variant
 
+__all__ = ["Blocking", "Variant", "choose", "render", "render_gemm"]
 
-@dataclass(frozen=True)
-class Blocking:
-    """A TM x TN output tile per work group, RM x RN outputs per invocation, K-slabs of BK.
-
-    `ks` > 1 splits each K-slab among `ks` groups of invocations inside the work group (more
-    invocations per tile when tiles are few), their sums added in shared memory before the
-    epilogue. `swizzle` orders the fetch of an operand stored along K so that neighbouring
-    invocations store to neighbouring vec4s of shared memory (no bank conflicts)."""
-
-    tm: int
-    tn: int
-    bk: int
-    rm: int
-    rn: int
-    ks: int = 1
-    swizzle: bool = True
-
-    @property
-    def group_threads(self) -> int:
-        """Invocations that share one K-slice of the tile."""
-        return (self.tm // self.rm) * (self.tn // self.rn)
-
-    @property
-    def threads(self) -> int:
-        return self.group_threads * self.ks
-
-
-# Measured on the lent H200 (benchmarks/results/h200_tune*.json):
-BIG = Blocking(128, 128, 16, 8, 8)  # K-slabs of 16: 31 TFLOP/s at 4096^3, 24 with 8
-# Few tiles (a 1024 x 1024 output): 128 work groups of 2 K-groups each; 19-28 TFLOP/s on
-# every product of the MLP step, where 64x64 tiles with 4x4 and K-slabs of 16 ran 6-26.
-SPLIT = Blocking(128, 64, 32, 8, 4, 2)  # "medium" with 128 rows or more
-MEDIUM = Blocking(64, 64, 32, 4, 4)  # "medium" under 128 rows: 18-27 TFLOP/s at those sizes
-# A thin output (N = 10 classes) with a long K: 16 K-groups share each 16x16 tile.
-THIN = Blocking(16, 16, 64, 4, 4, 16)
-FULL_WAVE = 128  # work groups that keep a large GPU busy
+# The default family's choices, by name (the conv templates pick among them).
+_DEFAULT = tuning.TABLE["default"]
+BIG = tuning.lookup(None, "big").blocking
+SPLIT = tuning.lookup(None, "split").blocking  # "medium" with 128 rows or more
+MEDIUM = tuning.lookup(None, "medium").blocking  # "medium" under 128 rows
+THIN = tuning.lookup(None, "thin").blocking  # a thin output (N = 10 classes) over a long K
+FULL_WAVE = _DEFAULT["wave"]  # work groups that keep a large GPU busy
 THIN_MAX_TILES = 4 * FULL_WAVE  # beyond this many 16x16 tiles, one invocation an output
 THIN_MIN_K = 256
-SHARED_LIMIT = 32768  # bytes of shared memory a work group may take (GL's minimum maximum)
+SHARED_LIMIT = _DEFAULT["shared_bytes"]  # bytes of shared memory a work group may take (GL's minimum maximum)
 
 
 @dataclass(frozen=True)
@@ -101,6 +78,11 @@ class Gemm:
     store: Callable[[str, str, str], str]
     grid: dict
     describe: Callable[[str], str]
+    # `store4(row, col, vec4)`: 4 neighbouring results at once (col a multiple of 4, all 4 in
+    # bounds), None where the GEMM has none; the declarations it needs; why it has none
+    store4: Callable[[str, str, str], str] | None = None
+    store4_decls: list = dataclasses.field(default_factory=list)
+    store4_why: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,38 +120,73 @@ def _sizes(ctx: Context) -> tuple[int, int, int, int]:
     return batch, m, n, k
 
 
-def choose(ctx: Context, forced: str | None = None) -> str:
-    """'tile16', 'thin', 'medium' or 'big', by the sizes at the plan's reference binding."""
+def choose(ctx: Context, forced: str | None = None, device: str | None = None) -> str:
+    """'tile16', 'thin', 'medium' or 'big', by the sizes at the plan's reference binding
+    (`device`: the renderer string whose table entry says how many work groups fill it)."""
     if forced:
+        if forced not in TEMPLATES:
+            raise ValueError(f"unknown matmul template {forced!r}: choose {', '.join(TEMPLATES)}")
         return forced
+    wave = tuning.entry(device)["wave"]
     batch, m, n, k = _sizes(ctx)
-    if min(m, n) >= 128 and k >= 8 and batch * math.ceil(m / 128) * math.ceil(n / 128) >= FULL_WAVE:
+    if min(m, n) >= 128 and k >= 8 and batch * math.ceil(m / 128) * math.ceil(n / 128) >= wave:
         return "big"
     if min(m, n) >= 64 and k >= 16:
         return "medium"
     # a thin output (one side under 64, the other not) over a long K, in few tiles
-    if max(m, n) >= 64 and k >= THIN_MIN_K and batch * math.ceil(m / 16) * math.ceil(n / 16) <= THIN_MAX_TILES:
+    if max(m, n) >= 64 and k >= THIN_MIN_K and batch * math.ceil(m / 16) * math.ceil(n / 16) <= 4 * wave:
         return "thin"
     return "tile16"
 
 
-def blocking_of(ctx: Context, which: str) -> Blocking:
-    """The blocking of a blocked variant; 'medium' takes 128-row tiles split between two
-    K-groups where there are 128 rows to fill them."""
+TEMPLATES = ("tile16", "thin", "medium", "big")
+
+
+def size_class(ctx: Context, which: str) -> str:
+    """The table's size class of a blocked template: 'medium' takes 128-row tiles split
+    between two K-groups ("split") where there are 128 rows to fill them."""
     if which == "medium":
-        return SPLIT if _sizes(ctx)[1] >= 128 else MEDIUM
-    return {"big": BIG, "thin": THIN}[which]
+        return "split" if _sizes(ctx)[1] >= 128 else "medium"
+    return which
 
 
-def render(ctx: Context, variant: str | None = None, blocking=None, prefetch: bool = True) -> KernelSource:
-    """`variant` forces a template; `blocking` (tm, tn, bk, rm, rn[, ks[, swizzle]]) a
-    blocked shape."""
+def resolve(ctx: Context, options: Mapping | None = None) -> tuple[str, Variant | None, str]:
+    """(template, variant or None for tile16, where the variant came from) for this kernel
+    under the codegen options (see the module's docstring)."""
+    options = options or {}
+    device = options.get("device")
+    forced = options.get("matmul_variant")
+    if forced is not None and not isinstance(forced, Mapping):
+        raise ValueError(f"codegen option matmul_variant must be a dict of switches, not {forced!r}")
+    blocking = options.get("blocking")
+    if forced and "blocking" in forced:
+        blocking = forced["blocking"]
     if blocking is not None:
-        return _render_blocked(ctx, Blocking(*blocking), prefetch)
-    which = choose(ctx, variant)
-    if which == "tile16":
+        base, where, which = tuning.variant({"blocking": blocking}, "codegen option blocking"), "forced", "blocked"
+    else:
+        which = choose(ctx, options.get("matmul"), device)
+        if which == "tile16":
+            return which, None, ""
+        cls = size_class(ctx, which)
+        base, where = tuning.lookup(device, cls), f"{tuning.family(device)}, {cls}"
+    if "prefetch" in options:
+        base = dataclasses.replace(base, prefetch=bool(options["prefetch"]))
+    if forced:
+        switches = {k: v for k, v in forced.items() if k != "blocking"}
+        base = tuning.variant(
+            {**base.literal(), **switches, "blocking": base.blocking}, "codegen option matmul_variant"
+        )
+        where += "" if where == "forced" else ", switches forced"
+    return which, base, where
+
+
+def render(ctx: Context, options: Mapping | None = None) -> KernelSource:
+    """The matmul kernel under the codegen options (see the module's docstring)."""
+    which, var, where = resolve(ctx, options)
+    if var is None:
         return _render_tile16(ctx)
-    return _render_blocked(ctx, blocking_of(ctx, which), prefetch)
+    shared = tuning.entry((options or {}).get("device"))["shared_bytes"]
+    return _render_blocked(ctx, var, where, shared)
 
 
 def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
@@ -184,6 +201,43 @@ def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
     epi.store_outputs(Ix(flat="o", multi=coords))
     funcs = ["void epilogue(int o, int bz, int row, int col, float value) {", *epi.lines, "}", ""]
     return geo, d, funcs
+
+
+def _epilogue4(ctx: Context, geo: Geometry, d: dict) -> tuple[list[str], list[str]] | str:
+    """`epilogue4(o, bz, row, col, value)`: the epilogue of 4 neighbouring outputs along a row
+    (o a multiple of 4), each kernel output stored as one vec4; with the declarations of the
+    outputs' buffers as vec4 arrays. Or why it cannot be: N not a known multiple of 4 (a vec4
+    would straddle rows or the end), or an output's buffer also read by the kernel (an
+    in-place update: a vec4 alias of a buffer read as floats is not ordered against those
+    reads)."""
+    if not (d["N"].isdigit() and int(d["N"]) % 4 == 0):
+        return f"N = {d['N']} is not a multiple of 4"
+    g = ctx.graph
+    outputs = list(ctx.kernel.outputs)
+    anchor_size = size_of(g.nodes[ctx.kernel.anchor].shape)
+    for o in outputs:
+        if ctx.plan.slot_of[o] in ctx.read_slots:
+            return "an output is updated in place"
+        if size_of(g.nodes[o].shape) != anchor_size:
+            return "an output is not the product's shape"
+    epi = Emitter(ctx)
+    values: dict[int, list[str]] = {o: [] for o in outputs}
+    for c in range(4):
+        epi.anchor_value = f"value.{'xyzw'[c]}"
+        col = f"(col + {c})" if c else "col"
+        coords = ("bz", "row", col) if geo.batch is not None else ("row", col)
+        ix = Ix(flat=f"(o + {c})" if c else "o", multi=coords)
+        for o in outputs:
+            values[o].append(epi.value(o, ix))
+    decls: list[str] = []
+    for o in outputs:
+        binding = ctx.binding[ctx.plan.slot_of[o]]
+        name = f"b{binding}_o4"
+        decl = f"layout(std430, binding = {binding}) restrict writeonly buffer B{binding}O4 {{ vec4 v[]; }} {name};"
+        if decl not in decls:
+            decls.append(decl)
+        epi.line(f"{name}.v[o / 4] = vec4({', '.join(values[o])});")
+    return ["void epilogue4(int o, int bz, int row, int col, vec4 value) {", *epi.lines, "}", ""], decls
 
 
 def _prod(a: str, b: str) -> str:
@@ -283,21 +337,27 @@ def _render_tile16(ctx: Context) -> KernelSource:
 LONG_K = 16384
 
 
-def _render_blocked(ctx: Context, blk: Blocking, prefetch: bool = True) -> KernelSource:
-    gm_ = matmul_gemm(ctx)
+def _render_blocked(ctx: Context, var: Variant, where: str = "", shared_limit: int = SHARED_LIMIT) -> KernelSource:
     geo = geometry(ctx)
     k = geo.k
-    if geo.batch is None and isinstance(k, int) and k > LONG_K:
+    blk = var.blocking
+    long_k = geo.batch is None and isinstance(k, int) and k > LONG_K
+    gm_ = matmul_gemm(ctx, var.store4 and not long_k)  # split-K partials are stored one by one
+    if long_k:
         chunk = -(-LONG_K // blk.bk) * blk.bk
         gm_ = dataclasses.replace(gm_, grid=lambda tm, tn: _grid(geo, tm, tn))
-        return render_gemm(ctx, gm_, blk, prefetch, split=([k], chunk))
-    return render_gemm(ctx, gm_, blk, prefetch)
+        return render_gemm(ctx, gm_, var, split=([k], chunk), where=where, shared_limit=shared_limit)
+    return render_gemm(ctx, gm_, var, where=where, shared_limit=shared_limit)
 
 
-def matmul_gemm(ctx: Context) -> Gemm:
-    """The matmul node's operands as stored (transposed or not), batch on the grid's z."""
+def matmul_gemm(ctx: Context, store4: bool = False) -> Gemm:
+    """The matmul node's operands as stored (transposed or not), batch on the grid's z; with
+    vec4 stores of the epilogue's results when `store4` and the kernel allows them."""
     geo, d, funcs = _common(ctx)
     M, N, K = d["M"], d["N"], d["K"]
+    vec_store = _epilogue4(ctx, geo, d) if store4 else "not asked for"
+    if isinstance(vec_store, tuple):
+        funcs = funcs + vec_store[0]
 
     def operand(which: str, tensor: int, addr, contiguous_p: bool, size_p: str) -> Operand:
         buf, vec = d[which], f"{d[which]}_{which.lower()}4"
@@ -323,13 +383,28 @@ def matmul_gemm(ctx: Context) -> Gemm:
         lambda r, c, v: f"epilogue((bz * {M} + {r}) * {N} + {c}, bz, {r}, {c}, {v});",
         None,
         lambda how: _describe(geo, how),
+        (lambda r, c, v: f"epilogue4((bz * {M} + {r}) * {N} + {c}, bz, {r}, {c}, {v});")
+        if isinstance(vec_store, tuple)
+        else None,
+        vec_store[1] if isinstance(vec_store, tuple) else [],
+        vec_store if isinstance(vec_store, str) else "",
     )
 
 
 def render_gemm(
-    ctx: Context, gm_: Gemm, blk: Blocking, prefetch: bool = True, split: tuple | None = None
+    ctx: Context,
+    gm_: Gemm,
+    how: Blocking | Variant,
+    prefetch: bool = True,
+    split: tuple | None = None,
+    where: str = "",
+    shared_limit: int = SHARED_LIMIT,
 ) -> KernelSource:
     """The blocked template over any operand accessors (matmul, conv as implicit GEMM).
+
+    `how`: a Blocking (with `prefetch`, the other switches off) or a whole Variant; a switch
+    whose precondition fails here falls back (the header says why). `where`: where the
+    variant came from, for the header. `shared_limit`: the device's shared bytes a group.
 
     `split` = (K as a size list, chunk): split-K across work groups, for a small output over
     a long K (a conv's filter gradient). The grid's z axis then numbers K-chunks of `chunk`
@@ -337,22 +412,44 @@ def render_gemm(
     partial tile to a scratch buffer the runtime binds after the slots, and the last group to
     finish a tile (counted with an atomic) adds the partials in chunk order, so the sums do
     not depend on scheduling, and runs the epilogue once per output."""
+    var = how if isinstance(how, Variant) else Variant(how, prefetch=prefetch)
+    blk = var.blocking
+    notes: list[str] = []  # switches that fell back, and why
     M, N, K = gm_.M, gm_.N, gm_.K
     if split is not None:
         assert gm_.grid is not None and split[1] % blk.bk == 0, (split, blk)
     funcs = gm_.funcs
     T, TG, KS = blk.threads, blk.group_threads, blk.ks
-    assert blk.bk % KS == 0 and KS & (KS - 1) == 0, blk
-    tx_count = blk.tn // blk.rn
+    assert blk.problem() is None, (blk, blk.problem())
+    tx_count, ty_count = blk.tn // blk.rn, blk.tm // blk.rm
     gm, gn = blk.rm // 4, blk.rn // 4  # groups of 4 rows / columns per invocation
-    # One shared array holds the A slab [k][m / 4], the B slab [k][n / 4] and, after the
-    # K loop, the partial sums of the K-groups (ks > 1) being added.
+    # One shared array holds the A slab [k][m / 4], the B slab [k][n / 4] (twice over when
+    # double-buffered) and, after the K loop, the partial sums of the K-groups (ks > 1) being
+    # added.
     a_words, b_words = blk.bk * blk.tm // 4, blk.bk * blk.tn // 4
+    slab = a_words + b_words
     red_words = (KS // 2) * TG * blk.rm * gn
-    shared_bytes = 16 * max(a_words + b_words, red_words)
-    assert shared_bytes <= SHARED_LIMIT, f"{blk} needs {shared_bytes} bytes of shared memory"
-    shared_a = _shared(0, blk.tm // 4)
-    shared_b = _shared(a_words, blk.tn // 4)
+    double = var.double_buffer
+    if double and 16 * max(2 * slab, red_words) > shared_limit:
+        double = False
+        notes.append(f"single-buffered: two slabs need {32 * slab} bytes of shared memory, past {shared_limit}")
+    shared_bytes = 16 * max(slab * (2 if double else 1), red_words)
+    if shared_bytes > shared_limit:  # only a forced blocking can (the table's are tested)
+        raise ValueError(
+            f"matmul blocking {dataclasses.astuple(blk)} needs {shared_bytes} bytes of shared memory,"
+            f" past the {shared_limit} a work group may take on this device"
+        )
+    prefetch = var.prefetch or double  # double buffering fetches the next slab into registers
+    warp = var.warp
+    if warp and (tx_count % warp[1] or ty_count % warp[0]):
+        notes.append(f"no warp tiles: {ty_count}x{tx_count} invocation tiles do not hold {warp[0]}x{warp[1]} patches")
+        warp = None
+    store4 = gm_.store4 is not None and split is None
+    if var.store4 and not store4:
+        notes.append("scalar stores: " + ("split-K partials" if split is not None else gm_.store4_why))
+    off = "so" if double else None  # the slab pair in use, when double-buffered
+    shared_a = _shared(0, blk.tm // 4, off)
+    shared_b = _shared(a_words, blk.tn // 4, off)
     body: list[str] = []
     add = body.append
 
@@ -361,7 +458,16 @@ def render_gemm(
         add(f"    int ks = tid / {TG}, t = tid % {TG};  // this invocation's K-group")
     else:
         add("    int t = tid;")
-    add(f"    int tx = t % {tx_count}, ty = t / {tx_count};")
+    if warp:
+        wr, wc = warp
+        add(f"    // each 32 neighbouring invocations (a warp) take a {wr}x{wc} patch of invocation tiles")
+        add("    int lane = t % 32, wid = t / 32;")
+        add(
+            f"    int tx = (wid % {tx_count // wc}) * {wc} + lane % {wc}, "
+            f"ty = (wid / {tx_count // wc}) * {wr} + lane / {wc};"
+        )
+    else:
+        add(f"    int tx = t % {tx_count}, ty = t / {tx_count};")
     add(f"    int n0 = int(gl_WorkGroupID.x) * {blk.tn}, m0 = int(gl_WorkGroupID.y) * {blk.tm};")
     if split is None:
         add("    int bz = int(gl_WorkGroupID.z);")
@@ -378,13 +484,14 @@ def render_gemm(
         add("    vec4 " + ", ".join(f"acc{i}_{j} = vec4(0.0)" for j in range(gn)) + ";")
 
     # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
-    def operands(kvar: str):
-        a = _operand("A", gm_.a, K, blk.tm, M, blk, T, p0="m0", kvar=kvar, shared=shared_a)
-        b = _operand("B", gm_.b, K, blk.tn, N, blk, T, p0="n0", kvar=kvar, shared=shared_b)
+    def operands(kvar: str, stash_off: str | None = None):
+        sa, sb = _shared(0, blk.tm // 4, stash_off), _shared(a_words, blk.tn // 4, stash_off)
+        a = _operand("A", gm_.a, K, blk.tm, M, blk, T, p0="m0", kvar=kvar, shared=sa, vec=var.load4)
+        b = _operand("B", gm_.b, K, blk.tn, N, blk, T, p0="n0", kvar=kvar, shared=sb, vec=var.load4)
         return tuple(x + y for x, y in zip(a, b))
 
-    decls, fetch, stash, regs = operands("k0")
-    _, fetch_next, _, _ = operands("k1")
+    decls, fetch, stash, regs = operands("k0", "0" if double else None)
+    _, fetch_next, stash_next, _ = operands("k1", f"({slab} - so)")
     add("    // which elements of each K-slab this invocation fetches")
     body.extend("    " + x for x in decls)
     for r in regs:
@@ -392,12 +499,18 @@ def render_gemm(
     add("    int k0 = 0;" if split is None else f"    int k0 = kz * {split[1]};")
     if prefetch:
         body.extend("    " + x for x in fetch)
+    if double:
+        add(f"    int so = 0;  // where this slab pair starts in sm: 0 or {slab}")
+        body.extend("    " + x for x in stash)
+        add("    memoryBarrierShared();")
+        add("    barrier();")
     add(f"    for (; k0 < {k_end}; k0 += {blk.bk}) {{")
     if not prefetch:
         body.extend("        " + x for x in fetch)
-    body.extend("        " + x for x in stash)
-    add("        memoryBarrierShared();")
-    add("        barrier();")
+    if not double:
+        body.extend("        " + x for x in stash)
+        add("        memoryBarrierShared();")
+        add("        barrier();")
     if prefetch:
         add(f"        int k1 = k0 + {blk.bk};")
         add(f"        if (k1 < {k_end}) {{  // fetch the next slab while this one is multiplied")
@@ -410,15 +523,24 @@ def render_gemm(
     else:
         add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
     for g in range(gm):
-        add(f"            vec4 fa{g} = {shared_a('kk', _lane('ty', g, blk.tm // 4 // gm))};")
+        add(f"            vec4 fa{g} = {shared_a('kk', _lane('ty', g, ty_count))};")
     for g in range(gn):
-        add(f"            vec4 fb{g} = {shared_b('kk', _lane('tx', g, blk.tn // 4 // gn))};")
+        add(f"            vec4 fb{g} = {shared_b('kk', _lane('tx', g, tx_count))};")
     for i in range(blk.rm):
         g, c = divmod(i, 4)
         for j in range(gn):
             add(f"            acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
     add("        }")
-    add("        barrier();")
+    if double:
+        # the other pair was last read before the previous barrier: store the next slab there
+        add(f"        if (k1 < {k_end}) {{")
+        body.extend("            " + x for x in stash_next)
+        add("        }")
+        add("        memoryBarrierShared();")
+        add("        barrier();")
+        add(f"        so = {slab} - so;")
+    else:
+        add("        barrier();")
     add("    }")
     if KS > 1:
         body.extend(_add_k_groups(blk))
@@ -427,9 +549,9 @@ def render_gemm(
     # Stores through the epilogue, each element bounds-checked.
     for i in range(blk.rm):
         g, c = divmod(i, 4)
-        add(f"    int row{i} = m0 + 4 * {_lane('ty', g, blk.tm // 4 // gm)} + {c};")
+        add(f"    int row{i} = m0 + 4 * {_lane('ty', g, ty_count)} + {c};")
     for j in range(gn):
-        add(f"    int col{j} = n0 + 4 * {_lane('tx', j, blk.tn // 4 // gn)};")
+        add(f"    int col{j} = n0 + 4 * {_lane('tx', j, tx_count)};")
     grid = gm_.grid(blk.tm, blk.tn) if gm_.grid else _grid(geometry(ctx), blk.tm, blk.tn)
     extra_split: list[str] = []
     if split is not None:
@@ -439,28 +561,37 @@ def render_gemm(
     for i in range(blk.rm if split is None else 0):
         add(f"    if (row{i} < {M}) {{")
         for j in range(gn):
+            if store4:  # N is a multiple of 4 and so is col: all 4 are in bounds
+                add(f"        if (col{j} < {N}) " + gm_.store4(f"row{i}", f"col{j}", f"acc{i}_{j}"))
+                continue
             for c in range(4):
                 col = f"col{j} + {c}" if c else f"col{j}"
                 add(f"        if ({col} < {N}) " + gm_.store(f"row{i}", col, f"acc{i}_{j}.{'xyzw'[c]}"))
         add("    }")
 
-    extra = [
-        f"shared vec4 sm[{shared_bytes // 16}];  "
-        f"// A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}" + ("; then partial sums" if KS > 1 else "")
-    ]
+    layout = f"A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}"
+    if double:
+        layout += f"; the second pair at {slab}"
+    extra = [f"shared vec4 sm[{shared_bytes // 16}];  // {layout}" + ("; then partial sums" if KS > 1 else "")]
     for which, tensor in (("A", gm_.a.tensor), ("B", gm_.b.tensor)):
         binding = ctx.binding[ctx.plan.slot_of[tensor]]
         extra.append(
             f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}{which}4"
             f" {{ vec4 v[]; }} b{binding}_{which.lower()}4;  // the same buffer as vec4"
         )
-    how = (
+    if store4:
+        extra.extend(d + "  // an output as vec4" for d in gm_.store4_decls)
+    on = dataclasses.replace(var, double_buffer=double, warp=warp, store4=store4, prefetch=prefetch)
+    text = (
         f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
         f"K-slabs of {blk.bk}"
         + (f" split among {KS} K-groups" if KS > 1 else "")
         + (f", K-chunks of {split[1]} across work groups" if split else "")
+        + f"; {on.describe()}"
+        + (f" ({where})" if where else "")
+        + "".join(f"; {n}" for n in notes)
     )
-    lines = header(ctx, gm_.describe(how), (T, 1, 1), extra + extra_split) + funcs
+    lines = header(ctx, gm_.describe(text), (T, 1, 1), extra + extra_split) + funcs
     lines += ["void main() {", *body, "}"]
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, (T, 1, 1))
 
@@ -515,12 +646,13 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     ]
 
 
-def _shared(base: int, width: int):
-    """Index into the shared array for a slab stored [k][p / 4] at `base`."""
+def _shared(base: int, width: int, off: str | None = None):
+    """Index into the shared array for a slab stored [k][p / 4] at `base` (plus `off`, a GLSL
+    int, for the second pair of double-buffered slabs)."""
 
     def at(k: str, p: str) -> str:
-        row = f"{_paren(k)} * {width}"
-        return f"sm[{base} + {row} + {p}]" if base else f"sm[{row} + {p}]"
+        terms = [t for t in (off if off not in (None, "0") else None, str(base) if base else None) if t]
+        return "sm[" + " + ".join([*terms, f"{_paren(k)} * {width}", p]) + "]"
 
     return at
 
@@ -553,7 +685,19 @@ def _lane(var: str, group: int, stride: int) -> str:
     return var if group == 0 else f"({var} + {group * stride})"
 
 
-def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T: int, p0: str, kvar: str, shared):
+def _operand(
+    which: str,
+    op: Operand,
+    K: str,
+    tp: int,
+    P: str,
+    blk: Blocking,
+    T: int,
+    p0: str,
+    kvar: str,
+    shared,
+    vec: bool = True,
+):
     """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
     memory as `[k][p / 4]` vec4s (p: the row of A, the column of B).
 
@@ -562,6 +706,7 @@ def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T:
     invocation fetches a 4 x 4 block (4 p, each 4 neighbouring k) and transposes it in
     registers, so that every shared-memory store is a whole vec4 (storing into a vec4
     component chosen at run time compiles to a chain of branches on NVIDIA).
+    `vec`: vec4 loads where the operand has them (`load4`).
     Returns (index declarations, fetch lines, stash lines, registers)."""
     contiguous_p = op.contiguous_p
     low = which.lower()
@@ -574,7 +719,7 @@ def _operand(which: str, op: Operand, K: str, tp: int, P: str, blk: Blocking, T:
     count = tp * blk.bk // per  # invocations needed
     loads = max(1, count // T)
     assert count % T == 0 or count < T, (tp, blk.bk, T)
-    vec_ok = op.load4 is not None
+    vec_ok = vec and op.load4 is not None
     for j in range(loads):
         lid = "tid" if j == 0 else f"(tid + {j * T})"
         guard = f"if ({lid} < {count}) " if count < T else ""

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
 from . import dim_index, texture_matmul
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
+from .options import codegen_options
 
 VERSION_CORE = "#version 330 core"
 VERSION_ES = "#version 300 es"
@@ -67,10 +70,10 @@ class TextureKernel:
 
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
     dims = dim_index(plan)
-    es = bool((options or {}).get("es", False))
+    opts = codegen_options(options)
     # texture_matmul's packed passes; off by default for ES until dlc.js reads packed textures
-    packed = bool((options or {}).get("packed", not es))
-    return [render_kernel(plan, k, dims, es, packed) for k in range(len(plan.fusion.kernels))]
+    packed = not opts.es if opts.packed is None else bool(opts.packed)
+    return [render_kernel(plan, k, dims, opts.es, packed) for k in range(len(plan.fusion.kernels))]
 
 
 def render_kernel(
@@ -251,24 +254,24 @@ def _matmul_body(ctx: Context, em: Emitter) -> str:
     return f"matmul {list(ash)}{'^T' if ta else ''} @ {list(bsh)}{'^T' if tb else ''}, one fragment per output"
 
 
-def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[dict, dict[str, str]]:
+def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[ProgramSpec, dict[str, str]]:
     """The program spec (as `pipeline.program_spec`, with target "texture" and each kernel's
     passes) and its shader files."""
     from ..pipeline import program_spec
 
     spec, _ = program_spec(name, plan, [t.kernel for t in kernels])
     sources: dict[str, str] = {}
-    spec["target"] = "texture"
-    for ks, t in zip(spec["kernels"], kernels):
-        del ks["file"], ks["grid"], ks["local_size"]
-        ks["passes"] = []
-        if t.scratch is not None:
-            ks["scratch"] = t.scratch
-        if t.packed:
-            ks["packed"] = [dict(p) for p in t.packed]
+    texture_kernels = []
+    for ks, t in zip(spec.kernels, kernels):
+        passes = []
         for p in t.passes:
             what = f"pack{p.into}" if p.into is not None else "partials" if p.tensor is None else p.tensor
-            file = f"{name}_{ks['name']}_{what}.frag"
+            file = f"{name}_{ks.name}_{what}.frag"
             sources[file] = p.source
-            ks["passes"].append({"file": file, "tensor": p.tensor, **({} if p.into is None else {"into": p.into})})
-    return spec, sources
+            passes.append(Pass(file, p.tensor, p.into))
+        scratch = None if t.scratch is None else PassScratch(tuple(t.scratch["size"]), t.scratch["unit"])
+        packed = tuple(Packed(q["unit"], tuple(q["rows"]), tuple(q["depth"]), q["label"]) for q in t.packed)
+        texture_kernels.append(
+            replace(ks, file=None, grid=None, local_size=None, passes=tuple(passes), scratch=scratch, packed=packed)
+        )
+    return replace(spec, target="texture", kernels=tuple(texture_kernels)), sources

@@ -40,14 +40,17 @@ def test_the_largest_fixed_size_passes():
 
 
 def spec(shape, kind="input"):
-    return {
-        "name": "p",
-        "dims": ["B"],
-        "slots": [{"kind": kind}],
-        "tensors": {"0": {"slot": 0, "shape": shape, "label": "x"}},
-        "kernels": [],
-        "producer": {},
-    }
+    from dlc.runtime.spec import ProgramSpec, Slot, TensorInfo
+
+    return ProgramSpec(
+        name="p",
+        dims=("B",),
+        slots=(Slot(kind, ((1, "B"),)),),
+        tensors={0: TensorInfo(0, tuple(shape), "x")},
+        roots=(0,),
+        kernels=(),
+        producer={},
+    )
 
 
 @pytest.mark.parametrize("b, ok", [(MAX_ELEMENTS // 7000, True), (MAX_ELEMENTS // 7000 + 1, False)])

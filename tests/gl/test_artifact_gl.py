@@ -103,8 +103,9 @@ def test_the_runtime_imports_neither_the_compiler_nor_lark(gl, artifact, tmp_pat
     code = textwrap.dedent(f"""
         import sys
         import numpy as np
-        import dlc.runtime.artifact
-        runner = dlc.runtime.artifact.load({str(out)!r})
+        import dlc
+        runner = dlc.load({str(out)!r})
+        assert isinstance(runner, dlc.Session)
         d = np.load({str(data)!r})
         feeds = {{"pixels": d["pixels"][:50].astype(np.float32),
                   "labels": d["labels"][:50].astype(np.float32)}}

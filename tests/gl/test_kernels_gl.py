@@ -12,6 +12,7 @@ from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.pipeline import compile_program
 from dlc.compiler.reference import evaluate
 from dlc.runtime.executor import Executor, LeafStore, group_counts
+from dlc.runtime.spec import Grid
 
 pytestmark = pytest.mark.gl
 
@@ -92,10 +93,11 @@ def test_random_fused_graphs_step_like_the_reference(backend, seed):
 
 def test_group_counts_beyond_the_limit_become_a_2d_grid():
     limit = (100, 100, 100)
-    assert group_counts({"flat": [1000], "per_group": 10}, {}, limit) == (100, 1, 1)
-    x, y, z = group_counts({"flat": [3, "B"], "per_group": 1}, {"B": 1001}, limit)
+    assert group_counts(Grid.from_json({"flat": [1000], "per_group": 10}), {}, limit) == (100, 1, 1)
+    x, y, z = group_counts(Grid.from_json({"flat": [3, "B"], "per_group": 1}), {"B": 1001}, limit)
     assert x <= 100 and y <= 100 and x * y >= 3003 and z == 1
-    assert group_counts({"tiles": [[[67], 16], [[1, "B"], 16], [[1], 1]]}, {"B": 33}, limit) == (5, 3, 1)
+    tiles = Grid.from_json({"tiles": [[[67], 16], [[1, "B"], 16], [[1], 1]]})
+    assert group_counts(tiles, {"B": 33}, limit) == (5, 3, 1)
 
 
 def test_kernels_cover_every_element_on_a_2d_grid(gl):

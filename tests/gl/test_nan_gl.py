@@ -96,9 +96,9 @@ def test_nan_checks_only_in_debug_mode(gl, debugging):
     plain = compile_program(graph, roots, ref_dims={"N": 4})
     checked = compile_program(graph, roots, ref_dims={"N": 4}, options={"nan_flags": True})
     assert not any("dlc_nan" in s for s in plain.sources.values())
-    assert all("nan_flags" not in k for k in plain.spec["kernels"])
+    assert all(not k.nan_flags for k in plain.spec.kernels)
     assert any("dlc_nan.f[" in s for s in checked.sources.values())
-    flagged = {graph.nodes[n].op for k in checked.spec["kernels"] for n in k["nan_flags"]}
+    flagged = {graph.nodes[n].op for k in checked.spec.kernels for n in k.nan_flags}
     assert {"sqrt", "where", "gt"} <= flagged
 
 

@@ -87,8 +87,8 @@ def test_every_update_of_an_adam_step_is_in_place(backend):
     model = dlc.compile("samples/mlp_digits.dl")
     step = build_train_graph(model.graph, "cost", dlc.Adam(0.01))
     compiled, _ = backend.program(step, [step.names["cost"]], True, {"B": 32})
-    assert compiled.spec["copies"] == []
-    assert len(compiled.spec["inplace"]) == len(step.updates)
+    assert compiled.spec.copies == ()
+    assert len(compiled.spec.inplace) == len(step.updates)
 
 
 def test_snapshot_restore_puts_params_back(gl):

@@ -59,7 +59,7 @@ def refused(folder, match: str) -> str:
 def test_the_writer_writes_a_format_the_reader_accepts(pristine):
     files = read_artifact(pristine)
     assert files.manifest["format"] == FORMAT
-    assert files.manifest["programs"]["train"]["format"] == FORMAT
+    assert files.manifest["programs"]["train"].format == FORMAT
     assert set(files.sources) == {"eval", "train"}
     assert set(files.params) == {"W1", "b1", "W2", "b2"}
     assert files.params["W1"].shape == (64, 64) and files.params["W1"].dtype == np.float32
@@ -408,8 +408,8 @@ def test_a_split_k_conv_gradients_scratch_is_read_back_and_checked(tmp_path):
     # grid with a scratch buffer (compiler/codegen/kernels_matmul.py, _split_k)
     out = tmp_path / "cnn.dlc"
     write_artifact(dlc.compile(str(MLP.with_name("cnn_digits.dl"))), out, train_loss="cost", optimizer=dlc.SGD(0.1))
-    kernels = read_artifact(out).manifest["programs"]["train"]["kernels"]
-    split = [i for i, k in enumerate(kernels) if "tiles" in k["grid"] and "scratch" in k["grid"]]
+    kernels = read_artifact(out).manifest["programs"]["train"].kernels
+    split = [i for i, k in enumerate(kernels) if k.grid.tiles is not None and k.grid.scratch]
     assert split, "no split-K kernel in the CNN's train program"
     edit(out, _set(["programs", "train", "kernels", split[0], "grid", "scratch"], 2))
     refused(out, rf"programs\.train\.kernels\[{split[0]}\]\.grid\.scratch: 2 is out of range \(1 to 1\)")

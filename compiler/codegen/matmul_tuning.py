@@ -1,0 +1,216 @@
+"""The blocked matmul's tuning choices as data: one table keyed by device family and size class.
+
+A device family is found in the driver's GL_RENDERER string (`family`): "NVIDIA H100",
+"NVIDIA H200", "llvmpipe", else "default". The renderer reaches codegen as the codegen option
+`device` (the GL backend passes its context's; an artifact compiled without one takes
+"default"), so the GLSL is a function of the options alone, and each kernel's header comment
+names the family, size class and variant it was rendered with.
+
+Each family's entry holds `wave` (work groups that keep the device busy: fewer tiles than this
+take the smaller "split" blocking), `shared_bytes` (shared memory a work group may take) and,
+per size class ("big", "split", "medium", "thin"; see kernels_matmul.choose), a variant as a
+plain literal: its blocking (tm, tn, bk, rm, rn[, ks[, swizzle]]) and the template's switches
+(`Variant`). `benchmarks/tune_matmul.py --emit` prints an entry in this form, measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A TM x TN output tile per work group, RM x RN outputs per invocation, K-slabs of BK.
+
+    `ks` > 1 splits each K-slab among `ks` groups of invocations inside the work group (more
+    invocations per tile when tiles are few), their sums added in shared memory before the
+    epilogue. `swizzle` orders the fetch of an operand stored along K so that neighbouring
+    invocations store to neighbouring vec4s of shared memory (no bank conflicts)."""
+
+    tm: int
+    tn: int
+    bk: int
+    rm: int
+    rn: int
+    ks: int = 1
+    swizzle: bool = True
+
+    @property
+    def group_threads(self) -> int:
+        """Invocations that share one K-slice of the tile."""
+        return (self.tm // self.rm) * (self.tn // self.rn)
+
+    @property
+    def threads(self) -> int:
+        return self.group_threads * self.ks
+
+    def problem(self) -> str | None:
+        """Why the template cannot render this blocking, or None."""
+        if min(self.tm, self.tn, self.bk, self.rm, self.rn, self.ks) < 1:
+            return "every size must be positive"
+        if self.rm % 4 or self.rn % 4:
+            return "rm and rn must be multiples of 4 (outputs are computed as vec4s)"
+        if self.tm % self.rm or self.tn % self.rn:
+            return "tm and tn must be multiples of rm and rn"
+        if self.bk % 4:
+            return "bk must be a multiple of 4"
+        if self.ks & (self.ks - 1) or self.bk % self.ks:
+            return "ks must be a power of 2 dividing bk"
+        return None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A blocking and the template's switches (each exact at any size; a switch whose
+    precondition fails at the sizes rendered falls back, and the kernel's header says so):
+
+    - `load4`: vec4 loads from global memory where the operand's contiguous axis is a multiple
+      of 4 (else one float at a time);
+    - `store4`: the epilogue's results stored as vec4s where N is a multiple of 4 and no output
+      of the kernel is also read by it (an in-place update), else one float at a time;
+    - `double_buffer`: two shared-memory slabs, the next one stored while this one is
+      multiplied (one barrier a slab instead of two; twice the shared memory);
+    - `warp`: (rows, cols) of invocation tiles that each run of 32 neighbouring invocations
+      covers, e.g. (4, 8) or (8, 4) (fewer distinct shared-memory reads a warp); None: rows
+      of invocations span the tile's width;
+    - `prefetch`: the next K-slab fetched into registers while this one is multiplied."""
+
+    blocking: Blocking
+    load4: bool = True
+    store4: bool = False
+    double_buffer: bool = False
+    warp: tuple[int, int] | None = None
+    prefetch: bool = True
+
+    def literal(self) -> dict:
+        """The variant as a table entry: the blocking as a tuple, switches that differ from
+        the defaults."""
+        blk = self.blocking
+        out: dict = {"blocking": dataclasses.astuple(blk)[: 7 if not blk.swizzle else 6 if blk.ks > 1 else 5]}
+        for f in dataclasses.fields(self):
+            if f.name != "blocking" and getattr(self, f.name) != f.default:
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    def describe(self) -> str:
+        """The switches that are on, for kernel headers and benchmark rows."""
+        on = [
+            name
+            for name, flag in (
+                ("vec4 loads", self.load4),
+                ("vec4 stores", self.store4),
+                ("double-buffered", self.double_buffer),
+                ("no prefetch", not self.prefetch),
+            )
+            if flag
+        ]
+        if self.warp:
+            on.append(f"warp {self.warp[0]}x{self.warp[1]}")
+        return ", ".join(on) or "plain"
+
+
+SWITCHES = tuple(f.name for f in dataclasses.fields(Variant) if f.name != "blocking")
+
+
+def variant(entry: Mapping, where: str = "matmul variant") -> Variant:
+    """A Variant from a table entry or a codegen option (`blocking` and switches); a
+    mistake is a ValueError naming the key and `where`."""
+    unknown = sorted(set(entry) - {"blocking", *SWITCHES})
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: blocking, {', '.join(SWITCHES)})")
+    if "blocking" not in entry:
+        raise ValueError(f"{where}: no 'blocking'")
+    blk = entry["blocking"]
+    blocking = blk if isinstance(blk, Blocking) else _blocking(blk, where)
+    kw = {k: v for k, v in entry.items() if k != "blocking"}
+    for k in ("load4", "store4", "double_buffer", "prefetch"):
+        if k in kw and not isinstance(kw[k], bool):
+            raise ValueError(f"{where}: {k} must be true or false, not {kw[k]!r}")
+    if kw.get("warp") is not None:
+        w = kw["warp"]
+        if not (isinstance(w, (tuple, list)) and len(w) == 2 and all(isinstance(x, int) and x > 0 for x in w)) or (
+            w[0] * w[1] != 32
+        ):
+            raise ValueError(f"{where}: warp must be (rows, cols) with rows * cols = 32, not {w!r}")
+        kw["warp"] = tuple(w)
+    return Variant(blocking, **kw)
+
+
+def _blocking(blk, where: str) -> Blocking:
+    if not (isinstance(blk, (tuple, list)) and 5 <= len(blk) <= 7):
+        raise ValueError(f"{where}: blocking must be (tm, tn, bk, rm, rn[, ks[, swizzle]]), not {blk!r}")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in blk[:6]):
+        raise ValueError(f"{where}: blocking sizes must be integers, not {blk!r}")
+    b = Blocking(*blk)
+    why = b.problem()
+    if why:
+        raise ValueError(f"{where}: blocking {tuple(blk)}: {why}")
+    return b
+
+
+# -- the table ---------------------------------------------------------------------------------
+# Size classes (kernels_matmul.choose): "big" (both sides >= 128 and tiles enough for a wave),
+# "split" (>= 64 a side, 128 rows or more, too few 128x128 tiles), "medium" (>= 64 a side,
+# under 128 rows), "thin" (one side under 64 over a long K).
+#
+# "default": the choices measured on the lent H200 before the tuning table
+# (benchmarks/results/h200_tune*.json): 128x128 tiles with 8x8 outputs and K-slabs of 16 for
+# large products (31 TFLOP/s at 4096^3); 128x64 tiles, 8x4, slabs of 32 in 2 K-groups for the
+# 1024-sized products of the MLP step (19-28 TFLOP/s); 64x64 with 4x4 under 128 rows;
+# 16x16 tiles with 16 K-groups for thin outputs (N = 10 classes) over a long K.
+# The NVIDIA rows start as those measurements; benchmarks/tune_matmul.py --emit prints a
+# measured replacement to paste.
+_H200_MEASURED = {
+    "wave": 128,
+    "shared_bytes": 49152,
+    "big": {"blocking": (128, 128, 16, 8, 8)},
+    "split": {"blocking": (128, 64, 32, 8, 4, 2)},
+    "medium": {"blocking": (64, 64, 32, 4, 4)},
+    "thin": {"blocking": (16, 16, 64, 4, 4, 16)},
+}
+
+# Measured by `benchmarks/tune_matmul.py` on an H100 80GB HBM3 (2026-11-23): 4096^3 at
+# 32.9 TFLOP/s (66% of cuBLAS fp32; the old choice 31.9), the MLP products 1.02x the old
+# choice; "medium" kept, not measured.
+_H100_MEASURED = {
+    "wave": 128,
+    "shared_bytes": 49152,
+    "big": {"blocking": (128, 256, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
+    "split": {"blocking": (64, 128, 32, 4, 8, 2), "store4": True, "double_buffer": True, "warp": (4, 8)},
+    "medium": {"blocking": (64, 64, 32, 4, 4)},
+    "thin": {"blocking": (16, 16, 64, 4, 4, 16), "double_buffer": True},
+}
+
+TABLE: dict[str, dict] = {
+    "default": {**_H200_MEASURED, "shared_bytes": 32768},  # GL's minimum maximum
+    "NVIDIA H100": _H100_MEASURED,
+    "NVIDIA H200": dict(_H200_MEASURED),
+    # llvmpipe (Mesa's CPU renderer, the test suite's): the default choices; 32 KiB of shared
+    # memory a work group there.
+    "llvmpipe": {**_H200_MEASURED, "shared_bytes": 32768},
+}
+CLASSES = ("big", "split", "medium", "thin")
+FAMILIES = tuple(f for f in TABLE if f != "default")
+
+
+def family(device: str | None) -> str:
+    """The table's family for a GL_RENDERER string (case-insensitive substring), else
+    "default"."""
+    if device:
+        low = device.lower()
+        for f in FAMILIES:
+            if f.lower() in low:
+                return f
+    return "default"
+
+
+def entry(device: str | None) -> dict:
+    return TABLE[family(device)]
+
+
+def lookup(device: str | None, size_class: str) -> Variant:
+    """The variant the table holds for `size_class` on `device` (a renderer string or None)."""
+    fam = family(device)
+    return variant(TABLE[fam][size_class], f"matmul tuning table[{fam!r}][{size_class!r}]")

@@ -1,0 +1,172 @@
+"""Writes a web export (README "The model in a browser"):
+
+    index.html      a page over the model (for a digits classifier: draw a digit, see the
+                    predicted class and the softmax bars)
+    dlc.js          the JavaScript runtime (an ES module exporting `load`; no dependencies)
+    manifest.json   the compiled artifact's manifest (target texture, GLSL ES 3.00) plus a
+                    "web" section: the shader folder and the weights' byte offsets
+    shaders/        one GLSL ES 3.00 fragment shader per kernel pass
+    weights.bin     the params and optimizer state, little-endian float32, back to back
+
+MODEL is a `.dl` file (params from `weights`, else drawn from their initializers with
+`seed`) or a compiled artifact folder (its model.dl, params.npz, state.npz and training
+setup; it is compiled again, for GLSL ES). A model with a loss gets its training step with
+the optimizer compiled in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+from importlib import resources
+
+import numpy as np
+
+from dlc.errors import DlcError
+
+STATIC = ("dlc.js", "index.html")
+WEIGHTS = "weights.bin"
+SHADERS = "shaders"
+
+
+def export_web(
+    model_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    weights: str | os.PathLike | None = None,
+    optimizer: str | None = None,
+    lr: float | None = None,
+    loss: str | None = None,
+    seed: int = 0,
+) -> pathlib.Path:
+    """Write the web export of `model_path` into `out_dir`; returns its path."""
+    from dlc import compile as compile_model
+    from dlc.compiler.artifact import manifest, programs
+    from dlc.compiler.codegen.texture import TextureTargetError
+    from dlc.compiler.initializers import initial_value
+    from dlc.runtime import optimizers
+    from dlc.runtime.weights import checked_params, load_npz
+
+    path = pathlib.Path(model_path)
+    compiled = None  # an artifact's manifest
+    if path.is_dir():
+        if not (path / "manifest.json").exists() or not (path / "model.dl").exists():
+            raise DlcError(f"{path} is not a dlc artifact (it needs manifest.json and model.dl)")
+        compiled = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        model = compile_model(path / "model.dl")
+    else:
+        model = compile_model(path)
+    graph = model.graph
+
+    # The training step: the artifact's own setup, else the model's first loss (or `loss`).
+    setup = (compiled or {}).get("train")
+    train_loss, opt, own_setup = None, None, False
+    if setup and loss in (None, setup["loss"]) and optimizer in (None, setup["optimizer"]["name"]):
+        train_loss, own_setup = setup["loss"], True  # its optimizer and state go on (lr may change)
+        config = {k: v for k, v in setup["optimizer"].items() if k != "name"}
+        if lr is not None:
+            config["lr"] = float(lr)
+        opt = optimizers.OPTIMIZERS[setup["optimizer"]["name"]](**config)
+    elif graph.losses:
+        train_loss = loss or graph.losses[0]
+        if train_loss not in graph.losses:
+            raise DlcError(f"the model has no loss '{loss}' (its losses: {', '.join(graph.losses)})")
+        opt = optimizers.make(optimizer or "sgd", lr=lr)
+    elif loss is not None or optimizer is not None or lr is not None:
+        raise DlcError(f"{path} has no loss to train; --loss, --optimizer and --lr need one")
+
+    try:
+        progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options={"es": True})
+    except TextureTargetError as e:  # WebGL2 has no compute shaders: the texture target or nothing
+        raise DlcError(f"{path} cannot run in a browser: {e}") from None
+    data = manifest(model, progs, opt, None)
+
+    # The params: a weights file, the artifact's params.npz, or the initializers.
+    if weights is not None:
+        params = load_npz(weights, dict(model.params))
+    elif compiled is not None and (path / "params.npz").exists():
+        params = load_npz(path / "params.npz", dict(model.params))
+    else:
+        params = {n: initial_value(graph.node(n).attr("init"), graph.node(n).shape, seed, n) for n in graph.params}
+    params = checked_params(params, dict(model.params))
+    states: dict[str, np.ndarray] = {}
+    if "train" in progs:
+        step = progs["train"].fusion.graph
+        saved = {}
+        if own_setup and (path / "state.npz").exists():
+            saved = dict(np.load(path / "state.npz"))
+        for s in step.states:
+            value = saved.get(s)
+            if value is None or tuple(value.shape) != tuple(step.shape(s)):
+                value = initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s)
+            states[s] = value
+
+    blob, offsets = _pack({**params, **states})
+    data["web"] = {
+        "shaders": SHADERS,
+        "weights": {"file": WEIGHTS, "bytes": len(blob), "leaves": offsets},
+        "optimizer_lr": None if opt is None else float(opt.lr),
+        "page": _page_kind(data),
+    }
+    return _write(pathlib.Path(out_dir), progs, data, blob, model.source)
+
+
+def _pack(arrays: dict[str, np.ndarray]) -> tuple[bytes, dict[str, dict]]:
+    """One little-endian float32 blob and each array's byte offset, count and shape."""
+    parts, offsets, at = [], {}, 0
+    for name, value in arrays.items():
+        flat = np.ascontiguousarray(value, dtype="<f4").ravel()
+        offsets[name] = {"offset": at, "count": int(flat.size), "shape": list(np.shape(value))}
+        parts.append(flat.tobytes())
+        at += flat.nbytes
+    return b"".join(parts), offsets
+
+
+def _page_kind(data: dict) -> str:
+    """ "digits" when the page can draw the input: an input of 64 grey levels per example (8x8)
+    and a `probs` tensor of 10 classes per example; else "generic"."""
+
+    def per_example(shape) -> int | None:
+        if not shape or not isinstance(shape[0], str) or any(isinstance(d, str) for d in shape[1:]):
+            return None
+        return int(np.prod(shape[1:], dtype=np.int64))
+
+    pixels = data["inputs"].get("pixels")
+    probs = data["tensors"].get("probs")
+    if pixels is not None and probs is not None and per_example(pixels) == 64 and per_example(probs) == 10:
+        return "digits"
+    return "generic"
+
+
+def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None) -> pathlib.Path:
+    from dlc.runtime.spec import manifest_json
+
+    """Write the folder beside its destination, then move it into place (never half a folder)."""
+    if out.exists() and not out.is_dir():
+        raise DlcError(f"{out} is a file, not a folder to write the web export into")
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
+        raise DlcError(f"{out} exists and is not a dlc web export; not replacing it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        (tmp / SHADERS).mkdir()
+        for prog in progs.values():
+            for file, text in prog.sources.items():
+                (tmp / SHADERS / file).write_text(text, encoding="ascii")
+        (tmp / WEIGHTS).write_bytes(blob)
+        (tmp / "manifest.json").write_text(manifest_json(data), encoding="utf-8")
+        if source:
+            (tmp / "model.dl").write_text(source, encoding="utf-8")
+        static = resources.files("dlc.web") / "static"
+        for name in STATIC:
+            (tmp / name).write_bytes((static / name).read_bytes())
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

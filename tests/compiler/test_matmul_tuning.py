@@ -1,0 +1,136 @@
+"""The matmul tuning table (compiler/codegen/matmul_tuning.py): device families from renderer
+strings, every entry valid, choices read from the table, forced switches, clear errors for bad
+options, and the variant recorded in the kernel (deterministic for artifacts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.codegen import matmul_tuning as tuning
+from dlc.compiler.pipeline import compile_program
+
+
+def _matmul(m, k, n, batch=None):
+    b = GraphBuilder()
+    a = b.input("a", (batch, m, k) if batch else (m, k))
+    w = b.input("w", (k, n))
+    y = b.add("matmul", [a, w], ta=False, tb=False)
+    return b.build(), y
+
+
+def _head(g, y, options=None, dims=None) -> str:
+    return compile_program(g, [y], options=options, ref_dims=dims).kernels[0].source.split("\n")[1]
+
+
+@pytest.mark.parametrize(
+    "renderer,family",
+    [
+        ("NVIDIA H100 80GB HBM3/PCIe/SSE2", "NVIDIA H100"),
+        ("NVIDIA H200/PCIe/SSE2", "NVIDIA H200"),
+        ("llvmpipe (LLVM 15.0.6, 256 bits)", "llvmpipe"),
+        ("AMD Radeon RX 7900 XTX (radeonsi, navi31, LLVM 15.0.7, DRM 3.49)", "default"),
+        ("", "default"),
+        (None, "default"),
+    ],
+)
+def test_family_from_the_renderer_string(renderer, family):
+    assert tuning.family(renderer) == family
+
+
+@pytest.mark.parametrize("fam", list(tuning.TABLE))
+def test_every_table_entry_is_a_valid_variant_that_fits_its_shared_memory(fam):
+    row = tuning.TABLE[fam]
+    assert isinstance(row["wave"], int) and row["wave"] > 0
+    assert row["shared_bytes"] >= 32768  # GL guarantees at least this much
+    for cls in tuning.CLASSES:
+        v = tuning.lookup(fam, cls)
+        blk = v.blocking
+        assert blk.problem() is None
+        assert blk.threads <= 1024  # GL's minimum max work group invocations
+        words = blk.bk * (blk.tm + blk.tn) // 4
+        assert 16 * words <= row["shared_bytes"]
+        # the literal round-trips (what tune_matmul.py --emit prints is what the table reads)
+        assert tuning.variant(v.literal()) == v
+
+
+def test_variant_literal_keeps_only_what_differs_from_the_defaults():
+    v = tuning.Variant(tuning.Blocking(128, 64, 32, 8, 4, 2), double_buffer=True, warp=(4, 8))
+    assert v.literal() == {"blocking": (128, 64, 32, 8, 4, 2), "double_buffer": True, "warp": (4, 8)}
+    unswizzled = tuning.Variant(tuning.Blocking(64, 64, 16, 4, 4, 1, False))
+    assert unswizzled.literal() == {"blocking": (64, 64, 16, 4, 4, 1, False)}
+
+
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ({"blocking": (64, 64, 16, 4, 4), "dubble_buffer": True}, "unknown key 'dubble_buffer'"),
+        ({"double_buffer": True}, "no 'blocking'"),
+        ({"blocking": (64, 64, 16, 4)}, "blocking must be (tm, tn, bk, rm, rn"),
+        ({"blocking": (64, 64, 16, 3, 4)}, "multiples of 4"),
+        ({"blocking": (64, 64, 16, 4, 4, 3)}, "power of 2"),
+        ({"blocking": (64, 64, 16, 4, 4), "warp": (4, 4)}, "rows * cols = 32"),
+        ({"blocking": (64, 64, 16, 4, 4), "store4": "yes"}, "store4 must be true or false"),
+    ],
+)
+def test_a_bad_variant_is_a_clear_error(entry, message):
+    with pytest.raises(ValueError) as info:
+        tuning.variant(entry, "codegen option matmul_variant")
+    assert message in str(info.value) and "codegen option matmul_variant" in str(info.value)
+
+
+def test_bad_codegen_options_are_clear_errors():
+    g, y = _matmul(200, 64, 200)
+    with pytest.raises(ValueError, match="unknown key 'warps'"):
+        compile_program(g, [y], options={"matmul_variant": {"warps": (4, 8)}})
+    with pytest.raises(ValueError, match="matmul_variant must be a dict"):
+        compile_program(g, [y], options={"matmul_variant": "double"})
+    with pytest.raises(ValueError, match="unknown matmul template 'huge'"):
+        compile_program(g, [y], options={"matmul": "huge"})
+    with pytest.raises(ValueError, match=r"needs 65536 bytes of shared memory, past the 32768"):
+        compile_program(g, [y], options={"blocking": (128, 128, 64, 8, 8)})
+
+
+def test_choices_come_from_the_device_row(monkeypatch):
+    g, y = _matmul(1024, 1024, 1024)
+    # 64 128x128 tiles: under the default wave of 128 work groups, so the "split" class
+    assert "(default, split)" in _head(g, y)
+    assert "(NVIDIA H100, split)" in _head(g, y, {"device": "NVIDIA H100 80GB HBM3/PCIe/SSE2"})
+    # a row that says a wave is 32 groups makes the same product "big", with that row's switches
+    row = {**tuning.TABLE["NVIDIA H100"], "wave": 32, "big": {"blocking": (128, 128, 16, 8, 8), "warp": (8, 4)}}
+    monkeypatch.setitem(tuning.TABLE, "NVIDIA H100", row)
+    head = _head(g, y, {"device": "NVIDIA H100 80GB HBM3/PCIe/SSE2"})
+    assert "(NVIDIA H100, big)" in head and "128x128 tiles" in head and "warp 8x4" in head
+    assert "(NVIDIA H200, split)" in _head(g, y, {"device": "NVIDIA H200"})  # other rows unchanged
+
+
+def test_forced_switches_apply_over_the_table_choice():
+    g, y = _matmul(1024, 1024, 1024)
+    h200 = {"device": "NVIDIA H200"}  # 48 KiB of shared memory: two slabs fit
+    head = _head(g, y, {**h200, "matmul_variant": {"double_buffer": True, "store4": True}})
+    assert "128x64 tiles" in head  # the split class's blocking, kept
+    assert "vec4 stores, double-buffered" in head and "switches forced" in head
+    # the default row's 32 KiB do not hold two such slabs: single-buffered, and the header says so
+    head = _head(g, y, {"matmul_variant": {"double_buffer": True}})
+    assert "single-buffered: two slabs need 49152 bytes of shared memory, past 32768" in head
+    head = _head(g, y, {"matmul_variant": {"blocking": (64, 64, 16, 4, 4), "warp": (4, 8)}})
+    assert "64x64 tiles" in head and "warp 4x8" in head and "(forced)" in head
+
+
+def test_the_source_is_a_function_of_the_options_alone():
+    """Artifacts: the same model and options give the same GLSL, naming the row it came from."""
+    g, y = _matmul(512, 256, 512, batch=8)  # 128 tiles of 128x128: a wave
+    a = compile_program(g, [y], options={"device": "NVIDIA H200"}).sources
+    b = compile_program(g, [y], options={"device": "NVIDIA H200"}).sources
+    assert a == b
+    (source,) = a.values()
+    assert "(NVIDIA H200, big)" in source.split("\n")[1]
+
+
+def test_the_conv_templates_still_take_the_default_blockings():
+    from dlc.compiler.codegen import kernels_conv
+    from dlc.compiler.codegen import kernels_matmul as mm
+
+    assert mm.BIG == tuning.lookup(None, "big").blocking
+    assert kernels_conv._blocking("conv2d", 8192, 256, 576) == mm.BIG
+    assert kernels_conv._blocking("conv2d", 1024, 128, 576) == mm.SPLIT

@@ -1,0 +1,187 @@
+"""Every switch of the blocked matmul template (matmul_tuning.Variant), forced, against the
+NumPy reference at small odd sizes: transposes, batches, fused epilogues, in-place updates,
+split-K across work groups, and the fallbacks where a switch's precondition fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlc.backends import NumpyBackend
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.pipeline import compile_program
+from dlc.compiler.reference import evaluate
+
+pytestmark = pytest.mark.gl
+
+# (blocking, switches): each switch alone, then together, on register tiles 8x8, 8x4, 4x8, 4x4
+VARIANTS = [
+    ((64, 64, 16, 4, 4), {"double_buffer": True}),
+    ((128, 128, 16, 8, 8), {"double_buffer": True}),
+    ((128, 128, 16, 8, 8), {"warp": (4, 8)}),
+    ((128, 64, 16, 8, 4), {"warp": (8, 4)}),
+    ((64, 128, 16, 4, 8), {"warp": (4, 8), "double_buffer": True}),
+    ((64, 64, 16, 4, 4), {"store4": True}),
+    ((64, 64, 16, 4, 4), {"load4": False}),
+    ((64, 64, 16, 4, 4), {"prefetch": False}),
+    ((128, 64, 32, 8, 4, 2), {"double_buffer": True, "warp": (4, 8), "store4": True}),
+    ((64, 64, 32, 8, 8, 4), {"double_buffer": True, "store4": True}),
+    ((16, 16, 64, 4, 4, 16), {"double_buffer": True, "warp": (4, 8), "store4": True}),  # warp falls back
+]
+IDS = [f"{b}-{'+'.join(f'{k}={v}' for k, v in s.items())}" for b, s in VARIANTS]
+
+
+def _options(blocking, switches) -> dict:
+    return {"matmul_variant": {"blocking": blocking, **switches}}
+
+
+def _graph(a_shape, b_shape, ta, tb, epilogue=True):
+    b = GraphBuilder()
+    a, w = b.input("a", a_shape), b.input("w", b_shape)
+    y = b.add("matmul", [a, w], ta=ta, tb=tb)
+    if epilogue:
+        bias = b.input("bias", (b.shape(y)[-1],))
+        y = b.add("relu", [b.add("add", [y, bias])])
+    return b.build(), y
+
+
+def _check(options, a_shape, b_shape, ta, tb, dims=None, epilogue=True, seed=0, atol=1e-4):
+    from dlc.gl_backend import GLBackend
+
+    rng = np.random.default_rng(seed)
+    g, y = _graph(a_shape, b_shape, ta, tb, epilogue)
+    bound = [tuple((dims or {}).get(d, d) for d in s) for s in (a_shape, b_shape)]
+    feeds = {"a": rng.normal(size=bound[0]), "w": rng.normal(size=bound[1])}
+    if epilogue:
+        feeds["bias"] = rng.normal(size=g.nodes[y].shape[-1])
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    backend = GLBackend(options)
+    try:
+        (got,) = backend.run(g, [y], feeds, dims or {})
+    finally:
+        backend.close()
+    want = evaluate(g, [y], feeds, dims or {})[y]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=atol)
+    return compile_program(g, [y], options=options, ref_dims=dims).kernels[0].source
+
+
+@pytest.mark.parametrize("blocking,switches", VARIANTS, ids=IDS)
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_each_variant_at_odd_sizes(gl, blocking, switches, ta, tb):
+    m, k, n = 131, 75, 68  # N a multiple of 4 (vec4 stores apply), K and M not (vec4 loads fall back)
+    _check(_options(blocking, switches), (k, m) if ta else (m, k), (n, k) if tb else (k, n), ta, tb)
+
+
+@pytest.mark.parametrize("blocking,switches", VARIANTS, ids=IDS)
+def test_each_variant_with_aligned_operands(gl, blocking, switches):
+    # K, M and N multiples of 4: the vec4 loads run (a row ends inside a slab: K = 52)
+    source = _check(_options(blocking, switches), (36, 52), (52, 132), False, False, seed=1)
+    assert "_a4.v[" in source and "_b4.v[" in source if switches.get("load4", True) else "_a4.v[" not in source
+
+
+@pytest.mark.parametrize("blocking,switches", VARIANTS[:6] + VARIANTS[8:9], ids=IDS[:6] + IDS[8:9])
+def test_each_variant_batched(gl, blocking, switches):
+    options = _options(blocking, switches)
+    # both operands batched, A transposed
+    _check(options, (3, 40, 70), (3, 40, 68), True, False)
+    # a symbolic batch against a shared rank-2 operand, at two bindings of one program
+    _check(options, ("B", 33, 20), (20, 72), False, False, dims={"B": 2})
+    _check(options, ("B", 33, 20), (20, 72), False, False, dims={"B": 1})
+
+
+def test_store4_falls_back_where_n_is_not_a_multiple_of_4(gl):
+    source = _check(_options((64, 64, 16, 4, 4), {"store4": True}), (70, 30), (30, 67), False, False)
+    assert "scalar stores: N = 67 is not a multiple of 4" in source.split("\n")[1]
+    assert "epilogue4" not in source
+
+
+def test_double_buffer_falls_back_past_the_shared_memory_limit(gl):
+    # 128x128 tiles with K-slabs of 32: two slabs take 64 KiB, past the default 32 KiB
+    options = _options((128, 128, 32, 8, 8), {"double_buffer": True})
+    source = _check(options, (130, 40), (129, 40), False, True)
+    head = source.split("\n")[1]
+    assert "single-buffered: two slabs need 65536 bytes" in head and "double-buffered" not in head.split(";")[1]
+
+
+@pytest.mark.parametrize("switches", [{"double_buffer": True, "warp": (4, 8)}, {"store4": True}])
+def test_split_k_across_work_groups(gl, switches):
+    from dlc.compiler.codegen import kernels_matmul
+
+    # K past LONG_K: the product is split across work groups, partials added in order
+    m, k, n = 40, kernels_matmul.LONG_K + 700, 36
+    options = _options((64, 64, 32, 4, 4), switches)
+    # float32 sums of 17000 terms of size ~1 (results ~130): rounding differs by ~1e-3
+    source = _check(options, (m, k), (k, n), False, False, epilogue=True, seed=3, atol=5e-3)
+    assert "K-chunks of" in source.split("\n")[1]
+    if "store4" in switches:
+        assert "scalar stores: split-K partials" in source.split("\n")[1]
+
+
+def test_in_place_update_keeps_scalar_stores(gl):
+    """A param updated in place by the matmul's epilogue (w -= 0.1 * a^T @ d): vec4 stores
+    would alias the float reads of w, so they fall back; the update matches the reference."""
+    from dlc.compiler.ir import Graph
+    from dlc.gl_backend import GLBackend
+
+    b = GraphBuilder()
+    a, d = b.input("a", (37, 24)), b.input("d", (37, 20))
+    w = b.param("w", (24, 20), ("normal", 0.0, 0.5))
+    grad = b.add("matmul", [a, d], ta=True, tb=False)
+    new_w = b.add("sub", [w, b.add("mul", [b.const(0.1), grad])])
+    g0 = b.build()
+    g = Graph(g0.nodes, g0.names, g0.inputs, g0.params, g0.states, g0.losses, (("w", new_w),))
+    rng = np.random.default_rng(4)
+    feeds = {"a": rng.normal(size=(37, 24)).astype(np.float32), "d": rng.normal(size=(37, 20)).astype(np.float32)}
+    w0 = rng.normal(size=(24, 20)).astype(np.float32)
+    options = _options((64, 64, 16, 4, 4), {"store4": True, "double_buffer": True})
+    gl_backend, ref = GLBackend(options), NumpyBackend()
+    for be in (gl_backend, ref):
+        be.set_leaf("w", w0)
+    for _ in range(2):
+        got = gl_backend.step(g, [grad], feeds, {})
+        want = ref.step(g, [grad], feeds, {})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gl_backend.get_leaf("w"), ref.get_leaf("w"), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ref.get_leaf("w"), w0 - 0.2 * (feeds["a"].T @ feeds["d"]), rtol=1e-4, atol=1e-4)
+    compiled, _ = gl_backend.program(g, [grad], True, {})
+    gl_backend.close()
+    heads = [k.source.split("\n")[1] for k in compiled.kernels if k.name.startswith("k00_matmul")]
+    assert heads and "scalar stores: an output is updated in place" in heads[0]
+
+
+def test_the_llvmpipe_row_is_what_the_gl_backend_renders_with(gl):
+    """The GL backend passes its context's renderer to codegen: the header names the family."""
+    from dlc.compiler.codegen import matmul_tuning
+    from dlc.gl_backend import GLBackend
+
+    g, y = _graph((140, 70), (70, 136), False, False)
+    backend = GLBackend()
+    compiled, _ = backend.program(g, [y], False, {})
+    backend.close()
+    head = compiled.kernels[0].source.split("\n")[1]
+    assert f"({matmul_tuning.family(gl.renderer)}, split)" in head
+
+
+def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
+    """benchmarks/tune_matmul.py at tiny sizes: each candidate checked against float64, and the
+    row it prints parses as the tuning table's entries."""
+    import ast
+    import pathlib
+    import sys
+
+    from dlc.compiler.codegen import matmul_tuning
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    import tune_matmul
+
+    argv = ["--small", "--classes", "thin,tile16", "--budget", "3", "--reps", "1", "--warm", "0"]
+    assert tune_matmul.main([*argv, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    literal = out.split("TABLE:\n", 1)[1].split("\n", 2)[2]  # after the comment line
+    ((family, row),) = ast.literal_eval(literal).items()
+    assert family == matmul_tuning.family(gl.renderer)
+    assert set(row) == {"wave", "shared_bytes", *matmul_tuning.CLASSES}
+    for cls in matmul_tuning.CLASSES:
+        matmul_tuning.variant(row[cls])
+    assert "| thin | thin (small) 300x260x10" in out and "WRONG" not in out
+    assert (tmp_path / "tune_matmul.json").exists()

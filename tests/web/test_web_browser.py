@@ -1,0 +1,262 @@
+"""The web export in headless Chromium (WebGL2 on SwiftShader): eval of every sample and of a
+conv model, training steps and the params match the NumPy reference; the digits page
+classifies a digit drawn with the mouse. Skips without the browser (fails in CI)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+from web_helpers import JS_FEEDS, JS_OUT, feed
+
+import dlc
+from dlc.data import load_data
+from dlc.web import export_web
+
+SAMPLES = sorted(p.name for p in pathlib.Path("samples").glob("*.dl"))
+DATA = {
+    "quadratic.dl": "samples/data/quadratic.npz",
+    "linear.dl": "samples/data/linear.csv",
+    "mlp_digits.dl": "samples/data/digits_test.npz",
+    "cnn_digits.dl": "samples/data/digits_test.npz",
+}
+ROWS = 19  # examples fed to eval: not a multiple of anything the shaders tile by
+
+
+def reference(model_path: str, seed: int = 0) -> dlc.Session:
+    return dlc.Session(dlc.compile(model_path), backend="numpy", seed=seed)
+
+
+def exported(web_root, name: str, model_path: str, **kw) -> str:
+    root, _ = web_root
+    export_web(model_path, root / name, **kw)
+    return name
+
+
+def test_every_sample_has_data():
+    assert set(SAMPLES) == set(DATA), "a new sample needs its data here"
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_eval_matches_numpy(sample, web_root, open_export, tmp_path):
+    path = f"samples/{sample}"
+    sess = reference(path, seed=1)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    page = open_export(exported(web_root, f"eval_{sample}", path, weights=tmp_path / "w.npz"))
+    data = load_data(DATA[sample], sess.model.inputs).arrays
+    data = {n: v[:ROWS] for n, v in data.items()}
+    fetch = list(sess.model.tensors)
+    want = sess.eval(fetch, data)
+    got = page.call(
+        f"{JS_FEEDS} const out = await m.eval(feeds, arg.fetch); return {JS_OUT};",
+        {"feeds": feed(data), "fetch": fetch},
+    )
+    for name in fetch:
+        assert got[name]["shape"] == list(np.shape(want[name])), name
+        value = np.asarray(got[name]["data"], np.float32).reshape(np.shape(want[name]))
+        np.testing.assert_allclose(value, want[name], rtol=2e-4, atol=2e-5, err_msg=name)
+    assert not page.errors
+
+
+CONSTS = """input x: [N, 2]
+const k: [2] = [1, 2]
+const m: [2, 2] = [[1, -1], [0.5, 2]]
+const s = 3
+param w: [2] = ones
+y = (x * k * s + w) @ m
+total = sum(y)
+"""
+
+
+def test_eval_with_constants_matches_numpy(web_root, open_export, tmp_path):
+    path = tmp_path / "consts.dl"
+    path.write_text(CONSTS)
+    sess = reference(str(path))
+    page = open_export(exported(web_root, "consts", path))
+    x = {"x": np.arange(10, dtype=np.float32).reshape(5, 2) - 4}
+    want = sess.eval(["y", "total"], x)
+    got = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['y', 'total']); return {JS_OUT};", {"feeds": feed(x)})
+    for name in ("y", "total"):
+        value = np.reshape(got[name]["data"], np.shape(want[name]))
+        np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_eval_binds_symbolic_dims_from_each_call(web_root, open_export):
+    sess = reference("samples/mlp_digits.dl")
+    page = open_export(exported(web_root, "dims", "samples/mlp_digits.dl"))
+    data = load_data(DATA["mlp_digits.dl"], sess.model.inputs).arrays
+    for rows in (1, 40, 3):  # grows, then shrinks into the larger textures
+        x = {"pixels": data["pixels"][:rows]}
+        got = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['probs']); return {JS_OUT};", {"feeds": feed(x)})
+        assert got["probs"]["shape"] == [rows, 10]
+        np.testing.assert_allclose(
+            np.reshape(got["probs"]["data"], (rows, 10)), sess.eval("probs", x), rtol=2e-4, atol=2e-6
+        )
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_ten_training_steps_match_numpy(optimizer, web_root, open_export, tmp_path):
+    path = "samples/mlp_digits.dl"
+    sess = reference(path, seed=2)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    lr = 0.05 if optimizer == "sgd" else 0.01
+    name = exported(web_root, f"train_{optimizer}", path, weights=tmp_path / "w.npz", optimizer=optimizer, lr=lr)
+    page = open_export(name)
+    data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
+    data = {n: v[:100] for n, v in data.items()}  # 32, 32, 32, 4: the last batch of an epoch is smaller
+    opt = dlc.SGD(lr) if optimizer == "sgd" else dlc.Adam(lr)
+    want = sess.train(data, optimizer=opt, batch_size=32, steps=10, shuffle=False)
+    got = page.call(
+        f"{JS_FEEDS} const losses = await m.train(feeds, {{steps: 10, batchSize: 32}});"
+        " const params = await m.params();"
+        " const after = await m.eval(feeds, ['cost']);"  # eval sees the trained params
+        f" const out = params; return {{losses, params: {JS_OUT}, cost: after.cost.data[0]}};",
+        {"feeds": feed(data)},
+    )
+    np.testing.assert_allclose(got["losses"], want, rtol=1e-4, atol=1e-5)
+    assert got["losses"][-1] < got["losses"][0]
+    np.testing.assert_allclose(got["cost"], sess.eval("cost", data), rtol=1e-4)
+    for n, v in sess.params.items():
+        assert got["params"][n]["shape"] == list(v.shape)
+        np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+def test_bad_feeds_and_names_are_clear_errors(web_root, open_export):
+    page = open_export(exported(web_root, "errors", "samples/mlp_digits.dl"))
+
+    def error(body: str) -> str:
+        return page.call(f"try {{ {body}; return 'no error'; }} catch (e) {{ return e.name + ': ' + e.message; }}")
+
+    one = "{data: new Float32Array(64), shape: [1, 64]}"
+    assert "DlcError: input 'pixels' is missing" == error("await m.eval({}, ['probs'])")
+    assert "no tensor named 'prob'" in error(f"await m.eval({{pixels: {one}}}, ['prob'])")
+    assert "no input 'pixel'" in error(f"await m.eval({{pixel: {one}}}, ['probs'])")
+    assert "declared [B, 64] but fed shape [1, 63]" in error(
+        "await m.eval({pixels: {data: new Float32Array(63), shape: [1, 63]}}, ['probs'])"
+    )
+    assert "holds 128 values, its data has 64" in error(
+        "await m.eval({pixels: {data: new Float32Array(64), shape: [2, 64]}}, ['probs'])"
+    )
+    assert "dim B is 1 in input 'pixels' but 2 in input 'labels'" in error(
+        f"await m.eval({{pixels: {one}, labels: {{data: new Float32Array(2), shape: [2]}}}}, ['cost'])"
+    )
+    assert "input 'labels' is missing" in error(f"await m.train({{pixels: {one}}}, {{steps: 1}})")
+    ink = "{data: new Float32Array(64).fill(16), shape: [1, 64]}"
+    assert "diverged" in error(
+        f"await m.train({{pixels: {ink}, labels: {{data: new Float32Array([1]), shape: [1]}}}}, {{steps: 3, lr: 1e38}})"
+    )
+    # the params are back as they were before the diverged call
+    assert page.call("const p = await m.params(); return p.W1.data.every(Number.isFinite);")
+    assert "disposed" in error("m.dispose(); await m.eval({}, ['probs'])")
+    missing = error("const { load } = await import('./dlc.js'); await load('../no_such_export/')")
+    assert missing.startswith("DlcError: cannot load ") and "no_such_export/manifest.json: HTTP 404" in missing
+
+
+def strokes(points: list[tuple[float, float]], steps: int = 12) -> list[tuple[float, float]]:
+    """A polyline through `points` (fractions of the pad), `steps` points per segment."""
+    out = [points[0]]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        out += [(x0 + (x1 - x0) * t, y0 + (y1 - y0) * t) for t in np.linspace(0, 1, steps)[1:]]
+    return out
+
+
+DRAWN = {  # digits as a person draws them, in fractions of the pad
+    0: [(0.5 + 0.22 * np.sin(t), 0.5 - 0.36 * np.cos(t)) for t in np.linspace(0, 2 * np.pi, 40)],
+    1: strokes([(0.35, 0.38), (0.56, 0.15), (0.56, 0.85)]),
+    7: strokes([(0.3, 0.18), (0.7, 0.18), (0.45, 0.85)]),
+}
+
+
+@pytest.fixture(scope="module")
+def digits_weights(tmp_path_factory):
+    """The digits MLP trained with the NumPy reference (a session of its own)."""
+    sess = reference("samples/mlp_digits.dl")
+    train = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
+    sess.train(train, optimizer=dlc.Adam(0.01), batch_size=32, epochs=15)
+    path = tmp_path_factory.mktemp("digits") / "w.npz"
+    np.savez(path, **sess.params)
+    return path, sess
+
+
+@pytest.mark.parametrize("digit", sorted(DRAWN))
+def test_the_digits_page_classifies_a_drawn_digit(digit, digits_weights, web_root, open_export, tmp_path):
+    weights, sess = digits_weights
+    root, _ = web_root
+    if not (root / "digits").exists():
+        exported(web_root, "digits", "samples/mlp_digits.dl", weights=weights)
+    page = open_export("digits")
+    pad = page.page.locator("#pad").bounding_box()
+    mouse = page.page.mouse
+    for i, (fx, fy) in enumerate(DRAWN[digit]):
+        x, y = pad["x"] + fx * pad["width"], pad["y"] + fy * pad["height"]
+        if i == 0:
+            mouse.move(x, y)
+            mouse.down()
+        else:
+            mouse.move(x, y, steps=2)
+    mouse.up()
+    page.page.wait_for_function("window.dlcPage.last !== null", timeout=60_000)
+    last = page.page.evaluate("window.dlcPage.classify()")  # the whole drawing, after the last stroke
+    shot = tmp_path / f"digits_page_{digit}.png"
+    page.page.screenshot(path=str(shot))
+    print(f"screenshot: {shot}")
+    features = np.asarray(last["features"], np.float32).reshape(1, 64)
+    # the layout of the training data: whole counts 0..16 per 4x4 block, strokes that fill
+    # blocks, the digit filling all 8 rows
+    assert features.min() == 0 and 12 <= features.max() <= 16 and (features == np.round(features)).all()
+    assert (features.reshape(8, 8) > 0).any(axis=1).all()
+    np.testing.assert_allclose(last["probs"], sess.eval("probs", {"pixels": features})[0], rtol=2e-4, atol=2e-6)
+    assert last["prediction"] == digit
+    assert page.page.locator("#prediction").inner_text() == str(digit)
+    assert page.page.locator(".bar").count() == 10
+    page.page.locator("#clear").click()
+    assert page.page.locator("#prediction").inner_text() == "?"
+
+
+def test_the_generic_page_evaluates_on_zeros(web_root, open_export):
+    page = open_export(exported(web_root, "generic", "samples/quadratic.dl"))
+    assert page.page.locator("#names").inner_text().count("param") == 3
+    page.page.locator("#run").click()
+    page.page.wait_for_function("document.getElementById('output').textContent.includes('cost')")
+    sess = reference("samples/quadratic.dl")
+    text = page.page.locator("#output").inner_text()
+    c = sess.params["c"].item()  # at x = 0: y = c
+    assert text.splitlines()[0].startswith("y [1]: ") and abs(float(text.splitlines()[0].split()[-1]) - c) < 1e-3
+
+
+def test_load_without_float_render_targets_says_so(browser, web_root):
+    root, base = web_root
+    if not (root / "digits_plain").exists():
+        exported(web_root, "digits_plain", "samples/mlp_digits.dl")
+    page = browser.new_page()
+    try:
+        page.add_init_script(
+            "const get = WebGL2RenderingContext.prototype.getExtension;"
+            "WebGL2RenderingContext.prototype.getExtension = function (name) {"
+            " return name === 'EXT_color_buffer_float' ? null : get.call(this, name); };"
+        )
+        page.goto(f"{base}digits_plain/index.html")
+        page.wait_for_function("window.dlcPage && window.dlcPage.error", timeout=60_000)
+        assert "lacks EXT_color_buffer_float" in page.evaluate("window.dlcPage.error")
+        assert "lacks EXT_color_buffer_float" in page.locator("#error").inner_text()
+    finally:
+        page.close()
+
+
+def test_training_refuses_inputs_without_the_batch_dim_as_python_does(web_root, open_export, tmp_path):
+    path = tmp_path / "scaled.dl"
+    path.write_text(
+        "input x: [B, 2]\ninput y: [B]\ninput scale: [2]\nparam w: [2] = ones\n"
+        "pred = (x * scale) @ w\nloss cost = mean_squared(pred, y)\n"
+    )
+    page = open_export(exported(web_root, "scaled", path))
+    x = {"x": np.ones((4, 2), np.float32), "y": np.zeros(4, np.float32), "scale": np.array([2, 3], np.float32)}
+    with pytest.raises(dlc.DlcError, match="must share a leading symbolic dim") as python:
+        reference(str(path)).train(x, batch_size=2, steps=1, shuffle=False)
+    got = page.call(
+        f"{JS_FEEDS} try {{ await m.train(feeds, {{steps: 1, batchSize: 2}}); return 'no error'; }}"
+        " catch (e) { return e.message; }",
+        {"feeds": feed(x)},
+    )
+    assert got == str(python.value)
