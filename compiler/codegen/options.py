@@ -16,7 +16,7 @@ from typing import Any
 class CodegenOptions:
     nan_flags: bool = False  # debug mode: kernels flag each node that makes a NaN
     es: bool = False  # texture target: GLSL ES 3.00 (WebGL2) instead of GLSL 3.30
-    packed: bool | None = None  # texture target: packed matmul/conv passes; None: not for ES (dlc.js lacks them)
+    packed: bool | None = None  # texture target: packed matmul/conv passes (texture_matmul.py); None: on
     vec4: bool = True  # elementwise kernels may move vec4s
     elementwise_local: int = 256  # elementwise work-group size
     matmul: str | None = None  # a matmul variant by name (kernels_matmul.choose); None: chosen by shape

@@ -71,8 +71,7 @@ class TextureKernel:
 def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
     dims = dim_index(plan)
     opts = codegen_options(options)
-    # texture_matmul's packed passes; off by default for ES until dlc.js reads packed textures
-    packed = not opts.es if opts.packed is None else bool(opts.packed)
+    packed = True if opts.packed is None else bool(opts.packed)  # texture_matmul's packed passes
     return [render_kernel(plan, k, dims, opts.es, packed) for k in range(len(plan.fusion.kernels))]
 
 

@@ -304,10 +304,14 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
         assert ok, f"{file}: {log}"
 
 
-def test_es_shaders_pack_only_when_asked():
-    """The web runtime (dlc.js) reads no packed textures yet: GLSL ES programs keep the
-    per-output loop unless the `packed` option asks for the packed passes."""
+def test_the_packed_option_turns_the_packed_passes_off():
+    """GLSL 3.30 and GLSL ES (WebGL2: dlc.js reads packed textures too) pack by default."""
     model = dlc.compile(GRAD)
-    for options, want in (({"es": True}, False), ({"es": True, "packed": True}, True), ({"packed": False}, False)):
+    for options, want in (
+        ({}, True),
+        ({"es": True}, True),
+        ({"packed": False}, False),
+        ({"es": True, "packed": False}, False),
+    ):
         sources = programs(model, target="texture", options=options)["eval"].sources
         assert any("_pack" in f for f in sources) == want, options

@@ -123,6 +123,18 @@ class Device {
 
   /** (width, height) holding `count` floats: near square (a one-row texture wastes half of
    * every 2x2 quad the rasterizer shades; shaders index it flat, by its width). */
+  /** [width, height] of a packed texture (runtime/textures.py packed_layout): `rows` rows of
+   * ceil(depth / 4) texels, one row down each column, in bands as wide as the context allows. */
+  packedLayout(rows, depth, what) {
+    const width = Math.max(Math.min(rows, this.maxSize), 1);
+    const quads = Math.max(Math.ceil(depth / 4), 1);
+    const bands = Math.max(Math.ceil(rows / width), 1);
+    if (bands * quads > this.maxSize) {
+      throw new DlcError(`${what} needs ${bands} bands of ${quads} texels, more than a ${this.maxSize}x${this.maxSize} texture holds (MAX_TEXTURE_SIZE)`);
+    }
+    return [width, bands * quads];
+  }
+
   layout(count, what) {
     count = Math.max(count, 1);
     const width = Math.min(Math.ceil(Math.sqrt(count)), this.maxSize);
@@ -135,21 +147,23 @@ class Device {
     return [width, height];
   }
 
-  /** An R32F texture of at least `count` floats, with its framebuffer. */
-  texture(count, what = "a tensor") {
+  /** An R32F texture of at least `count` floats, with its framebuffer; `size` [width, height]:
+   * an RGBA32F one of that size (a packed texture of texture_matmul.py). */
+  texture(count, what = "a tensor", size = null) {
     const gl = this.gl;
-    const [width, height] = this.layout(count, what);
+    const [width, height] = size || this.layout(count, what);
     const handle = gl.createTexture();
     gl.bindTexture(gl.TEXTURE_2D, handle);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MIN_FILTER, gl.NEAREST);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MAG_FILTER, gl.NEAREST);
-    gl.texStorage2D(gl.TEXTURE_2D, 1, gl.R32F, width, height);
+    gl.texStorage2D(gl.TEXTURE_2D, 1, size ? gl.RGBA32F : gl.R32F, width, height);
     const fbo = gl.createFramebuffer();
     gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
     gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, handle, 0);
     const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
     if (status !== gl.FRAMEBUFFER_COMPLETE) {
-      throw new DlcError(`this WebGL2 cannot render into R32F textures (framebuffer status 0x${status.toString(16)})`);
+      const kind = size ? "RGBA32F" : "R32F";
+      throw new DlcError(`this WebGL2 cannot render into ${kind} textures (framebuffer status 0x${status.toString(16)})`);
     }
     const tex = { handle, fbo, width, height, count: width * height };
     this.textures.add(tex);
@@ -463,6 +477,8 @@ class Executor {
     this.programs = this.kernels.map((k) => k.passes.map((p) => device.program(sources[p.file], `${k.name}:${p.tensor}`)));
     this.buffers = new Map(); // slot -> texture (temps, inputs, consts)
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
+    this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
+    this.packed = new Map(); // "width x height" -> free packed textures (live only while their kernel runs)
     this.spare = new Map(); // "width x height" -> textures to render into
     this.dims = {};
     this.slots.forEach((slot, s) => {
@@ -498,6 +514,12 @@ class Executor {
       if (!tex || tex.count < need) {
         this.device.deleteTexture(tex);
         this.scratch.set(i, this.device.texture(need, `the partial results of ${k.name}`));
+      }
+    });
+    this.kernels.forEach((k, i) => {
+      for (const q of k.packed || []) {
+        const what = `the packed copy of ${q.label || "an operand"} in kernel ${k.name}`;
+        this.packedSize.set(`${i}:${q.unit}`, this.device.packedLayout(evalSize(q.rows, dims), evalSize(q.depth, dims), what));
       }
     });
     this.dims = dims;
@@ -547,6 +569,11 @@ class Executor {
       const spec = this.kernels[k];
       const samplers = new Map(spec.slots.map((s, unit) => [unit, this.slotBuffer(s)]));
       if (spec.scratch) samplers.set(spec.scratch.unit, this.scratch.get(k));
+      const packed = (spec.packed || []).map((q) => {
+        const tex = this.takePacked(this.packedSize.get(`${k}:${q.unit}`));
+        samplers.set(q.unit, tex);
+        return tex;
+      });
       const read = new Set(spec.reads.map((t) => this.tensors.get(t).slot));
       const ints = {};
       for (const [u, d] of Object.entries(spec.uniforms)) ints[u] = this.dims[d];
@@ -555,7 +582,8 @@ class Executor {
         const program = this.programs[k][i];
         const used = new Map(program.units.map((u) => [u, samplers.get(u)]));
         let target;
-        if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
+        if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
+        else if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
         else {
           const s = this.tensors.get(p.tensor).slot;
           target = this.slotBuffer(s);
@@ -566,6 +594,7 @@ class Executor {
         }
         device.pass(program, target, used, { ...ints, dlc_width: target.width });
       });
+      for (const tex of packed) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
       for (const [s, tex] of swaps) {
         const slot = this.slots[s];
         let old;
@@ -579,6 +608,13 @@ class Executor {
         this.spare.get(key).push(old);
       }
     }
+  }
+
+  takePacked([width, height]) {
+    const key = `${width}x${height}`;
+    if (!this.packed.has(key)) this.packed.set(key, []);
+    const pool = this.packed.get(key);
+    return pool.length ? pool.pop() : this.device.texture(width * height, "a packed texture", [width, height]);
   }
 
   takeSpare(like) {
