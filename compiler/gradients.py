@@ -1,5 +1,9 @@
 """The gradient table: one rule per differentiable registry op (tinygrad style).
 
+Rules live in the registry entries (`OpDef.gradient`): elementwise entries carry their own;
+the rules of layout, reduce, matmul and window ops are written here, beside their siblings,
+and set on their entries by `@grad`. `GRADIENTS` is the table derived from the registry.
+
 A rule gets an `Emit` (appends IR at the forward node's source position), the
 forward node, its own index `y` and the upstream gradient `g` (shape of the
 node), and returns one gradient per input, each of that input's exact shape,
@@ -24,8 +28,9 @@ from dlc.runtime.errors import CompileError, Loc
 from . import registry
 from .builder import GraphBuilder
 from .ir import Node, Shape
-from .ops.elementwise import SELU_ALPHA, SELU_SCALE
-from .shapes import reduced
+from .ops.adjoint import kept as _kept
+from .ops.adjoint import shapes as _shapes
+from .ops.adjoint import unbroadcast
 
 
 @dataclass(frozen=True)
@@ -47,13 +52,15 @@ class Emit:
 
 Grads = Sequence[int | None]
 Rule = Callable[[Emit, Node, int, int], Grads]
-GRADIENTS: dict[str, Rule] = {}
 
 
 def grad(*names: str):
+    """Sets the gradient rule of the entries `names` (rules of the layout, reduce, matmul and
+    window ops are written here beside their siblings; elementwise entries carry their own)."""
+
     def deco(fn: Rule) -> Rule:
         for n in names:
-            GRADIENTS[n] = fn
+            registry.update(n, gradient=fn)
         return fn
 
     return deco
@@ -63,215 +70,10 @@ def rule_for(node: Node) -> Rule | None:
     """The rule for `node`'s op; None when the op is not differentiable."""
     if not registry.get(node.op).differentiable:
         return None
-    rule = GRADIENTS.get(node.op)
+    rule = GRADIENTS.get(node.op)  # the derived table (tests take a rule out of it)
     if rule is None:
         raise CompileError(f"no gradient rule for op '{node.op}': it cannot be differentiated", node.loc)
     return rule
-
-
-# -- helpers ---------------------------------------------------------------------
-
-
-def unbroadcast(e: Emit, g: int, shape: Shape) -> int:
-    """Sum `g` (a broadcast result) back to `shape`: leading axes and axes where shape has 1."""
-    shape = tuple(shape)
-    gs = e.shape(g)
-    if gs == shape:
-        return g
-    lead = len(gs) - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(shape) if d == 1 and gs[lead + k] != 1)
-    out = e("sum", g, axes=axes, keepdims=False) if axes else g
-    if e.shape(out) != shape:
-        out = e("reshape", out, shape=shape)
-    return out
-
-
-def _kept(e: Emit, t: int, x_shape: Shape, axes: tuple[int, ...], keepdims: bool) -> int:
-    """A reduction's output `t` reshaped to the keepdims shape, so it broadcasts against x."""
-    want = reduced(x_shape, axes, True)
-    if keepdims or e.shape(t) == want:
-        return t
-    return e("reshape", t, shape=want)
-
-
-# -- elementwise, unary ------------------------------------------------------------
-
-
-@grad("neg")
-def _neg(e, n, y, g):
-    return (e("neg", g),)
-
-
-@grad("abs")
-def _abs(e, n, y, g):
-    return (e("mul", g, e("sign", n.inputs[0])),)
-
-
-@grad("exp")
-def _exp(e, n, y, g):
-    return (e("mul", g, y),)
-
-
-@grad("log")
-def _log(e, n, y, g):
-    return (e("div", g, n.inputs[0]),)
-
-
-@grad("sqrt")
-def _sqrt(e, n, y, g):
-    # d sqrt(x) = 1 / (2 sqrt(x))
-    return (e("div", g, e("mul", e.const(2.0), y)),)
-
-
-@grad("rsqrt")
-def _rsqrt(e, n, y, g):
-    # d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
-    return (e("mul", g, e("mul", e.const(-0.5), e("mul", y, e("square", y)))),)
-
-
-@grad("square")
-def _square(e, n, y, g):
-    return (e("mul", g, e("mul", e.const(2.0), n.inputs[0])),)
-
-
-@grad("reciprocal")
-def _reciprocal(e, n, y, g):
-    return (e("neg", e("mul", g, e("square", y))),)
-
-
-@grad("relu")
-def _relu(e, n, y, g):
-    return (e("mul", g, e("step", n.inputs[0])),)
-
-
-@grad("relu6")
-def _relu6(e, n, y, g):
-    x = n.inputs[0]
-    inside = e("mul", e("gt", x, e.const(0.0)), e("lt", x, e.const(6.0)))
-    return (e("mul", g, inside),)
-
-
-@grad("leaky_relu")
-def _leaky_relu(e, n, y, g):
-    x = n.inputs[0]
-    slope = e("where", e("ge", x, e.const(0.0)), e.const(1.0), e.const(n.attr("alpha")))
-    return (e("mul", g, slope),)
-
-
-@grad("elu")
-def _elu(e, n, y, g):
-    # below 0: y = alpha (exp(x) - 1), so dy/dx = alpha exp(x) = y + alpha
-    x = n.inputs[0]
-    slope = e("where", e("ge", x, e.const(0.0)), e.const(1.0), e("add", y, e.const(n.attr("alpha"))))
-    return (e("mul", g, slope),)
-
-
-@grad("selu")
-def _selu(e, n, y, g):
-    # below 0: y = scale alpha (exp(x) - 1), so dy/dx = y + scale alpha
-    x = n.inputs[0]
-    below = e("add", y, e.const(SELU_SCALE * SELU_ALPHA))
-    slope = e("where", e("ge", x, e.const(0.0)), e.const(SELU_SCALE), below)
-    return (e("mul", g, slope),)
-
-
-@grad("softplus")
-def _softplus(e, n, y, g):
-    return (e("mul", g, e("sigmoid", n.inputs[0])),)
-
-
-@grad("sigmoid")
-def _sigmoid(e, n, y, g):
-    return (e("mul", g, e("mul", y, e("sub", e.const(1.0), y))),)
-
-
-@grad("tanh")
-def _tanh(e, n, y, g):
-    return (e("mul", g, e("sub", e.const(1.0), e("square", y))),)
-
-
-@grad("sin")
-def _sin(e, n, y, g):
-    return (e("mul", g, e("cos", n.inputs[0])),)
-
-
-@grad("cos")
-def _cos(e, n, y, g):
-    return (e("neg", e("mul", g, e("sin", n.inputs[0]))),)
-
-
-# -- elementwise, binary and where ------------------------------------------------
-
-
-def _shapes(e: Emit, n: Node) -> list[Shape]:
-    return [e.shape(i) for i in n.inputs]
-
-
-@grad("add")
-def _add(e, n, y, g):
-    sa, sb = _shapes(e, n)
-    return unbroadcast(e, g, sa), unbroadcast(e, g, sb)
-
-
-@grad("sub")
-def _sub(e, n, y, g):
-    sa, sb = _shapes(e, n)
-    return unbroadcast(e, g, sa), unbroadcast(e, e("neg", g), sb)
-
-
-@grad("mul")
-def _mul(e, n, y, g):
-    a, b = n.inputs
-    sa, sb = _shapes(e, n)
-    return unbroadcast(e, e("mul", g, b), sa), unbroadcast(e, e("mul", g, a), sb)
-
-
-@grad("div")
-def _div(e, n, y, g):
-    # d(a/b)/db = -a/b^2 = -y/b
-    a, b = n.inputs
-    sa, sb = _shapes(e, n)
-    ga = e("div", g, b)
-    return unbroadcast(e, ga, sa), unbroadcast(e, e("neg", e("mul", ga, y)), sb)
-
-
-@grad("pow")
-def _pow(e, n, y, g):
-    # d a^b/da = b a^(b-1); d a^b/db = a^b log(a), taken as 0 where a <= 0 (as TensorFlow does).
-    a, b = n.inputs
-    sa, sb = _shapes(e, n)
-    ga = e("mul", g, e("mul", b, e("pow", a, e("sub", b, e.const(1.0)))))
-    safe_a = e("where", e("gt", a, e.const(0.0)), a, e.const(1.0))
-    gb = e("mul", g, e("mul", y, e("log", safe_a)))
-    return unbroadcast(e, ga, sa), unbroadcast(e, gb, sb)
-
-
-def _select(e: Emit, n: Node, g: int, first_wins: str) -> Grads:
-    # `first_wins` is gt for maximum, lt for minimum; ties split the gradient in half.
-    a, b = n.inputs
-    sa, sb = _shapes(e, n)
-    share = e("add", e(first_wins, a, b), e("mul", e.const(0.5), e("eq", a, b)))
-    ga = e("mul", g, share)
-    gb = e("mul", g, e("sub", e.const(1.0), share))
-    return unbroadcast(e, ga, sa), unbroadcast(e, gb, sb)
-
-
-@grad("maximum")
-def _maximum(e, n, y, g):
-    return _select(e, n, g, "gt")
-
-
-@grad("minimum")
-def _minimum(e, n, y, g):
-    return _select(e, n, g, "lt")
-
-
-@grad("where")
-def _where(e, n, y, g):
-    c, a, b = n.inputs
-    _, sa, sb = _shapes(e, n)
-    zero = e.const(0.0)
-    return None, unbroadcast(e, e("where", c, g, zero), sa), unbroadcast(e, e("where", c, zero, g), sb)
 
 
 # -- layout -------------------------------------------------------------------------
@@ -444,11 +246,5 @@ def _max_pool_grad(e, n, y, g):
     return None, picked
 
 
-# -- special functions (compiler/ops/special.py) -------------------------------------
-
-
-@grad("erf")
-def _erf(e, n, y, g):
-    # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
-    x = n.inputs[0]
-    return (e("mul", g, e("mul", e.const(1.1283791670955126), e("exp", e("neg", e("square", x))))),)
+# The gradient table, derived: every rule, the entries' own and those above.
+GRADIENTS: dict[str, Rule] = {n: op.gradient for n, op in registry.REGISTRY.items() if op.gradient is not None}

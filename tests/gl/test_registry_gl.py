@@ -42,20 +42,22 @@ class Case:
 
 
 def sample(rng, domain: str, shape) -> np.ndarray:
-    if domain == "positive":
-        return rng.uniform(0.5, 2.0, size=shape)
-    if domain == "ints":
-        return rng.integers(-2, 3, size=shape).astype(float)
     if domain == "cond":
         return (rng.uniform(size=shape) > 0.5).astype(float)
     if domain == "index":
         return rng.integers(-1, 6, size=shape).astype(float)  # some out of [0, depth)
     if domain == "rows":
         return rng.integers(0, 3, size=shape).astype(float)  # rows of a tensor of >= 3
-    return rng.normal(size=shape)
+    return registry.sample(domain, rng, shape)  # the domains entries' oracles name
 
 
-POSITIVE = {"log", "sqrt", "rsqrt"}
+def _domains_attrs(op: registry.OpDef) -> tuple[list[str], dict]:
+    """An elementwise entry's input domains and first attr set, from its oracle."""
+    if op.oracle is None:
+        return ["normal"] * op.arity, {}
+    return op.oracle.domains(op.arity), dict(op.oracle.attrs[0])
+
+
 ODD = (3, 5, 7)
 
 
@@ -64,17 +66,11 @@ def elementwise_cases() -> list[Case]:
     for name, op in registry.REGISTRY.items():
         if op.kind != "elementwise" or name == "dim_size":
             continue
+        dom, attrs = _domains_attrs(op)
         if op.arity == 1:
-            dom = ["positive" if name in POSITIVE else "normal"]
-            attrs = {"alpha": 0.3} if name in ("leaky_relu", "elu") else {}
             out.append(Case(name, [ODD], attrs, domains=dom))
             out.append(Case(name, [(2, 6)], attrs, domains=dom, label="vec4", grad=False))
         elif op.arity == 2:
-            dom = (
-                ["positive", "normal"]
-                if name == "pow"
-                else (["ints", "ints"] if not op.differentiable else ["normal", "normal"])
-            )
             out.append(Case(name, [ODD, (5, 1)], domains=dom))
             out.append(Case(name, [(), (2, 3)], domains=dom))
             out.append(Case(name, [("B", 3), (1, 3)], domains=dom, dims={"B": 5}, label="symbolic"))
@@ -290,15 +286,14 @@ def test_dim_size_follows_the_binding(backend):
 
 # -- NaN, infinities and signed zeros: NumPy's semantics on GL -----------------------------
 
-# GLSL leaves sin/cos of huge arguments imprecise (no exact range reduction): NaN and the
-# infinities still go in.
-HUGE_ARGS_IMPRECISE = {"sin", "cos"}
-
 
 def special_inputs(op: str, arity: int, n: int) -> list[np.ndarray]:
     """Every special value against every other: operand k varies along axis k."""
     s = SPECIALS[:n]
-    if op in HUGE_ARGS_IMPRECISE:
+    oracle = registry.get(op).oracle
+    if oracle is not None and oracle.huge_imprecise:
+        # GLSL leaves sin of huge arguments imprecise (no exact range reduction): NaN and
+        # the infinities still go in.
         s = s[(np.abs(s) < 1e6) | ~np.isfinite(s)]
     shapes = [[1] * arity for _ in range(arity)]
     for k in range(arity):
@@ -316,8 +311,7 @@ def test_elementwise_special_values_match_numpy(backend, op, n):
     xs = special_inputs(op, arity, n)
     b = GraphBuilder()
     ids = [b.input(f"x{k}", x.shape) for k, x in enumerate(xs)]
-    attrs = {"alpha": 0.3} if op in ("leaky_relu", "elu") else {}
-    y = b.add(op, ids, **attrs)
+    y = b.add(op, ids, **_domains_attrs(registry.get(op))[1])
     g = b.build()
     feeds = {f"x{k}": x for k, x in enumerate(xs)}
     (got,) = backend.run(g, [y], feeds, {})
