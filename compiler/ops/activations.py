@@ -8,7 +8,7 @@ from dlc.runtime.errors import CompileError
 
 from ..registry import Oracle, Param
 from .adjoint import chain
-from .elementwise import unary
+from .elementwise import _sigmoid, _softplus, unary
 from .special import erf_np
 
 SQRT_HALF = 0.7071067811865476
@@ -56,4 +56,78 @@ unary(
         domain=("wide",),
         calls=({}, {"approximate": "tanh"}),
     ),
+)
+
+unary(
+    "silu",
+    lambda x, a: x * _sigmoid(x),
+    "(a * dlc_sigmoid(a))",
+    doc="x * sigmoid(x) (swish)",
+    # s (1 + x (1 - s)), s = sigmoid(x)
+    grad=chain(
+        lambda e, x, y, n: (lambda s: e("mul", s, e("add", e.const(1.0), e("mul", x, e("sub", e.const(1.0), s)))))(
+            e("sigmoid", x)
+        )
+    ),
+    oracle=Oracle(lambda x: x / (1 + np.exp(-x)), lambda t, x: t.nn.functional.silu(x), domain=("wide",)),
+)
+
+unary(
+    "softsign",
+    lambda x, a: x / (1 + np.abs(x)),
+    "(a / (1.0 + abs(a)))",
+    doc="x / (1 + |x|)",
+    grad=chain(lambda e, x, y, n: e("square", e("reciprocal", e("add", e.const(1.0), e("abs", x))))),
+    oracle=Oracle(lambda x: x / (1 + np.abs(x)), lambda t, x: t.nn.functional.softsign(x), domain=("wide",)),
+)
+
+unary(
+    "hard_sigmoid",
+    lambda x, a: np.clip(x + 3, 0, 6) / 6,
+    "(dlc_relu6(a + 3.0) / 6.0)",
+    doc="min(max(x + 3, 0), 6) / 6 (PyTorch's hardsigmoid)",
+    grad=chain(
+        lambda e, x, y, n: e("div", e("mul", e("gt", x, e.const(-3.0)), e("lt", x, e.const(3.0))), e.const(6.0))
+    ),
+    # PyTorch's hardsigmoid by its definition: its own backward multiplies by a float32 1/6
+    oracle=Oracle(
+        lambda x: np.minimum(np.maximum(x + 3, 0), 6) / 6,
+        lambda t, x: t.nn.functional.relu6(x + 3) / 6,
+        domain=("hard",),
+    ),
+)
+
+unary(
+    "hard_swish",
+    lambda x, a: x * np.clip(x + 3, 0, 6) / 6,
+    "(a * dlc_relu6(a + 3.0) / 6.0)",
+    doc="x * hard_sigmoid(x) (PyTorch's hardswish)",
+    # 0 below -3, x / 3 + 1/2 up to 3, 1 above (PyTorch's)
+    grad=chain(
+        lambda e, x, y, n: e(
+            "where",
+            e("gt", x, e.const(3.0)),
+            e.const(1.0),
+            e("mul", e("gt", x, e.const(-3.0)), e("add", e("div", x, e.const(3.0)), e.const(0.5))),
+        )
+    ),
+    oracle=Oracle(
+        lambda x: x * np.minimum(np.maximum(x + 3, 0), 6) / 6,
+        lambda t, x: t.nn.functional.hardswish(x),
+        domain=("hard",),
+    ),
+)
+
+unary(
+    "mish",
+    lambda x, a: x * np.tanh(_softplus(x)),
+    "(a * dlc_tanh(dlc_max(a, 0.0) + log(1.0 + exp(-abs(a)))))",
+    doc="x * tanh(softplus(x))",
+    # t + x (1 - t^2) sigmoid(x), t = tanh(softplus(x))
+    grad=chain(
+        lambda e, x, y, n: (
+            lambda t: e("add", t, e("mul", x, e("mul", e("sub", e.const(1.0), e("square", t)), e("sigmoid", x))))
+        )(e("tanh", e("softplus", x)))
+    ),
+    oracle=Oracle(lambda x: x * np.tanh(np.logaddexp(x, 0.0)), lambda t, x: t.nn.functional.mish(x), domain=("wide",)),
 )
