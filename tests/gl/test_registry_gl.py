@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from special_values import SPECIALS, pow_inputs, same_specials
 
+import dlc
 from dlc.compiler import registry
 from dlc.compiler.autodiff import differentiate
 from dlc.compiler.builder import GraphBuilder
@@ -436,3 +437,27 @@ def test_blocked_matmul_propagates_nan_and_inf(backend, m, k, n):
         want = evaluate(graph, [y], {"a": a, "b": b}, {})[y]
     assert np.isnan(want).any() and np.isinf(want).any()
     same_specials(got, want, f"matmul {m}x{k}x{n}", rtol=1e-3, atol=1e-3, zero_signs=False)
+
+
+def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
+    """Each entry's GLSL and helpers are also WebGL2's dialect (no implicit int -> float, ...):
+    one model applying every elementwise function, its texture shaders compiled as ES 3.00."""
+    from dlc.compiler.artifact import programs
+    from dlc.runtime.gl import GL
+
+    if "GL_ARB_ES3_compatibility" not in gl.extensions:
+        pytest.skip("this GL compiles no GLSL ES 3.00")
+    ops = [op for op in registry.REGISTRY.values() if op.kind == "elementwise" and op.params and op.arity in (1, 2)]
+    lines = ["input x: [B, 3]", "input y: [B, 3]"]
+    lines += [f"o_{op.name} = {op.name}(x{', y' if op.arity == 2 else ''})" for op in ops]
+    model = dlc.compile("\n".join(lines) + "\n")
+    sources = [t for p in programs(model, target="texture", options={"es": True}).values() for t in p.sources.values()]
+    assert sources
+    for source in sources:
+        shader = GL.glCreateShader(GL.GL_FRAGMENT_SHADER)
+        GL.glShaderSource(shader, source)
+        GL.glCompileShader(shader)
+        ok = GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS)
+        log = GL.glGetShaderInfoLog(shader)
+        GL.glDeleteShader(shader)
+        assert ok, log.decode() if isinstance(log, bytes) else str(log)
