@@ -38,7 +38,7 @@ def _gelu_np(x, approximate="none"):
 unary(
     "gelu",
     lambda x, a: 0.5 * x * (1 + erf_np(x * SQRT_HALF)),
-    "(0.5 * a * (1.0 + dlc_erf(a * 0.7071067811865476)))",
+    "dlc_gelu(a)",
     doc='x * Phi(x) (exact); approximate="tanh": its tanh form',
     # Phi(x) + x phi(x)
     grad=chain(
@@ -49,6 +49,19 @@ unary(
         )
     ),
     build=_gelu_build,
+    helpers="""
+// x Phi(x). Below 0, 1 + erf(x / sqrt 2) cancels: it is erfc(|x| / sqrt 2) there, by Numerical
+// Recipes' erfcc (relative error < 1.2e-7), so the tail keeps its digits.
+float dlc_gelu(float x) {
+    if (x >= 0.0 || dlc_isnan(x)) return 0.5 * x * (1.0 + dlc_erf(x * 0.7071067811865476));
+    float z = -x * 0.7071067811865476;
+    float t = 1.0 / (1.0 + 0.5 * z);
+    float erfc = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
+                 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
+                 + t * (-0.82215223 + t * 0.17087277)))))))));
+    return 0.5 * x * erfc;
+}
+""",
     params=(Param("x", "tensor"), Param("approximate", "str", "none")),
     oracle=Oracle(
         _gelu_np,
@@ -121,8 +134,17 @@ unary(
 unary(
     "mish",
     lambda x, a: x * np.tanh(_softplus(x)),
-    "(a * dlc_tanh(dlc_max(a, 0.0) + log(1.0 + exp(-abs(a)))))",
+    "dlc_mish(a)",
     doc="x * tanh(softplus(x))",
+    helpers="""
+// x tanh(softplus(x)) without cancellation: tanh(log(1 + u)) = u (u + 2) / (u (u + 2) + 2) with
+// u = e^x, written in e^-|x| so that nothing overflows.
+float dlc_mish(float x) {
+    float e = exp(-abs(x));
+    float t = x >= 0.0 ? (1.0 + 2.0 * e) / (1.0 + 2.0 * e + 2.0 * e * e) : e * (e + 2.0) / (e * (e + 2.0) + 2.0);
+    return x * t;
+}
+""",
     # t + x (1 - t^2) sigmoid(x), t = tanh(softplus(x))
     grad=chain(
         lambda e, x, y, n: (
