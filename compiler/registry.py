@@ -94,8 +94,7 @@ class Oracle:
     equivalent (forward and autograd); domain: the domain of each tensor input (DOMAINS);
     attrs: the primitive's attr sets to sweep; calls: the language keyword sets to sweep
     (default: attrs); huge_imprecise: GLSL has no exact range reduction for it (sin of 1e30),
-    so the GL special-value sweep leaves |x| >= 1e6 out; grad_domain: the domains for gradient
-    checks where they must keep away from kinks the forward check may cross."""
+    so the GL special-value sweep leaves |x| >= 1e6 out."""
 
     numpy: Callable | None = None
     torch: Callable | None = None
@@ -103,11 +102,10 @@ class Oracle:
     attrs: tuple[Mapping[str, Any], ...] = ({},)
     calls: tuple[Mapping[str, Any], ...] | None = None
     huge_imprecise: bool = False
-    grad_domain: tuple[str, ...] | None = None
 
-    def domains(self, arity: int, grad: bool = False) -> list[str]:
-        doms = (self.grad_domain if grad and self.grad_domain else self.domain) or ()
-        return [*doms, *["normal"] * (arity - len(doms))][:arity]
+    def domains(self, arity: int) -> list[str]:
+        """The domain of each of `arity` inputs ("normal" where the oracle names none)."""
+        return [*self.domain, *["normal"] * (arity - len(self.domain))][:arity]
 
     def call_sets(self) -> tuple[Mapping[str, Any], ...]:
         return self.calls if self.calls is not None else self.attrs
@@ -117,11 +115,11 @@ class Oracle:
 
 # What a kernel kind lowers to, where an entry names nothing itself: the template module.
 KIND_LOWERING = {
-    "reduce": {"glsl-compute": "kernels_reduce", "glsl-texture": "texture.reduce"},
-    "matmul": {"glsl-compute": "kernels_matmul", "glsl-texture": "texture.matmul"},
-    "window": {"glsl-compute": "kernels_window", "glsl-texture": "texture.window"},
-    "layout": {"glsl": "index map (Emitter._<op>)"},
-    "leaf": {"glsl": "storage"},
+    "reduce": {"glsl-compute": "codegen/kernels_reduce.py", "glsl-texture": "codegen/texture.py _reduce_body"},
+    "matmul": {"glsl-compute": "codegen/kernels_matmul.py", "glsl-texture": "codegen/texture.py _matmul_body"},
+    "window": {"glsl-compute": "codegen/kernels_window.py", "glsl-texture": "codegen/texture.py WINDOW_BODIES"},
+    "layout": {"glsl": "an index map in codegen/glsl.py (Emitter._<op>)"},
+    "leaf": {"glsl": "storage (a buffer or texture)"},
 }
 
 
@@ -198,8 +196,8 @@ def get(name: str) -> OpDef:
 
 
 def update(name: str, **fields) -> OpDef:
-    """Set fields of a primitive's entry from the module that writes them (a gradient rule
-    beside its siblings in gradients.py, a language front end in functions.py)."""
+    """Set fields of a primitive's entry from the module that writes them (the language front
+    ends in functions.py that check their arguments)."""
     op = dataclasses.replace(get(name), **fields)
     REGISTRY[name] = op
     return op
@@ -233,9 +231,9 @@ def _load() -> None:
 
 
 def _complete() -> None:
-    # functions.py and gradients.py fill in the language front ends and gradient rules written
-    # beside their siblings there (they import the builder, which imports this module).
-    from . import functions, gradients  # noqa: F401
+    # functions.py fills in the front ends of the primitives whose functions check their
+    # arguments, and registers the composites (it imports the builder, which imports this).
+    from . import functions  # noqa: F401
 
 
 _load()

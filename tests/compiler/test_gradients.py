@@ -82,7 +82,7 @@ def unary_cases() -> list[Case]:
     # every differentiable unary entry, on its oracle's domain and attr sets
     out = []
     for op in _elementwise(1):
-        dom = op.oracle.domains(1, grad=True)
+        dom = op.oracle.domains(1)
         for k, attrs in enumerate(op.oracle.attrs):
             for rank in (0, 1, 3):
                 out.append(Case(op.name, [rand_shape(rank)], dict(attrs), dom, label=f"r{rank}a{k}"))
@@ -92,7 +92,7 @@ def unary_cases() -> list[Case]:
 def binary_cases() -> list[Case]:
     out = []
     for op in _elementwise(2):
-        doms = op.oracle.domains(2, grad=True)
+        doms = op.oracle.domains(2)
         full = rand_shape(3)
         for shapes in (
             [full, full],
