@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from special_values import SPECIALS, pow_inputs, same_specials
+from special_values import AND_CASES, MOD_CASES, ROUND_CASES, SPECIALS, pow_inputs, same_specials
 
 import dlc
 from dlc.compiler import registry
@@ -564,3 +564,15 @@ def test_log_softmax_is_exact_at_large_logits():
     labels = np.array([[0, 0, 0, 1], [1, 0, 0, 0]], np.float32)
     cost = run("input x: [B, 4]\ninput y: [B, 4]\nout = softmax_cross_entropy(x, y)\n", x=x, y=labels)
     np.testing.assert_allclose(cost, -(want[3] + want[0]) / 2, rtol=1e-6)
+
+
+def test_mod_takes_the_sign_of_the_divisor_and_round_halves_to_even():
+    a, b, want = (np.array(c, np.float32) for c in zip(*MOD_CASES))
+    got = run("input a: [N]\ninput b: [N]\nout = mod(a, b)\n", a=a, b=b)
+    same_specials(got, want, "mod")
+    x, want = (np.array(c, np.float32) for c in zip(*ROUND_CASES))
+    same_specials(run("input x: [N]\nout = round(x)\n", x=x), want, "round")
+    a, b, want = (np.array(c, np.float32) for c in zip(*AND_CASES))
+    same_specials(run("input a: [N]\ninput b: [N]\nout = logical_and(a, b)\n", a=a, b=b), want, "logical_and")
+    logic = "input a: [N]\ninput b: [N]\nout = logical_or(a, b) + 2 * logical_not(a)\n"
+    np.testing.assert_array_equal(run(logic, a=a, b=b), [2.0, 3.0, 1.0, 1.0, 1.0, 3.0])

@@ -24,8 +24,9 @@ def test_function_table_is_the_registrys():
         assert e.doc and e.group in optable.GROUPS, f"{e.name}: doc {e.doc!r}, group {e.group!r}"
         assert FUNCTIONS[e.name].differentiable == e.differentiable
     assert NOT_DIFFERENTIABLE == set(registry.not_differentiable())
-    assert {"sign", "step", "eq", "argmax", "one_hot"} <= NOT_DIFFERENTIABLE
-    assert not {"relu", "mean", "softmax"} & NOT_DIFFERENTIABLE
+    assert {"sign", "step", "eq", "argmax", "one_hot", "floor", "ceil", "round"} <= NOT_DIFFERENTIABLE
+    assert {"logical_and", "logical_or", "logical_not"} <= NOT_DIFFERENTIABLE
+    assert not {"relu", "mean", "softmax", "mod", "gelu", "atan"} & NOT_DIFFERENTIABLE
 
 
 def test_every_op_lowers_for_both_glsl_targets():

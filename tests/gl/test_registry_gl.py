@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from special_values import SPECIALS, pow_inputs, same_specials
+from special_values import AND_CASES, MOD_CASES, ROUND_CASES, SPECIALS, pow_inputs, same_specials
 
 import dlc
 from dlc.compiler import registry
@@ -461,3 +461,14 @@ def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
         log = GL.glGetShaderInfoLog(shader)
         GL.glDeleteShader(shader)
         assert ok, log.decode() if isinstance(log, bytes) else str(log)
+
+
+def test_mod_round_and_logic_match_hand_written_values(backend):
+    """mod, round and the logical ops on GL against values written out by hand (the sweeps
+    compare GL with the reference, which is NumPy's np.mod and np.round)."""
+    for op, cases in (("mod", MOD_CASES), ("round", ROUND_CASES), ("logical_and", AND_CASES)):
+        *xs, want = (np.array(c, np.float32) for c in zip(*cases))
+        b = GraphBuilder()
+        y = b.add(op, [b.input(f"x{k}", x.shape) for k, x in enumerate(xs)])
+        (got,) = backend.run(b.build(), [y], {f"x{k}": x for k, x in enumerate(xs)}, {})
+        same_specials(got, want, op, rtol=0, atol=0)
