@@ -1,9 +1,11 @@
 """The built-in functions of the language, as builders of primitive IR.
 
-Each function has a signature (parameters with a kind and a default) and an
-implementation over a GraphBuilder. Composites (mean, softmax, the costs, ...)
-expand here into registry primitives. The .dl front end and dlc.Graph both
-call these, so a model gives the same IR whichever way it is written.
+Each function is a registry entry with a signature (parameters with a kind and a
+default) and an implementation over a GraphBuilder: a primitive's entry adds its node
+(elementwise ops, compiler/ops/), or its front end here checks the arguments first;
+composites (mean, softmax, the costs, ...) are registered here as expansions into
+primitives. `FUNCTIONS`, the table the .dl front end and dlc.Graph call, is derived from
+the registry, so a model gives the same IR whichever way it is written.
 
 Parameter kinds: tensor, tensors (a list of tensors), int, float, bool, str,
 axis (int, list of ints, or None), ints (int or list), dims (list of ints,
@@ -14,22 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from dlc.runtime.errors import CompileError, Loc
 
+from . import registry
 from .builder import GraphBuilder
 from .ir import Shape
+from .registry import REQUIRED, Param  # noqa: F401  (the language's parameters, re-exported)
 from .shapes import ShapeError, format_shape, norm_axes, norm_axis, reduced, split_size
-
-REQUIRED = object()
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str
-    default: Any = REQUIRED
 
 
 @dataclass(frozen=True)
@@ -38,19 +32,36 @@ class Function:
     params: tuple[Param, ...]
     impl: Callable[..., int]
     differentiable: bool = True
+    doc: str = ""
 
-
-FUNCTIONS: dict[str, Function] = {}
 
 T = "tensor"
 
 
-def function(name: str, *params: Param, differentiable: bool = True):
+def function(name: str, *params: Param, doc: str, group: str, differentiable: bool = True):
+    """Registers a language function: the front end of the primitive of that name (it checks
+    and normalizes the arguments), else a composite expanding into primitives."""
+
     def deco(fn):
-        FUNCTIONS[name] = Function(name, params, fn, differentiable)
+        if name in registry.REGISTRY:
+            registry.update(name, params=params, build=fn, doc=doc, group=group)
+        else:
+            registry.register_composite(registry.Composite(name, params, fn, doc, group, differentiable))
         return fn
 
     return deco
+
+
+def _default_build(op: registry.OpDef):
+    """A primitive's function without a front end: tensors are its inputs, the rest attrs."""
+    convert = {"float": float, "int": int, "bool": bool, "str": str}
+
+    def impl(b, loc, *args):
+        inputs = [v for p, v in zip(op.params, args) if p.kind == T]
+        attrs = {p.name: convert.get(p.kind, lambda v: v)(v) for p, v in zip(op.params, args) if p.kind != T}
+        return b.add(op.name, inputs, loc, **attrs)
+
+    return impl
 
 
 def _fail(msg: str, loc: Loc | None):
@@ -58,89 +69,21 @@ def _fail(msg: str, loc: Loc | None):
 
 
 # -- elementwise -----------------------------------------------------------------
-
-_UNARY = [
-    "neg",
-    "abs",
-    "sign",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "square",
-    "reciprocal",
-    "relu",
-    "relu6",
-    "selu",
-    "softplus",
-    "sigmoid",
-    "tanh",
-    "sin",
-    "cos",
-    "step",
-]
-_BINARY = ["add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"]
-_NOT_DIFF = {"sign", "step", "eq", "ne", "lt", "le", "gt", "ge"}
+# Elementwise primitives are functions through their own entries (compiler/ops/); these are
+# the composites.
 
 
-def _unary(op):
-    return lambda b, loc, x: b.add(op, [x], loc)
-
-
-def _binary(op):
-    return lambda b, loc, a, c: b.add(op, [a, c], loc)
-
-
-for _op in _UNARY:
-    function(_op, Param("x", T), differentiable=_op not in _NOT_DIFF)(_unary(_op))
-for _op in _BINARY:
-    function(_op, Param("a", T), Param("b", T), differentiable=_op not in _NOT_DIFF)(_binary(_op))
-
-
-@function("erf", Param("x", T))
-def _erf_fn(b, loc, x):
-    return b.add("erf", [x], loc)
-
-
-@function("gelu", Param("x", T), Param("approximate", "str", "none"))
-def gelu(b, loc, x, approximate):
-    # "none": x * (1 + erf(x / sqrt 2)) / 2; "tanh": x * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2
-    if approximate == "none":
-        inner = b.add("erf", [b.add("mul", [x, b.const(0.7071067811865476, (), loc)], loc)], loc)
-    elif approximate == "tanh":
-        cube = b.add("mul", [b.add("mul", [x, x], loc), x], loc)
-        arg = b.add("add", [x, b.add("mul", [cube, b.const(0.044715, (), loc)], loc)], loc)
-        inner = b.add("tanh", [b.add("mul", [arg, b.const(0.7978845608028654, (), loc)], loc)], loc)
-    else:
-        _fail(f'gelu approximate must be "none" or "tanh", got "{approximate}"', loc)
-    half = b.add("mul", [x, b.const(0.5, (), loc)], loc)
-    return b.add("mul", [half, b.add("add", [inner, b.const(1.0, (), loc)], loc)], loc)
-
-
-@function("leaky_relu", Param("x", T), Param("alpha", "float", 0.2))
-def _leaky_relu(b, loc, x, alpha):
-    return b.add("leaky_relu", [x], loc, alpha=float(alpha))
-
-
-@function("elu", Param("x", T), Param("alpha", "float", 1.0))
-def _elu(b, loc, x, alpha):
-    return b.add("elu", [x], loc, alpha=float(alpha))
-
-
-@function("clip", Param("x", T), Param("low", T), Param("high", T))
+@function("clip", Param("x", T), Param("low", T), Param("high", T), doc="min(max(x, low), high)", group="elementwise")
 def _clip(b, loc, x, low, high):
     return b.add("minimum", [b.add("maximum", [x, low], loc), high], loc)
-
-
-@function("where", Param("cond", T), Param("a", T), Param("b", T))
-def _where(b, loc, cond, x, y):
-    return b.add("where", [cond, x, y], loc)
 
 
 # -- linear algebra --------------------------------------------------------------
 
 
-@function("matmul", Param("a", T), Param("b", T))
+@function(
+    "matmul", Param("a", T), Param("b", T), doc="matrix product: ranks 1-3, NumPy semantics", group="linear algebra"
+)
 def matmul(b: GraphBuilder, loc, x, y):
     sa, sb = b.shape(x), b.shape(y)
     if not sa or not sb or len(sa) > 3 or len(sb) > 3:
@@ -162,7 +105,13 @@ def matmul(b: GraphBuilder, loc, x, y):
     return out
 
 
-@function("transpose", Param("x", T), Param("perm", "ints", None))
+@function(
+    "transpose",
+    Param("x", T),
+    Param("perm", "ints", None),
+    doc="x with its axes permuted (default: reversed)",
+    group="linear algebra",
+)
 def _transpose(b, loc, x, perm):
     rank = len(b.shape(x))
     perm = tuple(reversed(range(rank))) if perm is None else tuple(perm)
@@ -188,8 +137,15 @@ def _reduction(op):
     return impl
 
 
-for _op in ("sum", "max", "min"):
-    function(_op, Param("x", T), Param("axis", "axis", None), Param("keepdims", "bool", False))(_reduction(_op))
+for _op, _doc in (("sum", "sum"), ("max", "largest element"), ("min", "smallest element")):
+    function(
+        _op,
+        Param("x", T),
+        Param("axis", "axis", None),
+        Param("keepdims", "bool", False),
+        doc=f"{_doc} over axis (all axes by default)",
+        group="reductions",
+    )(_reduction(_op))
 
 
 def count(b: GraphBuilder, loc, shape: Shape) -> int:
@@ -200,7 +156,14 @@ def count(b: GraphBuilder, loc, shape: Shape) -> int:
     return b.add("dim_size", [], loc, dims=tuple(shape))
 
 
-@function("mean", Param("x", T), Param("axis", "axis", None), Param("keepdims", "bool", False))
+@function(
+    "mean",
+    Param("x", T),
+    Param("axis", "axis", None),
+    Param("keepdims", "bool", False),
+    doc="mean over axis (all axes by default)",
+    group="reductions",
+)
 def mean(b, loc, x, axis, keepdims):
     axes = _axes(b, loc, x, axis)
     total = b.add("sum", [x], loc, axes=axes, keepdims=bool(keepdims))
@@ -220,14 +183,28 @@ def _arg(op):
 
 
 for _op in ("argmax", "argmin"):
-    function(_op, Param("x", T), Param("axis", "int", -1), differentiable=False)(_arg(_op))
+    function(
+        _op,
+        Param("x", T),
+        Param("axis", "int", -1),
+        doc=f"index of the first {_op[3:]}imum along axis, as a float",
+        group="reductions",
+        differentiable=False,
+    )(_arg(_op))
 
 
 def _keepdims_max(b, loc, x, axes):
     return b.add("stop_gradient", [b.add("max", [x], loc, axes=axes, keepdims=True)], loc)
 
 
-@function("logsumexp", Param("x", T), Param("axis", "axis", -1), Param("keepdims", "bool", False))
+@function(
+    "logsumexp",
+    Param("x", T),
+    Param("axis", "axis", -1),
+    Param("keepdims", "bool", False),
+    doc="log(sum(exp(x))) over axis, stable",
+    group="reductions",
+)
 def logsumexp(b, loc, x, axis, keepdims):
     axes = _axes(b, loc, x, axis)
     m = _keepdims_max(b, loc, x, axes)
@@ -239,14 +216,20 @@ def logsumexp(b, loc, x, axis, keepdims):
     return out
 
 
-@function("softmax", Param("x", T), Param("axis", "int", -1))
+@function("softmax", Param("x", T), Param("axis", "int", -1), doc="exp(x) / sum(exp(x)) along axis", group="networks")
 def softmax(b, loc, x, axis):
     axes = _axes(b, loc, x, axis)
     e = b.add("exp", [b.add("sub", [x, _keepdims_max(b, loc, x, axes)], loc)], loc)
     return b.add("div", [e, b.add("sum", [e], loc, axes=axes, keepdims=True)], loc)
 
 
-@function("log_softmax", Param("x", T), Param("axis", "int", -1))
+@function(
+    "log_softmax",
+    Param("x", T),
+    Param("axis", "int", -1),
+    doc="log(softmax(x)), exact at large logits",
+    group="networks",
+)
 def log_softmax(b, loc, x, axis):
     # (x - m) - log(sum(exp(x - m))): exact at large logits, where x - (m + log(...)) rounds
     # m + log(...) to float32 first (row [10000, 10001, 10002, 10003]: -0.44043, not -0.44019).
@@ -259,7 +242,7 @@ def log_softmax(b, loc, x, axis):
 # -- shape -----------------------------------------------------------------------
 
 
-@function("reshape", Param("x", T), Param("shape", "dims"))
+@function("reshape", Param("x", T), Param("shape", "dims"), doc="x with new dims (at most one -1)", group="shape")
 def reshape(b, loc, x, shape):
     old = b.shape(x)
     new = list(shape)
@@ -300,7 +283,9 @@ def _count(shape):
     return "*".join([*sym, str(known)]) if sym else str(known)
 
 
-@function("concat", Param("tensors", "tensors"), Param("axis", "int", 0))
+@function(
+    "concat", Param("tensors", "tensors"), Param("axis", "int", 0), doc="tensors joined along axis", group="shape"
+)
 def concat(b, loc, xs, axis):
     if not xs:
         _fail("concat needs at least one tensor", loc)
@@ -318,7 +303,14 @@ def concat(b, loc, xs, axis):
     return b.add("concat", list(xs), loc, axis=ax)
 
 
-@function("slice", Param("x", T), Param("begin", "ints"), Param("size", "dims"))
+@function(
+    "slice",
+    Param("x", T),
+    Param("begin", "ints"),
+    Param("size", "dims"),
+    doc="x[begin : begin + size] per axis (size -1: to the end; a symbolic axis whole)",
+    group="shape",
+)
 def slice_(b, loc, x, begin, size):
     """x[begin[k] : begin[k] + size[k]] along every axis k; a size of -1 runs to the end of
     its axis, and a symbolic axis is taken whole: size -1 or its own name (`[B, 32]`)."""
@@ -350,7 +342,14 @@ def slice_(b, loc, x, begin, size):
     return b.add("slice", [x], loc, begin=tuple(begin), size=tuple(out))
 
 
-@function("pad", Param("x", T), Param("before", "ints"), Param("after", "ints"))
+@function(
+    "pad",
+    Param("x", T),
+    Param("before", "ints"),
+    Param("after", "ints"),
+    doc="zeros before and after each axis",
+    group="shape",
+)
 def pad(b, loc, x, before, after):
     # Zeros around x: `before[k]` in front of axis k and `after[k]` behind it.
     shape = b.shape(x)
@@ -372,7 +371,9 @@ def pad(b, loc, x, before, after):
     return b.add("pad", [x], loc, before=tuple(before), after=tuple(after))
 
 
-@function("broadcast_to", Param("x", T), Param("shape", "dims"))
+@function(
+    "broadcast_to", Param("x", T), Param("shape", "dims"), doc="x broadcast to shape (NumPy's rule)", group="shape"
+)
 def broadcast_to(b, loc, x, shape):
     # NumPy's broadcast_to: x's dims line up with the trailing dims of shape.
     old, new = b.shape(x), tuple(shape)
@@ -383,7 +384,14 @@ def broadcast_to(b, loc, x, shape):
     return b.add("broadcast_to", [x], loc, shape=new)
 
 
-@function("one_hot", Param("indices", T), Param("depth", "int"), differentiable=False)
+@function(
+    "one_hot",
+    Param("indices", T),
+    Param("depth", "int"),
+    doc="1 at each index along a new last axis of depth, else 0",
+    group="shape",
+    differentiable=False,
+)
 def _one_hot(b, loc, x, depth):
     if int(depth) <= 0:
         _fail(f"one_hot depth must be positive, got {depth}", loc)
@@ -423,6 +431,8 @@ def _padding(p, loc):
     Param("padding", "padding", "same"),
     Param("dilation", "ints", 1),
     Param("groups", "int", 1),
+    doc="2-D convolution, NHWC, filter [kh, kw, C_in/groups, C_out] (depthwise when groups = C_in)",
+    group="networks",
 )
 def conv2d(b, loc, x, w, stride, padding, dilation, groups):
     if not isinstance(groups, int) or groups <= 0:
@@ -454,6 +464,8 @@ function(
     Param("size", "ints"),
     Param("stride", "ints", None),
     Param("padding", "padding", "valid"),
+    doc="maximum over each window (NHWC)",
+    group="networks",
 )(_pool("max_pool"))
 function(
     "avg_pool",
@@ -462,6 +474,8 @@ function(
     Param("stride", "ints", None),
     Param("padding", "padding", "valid"),
     Param("count_include_pad", "bool", False),
+    doc="average over each window (NHWC)",
+    group="networks",
 )(_pool("avg_pool"))
 
 
@@ -475,20 +489,30 @@ def _global_pool(op):
     return impl
 
 
-function("global_avg_pool", Param("x", T))(_global_pool("avg"))
-function("global_max_pool", Param("x", T))(_global_pool("max"))
+function("global_avg_pool", Param("x", T), doc="[B, H, W, C] to [B, C] by the mean", group="networks")(
+    _global_pool("avg")
+)
+function("global_max_pool", Param("x", T), doc="[B, H, W, C] to [B, C] by the maximum", group="networks")(
+    _global_pool("max")
+)
 
 
 # -- costs -----------------------------------------------------------------------
 
 
-@function("mean_squared", Param("pred", T), Param("target", T))
+@function("mean_squared", Param("pred", T), Param("target", T), doc="mean((pred - target)^2)", group="costs")
 def mean_squared(b, loc, pred, target):
     diff = b.add("sub", [pred, target], loc)
     return mean(b, loc, b.add("square", [diff], loc), None, False)
 
 
-@function("softmax_cross_entropy", Param("logits", T), Param("labels", T))
+@function(
+    "softmax_cross_entropy",
+    Param("logits", T),
+    Param("labels", T),
+    doc="mean over rows of -sum(labels * log_softmax(logits))",
+    group="costs",
+)
 def softmax_cross_entropy(b, loc, logits, labels):
     if b.shape(logits) != b.shape(labels):
         _fail(
@@ -506,7 +530,13 @@ def softmax_cross_entropy(b, loc, logits, labels):
     return b.add("neg", [mean(b, loc, per, None, False)], loc)
 
 
-@function("sigmoid_cross_entropy", Param("logits", T), Param("labels", T))
+@function(
+    "sigmoid_cross_entropy",
+    Param("logits", T),
+    Param("labels", T),
+    doc="mean of the logistic loss of logits against labels in [0, 1], stable",
+    group="costs",
+)
 def sigmoid_cross_entropy(b, loc, x, z):
     # max(x, 0) - x*z + log(1 + exp(-|x|)): stable for large |x|.
     pos = b.add("relu", [x], loc)
@@ -530,3 +560,16 @@ OPERATORS = {
     ">": "gt",
     ">=": "ge",
 }
+
+
+def _derive() -> dict[str, Function]:
+    table = {}
+    for e in registry.language_entries():
+        impl = e.build or _default_build(e)
+        table[e.name] = Function(e.name, e.params, impl, e.differentiable, e.doc)
+    return table
+
+
+# The language's function table and its "not differentiable" list, derived from the registry.
+FUNCTIONS: dict[str, Function] = _derive()
+NOT_DIFFERENTIABLE = frozenset(name for name, f in FUNCTIONS.items() if not f.differentiable)

@@ -362,7 +362,7 @@ for _alias, _target in {
     if _alias not in globals():
         globals()[_alias] = globals()[_target]
         __all__.append(_alias)
-# Note: this module's `sum`, `max`, `min`, `abs`, `pow` and `slice` are ops, not the builtins.
+# Note: this module's `sum`, `max`, `min`, `abs`, `pow`, `round` and `slice` are ops, not the builtins.
 
 
 # -- what `dlc.ops` shows ---------------------------------------------------------------

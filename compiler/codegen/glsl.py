@@ -94,7 +94,7 @@ float dlc_sigmoid(float x) {
     float e = exp(-abs(x));
     return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
-"""
+""" + registry.glsl_helpers()  # the helpers registry entries bring (dlc_erf, ...)
 
 
 # -- the preamble, pruned per kernel ------------------------------------------------------

@@ -215,8 +215,18 @@ UNARY = {
     "Sin": "sin({})",
     "Cos": "cos({})",
     "Sign": "sign({})",
-    "Softsign": "({0} / (1.0 + abs({0})))",
+    "Softsign": "softsign({})",
     "Erf": "erf({})",
+    "Floor": "floor({})",
+    "Ceil": "ceil({})",
+    "Round": "round({})",
+    "Tan": "tan({})",
+    "Asin": "asin({})",
+    "Acos": "acos({})",
+    "Atan": "atan({})",
+    "Sinh": "sinh({})",
+    "Cosh": "cosh({})",
+    "Mish": "mish({})",
 }
 BINARY = {
     "Add": "({} + {})",
@@ -288,7 +298,7 @@ def _hard_sigmoid(c, node, ins, attrs):
 
 @handler("HardSwish")
 def _hard_swish(c, node, ins, attrs):
-    _elementwise(c, node, ins[:1], lambda x: f"({x} * clip({x} * {fmt_num(1 / 6)} + 0.5, 0.0, 1.0))")
+    _elementwise(c, node, ins[:1], lambda x: f"hard_swish({x})")
 
 
 @handler("PRelu")

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..registry import OpDef, register
 from ..shapes import ShapeError, bind, format_shape
+from .adjoint import unbroadcast
 
 
 def _reshape(args, attrs, dims):
@@ -70,14 +71,73 @@ def _take(args, attrs, dims):
     return out
 
 
-register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1))
-register(OpDef("broadcast_to", "layout", lambda ins, a: tuple(a["shape"]), _broadcast_to, arity=1))
+# -- gradient rules (emit, node, y, g; see ops/adjoint.py) --------------------------
+
+
+def _reshape_rule(e, n, y, g):
+    return (e("reshape", g, shape=e.shape(n.inputs[0])),)
+
+
+def _broadcast_to_rule(e, n, y, g):
+    return (unbroadcast(e, g, e.shape(n.inputs[0])),)
+
+
+def _transpose_rule(e, n, y, g):
+    perm = n.attr("perm")
+    inverse = tuple(sorted(range(len(perm)), key=lambda k: perm[k]))
+    return (e("transpose", g, perm=inverse),)
+
+
+def _slice_rule(e, n, y, g):
+    x_shape = e.shape(n.inputs[0])
+    begin, size = n.attr("begin"), n.attr("size")
+    after = tuple(0 if isinstance(d, str) else d - b - s for d, b, s in zip(x_shape, begin, size))
+    return (e("pad", g, before=tuple(begin), after=after),)
+
+
+def _pad_rule(e, n, y, g):
+    return (e("slice", g, begin=tuple(n.attr("before")), size=e.shape(n.inputs[0])),)
+
+
+def _concat_rule(e, n, y, g):
+    axis = n.attr("axis")
+    rank = len(n.shape)
+    out, offset = [], 0
+    for x in n.inputs:
+        shape = e.shape(x)
+        begin = tuple(offset if k == axis else 0 for k in range(rank))
+        out.append(e("slice", g, begin=begin, size=shape))
+        offset += shape[axis]
+    return out
+
+
+register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1, gradient=_reshape_rule))
 register(
-    OpDef("transpose", "layout", _transpose_shape, lambda args, a, d: np.transpose(args[0], a["perm"]).copy(), arity=1)
+    OpDef(
+        "broadcast_to", "layout", lambda ins, a: tuple(a["shape"]), _broadcast_to, arity=1, gradient=_broadcast_to_rule
+    )
 )
-register(OpDef("slice", "layout", _slice_shape, _slice, arity=1))
-register(OpDef("pad", "layout", _pad_shape, _pad, arity=1))
-register(OpDef("concat", "layout", _concat_shape, lambda args, a, d: np.concatenate(args, axis=a["axis"])))
+register(
+    OpDef(
+        "transpose",
+        "layout",
+        _transpose_shape,
+        lambda args, a, d: np.transpose(args[0], a["perm"]).copy(),
+        arity=1,
+        gradient=_transpose_rule,
+    )
+)
+register(OpDef("slice", "layout", _slice_shape, _slice, arity=1, gradient=_slice_rule))
+register(OpDef("pad", "layout", _pad_shape, _pad, arity=1, gradient=_pad_rule))
+register(
+    OpDef(
+        "concat",
+        "layout",
+        _concat_shape,
+        lambda args, a, d: np.concatenate(args, axis=a["axis"]),
+        gradient=_concat_rule,
+    )
+)
 register(OpDef("one_hot", "layout", lambda ins, a: (*ins[0], a["depth"]), _one_hot, arity=1, differentiable=False))
 # out[i, ...] = x[int(idx[i]), ...]: training gathers its batches from data kept on the GPU
 # (compiler/resident.py). Not differentiable: only data flows through it.

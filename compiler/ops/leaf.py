@@ -29,4 +29,14 @@ register(OpDef("state", "leaf", _leaf_shape, _fed, arity=0, differentiable=False
 register(OpDef("const", "leaf", _leaf_shape, _const, arity=0, differentiable=False))
 # The element count of a (possibly symbolic) shape, as a float scalar: `mean`
 # divides by it, so the count follows the batch size bound at run time.
-register(OpDef("dim_size", "elementwise", lambda ins, a: (), _dim_size, arity=0, differentiable=False, glsl="{size}"))
+register(
+    OpDef(
+        "dim_size",
+        "elementwise",
+        lambda ins, a: (),
+        _dim_size,
+        arity=0,
+        differentiable=False,
+        lowering={"glsl": "{size}"},
+    )
+)

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..registry import OpDef, register
 from ..shapes import ShapeError, broadcast, format_shape
+from .adjoint import shapes, unbroadcast
 
 
 def matmul_shape(ins, attrs):
@@ -30,4 +31,25 @@ def _matmul(args, attrs, dims):
     return np.matmul(a, b)
 
 
-register(OpDef("matmul", "matmul", matmul_shape, _matmul, arity=2))
+# -- gradient rules (emit, node, y, g; see ops/adjoint.py) --------------------------
+
+
+def _matmul_rule(e, n, y, g):
+    # C = op(A) op(B), op = transpose where ta/tb: d op(A) = G op(B)^T, d op(B) = op(A)^T G.
+    # ta/tb read operands transposed, so no transpose node is needed; batch axes that
+    # were broadcast are summed back by unbroadcast.
+    a, b = n.inputs
+    ta, tb = bool(n.attr("ta")), bool(n.attr("tb"))
+    sa, sb = shapes(e, n)
+    if ta:
+        da = e("matmul", b, g, ta=tb, tb=True)
+    else:
+        da = e("matmul", g, b, ta=False, tb=not tb)
+    if tb:
+        db = e("matmul", g, a, ta=True, tb=ta)
+    else:
+        db = e("matmul", a, g, ta=not ta, tb=False)
+    return unbroadcast(e, da, sa), unbroadcast(e, db, sb)
+
+
+register(OpDef("matmul", "matmul", matmul_shape, _matmul, arity=2, gradient=_matmul_rule))

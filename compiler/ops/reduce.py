@@ -6,6 +6,7 @@ import numpy as np
 
 from ..registry import OpDef, register
 from ..shapes import reduced
+from .adjoint import kept
 
 
 def _reduce_shape(ins, attrs):
@@ -20,9 +21,28 @@ def _reducer(fn):
     return ref
 
 
-register(OpDef("sum", "reduce", _reduce_shape, _reducer(np.sum), arity=1))
-register(OpDef("max", "reduce", _reduce_shape, _reducer(np.max), arity=1))
-register(OpDef("min", "reduce", _reduce_shape, _reducer(np.min), arity=1))
+# -- gradient rules (emit, node, y, g; see ops/adjoint.py) --------------------------
+
+
+def _sum_rule(e, n, y, g):
+    x_shape = e.shape(n.inputs[0])
+    gk = kept(e, g, x_shape, n.attr("axes"), n.attr("keepdims"))
+    return (gk if e.shape(gk) == x_shape else e("broadcast_to", gk, shape=x_shape),)
+
+
+def _extremum_rule(e, n, y, g):
+    # The gradient goes to the elements equal to the extremum, shared among ties.
+    x = n.inputs[0]
+    x_shape = e.shape(x)
+    axes, keep = n.attr("axes"), n.attr("keepdims")
+    hit = e("eq", x, kept(e, y, x_shape, axes, keep))
+    count = e("sum", hit, axes=axes, keepdims=True)
+    return (e("mul", e("div", hit, count), kept(e, g, x_shape, axes, keep)),)
+
+
+register(OpDef("sum", "reduce", _reduce_shape, _reducer(np.sum), arity=1, gradient=_sum_rule))
+register(OpDef("max", "reduce", _reduce_shape, _reducer(np.max), arity=1, gradient=_extremum_rule))
+register(OpDef("min", "reduce", _reduce_shape, _reducer(np.min), arity=1, gradient=_extremum_rule))
 
 
 def _arg_shape(ins, attrs):

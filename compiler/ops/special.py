@@ -1,8 +1,8 @@
-"""Special functions the ONNX importer needs: erf (Gelu is built from it).
+"""Special functions: erf (gelu is built on it).
 
 GLSL has no erf: below |x| < 0.5 its Taylor series to x^13 (relative error < 1e-8, so tiny
 inputs keep their precision), elsewhere Abramowitz & Stegun 7.1.26 (absolute error
-< 1.5e-7), written as one expression over `a` like every elementwise op.
+< 1.5e-7).
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ import math
 
 import numpy as np
 
-from ..registry import OpDef, register
+from ..registry import Oracle
+from .adjoint import chain
+from .elementwise import unary
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _ref(args, attrs, dims):
-    x = args[0]
-    return np.asarray(_erf(x), dtype=x.dtype)
-
+erf_np = np.vectorize(math.erf, otypes=[np.float64])
 
 _T = "(1.0 / (1.0 + 0.3275911 * abs(a)))"
 _AS = (
@@ -31,6 +27,17 @@ _SERIES = (
     "(0.0238095238 - a * a * (0.0046296296 - a * a * (0.0007575758 - a * a * "
     "0.0001068376)))))))"
 )
-GLSL = f"(a == 0.0 ? a : abs(a) < 0.5 ? {_SERIES} : {_AS})"  # a == 0: keeps -0 on NVIDIA
 
-register(OpDef("erf", "elementwise", lambda ins, a: ins[0], _ref, arity=1, glsl=GLSL))
+unary(
+    "erf",
+    lambda x, a: erf_np(x),
+    "dlc_erf(a)",
+    doc="the error function",
+    # d erf(x) = 2 / sqrt(pi) * exp(-x^2)
+    grad=chain(lambda e, x, y, n: e("mul", e.const(1.1283791670955126), e("exp", e("neg", e("square", x))))),
+    helpers=(
+        "\n// erf: a Taylor series below |x| < 0.5, Abramowitz & Stegun 7.1.26 above; x == 0 keeps -0 on NVIDIA.\n"
+        f"float dlc_erf(float a) {{ return a == 0.0 ? a : abs(a) < 0.5 ? {_SERIES} : {_AS}; }}\n"
+    ),
+    oracle=Oracle(erf_np, lambda t, x: t.erf(x), domain=("wide",)),
+)

@@ -230,12 +230,112 @@ def _avg_pool_grad(args, attrs, dims):
     return dxp[:, pt : pt + x_shape[1], pl : pl + x_shape[2], :]
 
 
-register(OpDef("conv2d", "window", conv2d_shape, _conv2d, arity=2))
+# -- gradient rules (emit, node, y, g; see ops/adjoint.py) --------------------------
+
+# conv2d is bilinear: y = C(x, w). conv2d_grad_input(dy, w) = C_x^T dy and
+# conv2d_grad_filter(x, dy) = C_w^T dy are bilinear too, so the gradients of all
+# three are the other two (and conv2d itself).
+
+
+def _window(n) -> dict:
+    """The geometry attrs a window op's gradient ops share (those the node has)."""
+    keys = ("stride", "padding", "dilation", "groups", "count_include_pad")
+    return {k: v for k, v in n.attrs if k in keys}
+
+
+def _conv2d_rule(e, n, y, g):
+    x, w = n.inputs
+    gx = e("conv2d_grad_input", g, w, x_shape=e.shape(x), **_window(n))
+    gw = e("conv2d_grad_filter", x, g, w_shape=e.shape(w), **_window(n))
+    return gx, gw
+
+
+def _conv2d_grad_input_rule(e, n, y, g):
+    dy, w = n.inputs
+    return (e("conv2d", g, w, **_window(n)), e("conv2d_grad_filter", g, dy, w_shape=e.shape(w), **_window(n)))
+
+
+def _conv2d_grad_filter_rule(e, n, y, g):
+    x, dy = n.inputs
+    return (e("conv2d_grad_input", dy, g, x_shape=e.shape(x), **_window(n)), e("conv2d", x, g, **_window(n)))
+
+
+def _avg_pool_rule(e, n, y, g):
+    x = n.inputs[0]
+    return (e("avg_pool_grad", g, size=n.attr("size"), x_shape=e.shape(x), **_window(n)),)
+
+
+def _avg_pool_grad_rule(e, n, y, g):
+    # avg_pool_grad is avg_pool's adjoint, so its adjoint is avg_pool.
+    return (e("avg_pool", g, size=n.attr("size"), **_window(n)),)
+
+
+def _max_pool_rule(e, n, y, g):
+    x = n.inputs[0]
+    return (e("max_pool_grad", x, g, size=n.attr("size"), **_window(n)),)
+
+
+def _max_pool_grad_rule(e, n, y, g):
+    # max_pool_grad(x, dy) scatters dy to the first maximum of each window; its adjoint
+    # gathers g from there. Windows are laid out as channels with a one-hot conv2d
+    # (im2col), padding is masked out, and argmax picks the first maximum. In x it is
+    # piecewise constant: no gradient.
+    x = n.inputs[0]
+    b, _, _, c = e.shape(x)
+    kh, kw = n.attr("size")
+    taps = kh * kw
+    # eye[di, dj, ch, tap * C + ch] = 1 with tap = di * kw + dj: window taps as channels
+    eye_values = np.zeros((kh, kw, c, taps * c))
+    for di in range(kh):
+        for dj in range(kw):
+            for ch in range(c):
+                eye_values[di, dj, ch, (di * kw + dj) * c + ch] = 1.0
+    eye = e.b.const(tuple(eye_values.ravel()), eye_values.shape, e.loc)
+
+    def windows(t: int) -> int:  # [B, oh, ow, C, taps]
+        p = e("conv2d", t, eye, **_window(n))
+        _, oh, ow, _ = e.shape(p)
+        p = e("reshape", p, shape=(b, oh, ow, taps, c))
+        return e("transpose", p, perm=(0, 1, 2, 4, 3))
+
+    valid = windows(e("broadcast_to", e.const(1.0), shape=e.shape(x)))
+    vx = e("where", valid, windows(x), e.const(-3.0e38))
+    first = e("one_hot", e("argmax", vx, axis=4), depth=taps)
+    picked = e("sum", e("mul", first, windows(g)), axes=(4,), keepdims=False)
+    return None, picked
+
+
+register(OpDef("conv2d", "window", conv2d_shape, _conv2d, arity=2, gradient=_conv2d_rule))
 register(
-    OpDef("conv2d_grad_input", "window", lambda ins, a: (ins[0][0], *a["x_shape"][1:]), _conv2d_grad_input, arity=2)
+    OpDef(
+        "conv2d_grad_input",
+        "window",
+        lambda ins, a: (ins[0][0], *a["x_shape"][1:]),
+        _conv2d_grad_input,
+        arity=2,
+        gradient=_conv2d_grad_input_rule,
+    )
 )
-register(OpDef("conv2d_grad_filter", "window", lambda ins, a: tuple(a["w_shape"]), _conv2d_grad_filter, arity=2))
-register(OpDef("max_pool", "window", pool_shape, _max_pool, arity=1))
-register(OpDef("avg_pool", "window", pool_shape, _avg_pool, arity=1))
-register(OpDef("max_pool_grad", "window", lambda ins, a: ins[0], _max_pool_grad, arity=2))
-register(OpDef("avg_pool_grad", "window", lambda ins, a: (ins[0][0], *a["x_shape"][1:]), _avg_pool_grad, arity=1))
+register(
+    OpDef(
+        "conv2d_grad_filter",
+        "window",
+        lambda ins, a: tuple(a["w_shape"]),
+        _conv2d_grad_filter,
+        arity=2,
+        gradient=_conv2d_grad_filter_rule,
+    )
+)
+register(OpDef("max_pool", "window", pool_shape, _max_pool, arity=1, gradient=_max_pool_rule))
+register(OpDef("avg_pool", "window", pool_shape, _avg_pool, arity=1, gradient=_avg_pool_rule))
+register(OpDef("max_pool_grad", "window", lambda ins, a: ins[0], _max_pool_grad, arity=2, gradient=_max_pool_grad_rule))
+register(
+    OpDef(
+        "avg_pool_grad",
+        "window",
+        lambda ins, a: (ins[0][0], *a["x_shape"][1:]),
+        _avg_pool_grad,
+        arity=1,
+        gradient=_avg_pool_grad_rule,
+    )
+)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dlc
+from dlc.compiler import registry
 from dlc.compiler.functions import FUNCTIONS
 
 rng = np.random.default_rng(0)
@@ -92,6 +93,13 @@ CASES: dict[str, list[tuple[tuple, dict]]] = {
     "gelu": [((arr(3, 4),), {}), ((arr(3, 4),), {"approximate": "tanh"})],
     "broadcast_to": [((arr(3, 1), [2, 3, 4]), {})],
 }
+# The registry's other elementwise functions, on their oracles' domains and keyword sets.
+for _op in registry.REGISTRY.values():
+    if _op.kind == "elementwise" and _op.params and _op.oracle and _op.name not in CASES:
+        CASES[_op.name] = [
+            (tuple(registry.sample(d, rng, (3, 4)).astype(np.float32) for d in _op.oracle.domains(_op.arity)), dict(kw))
+            for kw in _op.oracle.call_sets()
+        ]
 
 
 def test_every_language_function_has_a_case():

@@ -100,6 +100,23 @@ POW_CASES = [
     (-3.0, 2.0**25, inf),  # large y is even
 ]
 
+# Written out by hand (Python's % and round semantics), not computed with NumPy: (a, b, mod(a, b)),
+# (x, round(x)) with halves to even, (a, b, logical_and(a, b)) with NaN true.
+MOD_CASES = [
+    (-1.0, 3.0, 2.0),
+    (1.0, -3.0, -2.0),
+    (5.5, 2.0, 1.5),
+    (-5.5, 2.0, 0.5),
+    (-0.0, 1.0, 0.0),
+    (4.0, -2.0, -0.0),
+    (7.0, inf, 7.0),
+    (-7.0, inf, inf),
+    (3.0, 0.0, nan),
+    (inf, 2.0, nan),
+]
+ROUND_CASES = [(0.5, 0.0), (1.5, 2.0), (2.5, 2.0), (-0.5, -0.0), (-1.5, -2.0), (-0.4, -0.0), (2.4999, 2.0), (nan, nan)]
+AND_CASES = [(0.0, 0.0, 0.0), (0.0, 3.0, 0.0), (1.0, 0.0, 0.0), (-2.0, 0.5, 1.0), (nan, 0.0, 0.0), (-0.0, nan, 0.0)]
+
 
 def pow_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """x, y and the expected x^y of POW_CASES as float32 columns."""

@@ -1,7 +1,9 @@
 """Every differentiable registry op's gradient rule, checked on random inputs.
 
 The sweep is over the registry: a differentiable op with no gradient rule or
-no case here fails `test_every_differentiable_op_is_covered`. Each case builds
+no case here fails `test_every_differentiable_op_is_covered`. Elementwise cases and
+their PyTorch equivalents come from the entries' oracles (domain, attr sets, torch), so a
+new entry is swept with no edit here. Each case builds
 `loss = sum(op(x...) * r)` for a fixed random `r`, differentiates it with
 `autodiff.differentiate` and compares, in float64, with central differences
 and (when importable) with PyTorch's autograd.
@@ -42,19 +44,11 @@ class Case:
 
 
 def sample(rng: np.random.Generator, domain: str, shape: tuple) -> np.ndarray:
-    if domain == "normal":
-        return rng.normal(size=shape)
-    if domain == "positive":
-        return rng.uniform(0.5, 2.0, size=shape)
-    if domain == "away":
-        return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(0.3, 2.0, size=shape)
-    if domain == "relu6":
-        return rng.choice([-1.0, 3.0, 7.0], size=shape) + rng.uniform(-0.7, 0.7, size=shape)
     if domain == "cond":
         return (rng.uniform(size=shape) > 0.5).astype(float)
     if domain == "two":
         return np.full(shape, 2.0)
-    raise ValueError(domain)
+    return registry.sample(domain, rng, shape)  # the domains entries' oracles name
 
 
 # -- the cases ----------------------------------------------------------------------
@@ -76,40 +70,29 @@ def broadcast_partner(shape: tuple) -> tuple:
     return tuple(tail)
 
 
-UNARY_DOMAINS = {
-    "log": "positive",
-    "sqrt": "positive",
-    "rsqrt": "positive",
-    "reciprocal": "away",
-    "abs": "away",
-    "relu": "away",
-    "leaky_relu": "away",
-    "elu": "away",
-    "selu": "away",
-    "relu6": "relu6",
-}
-UNARY_ATTRS = {"leaky_relu": [{"alpha": 0.2}, {"alpha": 0.05}], "elu": [{"alpha": 1.0}, {"alpha": 0.5}]}
+def _elementwise(arity: int) -> list[registry.OpDef]:
+    return [
+        op
+        for op in registry.REGISTRY.values()
+        if op.kind == "elementwise" and op.arity == arity and op.differentiable and op.oracle is not None
+    ]
 
 
 def unary_cases() -> list[Case]:
+    # every differentiable unary entry, on its oracle's domain and attr sets
     out = []
-    for op, d in registry.REGISTRY.items():
-        if d.kind != "elementwise" or d.arity != 1 or not d.differentiable:
-            continue
-        dom = UNARY_DOMAINS.get(op, "normal")
-        for k, attrs in enumerate(UNARY_ATTRS.get(op, [{}])):
+    for op in _elementwise(1):
+        dom = op.oracle.domains(1)
+        for k, attrs in enumerate(op.oracle.attrs):
             for rank in (0, 1, 3):
-                out.append(Case(op, [rand_shape(rank)], attrs, [dom], label=f"r{rank}a{k}"))
+                out.append(Case(op.name, [rand_shape(rank)], dict(attrs), dom, label=f"r{rank}a{k}"))
     return out
-
-
-BINARY_DOMAINS = {"div": ["normal", "away"], "pow": ["positive", "normal"]}
 
 
 def binary_cases() -> list[Case]:
     out = []
-    for op in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"):
-        doms = BINARY_DOMAINS.get(op, ["normal", "normal"])
+    for op in _elementwise(2):
+        doms = op.oracle.domains(2)
         full = rand_shape(3)
         for shapes in (
             [full, full],
@@ -118,8 +101,8 @@ def binary_cases() -> list[Case]:
             [(), rand_shape(2)],
             [rand_shape(1), ()],
         ):
-            out.append(Case(op, list(shapes), {}, doms))
-        out.append(Case(op, [("B", 3), (1, 3)], {}, doms, dims={"B": 2}, label="symbolic"))
+            out.append(Case(op.name, list(shapes), {}, doms))
+        out.append(Case(op.name, [("B", 3), (1, 3)], {}, doms, dims={"B": 2}, label="symbolic"))
     # x^2 with a negative base: the exponent is fixed, only the base is checked
     out.append(Case("pow", [(3, 2), ()], {}, ["normal", "two"], wrt=(0,), label="neg-base"))
     return out
@@ -470,37 +453,17 @@ def _u(fn):
     return lambda torch, x, a, dims: fn(torch, x, a)
 
 
-def _b(fn):
-    return lambda torch, x, y, a, dims: fn(torch, x, y)
+def _oracle(op: registry.OpDef):
+    return lambda t, *xs_a_dims: op.oracle.torch(t, *xs_a_dims[:-2], **xs_a_dims[-2])
 
 
+# PyTorch's equivalents: the elementwise entries' oracles, and these.
 TORCH = {
-    "neg": _u(lambda t, x, a: -x),
-    "abs": _u(lambda t, x, a: t.abs(x)),
-    "exp": _u(lambda t, x, a: t.exp(x)),
-    "log": _u(lambda t, x, a: t.log(x)),
-    "sqrt": _u(lambda t, x, a: t.sqrt(x)),
-    "rsqrt": _u(lambda t, x, a: t.rsqrt(x)),
-    "square": _u(lambda t, x, a: t.square(x)),
-    "reciprocal": _u(lambda t, x, a: t.reciprocal(x)),
-    "relu": _u(lambda t, x, a: t.relu(x)),
-    "relu6": _u(lambda t, x, a: t.nn.functional.relu6(x)),
-    "leaky_relu": _u(lambda t, x, a: t.nn.functional.leaky_relu(x, a["alpha"])),
-    "elu": _u(lambda t, x, a: t.nn.functional.elu(x, a["alpha"])),
-    "selu": _u(lambda t, x, a: t.nn.functional.selu(x)),
-    "softplus": _u(lambda t, x, a: t.nn.functional.softplus(x)),
-    "sigmoid": _u(lambda t, x, a: t.sigmoid(x)),
-    "tanh": _u(lambda t, x, a: t.tanh(x)),
-    "sin": _u(lambda t, x, a: t.sin(x)),
-    "cos": _u(lambda t, x, a: t.cos(x)),
-    "erf": _u(lambda t, x, a: t.erf(x)),
-    "add": _b(lambda t, x, y: x + y),
-    "sub": _b(lambda t, x, y: x - y),
-    "mul": _b(lambda t, x, y: x * y),
-    "div": _b(lambda t, x, y: x / y),
-    "pow": _b(lambda t, x, y: t.pow(x, y)),
-    "maximum": _b(lambda t, x, y: t.maximum(x, y)),
-    "minimum": _b(lambda t, x, y: t.minimum(x, y)),
+    **{
+        name: _oracle(op)
+        for name, op in registry.REGISTRY.items()
+        if op.kind == "elementwise" and op.oracle is not None and op.oracle.torch is not None
+    },
     "where": lambda t, c, x, y, a, dims: t.where(c != 0, x, y),
     "reshape": lambda t, x, a, dims: x.reshape(bind(a["shape"], dims)),
     "broadcast_to": lambda t, x, a, dims: x.broadcast_to(bind(a["shape"], dims)),

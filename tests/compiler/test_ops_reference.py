@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from special_values import SPECIALS, pow_inputs, same_specials
+from special_values import AND_CASES, MOD_CASES, ROUND_CASES, SPECIALS, pow_inputs, same_specials
 
 import dlc
+from dlc.compiler import registry
 from dlc.compiler.functions import FUNCTIONS
 
 rng = np.random.default_rng(0)
@@ -33,39 +34,47 @@ def _lse(x, axis=-1, keepdims=False):
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
-def _selu(x):
-    a, s = 1.6732632423543772, 1.0507009873554805
-    return s * np.where(x >= 0, x, a * (np.exp(x) - 1))
+def _entries(arity: int) -> list[registry.OpDef]:
+    """The elementwise functions of the language with a closed-form oracle, by arity."""
+    return [
+        op
+        for op in registry.REGISTRY.values()
+        if op.kind == "elementwise" and op.arity == arity and op.params and op.oracle and op.oracle.numpy
+    ]
 
 
-POSITIVE = {"log", "sqrt", "rsqrt", "reciprocal"}
-UNARY_ORACLES = {
-    "neg": np.negative,
-    "abs": np.abs,
-    "sign": np.sign,
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1 / np.sqrt(x),
-    "square": np.square,
-    "reciprocal": lambda x: 1 / x,
-    "relu": lambda x: np.maximum(x, 0),
-    "relu6": lambda x: np.minimum(np.maximum(x, 0), 6),
-    "selu": _selu,
-    "softplus": lambda x: np.log(1 + np.exp(x)),
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "tanh": np.tanh,
-    "sin": np.sin,
-    "cos": np.cos,
-    "step": lambda x: (x > 0).astype(x.dtype),
-}
+def _call(op: registry.OpDef, args: str, kwargs) -> str:
+    return f"{op.name}({args}{''.join(f', {k}={_lit(v)}' for k, v in kwargs.items())})"
 
 
-@pytest.mark.parametrize("fn", sorted(UNARY_ORACLES))
-def test_unary(fn):
-    x = arr(3, 5, low=0.1, high=3) if fn in POSITIVE else arr(3, 5, low=-8, high=8)
-    got = run(f"input x: [B, 5]\nout = {fn}(x)\n", x=x)
-    np.testing.assert_allclose(got, UNARY_ORACLES[fn](x.astype(np.float64)), rtol=2e-6, atol=1e-6)
+def _lit(v) -> str:
+    return f'"{v}"' if isinstance(v, str) else repr(v)
+
+
+# (entry, keyword set) for every elementwise function: the sweep is over the registry.
+UNARY_CALLS = [
+    pytest.param(op, kw, id=f"{op.name}-{k}") for op in _entries(1) for k, kw in enumerate(op.oracle.call_sets())
+]
+BINARY_CALLS = [pytest.param(op, id=op.name) for op in _entries(2)]
+
+
+@pytest.mark.parametrize("op, kw", UNARY_CALLS)
+def test_unary(op, kw):
+    x = registry.sample(op.oracle.domains(1)[0], rng, (3, 5)).astype(np.float32)
+    got = run(f"input x: [B, 5]\nout = {_call(op, 'x', kw)}\n", x=x)
+    with np.errstate(all="ignore"):
+        want = op.oracle.numpy(x.astype(np.float64), **kw)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", BINARY_CALLS)
+def test_binary_functions_of_the_registry(op):
+    da, db = op.oracle.domains(2)
+    a, b = registry.sample(da, rng, (2, 3)).astype(np.float32), registry.sample(db, rng, (3,)).astype(np.float32)
+    got = run(f"input a: [2, 3]\ninput b: [3]\nout = {op.name}(a, b)\n", a=a, b=b)
+    with np.errstate(all="ignore"):
+        want = op.oracle.numpy(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_parameterized_unary():
@@ -421,13 +430,8 @@ def test_float64_reference_on_request():
     assert v[g.names["out"]].dtype == np.float64 and v[g.names["out"]][0] == 1.0 / 3.0
 
 
-COVERED = set(UNARY_ORACLES) | {
-    "leaky_relu",
-    "elu",
+COVERED = {op.name for op in _entries(1) + _entries(2)} | {
     "clip",
-    "maximum",
-    "minimum",
-    "pow",
     "where",
     "matmul",
     "transpose",
@@ -452,20 +456,8 @@ COVERED = set(UNARY_ORACLES) | {
     "mean_squared",
     "softmax_cross_entropy",
     "sigmoid_cross_entropy",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
     "pad",
     "broadcast_to",
-    "erf",
-    "gelu",
 }
 
 
@@ -504,49 +496,32 @@ def test_every_function_of_the_language_is_covered_here():
 # -- NaN, infinities and signed zeros ---------------------------------------------------------
 
 MILD_SPECIALS = SPECIALS[(np.abs(SPECIALS) < 1e6) | ~np.isfinite(SPECIALS)]  # no 1e30: oracles
-SPECIAL_ORACLES = {
-    **UNARY_ORACLES,
-    "step": lambda x: np.heaviside(x, 0.0),
-    "softplus": lambda x: np.logaddexp(x, 0.0),
-    # np.clip's: -0 stays -0 (NaN fails both tests and stays too)
-    "relu6": lambda x: np.where(x < 0, 0.0, np.where(x > 6, 6.0, x)),
-}
 
 
-@pytest.mark.parametrize("fn", sorted(UNARY_ORACLES))
-def test_unary_special_values(fn):
+@pytest.mark.parametrize("op, kw", UNARY_CALLS)
+def test_unary_special_values(op, kw):
     """NaN propagates, infinities and signed zeros come out as NumPy makes them."""
     x = MILD_SPECIALS
-    got = run(f"input x: [N]\nout = {fn}(x)\n", x=x)
+    got = run(f"input x: [N]\nout = {_call(op, 'x', kw)}\n", x=x)
     with np.errstate(all="ignore"):
-        want = SPECIAL_ORACLES[fn](x.astype(np.float64)).astype(np.float32)
-    same_specials(got, want, fn, rtol=2e-6)
+        want = np.asarray(op.oracle.numpy(x.astype(np.float64), **kw)).astype(np.float32)
+    same_specials(got, want, op.name, rtol=2e-6)
 
 
-SPECIAL_BINARY = {
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "==": np.equal,
-    "!=": np.not_equal,
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
-    "+": np.add,
-    "-": np.subtract,
-    "*": np.multiply,
-    "/": np.divide,
-}
+SPECIAL_OPERATORS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+SPECIAL_BINARY = [pytest.param(op.name, op.oracle.numpy, id=op.name) for op in _entries(2)] + [
+    pytest.param(sym, fn, id=sym) for sym, fn in SPECIAL_OPERATORS.items()
+]
 
 
-@pytest.mark.parametrize("op", sorted(SPECIAL_BINARY))
-def test_binary_special_values(op):
+@pytest.mark.parametrize("op, oracle", SPECIAL_BINARY)
+def test_binary_special_values(op, oracle):
     """Every special value against every other: comparisons with NaN are false but !=."""
     a, b = MILD_SPECIALS.reshape(-1, 1), MILD_SPECIALS.reshape(1, -1)
-    call = f"{op}(a, b)" if op.isalpha() else f"a {op} b"
+    call = f"{op}(a, b)" if op.isidentifier() else f"a {op} b"
     got = run(f"input a: [N, 1]\ninput b: [1, M]\nout = {call}\n", a=a, b=b)
     with np.errstate(all="ignore"):
-        want = SPECIAL_BINARY[op](a, b).astype(np.float32)
+        want = np.asarray(oracle(a.astype(np.float64), b.astype(np.float64))).astype(np.float32)
     same_specials(got, want, op)
 
 
@@ -589,3 +564,15 @@ def test_log_softmax_is_exact_at_large_logits():
     labels = np.array([[0, 0, 0, 1], [1, 0, 0, 0]], np.float32)
     cost = run("input x: [B, 4]\ninput y: [B, 4]\nout = softmax_cross_entropy(x, y)\n", x=x, y=labels)
     np.testing.assert_allclose(cost, -(want[3] + want[0]) / 2, rtol=1e-6)
+
+
+def test_mod_takes_the_sign_of_the_divisor_and_round_halves_to_even():
+    a, b, want = (np.array(c, np.float32) for c in zip(*MOD_CASES))
+    got = run("input a: [N]\ninput b: [N]\nout = mod(a, b)\n", a=a, b=b)
+    same_specials(got, want, "mod")
+    x, want = (np.array(c, np.float32) for c in zip(*ROUND_CASES))
+    same_specials(run("input x: [N]\nout = round(x)\n", x=x), want, "round")
+    a, b, want = (np.array(c, np.float32) for c in zip(*AND_CASES))
+    same_specials(run("input a: [N]\ninput b: [N]\nout = logical_and(a, b)\n", a=a, b=b), want, "logical_and")
+    logic = "input a: [N]\ninput b: [N]\nout = logical_or(a, b) + 2 * logical_not(a)\n"
+    np.testing.assert_array_equal(run(logic, a=a, b=b), [2.0, 3.0, 1.0, 1.0, 1.0, 3.0])

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from special_values import SPECIALS, pow_inputs, same_specials
+from special_values import AND_CASES, MOD_CASES, ROUND_CASES, SPECIALS, pow_inputs, same_specials
 
+import dlc
 from dlc.compiler import registry
 from dlc.compiler.autodiff import differentiate
 from dlc.compiler.builder import GraphBuilder
@@ -42,20 +43,22 @@ class Case:
 
 
 def sample(rng, domain: str, shape) -> np.ndarray:
-    if domain == "positive":
-        return rng.uniform(0.5, 2.0, size=shape)
-    if domain == "ints":
-        return rng.integers(-2, 3, size=shape).astype(float)
     if domain == "cond":
         return (rng.uniform(size=shape) > 0.5).astype(float)
     if domain == "index":
         return rng.integers(-1, 6, size=shape).astype(float)  # some out of [0, depth)
     if domain == "rows":
         return rng.integers(0, 3, size=shape).astype(float)  # rows of a tensor of >= 3
-    return rng.normal(size=shape)
+    return registry.sample(domain, rng, shape)  # the domains entries' oracles name
 
 
-POSITIVE = {"log", "sqrt", "rsqrt"}
+def _domains_attrs(op: registry.OpDef) -> tuple[list[str], dict]:
+    """An elementwise entry's input domains and first attr set, from its oracle."""
+    if op.oracle is None:
+        return ["normal"] * op.arity, {}
+    return op.oracle.domains(op.arity), dict(op.oracle.attrs[0])
+
+
 ODD = (3, 5, 7)
 
 
@@ -64,17 +67,11 @@ def elementwise_cases() -> list[Case]:
     for name, op in registry.REGISTRY.items():
         if op.kind != "elementwise" or name == "dim_size":
             continue
+        dom, attrs = _domains_attrs(op)
         if op.arity == 1:
-            dom = ["positive" if name in POSITIVE else "normal"]
-            attrs = {"alpha": 0.3} if name in ("leaky_relu", "elu") else {}
             out.append(Case(name, [ODD], attrs, domains=dom))
             out.append(Case(name, [(2, 6)], attrs, domains=dom, label="vec4", grad=False))
         elif op.arity == 2:
-            dom = (
-                ["positive", "normal"]
-                if name == "pow"
-                else (["ints", "ints"] if not op.differentiable else ["normal", "normal"])
-            )
             out.append(Case(name, [ODD, (5, 1)], domains=dom))
             out.append(Case(name, [(), (2, 3)], domains=dom))
             out.append(Case(name, [("B", 3), (1, 3)], domains=dom, dims={"B": 5}, label="symbolic"))
@@ -290,15 +287,14 @@ def test_dim_size_follows_the_binding(backend):
 
 # -- NaN, infinities and signed zeros: NumPy's semantics on GL -----------------------------
 
-# GLSL leaves sin/cos of huge arguments imprecise (no exact range reduction): NaN and the
-# infinities still go in.
-HUGE_ARGS_IMPRECISE = {"sin", "cos"}
-
 
 def special_inputs(op: str, arity: int, n: int) -> list[np.ndarray]:
     """Every special value against every other: operand k varies along axis k."""
     s = SPECIALS[:n]
-    if op in HUGE_ARGS_IMPRECISE:
+    oracle = registry.get(op).oracle
+    if oracle is not None and oracle.huge_imprecise:
+        # GLSL leaves sin of huge arguments imprecise (no exact range reduction): NaN and
+        # the infinities still go in.
         s = s[(np.abs(s) < 1e6) | ~np.isfinite(s)]
     shapes = [[1] * arity for _ in range(arity)]
     for k in range(arity):
@@ -316,8 +312,7 @@ def test_elementwise_special_values_match_numpy(backend, op, n):
     xs = special_inputs(op, arity, n)
     b = GraphBuilder()
     ids = [b.input(f"x{k}", x.shape) for k, x in enumerate(xs)]
-    attrs = {"alpha": 0.3} if op in ("leaky_relu", "elu") else {}
-    y = b.add(op, ids, **attrs)
+    y = b.add(op, ids, **_domains_attrs(registry.get(op))[1])
     g = b.build()
     feeds = {f"x{k}": x for k, x in enumerate(xs)}
     (got,) = backend.run(g, [y], feeds, {})
@@ -442,3 +437,38 @@ def test_blocked_matmul_propagates_nan_and_inf(backend, m, k, n):
         want = evaluate(graph, [y], {"a": a, "b": b}, {})[y]
     assert np.isnan(want).any() and np.isinf(want).any()
     same_specials(got, want, f"matmul {m}x{k}x{n}", rtol=1e-3, atol=1e-3, zero_signs=False)
+
+
+def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
+    """Each entry's GLSL and helpers are also WebGL2's dialect (no implicit int -> float, ...):
+    one model applying every elementwise function, its texture shaders compiled as ES 3.00."""
+    from dlc.compiler.artifact import programs
+    from dlc.runtime.gl import GL
+
+    if "GL_ARB_ES3_compatibility" not in gl.extensions:
+        pytest.skip("this GL compiles no GLSL ES 3.00")
+    ops = [op for op in registry.REGISTRY.values() if op.kind == "elementwise" and op.params and op.arity in (1, 2)]
+    lines = ["input x: [B, 3]", "input y: [B, 3]"]
+    lines += [f"o_{op.name} = {op.name}(x{', y' if op.arity == 2 else ''})" for op in ops]
+    model = dlc.compile("\n".join(lines) + "\n")
+    sources = [t for p in programs(model, target="texture", options={"es": True}).values() for t in p.sources.values()]
+    assert sources
+    for source in sources:
+        shader = GL.glCreateShader(GL.GL_FRAGMENT_SHADER)
+        GL.glShaderSource(shader, source)
+        GL.glCompileShader(shader)
+        ok = GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS)
+        log = GL.glGetShaderInfoLog(shader)
+        GL.glDeleteShader(shader)
+        assert ok, log.decode() if isinstance(log, bytes) else str(log)
+
+
+def test_mod_round_and_logic_match_hand_written_values(backend):
+    """mod, round and the logical ops on GL against values written out by hand (the sweeps
+    compare GL with the reference, which is NumPy's np.mod and np.round)."""
+    for op, cases in (("mod", MOD_CASES), ("round", ROUND_CASES), ("logical_and", AND_CASES)):
+        *xs, want = (np.array(c, np.float32) for c in zip(*cases))
+        b = GraphBuilder()
+        y = b.add(op, [b.input(f"x{k}", x.shape) for k, x in enumerate(xs)])
+        (got,) = backend.run(b.build(), [y], {f"x{k}": x for k, x in enumerate(xs)}, {})
+        same_specials(got, want, op, rtol=0, atol=0)
