@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from .codegen import KernelSource, dim_index, render
+from .codegen.renderer import renderer_for
 from .fusion import Fusion, format_fusion, fuse
 from .ir import Graph
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
@@ -125,7 +126,10 @@ def _roots(g: Graph, name: str) -> list[int]:
 
 
 def _fuse(w: Work, o: Options) -> list[Graph]:
-    w.fusions = {name: fuse(g, _roots(g, name), g.updates if name == "train" else ()) for name, g in w.graphs.items()}
+    caps = renderer_for(o.target, o.codegen).caps  # what one kernel may do on the target
+    w.fusions = {
+        name: fuse(g, _roots(g, name), g.updates if name == "train" else (), caps=caps) for name, g in w.graphs.items()
+    }
     return []
 
 
@@ -253,7 +257,8 @@ def compile_program(
 ) -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
     `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
-    return render_program(name, plan(fuse(graph, roots, updates), ref_dims), options, target)
+    caps = renderer_for(target, options).caps
+    return render_program(name, plan(fuse(graph, roots, updates, caps=caps), ref_dims), options, target)
 
 
 def render_program(name: str, storage: Plan, options: Mapping | None, target: str) -> CompiledProgram:
