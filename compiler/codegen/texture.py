@@ -105,7 +105,7 @@ def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) 
         em.line(ctx.renderer.store("", "p", "acc"))
         return _finish(ctx, em, None, what)
     if k.kind == "elementwise":
-        kernels_elementwise.main_body(em, (output,), "o")
+        kernels_elementwise.main_body(em, (output,))
         return _finish(ctx, em, output, "elementwise")
     em.own_element("o", n)
     if scratch is not None:
