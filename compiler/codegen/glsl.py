@@ -576,14 +576,19 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Seq
         lines.append(
             f"layout(std430, binding = {binding}) buffer DLCNaN {{ float f[]; }} dlc_nan;  // debug mode: NaN flags"
         )
-    for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
-        lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
-    for u, name in sorted(ctx.scalars_used.items()):
-        lines.append(f"uniform float {u};  // {comment(name)}")
+    lines += uniform_lines(ctx)
     lines.extend(extra)
     lines.append("")
     lines.append(PREAMBLE)
     return lines
+
+
+def uniform_lines(ctx: Context) -> list[str]:
+    """The uniforms of both targets: symbolic dims (`dim<k>`) and eager numbers (`scalar<n>`)."""
+    lines = [
+        f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}" for d in sorted(ctx.dims_used, key=ctx.dim_index.get)
+    ]
+    return lines + [f"uniform float {u};  // {comment(name)}" for u, name in sorted(ctx.scalars_used.items())]
 
 
 def global_index() -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..plan import Plan, size_of
 from . import dim_index, kernels_elementwise
-from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
+from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
 from .renderer import GLSLESTexture, GLSLTexture, Renderer
@@ -152,10 +152,7 @@ def _header(ctx: Context, output: int, what: str, units: list[int]) -> list[str]
             continue
         names = ", ".join(g.label(t) for t in k.inputs if ctx.plan.slot_of.get(t) == slot_of[u])
         lines.append(f"uniform sampler2D b{u};  // {comment(names)}")
-    for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
-        lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
-    for u, name in sorted(ctx.scalars_used.items()):
-        lines.append(f"uniform float {u};  // {comment(name)}")
+    lines += uniform_lines(ctx)
     lines += [
         "uniform int dlc_width;  // the output texture's width",
         "layout(location = 0) out float dlc_out;",
