@@ -15,7 +15,8 @@ elementwise or layout arithmetic evaluated per output element:
 The pass walks the nodes from the outputs back. A node is inlined when all its readers sit in
 one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
 otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
-extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape.
+extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape
+(where the target's kernels may write several results: `Capabilities`, from its renderer).
 Each kernel then computes only ancestors of its *primary* node (the one that started it), so
 ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
 """
