@@ -102,7 +102,7 @@ def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) 
         em.own_element("p", mul(n, str(PARTS)))
         em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
         what = _reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
-        em.line(ctx.renderer.store("", "p", "acc"))
+        em.line(ctx.renderer.store("partials", "p", "acc"))  # element p of the scratch texture
         return _finish(ctx, em, None, what)
     if k.kind == "elementwise":
         kernels_elementwise.main_body(em, (output,))
