@@ -15,7 +15,8 @@ elementwise or layout arithmetic evaluated per output element:
 The pass walks the nodes from the outputs back. A node is inlined when all its readers sit in
 one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
 otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
-extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape.
+extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape
+(where the target's kernels may write several results: `Capabilities`, from its renderer).
 Each kernel then computes only ancestors of its *primary* node (the one that started it), so
 ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
 """
@@ -102,29 +103,50 @@ def _numel(shape: Shape) -> int | None:
     return math.prod(shape)
 
 
-# Storage buffers one kernel may bind: GL guarantees 8 storage blocks a compute shader and
-# NVIDIA and Mesa give 16; a kernel may add a split reduction's scratch, debug mode's NaN flags
-# and vec4 views of its matmul operands (each a block of its own), so its tensors get 12.
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target lets one kernel do, as fusion needs to know it (each renderer in
+    codegen/renderer.py carries its own): `max_buffers`, the stored tensors a kernel may bind
+    (inputs and outputs); `max_outputs`, the results one invocation writes together. A target
+    whose invocation writes one result (a fragment shader: one pass per output, each
+    recomputing the kernel) gets kernels of one output: a fetch or update is not written by
+    its readers' kernel, and consumers are not folded into their producer's kernel."""
+
+    max_buffers: int = 12
+    max_outputs: int = 6
+
+
+# Storage buffers one kernel may bind on the compute target (GL guarantees 8 storage blocks a
+# compute shader and NVIDIA and Mesa give 16; a kernel may add a split reduction's scratch,
+# debug mode's NaN flags and vec4 views of its matmul operands, each a block of its own).
 MAX_KERNEL_BUFFERS = 12
+COMPUTE = Capabilities(max_buffers=MAX_KERNEL_BUFFERS, max_outputs=MAX_KERNEL_BUFFERS // 2)
 
 
 def fuse(
-    graph: Graph, roots: Sequence[int], updates: Iterable[tuple[str, int]] = (), max_buffers: int = MAX_KERNEL_BUFFERS
+    graph: Graph,
+    roots: Sequence[int],
+    updates: Iterable[tuple[str, int]] = (),
+    max_buffers: int | None = None,
+    caps: Capabilities = COMPUTE,
 ) -> Fusion:
-    """Group the work of fetching `roots` (and computing `updates`) into kernels, none binding
-    more than `max_buffers` stored tensors: a kernel over the limit is cut by storing an
-    inlined value (or an extra output) in a kernel of its own, then fusing again."""
+    """Group the work of fetching `roots` (and computing `updates`) into kernels for a target
+    of `caps`, none binding more than `caps.max_buffers` (or `max_buffers`) stored tensors: a
+    kernel over the limit is cut by storing an inlined value (or an extra output) in a kernel
+    of its own, then fusing again."""
     roots, updates = tuple(roots), tuple(updates)
+    limit = caps.max_buffers if max_buffers is None else max_buffers
+    multi = caps.max_outputs > 1
     split: set[int] = set()
     while True:
-        f = _fuse(graph, roots, updates, frozenset(split))
-        more = _cuts(f, max_buffers) - split
+        f = _fuse(graph, roots, updates, frozenset(split), multi)
+        more = _cuts(f, limit, caps.max_outputs) - split
         if not more:  # within the limit, or nothing left to cut (the runtime then refuses it)
             return f
         split |= more
 
 
-def _cuts(f: Fusion, limit: int) -> set[int]:
+def _cuts(f: Fusion, limit: int, max_outputs: int) -> set[int]:
     """Nodes to store in kernels of their own so that over-full kernels bind fewer buffers."""
     out: set[int] = set()
     g = f.graph
@@ -132,8 +154,8 @@ def _cuts(f: Fusion, limit: int) -> set[int]:
         bound = {f.base(i) for i in k.inputs} | set(k.outputs)
         if len(bound) <= limit:
             continue
-        if len(k.outputs) > limit // 2:  # many results (updates of many params): move some out
-            out.update(o for o in k.outputs[limit // 2 :] if kind_of(g, o) == "elementwise")
+        if len(k.outputs) > max_outputs:  # many results (updates of many params): move some out
+            out.update(o for o in k.outputs[max_outputs:] if kind_of(g, o) == "elementwise")
             continue
         # The inlined elementwise value whose own reads cut the most buffers while fitting
         # a kernel of its own.
@@ -165,7 +187,10 @@ def _cuts(f: Fusion, limit: int) -> set[int]:
     return out
 
 
-def _fuse(graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], ...], split: frozenset[int]) -> Fusion:
+def _fuse(
+    graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], ...], split: frozenset[int], multi: bool
+) -> Fusion:
+    """One grouping; `multi`: a kernel may write several results."""
     want = [*roots, *(i for _, i in updates)]
     order = cone(graph, want)
     in_work = set(order)
@@ -238,7 +263,7 @@ def _fuse(graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], 
                 forced.add(node.inputs[0])
                 home[n] = set()
                 continue
-            if n in must and n not in forced and not feeds_anchor and len(where) == 1:
+            if multi and n in must and n not in forced and not feeds_anchor and len(where) == 1:
                 (k,) = where
                 if building[k].shape == node.shape:
                     # A fetch or update computed by its readers' kernel anyway: write it there.
@@ -257,6 +282,7 @@ def _fuse(graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], 
             b = building[k]
             if (
                 b.anchor is None
+                and (multi or n not in must)
                 and b.shape == node.shape
                 and all(reads_own_element(graph, ident, c, node.shape) for c in users)
             ):
@@ -270,7 +296,8 @@ def _fuse(graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], 
                 continue
         start(kind, n, anchor=n)
 
-    _merge_consumers(graph, building, alias, literals, ident, split)
+    if multi:
+        _merge_consumers(graph, building, alias, literals, ident, split)
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
     ranked = _schedule(graph, building, alias, literals)
     kernels: list[Kernel] = []

@@ -27,6 +27,7 @@ from typing import Any
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot, TensorInfo, Update
 
 from .codegen import CodegenOptions, KernelSource, codegen_options, dim_index, render
+from .codegen.renderer import renderer_for
 from .fusion import Fusion, format_fusion, fuse
 from .ir import Graph
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
@@ -127,7 +128,10 @@ def _roots(g: Graph, name: str) -> list[int]:
 
 
 def _fuse(w: Work, o: Options) -> list[Graph]:
-    w.fusions = {name: fuse(g, _roots(g, name), g.updates if name == "train" else ()) for name, g in w.graphs.items()}
+    caps = renderer_for(o.target, o.codegen).caps  # what one kernel may do on the target
+    w.fusions = {
+        name: fuse(g, _roots(g, name), g.updates if name == "train" else (), caps=caps) for name, g in w.graphs.items()
+    }
     return []
 
 
@@ -255,7 +259,8 @@ def compile_program(
 ) -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
     `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
-    return render_program(name, plan(fuse(graph, roots, updates), ref_dims), options, target)
+    caps = renderer_for(target, options).caps
+    return render_program(name, plan(fuse(graph, roots, updates, caps=caps), ref_dims), options, target)
 
 
 def render_program(name: str, storage: Plan, options: CodegenOptions | Mapping | None, target: str) -> CompiledProgram:

@@ -1,11 +1,13 @@
-"""GLSL 4.30 compute rendering shared by every kernel template.
+"""GLSL rendering shared by every kernel template, of both targets.
 
 A kernel is rendered from its fused IR by an `Emitter`, which evaluates a node at an index
 into a GLSL temporary: elementwise ops by the registry's GLSL expression, layout ops as index
-maps (reshape keeps the flat index, transpose permutes coordinates, pad and concat select, take
-reads the row its index names), stored tensors as buffer loads. Results are cached per (node,
-index), so a value used twice is computed once. Indexes are `Ix` values: a flat index,
-coordinates, or both.
+maps (index.py: reshape keeps the flat index, transpose permutes coordinates, pad and concat
+select, take reads the row its index names), stored tensors as loads. Results are cached per
+(node, index), so a value used twice is computed once. Indexes are `Ix` values: a flat index,
+coordinates, or both. What differs between targets (loads, stores, the invocation's own
+element, the version line) the Emitter asks its context's renderer (renderer.py); the compute
+target's header and launch helpers live here too.
 
 Naming: buffers are `b<binding>` (one per storage slot), symbolic dims are `dim<k>` int
 uniforms, temporaries are `n<node>`: no user name reaches GLSL except inside comments, and
@@ -15,7 +17,6 @@ comments are reduced to printable ASCII.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +25,13 @@ from .. import registry
 from ..fusion import Fusion, Kernel
 from ..ir import Graph, Shape, format_node, format_shape
 from ..plan import Plan, Size, size_of
+from . import index
+from .index import Ix, add, mul, numel_known
+from .renderer import COMPUTE, Renderer, float_lit
 
-GLSL_VERSION = "#version 430"
+__all__ = ["Ix", "add", "float_lit", "mul", "numel_known"]  # re-exported for the templates
+
+GLSL_VERSION = COMPUTE.version
 LOCAL = 256  # invocations per work group for one-thread-per-element kernels
 
 PREAMBLE = """\
@@ -163,65 +169,14 @@ def prune_preamble(source: str) -> str:
     return source[:at] + pruned_preamble(body) + source[at + len(PREAMBLE) :]
 
 
-def float_lit(v: float) -> str:
-    v = float(v)
-    if math.isnan(v):
-        return "DLC_NAN"
-    if math.isinf(v) or abs(v) > 3.4028234e38:
-        return "DLC_INF" if v > 0 else "(-DLC_INF)"
-    text = repr(v)
-    if "." not in text and "e" not in text:
-        text += ".0"
-    return f"({text})" if v < 0 else text
-
-
 _UNSAFE = re.compile(r"[^ -~]|\\")
 
-# GLSL the code generator uses instead of the registry's, with the reason beside each.
-OVERRIDES = {
-    "tanh": "dlc_tanh(a)",  # the builtin is slow on NVIDIA; dlc_tanh is one exp
-}
+OVERRIDES = COMPUTE.code_for_op  # GLSL used instead of the registry's (renderer.py says why)
 
 
 def comment(text: str) -> str:
     """Text made safe for a `//` comment: printable ASCII, no backslash (line splice)."""
     return _UNSAFE.sub("?", text)
-
-
-def mul(*factors: str) -> str:
-    """A product of GLSL int expressions, dropping ones and folding literal ints."""
-    known = 1
-    rest = []
-    for f in factors:
-        if f.lstrip("-").isdigit():
-            known *= int(f)
-        else:
-            rest.append(f)
-    if known == 0:
-        return "0"
-    parts = ([str(known)] if known != 1 or not rest else []) + rest
-    return parts[0] if len(parts) == 1 else "(" + " * ".join(parts) + ")"
-
-
-def add(a: str, b: str) -> str:
-    if a == "0":
-        return b
-    if b == "0":
-        return a
-    if b.lstrip("-").isdigit() and int(b) < 0:
-        return f"({a} - {-int(b)})"
-    return f"({a} + {b})"
-
-
-@dataclass(frozen=True)
-class Ix:
-    """An index into a tensor: its flat (row-major) position and/or its coordinates."""
-
-    flat: str | None = None
-    multi: tuple[str, ...] | None = None
-
-    def key(self) -> tuple:
-        return ("f", self.flat) if self.flat is not None else ("m", self.multi)
 
 
 class NotVectorizable(Exception):
@@ -268,6 +223,7 @@ class Context:
     scratch_buffers: int = 0  # buffers a template binds after the slots (a split reduction's)
 
     scalars_used: dict[str, str] = field(default_factory=dict)  # uniform -> input name
+    renderer: Renderer = COMPUTE  # the target: how to load, store, find the own element
 
     def __post_init__(self) -> None:
         self.nan_flags = {}
@@ -304,16 +260,16 @@ class Context:
         return f"dim{self.dim_index[d]}"
 
     def numel(self, shape: Shape | Size) -> str:
-        return mul(*(self.dim(d) for d in shape))
+        return index.numel(shape, self.dim)
+
+    def load(self, buf: str, at: str) -> str:
+        """Element `at` (a flat int expression) of the stored tensor `buf` on this target."""
+        return self.renderer.load(buf, at)
 
     @functools.cached_property
     def ir_lines(self) -> tuple[str, ...]:
         """The IR each of the kernel's nodes implements, as text (header comment and manifest)."""
         return tuple(format_node(self.graph, n, locs=False) for n in self.kernel.nodes)
-
-
-def numel_known(shape: Shape) -> int | None:
-    return None if any(isinstance(d, str) for d in shape) else math.prod(shape)
 
 
 class Emitter:
@@ -376,19 +332,10 @@ class Emitter:
             return found
         out: list[str] = []
         stem = ix.flat if ix.flat.isidentifier() else "c"
-        for k, d in enumerate(shape):
-            if d == 1:
-                out.append("0")
+        for k, expr in enumerate(index.coord_exprs(ix.flat, shape, self.ctx.dim)):
+            if expr == "0":
+                out.append(expr)
                 continue
-            stride = self.ctx.numel(shape[k + 1 :])
-            q = ix.flat if stride == "1" else f"{ix.flat} / {stride}"
-            expr = (
-                q
-                if k == 0 or all(e == 1 for e in shape[:k])
-                else f"({q}) % {self.ctx.dim(d)}"
-                if stride != "1"
-                else f"{q} % {self.ctx.dim(d)}"
-            )
             name = self.names.claim(f"{stem}{k}")
             self.line(f"int {name} = {expr};")
             out.append(name)
@@ -400,12 +347,7 @@ class Emitter:
         """The flat position of `ix` in a tensor of `shape`."""
         if ix.flat is not None:
             return ix.flat
-        acc = "0"
-        for c, d in zip(ix.multi, shape):
-            if d == 1:
-                continue
-            acc = add(mul(acc, self.ctx.dim(d)) if acc != "0" else "0", c)
-        return acc
+        return index.flat_of(ix.multi, shape, self.ctx.dim)
 
     def broadcast(self, ix: Ix, out: Shape, shape: Shape) -> Ix:
         """The index into an operand of `shape` broadcast (NumPy rules) to `out`."""
@@ -413,9 +355,7 @@ class Emitter:
             return ix
         if numel_known(shape) == 1:
             return Ix(flat="0")
-        coords = self.coords(ix, out)
-        skip = len(out) - len(shape)
-        return Ix(multi=tuple("0" if d == 1 else coords[skip + k] for k, d in enumerate(shape)))
+        return Ix(multi=index.broadcast_coords(self.coords(ix, out), out, shape))
 
     # -- values -------------------------------------------------------------------------
     def value(self, n: int, ix: Ix) -> str:
@@ -508,7 +448,7 @@ class Emitter:
             key = ("s", n)
             return self.cached(key) or self.bind(key, f"n{n}", f"{buf}.v[0]", outer=True)
         key = ("v", n, None, ix.key())
-        return self.bind(key, f"n{n}", f"{buf}.v[{self.flat(ix, shape)}]")
+        return self.bind(key, f"n{n}", self.ctx.load(buf, self.flat(ix, shape)))
 
     def _elementwise(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
@@ -516,11 +456,7 @@ class Emitter:
         if node.op == "dim_size":
             return f"float({self.ctx.numel(node.attr('dims'))})"
         args = [self.value(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape)) for j in node.inputs]
-        names = dict(zip("abc", args))
-        expr = re.sub(r"\b[abc]\b", lambda m: names[m.group(0)], OVERRIDES.get(node.op, op.glsl))
-        for k, v in node.attrs:
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                expr = expr.replace("{" + k + "}", float_lit(v))
+        expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
         if "{" in expr:
             raise AssertionError(f"{node.op} node %{n} lacks an attr its GLSL needs: {op.glsl}")
         return expr
@@ -537,47 +473,31 @@ class Emitter:
 
     def _transpose(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
-        c = self.coords(ix, node.shape)
-        src = [""] * len(c)
-        for k, p in enumerate(node.attr("perm")):
-            src[p] = c[k]
-        return self.value(node.inputs[0], Ix(multi=tuple(src)))
+        src = index.transpose_coords(self.coords(ix, node.shape), node.attr("perm"))
+        return self.value(node.inputs[0], Ix(multi=src))
 
     def _slice(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
-        c = self.coords(ix, node.shape)
-        return self.value(node.inputs[0], Ix(multi=tuple(add(ck, str(b)) for ck, b in zip(c, node.attr("begin")))))
+        src = index.slice_coords(self.coords(ix, node.shape), node.attr("begin"))
+        return self.value(node.inputs[0], Ix(multi=src))
 
     def _pad(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
         src = node.inputs[0]
         shape = self.g.nodes[src].shape
         c = self.coords(ix, node.shape)
-        coords, inside = [], []
-        for ck, lo, hi, d in zip(c, node.attr("before"), node.attr("after"), shape):
-            if lo == 0 and hi == 0:
-                coords.append(ck)
-                continue
-            coords.append(f"clamp({add(ck, str(-lo))}, 0, {self.ctx.dim(d)} - 1)")
-            inside.append(f"{ck} >= {lo} && {ck} < {add(str(lo), self.ctx.dim(d))}")
-        v = self.value(src, Ix(multi=tuple(coords)))
+        coords, inside = index.pad_coords(c, node.attr("before"), node.attr("after"), shape, self.ctx.dim)
+        v = self.value(src, Ix(multi=coords))
         return f"({' && '.join(inside)}) ? {v} : 0.0" if inside else v
 
     def _concat(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
         axis = node.attr("axis")
         c = self.coords(ix, node.shape)
-        parts, offset = [], 0
-        for j in node.inputs:
-            size = self.g.nodes[j].shape[axis]
-            local = f"clamp({add(c[axis], str(-offset))}, 0, {size - 1})"
-            v = self.value(j, Ix(multi=c[:axis] + (local,) + c[axis + 1 :]))
-            parts.append((offset + size, v))
-            offset += size
-        expr = parts[-1][1]
-        for end, v in reversed(parts[:-1]):
-            expr = f"({c[axis]} < {end} ? {v} : {expr})"
-        return expr
+        sizes = [self.g.nodes[j].shape[axis] for j in node.inputs]
+        where = index.concat_parts(c, axis, sizes)
+        parts = [(end, self.value(j, Ix(multi=at))) for j, (end, at) in zip(node.inputs, where)]
+        return index.select_concat(c[axis], parts)
 
     def _one_hot(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
@@ -604,7 +524,15 @@ class Emitter:
         """Write every output of the kernel at its own element `ix`."""
         for o in self.ctx.kernel.outputs if outputs is None else outputs:
             v = self.value(o, ix)
-            self.line(f"{self.ctx.buf(o)}.v[{self.flat(ix, self.g.nodes[o].shape)}] = {v};")
+            self.line(self.ctx.renderer.store(self.ctx.buf(o), self.flat(ix, self.g.nodes[o].shape), v))
+
+    def own_element(self, var: str, count: str) -> Ix:
+        """Declare `var`, this invocation's element of a one-per-element kernel, and end the
+        invocation when it is past `count` elements: its index."""
+        r = self.ctx.renderer
+        self.line(f"int {var} = {r.global_index()};")
+        self.line(r.bounds_check(var, count))
+        return Ix(flat=var)
 
 
 @dataclass(frozen=True)
@@ -626,7 +554,7 @@ class KernelSource:
 def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Sequence[str] = ()) -> list[str]:
     """Version, the comment listing the IR, work group size, buffers and uniforms."""
     g, k = ctx.graph, ctx.kernel
-    lines = [GLSL_VERSION, f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
+    lines = [*ctx.renderer.version_lines(), f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
     for n, text in zip(k.nodes, ctx.ir_lines):
         where = g.nodes[n].loc
         at = f"  ({where.file}:{where.line})" if where else ""
@@ -648,25 +576,29 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Seq
         lines.append(
             f"layout(std430, binding = {binding}) buffer DLCNaN {{ float f[]; }} dlc_nan;  // debug mode: NaN flags"
         )
-    for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
-        lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
-    for u, name in sorted(ctx.scalars_used.items()):
-        lines.append(f"uniform float {u};  // {comment(name)}")
+    lines += uniform_lines(ctx)
     lines.extend(extra)
     lines.append("")
     lines.append(PREAMBLE)
     return lines
 
 
+def uniform_lines(ctx: Context) -> list[str]:
+    """The uniforms of both targets: symbolic dims (`dim<k>`) and eager numbers (`scalar<n>`)."""
+    lines = [
+        f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}" for d in sorted(ctx.dims_used, key=ctx.dim_index.get)
+    ]
+    return lines + [f"uniform float {u};  // {comment(name)}" for u, name in sorted(ctx.scalars_used.items())]
+
+
 def global_index() -> str:
-    """This invocation's element for one-thread-per-element kernels on a 3D grid of groups
-    (the runtime wraps a long row of groups onto y and z to stay within the device's limits)."""
-    return f"{group_index()} * int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)"
+    """This invocation's element for one-thread-per-element compute kernels (renderer.py)."""
+    return COMPUTE.global_index()
 
 
 def group_index() -> str:
-    """This work group's number on a 3D grid of groups."""
-    return "int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x)"
+    """This work group's number on a 3D grid of groups (compute kernels)."""
+    return COMPUTE.group_index()
 
 
 TILE_AXES = "xyz"

@@ -1,12 +1,15 @@
-"""Elementwise kernels: one invocation per output element, or per four when every access is
-element for element (then buffers are read and written as vec4 and the fused expression is
-evaluated once per lane)."""
+"""Elementwise kernels: one invocation per output element, or (compute target) per four when
+every access is element for element (then buffers are read and written as vec4 and the fused
+expression is evaluated once per lane). `main_body` is the one-per-element body of both targets;
+the renderer says how an invocation finds its element and how it stores."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..ir import format_shape
 from ..plan import size_of
-from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable, global_index, header, kernel_source
+from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable, header, kernel_source
 
 LANES = "xyzw"
 
@@ -16,20 +19,26 @@ def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelS
     if allow_vec4 and size[0] % 4 == 0:
         try:
             return _render_vec4(
-                Context(ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index, nan_check=ctx.nan_check), local
+                Context(
+                    ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index, nan_check=ctx.nan_check, renderer=ctx.renderer
+                ),
+                local,
             )
         except NotVectorizable:
             pass
     return _render_scalar(ctx, local)
 
 
+def main_body(em: Emitter, outputs: Sequence[int] | None = None, var: str = "i") -> None:
+    """One invocation per element: find it, leave past the end, store each output there."""
+    ix = em.own_element(var, em.ctx.numel(em.ctx.kernel.shape))
+    em.store_outputs(ix, outputs)
+
+
 def _render_scalar(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     k = ctx.kernel
     em = Emitter(ctx)
-    n = ctx.numel(k.shape)
-    em.line(f"int i = {global_index()};")
-    em.line(f"if (i >= {n}) return;")
-    em.store_outputs(Ix(flat="i"))
+    main_body(em)
     body = ["void main() {", *em.lines, "}"]
     text = "\n".join(header(ctx, f"elementwise over {format_shape(k.shape)}", (LOCAL, 1, 1)) + body)
     return kernel_source(ctx, text + "\n", {"flat": list(size_of(k.shape)), "per_group": LOCAL}, (LOCAL, 1, 1))
@@ -40,8 +49,7 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     size = size_of(k.shape)
     quarter = (size[0] // 4, *size[1:])
     em = Emitter(ctx)
-    em.line(f"int i4 = {global_index()};")
-    em.line(f"if (i4 >= {ctx.numel(quarter)}) return;")
+    em.own_element("i4", ctx.numel(quarter))
     lanes: dict[int, list[str]] = {o: [] for o in k.outputs}
     for lane in LANES:
         em.vec_component = lane
@@ -55,7 +63,7 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
         if slot in ctx.read_slots and slot not in ctx.vec_slots:
             raise NotVectorizable("an in-place output read as scalars")
         ctx.vec_slots.add(slot)
-        em.line(f"{ctx.buf(o)}.v[i4] = vec4({', '.join(lanes[o])});")
+        em.line(ctx.renderer.store(ctx.buf(o), "i4", f"vec4({', '.join(lanes[o])})"))
     body = ["void main() {", *em.lines, "}"]
     text = "\n".join(
         header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation", (LOCAL, 1, 1)) + body

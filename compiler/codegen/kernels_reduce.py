@@ -33,7 +33,6 @@ from .glsl import (
     Emitter,
     Ix,
     KernelSource,
-    global_index,
     group_index,
     header,
     kernel_source,
@@ -152,8 +151,7 @@ def render(ctx: Context) -> KernelSource:
         em.line(f"bool live = o < {n_out};  // no early return: the group meets at barriers")
         first, step = "ry", rows
     else:
-        em.line(f"int o = {global_index()};")
-        em.line(f"if (o >= {n_out}) return;")
+        em.own_element("o", n_out)
     if split:
         # Offsets within the chunk: no int overflow near 2^31 elements.
         em.line(f"int rbase = chunk * {chunk}, rlen = min({n_red} - rbase, {chunk});")

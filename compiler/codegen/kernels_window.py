@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..ops.window import dilation, window_geometry
 from ..plan import size_of
 from . import kernels_conv
-from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, global_index, header, kernel_source
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, header, kernel_source
 
 
 def render(
@@ -29,8 +29,7 @@ def render(
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
-    em.line(f"int o = {global_index()};")
-    em.line(f"if (o >= {ctx.numel(node.shape)}) return;")
+    em.own_element("o", ctx.numel(node.shape))
     what = _BODIES[node.op](ctx, em, node)
     em.line("epilogue(o, acc);")
     lines = header(ctx, what, (LOCAL, 1, 1))
@@ -79,7 +78,8 @@ def _conv2d(ctx: Context, em: Emitter, node) -> str:
     first = f" + ({c} / {co // p['G']}) * {ci}" if p["G"] > 1 else ""
     em.line(f"int xb = (({b} * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']}{first};")
     em.line(f"int wb = (di * {p['KW']} + dj) * {ci * co} + {c};")
-    em.line(f"for (int k = 0; k < {ci}; ++k) acc += {X}.v[xb + k] * {Wb}.v[wb + k * {co}];")
+    xv, wv = ctx.load(X, "xb + k"), ctx.load(Wb, f"wb + k * {co}")
+    em.line(f"for (int k = 0; k < {ci}; ++k) acc += {xv} * {wv};")
     em.close()
     em.close()
     return f"conv2d {list(xs)} * {list(ws)}, {_options(node)}"
@@ -101,7 +101,7 @@ def _conv2d_grad_input(ctx: Context, em: Emitter, node) -> str:
     em.line(f"int db = (({b} * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {grp} * {og};")
     cg = f"{c} % {ci}" if p["G"] > 1 else c  # c's index inside its group
     em.line(f"int wb = ((di * {p['KW']} + dj) * {ci} + {cg}) * {co} + {grp} * {og};")
-    em.line(f"for (int k = 0; k < {og}; ++k) acc += {DY}.v[db + k] * {Wb}.v[wb + k];")
+    em.line(f"for (int k = 0; k < {og}; ++k) acc += {ctx.load(DY, 'db + k')} * {ctx.load(Wb, 'wb + k')};")
     em.close()
     em.close()
     return f"conv2d gradient for the input {list(xs)}, filter {list(ws)}, {_options(node)}"
@@ -125,10 +125,9 @@ def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
     em.line(f"int ix = ox * {p['SW']} + {dj} * {p['DW']} - {p['PL']};")
     em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
     xc = f"({k} / {co // p['G']}) * {ci} + {c}" if p["G"] > 1 else c
-    em.line(
-        f"acc += {X}.v[((b * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']} + {xc}]"
-        f" * {DY}.v[((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {k}];"
-    )
+    xat = f"((b * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']} + {xc}"
+    dyat = f"((b * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {k}"
+    em.line(f"acc += {ctx.load(X, xat)} * {ctx.load(DY, dyat)};")
     em.close()
     em.close()
     em.close()
@@ -148,7 +147,7 @@ def _pool(ctx: Context, em: Emitter, node) -> str:
     if not is_max:
         em.line("float count = 0.0;")
     _each_tap(em, p, oy, ox)
-    v = f"{X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}]"
+    v = ctx.load(X, f"(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}")
     if is_max:
         em.line(f"float v = {v};")
         em.line("acc = (v > acc || isnan(v)) ? v : acc;")
@@ -178,11 +177,13 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     em.line("float best = -DLC_INF;")
     em.line("int by = -1, bx = -1;")
     _each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
-    em.line(f"float v = {X}.v[(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}];")
+    xat = f"(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}"
+    em.line(f"float v = {ctx.load(X, xat)};")
     em.line("if (v > best || by < 0 || (dlc_isnan(v) && !dlc_isnan(best))) { best = v; by = iy; bx = ix; }")
     em.close()
     em.close()
-    em.line(f"if (by == {y} && bx == {xx}) acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}];")
+    dyat = f"(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}"
+    em.line(f"if (by == {y} && bx == {xx}) acc += {ctx.load(DY, dyat)};")
     em.close()
     em.close()
     return f"max_pool gradient {list(node.attr('size'))} over {list(xs)}"
@@ -206,7 +207,8 @@ def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
             f"float count = float((min(y0 + {p['KH']}, {p['H']}) - max(y0, 0)) * "
             f"(min(x0 + {p['KW']}, {p['W']}) - max(x0, 0)));"
         )
-    em.line(f"acc += {DY}.v[(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}] / count;")
+    dyat = f"(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}"
+    em.line(f"acc += {ctx.load(DY, dyat)} / count;")
     em.close()
     em.close()
     return f"avg_pool gradient {list(node.attr('size'))} for {list(xs)}"

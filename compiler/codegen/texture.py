@@ -3,10 +3,11 @@
 For GL without compute shaders (macOS's 4.1, WebGL2): one fragment computes one output element.
 Every storage slot is a 2D R32F texture holding the slot's floats row-major from the flat index
 (the width is the texture's own, read with `textureSize`); the fragment at (x, y) of the output
-texture computes element `y * dlc_width + x`. The same fusion, plan and `Emitter` index algebra
-as the compute target are used: a kernel's text is rendered with buffer loads `b<k>.v[i]`, then
-those become `dlc_load(b<k>, i)` (a `texelFetch`) and `b<k>` a sampler on texture unit k. A
-kernel with several outputs renders one pass (one shader) per output.
+texture computes element `y * dlc_width + x`. The same fusion (with this target's
+capabilities: one output a kernel), plan, `Emitter` and index algebra as the compute target are
+used; the `GLSLTexture` renderer (renderer.py) makes a load `dlc_load(b<k>, i)` (a `texelFetch`,
+`b<k>` a sampler on texture unit k), a store `dlc_out = v`, and the own element the fragment's.
+A kernel with several outputs renders one pass (one shader) per output.
 
 Reductions, matmuls and window ops are per-output loops. The version line is `#version 330
 core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es` option); the text writes
@@ -22,25 +23,20 @@ from dataclasses import dataclass, replace
 from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
-from . import dim_index, texture_matmul
-from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known
+from . import dim_index, kernels_elementwise, texture_matmul
+from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
 from .options import codegen_options
+from .renderer import GLSLESTexture, GLSLTexture, Renderer
 
-VERSION_CORE = "#version 330 core"
-VERSION_ES = "#version 300 es"
-ES_PRECISION = ("precision highp float;", "precision highp int;", "precision highp sampler2D;")
+VERSION_CORE = GLSLTexture.version
+VERSION_ES = GLSLESTexture.version
+ES_PRECISION = GLSLESTexture.prefix
+LOAD = GLSLTexture.helpers
 
-LOAD = """\
-// Element i of a texture laid out row-major from the flat index.
-float dlc_load(sampler2D t, int i) {
-    int w = textureSize(t, 0).x;
-    return texelFetch(t, ivec2(i % w, i / w), 0).r;
-}
-"""
-
-_BUFFER_LOAD = re.compile(r"\bb(\d+)\.v\[([^\[\]]*)\]")
+_SAMPLED = re.compile(r"\bdlc_load\(b(\d+),")
+_BUFFER_LOAD = re.compile(r"\bb\d+\.v\[")  # a compute-target load: never in a texture shader
 
 
 class TextureTargetError(Exception):
@@ -79,7 +75,7 @@ def render_kernel(
     plan: Plan, index: int, dims: Mapping[str, int], es: bool = False, packed: bool = True
 ) -> TextureKernel:
     kernel = plan.fusion.kernels[index]
-    ctx = Context(plan.fusion, plan, kernel, dims)
+    ctx = Context(plan.fusion, plan, kernel, dims, renderer=GLSLESTexture() if es else GLSLTexture())
     if packed and texture_matmul.applies(ctx):
         return texture_matmul.render_kernel(ctx, es)
     passes = []
@@ -90,9 +86,9 @@ def render_kernel(
         unit = len(ctx.binding)
         size = size_of(ctx.graph.nodes[kernel.anchor].shape)
         scratch = {"size": [size[0] * PARTS, *size[1:]], "unit": unit}
-        passes.append(TexturePass(None, _render_pass(ctx, None, es)))
+        passes.append(TexturePass(None, _render_pass(ctx, None)))
     for o in kernel.outputs:
-        passes.append(TexturePass(o, _render_pass(ctx, o, es, scratch)))
+        passes.append(TexturePass(o, _render_pass(ctx, o, scratch)))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), scratch)
 
@@ -108,22 +104,21 @@ def _split(ctx: Context) -> bool:
     return reduced is None or reduced > SPLIT
 
 
-def _render_pass(ctx: Context, output: int | None, es: bool, scratch: dict | None = None) -> str:
+def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) -> str:
     k, g = ctx.kernel, ctx.graph
     em = Emitter(ctx)
     n = ctx.numel(k.shape)
     if output is None:  # the partials of a split reduction: fragment p = o * PARTS + part
-        em.line("int p = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
-        em.line(f"if (p >= {mul(n, str(PARTS))}) {{ dlc_out = 0.0; return; }}")
+        em.own_element("p", mul(n, str(PARTS)))
         em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
         what = _reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
-        em.line("dlc_out = acc;")
-        return _finish(ctx, em, None, what, es)
-    em.line("int o = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"if (o >= {n}) {{ dlc_out = 0.0; return; }}")
+        em.line(ctx.renderer.store("partials", "p", "acc"))  # element p of the scratch texture
+        return _finish(ctx, em, None, what)
     if k.kind == "elementwise":
-        what = "elementwise"
-    elif scratch is not None:
+        kernels_elementwise.main_body(em, (output,))
+        return _finish(ctx, em, output, "elementwise")
+    em.own_element("o", n)
+    if scratch is not None:
         what = _combine_body(ctx, em, scratch["unit"])
         em.anchor_value = "acc"
     elif k.kind == "reduce":
@@ -141,23 +136,22 @@ def _render_pass(ctx: Context, output: int | None, es: bool, scratch: dict | Non
         em.anchor_value = "acc"
     else:
         raise TextureTargetError(f"the texture target has no kernel for {k.kind} kernels")
-    value = em.value(output, Ix(flat="o"))
-    em.line(f"dlc_out = {value};")
-    return _finish(ctx, em, output, what, es)
+    em.store_outputs(Ix(flat="o"), (output,))
+    return _finish(ctx, em, output, what)
 
 
-def _finish(ctx: Context, em: Emitter, output: int | None, what: str, es: bool) -> str:
+def _finish(ctx: Context, em: Emitter, output: int | None, what: str) -> str:
     main = "\n".join(["void main() {", *em.lines, "}"])
-    units = sorted({int(m.group(1)) for m in _BUFFER_LOAD.finditer(main)})
-    main = _BUFFER_LOAD.sub(lambda m: f"dlc_load(b{m.group(1)}, {m.group(2)})", main)
-    return "\n".join(_header(ctx, output, what, units, es)) + "\n" + main + "\n"
+    if _BUFFER_LOAD.search(main):  # a template wrote a load without asking the renderer
+        raise AssertionError(f"kernel {ctx.kernel.name}: a storage-buffer load in a texture shader")
+    units = sorted({int(m.group(1)) for m in _SAMPLED.finditer(main)})
+    return "\n".join(_header(ctx, output, what, units)) + "\n" + main + "\n"
 
 
-def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) -> list[str]:
+def _header(ctx: Context, output: int, what: str, units: list[int]) -> list[str]:
     g, k = ctx.graph, ctx.kernel
-    lines = [VERSION_ES if es else VERSION_CORE]
-    if es:
-        lines += list(ES_PRECISION)
+    r: Renderer = ctx.renderer
+    lines = r.version_lines()
     out = "partials" if output is None else f"output {g.label(output)}"
     lines += [f"// kernel {k.name}, {comment(out)}: {comment(what)}", "// implements:"]
     lines += ["//   " + comment(text) for text in ctx.ir_lines]
@@ -168,16 +162,13 @@ def _header(ctx: Context, output: int, what: str, units: list[int], es: bool) ->
             continue
         names = ", ".join(g.label(t) for t in k.inputs if ctx.plan.slot_of.get(t) == slot_of[u])
         lines.append(f"uniform sampler2D b{u};  // {comment(names)}")
-    for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d]):
-        lines.append(f"uniform int dim{ctx.dim_index[d]};  // {comment(d)}")
-    for u, name in sorted(ctx.scalars_used.items()):
-        lines.append(f"uniform float {u};  // {comment(name)}")
+    lines += uniform_lines(ctx)
     lines += [
         "uniform int dlc_width;  // the output texture's width",
         "layout(location = 0) out float dlc_out;",
         "",
         PREAMBLE,
-        LOAD,
+        r.helpers,
     ]
     return lines
 
@@ -187,7 +178,7 @@ def _combine_body(ctx: Context, em: Emitter, unit: int) -> str:
     op = ctx.graph.nodes[ctx.kernel.anchor].op
     em.line(f"float acc = {INIT[op]};")
     em.open(f"for (int q = 0; q < {PARTS}; ++q)")
-    em.line(f"float v = b{unit}.v[o * {PARTS} + q];")
+    em.line(f"float v = {ctx.load(f'b{unit}', f'o * {PARTS} + q')};")
     em.line("acc += v;" if op == "sum" else f"acc = (v {BETTER[op]} acc || isnan(v)) ? v : acc;")
     em.close()
     return f"{op}: combine {PARTS} partials per output"

@@ -190,7 +190,7 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     em.line(f"dlc_out4 = vec4({', '.join(values)});")
     shape = list(g.nodes[p.tensor].shape)
     what = f"pack {p.name} = {g.label(p.tensor)} {shape}: 4 values of k a texel, row r down a column"
-    text = _finish(ctx, em, None, what, es)
+    text = _finish(ctx, em, None, what)
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     return text.replace(", partials: ", f", {comment('packed ' + p.name)}: ", 1)
 
@@ -252,7 +252,7 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {_options(node)}"
     sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
     em.line(f"dlc_out4 = vec4({sums});")
-    text = _finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands", es)
+    text = _finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     text = text.replace(", partials: ", ", the products: ", 1)
     return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
@@ -291,7 +291,7 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     em.anchor_value = "acc"
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
-    text = _finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture", es)
+    text = _finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
     decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
 

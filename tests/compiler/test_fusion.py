@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.fusion import MAX_KERNEL_BUFFERS, format_fusion, fuse
+from dlc.compiler.fusion import MAX_KERNEL_BUFFERS, Capabilities, format_fusion, fuse
 from dlc.compiler.lang import compile_source
 from dlc.compiler.train_graph import build_train_graph
 from dlc.optimizers import SGD, Adam
@@ -149,3 +149,34 @@ def test_no_kernel_binds_more_than_the_buffer_limit():
     assert len(f.kernels) > 1
     for k in f.kernels:
         assert len({f.base(i) for i in k.inputs} | set(k.outputs)) <= MAX_KERNEL_BUFFERS, k.name
+
+
+ONE_OUTPUT = Capabilities(max_buffers=MAX_KERNEL_BUFFERS, max_outputs=1)  # the texture target's
+
+
+def test_a_target_writing_one_result_a_kernel_stores_fetches_in_kernels_of_their_own():
+    g = compile_source("input x: [B, 4]\na = x * 2\ny = a + 1\ns = sum(a)\nm = s * 3\n", "t.dl")
+    names = [g.names[n] for n in ("a", "y", "s", "m")]
+    several = fuse(g, names)
+    one = fuse(g, names, caps=ONE_OUTPUT)
+    assert any(len(k.outputs) > 1 for k in several.kernels)
+    assert all(len(k.outputs) == 1 for k in one.kernels)
+    # each fetch is written once, and a kernel reads the stored value instead of recomputing it
+    assert sorted(o for k in one.kernels for o in k.outputs) == sorted(names)
+    y_kernel = next(k for k in one.kernels if k.outputs == (g.names["y"],))
+    assert g.names["a"] in y_kernel.inputs and g.names["a"] not in y_kernel.nodes
+
+
+def test_a_target_writing_one_result_a_kernel_splits_optimizer_updates():
+    g = compile_source(
+        "input x: [B, 5]\ninput t: [B, 3]\nparam W: [5, 3]\nparam b: [3]\nloss l = mean_squared(x @ W + b, t)\n", "t.dl"
+    )
+    step = build_train_graph(g, "l", Adam(0.01))
+    f = fuse(step, [step.names["l"]], step.updates, caps=ONE_OUTPUT)
+    assert all(len(k.outputs) == 1 for k in f.kernels)
+    written = {o for k in f.kernels for o in k.outputs}
+    assert {i for _, i in step.updates} <= written
+    # the schedule still lets every kernel read only what earlier kernels wrote
+    made = {o: k.index for k in f.kernels for o in k.outputs}
+    for k in f.kernels:
+        assert all(made[f.base(i)] < k.index for i in k.inputs if f.base(i) in made)

@@ -1,0 +1,154 @@
+"""Renderers: what differs between GLSL targets, as tables on one class per target.
+
+In the manner of tinygrad's `CStyleLanguage` (and its old `GLSLLanguage` for WebGL): the
+`Emitter` (glsl.py) writes a kernel's values and index maps once, and asks its renderer how to
+read element i of a stored tensor, how to write a result, how an invocation finds its own
+element, what the version line is and which op expressions differ from the registry's. A
+target is a subclass that fills those tables; fusion reads its `caps` (how many tensors a
+kernel may bind, how many results it may write).
+
+- `GLSLCompute`: GLSL 4.30 compute shaders over std430 storage buffers (`b<k>.v[i]`).
+- `GLSLTexture`: GLSL 3.30 core fragment shaders over R32F textures (`texelFetch` from the
+  flat index; one fragment writes one element of one output, `dlc_out`).
+- `GLSLESTexture`: the same as GLSL ES 3.00 for WebGL2 (its version line and precisions).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from ..fusion import COMPUTE as COMPUTE_CAPS
+from ..fusion import Capabilities
+
+
+def float_lit(v: float) -> str:
+    """A float constant as GLSL text (NaN and infinities through the preamble's defines)."""
+    v = float(v)
+    if math.isnan(v):
+        return "DLC_NAN"
+    if math.isinf(v) or abs(v) > 3.4028234e38:
+        return "DLC_INF" if v > 0 else "(-DLC_INF)"
+    text = repr(v)
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return f"({text})" if v < 0 else text
+
+
+_OPERAND = re.compile(r"\b[abc]\b")
+
+
+class Renderer:
+    """The tables every GLSL target fills (see the module docstring)."""
+
+    target: ClassVar[str]
+    version: ClassVar[str]  # the version line
+    prefix: ClassVar[tuple[str, ...]] = ()  # lines right after it (precision qualifiers)
+    caps: ClassVar[Capabilities]
+    # GLSL the code generator uses instead of the registry's, with the reason beside each.
+    code_for_op: ClassVar[Mapping[str, str]] = {
+        "tanh": "dlc_tanh(a)",  # the builtin is slow on NVIDIA; dlc_tanh is one exp
+    }
+    helpers: ClassVar[str] = ""  # target functions after the preamble (kept only when used)
+
+    def version_lines(self) -> list[str]:
+        return [self.version, *self.prefix]
+
+    def op(self, name: str, glsl: str, args: list[str], attrs: tuple = ()) -> str:
+        """The expression of elementwise op `name` over `args` (operands a, b, c of its GLSL
+        template `glsl`, or of this target's `code_for_op`); numeric attrs fill `{attr}`."""
+        names = dict(zip("abc", args))
+        expr = _OPERAND.sub(lambda m: names[m.group(0)], self.code_for_op.get(name, glsl))
+        for k, v in attrs:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                expr = expr.replace("{" + k + "}", float_lit(v))
+        return expr
+
+    def load(self, buf: str, index: str) -> str:
+        """Element `index` (a flat int expression) of the stored tensor named `buf`."""
+        raise NotImplementedError
+
+    def store(self, buf: str, index: str, value: str) -> str:
+        """The statement writing `value` at element `index` of `buf`."""
+        raise NotImplementedError
+
+    def global_index(self) -> str:
+        """This invocation's own element of a one-per-element kernel."""
+        raise NotImplementedError
+
+    def bounds_check(self, var: str, count: str) -> str:
+        """The statement that ends an invocation whose element `var` is past `count`."""
+        raise NotImplementedError
+
+
+class GLSLCompute(Renderer):
+    target = "compute"
+    version = "#version 430"
+    caps = COMPUTE_CAPS  # 12 storage buffers a kernel, 6 of them results (see fusion.py)
+
+    def load(self, buf: str, index: str) -> str:
+        return f"{buf}.v[{index}]"
+
+    def store(self, buf: str, index: str, value: str) -> str:
+        return f"{buf}.v[{index}] = {value};"
+
+    def group_index(self) -> str:
+        """This work group's number on a 3D grid of groups."""
+        return "int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x)"
+
+    def global_index(self) -> str:
+        # The runtime wraps a long row of groups onto y and z to stay within the device's limits.
+        return f"{self.group_index()} * int(gl_WorkGroupSize.x) + int(gl_LocalInvocationID.x)"
+
+    def bounds_check(self, var: str, count: str) -> str:
+        return f"if ({var} >= {count}) return;"
+
+
+class GLSLTexture(Renderer):
+    target = "texture"
+    version = "#version 330 core"
+    # Inputs are samplers: GL 3.3 and WebGL2 guarantee 16 texture units a fragment shader (one
+    # is kept for a split reduction's partials; 12 tensors as on compute). A fragment writes
+    # one result: a kernel of several outputs would render a pass per output, each computing
+    # the whole kernel again (its matmul or reduction too), so fusion makes one-output kernels.
+    caps = Capabilities(max_buffers=12, max_outputs=1)
+    helpers = """\
+// Element i of a texture laid out row-major from the flat index.
+float dlc_load(sampler2D t, int i) {
+    int w = textureSize(t, 0).x;
+    return texelFetch(t, ivec2(i % w, i / w), 0).r;
+}
+"""
+
+    def load(self, buf: str, index: str) -> str:
+        return f"dlc_load({buf}, {index})"
+
+    def store(self, buf: str, index: str, value: str) -> str:
+        # A fragment writes only its own element, of the one output its pass renders.
+        return f"dlc_out = {value};"
+
+    def global_index(self) -> str:
+        return "int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x)"
+
+    def bounds_check(self, var: str, count: str) -> str:
+        # Fragments past the end of the tensor (the last texture row's tail) write a zero.
+        return f"if ({var} >= {count}) {{ dlc_out = 0.0; return; }}"
+
+
+class GLSLESTexture(GLSLTexture):
+    version = "#version 300 es"
+    prefix = ("precision highp float;", "precision highp int;", "precision highp sampler2D;")
+
+
+COMPUTE = GLSLCompute()
+
+
+def renderer_for(target: str, options: Mapping | None = None) -> Renderer:
+    """The renderer of `target` ("compute" or "texture"; option `es` picks GLSL ES 3.00)."""
+    if target == "compute":
+        return COMPUTE
+    if target == "texture":
+        return GLSLESTexture() if (options or {}).get("es") else GLSLTexture()
+    raise ValueError(f"unknown target '{target}': choose compute or texture")
