@@ -54,6 +54,7 @@ float dlc_log1p(float x) {
     if (dlc_isnan(x) || x == DLC_INF) return x;
     if (x < -1.0) return DLC_NAN;
     if (x == -1.0) return -DLC_INF;
+    if (x == 0.0) return x;  // keeps -0 (NVIDIA's optimizer drops the sign through the series)
     if (abs(x) < 0.02) return x * (1.0 - x * (0.5 - x * (0.33333333 - x * (0.25 - x * 0.2))));
     return log(1.0 + x);
 }
@@ -71,6 +72,7 @@ unary(
 // e^x - 1: its series below |x| < 0.02, where exp(x) - 1 cancels.
 float dlc_expm1(float x) {
     if (dlc_isnan(x)) return x;
+    if (x == 0.0) return x;  // keeps -0 (NVIDIA's optimizer drops the sign through the series)
     if (abs(x) < 0.02) return x * (1.0 + x * (0.5 + x * (0.16666667 + x * (0.041666668 + x * 0.008333334))));
     return exp(x) - 1.0;
 }
@@ -170,6 +172,7 @@ unary(
 // e^|x|/2 taken as exp(|x| - log 2), finite as far as sinh is.
 float dlc_sinh(float x) {
     float a = abs(x);
+    if (x == 0.0) return x;  // keeps -0 (NVIDIA's optimizer drops the sign through the series)
     if (a < 0.5) {
         float x2 = x * x;
         return x * (1.0 + x2 * (0.16666667 + x2 * (0.008333334 + x2 * 0.0001984127)));
