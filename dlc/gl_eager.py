@@ -27,7 +27,7 @@ from dlc.runtime.device import current_device
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.executor import eval_size, gpu_copy, group_counts, scratch_words
 from dlc.runtime.launches import launch_now
-from dlc.runtime.program import Program, get_program
+from dlc.runtime.program import Program, get_program, pin, unpin
 from dlc.runtime.spec import Kernel, Slot
 from dlc.runtime.storage import Buffer
 
@@ -94,10 +94,25 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
     compiled = _compiled.get(kernel)
     if compiled is None:
         compiled = _compiled[kernel] = _compile(kernel, dims)
-    for launch in compiled.launches:
-        if not launch.program.handle:  # evicted from the program cache: link it again
-            launch.program = get_program(launch.program.source, launch.program.name)
-            compiled.prepared.clear()  # its uniform locations may differ
+    # Each program is pinned while the op runs: linking one evicted from the cache may evict
+    # another of the same op (the least recently used), which would then launch as program 0.
+    pinned: list[Program] = []
+    try:
+        for launch in compiled.launches:
+            if not launch.program.handle:  # evicted from the program cache: link it again
+                launch.program = get_program(launch.program.source, launch.program.name)
+                compiled.prepared.clear()  # its uniform locations may differ
+            pin(launch.program)
+            pinned.append(launch.program)
+        return _launch_all(compiled, call, handles)
+    finally:
+        for program in pinned:
+            unpin(program)
+
+
+def _launch_all(compiled: _Compiled, call: Any, handles: list[Buffer]) -> Buffer:
+    """`run`'s launches, with every program of the op linked and pinned."""
+    kernel, dims = call.kernel, call.dims
     prepared = _prepared(compiled, dims)
     scalars = dict(zip(kernel.scalar_names, call.scalars))
     buffers: dict[int, Buffer] = {**compiled.consts}

@@ -53,6 +53,7 @@ unary(
 // x Phi(x). Below 0, 1 + erf(x / sqrt 2) cancels: it is erfc(|x| / sqrt 2) there, by Numerical
 // Recipes' erfcc (relative error < 1.2e-7), so the tail keeps its digits.
 float dlc_gelu(float x) {
+    if (x == 0.0) return x;  // keeps -0: NVIDIA fuses 0.5x (1 + erf) into an fma that loses it
     if (x >= 0.0 || dlc_isnan(x)) return 0.5 * x * (1.0 + dlc_erf(x * 0.7071067811865476));
     float z = -x * 0.7071067811865476;
     float t = 1.0 / (1.0 + 0.5 * z);

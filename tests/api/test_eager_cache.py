@@ -352,3 +352,22 @@ def test_memory_fields(backend):
     assert isinstance(mem.eager_ops, int)
     if backend == "gl":
         assert mem.gl_buffers >= 1 and mem.programs is not None and mem.program_cache_limit >= 1
+
+
+@pytest.mark.gl
+def test_an_op_of_several_kernels_runs_right_when_the_cache_holds_one(gl):
+    """Linking one evicted kernel of an op must not evict another of the same op (the H100
+    found softmax launching program 0 after a long test run had filled the cache)."""
+    from dlc.gl_eager import _compiled
+
+    dlc.ops.clear_cache()
+    host = rng.normal(size=(3, 7)).astype(np.float32)
+    dlc.set_program_cache_limit(1)
+    try:
+        for _ in range(2):  # linked anew each time: the cache keeps one program
+            got = dlc.ops.softmax(dlc.array(host), axis=-1).numpy()
+            e = np.exp(host - host.max(-1, keepdims=True))
+            np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-6, atol=1e-7)
+        assert max(len(c.launches) for c in _compiled.values()) > 1  # several kernels, one op
+    finally:
+        dlc.set_program_cache_limit(None)
