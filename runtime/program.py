@@ -187,7 +187,7 @@ def on_delete(callback: Callable[[int], None]) -> None:
 
 
 def program_cache_limit() -> int:
-    """How many linked programs the cache keeps (pinned ones may take it over)."""
+    """How many linked programs the cache keeps besides the pinned ones (those live executors hold)."""
     return cache_limit.limit()
 
 
@@ -220,18 +220,21 @@ def __getattr__(name: str) -> Any:
 
 
 def _evict(device: Device, keep: Program | None = None) -> None:
-    """Delete `device`'s least recently used unpinned programs while over the limit."""
+    """Delete `device`'s least recently used unpinned programs while more unpinned ones than
+    the limit are kept. Pinned programs (live sessions' executors) do not count: counted,
+    they could fill the cache, and every eager op would then be linked anew at each call."""
     limit = program_cache_limit()
     cache = device.programs
-    if len(cache) <= limit:
-        return
-    for program in list(cache.values()):
-        if len(cache) <= limit:
+    unpinned = [p for p in cache.values() if not p.pins]  # least recently used first
+    over = len(unpinned) - limit
+    for program in unpinned:
+        if over <= 0:
             break
-        if program.pins or program is keep:
+        if program is keep:
             continue
         program.delete()
         device.evicted += 1
+        over -= 1
 
 
 def _program_bytes(handle: int, source: str) -> int:

@@ -371,3 +371,29 @@ def test_an_op_of_several_kernels_runs_right_when_the_cache_holds_one(gl):
         assert max(len(c.launches) for c in _compiled.values()) > 1  # several kernels, one op
     finally:
         dlc.set_program_cache_limit(None)
+
+
+@pytest.mark.gl
+def test_pinned_programs_do_not_crowd_eager_ops_out(gl, links):
+    """Programs live sessions pin are not counted against the bound: with more of them than
+    the limit, an eager op is still linked once, not at every call."""
+    from dlc.runtime import program
+
+    dlc.ops.clear_cache()
+    x = dlc.array(np.arange(6, dtype=np.float32))
+    dlc.set_program_cache_limit(2)
+    held = [
+        program.get_program(f"#version 430\nlayout(local_size_x = {n}) in;\nvoid main() {{}}\n", f"p{n}")
+        for n in (1, 2, 3)
+    ]
+    for p in held:
+        program.pin(p)
+    try:
+        before = links[0]
+        for _ in range(5):
+            same(dlc.ops.exp(x).numpy(), np.exp(np.arange(6, dtype=np.float32)))
+        assert links[0] - before <= 1  # linked once, then kept beside the three pinned ones
+    finally:
+        for p in held:
+            program.unpin(p)
+        dlc.set_program_cache_limit(None)
