@@ -373,9 +373,19 @@ binary(
 binary(
     "div",
     lambda x, y: x / y,
-    "(a / b)",
+    "dlc_div(a, b)",
     doc="a / b",
     grad=_div,
+    helpers="""
+// a / b. NVIDIA divides as a * (1 / b), and 1 / b is subnormal, so flushed to 0, for 2^126 < |b|
+// < inf: inf / 3.4e38 came out NaN and 3e38 / 3.4e38 zero. There a / 4 is divided by b / 4, b / 4
+// taken from its bits (a visible * 0.25 on both sides the driver's optimizer cancels).
+float dlc_div(float a, float b) {
+    uint m = floatBitsToUint(b) & 0x7FFFFFFFu;
+    if (m > 0x7E800000u && m < 0x7F800000u) return (a * 0.25) / uintBitsToFloat(floatBitsToUint(b) - 0x01000000u);
+    return a / b;
+}
+""",
     oracle=Oracle(np.divide, lambda t, x, y: x / y, domain=("normal", "away")),
 )
 binary(

@@ -86,12 +86,17 @@ def small_cache():
 
 
 def test_numbers_are_not_baked_into_kernels(backend):
-    dlc.ops.clear_cache()
     host = np.array([[-1.5, 0.0, -0.0, 2.0], [3.0, np.inf, -np.inf, np.nan]], np.float32)
     x = dlc.array(host)
+    # NVIDIA flushes subnormal operands and results to zero, dropping the sign of some (README
+    # "Limits"): a subnormal number is left out there; every other number is checked.
+    flushes = backend == "gl" and (dlc.array(np.ones(1, np.float32)) * 1e-45).numpy()[0] == 0
+    tiny = np.finfo(np.float32).tiny
+    numbers = [c for c in NUMBERS if not (flushes and 0 < abs(float(c)) < tiny)]
+    dlc.ops.clear_cache()  # the kernels counted below
     with np.errstate(all="ignore"):
         for name, fn in BINARY.items():
-            for c in NUMBERS:
+            for c in numbers:
                 c32 = np.float32(c)
                 same(getattr(dlc.ops, name)(x, c).numpy(), fn(host, c32))
                 same(getattr(dlc.ops, name)(c, x).numpy(), fn(c32, host))

@@ -109,3 +109,16 @@ def test_log_softmax_exact_at_large_logits_on_gl(gl):
     want = np.arange(4.0) - 3.0 - np.log1p(np.exp(-1.0) + np.exp(-2.0) + np.exp(-3.0))
     np.testing.assert_allclose(got[0], want, rtol=0, atol=2e-6)
     np.testing.assert_allclose(np.round(got[0], 5), [-3.44019, -2.44019, -1.44019, -0.44019])
+
+
+def test_division_by_huge_numbers_on_gl(gl):
+    """Divisors past 2^126: a driver dividing as a * (1 / b) flushes the subnormal 1 / b to 0
+    (the H100 gave inf / 3.4e38 = NaN and 3e38 / 3.4e38 = 0)."""
+    a = np.array([np.inf, -np.inf, 3e38, -1.5e38, 1.0, 0.0, -0.0], np.float32)
+    b = np.full(7, 3.4e38, np.float32)
+    sess = dlc.Session(dlc.compile("input a: [N]\ninput b: [N]\nq = a / b\nr = a / -b\n"), backend="gl")
+    got = sess.eval(["q", "r"], {"a": a, "b": b})
+    for name, want in (("q", a / b), ("r", a / -b)):
+        normal = np.abs(want) >= np.finfo(np.float32).tiny  # a subnormal quotient may be flushed
+        np.testing.assert_allclose(got[name][normal], want[normal], rtol=1e-6, err_msg=name)
+        assert np.all(np.signbit(got[name]) == np.signbit(want)), name
