@@ -143,14 +143,17 @@ def weights_text(path: str | None, model, seed: int) -> str:
 def run_line(session, weights: str) -> str:
     """'backend gl, target compute, device RENDERER; weights ...': where and with what a
     command runs (one line, printed at the start of train and eval)."""
-    backend = getattr(getattr(session, "backend", None), "name", "gl")  # an artifact runs on gl
+    impl = getattr(session, "backend", None)
+    backend = getattr(impl, "name", "gl")  # an artifact runs on gl
+    target = "compute"
     if backend == "gl":
         from dlc.runtime.context import get_context
 
         device = get_context().renderer
+        target = getattr(impl, "target", None) or "compute"  # texture where chosen or forced
     else:
         device = "CPU (NumPy reference)"
-    return f"dlc: backend {backend}, target compute, device {device}; weights: {weights}"
+    return f"dlc: backend {backend}, target {target}, device {device}; weights: {weights}"
 
 
 def announce_run(session, weights: str) -> None:

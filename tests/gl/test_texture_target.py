@@ -169,7 +169,12 @@ def test_cli_eval_texture_matches_compute_and_info_names_the_target(gl, tmp_path
     model, data = str(ROOT / "samples/mlp_digits.dl"), str(ROOT / "samples/data/digits_test.npz")
     outs = {}
     for target in ("compute", "texture"):
-        cli("eval", model, "--data", data, "--fetch", "probs,cost", "--target", target, "--out", f"{target}.npz")
+        run = [sys.executable, "-m", "dlc", "eval", model, "--data", data, "--fetch", "probs,cost", "--target", target]
+        done = subprocess.run(
+            [*run, "--out", f"{target}.npz"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"target {target}," in done.stderr.splitlines()[0]  # the run line names the target used
         outs[target] = dict(np.load(tmp_path / f"{target}.npz"))
     for name in ("probs", "cost"):
         np.testing.assert_allclose(outs["texture"][name], outs["compute"][name], rtol=1e-4, atol=1e-6)
