@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -40,7 +41,7 @@ def float_lit(v: float) -> str:
 _OPERAND = re.compile(r"\b[abc]\b")
 
 
-class Renderer:
+class Renderer(ABC):
     """The tables every GLSL target fills (see the module docstring)."""
 
     target: ClassVar[str]
@@ -66,21 +67,21 @@ class Renderer:
                 expr = expr.replace("{" + k + "}", float_lit(v))
         return expr
 
+    @abstractmethod
     def load(self, buf: str, index: str) -> str:
         """Element `index` (a flat int expression) of the stored tensor named `buf`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def store(self, buf: str, index: str, value: str) -> str:
         """The statement writing `value` at element `index` of `buf`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def global_index(self) -> str:
         """This invocation's own element of a one-per-element kernel."""
-        raise NotImplementedError
 
+    @abstractmethod
     def bounds_check(self, var: str, count: str) -> str:
         """The statement that ends an invocation whose element `var` is past `count`."""
-        raise NotImplementedError
 
 
 class GLSLCompute(Renderer):
