@@ -145,14 +145,14 @@ def _pixel(m: str, h, w, names: tuple[str, str]) -> list[str]:
     return [f"int t = {m} / {w}, {x} = {m} - t * {w};", f"int b = t / {h}, {y} = t - b * {h};"]
 
 
-def _forward(ctx: Context, node, p: dict):
-    g = ctx.graph
-    x, w = node.inputs
-    ci, co = g.nodes[w].shape[2], g.nodes[w].shape[3]
-    X, Wb = ctx.buf(x), ctx.buf(w)
+def _image_operand(ctx: Context, x: int, ci: int, p: dict, tap: str, pixel: str, trans: bool):
+    """The input image x [B, H, W, ci] read as the im2col matrix of the forward conv (rows:
+    output pixels, K: filter taps x channels), its tap index in `tap` and its output pixel in
+    `pixel` (the filter gradient reads it transposed): the read functions and the operand."""
+    X = ctx.buf(x)
     decode = (
-        _tap("k", ci, p)
-        + _pixel("m", p["OH"], p["OW"], ("oy", "ox"))
+        _tap(tap, ci, p)
+        + _pixel(pixel, p["OH"], p["OW"], ("oy", "ox"))
         + [f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
     )
     guard = f"iy < 0 || iy >= {p['H']} || ix < 0 || ix >= {p['W']}"
@@ -161,14 +161,29 @@ def _forward(ctx: Context, node, p: dict):
     if ci % 4 == 0:
         funcs += _image_read("conv_a4", True, decode, guard, f"{X}_a4.v[({at}) / 4]")
     a = mm.Operand(
-        x, lambda r, k: f"conv_a({r}, {k})", (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, False
+        x, lambda r, k: f"conv_a({r}, {k})", (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, trans
     )
-    b = mm.Operand(
-        w,
-        lambda n, k: f"{Wb}.v[{mm._paren(k)} * {co} + {n}]",
-        (lambda n, k: f"{Wb}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]") if co % 4 == 0 else None,
+    return funcs, a
+
+
+def _rows_operand(ctx: Context, t: int, n: int) -> mm.Operand:
+    """Tensor t read as a [K, n] matrix stored row-major (the filter of the forward conv, the
+    output gradient of the filter gradient)."""
+    T = ctx.buf(t)
+    return mm.Operand(
+        t,
+        lambda col, k: f"{T}.v[{mm._paren(k)} * {n} + {col}]",
+        (lambda col, k: f"{T}_b4.v[({mm._paren(k)} * {n} + {col}) / 4]") if n % 4 == 0 else None,
         True,
     )
+
+
+def _forward(ctx: Context, node, p: dict):
+    g = ctx.graph
+    x, w = node.inputs
+    ci, co = g.nodes[w].shape[2], g.nodes[w].shape[3]
+    funcs, a = _image_operand(ctx, x, ci, p, tap="k", pixel="m", trans=False)
+    b = _rows_operand(ctx, w, co)
     rows = (g.nodes[x].shape[0], p["OH"], p["OW"])
     K = p["KH"] * p["KW"] * ci
     return _gemm(ctx, rows, str(co), str(K), a, b, funcs, "conv2d", node), rows, (K,)
@@ -216,26 +231,8 @@ def _grad_filter(ctx: Context, node, p: dict):
     g = ctx.graph
     x, dy = node.inputs
     kh, kw, ci, co = node.shape
-    X, DY = ctx.buf(x), ctx.buf(dy)
-    decode = (
-        _tap("m", ci, p)
-        + _pixel("k", p["OH"], p["OW"], ("oy", "ox"))
-        + [f"int iy = oy * {p['SH']} + di * {p['DH']} - {p['PT']}, ix = ox * {p['SW']} + dj * {p['DW']} - {p['PL']};"]
-    )
-    guard = f"iy < 0 || iy >= {p['H']} || ix < 0 || ix >= {p['W']}"
-    at = f"((b * {p['H']} + iy) * {p['W']} + ix) * {ci} + c"
-    funcs = _image_read("conv_a", False, decode, guard, f"{X}.v[{at}]")
-    if ci % 4 == 0:
-        funcs += _image_read("conv_a4", True, decode, guard, f"{X}_a4.v[({at}) / 4]")
-    a = mm.Operand(
-        x, lambda r, k: f"conv_a({r}, {k})", (lambda r, k: f"conv_a4({r}, {k})") if ci % 4 == 0 else None, True
-    )
-    b = mm.Operand(
-        dy,
-        lambda n, k: f"{DY}.v[{mm._paren(k)} * {co} + {n}]",
-        (lambda n, k: f"{DY}_b4.v[({mm._paren(k)} * {co} + {n}) / 4]") if co % 4 == 0 else None,
-        True,
-    )
+    funcs, a = _image_operand(ctx, x, ci, p, tap="m", pixel="k", trans=True)
+    b = _rows_operand(ctx, dy, co)
     rows = (kh * kw * ci,)
     k_shape = (g.nodes[x].shape[0], p["OH"], p["OW"])
     return (_gemm(ctx, rows, str(co), ctx.numel(k_shape), a, b, funcs, "conv2d filter gradient", node), rows, k_shape)
