@@ -94,16 +94,18 @@ def run(call: Any, handles: list[Buffer]) -> Buffer:
     compiled = _compiled.get(kernel)
     if compiled is None:
         compiled = _compiled[kernel] = _compile(kernel, dims)
-    # Each program is pinned while the op runs: linking one evicted from the cache may evict
-    # another of the same op (the least recently used), which would then launch as program 0.
+    # A program evicted from the cache is linked again, and then every program of the op is
+    # pinned until it has run: linking one may evict another of the same op (the least recently
+    # used), which would launch as program 0. Nothing evicted (the steady state): no pins.
     pinned: list[Program] = []
     try:
-        for launch in compiled.launches:
-            if not launch.program.handle:  # evicted from the program cache: link it again
-                launch.program = get_program(launch.program.source, launch.program.name)
-                compiled.prepared.clear()  # its uniform locations may differ
-            pin(launch.program)
-            pinned.append(launch.program)
+        if not all(launch.program.handle for launch in compiled.launches):
+            for launch in compiled.launches:
+                if not launch.program.handle:
+                    launch.program = get_program(launch.program.source, launch.program.name)
+                    compiled.prepared.clear()  # its uniform locations may differ
+                pin(launch.program)
+                pinned.append(launch.program)
         return _launch_all(compiled, call, handles)
     finally:
         for program in pinned:

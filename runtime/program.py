@@ -225,6 +225,8 @@ def _evict(device: Device, keep: Program | None = None) -> None:
     they could fill the cache, and every eager op would then be linked anew at each call."""
     limit = program_cache_limit()
     cache = device.programs
+    if len(cache) <= limit:  # the common case, checked at every link and unpin
+        return
     unpinned = [p for p in cache.values() if not p.pins]  # least recently used first
     over = len(unpinned) - limit
     for program in unpinned:
