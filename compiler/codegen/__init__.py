@@ -37,7 +37,7 @@ def render_kernel(
     if kernel.kind == "reduce":
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
-        return kernels_matmul.render(ctx, _matmul_options(o))
+        return kernels_matmul.render(ctx, o)
     if kernel.kind == "window":
         return kernels_window.render(ctx, o.conv, o.conv_blocking, o.conv_split)
     raise AssertionError(f"no template for {kernel.kind} kernels")
@@ -47,13 +47,3 @@ def render(plan: Plan, options: CodegenOptions | Mapping | None = None) -> list[
     dims = dim_index(plan)
     options = codegen_options(options)
     return [render_kernel(plan, k, dims, options) for k in range(len(plan.fusion.kernels))]
-
-
-def _matmul_options(o: CodegenOptions) -> dict:
-    """The matmul template's options (kernels_matmul.resolve reads a mapping: an absent key
-    leaves the tuning table's choice; prefetch is forced only when turned off)."""
-    picked = {"device": o.device, "matmul": o.matmul, "blocking": o.blocking, "matmul_variant": o.matmul_variant}
-    out = {k: v for k, v in picked.items() if v is not None}
-    if not o.prefetch:
-        out["prefetch"] = False
-    return out

@@ -33,6 +33,7 @@ from ..plan import eval_size, size_of
 from . import matmul_tuning as tuning
 from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
 from .matmul_tuning import Blocking, Variant
+from .options import CodegenOptions, codegen_options
 
 __all__ = ["Blocking", "Variant", "choose", "render", "render_gemm"]
 
@@ -150,27 +151,26 @@ def size_class(ctx: Context, which: str) -> str:
     return which
 
 
-def resolve(ctx: Context, options: Mapping | None = None) -> tuple[str, Variant | None, str]:
+def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tuple[str, Variant | None, str]:
     """(template, variant or None for tile16, where the variant came from) for this kernel
     under the codegen options (see the module's docstring)."""
-    options = options or {}
-    device = options.get("device")
-    forced = options.get("matmul_variant")
+    o = codegen_options(options)
+    device, forced = o.device, o.matmul_variant
     if forced is not None and not isinstance(forced, Mapping):
         raise ValueError(f"codegen option matmul_variant must be a dict of switches, not {forced!r}")
-    blocking = options.get("blocking")
+    blocking = o.blocking
     if forced and "blocking" in forced:
         blocking = forced["blocking"]
     if blocking is not None:
         base, where, which = tuning.variant({"blocking": blocking}, "codegen option blocking"), "forced", "blocked"
     else:
-        which = choose(ctx, options.get("matmul"), device)
+        which = choose(ctx, o.matmul, device)
         if which == "tile16":
             return which, None, ""
         cls = size_class(ctx, which)
         base, where = tuning.lookup(device, cls), f"{tuning.family(device)}, {cls}"
-    if "prefetch" in options:
-        base = dataclasses.replace(base, prefetch=bool(options["prefetch"]))
+    if o.prefetch is not None:
+        base = dataclasses.replace(base, prefetch=bool(o.prefetch))
     if forced:
         switches = {k: v for k, v in forced.items() if k != "blocking"}
         base = tuning.variant(
@@ -180,12 +180,12 @@ def resolve(ctx: Context, options: Mapping | None = None) -> tuple[str, Variant 
     return which, base, where
 
 
-def render(ctx: Context, options: Mapping | None = None) -> KernelSource:
+def render(ctx: Context, options: CodegenOptions | Mapping | None = None) -> KernelSource:
     """The matmul kernel under the codegen options (see the module's docstring)."""
     which, var, where = resolve(ctx, options)
     if var is None:
         return _render_tile16(ctx)
-    shared = tuning.entry((options or {}).get("device"))["shared_bytes"]
+    shared = tuning.entry(codegen_options(options).device)["shared_bytes"]
     return _render_blocked(ctx, var, where, shared)
 
 

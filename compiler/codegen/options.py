@@ -21,7 +21,7 @@ class CodegenOptions:
     elementwise_local: int = 256  # elementwise work-group size
     matmul: str | None = None  # a matmul variant by name (kernels_matmul.choose); None: chosen by shape
     blocking: tuple | None = None  # a matmul blocking (kernels_matmul.Blocking fields)
-    prefetch: bool = True  # matmul: prefetch the next K-slab
+    prefetch: bool | None = None  # matmul: prefetch the next K-slab (None: the tuning table's choice)
     device: str | None = None  # GL_RENDERER: picks the matmul tuning table's row (matmul_tuning.py)
     matmul_variant: Mapping | None = None  # matmul switches forced over the table's choice
     conv: str | None = None  # conv2d: "gemm" or "direct"; None: chosen by shape
