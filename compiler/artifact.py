@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
-import tempfile
 from dataclasses import fields
 
 import numpy as np
 
+from dlc.runtime.folders import replaced_folder
 from dlc.runtime.spec import manifest_json
 
 from .fusion import format_fusion
@@ -152,9 +151,7 @@ def write_artifact(
     data = manifest(model, progs, opt, batch_size)
     g = model.graph
     params = {n: initial_value(g.node(n).attr("init"), g.node(n).shape, seed, n) for n in g.params}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with replaced_folder(out, "a dlc artifact") as tmp:
         for prog in progs.values():
             for file, text in prog.sources.items():
                 (tmp / file).write_text(text, encoding="ascii")
@@ -168,12 +165,4 @@ def write_artifact(
         if model.source:
             (tmp / "model.dl").write_text(model.source, encoding="utf-8")
         (tmp / "manifest.json").write_text(manifest_json(data), encoding="utf-8")
-        if out.exists():
-            if not (out / "manifest.json").exists() and any(out.iterdir()):
-                raise FileExistsError(f"{out} exists and is not a dlc artifact; not replacing it")
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 from importlib import resources
 
 import numpy as np
@@ -142,16 +140,11 @@ def _page_kind(data: dict) -> str:
 
 
 def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None) -> pathlib.Path:
+    """Write the folder beside its destination, then move it into place (never half a folder)."""
+    from dlc.runtime.folders import replaced_folder
     from dlc.runtime.spec import manifest_json
 
-    """Write the folder beside its destination, then move it into place (never half a folder)."""
-    if out.exists() and not out.is_dir():
-        raise DlcError(f"{out} is a file, not a folder to write the web export into")
-    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
-        raise DlcError(f"{out} exists and is not a dlc web export; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with replaced_folder(out, "a dlc web export", DlcError) as tmp:
         (tmp / SHADERS).mkdir()
         for prog in progs.values():
             for file, text in prog.sources.items():
@@ -163,10 +156,4 @@ def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None
         static = resources.files("dlc.web") / "static"
         for name in STATIC:
             (tmp / name).write_bytes((static / name).read_bytes())
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
