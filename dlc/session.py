@@ -357,7 +357,7 @@ class Session:
                 self.backend.set_leaf(data_name(name), v, snapshot=False)
 
             def select(rows: np.ndarray) -> dict[str, np.ndarray]:
-                return {IDX: rows.astype(np.float32)}
+                return {IDX: rows}  # uploaded as float32 (exact below MAX_RESIDENT_ROWS)
 
         deferred = None
         # Deferred loss reads need a GPU-side loss copy (compute target only, for now).
@@ -369,7 +369,13 @@ class Session:
             from .deferred import GLDeferredSteps
 
             deferred = GLDeferredSteps(
-                self.backend, program, loss_node, learning_rate, self.loss_read_steps, self.loss_read_interval_s
+                self.backend,
+                program,
+                loss_node,
+                learning_rate,
+                self.loss_read_steps,
+                self.loss_read_interval_s,
+                rows=IDX if resident else None,
             )
         try:
             return train_loop(

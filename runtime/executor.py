@@ -17,19 +17,21 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, run_prepared
-from dlc.runtime.program import get_program, on_delete, pin, unpin
+from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
 from dlc.runtime.storage import Buffer, OutOfMemory
 from dlc.runtime.sync import Fence
 
 PERSISTENT = ("param", "state")
+_MISSING = object()
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 
 # Each device's `uniforms`: GL program handle -> uniform values last set on it (programs are
@@ -62,6 +64,33 @@ void main() {
     else if (i - n4 < n % 4) dst.v[4 * n4 + i - n4] = src.v[4 * n4 + i - n4];
 }
 """
+
+
+# A range of one buffer to the start of another, by a kernel (ordered with the kernels around
+# it like any other launch): a training step takes its batch's row indices this way.
+_RANGE_COPY_SOURCE = """#version 430
+// dlc runtime: copy n floats from float `first` of the source to the start of the destination
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) restrict readonly buffer S { float v[]; } src;
+layout(std430, binding = 1) restrict writeonly buffer D { float v[]; } dst;
+uniform int n;
+uniform int first;
+void main() {
+    int i = int((gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x
+                + gl_WorkGroupID.x) * 256 + int(gl_LocalInvocationID.x);
+    if (i < n) dst.v[i] = src.v[first + i];
+}
+"""
+
+
+class GPUFeed(NamedTuple):
+    """A feed already on the GPU: `count` floats of `buffer` from float `first`. A training
+    step's row indices come this way from one upload of many steps' rows, so the step itself
+    writes nothing from the host."""
+
+    buffer: Buffer
+    first: int
+    count: int
 
 
 def gpu_copy(dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
@@ -271,7 +300,11 @@ class Executor:
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
         self._step_needs: dict[int, tuple[list[int], set[str]]] = {}  # step_into's, by loss tensor
         self.buffers: dict[int, Buffer] = {}  # temp, input and const slots
-        self._step_fence: Fence | None = None  # the last step_into's end
+        # step_into: input slot -> the feed object it holds (the same object again is not
+        # written again), and whether steps were queued since the host last waited for them.
+        self._held: dict[int, object] = {}
+        self._in_flight = False
+        self._range_program = None  # copies GPUFeed ranges into input slots (pinned on first use)
         self.scratch: dict[int, Buffer] = {}  # kernel index -> its scratch (split reductions)
         for s, slot in enumerate(self.slots):
             if slot.kind == "const":
@@ -280,8 +313,12 @@ class Executor:
         self._dim_values: tuple[tuple[str, int], ...] = ()  # the binding prepared, for a cheap check
         self._version = -1
         self._launches: list[Prepared] = []  # one per kernel, for the binding prepared
-        self._subsets: dict[tuple, tuple[Prepared, ...]] = {}  # kernel list -> its launches
+        self._subsets: dict[int, tuple] = {}  # id of a kernel list -> (the list, its launches)
         self._copies: tuple = ()  # the update copies' calls
+        # Bindings prepared before (an epoch's last, smaller batch and back), by dims key:
+        # valid while no buffer they bind was replaced (`_stamp`).
+        self._bindings: dict[tuple, tuple] = {}
+        self._generation = 0  # bumped when a slot or scratch buffer is reallocated
         # Debug-mode kernels (spec nan_flags) set a float per checked node when it is NaN;
         # one buffer serves them all, bound after a kernel's slots (dlc/debug.py reads it).
         flags = max((len(k.nan_flags) for k in self.kernels), default=0)
@@ -303,12 +340,20 @@ class Executor:
                 return False
         return True
 
+    def _stamp(self) -> tuple[int, int]:
+        return (self.store.version, self._generation)
+
     def prepare(self, dims: Mapping[str, int]) -> None:
         """Size the slots and resolve every launch for this binding (no-op when unchanged)."""
         self.device.activate()
         if self._dims is not None and self._prepared(dims):
             return
         key = tuple(sorted((d, int(v)) for d, v in dims.items() if d in self.spec.dims))
+        found = self._bindings.get(key)
+        if found is not None and found[0] == self._stamp():
+            _, self._dim_values, self._launches, self._subsets, self._copies = found
+            self._dims, self._version = key, self.store.version
+            return
         values = tuple((d, int(dims[d]) if d in dims else None) for d in self.spec.dims)
         if key != self._dims:
             check_bound(self.spec, dims, self.limits["max_ssbo_size"])
@@ -321,6 +366,8 @@ class Executor:
                         buf.delete()
                         del self.buffers[s]
                     self.buffers[s] = self._allocate(need, s)
+                    self._held.pop(s, None)
+                    self._generation += 1
         max_count = self.limits["max_work_group_count"]
         launches = []
         for index, (k, prog) in enumerate(zip(self.kernels, self.programs)):
@@ -332,6 +379,7 @@ class Executor:
                     if buf is not None:
                         buf.delete()
                     buf = self.scratch[index] = Buffer(4 * words, zero=True)
+                    self._generation += 1
                 handles.append(buf.handle)
             if k.nan_flags:  # debug mode's NaN flags, bound after the slots and scratch
                 handles.append(self.nan_buffer.handle)
@@ -367,6 +415,9 @@ class Executor:
                 )
             copier = self._copy_program
             self._copies = copy_calls(self.device.fast, copier.handle, copier.uniform_location("n"), words)
+        if len(self._bindings) >= 8:  # a few bindings alternate in practice: keep those
+            self._bindings.clear()
+        self._bindings[key] = (self._stamp(), values, launches, self._subsets, self._copies)
 
     def _allocate(self, nbytes: int, slot: int) -> Buffer:
         """A buffer for `slot`; out of GPU memory is reported naming the program and bytes."""
@@ -427,25 +478,32 @@ class Executor:
         return out
 
     def step_into(
-        self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], loss: int, sink: Buffer, index: int
+        self, feeds: Mapping[str, object], dims: Mapping[str, int], loss: int, sink: Buffer, index: int
     ) -> None:
         """A training step whose scalar `loss` tensor is copied on the GPU into float `index`
-        of `sink`: nothing is read back, so many steps queue before one read."""
+        of `sink`: nothing is read back, so many steps queue before one read.
+
+        A feed may be a `GPUFeed` (copied on the GPU into its slot, in order with the
+        kernels), or the very object this slot took last time (not written again: the caller
+        owns it and does not change it). Anything else is uploaded from the host, after
+        waiting for the steps queued before: NVIDIA's driver let glBufferSubData race with
+        in-flight dispatches still reading the slot (training diverged from numpy on the
+        H100), and no glMemoryBarrier orders a host write."""
         self.prepare(dims)
         found = self._step_needs.get(loss)
         if found is None:
             found = self._step_needs[loss] = self.needs([loss], True)
         kernels, inputs = found
-        # The previous step may still read the input slots this upload overwrites: NVIDIA's
-        # driver let glBufferSubData race with in-flight dispatches (training diverged from
-        # numpy on the H100), and no glMemoryBarrier orders it. Wait for that step first.
-        if self._step_fence is not None:
-            self._step_fence.wait()
-        self._upload(feeds, inputs)
+        self._upload(feeds, inputs, keep=True)
         self._launch(kernels)
-        sink.copy_from(self.slot_buffer(self.tensors[loss].slot), 4, 0, 4 * index)
+        loss_buffer = self.slot_buffer(self.tensors[loss].slot)
+        copy = self.device.fast.copy_buffer if self.device.context.has_dsa else None
+        if copy is not None:
+            copy(loss_buffer.handle, sink.handle, 0, 4 * index, 4)
+        else:
+            sink.copy_from(loss_buffer, 4, 0, 4 * index)
         self._copy_updates()
-        self._step_fence = Fence()
+        self._in_flight = True
 
     def _copy_updates(self) -> None:
         """The step's update copies (prepared with the launches)."""
@@ -464,13 +522,49 @@ class Executor:
         """Dispatch `kernels` (default: all) on the data already in place; no sync."""
         self._launch(self._all if kernels is None else kernels)
 
-    def _upload(self, feeds: Mapping[str, np.ndarray], names: set[str]) -> None:
+    def _upload(self, feeds: Mapping[str, object], names: set[str], keep: bool = False) -> None:
+        """Write the input slots `names` from `feeds`. `keep` (step_into): a slot given the
+        object it took last time is left as it is, and GPUFeed values are copied on the GPU."""
+        held = self._held
         for s, name in self._inputs:
             if name not in names:
                 continue
-            if name not in feeds:
+            value = feeds.get(name, _MISSING)
+            if value is _MISSING:
                 raise DataError(f"input '{name}' is missing")
-            self.buffers[s].upload(feeds[name])  # upload makes it contiguous float32
+            if keep:
+                if value is held.get(s):
+                    continue
+                if type(value) is GPUFeed:
+                    self._copy_range(value, self.buffers[s])
+                    held[s] = value
+                    continue
+            if self._in_flight:  # see step_into: no host write while queued steps may read
+                Fence().wait()
+                self._in_flight = False
+            self.buffers[s].upload(value)  # upload makes it contiguous float32
+            held[s] = value if keep else None
+
+    def _copy_range(self, feed: GPUFeed, dst: Buffer) -> None:
+        """Copy a GPUFeed's floats into `dst` with a kernel (ordered with the launches)."""
+        program = self._range_program
+        if program is None:
+            program = self._range_program = get_program(_RANGE_COPY_SOURCE, "dlc_copy_range", self.device)
+            pin(program)
+            self.programs.append(program)
+        n = int(feed.count)
+        if n == 0:
+            return
+        x, y, z = wrap_groups(-(-n // 256), self.limits["max_work_group_count"])
+        fast, handle = self.device.fast, program.handle
+        self.device.uniforms.pop(handle, None)  # set here, not through the uniform cache
+        fast.program_uniform1i(handle, program.uniform_location("n"), n)
+        fast.program_uniform1i(handle, program.uniform_location("first"), int(feed.first))
+        fast.use_program(handle)
+        fast.bind_buffer_base(0, feed.buffer.handle)
+        fast.bind_buffer_base(1, dst.handle)
+        fast.dispatch(x, y, z)
+        fast.memory_barrier(BARRIER_BITS)
 
     def _launch(self, kernels: Sequence[int]) -> None:
         if self.hook is not None:

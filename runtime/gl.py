@@ -87,6 +87,14 @@ class Fast:
             (ctypes.c_uint, ctypes.c_int, ctypes.c_float),
         ),
     }
+    # GL 4.5 entry points: None where the driver lacks them (callers then take PyOpenGL's path).
+    _OPTIONAL: dict[str, tuple[str, tuple[Any, ...]]] = {
+        # (read buffer, write buffer, read offset, write offset, bytes)
+        "copy_buffer": (
+            "glCopyNamedBufferSubData",
+            (ctypes.c_uint, ctypes.c_uint, ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_ssize_t),
+        ),
+    }
 
     def __init__(self) -> None:
         self._resolved = False
@@ -105,12 +113,15 @@ class Fast:
             if not address:
                 raise OSError(f"OpenGL entry point {symbol} not found")
             setattr(self, attr, functype(None, *argtypes)(address))
+        for attr, (symbol, argtypes) in self._OPTIONAL.items():
+            address = _proc_address(symbol)
+            setattr(self, attr, functype(None, *argtypes)(address) if address else None)
         self._resolved = True
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for entry points not yet resolved (a context without compute resolves
         # none up front): resolve now; its device's context is current.
-        if name.startswith("__") or name not in self._SIGNATURES:
+        if name.startswith("__") or (name not in self._SIGNATURES and name not in self._OPTIONAL):
             raise AttributeError(name)
         self.resolve()
         return object.__getattribute__(self, name)

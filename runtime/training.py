@@ -7,8 +7,10 @@ artifact runner drive their steps with it. A step is a function of one batch
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -29,6 +31,9 @@ class DeferredSteps(Protocol):
 
     def queue(self, batch: dict[str, np.ndarray], bdims: dict[str, int], index: int) -> None:
         """Run a step without reading anything back; its loss goes to place `index`."""
+
+    def stage(self, batches: list[dict[str, np.ndarray]]) -> None:
+        """The batches of the steps queued next, before they are (to move them in one go)."""
 
     def read(self, count: int) -> np.ndarray:
         """The first `count` losses, once the GPU has computed them (waits on a fence)."""
@@ -184,7 +189,9 @@ def _batches(
         if dim is None:
             yield k, epoch, pos, dict(feeds), dict(dims), 1
         else:
-            idx = order[pos * size : (pos + 1) * size]
+            # An epoch of one batch passes its order itself: unshuffled, every step then
+            # shares one rows object (deferred steps on GL copy nothing for it again).
+            idx = order if size == n else order[pos * size : (pos + 1) * size]
             batch = select(idx) if select is not None else {name: v[idx] for name, v in feeds.items()}
             yield k, epoch, pos, batch, {**dims, dim: len(idx)}, len(idx)
 
@@ -217,12 +224,25 @@ def _deferred_loop(
         restore(token)
         for i in range(start, target):
             step(*ran[i])
+        settle_rng(last)
+
+    def settle_rng(last: int) -> None:
+        """The rng as if the loop had stopped after step index `last` (staging draws ahead)."""
         later = [i for i in drawn if i > last]
         if later:
             rng.bit_generator.state = drawn[min(later)]
 
+    ahead: deque = deque()  # staged steps not yet queued
     started = time.monotonic()
-    for k, epoch, pos, batch, bdims, examples in batches:
+    while True:
+        if not ahead:
+            # The next steps' batches, staged in one go (their row indices uploaded at once).
+            chunk = list(itertools.islice(batches, deferred.capacity))
+            if not chunk:
+                break
+            deferred.stage([item[3] for item in chunk])
+            ahead.extend(chunk)
+        k, epoch, pos, batch, bdims, examples = ahead.popleft()
         deferred.queue(batch, bdims, len(window))
         ran[k] = (batch, bdims)
         window.append((k, epoch, pos, examples))
@@ -248,6 +268,7 @@ def _deferred_loop(
             if go_on is False:
                 if j != window[-1][0]:  # later steps of the window ran: undo them
                     rewind(j + 1, j)
+                settle_rng(j)
                 return losses
         next_k = window[-1][0] + 1
         if next_k >= total:
