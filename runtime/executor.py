@@ -576,8 +576,33 @@ class Executor:
         if launches is None or launches[0] is not kernels:
             if len(self._subsets) > 64:  # lists made by callers, not `needs`: keep few
                 self._subsets.clear()
-            launches = self._subsets[id(kernels)] = (kernels, tuple(self._launches[k] for k in kernels))
+            launches = self._subsets[id(kernels)] = (kernels, self._with_barriers(kernels))
         run_prepared(self.device.activate().fast, launches[1], self.device.uniforms)
+
+    def _with_barriers(self, kernels: Sequence[int]) -> tuple[Prepared, ...]:
+        """The launches of `kernels` with a barrier only where one is needed: before a kernel
+        that reads a slot written since the last barrier, or writes one read or written since
+        (planned storage reuses slots: a write-after-read counts), and after the last. Kernels
+        between two barriers may then run at once (the three parameter updates of the
+        quadratic, the weight updates of an MLP)."""
+        barrier = [False] * len(kernels)
+        written: set[int] = set()
+        bound: set[int] = set()
+        for i, k in enumerate(kernels):
+            kernel = self.kernels[k]
+            reads = set(kernel.slots)
+            writes = {self.tensors[t].slot for t in kernel.writes}
+            if i and (reads & written or writes & (written | bound)):
+                barrier[i - 1] = True
+                written, bound = set(), set()
+            written |= writes
+            bound |= reads
+        if kernels:
+            barrier[-1] = True
+        return tuple(
+            launch if keep else _without_barrier(launch)
+            for launch, keep in zip((self._launches[k] for k in kernels), barrier)
+        )
 
     def _launch_hooked(self, kernels: Sequence[int]) -> None:
         """Debug mode: one launch at a time, the hook around each."""
@@ -615,6 +640,13 @@ class Executor:
         """GPU buffers this executor holds itself (temp, input and const slots) and their bytes."""
         live = [b for b in self.buffers.values() if b.handle]
         return len(live), sum(b.capacity for b in live)
+
+
+def _without_barrier(launch: Prepared) -> Prepared:
+    """`launch` without its closing glMemoryBarrier (kernel_calls puts one after a dispatch)."""
+    if launch.calls and launch.calls[-1][1] == (BARRIER_BITS,):
+        return launch._replace(calls=launch.calls[:-1])
+    return launch
 
 
 def _release_pins(programs: list) -> None:
