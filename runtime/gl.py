@@ -89,6 +89,12 @@ class Fast:
     }
     # GL 4.5 entry points: None where the driver lacks them (callers then take PyOpenGL's path).
     _OPTIONAL: dict[str, tuple[str, tuple[Any, ...]]] = {
+        # GL 4.4 multi-bind: (target, first binding, count, buffer handles): a kernel's
+        # buffers in one call instead of one call each
+        "bind_buffers_base": (
+            "glBindBuffersBase",
+            (ctypes.c_uint, ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_uint)),
+        ),
         # (read buffer, write buffer, read offset, write offset, bytes)
         "copy_buffer": (
             "glCopyNamedBufferSubData",

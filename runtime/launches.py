@@ -12,6 +12,7 @@ through the same entry points and cache.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -42,12 +43,24 @@ def kernel_calls(
     """A launch of `program` with buffer `handles[i]` at binding i, int `uniforms` as
     (location, value), `groups` work groups, then a barrier (no dispatch when a count is 0)."""
     use, bind, dispatch, barrier = _entry_points(fast)
-    calls: list[Call] = [(use, (int(program),))]
-    calls += [(bind, (GL_SHADER_STORAGE_BUFFER, i, int(h))) for i, h in enumerate(handles)]
+    calls: list[Call] = [(use, (int(program),)), *_bind_calls(fast, handles)]
     x, y, z = (int(n) for n in groups)
     if x and y and z:
         calls += [(dispatch, (x, y, z)), (barrier, (BARRIER_BITS,))]
     return Prepared(int(program), tuple((int(loc), int(v)) for loc, v in uniforms), tuple(calls), (x, y, z))
+
+
+def _bind_calls(fast: Fast, handles: Sequence[int]) -> list[Call]:
+    """Calls binding buffer `handles[i]` at shader-storage binding i: one glBindBuffersBase
+    where the driver has it (GL 4.4), else a glBindBufferBase each."""
+    if not handles:
+        return []
+    many = fast.bind_buffers_base
+    if many is not None and len(handles) > 1:
+        array = (ctypes.c_uint * len(handles))(*(int(h) for h in handles))  # kept alive by the call
+        return [(many, (GL_SHADER_STORAGE_BUFFER, 0, len(handles), array))]
+    bind = fast._bind_buffer_base
+    return [(bind, (GL_SHADER_STORAGE_BUFFER, i, int(h))) for i, h in enumerate(handles)]
 
 
 def copy_calls(
@@ -64,8 +77,7 @@ def copy_calls(
             continue
         calls += [
             (set_int, (int(program), int(location), int(n))),
-            (bind, (GL_SHADER_STORAGE_BUFFER, 0, int(src))),
-            (bind, (GL_SHADER_STORAGE_BUFFER, 1, int(dst))),
+            *_bind_calls(fast, (src, dst)),
             (dispatch, tuple(int(g) for g in groups)),
         ]
     calls.append((barrier, (BARRIER_BITS,)))

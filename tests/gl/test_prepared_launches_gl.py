@@ -95,3 +95,60 @@ def test_eager_ops_prepare_once_per_length_and_match_numpy(gl):
     ]
     # an op called at lengths 8, 13 and 5000 holds one prepared binding per length
     assert any({8, 13, 5000} <= seen for seen in lengths)
+
+
+def test_an_epochs_last_batch_and_back_reuse_their_prepared_launches(gl, monkeypatch):
+    b = GraphBuilder()
+    x = b.input("x", ("B", 3))
+    y = b.add("sum", [b.add("exp", [x])], axes=(1,), keepdims=False)
+    prog = compile_program(b.build(), [y])
+    ex = Executor(prog.spec, prog.sources, LeafStore())
+    prepared = _counting(monkeypatch, executor_module, "kernel_calls")
+    rng = np.random.default_rng(1)
+    try:
+        for rows in (8, 5, 8, 5, 8):  # full batches and an epoch's smaller last one, alternating
+            xs = rng.normal(size=(rows, 3)).astype(np.float32)
+            (got,) = ex.run({"x": xs}, {"B": rows}, [y])
+            np.testing.assert_allclose(got, np.exp(xs.astype(np.float64)).sum(axis=1), rtol=1e-5)
+        assert len(prepared) == 2 * len(ex.kernels)  # each binding prepared once
+    finally:
+        ex.delete()
+
+
+def _slots(ex: Executor, k: int) -> tuple[set, set]:
+    kernel = ex.kernels[k]
+    return set(kernel.slots), {ex.tensors[t].slot for t in kernel.writes}
+
+
+def test_barriers_separate_dependent_kernels_and_only_those(gl):
+    """Between two kernels with no barrier between them, neither reads or overwrites what the
+    other writes; the quadratic's three parameter updates share one stretch without one."""
+    model = dlc.compile("samples/quadratic.dl")
+    prog = programs(model, train_loss="cost", optimizer="sgd")["train"]
+    store = LeafStore()
+    for name in model.params:
+        store.set(name, np.float32(0.5))
+    ex = Executor(prog.spec, prog.sources, store)
+    try:
+        ex.prepare({"B": 11})
+        launches = ex._with_barriers(ex._all)
+        barrier = [bool(p.calls) and p.calls[-1][1] == (executor_module.BARRIER_BITS,) for p in launches]
+        assert barrier[-1]
+        stretches, current = [], []
+        for k, ends in zip(ex._all, barrier):
+            current.append(k)
+            if ends:
+                stretches.append(current)
+                current = []
+        for stretch in stretches:
+            for i, a in enumerate(stretch):
+                for b in stretch[i + 1 :]:
+                    (ra, wa), (rb, wb) = _slots(ex, a), _slots(ex, b)
+                    assert not (rb & wa or wb & (ra | wa)), (ex.kernels[a].name, ex.kernels[b].name)
+        param_slots = {s for s, slot in enumerate(ex.slots) if slot.kind == "param"}
+        updates = [k for k in ex._all if _slots(ex, k)[1] & param_slots]
+        assert len(updates) == 3
+        assert any(set(updates) <= set(s) for s in stretches), stretches
+        assert len(stretches) < len(ex.kernels)
+    finally:
+        ex.delete()

@@ -117,3 +117,51 @@ def test_a_diverging_resident_run_restores_params_and_frees_the_data(gl):
         for name, v in before.items():
             np.testing.assert_array_equal(sess.params[name], v)
     assert not any(n.startswith("$data$") for n in sess.backend.store.buffers)
+
+
+def _host_writes(monkeypatch) -> list[int]:
+    """The bytes of every host-to-GPU buffer write from here on."""
+    from dlc.runtime import storage
+
+    sizes: list[int] = []
+    upload = storage.Buffer.upload
+
+    def counted(self, array, offset_bytes=0):
+        sizes.append(np.asarray(array).size * 4)
+        return upload(self, array, offset_bytes)
+
+    monkeypatch.setattr(storage.Buffer, "upload", counted)
+    return sizes
+
+
+@pytest.mark.parametrize("steps", [12, 36])
+def test_deferred_steps_upload_their_rows_in_one_go_not_per_step(gl, monkeypatch, steps):
+    sess = dlc.Session("samples/mlp_digits.dl", backend="gl", seed=0)
+    sess.loss_read_steps, sess.loss_read_interval_s = 64, 1e9
+    ref = dlc.Session("samples/mlp_digits.dl", backend="numpy", seed=0)
+    writes = _host_writes(monkeypatch)
+    got = sess.train(digits(60), optimizer=dlc.SGD(0.05), batch_size=16, steps=steps)
+    # the data (2 leaves), every step's rows at once, the learning rate once: not a write a step
+    assert len(writes) == 4, writes
+    assert 4 in writes and 4 * 60 * (steps // 4) in writes  # lr; 60 rows an epoch of 4 steps
+    want = ref.train(digits(60), optimizer=dlc.SGD(0.05), batch_size=16, steps=steps)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_unshuffled_whole_batch_steps_copy_their_rows_once(gl, monkeypatch):
+    from dlc.runtime.executor import Executor
+
+    copies: list = []
+    copy_range = Executor._copy_range
+    monkeypatch.setattr(
+        Executor, "_copy_range", lambda self, feed, dst: copies.append(feed) or copy_range(self, feed, dst)
+    )
+    feeds = {k: v.astype(np.float32) for k, v in np.load("samples/data/quadratic.npz").items()}
+    sess = dlc.Session("samples/quadratic.dl", backend="gl", seed=0)
+    ref = dlc.Session("samples/quadratic.dl", backend="numpy", seed=0)
+    got = sess.train(feeds, optimizer=dlc.SGD(0.01), batch_size=None, steps=20, shuffle=False)
+    assert len(copies) == 1  # one rows object for every step: the slot keeps it
+    want = ref.train(feeds, optimizer=dlc.SGD(0.01), batch_size=None, steps=20, shuffle=False)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    for name, value in ref.params.items():
+        np.testing.assert_allclose(sess.params[name], value, rtol=1e-4, err_msg=name)
