@@ -309,7 +309,46 @@ def bench_mlp(batch: int, reps: int, torch, skip) -> tuple[list[dict], list[dict
             rows.append({"row": f"mlp step {opt_name}", "impl": "NumPy backend", "ms": ms})
         if torch is not None:
             rows += torch_mlp(torch, data, batch, opt_name, reps, storage)
+    if torch is not None and torch.cuda.is_available():
+        rows += mlp_product_rows(torch, batch, reps)
     return rows, storage
+
+
+def mlp_product_shapes(batch: int) -> list[tuple[int, int, int]]:
+    """(M, K, N) of the MLP step's 8 products: x W1, h1 W2, h2 W3, then dh2 = dlogits W3^T,
+    dW3 = h2^T dlogits, dh1 = dh2 W2^T, dW2 = h1^T dh2, dW1 = x^T dh1."""
+    b = batch
+    return [(b, 784, 1024), (b, 1024, 1024), (b, 1024, 10), (b, 10, 1024), (1024, b, 10), (b, 1024, 1024)] + [
+        (1024, b, 1024),
+        (784, b, 1024),
+    ]
+
+
+def mlp_product_rows(torch, batch: int, reps: int) -> list[dict]:
+    """The GPU time of the MLP step's 8 matmul kernels (each timed alone inside the step, with
+    its fused epilogue: bias, relu, the optimizer update) against cuBLAS's 8 bare products."""
+    rows = []
+    flops = sum(2 * m * k * n for m, k, n in mlp_product_shapes(batch))
+    for opt_name in ("SGD", "Adam"):
+        table = KERNEL_TABLES.get(f"MLP {opt_name} step")
+        if table:
+            ms = sum(r["ms"] for r in table if "matmul" in r["kernel"])
+            rows.append(
+                {
+                    "row": "mlp step products",
+                    "impl": f"dlc GL, the {opt_name} step's 8 matmul kernels (GPU time, epilogues fused)",
+                    "ms": ms,
+                    "TFLOP/s": flops / ms / 1e9,
+                }
+            )
+    torch.backends.cuda.matmul.allow_tf32 = False
+    pairs = [
+        (torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")) for m, k, n in mlp_product_shapes(batch)
+    ]
+    ms = torch_gpu_ms(torch, lambda: [a @ b for a, b in pairs], reps)
+    rows.append({"row": "mlp step products", "impl": "PyTorch fp32 (cuBLAS, TF32 off), the 8 products", "ms": ms})
+    rows[-1]["TFLOP/s"] = flops / ms / 1e9
+    return rows
 
 
 def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
@@ -349,7 +388,7 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
         sess.train(data, optimizer=opt, batch_size=batch, steps=5)  # compiles, warms up
         t = time.perf_counter()
         sess.train(data, optimizer=opt, batch_size=batch, steps=reps)
-        how = "data on the GPU, indices uploaded" if resident else "batches uploaded"
+        how = "data on the GPU, rows staged" if resident else "batches uploaded"
         rows.append(
             {
                 "row": f"mlp step {opt_name}",
@@ -357,8 +396,8 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
                 "ms": (time.perf_counter() - t) * 1e3 / reps,
             }
         )
+    KERNEL_TABLES[f"MLP {opt_name} step"] = per_kernel(ex)
     if opt_name == "Adam":
-        KERNEL_TABLES["MLP Adam step"] = per_kernel(ex)
         g = model.graph
         fwd = compile_program(g, [g.names["logits"], g.names["cost"]], ref_dims=dims)
         for what, prog in (("MLP forward (logits, cost)", fwd), ("MLP Adam step", compiled)):
@@ -595,7 +634,7 @@ def main(argv=None) -> int:
         got, store = bench_mlp(batch, reps, torch, skip)
         rows.extend(got)
         storage.extend(store + deep_storage(batch))
-        print(table(got, ["row", "impl", "ms", "kernels"]), flush=True)
+        print(table(got, ["row", "impl", "ms", "TFLOP/s", "kernels"]), flush=True)
         print(table(storage, ["what", "MiB"]), flush=True)
         for name, kt in KERNEL_TABLES.items():
             print(f"{name}, GPU ms per kernel:")
