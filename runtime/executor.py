@@ -585,24 +585,25 @@ class Executor:
         (planned storage reuses slots: a write-after-read counts), and after the last. Kernels
         between two barriers may then run at once (the three parameter updates of the
         quadratic, the weight updates of an MLP)."""
-        barrier = [False] * len(kernels)
+        launches = [self._launches[k] for k in kernels]
+        barrier = [True] * len(kernels)  # a launch without a dispatch has none to drop
         written: set[int] = set()
         bound: set[int] = set()
+        last = None  # the position of the last launch that dispatches
         for i, k in enumerate(kernels):
+            if not all(launches[i].groups):
+                continue
             kernel = self.kernels[k]
             reads = set(kernel.slots)
             writes = {self.tensors[t].slot for t in kernel.writes}
-            if i and (reads & written or writes & (written | bound)):
-                barrier[i - 1] = True
-                written, bound = set(), set()
+            if last is not None:
+                barrier[last] = bool(reads & written or writes & (written | bound))
+                if barrier[last]:
+                    written, bound = set(), set()
             written |= writes
             bound |= reads
-        if kernels:
-            barrier[-1] = True
-        return tuple(
-            launch if keep else _without_barrier(launch)
-            for launch, keep in zip((self._launches[k] for k in kernels), barrier)
-        )
+            last = i
+        return tuple(launch if keep else _without_barrier(launch) for launch, keep in zip(launches, barrier))
 
     def _launch_hooked(self, kernels: Sequence[int]) -> None:
         """Debug mode: one launch at a time, the hook around each."""
