@@ -304,10 +304,12 @@ class Session:
         compiled ones and may differ from them only in the learning rate.
 
         On GL, when the batches would upload more rows than `feeds` holds, the data goes to
-        the GPU once (freed when train returns) and each step uploads only its rows' indices.
+        the GPU once (freed when train returns) and each step gathers its rows there.
         On GL the losses are read a window of steps at a time (`loss_read_steps`,
         `loss_read_interval_s`): `callback` runs at each read, for each step of the window,
-        and a divergence or a stop inside a window is undone back to that step.
+        and a divergence or a stop inside a window is undone back to that step. Steps then
+        write nothing from the host: the rows of many steps go up in one upload, the
+        learning rate only when it changes (`dlc/deferred.py`).
         """
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
