@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -135,16 +136,87 @@ def _forget(kernel: Kernel) -> None:
 
 def clear_cache() -> None:
     """Drop every compiled eager op (their GL programs stay in the program cache)."""
+    _seen.clear()
     while _cache:
         _forget(_cache.popitem()[1])
+
+
+def trim_pool() -> None:
+    """Delete the GPU buffers kept for reuse in the eager buffer pools (freed arrays'
+    buffers, runtime/buffer_pool.py), on every GL device. `dlc.memory().gl_pooled` counts them."""
+    if "dlc.runtime.buffer_pool" in sys.modules:
+        sys.modules["dlc.runtime.buffer_pool"].trim_all()
+
+
+def set_pool_limit(buffers: int | None = None, nbytes: int | None = None) -> None:
+    """Keep at most `buffers` freed GPU buffers and `nbytes` bytes of them for reuse by later
+    eager ops, per GL device (ints >= 0; 0 keeps none; None: the default, 256 buffers and
+    64 MiB); the pools are trimmed to it now."""
+    from dlc.runtime.buffer_pool import set_limits
+
+    set_limits(buffers, nbytes)
+
+
+def pool_limit() -> tuple[int, int]:
+    """(buffers, bytes): how much each GL device's eager buffer pool keeps at most."""
+    from dlc.runtime.buffer_pool import limits
+
+    return limits()
 
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
+# Calls seen before, by function and each positional argument's shape (None for a number):
+# the kernel's cache key, the dims and the result's shape `call` worked out for them, so that
+# a repeated call (`a + b` in a loop) skips binding, keying and shape work. Kept for calls of
+# arrays and numbers passed positionally to tensor parameters (their values are uniforms,
+# never part of a key), outside debug mode; an entry whose kernel was evicted is worked out
+# again.
+_seen: dict[tuple, tuple[tuple, dict, tuple, int]] = {}
+_SEEN_LIMIT = 4096
+# fname -> how many leading parameters are tensors (positional arguments up to it may be seen)
+_TENSOR_PREFIX = {
+    name: next((i for i, p in enumerate(fn.params) if p.kind != "tensor"), len(fn.params))
+    for name, fn in FUNCTIONS.items()
+}
+
+
 def call(fname: str, args: tuple, kwargs: dict) -> Any:
     """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
+    from . import debug
+    from .arrays import Array
+
+    if kwargs or debug._enabled or len(args) > _TENSOR_PREFIX[fname]:
+        return _call(fname, args, kwargs)
+    sig: list = [fname]
+    arrays: list[Array] = []
+    scalars: list[float] = []
+    for v in args:
+        if isinstance(v, Array):
+            sig.append(v.shape)
+            arrays.append(v)
+        elif _is_number(v):
+            sig.append(None)
+            scalars.append(_to_float(v))
+        else:
+            return _call(fname, args, kwargs)
+    seen = _seen.get(tuple(sig))
+    if seen is None or not arrays:
+        return _call(fname, args, kwargs, tuple(sig))
+    key, dims, shape, nbytes = seen
+    kernel = _cache.get(key)
+    device = arrays[0]._device
+    if kernel is None or any(a._device is not device for a in arrays):
+        return _call(fname, args, kwargs, tuple(sig))
+    _cache.move_to_end(key)
+    handle = device.run(Call(kernel, tuple(scalars), dims, shape), [a._live_handle() for a in arrays])
+    return Array._wrap(device, handle, shape, nbytes)
+
+
+def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> Any:
+    """`call` worked out in full; `sig`: the call's key in `_seen`, when it may be kept."""
     from . import debug
     from .arrays import Array, array
 
@@ -216,7 +288,12 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
             handle = debug.run_eager(device, run, handles, loc or _call_site())
         else:
             handle = device.run(run, handles)
-        return Array(device, handle, run.shape)
+        result = Array(device, handle, run.shape)
+        if sig is not None and not temporaries:
+            if len(_seen) >= _SEEN_LIMIT:
+                _seen.clear()
+            _seen[sig] = (key, dims, run.shape, result.nbytes)
+        return result
     finally:
         for t in temporaries:
             t.dispose()
@@ -345,7 +422,17 @@ def _make(fname: str):
     return op
 
 
-__all__ = ["Call", "Kernel", "cache_limit", "call", "cached_kernels", "clear_cache"]
+__all__ = [
+    "Call",
+    "Kernel",
+    "cache_limit",
+    "call",
+    "cached_kernels",
+    "clear_cache",
+    "pool_limit",
+    "set_pool_limit",
+    "trim_pool",
+]
 for _name in FUNCTIONS:
     globals()[_name] = _make(_name)
     __all__.append(_name)
