@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from dlc.runtime.buffer_pool import pool_of
 from dlc.runtime.context import get_context
 from dlc.runtime.device import current_device
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.executor import eval_size, gpu_copy, group_counts, scratch_words
-from dlc.runtime.buffer_pool import pool_of
 from dlc.runtime.launches import launch_now
 from dlc.runtime.program import Program, get_program, pin, unpin
 from dlc.runtime.spec import Kernel, Slot
@@ -244,7 +244,9 @@ def _compile(kernel: Any, dims: dict) -> _Compiled:
     slots = spec.slots
     launches = [_Launch(get_program(sources[k.file], k.name), k) for k in spec.kernels]
     out_slot = spec.tensors[kernel.out].slot
-    compiled = _Compiled(kernel, launches, slots, {s.name: i for i, s in enumerate(slots) if s.kind == "input"}, out_slot)
+    compiled = _Compiled(
+        kernel, launches, slots, {s.name: i for i, s in enumerate(slots) if s.kind == "input"}, out_slot
+    )
     for i, s in enumerate(slots):
         if s.kind == "const":
             compiled.consts[i] = Buffer.from_array(np.asarray(s.values, np.float32))
