@@ -228,17 +228,20 @@ class Array:
 
 
 def _op(name: str, *args: Any) -> Array:
-    from . import ops
+    return _ops_call(name, args, {})
 
-    return ops.call(name, args, {})
+
+_ops_call: Any = None  # dlc.ops.call, set once dlc.ops is imported (below)
 
 
 def _install_methods() -> None:
     """Every language function whose first parameter is a tensor becomes a method."""
+    global _ops_call
     from dlc.compiler.functions import FUNCTIONS
 
     from . import ops
 
+    _ops_call = ops.call
     for name, fn in FUNCTIONS.items():
         if not fn.params or fn.params[0].kind != "tensor" or hasattr(Array, name):
             continue

@@ -121,16 +121,12 @@ class GLDevice:
         return values.reshape(shape)
 
     def free(self, handle: Any) -> None:
-        from dlc.runtime.buffer_pool import pool_of
-
         if not handle.device.closed:  # else it went with its device
-            pool_of(handle.device).give(handle)
+            _gl_eager().pool_of(handle.device).give(handle)
 
     def release(self, handle: Any) -> None:
-        from dlc.runtime.buffer_pool import pool_of
-
         if not handle.device.closed:
-            pool_of(handle.device).release(handle)
+            _gl_eager().pool_of(handle.device).release(handle)
 
     def flush(self) -> None:
         """Pool the buffers finalizers queued (call on the GL thread)."""
@@ -139,10 +135,21 @@ class GLDevice:
             pool.collect()
 
     def run(self, call: Any, handles: list[Any]) -> Any:
+        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
+        return _gl_eager().run(call, handles)
+
+
+def _gl_eager() -> Any:
+    """dlc.gl_eager, imported on first use (it imports OpenGL)."""
+    global _gl_eager_module
+    if _gl_eager_module is None:
         from . import gl_eager
 
-        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
-        return gl_eager.run(call, handles)
+        _gl_eager_module = gl_eager
+    return _gl_eager_module
+
+
+_gl_eager_module: Any = None
 
 
 def gl_devices() -> list:

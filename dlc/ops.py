@@ -39,6 +39,7 @@ from dlc.compiler.functions import FUNCTIONS, REQUIRED
 from dlc.compiler.ir import Graph
 from dlc.runtime import cache_limit as _limits
 
+from . import debug
 from .devices import Device, get_device
 from .errors import CompileError
 from .graph import SEED_ALIASES, _call_site, bind_args
@@ -185,7 +186,6 @@ _TENSOR_PREFIX = {
 
 def call(fname: str, args: tuple, kwargs: dict) -> Any:
     """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
-    from . import debug
     from .arrays import Array
 
     if kwargs or debug._enabled or len(args) > _TENSOR_PREFIX[fname]:
@@ -217,7 +217,6 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
 
 def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> Any:
     """`call` worked out in full; `sig`: the call's key in `_seen`, when it may be kept."""
-    from . import debug
     from .arrays import Array, array
 
     try:

@@ -136,8 +136,8 @@ class BufferPool:
 
     def _class_for(self, nbytes: int) -> int:
         capacity = size_class(nbytes)
-        if capacity > self.device.limits["max_ssbo_size"] >= nbytes:  # keep it bindable
-            return max(4, (nbytes + 3) // 4 * 4)
+        if capacity > _limits[1] or capacity > self.device.limits["max_ssbo_size"] >= nbytes:
+            return max(4, (nbytes + 3) // 4 * 4)  # never pooled (no rounding wasted) or kept bindable
         return capacity
 
     def collect(self) -> None:
