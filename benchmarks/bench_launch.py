@@ -6,11 +6,12 @@ Rows:
              place (`Executor.launch`): host microseconds per kernel launch
   step       a whole training step of the seeds' quadratic through `Executor.run(step=True)`
              (feeds upload, launches, updates, the loss read back): microseconds per step
-  stubbed    the executor row with the GL entry points of the launch loop (`runtime.gl.fast`)
-             swapped for a C function that does nothing: the Python loop's own cost, which
-             llvmpipe's driver work (most of the rows above on it) hides
+  stubbed    the executor row with the GL entry points of the launch loop (the device's
+             `fast`) swapped for a C function that does nothing: the Python loop's own cost,
+             which llvmpipe's driver work (most of the rows above on it) hides
   eager      `a + b` on 8-element GL arrays (`dlc.ops` through dlc/gl_eager.py), the result
              read by nothing and disposed: microseconds per op
+  eager-stubbed  the eager row with the launch's entry points stubbed likewise
   chain      `((a + b) * c).relu()` on 8-element GL arrays in a loop, the results dropped
              (freed by their finalizers): microseconds per chain of three ops
 
@@ -24,6 +25,7 @@ host work this item is about, without the driver's own threads). The least of `-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -82,23 +84,32 @@ def executor_row(n: int, reps: int) -> dict:
     }
 
 
-def stubbed_row(n: int, reps: int) -> dict:
-    """The executor row with every `fast` entry point a no-op C call (libc's labs: on the
-    x86-64 and arm64 C ABIs a callee ignores arguments it does not take)."""
+@contextlib.contextmanager
+def _stubbed_entry_points():
+    """The current device's raw GL entry points (`device.fast`, what the launch loops call)
+    swapped for a no-op C call (libc's labs: on the x86-64 and arm64 C ABIs a callee ignores
+    arguments it does not take), and back after."""
     import ctypes
 
-    from dlc.runtime.gl import fast
+    from dlc.runtime.device import current_device
 
+    fast = current_device().fast
     fast.resolve()
     noop = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
     saved = {attr: getattr(fast, attr) for attr in fast._SIGNATURES}
     try:
         for attr, (_, argtypes) in fast._SIGNATURES.items():
             setattr(fast, attr, ctypes.CFUNCTYPE(None, *argtypes)(noop))
-        row = executor_row(n, reps)  # prepared after the swap: its calls are the no-ops
+        yield
     finally:
         for attr, fn in saved.items():
             setattr(fast, attr, fn)
+
+
+def stubbed_row(n: int, reps: int) -> dict:
+    """The executor row with every GL entry point of the launch loop a no-op."""
+    with _stubbed_entry_points():
+        row = executor_row(n, reps)  # prepared after the swap: its calls are the no-ops
     return {**row, "row": "executor launch, GL calls stubbed"}
 
 
@@ -144,6 +155,17 @@ def eager_row(n: int, reps: int) -> dict:
     return {"row": "eager a + b (8 elements)", "wall_us": 1e6 * wall, "cpu_us": 1e6 * cpu}
 
 
+def eager_stubbed_row(n: int, reps: int) -> dict:
+    """The eager row with the launch's GL entry points no-ops: the host's own cost of an op
+    (other GL calls, such as making a buffer, still run)."""
+    import dlc
+
+    dlc.array(np.ones(8, np.float32), backend="gl")  # the device, made before the swap
+    with _stubbed_entry_points():
+        row = eager_row(n, reps)
+    return {**row, "row": "eager a + b, launch's GL calls stubbed"}
+
+
 def chain_row(n: int, reps: int) -> dict:
     import dlc
 
@@ -159,7 +181,14 @@ def chain_row(n: int, reps: int) -> dict:
     return {"row": "eager ((a + b) * c).relu() (8 elements)", "wall_us": 1e6 * wall, "cpu_us": 1e6 * cpu}
 
 
-ROWS = {"executor": executor_row, "stubbed": stubbed_row, "step": step_row, "eager": eager_row, "chain": chain_row}
+ROWS = {
+    "executor": executor_row,
+    "stubbed": stubbed_row,
+    "step": step_row,
+    "eager": eager_row,
+    "eager-stubbed": eager_stubbed_row,
+    "chain": chain_row,
+}
 
 
 def main() -> None:
