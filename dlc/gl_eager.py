@@ -151,7 +151,8 @@ def _launch(plan: _Plan, scalars: tuple[float, ...], handles: list[Buffer]) -> B
         out = pool_of(device).fresh(plan.out_nbytes)
         out.upload(np.full(plan.out_nbytes // 4, scalars[plan.number], np.float32))
         return out
-    out = pool_of(device).take(plan.out_nbytes)
+    pool = pool_of(device)
+    out = pool.take_class(pool.class_for(plan.out_nbytes), plan.out_nbytes)
     dynamic = [out.handle] + [h.handle for h in handles]  # binding _OUT -> 0, input i (-2 - i) -> 1 + i
     fast, uniforms_set = device.fast, device.uniforms
     set_float = fast.program_uniform1f

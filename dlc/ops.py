@@ -68,10 +68,11 @@ class Kernel:
     scalar_names: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class Call:
     """One run of a `Kernel`: this call's numbers, dims and output shape. Devices and debug
-    mode take it where they take a kernel."""
+    mode take it where they take a kernel. (Made at every op: slotted, not frozen, which
+    costs a setattr call per field.)"""
 
     kernel: Kernel
     scalars: tuple[float, ...]
@@ -166,7 +167,7 @@ def pool_limit() -> tuple[int, int]:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    return isinstance(v, _NUMBERS) and not isinstance(v, bool)
 
 
 # Calls seen before, by function and each positional argument's shape (None for a number):
@@ -186,33 +187,50 @@ _TENSOR_PREFIX = {
 
 def call(fname: str, args: tuple, kwargs: dict) -> Any:
     """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
-    from .arrays import Array
-
+    Array = _array_class()
     if kwargs or debug._enabled or len(args) > _TENSOR_PREFIX[fname]:
         return _call(fname, args, kwargs)
+    # A repeated call: look up what it was worked out to (`_seen`), and run it.
     sig: list = [fname]
-    arrays: list[Array] = []
+    handles: list = []
     scalars: list[float] = []
+    device = None
     for v in args:
         if isinstance(v, Array):
             sig.append(v.shape)
-            arrays.append(v)
-        elif _is_number(v):
+            if v._handle is None or (device is not None and v._device is not device):
+                return _call(fname, args, kwargs)  # the full path says what is wrong
+            device = v._device
+            handles.append(v._handle)
+        elif isinstance(v, _NUMBERS) and not isinstance(v, bool):
             sig.append(None)
             scalars.append(_to_float(v))
         else:
             return _call(fname, args, kwargs)
-    seen = _seen.get(tuple(sig))
-    if seen is None or not arrays:
-        return _call(fname, args, kwargs, tuple(sig))
-    key, dims, shape, nbytes = seen
-    kernel = _cache.get(key)
-    device = arrays[0]._device
-    if kernel is None or any(a._device is not device for a in arrays):
-        return _call(fname, args, kwargs, tuple(sig))
-    _cache.move_to_end(key)
-    handle = device.run(Call(kernel, tuple(scalars), dims, shape), [a._live_handle() for a in arrays])
-    return Array._wrap(device, handle, shape, nbytes)
+    key = tuple(sig)
+    seen = _seen.get(key)
+    if seen is None or device is None:
+        return _call(fname, args, kwargs, key)
+    kernel_key, dims, shape, nbytes = seen
+    kernel = _cache.get(kernel_key)
+    if kernel is None:  # evicted since
+        return _call(fname, args, kwargs, key)
+    _cache.move_to_end(kernel_key)
+    return Array._wrap(device, device.run(Call(kernel, tuple(scalars), dims, shape), handles), shape, nbytes)
+
+
+_NUMBERS = (int, float, np.integer, np.floating)  # `_is_number`'s, for the loop above
+_Array: Any = None
+
+
+def _array_class() -> Any:
+    """dlc.arrays.Array (imported on first use: dlc.arrays imports this module)."""
+    global _Array
+    if _Array is None:
+        from .arrays import Array
+
+        _Array = Array
+    return _Array
 
 
 def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> Any:

@@ -73,9 +73,13 @@ class BufferPool:
         written by GPU commands issued from now on: a pooled one of its class, else a new one.
         The device is made current."""
         self.device.activate()
+        return self.take_class(self.class_for(nbytes), nbytes)
+
+    def take_class(self, capacity: int, nbytes: int) -> Buffer:
+        """`take` for a `capacity` that `class_for(nbytes)` gave, with the device current
+        (eager ops' repeated calls, which know both)."""
         if self._released:
             self.collect()
-        capacity = self._class_for(nbytes)
         bucket = self._free.get(capacity)
         if bucket:
             buf = bucket.pop()
@@ -86,14 +90,16 @@ class BufferPool:
             buf.nbytes = nbytes
             return buf
         self.created += 1
-        return self.fresh(nbytes)
+        buf = Buffer(capacity, device=self.device)
+        buf.nbytes = nbytes
+        return buf
 
     def fresh(self, nbytes: int) -> Buffer:
         """A new buffer of `nbytes` bytes with a class capacity (so that it can join the pool
         later); for data the host writes."""
         if self._released:  # a loop of uploads alone pools what its dead arrays held
             self.collect()
-        buf = Buffer(self._class_for(nbytes), device=self.device)
+        buf = Buffer(self.class_for(nbytes), device=self.device)
         buf.nbytes = nbytes
         return buf
 
@@ -118,6 +124,22 @@ class BufferPool:
         self.collect()
         self._shrink(max_buffers or 0, max_bytes or 0)
 
+    def class_for(self, nbytes: int) -> int:
+        """The capacity a buffer of `nbytes` bytes gets here: its size class, or `nbytes`
+        rounded to 4 past the pool's byte bound or the device's storage block limit."""
+        capacity = size_class(nbytes)
+        if capacity > _limits[1] or capacity > self.device.limits["max_ssbo_size"] >= nbytes:
+            return max(4, (nbytes + 3) // 4 * 4)  # never pooled (no rounding wasted) or kept bindable
+        return capacity
+
+    def collect(self) -> None:
+        """Pool what `release` queued (on the device's thread)."""
+        released = self._released
+        while released:
+            buf = released.popleft()
+            if buf.handle and buf not in self._order:
+                self._keep(buf)
+
     # ------------------------------------------------------------ from any thread
 
     def release(self, buf: Buffer) -> None:
@@ -133,20 +155,6 @@ class BufferPool:
         self.count = self.nbytes = 0
 
     # ------------------------------------------------------------ inside
-
-    def _class_for(self, nbytes: int) -> int:
-        capacity = size_class(nbytes)
-        if capacity > _limits[1] or capacity > self.device.limits["max_ssbo_size"] >= nbytes:
-            return max(4, (nbytes + 3) // 4 * 4)  # never pooled (no rounding wasted) or kept bindable
-        return capacity
-
-    def collect(self) -> None:
-        """Pool what `release` queued (on the device's thread)."""
-        released = self._released
-        while released:
-            buf = released.popleft()
-            if buf.handle and buf not in self._order:
-                self._keep(buf)
 
     def _keep(self, buf: Buffer) -> None:
         capacity = buf.capacity
