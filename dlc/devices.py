@@ -91,8 +91,10 @@ class GLDevice:
     name = "gl"
 
     def __init__(self) -> None:
+        from dlc.runtime.buffer_pool import pool_of
         from dlc.runtime.device import default_device
 
+        self._pool_of = pool_of  # kept: finalizers call `release`, where nothing is imported
         self.gl_device = default_device()
         self.context = self.gl_device.context
         if not self.context.has_compute:  # eager kernels are compute shaders only
@@ -103,10 +105,8 @@ class GLDevice:
             )
 
     def upload(self, value: np.ndarray) -> Any:
-        from dlc.runtime.buffer_pool import pool_of
-
         data = np.ascontiguousarray(value, dtype=np.float32)
-        buffer = pool_of(self.gl_device).fresh(data.nbytes)
+        buffer = self._pool_of(self.gl_device).fresh(data.nbytes)
         buffer.upload(data)
         return buffer
 
@@ -122,11 +122,11 @@ class GLDevice:
 
     def free(self, handle: Any) -> None:
         if not handle.device.closed:  # else it went with its device
-            _gl_eager().pool_of(handle.device).give(handle)
+            self._pool_of(handle.device).give(handle)
 
     def release(self, handle: Any) -> None:
         if not handle.device.closed:
-            _gl_eager().pool_of(handle.device).release(handle)
+            self._pool_of(handle.device).release(handle)
 
     def flush(self) -> None:
         """Pool the buffers finalizers queued (call on the GL thread)."""
