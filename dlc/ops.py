@@ -188,7 +188,7 @@ _TENSOR_PREFIX = {
 def call(fname: str, args: tuple, kwargs: dict) -> Any:
     """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
     Array = _array_class()
-    if kwargs or debug._enabled or len(args) > _TENSOR_PREFIX[fname]:
+    if kwargs or debug._enabled or len(args) > _TENSOR_PREFIX.get(fname, -1):
         return _call(fname, args, kwargs)
     # A repeated call: look up what it was worked out to (`_seen`), and run it.
     sig: list = [fname]
@@ -235,6 +235,10 @@ def _array_class() -> Any:
 
 def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> Any:
     """`call` worked out in full; `sig`: the call's key in `_seen`, when it may be kept."""
+    if fname not in FUNCTIONS:
+        from dlc.compiler.seed_names import suggest
+
+        raise ValueError(f"dlc.ops.call: no function '{fname}'{suggest(fname, FUNCTIONS)}")
     from .arrays import Array, array
 
     try:
