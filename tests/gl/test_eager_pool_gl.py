@@ -62,6 +62,42 @@ def test_a_loop_of_dropped_results_reuses_buffers_and_stays_right(eager):
     assert eager.created - created <= 8  # ... after the first few rounds
 
 
+def test_random_ops_over_arrays_of_sizes_sharing_classes_match_numpy(eager):
+    """Arrays of lengths whose buffers share size classes (1..16 floats: one class; 17..20:
+    the next) made, combined and dropped at random: every result, written to whatever
+    freed buffer its class offers, matches NumPy."""
+    pick = np.random.default_rng(3)
+    live: list[tuple[dlc.Array, np.ndarray]] = []
+    reused = eager.reused
+    for step in range(240):
+        if len(live) < 4 or pick.random() < 0.2:
+            host = pick.normal(size=int(pick.choice([3, 5, 8, 13, 16, 17, 20]))).astype(np.float32)
+            live.append((dlc.array(host), host))
+            continue
+        a, ha = live[int(pick.integers(len(live)))]
+        same_size = [(b, hb) for b, hb in live if hb.shape == ha.shape]
+        b, hb = same_size[int(pick.integers(len(same_size)))]
+        c = float(pick.normal())
+        kind = step % 5
+        if kind == 0:
+            got, want = a * c + b, ha * np.float32(c) + hb
+        elif kind == 1:
+            got, want = (a - b).relu(), np.maximum(ha - hb, 0)
+        elif kind == 2:
+            got, want = dlc.ops.sum(a * b), np.array((ha.astype(np.float64) * hb).sum())
+        elif kind == 3:
+            e = np.exp(ha - ha.max())
+            got, want = dlc.ops.softmax(a), e / e.sum()
+        else:
+            got, want = dlc.ops.reshape(a, [1, -1]), ha.reshape(1, -1)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        if got.size > 1:
+            live.append((got, got.numpy()))
+        while len(live) > 12:  # drop some at random: their buffers go back to the pool
+            live.pop(int(pick.integers(len(live))))
+    assert eager.reused - reused > 50
+
+
 def test_an_output_may_take_the_buffer_of_an_array_a_queued_kernel_still_reads(eager):
     x_host = rng.normal(size=(64, 64)).astype(np.float32)
     w_host = rng.normal(size=(64, 64)).astype(np.float32) / 8
