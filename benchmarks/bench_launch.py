@@ -6,22 +6,26 @@ Rows:
              place (`Executor.launch`): host microseconds per kernel launch
   step       a whole training step of the seeds' quadratic through `Executor.run(step=True)`
              (feeds upload, launches, updates, the loss read back): microseconds per step
-  stubbed    the executor row with the GL entry points of the launch loop (`runtime.gl.fast`)
-             swapped for a C function that does nothing: the Python loop's own cost, which
-             llvmpipe's driver work (most of the rows above on it) hides
+  stubbed    the executor row with the GL entry points of the launch loop (the device's
+             `fast`) swapped for a C function that does nothing: the Python loop's own cost,
+             which llvmpipe's driver work (most of the rows above on it) hides
   eager      `a + b` on 8-element GL arrays (`dlc.ops` through dlc/gl_eager.py), the result
-             read by nothing: microseconds per op
+             read by nothing and disposed: microseconds per op
+  eager-stubbed  the eager row with the launch's entry points stubbed likewise
+  chain      `((a + b) * c).relu()` on 8-element GL arrays in a loop, the results dropped
+             (freed by their finalizers): microseconds per chain of three ops
 
 Per launch (executor), step or op: `wall_us`, wall clock of the issuing loop with the queue
 drained (glFinish) before and counted after; `cpu_us`, the issuing thread's CPU time (the
 host work this item is about, without the driver's own threads). The least of `--reps` runs.
 
-    python benchmarks/bench_launch.py [--reps 7] [--n 200]
+    python benchmarks/bench_launch.py [--reps 7] [--n 200] [--rows eager,chain]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -80,23 +84,32 @@ def executor_row(n: int, reps: int) -> dict:
     }
 
 
-def stubbed_row(n: int, reps: int) -> dict:
-    """The executor row with every `fast` entry point a no-op C call (libc's labs: on the
-    x86-64 and arm64 C ABIs a callee ignores arguments it does not take)."""
+@contextlib.contextmanager
+def _stubbed_entry_points():
+    """The current device's raw GL entry points (`device.fast`, what the launch loops call)
+    swapped for a no-op C call (libc's labs: on the x86-64 and arm64 C ABIs a callee ignores
+    arguments it does not take), and back after."""
     import ctypes
 
-    from dlc.runtime.gl import fast
+    from dlc.runtime.device import current_device
 
+    fast = current_device().fast
     fast.resolve()
     noop = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
     saved = {attr: getattr(fast, attr) for attr in fast._SIGNATURES}
     try:
         for attr, (_, argtypes) in fast._SIGNATURES.items():
             setattr(fast, attr, ctypes.CFUNCTYPE(None, *argtypes)(noop))
-        row = executor_row(n, reps)  # prepared after the swap: its calls are the no-ops
+        yield
     finally:
         for attr, fn in saved.items():
             setattr(fast, attr, fn)
+
+
+def stubbed_row(n: int, reps: int) -> dict:
+    """The executor row with every GL entry point of the launch loop a no-op."""
+    with _stubbed_entry_points():
+        row = executor_row(n, reps)  # prepared after the swap: its calls are the no-ops
     return {**row, "row": "executor launch, GL calls stubbed"}
 
 
@@ -142,18 +155,58 @@ def eager_row(n: int, reps: int) -> dict:
     return {"row": "eager a + b (8 elements)", "wall_us": 1e6 * wall, "cpu_us": 1e6 * cpu}
 
 
+def eager_stubbed_row(n: int, reps: int) -> dict:
+    """The eager row with the launch's GL entry points no-ops: the host's own cost of an op
+    (other GL calls, such as making a buffer, still run)."""
+    import dlc
+
+    dlc.array(np.ones(8, np.float32), backend="gl")  # the device, made before the swap
+    with _stubbed_entry_points():
+        row = eager_row(n, reps)
+    return {**row, "row": "eager a + b, launch's GL calls stubbed"}
+
+
+def chain_row(n: int, reps: int) -> dict:
+    import dlc
+
+    a = dlc.array(np.arange(8, dtype=np.float32), backend="gl")
+    b = dlc.array(np.ones(8, np.float32), backend="gl")
+    c = dlc.array(np.full(8, -0.5, np.float32), backend="gl")
+    ((a + b) * c).relu().numpy()  # compiles the ops
+
+    def chain():
+        ((a + b) * c).relu()  # dropped at once: the arrays' finalizers free their buffers
+
+    wall, cpu = timed(chain, n, reps)
+    return {"row": "eager ((a + b) * c).relu() (8 elements)", "wall_us": 1e6 * wall, "cpu_us": 1e6 * cpu}
+
+
+ROWS = {
+    "executor": executor_row,
+    "stubbed": stubbed_row,
+    "step": step_row,
+    "eager": eager_row,
+    "eager-stubbed": eager_stubbed_row,
+    "chain": chain_row,
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--json", action="store_true", help="one JSON object per row")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"which rows, comma-separated (of {', '.join(ROWS)})")
     args = ap.parse_args()
     from dlc.runtime.context import get_context
 
     ctx = get_context()
     print(f"# {ctx.renderer if hasattr(ctx, 'renderer') else 'GL'}")
-    rows = (executor_row, stubbed_row, step_row, eager_row)
-    for row in (make(args.n, args.reps) for make in rows):
+    names = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in names if r not in ROWS]
+    if unknown:
+        ap.error(f"unknown rows {', '.join(unknown)}: choose from {', '.join(ROWS)}")
+    for row in (ROWS[name](args.n, args.reps) for name in names):
         if args.json:
             print(json.dumps(row))
         else:

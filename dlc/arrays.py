@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,9 +40,22 @@ class Array:
         self._device = device
         self._handle = handle
         self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
-        self._nbytes = 4 * int(np.prod(self.shape, dtype=np.int64))
+        self._nbytes = 4 * math.prod(self.shape)
         self._scope = None
         _scope.register(self, self._nbytes)
+
+    @classmethod
+    def _wrap(cls, device: Device, handle: Any, shape: tuple[int, ...], nbytes: int) -> Array:
+        """An op's result: `shape` a tuple of ints already and `nbytes` its size (dlc.ops'
+        repeated calls, which know both)."""
+        self = cls.__new__(cls)
+        self._device = device
+        self._handle = handle
+        self.shape = shape
+        self._nbytes = nbytes
+        self._scope = None
+        _scope.register(self, nbytes)
+        return self
 
     # -- facts -----------------------------------------------------------------------
     @property
@@ -214,17 +228,20 @@ class Array:
 
 
 def _op(name: str, *args: Any) -> Array:
-    from . import ops
+    return _ops_call(name, args, {})
 
-    return ops.call(name, args, {})
+
+_ops_call: Any = None  # dlc.ops.call, set once dlc.ops is imported (below)
 
 
 def _install_methods() -> None:
     """Every language function whose first parameter is a tensor becomes a method."""
+    global _ops_call
     from dlc.compiler.functions import FUNCTIONS
 
     from . import ops
 
+    _ops_call = ops.call
     for name, fn in FUNCTIONS.items():
         if not fn.params or fn.params[0].kind != "tensor" or hasattr(Array, name):
             continue

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import threading
 from typing import Any, Protocol
 
 import numpy as np
@@ -82,15 +81,20 @@ class GLDevice:
     They live on the process's default GL device (`dlc.runtime.device`), whichever device
     sessions use: every call makes it current first.
 
-    Buffers can only be freed on the thread that holds the GL context, and a finalizer may
-    run anywhere: `release` queues them and the next call on the owning thread frees them.
+    A freed array's buffer goes to the device's pool (runtime/buffer_pool.py) for the next
+    op's result; GL calls are made only on the thread that holds the context, and a finalizer
+    may run anywhere: `release` queues the buffer and the next call on the owning thread
+    pools it. Uploads go to fresh buffers, never pooled ones (no host write into a buffer
+    that queued kernels may still read).
     """
 
     name = "gl"
 
     def __init__(self) -> None:
+        from dlc.runtime.buffer_pool import pool_of
         from dlc.runtime.device import default_device
 
+        self._pool_of = pool_of  # kept: finalizers call `release`, where nothing is imported
         self.gl_device = default_device()
         self.context = self.gl_device.context
         if not self.context.has_compute:  # eager kernels are compute shaders only
@@ -99,14 +103,12 @@ class GLDevice:
             raise RuntimeFailure(
                 f"eager arrays on gl need compute shaders; this OpenGL ({self.context.version}) has none"
             )
-        self._pending: list[Any] = []
-        self._lock = threading.Lock()
 
     def upload(self, value: np.ndarray) -> Any:
-        from dlc.runtime.storage import Buffer
-
-        self.flush()
-        return Buffer.from_array(np.ascontiguousarray(value, dtype=np.float32), self.gl_device)
+        data = np.ascontiguousarray(value, dtype=np.float32)
+        buffer = self._pool_of(self.gl_device).fresh(data.nbytes)
+        buffer.upload(data)
+        return buffer
 
     def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
         return handle.download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
@@ -119,27 +121,35 @@ class GLDevice:
         return values.reshape(shape)
 
     def free(self, handle: Any) -> None:
-        handle.delete()
+        if not handle.device.closed:  # else it went with its device
+            self._pool_of(handle.device).give(handle)
 
     def release(self, handle: Any) -> None:
-        with self._lock:
-            self._pending.append(handle)
+        if not handle.device.closed:
+            self._pool_of(handle.device).release(handle)
 
     def flush(self) -> None:
-        """Free the buffers finalizers queued (call on the GL thread)."""
-        if not self._pending:
-            return
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for handle in pending:
-            handle.delete()
+        """Pool the buffers finalizers queued (call on the GL thread)."""
+        pool = self.gl_device.pool
+        if pool is not None and not self.gl_device.closed:
+            pool.collect()
 
     def run(self, call: Any, handles: list[Any]) -> Any:
+        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
+        return _gl_eager().run(call, handles)
+
+
+def _gl_eager() -> Any:
+    """dlc.gl_eager, imported on first use (it imports OpenGL)."""
+    global _gl_eager_module
+    if _gl_eager_module is None:
         from . import gl_eager
 
-        self.flush()
-        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
-        return gl_eager.run(call, handles)
+        _gl_eager_module = gl_eager
+    return _gl_eager_module
+
+
+_gl_eager_module: Any = None
 
 
 def gl_devices() -> list:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from dlc.compiler.functions import FUNCTIONS, REQUIRED
 from dlc.compiler.ir import Graph
 from dlc.runtime import cache_limit as _limits
 
+from . import debug
 from .devices import Device, get_device
 from .errors import CompileError
 from .graph import SEED_ALIASES, _call_site, bind_args
@@ -66,10 +68,11 @@ class Kernel:
     scalar_names: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class Call:
     """One run of a `Kernel`: this call's numbers, dims and output shape. Devices and debug
-    mode take it where they take a kernel."""
+    mode take it where they take a kernel. (Made at every op: slotted, not frozen, which
+    costs a setattr call per field.)"""
 
     kernel: Kernel
     scalars: tuple[float, ...]
@@ -135,17 +138,107 @@ def _forget(kernel: Kernel) -> None:
 
 def clear_cache() -> None:
     """Drop every compiled eager op (their GL programs stay in the program cache)."""
+    _seen.clear()
     while _cache:
         _forget(_cache.popitem()[1])
 
 
+def trim_pool() -> None:
+    """Delete the GPU buffers kept for reuse in the eager buffer pools (freed arrays'
+    buffers, runtime/buffer_pool.py), on every GL device. `dlc.memory().gl_pooled` counts them."""
+    if "dlc.runtime.buffer_pool" in sys.modules:
+        sys.modules["dlc.runtime.buffer_pool"].trim_all()
+
+
+def set_pool_limit(buffers: int | None = None, nbytes: int | None = None) -> None:
+    """Keep at most `buffers` freed GPU buffers and `nbytes` bytes of them for reuse by later
+    eager ops, per GL device (ints >= 0; 0 keeps none; None: the default, 256 buffers and
+    64 MiB); the pools are trimmed to it now."""
+    from dlc.runtime.buffer_pool import set_limits
+
+    set_limits(buffers, nbytes)
+
+
+def pool_limit() -> tuple[int, int]:
+    """(buffers, bytes): how much each GL device's eager buffer pool keeps at most."""
+    from dlc.runtime.buffer_pool import limits
+
+    return limits()
+
+
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    return isinstance(v, _NUMBERS) and not isinstance(v, bool)
+
+
+# Calls seen before, by function and each positional argument's shape (None for a number):
+# the kernel's cache key, the dims and the result's shape `call` worked out for them, so that
+# a repeated call (`a + b` in a loop) skips binding, keying and shape work. Kept for calls of
+# arrays and numbers passed positionally to tensor parameters (their values are uniforms,
+# never part of a key), outside debug mode; an entry whose kernel was evicted is worked out
+# again.
+_seen: dict[tuple, tuple[tuple, dict, tuple, int]] = {}
+_SEEN_LIMIT = 4096
+# fname -> how many leading parameters are tensors (positional arguments up to it may be seen)
+_TENSOR_PREFIX = {
+    name: next((i for i, p in enumerate(fn.params) if p.kind != "tensor"), len(fn.params))
+    for name, fn in FUNCTIONS.items()
+}
 
 
 def call(fname: str, args: tuple, kwargs: dict) -> Any:
     """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
-    from . import debug
+    Array = _array_class()
+    if kwargs or debug._enabled or len(args) > _TENSOR_PREFIX.get(fname, -1):
+        return _call(fname, args, kwargs)
+    # A repeated call: look up what it was worked out to (`_seen`), and run it.
+    sig: list = [fname]
+    handles: list = []
+    scalars: list[float] = []
+    device = None
+    for v in args:
+        if isinstance(v, Array):
+            sig.append(v.shape)
+            if v._handle is None or (device is not None and v._device is not device):
+                return _call(fname, args, kwargs)  # the full path says what is wrong
+            device = v._device
+            handles.append(v._handle)
+        elif isinstance(v, _NUMBERS) and not isinstance(v, bool):
+            sig.append(None)
+            scalars.append(_to_float(v))
+        else:
+            return _call(fname, args, kwargs)
+    key = tuple(sig)
+    seen = _seen.get(key)
+    if seen is None or device is None:
+        return _call(fname, args, kwargs, key)
+    kernel_key, dims, shape, nbytes = seen
+    kernel = _cache.get(kernel_key)
+    if kernel is None:  # evicted since
+        return _call(fname, args, kwargs, key)
+    _cache.move_to_end(kernel_key)
+    return Array._wrap(device, device.run(Call(kernel, tuple(scalars), dims, shape), handles), shape, nbytes)
+
+
+_NUMBERS = (int, float, np.integer, np.floating)  # `_is_number`'s, for the loop above
+_Array: Any = None
+
+
+def _array_class() -> Any:
+    """dlc.arrays.Array (imported on first use: dlc.arrays imports this module)."""
+    global _Array
+    if _Array is None:
+        from .arrays import Array
+
+        _Array = Array
+    return _Array
+
+
+def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> Any:
+    """`call` worked out in full; `sig`: the call's key in `_seen`, when it may be kept."""
+    if fname not in FUNCTIONS:
+        from dlc.compiler.seed_names import suggest
+
+        raise ValueError(f"dlc.ops.call: no function '{fname}'{suggest(fname, FUNCTIONS)}")
     from .arrays import Array, array
 
     try:
@@ -216,7 +309,12 @@ def call(fname: str, args: tuple, kwargs: dict) -> Any:
             handle = debug.run_eager(device, run, handles, loc or _call_site())
         else:
             handle = device.run(run, handles)
-        return Array(device, handle, run.shape)
+        result = Array(device, handle, run.shape)
+        if sig is not None and not temporaries:
+            if len(_seen) >= _SEEN_LIMIT:
+                _seen.clear()
+            _seen[sig] = (key, dims, run.shape, result.nbytes)
+        return result
     finally:
         for t in temporaries:
             t.dispose()
@@ -345,7 +443,17 @@ def _make(fname: str):
     return op
 
 
-__all__ = ["Call", "Kernel", "cache_limit", "call", "cached_kernels", "clear_cache"]
+__all__ = [
+    "Call",
+    "Kernel",
+    "cache_limit",
+    "call",
+    "cached_kernels",
+    "clear_cache",
+    "pool_limit",
+    "set_pool_limit",
+    "trim_pool",
+]
 for _name in FUNCTIONS:
     globals()[_name] = _make(_name)
     __all__.append(_name)

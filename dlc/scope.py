@@ -184,7 +184,10 @@ class Memory:
     """What `dlc.memory()` reports: live device arrays and their bytes (float32); on the GL
     backend also the GPU buffers dlc holds in all (arrays, sessions, eager scratch, staging),
     the GL program cache (linked programs, an estimate of their driver bytes, its limit), the
-    compiled eager ops kept, and what live sessions hold (`SessionMemory`)."""
+    compiled eager ops kept, and what live sessions hold (`SessionMemory`). `gl_pooled` and
+    `gl_pooled_bytes`: those of the GPU buffers (counted in `gl_buffers`, `gl_bytes`) that sit
+    freed in the eager buffer pools for reuse (runtime/buffer_pool.py; `dlc.ops.trim_pool()`
+    deletes them)."""
 
     arrays: int
     bytes: int
@@ -195,10 +198,12 @@ class Memory:
     program_cache_limit: int | None = None
     eager_ops: int = 0
     sessions: SessionMemory | None = None
+    gl_pooled: int | None = None
+    gl_pooled_bytes: int | None = None
 
 
 def memory() -> Memory:
-    """Live arrays and bytes now (frees first what the garbage collector let go of), and
+    """Live arrays and bytes now (pools first what the garbage collector let go of), and
     on GL the buffers, programs and sessions behind them."""
     import sys
 
@@ -211,6 +216,11 @@ def memory() -> Memory:
         from dlc.runtime.storage import live_buffers, live_bytes
 
         buffers, nbytes = live_buffers(), live_bytes()
+    pool_count = pool_bytes = None
+    if buffers is not None:
+        from dlc.runtime import buffer_pool
+
+        pool_count, pool_bytes = buffer_pool.pooled_buffers(), buffer_pool.pooled_bytes()
     programs = program_bytes = limit = None
     sessions = None
     if "dlc.runtime.program" in sys.modules:  # GL was used: say what it holds
@@ -223,7 +233,17 @@ def memory() -> Memory:
 
         sessions = _sessions_memory(live_gl_backends())
     return Memory(
-        _live_arrays, _live_bytes, buffers, nbytes, programs, program_bytes, limit, ops.cached_kernels(), sessions
+        _live_arrays,
+        _live_bytes,
+        buffers,
+        nbytes,
+        programs,
+        program_bytes,
+        limit,
+        ops.cached_kernels(),
+        sessions,
+        pool_count,
+        pool_bytes,
     )
 
 

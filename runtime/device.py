@@ -66,6 +66,7 @@ class Device:
         self.buffers: weakref.WeakSet = weakref.WeakSet()
         self.live_buffers = 0
         self.live_bytes = 0
+        self.pool: Any = None  # runtime/buffer_pool.py: freed eager buffers kept for reuse
         self._previous: list[Device | None] = []  # `with` blocks: the device to go back to
 
     def __repr__(self) -> str:
@@ -130,6 +131,9 @@ class Device:
                 program.handle = 0
         self.programs.clear()
         self.uniforms.clear()
+        if self.pool is not None:  # its buffers are among those deleted below
+            self.pool.forget()
+            self.pool = None
         for buffer in list(self.buffers):
             buffer.forget_handle(delete=True)
         self.buffers.clear()

@@ -4,7 +4,9 @@ A buffer belongs to the device (runtime/device.py) it was made on, and makes tha
 context current before each GL call. Buffers are freed only by `delete()` (no finalizer: a
 garbage collector may run on a thread that does not hold the context) or by closing their
 device. `live_buffers()` / `live_bytes()` count what is not yet deleted (on one device, or on
-all) so tests can check that sessions and eager arrays clean up after themselves.
+all) so tests can check that sessions and eager arrays clean up after themselves; buffers
+freed eager arrays left in the pool for reuse (runtime/buffer_pool.py) are counted, as GPU
+memory still held (`buffer_pool.pooled_buffers()` says how many of them are pooled).
 
 GL 4.5 direct state access (glNamedBuffer*) is used where the driver has it; a 4.3 driver
 without it goes through the copy-read/copy-write binding points instead.
@@ -25,7 +27,7 @@ _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us
 
 def live_buffers(device: Device | None = None) -> int:
     """How many buffers exist on `device` (default: on every open device) that have not
-    been deleted; 0 before any device exists."""
+    been deleted, pooled ones included; 0 before any device exists."""
     devices = open_devices() if device is None else [device]
     return sum(d.live_buffers for d in devices)
 

@@ -96,6 +96,7 @@ def test_memory_counts_arrays_and_bytes(backend):
 
 @pytest.mark.gl
 def test_thousand_iterations_leave_no_gpu_buffers(gl):
+    from dlc.runtime.buffer_pool import pooled_buffers
     from dlc.runtime.storage import live_buffers
 
     w = dlc.array(np.full((8, 8), 0.1, np.float32))
@@ -103,7 +104,7 @@ def test_thousand_iterations_leave_no_gpu_buffers(gl):
     x = x @ w  # warm up: compile the kernels once
     gc.collect()
     dlc.memory()
-    start = live_buffers()
+    start = live_buffers() - pooled_buffers()  # in use (freed ones are pooled for reuse)
     made = []
     for _ in range(1000):
         with dlc.tidy() as scope:
@@ -114,7 +115,9 @@ def test_thousand_iterations_leave_no_gpu_buffers(gl):
     assert all(y.is_disposed for y in made)
     del made, y, z
     dlc.memory()
-    assert live_buffers() == start
+    assert live_buffers() - pooled_buffers() == start
+    dlc.ops.trim_pool()
+    assert pooled_buffers() == 0 and live_buffers() == start
 
 
 def test_tidy_decorates_coroutines(backend):
