@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pprint
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -152,6 +151,8 @@ def _load_tables(key: str) -> Lark | None:
 def tables_text(grammar: str) -> str:
     """The text of grammar/dl_lalr.py: the parser built from `grammar`, as Python literals.
     (It differs from run to run: lark numbers its states in set order.)"""
+    import pprint
+
     from lark.grammar import Rule
     from lark.lark import _LOAD_ALLOWED_OPTIONS
     from lark.lexer import TerminalDef
