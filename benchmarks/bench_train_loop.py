@@ -16,22 +16,34 @@ import time
 import numpy as np
 
 # A new process: import dlc, compile the MLP, make a GL session, run one Adam step. Its last
-# line: the seconds since the interpreter started running it, and which dlc it imported.
+# line: the seconds since the interpreter started running it, split by phase, and which dlc
+# it imported.
 FIRST_STEP = r"""
 import time, sys
 t0 = time.perf_counter()
 import json
 import numpy as np
 import dlc
+t1 = time.perf_counter()
 model = dlc.compile(sys.argv[1])
+t2 = time.perf_counter()
 rng = np.random.default_rng(0)
 b = int(sys.argv[2])
 data = {"x": rng.normal(size=(b, 784)).astype(np.float32),
         "label": rng.integers(0, 10, size=b).astype(np.float32)}
 sess = dlc.Session(model, backend="gl", seed=0)
+t3 = time.perf_counter()
 sess.train(data, optimizer=dlc.Adam(1e-3), batch_size=b, steps=1)
-print(json.dumps({"seconds": time.perf_counter() - t0, "dlc": dlc.__file__}))
+t4 = time.perf_counter()
+print(json.dumps({"seconds": t4 - t0, "phases": [t1 - t0, t2 - t1, t3 - t2, t4 - t3], "dlc": dlc.__file__}))
 """
+# what the phases are: the row's note says how long each took
+PHASES = (
+    "import numpy and dlc",
+    "dlc.compile",
+    "Session (GL imports, context, params)",
+    "first step (codegen, programs, kernels)",
+)
 
 
 def per_step_ms(sess, feeds, opt, batch, steps: int, reps: int) -> float:
@@ -244,7 +256,8 @@ def first_step_rows(mlp_source: str, batch: int, reps: int = 1) -> list[dict]:
                         "row": "new process to first MLP Adam step",
                         "impl": f"dlc GL, {label}" + (f" (round {rep + 1})" if reps > 1 else ""),
                         "ms": 1e3 * wall,
-                        "note": f"{1e3 * got['seconds']:.0f} ms after the interpreter started",
+                        "note": f"{1e3 * got['seconds']:.0f} ms after the interpreter started: "
+                        + ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"])),
                     }
                 )
     return rows
