@@ -66,8 +66,20 @@ def _flat(x) -> list:
     return out
 
 
+# Statements continued inside brackets (the post-lexer drops those newlines), and brackets
+# that do not balance.
+BRACKETS = [
+    "input x: [B,\n 3]\nparam W: [3,\n\n 2]\ny = relu(\n  x @ W\n)\n",
+    "const c = [[1, 2],\n           [3, 4]]\ny = c * (c +\n (c - 1))\n",
+    "input x: [B]\ny = x)\n",
+    "input x: [B]\ny = (x\n",
+    "input x: [B\ny = x\n",
+    "input x: [B]\ny = clip(x,\n low=0, high=\n 1)\n",
+]
+
+
 def _texts() -> list[str]:
-    originals = [p.read_text(encoding="utf-8") for p in SOURCES]
+    originals = [p.read_text(encoding="utf-8") for p in SOURCES] + BRACKETS
     rng = random.Random(14)
     mutants = [mutate(rng.choice(originals), rng) for _ in range(300)]
     return originals + mutants
