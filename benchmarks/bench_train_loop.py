@@ -1,9 +1,12 @@
 """Issue 14's rows for bench_gl.py: training steps through Session.train (losses read a
 window at a time, and read every step as before), and a new process to its first MLP Adam
-step with the program binary cache cold and warm; PyTorch beside them where it exists."""
+step with the program binary cache cold and warm; PyTorch beside them where it exists:
+eager, and torch.compile of the whole step (forward, backward and optimizer step) with CUDA
+graphs (mode="reduce-overhead") on CUDA, mode="default" on a CPU-only torch."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,21 +15,35 @@ import time
 
 import numpy as np
 
-# A new process: import dlc, compile the MLP, make a GL session, run one Adam step.
+# A new process: import dlc, compile the MLP, make a GL session, run one Adam step. Its last
+# line: the seconds since the interpreter started running it, split by phase, and which dlc
+# it imported.
 FIRST_STEP = r"""
 import time, sys
 t0 = time.perf_counter()
+import json
 import numpy as np
 import dlc
+t1 = time.perf_counter()
 model = dlc.compile(sys.argv[1])
+t2 = time.perf_counter()
 rng = np.random.default_rng(0)
 b = int(sys.argv[2])
 data = {"x": rng.normal(size=(b, 784)).astype(np.float32),
         "label": rng.integers(0, 10, size=b).astype(np.float32)}
 sess = dlc.Session(model, backend="gl", seed=0)
+t3 = time.perf_counter()
 sess.train(data, optimizer=dlc.Adam(1e-3), batch_size=b, steps=1)
-print(time.perf_counter() - t0)
+t4 = time.perf_counter()
+print(json.dumps({"seconds": t4 - t0, "phases": [t1 - t0, t2 - t1, t3 - t2, t4 - t3], "dlc": dlc.__file__}))
 """
+# what the phases are: the row's note says how long each took
+PHASES = (
+    "import numpy and dlc",
+    "dlc.compile",
+    "Session (GL imports, context, params)",
+    "first step (codegen, programs, kernels)",
+)
 
 
 def per_step_ms(sess, feeds, opt, batch, steps: int, reps: int) -> float:
@@ -53,25 +70,23 @@ def quadratic_rows(torch, reps: int, steps: int) -> list[dict]:
         ms = per_step_ms(sess, feeds, dlc.SGD(0.01), None, steps, reps)
         rows.append({"row": "quadratic step (11 points, SGD)", "impl": f"dlc GL Session.train, {label}", "ms": ms})
     if torch is not None:
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        dev = _torch_device(torch)
         tx, ty = torch.from_numpy(feeds["x"]).to(dev), torch.from_numpy(feeds["y_label"]).to(dev)
         p = torch.zeros(3, device=dev, requires_grad=True)
-        opt = torch.optim.SGD([p], lr=0.01)
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = ((p[0] * tx * tx + p[1] * tx + p[2] - ty) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss.item()
+        def make():
+            opt = torch.optim.SGD([p], lr=0.01)
 
-        rows.append(
-            {
-                "row": "quadratic step (11 points, SGD)",
-                "impl": f"PyTorch eager ({dev}), loss.item() each step",
-                "ms": _median_ms(step, steps, reps),
-            }
-        )
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = ((p[0] * tx * tx + p[1] * tx + p[2] - ty) ** 2).mean()
+                loss.backward()
+                opt.step()
+                return loss
+
+            return step
+
+        rows += _torch_rows(torch, "quadratic step (11 points, SGD)", make, steps, reps)
     return rows
 
 
@@ -86,13 +101,92 @@ def mlp_rows(mlp_source: str, data: dict, batch: int, torch, reps: int, steps: i
             sess.loss_read_steps = window
             ms = per_step_ms(sess, data, make(), batch, steps, reps)
             rows.append({"row": f"mlp step {opt_name}", "impl": f"dlc GL Session.train, {label}", "ms": ms})
-        if torch is not None and torch.cuda.is_available():
-            rows += _torch_compiled(torch, data, batch, opt_name, steps, reps)
+        if torch is not None:  # eager's rows are bench_gl.py's mlp section
+            rows += _torch_rows(
+                torch, f"mlp step {opt_name}", _torch_mlp_step(torch, data, batch, opt_name), steps, reps, eager=False
+            )
     return rows
 
 
-def _median_ms(step, steps: int, reps: int) -> float:
-    for _ in range(3):
+def _torch_device(torch) -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _torch_mlp_step(torch, data: dict, batch: int, opt_name: str):
+    """A maker of the MLP's training step in PyTorch (a fresh net and optimizer each call)."""
+    nn, F = torch.nn, torch.nn.functional
+    dev = _torch_device(torch)
+    x = torch.from_numpy(data["x"][:batch]).to(dev)
+    y = torch.from_numpy(data["label"][:batch]).long().to(dev)
+
+    def make():
+        net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).to(
+            dev
+        )
+        if opt_name == "SGD":
+            opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        else:  # capturable: its step count stays on the GPU, so CUDA graphs can hold the update
+            opt = torch.optim.Adam(net.parameters(), lr=1e-3, capturable=dev == "cuda")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    return make
+
+
+def _torch_rows(torch, row: str, make, steps: int, reps: int, eager: bool = True) -> list[dict]:
+    """PyTorch eager (when `eager`) and torch.compile rows of one training step. `make()`
+    returns a fresh step function (forward, backward, optimizer step; returns the loss);
+    each step's loss is read with `.item()`, as dlc's rows read theirs. The compiled row
+    compiles that whole function, as a PyTorch user would: on CUDA with
+    mode="reduce-overhead" (CUDA graphs), marking each step's start
+    (`torch.compiler.cudagraph_mark_step_begin`) so a replay may reuse the last step's
+    buffers, and reading the loss before the next step; on a CPU-only torch with
+    mode="default" (CUDA graphs need CUDA), said in the row's label."""
+    dev = _torch_device(torch)
+    rows = []
+    if eager:
+        step = make()
+        rows.append(
+            {
+                "row": row,
+                "impl": f"PyTorch eager ({dev}), loss.item() each step",
+                "ms": _median_ms(lambda: step().item(), steps, reps),
+            }
+        )
+    mode = "reduce-overhead" if dev == "cuda" else "default"
+    try:
+        compiled = torch.compile(make(), mode=mode)
+        mark = torch.compiler.cudagraph_mark_step_begin if dev == "cuda" else None
+
+        def compiled_step() -> float:
+            if mark is not None:
+                mark()
+            return compiled().item()
+
+        ms = _median_ms(compiled_step, steps, reps, warmup=5)  # the first calls compile and record
+    except Exception as exc:  # no C++ compiler or Triton on the machine, say
+        print(f"{row}: torch.compile(mode={mode!r}) failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return rows
+    how = "CUDA graphs" if dev == "cuda" else "cpu: no CUDA, so no CUDA graphs"
+    rows.append(
+        {
+            "row": row,
+            "impl": f"PyTorch torch.compile(mode={mode!r}, {how}) of the whole step, loss.item() each step",
+            "ms": ms,
+        }
+    )
+    return rows
+
+
+def _median_ms(step, steps: int, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
         step()
     times = []
     for _ in range(reps):
@@ -103,82 +197,80 @@ def _median_ms(step, steps: int, reps: int) -> float:
     return 1e3 * float(np.median(times))
 
 
-def _torch_compiled(torch, data, batch, opt_name, steps, reps) -> list[dict]:
-    """torch.compile(mode="reduce-overhead") (CUDA graphs) of the MLP step; its loss read
-    every step as eager's is."""
-    nn, F = torch.nn, torch.nn.functional
-    net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)).cuda()
-    opt = (
-        torch.optim.SGD(net.parameters(), lr=0.01)
-        if opt_name == "SGD"
-        else torch.optim.Adam(net.parameters(), lr=1e-3, capturable=True)
-    )
-    x = torch.from_numpy(data["x"][:batch]).cuda()
-    y = torch.from_numpy(data["label"][:batch]).long().cuda()
+def package_root() -> str:
+    """The folder holding the `dlc` this process imported (the installed copy, or the
+    checkout where it is installed editable)."""
+    import dlc
 
-    def fwd_bwd():
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        return loss
-
-    try:
-        compiled = torch.compile(fwd_bwd, mode="reduce-overhead")
-
-        def step():
-            opt.zero_grad(set_to_none=False)
-            loss = compiled()
-            opt.step()
-            return loss.item()
-
-        ms = _median_ms(step, steps, reps)
-    except Exception as exc:  # no compiler toolchain on the machine, say
-        print(f"torch.compile failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return []
-    return [
-        {
-            "row": f"mlp step {opt_name}",
-            "impl": "PyTorch torch.compile(reduce-overhead) fwd+bwd, eager optimizer",
-            "ms": ms,
-        }
-    ]
+    return os.path.dirname(os.path.dirname(os.path.abspath(dlc.__file__)))
 
 
-def first_step_rows(mlp_source: str, batch: int) -> list[dict]:
+def first_step_rows(mlp_source: str, batch: int, reps: int = 1) -> list[dict]:
     """A new process to its first MLP Adam step: cold (empty dlc cache and empty driver
     shader caches), warm (the second run: both filled), and warm with dlc's binary cache
-    off (the driver's own cache alone). The driver caches are moved to a fresh folder, not
-    turned off: Mesa returns no program binaries with its cache disabled."""
+    off (the driver's own cache alone); `reps` rounds of the three, each row reported
+    separately. The driver caches are moved to a fresh folder, not turned off: Mesa returns
+    no program binaries with its cache disabled.
+
+    The child imports exactly the dlc this process imported: its package root first on
+    PYTHONPATH and its working directory a temporary folder (a checkout in the working
+    directory would shadow an installed copy); it reports the dlc it imported, checked here."""
+    import dlc
+
+    want = os.path.abspath(dlc.__file__)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        model = os.path.join(tmp, "mlp.dl")
-        with open(model, "w") as f:
-            f.write(mlp_source)
-        env = {
-            **os.environ,
-            "DLC_CACHE_DIR": os.path.join(tmp, "cache"),
-            "DLC_PROGRAM_BINARY_CACHE": "1",
-            "__GL_SHADER_DISK_CACHE_PATH": os.path.join(tmp, "driver"),
-            "MESA_SHADER_CACHE_DIR": os.path.join(tmp, "driver"),
-        }
-        os.makedirs(os.path.join(tmp, "driver"))
-        for label in ("cold", "warm (second run)", "warm, dlc binary cache off"):
-            if label.endswith("off"):
-                env["DLC_PROGRAM_BINARY_CACHE"] = "0"
-            t = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-c", FIRST_STEP, model, str(batch)], env=env, capture_output=True, text=True
-            )
-            wall = time.perf_counter() - t
-            if done.returncode != 0:
-                print(done.stderr, file=sys.stderr)
-                continue
-            inside = float(done.stdout.strip().splitlines()[-1])
-            rows.append(
-                {
-                    "row": "new process to first MLP Adam step",
-                    "impl": f"dlc GL, {label}",
-                    "ms": 1e3 * wall,
-                    "note": f"{1e3 * inside:.0f} ms after the interpreter started",
-                }
-            )
+    for rep in range(reps):
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "mlp.dl")
+            with open(model, "w") as f:
+                f.write(mlp_source)
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH")) if p),
+                "DLC_CACHE_DIR": os.path.join(tmp, "cache"),
+                "DLC_PROGRAM_BINARY_CACHE": "1",
+                "__GL_SHADER_DISK_CACHE_PATH": os.path.join(tmp, "driver"),
+                "MESA_SHADER_CACHE_DIR": os.path.join(tmp, "driver"),
+            }
+            os.makedirs(os.path.join(tmp, "driver"))
+            for label in ("cold", "warm (second run)", "warm, dlc binary cache off"):
+                if label.endswith("off"):
+                    env["DLC_PROGRAM_BINARY_CACHE"] = "0"
+                t = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, "-c", FIRST_STEP, model, str(batch)],
+                    env=env,
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                )
+                wall = time.perf_counter() - t
+                got = _child_result(done)
+                if got is None:
+                    continue
+                if os.path.abspath(got["dlc"]) != want:
+                    print(f"first-step child imported {got['dlc']}, not {want}: row left out", file=sys.stderr)
+                    continue
+                rows.append(
+                    {
+                        "row": "new process to first MLP Adam step",
+                        "impl": f"dlc GL, {label}" + (f" (round {rep + 1})" if reps > 1 else ""),
+                        "ms": 1e3 * wall,
+                        "note": f"{1e3 * got['seconds']:.0f} ms after the interpreter started: "
+                        + ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"])),
+                    }
+                )
     return rows
+
+
+def _child_result(done: subprocess.CompletedProcess) -> dict | None:
+    """The first-step child's report, or None (its stderr's tail printed) when it failed."""
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    tail = "\n".join(done.stderr.strip().splitlines()[-25:])
+    print(f"first-step child failed (exit {done.returncode}); its stderr ends:\n{tail}", file=sys.stderr)
+    return None

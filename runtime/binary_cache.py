@@ -1,7 +1,10 @@
 """Linked GL program binaries cached on disk, so a new process skips the GLSL compile.
 
-A binary is keyed by a hash of the shader source and the driver's vendor, renderer and
-version strings (another driver, or another version of it, never sees it). Files live under
+A binary is keyed by a hash of the shader's code and the driver's vendor, renderer and
+version strings (another driver, or another version of it, never sees it). The code is the
+source without its `//` comments: a kernel's comments name the model's file and lines, so
+moving the model or adding a line to it would otherwise miss every binary of an unchanged
+kernel. Files live under
 `$DLC_CACHE_DIR`, else `$XDG_CACHE_HOME/dlc`, else `~/.cache/dlc`, in `programs/`;
 `DLC_PROGRAM_BINARY_CACHE=0` turns the cache off. The cache dir is untrusted input: a file
 is used only when it is a regular file of sane size whose header, length and checksum are
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -37,11 +41,23 @@ def cache_dir() -> Path:
     return base / "dlc"
 
 
+_COMMENT = re.compile(r"//[^\n]*")
+
+
+def code(source: str) -> str:
+    """`source` without its `//` comments, which do not change the program. A source with a
+    backslash (a line splice can carry a comment onto the next line) or a block comment (a
+    `//` inside one is not a comment) is kept whole."""
+    if "\\" in source or "/*" in source:
+        return source
+    return _COMMENT.sub("", source)
+
+
 def key(source: str, driver: tuple[str, ...]) -> str:
     """The cache key of `source` linked by the driver that `driver` (vendor, renderer,
-    version) names."""
+    version) names: sources differing only in comments share it."""
     h = hashlib.sha256()
-    for part in (*driver, source):
+    for part in (*driver, code(source)):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
     return h.hexdigest()

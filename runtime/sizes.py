@@ -13,9 +13,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from dlc.runtime.errors import DataError, RuntimeFailure, format_shape
-from dlc.runtime.spec import ProgramSpec, TensorInfo
+
+if TYPE_CHECKING:  # annotations only: the front end imports this module, and spec.py is not cheap
+    from dlc.runtime.spec import ProgramSpec, TensorInfo
 
 MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
 

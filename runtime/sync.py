@@ -7,7 +7,6 @@ computed, then reads it back once it is ready (the read itself then costs only t
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import time
 
@@ -126,6 +125,8 @@ async def read_async(buffer: Buffer, count: int | None = None) -> np.ndarray:
     The values are first copied on the GPU into a staging buffer, so later launches may
     overwrite `buffer` while we wait.
     """
+    import asyncio  # here: the executor imports this module, and asyncio costs ~20 ms to import
+
     if count is None:
         count = buffer.nbytes // 4
     staging = Buffer(count * 4, device=buffer.device)

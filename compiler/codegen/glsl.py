@@ -145,17 +145,33 @@ def preamble_parts(text: str = PREAMBLE) -> tuple[tuple[str | None, str], ...]:
     return tuple(parts)
 
 
+_WORD = re.compile(r"\w+")
+
+
+@functools.lru_cache(maxsize=4)
+def _part_words(text: str) -> dict[str, frozenset[str]]:
+    """Each name of a part of preamble `text` -> the words its text (all parts of that name) uses."""
+    words: dict[str, frozenset[str]] = {}
+    for n, t in preamble_parts(text):
+        if n:
+            words[n] = words.get(n, frozenset()) | frozenset(_WORD.findall(t))
+    return words
+
+
 def pruned_preamble(body: str, text: str = PREAMBLE) -> str:
     """The parts of `text` that `body` uses, directly or through another part."""
     parts = preamble_parts(text)
+    words = _part_words(text)
     needed: set[str] = set()
-    reach = body
+    # A part is used where its name is a whole word (`\bNAME\b`): one scan of the body into
+    # its words, not one regex search of the body per part (this ran per kernel).
+    reach = set(_WORD.findall(body))
     while True:
-        more = {n for n, _ in parts if n and n not in needed and re.search(rf"\b{n}\b", reach)}
+        more = {n for n in words if n not in needed and n in reach}
         if not more:
             break
         needed |= more
-        reach = "\n".join(t for n, t in parts if n in more)
+        reach = set().union(*(words[n] for n in more))
     kept = [t for n, t in parts if n is None or n in needed]
     return "\n".join(kept).strip("\n") + "\n" if any(n in needed for n, _ in parts) else ""
 

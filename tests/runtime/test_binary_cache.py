@@ -14,18 +14,22 @@ import pytest
 from dlc.runtime import binary_cache
 
 # Links one program, runs it, prints the result and how the program was obtained.
+# PROBE_COMMENT and PROBE_SCALE (env) vary a comment line and the code.
 PROBE = r"""
-import json, numpy as np
+import json, os, numpy as np
 from dlc.runtime import program, storage
 from dlc.runtime.context import get_context
 get_context()
 src = '''#version 430
+// COMMENT
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer A { float a[]; };
 layout(std430, binding = 1) writeonly buffer Out { float out_[]; };
 uniform int n;
-void main() { uint i = gl_GlobalInvocationID.x; if (i < uint(n)) out_[i] = a[i] * 3.0 - 1.0; }
+void main() { uint i = gl_GlobalInvocationID.x; if (i < uint(n)) out_[i] = a[i] * SCALE - 1.0; }
 '''
+src = src.replace("COMMENT", os.environ.get("PROBE_COMMENT", "a probe"))
+src = src.replace("SCALE", os.environ.get("PROBE_SCALE", "3.0"))
 p = program.get_program(src, "probe")
 a = storage.Buffer.from_array(np.arange(5, dtype=np.float32))
 out = storage.Buffer(5 * 4)
@@ -108,6 +112,30 @@ def test_a_binary_the_driver_refuses_is_recompiled(cache, monkeypatch):
     again = _probe(env)
     assert again["out"] == WANT and again["compiled"] == 1 and again["from_disk"] == 0
     assert _probe(env)["from_disk"] == 1
+
+
+def test_a_source_differing_only_in_comments_loads_the_binary(cache):
+    """Kernel comments name the model's file and lines: moving the model keeps its binaries."""
+    env, root = cache
+    assert _probe({**env, "PROBE_COMMENT": "(model.dl:3)"})["compiled"] == 1
+    if not _files(root):
+        pytest.skip("this driver returns no program binaries")
+    moved = _probe({**env, "PROBE_COMMENT": "(elsewhere/model.dl:12)  // and more"})
+    assert moved == {"out": WANT, "compiled": 0, "from_disk": 1}
+    changed = _probe({**env, "PROBE_COMMENT": "(model.dl:3)", "PROBE_SCALE": "4.0"})
+    assert changed == {"out": [-1.0, 3.0, 7.0, 11.0, 15.0], "compiled": 1, "from_disk": 0}
+
+
+def test_code_drops_line_comments_only_where_that_is_safe():
+    assert binary_cache.code("a = 1;  // one\n// two\nb = 2;\n") == "a = 1;  \n\nb = 2;\n"
+    # a line splice carries a comment onto the next line; a // inside a block comment is not one
+    for whole in ("// x \\\na = 1;\n", "/* a // b */ c = 1;\n"):
+        assert binary_cache.code(whole) == whole
+    driver = ("v", "r", "4.5")
+    assert binary_cache.key("x = 1;  // a.dl:3\n", driver) == binary_cache.key("x = 1;  // b.dl:9\n", driver)
+    assert binary_cache.key("x = 1;  // a\n", driver) != binary_cache.key("x = 2;  // a\n", driver)
+    # the same text but for a splice: the second line is code in one and a comment in the other
+    assert binary_cache.key("// a\\\nx = 1;\n", driver) != binary_cache.key("// a\nx = 1;\n", driver)
 
 
 def test_turned_off_writes_nothing(cache):
