@@ -60,6 +60,7 @@ class Device:
         self.programs: dict[str, Any] = {}
         self.evicted = 0  # programs the LRU deleted
         self.link_counts = {"compiled": 0, "from_disk": 0}
+        self.parallel_compiles: bool | None = None  # driver compiler threads asked for (program.py)
         # runtime/executor.py: program handle -> the uniform values last set on it
         self.uniforms: dict[int, tuple] = {}
         # runtime/storage.py: buffers not yet deleted (weak: a dropped Buffer leaks as before)

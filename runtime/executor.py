@@ -24,7 +24,7 @@ import numpy as np
 from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, run_prepared
-from dlc.runtime.program import BARRIER_BITS, get_program, on_delete, pin, unpin
+from dlc.runtime.program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
 from dlc.runtime.storage import Buffer, OutOfMemory
@@ -279,11 +279,11 @@ class Executor:
         self.kernels: tuple[Kernel, ...] = spec.kernels
         for k in self.kernels:
             check_kernel(k.name, sources[k.file], k.local_size or (1, 1, 1), self.limits)  # none listed: GL checks
-        self.programs = []
-        for k in self.kernels:  # pinned one by one: the cache may evict while we link
-            program = get_program(sources[k.file], k.name, self.device)
+        # Linked together (a driver may compile them at once), then pinned before anything
+        # else can evict them.
+        self.programs = get_programs([(sources[k.file], k.name) for k in self.kernels], self.device)
+        for program in self.programs:
             pin(program)
-            self.programs.append(program)
         self._copy_program = None
         if spec.copies:  # the update copies are prepared too: keep their program linked
             self._copy_program = copy_program(self.device)

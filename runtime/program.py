@@ -170,6 +170,69 @@ def get_program(source: str, name: str, device: Device | None = None) -> Program
     return program
 
 
+def get_programs(kernels: Sequence[tuple[str, str]], device: Device | None = None) -> list[Program]:
+    """`get_program` for each (source, name) of `kernels`, with every compile the cache and
+    the binary cache miss issued before any status is asked: a driver that compiles in the
+    background (GL_KHR_parallel_shader_compile, asked for all its threads) then builds them
+    at once instead of one after another (a cold start's cost). The programs are not evicted
+    before this returns: the caller pins them."""
+    device = current_device() if device is None else device.activate()
+    cache = device.programs
+    ctx = device.context
+    driver = (ctx.vendor, ctx.renderer, ctx.version)
+    found: dict[str, Program] = {}
+    started: dict[str, tuple[str, Any, int, int]] = {}  # source -> (name, cache key, shader, program)
+    for source, name in kernels:
+        if source in found or source in started:
+            continue
+        program = cache.pop(source, None)
+        if program is not None:
+            cache[source] = program
+            found[source] = program
+            continue
+        key = binary_cache.key(source, driver) if binary_cache.enabled() else None
+        cached = binary_cache.load(key) if key is not None else None
+        handle = _from_binary(*cached) if cached is not None else 0
+        if handle:
+            _count_link(device, "from_disk")
+            found[source] = cache[source] = Program(handle, name, source, device)
+            continue
+        if cached is not None:
+            binary_cache.forget(key)  # stale or refused: recompile and overwrite
+        _parallel_compiles(device)
+        started[source] = (name, key, *_start_compile(source, key is not None))
+    try:
+        for source, (name, key, shader, program) in list(started.items()):
+            del started[source]
+            handle = _finish_compile(source, name, shader, program)
+            _count_link(device, "compiled")
+            if key is not None:
+                binary = _get_binary(handle)
+                if binary is not None:
+                    binary_cache.store(key, *binary)
+            found[source] = cache[source] = Program(handle, name, source, device)
+    finally:
+        for _, _, shader, program in started.values():  # a failure left these unfinished
+            GL.glDeleteShader(shader)
+            GL.glDeleteProgram(program)
+    return [found[source] for source, _ in kernels]
+
+
+def _parallel_compiles(device: Device) -> None:
+    """Ask the driver for all its compiler threads (GL_KHR_parallel_shader_compile), once."""
+    if device.parallel_compiles is None:
+        device.parallel_compiles = False
+        if "GL_KHR_parallel_shader_compile" in device.context.extensions:
+            try:
+                from OpenGL.GL.KHR.parallel_shader_compile import glMaxShaderCompilerThreadsKHR
+
+                glMaxShaderCompilerThreadsKHR(0xFFFFFFFF)
+                device.parallel_compiles = True
+            except Exception:  # an entry point the driver does not have after all
+                while GL.glGetError() != GL.GL_NO_ERROR:
+                    pass
+
+
 def pin(program: Program) -> None:
     """Keep `program` linked until as many `unpin` calls (an executor holds its handle)."""
     program.pins += 1
@@ -316,17 +379,30 @@ def _get_binary(handle: int) -> tuple[int, bytes] | None:
 
 
 def _compile_and_link(source: str, name: str, retrievable: bool = False) -> int:
+    return _finish_compile(source, name, *_start_compile(source, retrievable))
+
+
+def _start_compile(source: str, retrievable: bool) -> tuple[int, int]:
+    """(shader, program): the compile and link issued, no status asked yet (a driver may
+    build in the background until then)."""
     shader = GL.glCreateShader(GL.GL_COMPUTE_SHADER)
+    GL.glShaderSource(shader, [source])
+    GL.glCompileShader(shader)
+    program = GL.glCreateProgram()
+    GL.glAttachShader(program, shader)
+    if retrievable:  # ask the driver to keep a binary glGetProgramBinary can return
+        GL.glProgramParameteri(program, GL.GL_PROGRAM_BINARY_RETRIEVABLE_HINT, GL.GL_TRUE)
+    GL.glLinkProgram(program)
+    return int(shader), int(program)
+
+
+def _finish_compile(source: str, name: str, shader: int, program: int) -> int:
+    """The linked program of `_start_compile` (waits for it), or ShaderError; the shader is
+    freed either way, the program on failure."""
     try:
-        GL.glShaderSource(shader, [source])
-        GL.glCompileShader(shader)
         if not GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS):
+            GL.glDeleteProgram(program)
             raise _shader_error("compile", name, _text(GL.glGetShaderInfoLog(shader)), source)
-        program = GL.glCreateProgram()
-        GL.glAttachShader(program, shader)
-        if retrievable:  # ask the driver to keep a binary glGetProgramBinary can return
-            GL.glProgramParameteri(program, GL.GL_PROGRAM_BINARY_RETRIEVABLE_HINT, GL.GL_TRUE)
-        GL.glLinkProgram(program)
         GL.glDetachShader(program, shader)
         if not GL.glGetProgramiv(program, GL.GL_LINK_STATUS):
             log = _text(GL.glGetProgramInfoLog(program))

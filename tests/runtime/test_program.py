@@ -137,3 +137,27 @@ def test_error_line_reads_each_drivers_log_format(log, line):
     from dlc.runtime.program import error_line
 
     assert error_line(log) == line
+
+
+@pytest.mark.gl
+def test_programs_linked_together_match_one_by_one_and_a_bad_one_is_named(gl):
+    program, storage = gl
+    sources = [SCALE_ADD.replace("2.0", f"{k}.0") for k in (5, 6, 7)]
+    cached = program.get_program(sources[0], "five")
+    got = program.get_programs([(sources[0], "five"), (sources[1], "six"), (sources[2], "seven"), (sources[1], "six")])
+    assert got[0] is cached and got[1] is got[3] and got[1] is not got[2]
+    assert got[2] is program.get_program(sources[2], "seven")  # in the cache like any other
+    a = storage.Buffer.from_array(np.arange(8, dtype=np.float32))
+    out = storage.Buffer(32)
+    for k, prog in zip((5, 6, 7), got):
+        prog.set_int("n", 8)
+        prog.set_float("u", 1.0)
+        prog.dispatch((1, 1, 1), [a, out])
+        np.testing.assert_array_equal(out.download(), np.arange(8) * k + 1.0)
+    broken = SCALE_ADD.replace("a[i] * 2.0", "a[i] * vec2(2.0)")
+    with pytest.raises(program.ShaderError, match="'broken_scale'"):
+        program.get_programs([(SCALE_ADD.replace("2.0", "8.0"), "eight"), (broken, "broken_scale")])
+    for prog in got[:3]:
+        prog.delete()
+    a.delete()
+    out.delete()
