@@ -157,11 +157,13 @@ def get_torch(skip: set[str]):
 def gl_program(source: str, options=None):
     import dlc
     from dlc.compiler.pipeline import compile_program
+    from dlc.runtime.context import get_context
     from dlc.runtime.executor import Executor, LeafStore
 
     model = dlc.compile(source)
     g = model.graph
-    prog = compile_program(g, [g.names["y"]], options=options)
+    # the matmul tuning table's row for this GPU, as the GL backend asks for it
+    prog = compile_program(g, [g.names["y"]], options={"device": get_context().renderer, **(options or {})})
     return prog, Executor(prog.spec, prog.sources, LeafStore())
 
 
