@@ -20,6 +20,7 @@ from .errors import DataError, TrainingDiverged
 from .feeds import prepare
 
 Step = Callable[[dict[str, np.ndarray], dict[str, int]], float]
+STAGE_ROWS = 1 << 22  # deferred steps stage the rows of at most this many examples at once
 Callback = Callable[[int, int, float, int], "bool | None"]
 
 
@@ -128,8 +129,20 @@ def train_loop(
     if deferred is not None and snapshot is not None and restore is not None:
         drawn: dict[int, dict] = {}  # step index -> the rng's state before its epoch's order
         batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select, drawn)
+        stage_steps = max(1, min(deferred.capacity, STAGE_ROWS // size))
         return _deferred_loop(
-            deferred, step, batches, per_epoch, total, callback, on_epoch_end, snapshot, restore, rng, drawn
+            deferred,
+            step,
+            batches,
+            per_epoch,
+            total,
+            callback,
+            on_epoch_end,
+            snapshot,
+            restore,
+            rng,
+            drawn,
+            stage_steps,
         )
 
     losses: list[float] = []
@@ -208,6 +221,7 @@ def _deferred_loop(
     restore: Callable[[object], None],
     rng: np.random.Generator,
     drawn: dict[int, dict],
+    stage_steps: int,
 ) -> list[float]:
     losses: list[float] = []
     # Snapshots at the start of the previous window and of this one: (params before step
@@ -237,7 +251,7 @@ def _deferred_loop(
     while True:
         if not ahead:
             # The next steps' batches, staged in one go (their row indices uploaded at once).
-            chunk = list(itertools.islice(batches, deferred.capacity))
+            chunk = list(itertools.islice(batches, stage_steps))
             if not chunk:
                 break
             deferred.stage([item[3] for item in chunk])

@@ -165,3 +165,22 @@ def test_unshuffled_whole_batch_steps_copy_their_rows_once(gl, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4)
     for name, value in ref.params.items():
         np.testing.assert_allclose(sess.params[name], value, rtol=1e-4, err_msg=name)
+
+
+def test_stages_smaller_than_a_window_still_match_numpy(gl, monkeypatch):
+    from dlc import deferred
+    from dlc.runtime import training
+
+    monkeypatch.setattr(training, "STAGE_ROWS", 40)  # 2 batches of 16 a stage, windows of 8
+    stages: list[int] = []
+    stage = deferred.GLDeferredSteps.stage
+    monkeypatch.setattr(deferred.GLDeferredSteps, "stage", lambda self, b: stages.append(len(b)) or stage(self, b))
+    sess = dlc.Session("samples/mlp_digits.dl", backend="gl", seed=0)
+    sess.loss_read_steps, sess.loss_read_interval_s = 8, 1e9
+    ref = dlc.Session("samples/mlp_digits.dl", backend="numpy", seed=0)
+    got = sess.train(digits(60), optimizer=dlc.Adam(0.01), batch_size=16, steps=13)
+    want = ref.train(digits(60), optimizer=dlc.Adam(0.01), batch_size=16, steps=13)
+    assert stages == [2] * 6 + [1]
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    for name, value in ref.params.items():
+        np.testing.assert_allclose(sess.params[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
