@@ -96,10 +96,12 @@ def _stubbed_entry_points():
     fast = current_device().fast
     fast.resolve()
     noop = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
-    saved = {attr: getattr(fast, attr) for attr in fast._SIGNATURES}
+    entries = {**fast._SIGNATURES, **fast._OPTIONAL}
+    saved = {attr: getattr(fast, attr) for attr in entries}
     try:
-        for attr, (_, argtypes) in fast._SIGNATURES.items():
-            setattr(fast, attr, ctypes.CFUNCTYPE(None, *argtypes)(noop))
+        for attr, (_, argtypes) in entries.items():  # declared as Fast.resolve declares them
+            declared = () if attr in fast._PLAIN_INTS else argtypes
+            setattr(fast, attr, ctypes.CFUNCTYPE(None, *declared)(noop))
         yield
     finally:
         for attr, fn in saved.items():

@@ -134,7 +134,7 @@ class Program:
                 )
             fast.bind_buffer_base(index, buffer.handle)
         if x and y and z:
-            fast.dispatch(x, y, z)
+            fast.dispatch(int(x), int(y), int(z))
             fast.memory_barrier(BARRIER_BITS)
         if DEBUG:
             _check_gl_error(f"dispatching kernel '{self.name}'")
