@@ -11,6 +11,8 @@ Rows:
 - an MLP 784-1024-1024-10 training step at batch B (default 1024), SGD and Adam: ms per step,
   each step uploading its batch and reading its loss back (PyTorch eager with the batch
   already on the GPU, and with it copied from the host);
+- the MLP step's 8 matmul kernels (GPU time inside the step, epilogues fused) against
+  cuBLAS's 8 bare products at the same sizes;
 - the MLP training step's storage: temporaries as planned against no reuse;
 - issue 14 (bench_train_loop.py): the quadratic and MLP steps through Session.train, losses
   read a window at a time against a read every step, PyTorch eager (and torch.compile with
