@@ -52,6 +52,18 @@ logits = h2 @ W3 + b3
 loss cost = softmax_cross_entropy(logits, one_hot(label, 10))
 """
 
+# (m, k, n, ta, tb) of each product in MLP's training step at batch 1024 (the tuners time them)
+MLP_SHAPES = {
+    (1024, 784, 1024, False, False): "x @ W1",
+    (1024, 1024, 1024, False, False): "h1 @ W2",
+    (1024, 1024, 1024, False, True): "dh1 = dh2 @ W2^T",
+    (784, 1024, 1024, True, False): "dW1 = x^T @ dh1",
+    (1024, 1024, 1024, True, False): "dW2 = h1^T @ dh2",
+    (1024, 1024, 10, False, False): "h2 @ W3",
+    (1024, 1024, 10, True, False): "dW3 = h2^T @ dlogits",
+    (1024, 10, 1024, False, True): "dh2 = dlogits @ W3^T",
+}
+
 CHAIN = "input x: [{n}]\ny = tanh(relu(x * 1.5 + 0.5) * 2.0 - 1.0) * 0.5 + x\n"  # 8 ops
 CHEAP = "input x: [{n}]\ny = ((relu(x * 1.5 + 0.5) * 2.0 - 1.0) * 0.5 + x) * 0.25\n"  # 8 ops
 COPY = "input x: [{n}]\ny = -x\n"
@@ -313,26 +325,18 @@ def bench_mlp(batch: int, reps: int, torch, skip) -> tuple[list[dict], list[dict
             rows.append({"row": f"mlp step {opt_name}", "impl": "NumPy backend", "ms": ms})
         if torch is not None:
             rows += torch_mlp(torch, data, batch, opt_name, reps, storage)
-    if torch is not None and torch.cuda.is_available():
-        rows += mlp_product_rows(torch, batch, reps)
+    if torch is not None and torch.cuda.is_available() and batch == 1024:  # MLP_SHAPES's batch
+        rows += mlp_product_rows(torch, reps)
     return rows, storage
 
 
-def mlp_product_shapes(batch: int) -> list[tuple[int, int, int]]:
-    """(M, K, N) of the MLP step's 8 products: x W1, h1 W2, h2 W3, then dh2 = dlogits W3^T,
-    dW3 = h2^T dlogits, dh1 = dh2 W2^T, dW2 = h1^T dh2, dW1 = x^T dh1."""
-    b = batch
-    return [(b, 784, 1024), (b, 1024, 1024), (b, 1024, 10), (b, 10, 1024), (1024, b, 10), (b, 1024, 1024)] + [
-        (1024, b, 1024),
-        (784, b, 1024),
-    ]
-
-
-def mlp_product_rows(torch, batch: int, reps: int) -> list[dict]:
+def mlp_product_rows(torch, reps: int) -> list[dict]:
     """The GPU time of the MLP step's 8 matmul kernels (each timed alone inside the step, with
-    its fused epilogue: bias, relu, the optimizer update) against cuBLAS's 8 bare products."""
+    its fused epilogue: bias, relu, the optimizer update) against cuBLAS's 8 bare products
+    (`MLP_SHAPES`: batch 1024)."""
+    shapes = list(MLP_SHAPES)
+    flops = sum(2 * m * k * n for m, k, n, _, _ in shapes)
     rows = []
-    flops = sum(2 * m * k * n for m, k, n in mlp_product_shapes(batch))
     for opt_name in ("SGD", "Adam"):
         table = KERNEL_TABLES.get(f"MLP {opt_name} step")
         if table:
@@ -346,12 +350,20 @@ def mlp_product_rows(torch, batch: int, reps: int) -> list[dict]:
                 }
             )
     torch.backends.cuda.matmul.allow_tf32 = False
-    pairs = [
-        (torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")) for m, k, n in mlp_product_shapes(batch)
-    ]
+
+    def operand(rows: int, cols: int, transposed: bool):
+        return torch.randn(cols, rows, device="cuda").t() if transposed else torch.randn(rows, cols, device="cuda")
+
+    pairs = [(operand(m, k, ta), operand(k, n, tb)) for m, k, n, ta, tb in shapes]
     ms = torch_gpu_ms(torch, lambda: [a @ b for a, b in pairs], reps)
-    rows.append({"row": "mlp step products", "impl": "PyTorch fp32 (cuBLAS, TF32 off), the 8 products", "ms": ms})
-    rows[-1]["TFLOP/s"] = flops / ms / 1e9
+    rows.append(
+        {
+            "row": "mlp step products",
+            "impl": "PyTorch fp32 (cuBLAS, TF32 off), the 8 products",
+            "ms": ms,
+            "TFLOP/s": flops / ms / 1e9,
+        }
+    )
     return rows
 
 

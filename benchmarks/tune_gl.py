@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gl import CHAIN, COPY, chain_numpy, gl_gpu_ms, gl_program, table, warm_up  # noqa: E402
+from bench_gl import CHAIN, COPY, MLP_SHAPES, chain_numpy, gl_gpu_ms, gl_program, table, warm_up  # noqa: E402
 
 BLOCKINGS = [
     (128, 128, 8, 8, 8),
@@ -62,16 +62,6 @@ MLP_BLOCKINGS = [
     (64, 64, 64, 4, 4, 4),
 ]
 THIN_BLOCKINGS = [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)]
-# (m, k, n, ta, tb) of each product in the MLP 784-1024-1024-10 step at batch 1024
-MLP_SHAPES = {
-    (1024, 784, 1024, False, False): "x @ W1",
-    (1024, 1024, 1024, False, False): "h1 @ W2",
-    (1024, 1024, 1024, False, True): "dh1 = dh2 @ W2^T",
-    (784, 1024, 1024, True, False): "dW1 = x^T @ dh1",
-    (1024, 1024, 1024, True, False): "dW2 = h1^T @ dh2",
-    (1024, 1024, 10, False, False): "h2 @ W3",
-    (1024, 1024, 10, True, False): "dW3 = h2^T @ dlogits",
-}
 
 
 class StorageBuffer:

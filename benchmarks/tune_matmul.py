@@ -43,16 +43,7 @@ BIG_SHAPES = {
     (4096, 4096, 4096, False, False): "4096^3 A B",
     (4096, 4096, 4096, False, True): "4096^3 A B^T",
 }
-MLP_SHAPES = {
-    (1024, 784, 1024, False, False): "x @ W1",
-    (1024, 1024, 1024, False, False): "h1 @ W2",
-    (1024, 1024, 1024, False, True): "dh1 = dh2 @ W2^T",
-    (784, 1024, 1024, True, False): "dW1 = x^T @ dh1",
-    (1024, 1024, 1024, True, False): "dW2 = h1^T @ dh2",
-    (1024, 1024, 10, False, False): "h2 @ W3",
-    (1024, 1024, 10, True, False): "dW3 = h2^T @ dlogits",
-    (1024, 10, 1024, False, True): "dh2 = dlogits @ W3^T",
-}
+MLP_SHAPES = bench_gl.MLP_SHAPES  # the MLP step's products
 SMALL_SHAPES = {  # --small: one product of each class at llvmpipe-friendly sizes
     (256, 96, 264, False, True): "big (small)",
     (136, 72, 132, True, False): "split (small)",
