@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gl_helpers import matmul_graph
 from random_graphs import random_graph
 
 from dlc.backends import NumpyBackend
@@ -15,16 +16,6 @@ from dlc.runtime.executor import Executor, LeafStore, group_counts
 from dlc.runtime.spec import Grid
 
 pytestmark = pytest.mark.gl
-
-
-def matmul_graph(a_shape, b_shape, ta, tb, epilogue: bool):
-    b = GraphBuilder()
-    a, w = b.input("a", a_shape), b.input("w", b_shape)
-    y = b.add("matmul", [a, w], ta=ta, tb=tb)
-    if epilogue:
-        bias = b.input("bias", (b.shape(y)[-1],))
-        y = b.add("relu", [b.add("add", [y, bias])])
-    return b.build(), y
 
 
 @pytest.mark.parametrize("variant", ["tile16", "medium", "big"])

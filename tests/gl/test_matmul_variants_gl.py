@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gl_helpers import matmul_graph
 
 from dlc.backends import NumpyBackend
 from dlc.compiler.builder import GraphBuilder
@@ -35,21 +36,11 @@ def _options(blocking, switches) -> dict:
     return {"matmul_variant": {"blocking": blocking, **switches}}
 
 
-def _graph(a_shape, b_shape, ta, tb, epilogue=True):
-    b = GraphBuilder()
-    a, w = b.input("a", a_shape), b.input("w", b_shape)
-    y = b.add("matmul", [a, w], ta=ta, tb=tb)
-    if epilogue:
-        bias = b.input("bias", (b.shape(y)[-1],))
-        y = b.add("relu", [b.add("add", [y, bias])])
-    return b.build(), y
-
-
 def _check(options, a_shape, b_shape, ta, tb, dims=None, epilogue=True, seed=0, atol=1e-4):
     from dlc.gl_backend import GLBackend
 
     rng = np.random.default_rng(seed)
-    g, y = _graph(a_shape, b_shape, ta, tb, epilogue)
+    g, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue)
     bound = [tuple((dims or {}).get(d, d) for d in s) for s in (a_shape, b_shape)]
     feeds = {"a": rng.normal(size=bound[0]), "w": rng.normal(size=bound[1])}
     if epilogue:
@@ -154,7 +145,7 @@ def test_the_llvmpipe_row_is_what_the_gl_backend_renders_with(gl):
     from dlc.compiler.codegen import matmul_tuning
     from dlc.gl_backend import GLBackend
 
-    g, y = _graph((140, 70), (70, 136), False, False)
+    g, y = matmul_graph((140, 70), (70, 136), False, False)
     backend = GLBackend()
     compiled, _ = backend.program(g, [y], False, {})
     backend.close()

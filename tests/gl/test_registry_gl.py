@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from gl_helpers import fragment_compile_log
 from special_values import AND_CASES, MOD_CASES, ROUND_CASES, SPECIALS, pow_inputs, same_specials
 
 import dlc
@@ -443,7 +444,6 @@ def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
     """Each entry's GLSL and helpers are also WebGL2's dialect (no implicit int -> float, ...):
     one model applying every elementwise function, its texture shaders compiled as ES 3.00."""
     from dlc.compiler.artifact import programs
-    from dlc.runtime.gl import GL
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
@@ -454,13 +454,8 @@ def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
     sources = [t for p in programs(model, target="texture", options={"es": True}).values() for t in p.sources.values()]
     assert sources
     for source in sources:
-        shader = GL.glCreateShader(GL.GL_FRAGMENT_SHADER)
-        GL.glShaderSource(shader, source)
-        GL.glCompileShader(shader)
-        ok = GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS)
-        log = GL.glGetShaderInfoLog(shader)
-        GL.glDeleteShader(shader)
-        assert ok, log.decode() if isinstance(log, bytes) else str(log)
+        log = fragment_compile_log(source)
+        assert log == "", log
 
 
 def test_mod_round_and_logic_match_hand_written_values(backend):

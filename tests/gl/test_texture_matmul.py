@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gl_helpers import fragment_compile_log, matmul_graph
 
 import dlc
 from dlc.compiler.artifact import programs
-from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.codegen import texture_matmul
 from dlc.errors import DlcError
 
@@ -36,13 +36,7 @@ def _matmul(a, b, ta, tb):
 
 
 def _run(backend, a_shape, b_shape, ta, tb, feeds, dims=None, epilogue=False):
-    g = GraphBuilder()
-    a, b = g.input("a", a_shape), g.input("b", b_shape)
-    y = g.add("matmul", [a, b], ta=ta, tb=tb)
-    if epilogue:
-        bias = g.input("bias", (g.shape(y)[-1],))
-        y = g.add("relu", [g.add("add", [y, bias])])
-    graph = g.build()
+    graph, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue)
     (got,) = backend.run(graph, [y], feeds, dims or {})
     return got
 
@@ -64,7 +58,7 @@ def test_packed_matmul_matches_numpy(texture, ta, tb, batch):
     b_shape = (*batch[1], *((N, K) if tb else (K, N)))
     a = rng.normal(size=a_shape).astype(np.float32)
     b = rng.normal(size=b_shape).astype(np.float32)
-    got = _run(texture, a_shape, b_shape, ta, tb, {"a": a, "b": b})
+    got = _run(texture, a_shape, b_shape, ta, tb, {"a": a, "w": b})
     np.testing.assert_allclose(got, _matmul(a, b, ta, tb), rtol=1e-5, atol=1e-5)
 
 
@@ -74,7 +68,7 @@ def test_every_padding_of_the_last_texel_and_a_fused_epilogue(texture, k):
     a = rng.normal(size=(M, k)).astype(np.float32)
     b = rng.normal(size=(k, N)).astype(np.float32)
     bias = rng.normal(size=N).astype(np.float32)
-    got = _run(texture, (M, k), (k, N), False, False, {"a": a, "b": b, "bias": bias}, epilogue=True)
+    got = _run(texture, (M, k), (k, N), False, False, {"a": a, "w": b, "bias": bias}, epilogue=True)
     want = np.maximum(_matmul(a, b, False, False) + bias, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -86,10 +80,10 @@ def test_symbolic_rows_and_depth_resize_between_runs(texture):
     for batch in (5, 70, 1, 9):
         x = rng.normal(size=(batch, K)).astype(np.float32)
         w = rng.normal(size=(K, N)).astype(np.float32)
-        got = _run(texture, ("B", K), (K, N), False, False, {"a": x, "b": w}, {"B": batch})
+        got = _run(texture, ("B", K), (K, N), False, False, {"a": x, "w": w}, {"B": batch})
         np.testing.assert_allclose(got, _matmul(x, w, False, False), rtol=1e-5, atol=1e-5)
         dy = rng.normal(size=(batch, N)).astype(np.float32)
-        got = _run(texture, ("B", K), ("B", N), True, False, {"a": x, "b": dy}, {"B": batch})
+        got = _run(texture, ("B", K), ("B", N), True, False, {"a": x, "w": dy}, {"B": batch})
         np.testing.assert_allclose(got, _matmul(x, dy, True, False), rtol=1e-5, atol=1e-5)
 
 
@@ -101,7 +95,7 @@ def test_nan_and_infinities_propagate_as_numpy(texture):
     a[4, 0] = np.inf
     b[0, 7] = 0.0  # inf * 0: NaN at (4, 7), as NumPy
     b[5, 2] = -np.inf
-    got = _run(texture, (M, K), (K, N), False, False, {"a": a, "b": b})
+    got = _run(texture, (M, K), (K, N), False, False, {"a": a, "w": b})
     with np.errstate(invalid="ignore"):
         want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -286,8 +280,6 @@ def test_conv_gradients_match_the_closed_form(gl):
 def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     """WebGL2's GLSL ES 3.00 refuses implicit int -> float and needs precisions: Mesa's ES
     front end checks the pack and product passes as a browser would."""
-    from dlc.runtime.gl import GL
-
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
     opt, es = dlc.SGD(0.1), {"es": True, "packed": True}
@@ -295,13 +287,8 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     files = {f: t for p in progs.values() for f, t in p.sources.items()}
     assert any("_pack" in f for f in files)
     for file, text in files.items():
-        shader = GL.glCreateShader(GL.GL_FRAGMENT_SHADER)
-        GL.glShaderSource(shader, text)
-        GL.glCompileShader(shader)
-        ok = GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS)
-        log = GL.glGetShaderInfoLog(shader)
-        GL.glDeleteShader(shader)
-        assert ok, f"{file}: {log}"
+        log = fragment_compile_log(text)
+        assert log == "", f"{file}: {log}"
 
 
 def test_the_packed_option_turns_the_packed_passes_off():

@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+from gl_helpers import fragment_compile_log
 
 import dlc
 from dlc.compiler.artifact import programs
@@ -102,18 +103,6 @@ def test_every_shader_version_line_is_330_core_or_300_es():
                 assert "precision highp float;" in text
 
 
-def _compiles(source: str) -> str:
-    from dlc.runtime.gl import GL
-
-    shader = GL.glCreateShader(GL.GL_FRAGMENT_SHADER)
-    GL.glShaderSource(shader, source)
-    GL.glCompileShader(shader)
-    ok = GL.glGetShaderiv(shader, GL.GL_COMPILE_STATUS)
-    log = GL.glGetShaderInfoLog(shader)
-    GL.glDeleteShader(shader)
-    return "" if ok else (log.decode() if isinstance(log, bytes) else str(log))
-
-
 def test_es_shaders_compile_as_glsl_es_300(gl):
     # GLSL ES refuses implicit int -> float: Mesa's ES front end checks the text as WebGL2 would
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
@@ -122,7 +111,7 @@ def test_es_shaders_compile_as_glsl_es_300(gl):
     progs = programs(model, train_loss="cost", optimizer=dlc.Adam(0.01), target="texture", options={"es": True})
     for p in progs.values():
         for file, text in p.sources.items():
-            assert _compiles(text) == "", file
+            assert fragment_compile_log(text) == "", file
 
 
 def test_session_target_texture_matches_numpy_on_a_conv_net(gl):
