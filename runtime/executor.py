@@ -23,7 +23,7 @@ import numpy as np
 
 from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, run_prepared
+from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
 from dlc.runtime.program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
 from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
@@ -496,12 +496,7 @@ class Executor:
         kernels, inputs = found
         self._upload(feeds, inputs, keep=True)
         self._launch(kernels)
-        loss_buffer = self.slot_buffer(self.tensors[loss].slot)
-        copy = self.device.fast.copy_buffer if self.device.context.has_dsa else None
-        if copy is not None:
-            copy(loss_buffer.handle, sink.handle, 0, 4 * index, 4)
-        else:
-            sink.copy_from(loss_buffer, 4, 0, 4 * index)
+        sink.copy_from(self.slot_buffer(self.tensors[loss].slot), 4, 0, 4 * index)
         self._copy_updates()
         self._in_flight = True
 
@@ -555,16 +550,10 @@ class Executor:
         n = int(feed.count)
         if n == 0:
             return
-        x, y, z = wrap_groups(-(-n // 256), self.limits["max_work_group_count"])
-        fast, handle = self.device.fast, program.handle
-        self.device.uniforms.pop(handle, None)  # set here, not through the uniform cache
-        fast.program_uniform1i(handle, program.uniform_location("n"), n)
-        fast.program_uniform1i(handle, program.uniform_location("first"), int(feed.first))
-        fast.use_program(handle)
-        fast.bind_buffer_base(0, feed.buffer.handle)
-        fast.bind_buffer_base(1, dst.handle)
-        fast.dispatch(x, y, z)
-        fast.memory_barrier(BARRIER_BITS)
+        groups = wrap_groups(-(-n // 256), self.limits["max_work_group_count"])
+        uniforms = ((program.uniform_location("n"), n), (program.uniform_location("first"), int(feed.first)))
+        handles = (feed.buffer.handle, dst.handle)
+        launch_now(self.device.fast, program.handle, uniforms, handles, groups, self.device.uniforms)
 
     def _launch(self, kernels: Sequence[int]) -> None:
         if self.hook is not None:

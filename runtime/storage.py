@@ -144,9 +144,16 @@ class Buffer:
             )
         if nbytes == 0:
             return
-        self.device.activate()
+        device = self.device.activate()
         if self._dsa:
-            GL.glCopyNamedBufferSubData(src.handle, self.handle, src_offset, dst_offset, nbytes)
+            # the raw entry point where the device resolved one (a training step copies its
+            # loss this way every step); PyOpenGL's otherwise
+            fast = device.fast
+            copy = fast.copy_buffer if fast._resolved else None
+            if copy is not None:
+                copy(src.handle, self.handle, src_offset, dst_offset, nbytes)
+            else:
+                GL.glCopyNamedBufferSubData(src.handle, self.handle, src_offset, dst_offset, nbytes)
         else:
             GL.glBindBuffer(GL.GL_COPY_READ_BUFFER, src.handle)
             GL.glBindBuffer(GL.GL_COPY_WRITE_BUFFER, self.handle)
