@@ -163,9 +163,7 @@ def get_program(source: str, name: str, device: Device | None = None) -> Program
     if program is not None:
         cache[source] = program  # most recently used: dicts keep insertion order
         return program
-    ctx = device.context
-    program = Program(_link(source, name, (ctx.vendor, ctx.renderer, ctx.version), device), name, source, device)
-    cache[source] = program
+    (program,) = get_programs([(source, name)], device)
     _evict(device, keep=program)
     return program
 
@@ -320,28 +318,6 @@ def _count_link(device: Device, how: str) -> None:
     device.link_counts[how] += 1
 
 
-def _link(source: str, name: str, driver: tuple[str, str, str], device: Device) -> int:
-    """A linked program for `source` on `device` (current): from the on-disk binary cache
-    when it holds one this driver accepts, else compiled (and then stored there)."""
-    if not binary_cache.enabled():
-        _count_link(device, "compiled")
-        return _compile_and_link(source, name)
-    cache_key = binary_cache.key(source, driver)
-    cached = binary_cache.load(cache_key)
-    if cached is not None:
-        handle = _from_binary(*cached)
-        if handle:
-            _count_link(device, "from_disk")
-            return handle
-        binary_cache.forget(cache_key)  # stale or refused: recompile and overwrite
-    _count_link(device, "compiled")
-    handle = _compile_and_link(source, name, retrievable=True)
-    binary = _get_binary(handle)
-    if binary is not None:
-        binary_cache.store(cache_key, *binary)
-    return handle
-
-
 def _from_binary(fmt: int, binary: bytes) -> int:
     """A program made from a cached binary, or 0 when the driver refuses it."""
     program = GL.glCreateProgram()
@@ -376,10 +352,6 @@ def _get_binary(handle: int) -> tuple[int, bytes] | None:
         while GL.glGetError() != GL.GL_NO_ERROR:
             pass
         return None
-
-
-def _compile_and_link(source: str, name: str, retrievable: bool = False) -> int:
-    return _finish_compile(source, name, *_start_compile(source, retrievable))
 
 
 def _start_compile(source: str, retrievable: bool) -> tuple[int, int]:
