@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-from dataclasses import fields
 
 import numpy as np
 
@@ -107,7 +106,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         step = progs["train"].fusion.graph
         train = {
             "loss": step.losses[0],
-            "optimizer": {"name": optimizer.name, **{f.name: getattr(optimizer, f.name) for f in fields(optimizer)}},
+            "optimizer": optimizer.to_config(),
             "batch_size": batch_size,
             "states": {s: list(step.shape(s)) for s in step.states},
         }

@@ -9,6 +9,7 @@ input, fed each step; the other hyper-parameters are constants. Updates are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -143,6 +144,14 @@ def _adam(u, opt, name, p, g):
     u.update(f"{name}$v", v1)
 
 
+@rule("adamw")
+def _adamw(u, opt, name, p, g):
+    # p <- p - lr wd p for a param of rank >= 2 (decoupled decay, torch.optim.AdamW), then Adam's step
+    if len(u.b.shape(p)) >= 2 and opt.weight_decay:
+        p = u("sub", p, u("mul", u("mul", u.lr, u.c(opt.weight_decay)), p))
+    _adam(u, opt, name, p, g)
+
+
 @rule("adamax")
 def _adamax(u, opt, name, p, g):
     # t <- t + 1;  m <- b1 m + (1 - b1) g;  u <- max(b2 u, |g|)
@@ -165,8 +174,55 @@ def add_updates(b: GraphBuilder, optimizer, grads: dict[str, int], lr: int) -> t
     if optimizer.name not in RULES:
         raise ValueError(f"no update rule for optimizer '{optimizer.name}' (known: {', '.join(RULES)})")
     u = UpdateBuilder(b, lr)
+    if getattr(optimizer, "schedule", None) is not None:
+        u.lr = scheduled_lr(u, optimizer.schedule)
+    if getattr(optimizer, "clip_norm", 0):
+        grads = clipped(u, grads, optimizer.clip_norm)
     for name, g in grads.items():
         p = b.names[name]
         u.loc = b.nodes[p].loc  # update IR points at the param's declaration
         RULES[optimizer.name](u, optimizer, name, p, g)
     return u.states, u.updates
+
+
+def scheduled_lr(u: UpdateBuilder, schedule) -> int:
+    """The step's learning rate under `schedule` (`dlc.runtime.schedules`, whose `lr` is the
+    same rule in Python): a function of the fed base rate and of `$t`, the steps taken."""
+    t, _ = u.step()
+    base = u.lr
+    if schedule.name == "constant":
+        lr = base
+    elif schedule.name in ("cosine", "linear"):
+        span = schedule.decay_steps - schedule.warmup
+        ratio = u("div", u("sub", t, u.c(schedule.warmup)), u.c(span))
+        progress = u("minimum", u("maximum", ratio, u.c(0.0)), u.c(1.0))
+        if schedule.name == "cosine":  # (1 + cos(pi progress)) / 2
+            shape = u("mul", u.c(0.5), u("add", u.c(1.0), u("cos", u("mul", u.c(math.pi), progress))))
+        else:
+            shape = u("sub", u.c(1.0), progress)
+        floor = u.c(schedule.min_lr)
+        lr = u("add", floor, u("mul", shape, u("sub", base, floor)))
+    elif schedule.name == "step":
+        drops = u("floor", u("div", u("sub", t, u.c(schedule.warmup)), u.c(schedule.step_size)))
+        lr = u("mul", base, u("pow", u.c(schedule.gamma), drops))
+    else:
+        raise ValueError(f"no rule for the learning-rate schedule '{schedule.name}'")
+    if schedule.warmup:  # step t < warmup: lr (t + 1) / (warmup + 1)
+        ramp = u("mul", base, u("div", u("add", t, u.c(1.0)), u.c(schedule.warmup + 1)))
+        lr = u("where", u("lt", t, u.c(schedule.warmup)), ramp, lr)
+    return lr
+
+
+def clipped(u: UpdateBuilder, grads: dict[str, int], max_norm: float) -> dict[str, int]:
+    """The gradients scaled by min(1, max_norm / (norm + 1e-6)), norm their global L2 norm
+    (torch.nn.utils.clip_grad_norm_)."""
+    squares = []
+    for g in grads.values():
+        sq = u("square", g)
+        rank = len(u.b.shape(g))
+        squares.append(u("sum", sq, axes=tuple(range(rank)), keepdims=False) if rank else sq)
+    total = squares[0]
+    for sq in squares[1:]:
+        total = u("add", total, sq)
+    coef = u("minimum", u("div", u.c(max_norm), u("add", u("sqrt", total), u.c(1e-6))), u.c(1.0))
+    return {name: u("mul", g, coef) for name, g in grads.items()}

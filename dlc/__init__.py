@@ -23,6 +23,8 @@ _LAZY = {
     "Adadelta": "dlc.optimizers",
     "Adam": "dlc.optimizers",
     "Adamax": "dlc.optimizers",
+    "AdamW": "dlc.optimizers",
+    "schedules": "dlc.runtime.schedules",  # dlc.schedules.Cosine(...), the learning-rate schedules
     "load": "dlc.artifacts",
     "import_onnx": "dlc.onnx_import",
     "Graph": "dlc.graph",
@@ -58,6 +60,11 @@ def __getattr__(name: str):
     if module is None:
         raise AttributeError(f"module 'dlc' has no attribute {name!r}")
     imported = importlib.import_module(module)
-    value = imported if module == f"dlc.{name}" else getattr(imported, name)  # a submodule itself
+    value = imported if module.rsplit(".", 1)[-1] == name else getattr(imported, name)  # a submodule itself
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    # The lazy names too, so that dir(dlc) and a REPL's completion find them.
+    return sorted({*globals(), *__all__})

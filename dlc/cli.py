@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import __version__, optimizers
+from . import __version__, optimizers, train_recipe
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
+from .runtime.errors import UsageError
 from .runtime.manifest_files import read_artifact
 from .stdout_guard import guard_stdout
 from .training import steps_per_epoch
@@ -30,10 +31,6 @@ from .weights import write_atomic
 OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # names, in the order --help lists them
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(DlcError):
-    """A flag combination argparse cannot express; exits 2 like argparse's own errors."""
 
 
 # -- the model a command works on --------------------------------------------------
@@ -520,6 +517,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     epochs = None if args.steps else (args.epochs or 1)
     per_epoch = steps_per_epoch(data.examples, args.batch_size)
     total = args.steps or (epochs * per_epoch)
+    recipe = train_recipe.optimizer_options(args, total)
+    if recipe:
+        if optimizer is None:
+            raise UsageError(f"{args.model} trains with the recipe it was compiled with: give --optimizer to change it")
+        optimizer = train_recipe.apply(optimizer, recipe)
     log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else []) if val else [])
     progress = TrainProgress(total, epochs)
     first_loss: list[float] = []
@@ -816,11 +818,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--loss", metavar="NAME", help="the loss to minimize (default: the first)")
     c.add_argument(
         "--optimizer",
+        type=str.lower,
         choices=OPTIMIZERS,
         metavar="NAME",
         help=f"{' | '.join(OPTIMIZERS)} (default: {DEFAULT_OPTIMIZER})",
     )
     c.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default: the optimizer's)")
+    train_recipe.add_arguments(c, _positive_float, _positive_int)
     c.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="examples per step (default: 32)")
     g = c.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=_positive_int, metavar="N", help="passes over the data (default: 1)")

@@ -140,7 +140,7 @@ class Runner:
         if isinstance(optimizer, str):
             optimizer = {"name": optimizer.lower()}
         else:
-            optimizer = {"name": optimizer.name, **vars(optimizer)}
+            optimizer = optimizer.to_config()
         if optimizer["name"] != compiled["name"]:
             raise DlcError(
                 f"{self.path} was compiled with the {compiled['name']} optimizer, "

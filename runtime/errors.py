@@ -63,6 +63,10 @@ class CompileError(DlcError):
         return f"{self.loc}: error: {self.message}{self.loc.caret()}"
 
 
+class UsageError(DlcError):
+    """A flag combination argparse cannot express; the CLI exits 2 like argparse's own errors."""
+
+
 class DataError(DlcError):
     """Data that does not fit the model: names the input, the file and, for CSV, the line."""
 

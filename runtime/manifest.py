@@ -289,6 +289,9 @@ class _Manifest:
         self.number(opt["lr"], "train.optimizer.lr")
         for k, v in opt.items():
             self.name(k, f"train.optimizer: the key {_show(k)}")
+            if k == "schedule" and v is not None:
+                self.schedule(v)
+                continue
             if k != "name" and not (v is None or type(v) in (bool, int, float, str)):
                 self.fail(f"train.optimizer.{k}", f"must be a number, not {_what(v)}")
             if type(v) is float and not math.isfinite(v):
@@ -298,6 +301,16 @@ class _Manifest:
         for n, s in self.obj(t["states"], "train.states").items():
             self.leaf(n, f"train.states: the name {_show(n)}")
             self.leaves["state"][n] = self.fixed(s, f"train.states.{n}")
+
+    def schedule(self, v) -> None:
+        """A learning-rate schedule: its name and finite numbers (dlc.runtime.schedules checks
+        the names and ranges again when it is built)."""
+        sched = self.obj(v, "train.optimizer.schedule", required=("name",))
+        self.name(sched["name"], "train.optimizer.schedule.name")
+        for k, x in sched.items():
+            self.name(k, f"train.optimizer.schedule: the key {_show(k)}")
+            if k != "name":
+                self.number(x, f"train.optimizer.schedule.{k}")
 
     # -- a program spec (compiler/pipeline.py program_spec; runtime/executor.py runs it) ---
     def program(self, p, name: str) -> None:

@@ -3,22 +3,54 @@
 Plain dataclasses: the update rules themselves are IR, built by
 `dlc.compiler.optimizers`. `lr` is fed at run time (it may change between
 steps); the other fields are compiled into the training step.
+
+Every optimizer also takes, by keyword, `clip_norm` (clip the gradients to this global L2
+norm before the update, as `torch.nn.utils.clip_grad_norm_`; 0: off) and `schedule` (a
+`dlc.schedules` learning-rate schedule, computed inside the step from `lr` and the step
+count).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import math
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
+
+from .errors import DlcError
+from .schedules import Schedule, from_config
 
 
 @dataclass
 class Optimizer:
     lr: float
+    clip_norm: float = field(default=0.0, kw_only=True)
+    schedule: Schedule | None = field(default=None, kw_only=True)
     name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        self.schedule = from_config(self.schedule)  # an artifact's manifest holds it as a dict
+        if not (isinstance(self.clip_norm, (int, float)) and math.isfinite(self.clip_norm) and self.clip_norm >= 0):
+            raise DlcError(f"clip_norm must be a finite number >= 0 (0: no clipping), not {self.clip_norm!r}")
 
     def config(self) -> tuple:
         """What the compiled step depends on: the name and every field but lr."""
         return (self.name, *((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "lr"))
+
+    def to_config(self) -> dict:
+        """As an artifact's manifest records it (plain JSON values; no clipping and no
+        schedule are left out, so a plain optimizer reads as it always has)."""
+        out = {"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        if not self.clip_norm:
+            del out["clip_norm"]
+        if self.schedule is None:
+            del out["schedule"]
+        else:
+            out["schedule"] = self.schedule.config()
+        return out
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate step `step` (0 for the first) trains at."""
+        return self.schedule.lr(self.lr, step) if self.schedule else self.lr
 
 
 @dataclass
@@ -62,6 +94,20 @@ class Adam(Optimizer):
 
 
 @dataclass
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter; torch.optim.AdamW): each step
+    first shrinks a decayed param by lr * weight_decay * p. The params that decay are those
+    of rank >= 2 (matrices, filters, embeddings), as nanoGPT's configure_optimizers; biases,
+    norm gains and scalars do not."""
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    name: ClassVar[str] = "adamw"
+
+
+@dataclass
 class Adamax(Optimizer):
     beta1: float = 0.9
     beta2: float = 0.999
@@ -69,7 +115,9 @@ class Adamax(Optimizer):
     name: ClassVar[str] = "adamax"
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {c.name: c for c in (SGD, Momentum, RMSProp, Adagrad, Adadelta, Adam, Adamax)}
+OPTIMIZERS: dict[str, type[Optimizer]] = {
+    c.name: c for c in (SGD, Momentum, RMSProp, Adagrad, Adadelta, Adam, AdamW, Adamax)
+}
 
 # The usual defaults (Keras's) when no learning rate is given.
 DEFAULT_LR: dict[str, float] = {
@@ -79,13 +127,20 @@ DEFAULT_LR: dict[str, float] = {
     "adagrad": 0.01,
     "adadelta": 1.0,
     "adam": 0.001,
+    "adamw": 0.001,
     "adamax": 0.002,
 }
 
 
-def make(name: str, lr: float | None = None) -> Optimizer:
-    """An optimizer by its lower-case name, with its default learning rate unless given."""
+def make(name: str, lr: float | None = None, **options) -> Optimizer:
+    """An optimizer by its name (any case), with its default learning rate unless given;
+    `options` are its other fields (those it lacks are refused)."""
     key = name.lower()
     if key not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{name}': choose one of {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[key](lr=DEFAULT_LR[key] if lr is None else float(lr))
+    cls = OPTIMIZERS[key]
+    known = {f.name for f in fields(cls)}
+    for k in options:
+        if k not in known:
+            raise DlcError(f"the {key} optimizer has no {k.replace('_', ' ')} (it takes: {', '.join(sorted(known))})")
+    return cls(lr=DEFAULT_LR[key] if lr is None else float(lr), **options)

@@ -85,6 +85,12 @@ def adamax(o, p, g, st, t):
     return out
 
 
+def adamw(o, p, g, st, t):
+    # decoupled decay of the params of rank >= 2, then Adam's step
+    decayed = {k: p[k] - o.lr * o.weight_decay * p[k] if np.ndim(p[k]) >= 2 else p[k] for k in p}
+    return adam(o, decayed, g, st, t)
+
+
 CLOSED = {
     "sgd": sgd,
     "momentum": momentum,
@@ -92,6 +98,7 @@ CLOSED = {
     "adagrad": adagrad,
     "adadelta": adadelta,
     "adam": adam,
+    "adamw": adamw,
     "adamax": adamax,
 }
 
@@ -102,6 +109,7 @@ CONFIGS = [
     dlc.Adagrad(0.2),
     dlc.Adadelta(0.5, rho=0.9),
     dlc.Adam(0.1, beta1=0.8),
+    dlc.AdamW(0.1, beta1=0.8, weight_decay=0.5),
     dlc.Adamax(0.1, beta2=0.99),
 ]
 
@@ -135,7 +143,17 @@ def _torch_optimizer(torch, opt, params):
         "adadelta": lambda: o.Adadelta(params, lr=opt.lr, rho=opt.rho, eps=opt.eps),
         "adam": lambda: o.Adam(params, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps),
         "adamax": lambda: o.Adamax(params, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps),
+        "adamw": lambda: o.AdamW(_decay_groups(params, opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2)),
     }[opt.name]()
+
+
+def _decay_groups(params, weight_decay):
+    """dlc's AdamW decays the params of rank >= 2 only."""
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
 
 
 @pytest.mark.parametrize("opt", CONFIGS, ids=lambda o: o.name)
@@ -198,8 +216,8 @@ def test_make():
         assert type(o) is cls and o.name == name and o.lr == optimizers.DEFAULT_LR[name]
         assert optimizers.make(name.upper(), lr=0.5).lr == 0.5
     assert optimizers.make("adadelta").lr == 1.0
-    with pytest.raises(ValueError, match="unknown optimizer 'adamw'.*sgd, momentum"):
-        optimizers.make("adamw")
+    with pytest.raises(ValueError, match="unknown optimizer 'nadam'.*sgd, momentum"):
+        optimizers.make("nadam")
 
 
 def test_public_names_and_defaults():
