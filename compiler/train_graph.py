@@ -12,7 +12,8 @@ Backends run it with `step`, which applies the updates. `str()` prints it.
 
 from __future__ import annotations
 
-from .autodiff import differentiate, extend, resolve_loss
+from .autodiff import differentiate, extend, grad_name, resolve_loss
+from .builder import GraphBuilder
 from .ir import Graph, cone
 from .optimizers import add_updates
 from .simplify import simplify
@@ -64,3 +65,26 @@ def _reached(graph: Graph, loss: str) -> set[str]:
     """Params the loss depends on."""
     needed = set(cone(graph, [graph.names[loss]]))
     return {p for p in graph.params if graph.names[p] in needed}
+
+
+def build_split_step(graph: Graph, loss: str | None, optimizer) -> tuple[Graph, Graph]:
+    """The training step in two graphs, for data-parallel training (`dlc.distributed`): the
+    gradients (`grad$<param>` named, with the loss), then the update, whose inputs are the
+    (all-reduced) gradients `grad$<param>` and `$lr`, and whose params and optimizer state
+    are the one-graph step's, by the same names. Both simplified."""
+    loss, with_grads, trained = gradients_for(graph, loss)
+    grads = simplify(with_grads)
+    check_graph(grads)
+    b = GraphBuilder()
+    fed = {}
+    for p in trained:
+        node = graph.node(p)
+        b.param(p, node.shape, node.attr("init"), node.loc)
+        fed[p] = b.input(grad_name(p), node.shape, node.loc)
+    lr = b.input(LR, ())
+    states, updates = add_updates(b, optimizer, fed, lr)
+    update = Graph(tuple(b.nodes), dict(b.names), tuple(b.inputs), tuple(trained), tuple(states), (), tuple(updates))
+    check_graph(update)
+    update = simplify(update)
+    check_graph(update)
+    return grads, update

@@ -75,7 +75,7 @@ class Session:
     "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
     start) and "numpy" runs its model.dl on the reference with its params."""
 
-    def __init__(self, model, backend: Any = None, seed: int = 0, target: str | None = None):
+    def __init__(self, model, backend: Any = None, seed: int = 0, target: str | None = None, parallel=None):
         model = _open_model(model)
         self.seed = seed
         initial: dict[str, np.ndarray] | None = None
@@ -123,6 +123,12 @@ class Session:
         self.loss_read_interval_s = 0.1
         self._optimizer: Optimizer | None = None  # whose state the backend holds
         self._state_ready: set[str] = set()
+        # Data-parallel training (a dlc.distributed.World): train() shards each batch over
+        # the ranks and all-reduces the gradients (see dlc/distributed.py).
+        self.parallel = parallel
+        self._parallel_steps: dict[tuple, Any] = {}
+        if parallel is not None and self._artifact is not None:
+            raise DlcError(f"{self.model.path}: data-parallel training needs the model's graph, not an artifact")
 
     @staticmethod
     def _make_backend(backend: Any, target: str | None):
@@ -328,6 +334,10 @@ class Session:
             from dlc.compiler.reference import leaf_inputs
 
             optimizer = self.optimizer(optimizer)
+            if self.parallel is not None:
+                return self._train_parallel(
+                    feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end
+                )
             program = self.train_graph(loss, optimizer)
             loss_node = program.names[program.losses[0]]
             needed = leaf_inputs(program, [loss_node, *(i for _, i in program.updates)]) - {LR}
@@ -403,6 +413,34 @@ class Session:
             if resident:
                 for name in arrays:
                     self.backend.drop_leaf(data_name(name))
+
+    def _train_parallel(self, feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end):
+        """train() over the ranks of `self.parallel`: the same batches on every rank, each
+        step's gradients all-reduced (dlc/distributed.py); losses are read every step."""
+        from .distributed import ParallelStep
+
+        key = (loss, optimizer.config())
+        if key not in self._parallel_steps:
+            self._parallel_steps[key] = ParallelStep(self, loss, optimizer)
+        step = self._parallel_steps[key]
+        self._init_state(step.update, optimizer)
+        arrays, dims, dim = train_feeds(self.model.inputs, feeds, step.needed)
+        step.check(arrays, batch_size)
+        return train_loop(
+            lambda batch, bdims: step(batch, bdims, dim),
+            arrays,
+            dims,
+            dim,
+            batch_size=batch_size,
+            epochs=epochs,
+            steps=steps,
+            shuffle=shuffle,
+            rng=self._rng,
+            callback=callback,
+            on_epoch_end=on_epoch_end,
+            snapshot=self.backend.snapshot,
+            restore=self.backend.restore,
+        )
 
     def _resident(
         self,

@@ -186,6 +186,38 @@ class _NoContext(Exception):
 # ---------------------------------------------------------------- EGL device platform
 
 
+
+def _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT):
+    """The EGL devices (an array of EGLDeviceEXT, possibly empty)."""
+    count = EGL.EGLint(0)
+    try:
+        if not eglQueryDevicesEXT(0, None, ctypes.pointer(count)):
+            raise _NoContext("eglQueryDevicesEXT failed")
+        devices = (EGLDeviceEXT * max(count.value, 1))()
+        if count.value and not eglQueryDevicesEXT(count.value, devices, ctypes.pointer(count)):
+            raise _NoContext("eglQueryDevicesEXT failed")
+    except _NoContext:
+        raise
+    except Exception as exc:  # e.g. the entry point is missing from this libEGL
+        raise _NoContext(f"EGL device query failed ({exc})") from exc
+    return devices[: count.value]
+
+
+def egl_device_count() -> int:
+    """How many EGL devices this machine has (0 without EGL's device platform); makes no
+    context (data-parallel ranks pick theirs from it before any is made)."""
+    from dlc.runtime import gl  # imports OpenGL: not at module level (`dlc --help` must not)
+
+    if gl.EGL is None:
+        return 0
+    try:
+        from OpenGL.EGL.EXT.device_base import EGLDeviceEXT, eglQueryDevicesEXT
+
+        return len(_query_egl_devices(gl.EGL, EGLDeviceEXT, eglQueryDevicesEXT))
+    except Exception:
+        return 0
+
+
 def _create_egl(egl_device: int | None = None) -> GLContext:
     from dlc.runtime import gl
 
@@ -204,18 +236,8 @@ def _create_egl(egl_device: int | None = None) -> GLContext:
     except Exception as exc:
         raise _NoContext(f"EGL lacks the device platform ({exc})") from exc
 
-    count = EGL.EGLint(0)
-    try:
-        if not eglQueryDevicesEXT(0, None, ctypes.pointer(count)):
-            raise _NoContext("eglQueryDevicesEXT failed")
-        devices = (EGLDeviceEXT * max(count.value, 1))()
-        if count.value and not eglQueryDevicesEXT(count.value, devices, ctypes.pointer(count)):
-            raise _NoContext("eglQueryDevicesEXT failed")
-    except _NoContext:
-        raise
-    except Exception as exc:  # e.g. the entry point is missing from this libEGL
-        raise _NoContext(f"EGL device query failed ({exc})") from exc
-    n = count.value
+    devices = _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT)
+    n = len(devices)
     if n == 0:
         raise _NoContext("EGL found no device")
 
