@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from dataclasses import fields, replace
+from dataclasses import fields
 
 import numpy as np
 
@@ -124,18 +124,8 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         "losses": list(g.losses),
         "names": {n: i for n, i in g.names.items()},  # name -> tensor of the eval program
         "train": train,
-        "programs": {name: _portable(p.spec) for name, p in progs.items()},  # manifest_json writes them
+        "programs": {name: p.spec for name, p in progs.items()},  # ProgramSpec: manifest_json writes them
     }
-
-
-def _portable(spec):
-    """`spec` with each kernel's source locations naming the model file by its base name, as
-    "model" does: an artifact (or web export) carries no path of the machine that wrote it."""
-
-    def loc(x):
-        return None if x is None else (os.path.basename(x[0]), *x[1:])
-
-    return replace(spec, kernels=tuple(replace(k, locs=tuple(loc(x) for x in k.locs)) for k in spec.kernels))
 
 
 def write_artifact(
