@@ -91,6 +91,27 @@ CORRUPT = {
     "param_shape_text": (_set(["params", "W1"], "64x64"), None, "params.W1: must be a shape"),
     "name_nowhere": (_set(["names", "probs"], 99999), None, "names.probs: 99999 is not a tensor of programs.eval"),
     "lr_text": (_set(["train", "optimizer", "lr"], "fast"), None, "train.optimizer.lr: must be a finite number"),
+    "kernel_after": (
+        _set(["programs", "eval", "kernels", 1, "after"], [5]),
+        None,
+        "programs.eval.kernels[1].after[0]: 5 is not an earlier kernel",
+    ),
+    "tensor_slot": (
+        _set(["programs", "eval", "tensors", "0", "slot"], 999),
+        None,
+        "programs.eval.tensors.0.slot: 999 is not a slot of the program",
+    ),
+    "uniform_dim": (
+        _set(["programs", "eval", "kernels", 0, "uniforms"], {"dim0": "Q"}),
+        None,
+        'programs.eval.kernels[0].uniforms.dim0: "Q" is not a dim of the model\'s inputs',
+    ),
+    "pass_tensor": (
+        _set(["programs", "eval", "kernels", 0, "passes", 0, "tensor"], 123456),
+        None,
+        "programs.eval.kernels[0].passes[0].tensor: 123456 is not a tensor of programs.eval",
+    ),
+    "copies_missing": (lambda m: m["programs"]["train"].pop("copies"), None, "programs.train.copies: must be a list"),
     "slot_not_a_leaf": (
         lambda m: next(s for s in m["programs"]["eval"]["slots"] if s["kind"] == "param").update(name="W9"),
         None,

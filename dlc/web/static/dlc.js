@@ -159,23 +159,7 @@ function checkManifest(m, where) {
     for (const [n, shape] of Object.entries(m.train.states)) checkShape(shape, `train.states.${n}`, fail, false);
     if (!isObject(m.programs.train)) fail("programs.train", "is missing (the manifest has a training setup)");
   }
-  const leaves = storedLeaves(m);
-  for (const [name, p] of Object.entries(m.programs)) {
-    const f = `programs.${name}`;
-    if (!isObject(p) || !Array.isArray(p.kernels) || !Array.isArray(p.slots) || !isObject(p.tensors) || !isObject(p.producer)) {
-      fail(f, "must be a program {slots, tensors, producer, kernels, ...}");
-    }
-    p.slots.forEach((slot, i) => {
-      if (!isObject(slot)) fail(`${f}.slots[${i}]`, "must be an object");
-      if (PERSISTENT.has(slot.kind) && !leaves.has(slot.name)) {
-        fail(`${f}.slots[${i}].name`, `${show(slot.name)} is not a param or optimizer state of the model`);
-      }
-    });
-    p.kernels.forEach((k, i) => {
-      if (!isObject(k) || !Array.isArray(k.passes)) fail(`${f}.kernels[${i}]`, "must be a kernel with its passes");
-      k.passes.forEach((pass, j) => checkFileName(isObject(pass) ? pass.file : pass, `${f}.kernels[${i}].passes[${j}].file`, fail));
-    });
-  }
+  for (const [name, p] of Object.entries(m.programs)) checkProgram(m, name, p, fail);
   const evalTensors = m.programs.eval.tensors;
   for (const [n, t] of Object.entries(m.names)) {
     if (!isCount(t) || !isObject(evalTensors[t])) fail(`names.${n}`, `${show(t)} is not a tensor of programs.eval`);
@@ -185,6 +169,99 @@ function checkManifest(m, where) {
   if (!isObject(web.weights) || !isObject(web.weights.leaves)) fail("web.weights", "must be {file, bytes, leaves}");
   checkFileName(web.weights.file, "web.weights.file", fail);
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
+}
+
+/** A program spec (runtime/spec.py ProgramSpec.to_json): the fields the Executor reads, each
+ * of its type, and every slot, tensor, kernel, leaf, input and dim it names one that exists. */
+function checkProgram(m, name, p, fail) {
+  const f = `programs.${name}`;
+  if (!isObject(p)) fail(f, "must be a program {slots, tensors, producer, kernels, ...}");
+  const list = (x, field) => (Array.isArray(x) ? x : fail(field, `must be a list, not ${show(x)}`));
+  const object = (x, field) => (isObject(x) ? x : fail(field, `must be an object, not ${show(x)}`));
+  const index = (x, n, field, what) => {
+    if (!isCount(x) || x >= n) fail(field, `${show(x)} is not ${what} (0 to ${n - 1})`);
+    return x;
+  };
+  const leaves = storedLeaves(m);
+  const inputs = new Set(Object.keys(m.inputs));
+  if (name === "train") inputs.add(LR);
+  const dims = new Set(Object.values(m.inputs).flatMap((shape) => shape.filter((d) => typeof d === "string")));
+  const dim = (d, field) => (dims.has(d) ? d : fail(field, `${show(d)} is not a dim of the model's inputs`));
+  const size = (z, field) => {
+    if (!Array.isArray(z) || !z.length || !isCount(z[0])) fail(field, `must be a size [count, dims...], not ${show(z)}`);
+    z.slice(1).forEach((d, i) => dim(d, `${field}[${i + 1}]`));
+  };
+  const slots = list(p.slots, `${f}.slots`);
+  slots.forEach((slot, i) => {
+    const g = `${f}.slots[${i}]`;
+    object(slot, g);
+    if (PERSISTENT.has(slot.kind)) {
+      if (!leaves.has(slot.name)) fail(`${g}.name`, `${show(slot.name)} is not a param or optimizer state of the model`);
+    } else if (slot.kind === "input" || slot.kind === "temp") {
+      if (slot.kind === "input" && !inputs.has(slot.name)) fail(`${g}.name`, `${show(slot.name)} is not an input of the model`);
+      const sizes = list(slot.sizes, `${g}.sizes`);
+      if (!sizes.length) fail(`${g}.sizes`, "is empty");
+      sizes.forEach((z, j) => size(z, `${g}.sizes[${j}]`));
+    } else if (slot.kind === "const") {
+      if (![slot.values].flat(Infinity).every((v) => typeof v === "number")) fail(`${g}.values`, "must be numbers");
+    } else fail(`${g}.kind`, `${show(slot.kind)} is not a slot kind (param, state, input, temp, const)`);
+  });
+  const tensors = object(p.tensors, `${f}.tensors`);
+  for (const [t, info] of Object.entries(tensors)) {
+    const g = `${f}.tensors.${t}`;
+    if (!/^(0|[1-9][0-9]{0,9})$/.test(t)) fail(`${f}.tensors`, `the key ${show(t)} is not a tensor id`);
+    object(info, g);
+    index(info.slot, slots.length, `${g}.slot`, "a slot of the program");
+    checkShape(info.shape, `${g}.shape`, fail).forEach((d, i) => typeof d === "string" && dim(d, `${g}.shape[${i}]`));
+    if (typeof info.label !== "string") fail(`${g}.label`, "must be a string");
+  }
+  const tensor = (t, field) => (isCount(t) && isObject(tensors[t]) ? t : fail(field, `${show(t)} is not a tensor of ${f}`));
+  list(p.roots, `${f}.roots`).forEach((t, i) => tensor(t, `${f}.roots[${i}]`));
+  if (name === "train" && !p.roots.length) fail(`${f}.roots`, "is empty: the training step has no loss");
+  const kernels = list(p.kernels, `${f}.kernels`);
+  kernels.forEach((k, i) => {
+    const g = `${f}.kernels[${i}]`;
+    object(k, g);
+    if (typeof k.name !== "string") fail(`${g}.name`, "must be a string");
+    list(k.slots, `${g}.slots`).forEach((s, j) => index(s, slots.length, `${g}.slots[${j}]`, "a slot of the program"));
+    for (const key of ["reads", "writes"]) list(k[key], `${g}.${key}`).forEach((t, j) => tensor(t, `${g}.${key}[${j}]`));
+    for (const [u, d] of Object.entries(object(k.uniforms, `${g}.uniforms`))) dim(d, `${g}.uniforms.${u}`);
+    list(k.after, `${g}.after`).forEach((a, j) => index(a, i, `${g}.after[${j}]`, "an earlier kernel"));
+    list(k.inputs, `${g}.inputs`).forEach((n, j) => inputs.has(n) || fail(`${g}.inputs[${j}]`, `${show(n)} is not an input of the model`));
+    if (k.scalars !== undefined && k.scalars !== null) object(k.scalars, `${g}.scalars`);
+    if (k.scratch !== undefined && k.scratch !== null) {
+      object(k.scratch, `${g}.scratch`);
+      index(k.scratch.unit, 1 << 16, `${g}.scratch.unit`, "a texture unit");
+      size(k.scratch.size, `${g}.scratch.size`);
+    }
+    const packed = new Set();
+    list(k.packed || [], `${g}.packed`).forEach((q, j) => {
+      object(q, `${g}.packed[${j}]`);
+      packed.add(index(q.unit, 1 << 16, `${g}.packed[${j}].unit`, "a texture unit"));
+      size(q.rows, `${g}.packed[${j}].rows`);
+      size(q.depth, `${g}.packed[${j}].depth`);
+    });
+    if (!list(k.passes, `${g}.passes`).length) fail(`${g}.passes`, "is empty");
+    k.passes.forEach((pass, j) => {
+      const h = `${g}.passes[${j}]`;
+      object(pass, h);
+      checkFileName(pass.file, `${h}.file`, fail);
+      if (pass.into !== undefined && pass.into !== null) {
+        if (!packed.has(pass.into)) fail(`${h}.into`, `${show(pass.into)} is not a packed unit of the kernel`);
+      } else if (pass.tensor === null) {
+        if (!k.scratch) fail(`${h}.tensor`, "is null, but the kernel has no scratch texture to render into");
+      } else tensor(pass.tensor, `${h}.tensor`);
+    });
+  });
+  for (const [t, k] of Object.entries(object(p.producer, `${f}.producer`))) {
+    if (!/^(0|[1-9][0-9]{0,9})$/.test(t) || !isObject(tensors[t])) fail(`${f}.producer`, `the key ${show(t)} is not a tensor of ${f}`);
+    index(k, kernels.length, `${f}.producer.${t}`, "a kernel of the program");
+  }
+  list(p.copies, `${f}.copies`).forEach((c, i) => {
+    object(c, `${f}.copies[${i}]`);
+    if (!leaves.has(c.target)) fail(`${f}.copies[${i}].target`, `${show(c.target)} is not a param or optimizer state`);
+    tensor(c.tensor, `${f}.copies[${i}].tensor`);
+  });
 }
 
 /** name -> [shape, what] of every leaf weights.bin must hold: the params, then the optimizer state. */
