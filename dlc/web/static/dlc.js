@@ -105,6 +105,8 @@ async function fetchOk(url) {
 // checked here, and a problem is a DlcError naming the field or leaf, never a TypeError or a
 // RangeError deep inside eval, nor weights that load wrong (a missing leaf, NaN).
 
+// Own keys only: a name like 'constructor' or 'toString' is no key of a plain object.
+const has = (object, key) => Object.prototype.hasOwnProperty.call(object, key);
 const isObject = (x) => typeof x === "object" && x !== null && !Array.isArray(x);
 const isCount = (x) => Number.isInteger(x) && x >= 0;
 const FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/; // as runtime/manifest.py: no folders, no URLs
@@ -290,7 +292,7 @@ function readLeaves(m, weights, where) {
   const spans = [];
   const values = new Map();
   for (const [name, [shape, what]] of want) {
-    const leaf = leaves[name];
+    const leaf = has(leaves, name) ? leaves[name] : undefined;
     const f = `web.weights.leaves.${name}`;
     if (leaf === undefined) fail("web.weights.leaves", `no leaf for ${what} '${name}' ${showShape(shape)}: ${file} does not hold it`);
     if (!isObject(leaf)) fail(f, `leaf '${name}' must be {offset, count, shape}, not ${show(leaf)}`);
@@ -607,7 +609,7 @@ function checkFeeds(inputs, feeds, needed) {
   const dims = {};
   const boundBy = {};
   for (const [name, feed] of Object.entries(feeds || {})) {
-    if (!(name in inputs)) {
+    if (!has(inputs, name)) {
       throw new DlcError(`the model has no input '${name}' (its inputs: ${Object.keys(inputs).join(", ")})`);
     }
     if (!needed.has(name)) continue;
@@ -628,7 +630,7 @@ function checkFeeds(inputs, feeds, needed) {
         throw new DlcError(`input '${name}' is declared ${showShape(declared)} but fed shape ${showShape(shape)} (axis ${axis})`);
       }
       if (typeof d === "string") {
-        if (d in dims && dims[d] !== shape[axis]) {
+        if (has(dims, d) && dims[d] !== shape[axis]) {
           throw new DlcError(
             `dim ${d} is ${dims[d]} in input '${boundBy[d]}' but ${shape[axis]} in input '${name}' (shape ${showShape(shape)})`,
           );
@@ -640,7 +642,7 @@ function checkFeeds(inputs, feeds, needed) {
     arrays[name] = data;
   }
   for (const name of needed) {
-    if (name !== LR && !(name in arrays)) throw new DlcError(`input '${name}' is missing`);
+    if (name !== LR && !has(arrays, name)) throw new DlcError(`input '${name}' is missing`);
   }
   return { arrays, dims };
 }
@@ -793,7 +795,7 @@ class Executor {
 
   upload(arrays) {
     this.slots.forEach((slot, s) => {
-      if (slot.kind === "input" && slot.name in arrays) this.device.upload(this.buffers.get(s), arrays[slot.name]);
+      if (slot.kind === "input" && has(arrays, slot.name)) this.device.upload(this.buffers.get(s), arrays[slot.name]);
     });
   }
 
@@ -908,7 +910,7 @@ class Model {
     if (!names.length) throw new DlcError("eval needs the names of the tensors to fetch");
     const ex = this.executor("eval");
     const tensors = names.map((n) => {
-      if (!(n in this.manifest.names)) {
+      if (!has(this.manifest.names, n)) {
         throw new DlcError(`no tensor named '${n}' in the model (it has: ${Object.keys(this.manifest.names).join(", ")})`);
       }
       return this.manifest.names[n];
@@ -935,13 +937,13 @@ class Model {
       ex.kernels[k].writes.forEach(addShape);
     }
     for (const d of [...used].sort()) {
-      if (!(d in dims)) {
+      if (!has(dims, d)) {
         const binders = Object.keys(this.inputs).filter((n) => this.inputs[n].includes(d));
         throw new DlcError(`fetching these tensors needs the dim ${d}: feed ${binders.map((n) => `'${n}'`).join(" or ")}, which binds it`);
       }
     }
     const all = { ...dims };
-    for (const shape of Object.values(this.inputs)) for (const d of shape) if (typeof d === "string" && !(d in all)) all[d] = 1;
+    for (const shape of Object.values(this.inputs)) for (const d of shape) if (typeof d === "string" && !has(all, d)) all[d] = 1;
     return all;
   }
 
