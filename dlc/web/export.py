@@ -17,6 +17,7 @@ the optimizer compiled in.
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ def export_web(
     from dlc.runtime import optimizers
     from dlc.runtime.weights import checked_params, load_npz
 
+    if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise DlcError(f"lr must be a positive number, not {lr!r}")  # the manifest is JSON: no NaN
     path = pathlib.Path(model_path)
     compiled = None  # an artifact's manifest
     if path.is_dir():

@@ -114,6 +114,13 @@ def test_cli_export(tmp_path, capsys):
     assert json.loads((tmp_path / "q" / "manifest.json").read_text())["train"]["optimizer"]["name"] == "adam"
     assert main(["export", "samples/quadratic.dl", "--web", str(tmp_path / "q"), "--loss", "nope"]) == 1
     assert "no loss 'nope'" in capsys.readouterr().err
+    for bad in ("nan", "inf", "-1"):  # the manifest is JSON, and its lr a rate
+        with pytest.raises(SystemExit):
+            main(["export", "samples/quadratic.dl", "--web", str(tmp_path / "q2"), "--lr", bad])
+        assert "expected a positive number" in capsys.readouterr().err
+        with pytest.raises(DlcError, match="lr must be a positive number"):
+            export_web("samples/quadratic.dl", tmp_path / "q2", lr=float(bad))
+    assert not (tmp_path / "q2").exists()
 
 
 def _npz_with_header(arrays: dict, key: str, shape: tuple) -> bytes:
