@@ -962,7 +962,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--weights", metavar="W.npz", help="the params (default: the artifact's, or drawn with --seed)")
     c.add_argument("--loss", metavar="NAME", help="the loss the training step minimizes (default: the first)")
     c.add_argument("--optimizer", choices=OPTIMIZERS, help="the optimizer compiled in (default: sgd)")
-    c.add_argument("--lr", type=float, metavar="X", help="its learning rate (default: the optimizer's)")
+    c.add_argument("--lr", type=_positive_float, metavar="X", help="its learning rate (default: the optimizer's)")
     c.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of the params' initializers")
     c.set_defaults(func=cmd_export)
 

@@ -17,6 +17,7 @@ comments are reduced to printable ASCII.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -567,13 +568,20 @@ class KernelSource:
     nan_flags: tuple[int, ...] = ()  # debug mode: the node whose NaN sets each flag
 
 
+def source_name(loc) -> str:
+    """The model file of a source location by its base name, as the manifest's "model" names
+    it: shaders and kernel locs go into artifacts and web exports, which carry no path of the
+    machine that compiled them."""
+    return os.path.basename(loc.file)
+
+
 def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Sequence[str] = ()) -> list[str]:
     """Version, the comment listing the IR, work group size, buffers and uniforms."""
     g, k = ctx.graph, ctx.kernel
     lines = [*ctx.renderer.version_lines(), f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
     for n, text in zip(k.nodes, ctx.ir_lines):
         where = g.nodes[n].loc
-        at = f"  ({where.file}:{where.line})" if where else ""
+        at = f"  ({source_name(where)}:{where.line})" if where else ""
         lines.append("//   " + comment(text + at))
     lx, ly, lz = local
     lines.append(f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;")
@@ -663,7 +671,8 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
     slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
     uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d])}
     locs = tuple(
-        (g.nodes[n].loc.file, g.nodes[n].loc.line, g.nodes[n].loc.column) if g.nodes[n].loc else None for n in k.nodes
+        (source_name(g.nodes[n].loc), g.nodes[n].loc.line, g.nodes[n].loc.column) if g.nodes[n].loc else None
+        for n in k.nodes
     )
     flags = tuple(sorted(ctx.nan_flags, key=ctx.nan_flags.get))
     return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs, dict(ctx.scalars_used), flags)

@@ -7,6 +7,7 @@
                     "web" section: the shader folder and the weights' byte offsets
     shaders/        one GLSL ES 3.00 fragment shader per kernel pass
     weights.bin     the params and optimizer state, little-endian float32, back to back
+    model.dl        the model's source (for reading; dlc.js does not use it)
 
 MODEL is a `.dl` file (params from `weights`, else drawn from their initializers with
 `seed`) or a compiled artifact folder (its model.dl, params.npz, state.npz and training
@@ -16,9 +17,10 @@ the optimizer compiled in.
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import pathlib
+from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
@@ -28,6 +30,7 @@ from dlc.errors import DlcError
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"
 SHADERS = "shaders"
+MAX_SOURCE_BYTES = 16 << 20  # an artifact's model.dl
 
 
 def export_web(
@@ -48,13 +51,14 @@ def export_web(
     from dlc.runtime import optimizers
     from dlc.runtime.weights import checked_params, load_npz
 
+    if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise DlcError(f"lr must be a positive number, not {lr!r}")  # the manifest is JSON: no NaN
     path = pathlib.Path(model_path)
     compiled = None  # an artifact's manifest
     if path.is_dir():
-        if not (path / "manifest.json").exists() or not (path / "model.dl").exists():
-            raise DlcError(f"{path} is not a dlc artifact (it needs manifest.json and model.dl)")
-        compiled = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-        model = compile_model(path / "model.dl")
+        artifact = _read_artifact(path)
+        compiled = artifact.manifest
+        model = compile_model(artifact.source, name=str(path / "model.dl"))
     else:
         model = compile_model(path)
     graph = model.graph
@@ -85,17 +89,15 @@ def export_web(
     # The params: a weights file, the artifact's params.npz, or the initializers.
     if weights is not None:
         params = load_npz(weights, dict(model.params))
-    elif compiled is not None and (path / "params.npz").exists():
-        params = load_npz(path / "params.npz", dict(model.params))
+    elif compiled is not None:
+        params = artifact.params
     else:
         params = {n: initial_value(graph.node(n).attr("init"), graph.node(n).shape, seed, n) for n in graph.params}
     params = checked_params(params, dict(model.params))
     states: dict[str, np.ndarray] = {}
     if "train" in progs:
         step = progs["train"].fusion.graph
-        saved = {}
-        if own_setup and (path / "state.npz").exists():
-            saved = dict(np.load(path / "state.npz"))
+        saved = artifact.state if own_setup else {}
         for s in step.states:
             value = saved.get(s)
             if value is None or tuple(value.shape) != tuple(step.shape(s)):
@@ -110,6 +112,31 @@ def export_web(
         "page": _page_kind(data),
     }
     return _write(pathlib.Path(out_dir), progs, data, blob, model.source)
+
+
+@dataclass
+class _Artifact:
+    manifest: dict
+    source: str  # its model.dl, ending in a newline (so dlc.compile takes it as text, never a path)
+    params: dict[str, np.ndarray]
+    state: dict[str, np.ndarray]
+
+
+def _read_artifact(path: pathlib.Path) -> _Artifact:
+    """An artifact folder read as `dlc eval` reads it (runtime/manifest_files.py: the manifest
+    validated, the .npz files without pickles, their headers, shapes and values checked before
+    use), and its model.dl confined and bounded like the rest."""
+    from dlc.runtime.manifest_files import read_artifact, read_confined
+
+    if not (path / "manifest.json").is_file() or not (path / "model.dl").exists():
+        raise DlcError(f"{path} is not a dlc artifact (it needs manifest.json and model.dl)")
+    files = read_artifact(path)
+    raw = read_confined(path, "model.dl", MAX_SOURCE_BYTES, str(path), "model")
+    try:
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DlcError(f"{path / 'model.dl'} is not UTF-8 text (byte {e.start})") from None
+    return _Artifact(files.manifest, source if source.endswith("\n") else source + "\n", files.params, files.state)
 
 
 def _pack(arrays: dict[str, np.ndarray]) -> tuple[bytes, dict[str, dict]]:

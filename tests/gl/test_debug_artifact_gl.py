@@ -38,6 +38,6 @@ def test_debug_mode_on_an_artifact_names_the_nan_without_the_compiler(tmp_path):
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
-    assert f"NaN in the output of kernel k00_sub_log at {model}:3:5" in r.stdout
+    assert "NaN in the output of kernel k00_sub_log at nan.dl:3:5" in r.stdout  # no path of this machine
     assert "imported: False False" in r.stdout
     assert "kernel profile" in r.stderr

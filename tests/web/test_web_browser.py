@@ -132,6 +132,9 @@ def test_bad_feeds_and_names_are_clear_errors(web_root, open_export):
     assert "DlcError: input 'pixels' is missing" == error("await m.eval({}, ['probs'])")
     assert "no tensor named 'prob'" in error(f"await m.eval({{pixels: {one}}}, ['prob'])")
     assert "no input 'pixel'" in error(f"await m.eval({{pixel: {one}}}, ['probs'])")
+    # names that are keys of every JavaScript object are no names of the model
+    assert "DlcError: no tensor named 'constructor'" in error(f"await m.eval({{pixels: {one}}}, ['constructor'])")
+    assert "DlcError: the model has no input 'toString'" in error(f"await m.eval({{toString: {one}}}, ['probs'])")
     assert "declared [B, 64] but fed shape [1, 63]" in error(
         "await m.eval({pixels: {data: new Float32Array(63), shape: [1, 63]}}, ['probs'])"
     )

@@ -63,15 +63,19 @@ export class DlcError extends Error {
  * of its own. */
 export async function load(url = ".", options = {}) {
   const base = new URL(url.endsWith("/") ? url : url + "/", globalThis.location ? globalThis.location.href : undefined);
-  const manifest = await fetchOk(new URL("manifest.json", base)).then((r) => r.json());
-  if (manifest.format !== FORMAT || manifest.target !== "texture" || !manifest.web) {
-    throw new DlcError(`${base}manifest.json is not a dlc web export of format ${FORMAT} (run dlc export MODEL --web DIR)`);
+  const where = `${base}manifest.json`;
+  const manifest = await fetchOk(new URL("manifest.json", base)).then((r) =>
+    r.json().catch((e) => {
+      throw new DlcError(`${where} is not JSON: ${e.message}`);
+    }),
+  );
+  if (!isObject(manifest) || manifest.format !== FORMAT || manifest.target !== "texture" || !isObject(manifest.web)) {
+    throw new DlcError(`${where} is not a dlc web export of format ${FORMAT} (run dlc export MODEL --web DIR)`);
   }
+  checkManifest(manifest, where);
   const web = manifest.web;
   const weights = await fetchOk(new URL(web.weights.file, base)).then((r) => r.arrayBuffer());
-  if (weights.byteLength !== web.weights.bytes) {
-    throw new DlcError(`${web.weights.file} holds ${weights.byteLength} bytes; the manifest says ${web.weights.bytes}`);
-  }
+  const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
   const files = new Set();
   for (const program of Object.values(manifest.programs)) {
     for (const k of program.kernels) for (const p of k.passes) files.add(p.file);
@@ -82,7 +86,7 @@ export async function load(url = ".", options = {}) {
       sources[file] = await fetchOk(new URL(`${web.shaders}/${file}`, base)).then((r) => r.text());
     }),
   );
-  return new Model(new Device(options.canvas), manifest, sources, weights);
+  return new Model(new Device(options.canvas), manifest, sources, leaves);
 }
 
 async function fetchOk(url) {
@@ -94,6 +98,239 @@ async function fetchOk(url) {
   }
   if (!response.ok) throw new DlcError(`cannot load ${url}: HTTP ${response.status}`);
   return response;
+}
+
+// -- the manifest and weights.bin, checked before use -------------------------------------
+// Both are read as untrusted input (an edited or truncated export): every field dlc.js uses is
+// checked here, and a problem is a DlcError naming the field or leaf, never a TypeError or a
+// RangeError deep inside eval, nor weights that load wrong (a missing leaf, NaN).
+
+// Own keys only: a name like 'constructor' or 'toString' is no key of a plain object.
+const has = (object, key) => Object.prototype.hasOwnProperty.call(object, key);
+const isObject = (x) => typeof x === "object" && x !== null && !Array.isArray(x);
+const isCount = (x) => Number.isInteger(x) && x >= 0;
+const FILE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/; // as runtime/manifest.py: no folders, no URLs
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/** Throw a DlcError `where: field: problem`. */
+function failAt(where) {
+  return (field, problem) => {
+    throw new DlcError(`${where}: ${field}: ${problem}`);
+  };
+}
+
+const show = (x) => {
+  const text = JSON.stringify(x);
+  return text === undefined ? String(x) : text.length > 60 ? `${text.slice(0, 57)}...` : text;
+};
+
+/** A shape: a list of whole numbers (and, where `symbolic`, dim names). */
+function checkShape(shape, field, fail, symbolic = true) {
+  if (!Array.isArray(shape)) fail(field, `must be a shape (a list of dims), not ${show(shape)}`);
+  shape.forEach((d, i) => {
+    if (!(isCount(d) || (symbolic && typeof d === "string" && d.length))) {
+      fail(`${field}[${i}]`, `${show(d)} is not ${symbolic ? "a whole number or a dim name" : "a whole number"}`);
+    }
+  });
+  return shape;
+}
+
+function checkFileName(name, field, fail) {
+  if (typeof name !== "string" || name.length > 200 || !FILE_NAME.test(name) || name.includes("..")) {
+    fail(field, `${show(name)} is not a plain file name in the export's folder`);
+  }
+}
+
+/** The manifest's fields that dlc.js reads, checked for type and consistency. */
+function checkManifest(m, where) {
+  const fail = failAt(where);
+  if (typeof m.model !== "string") fail("model", `must be the model's file name, not ${show(m.model)}`);
+  for (const key of ["inputs", "params", "tensors", "names", "programs"]) {
+    if (!isObject(m[key])) fail(key, `must be an object, not ${show(m[key])}`);
+  }
+  for (const [n, shape] of Object.entries(m.inputs)) checkShape(shape, `inputs.${n}`, fail);
+  for (const [n, shape] of Object.entries(m.params)) checkShape(shape, `params.${n}`, fail, false);
+  for (const [n, shape] of Object.entries(m.tensors)) checkShape(shape, `tensors.${n}`, fail);
+  if (!Array.isArray(m.losses) || m.losses.some((n) => typeof n !== "string")) fail("losses", "must be a list of names");
+  if (!isObject(m.programs.eval)) fail("programs.eval", "is missing");
+  if (m.train !== null && m.train !== undefined) {
+    if (!isObject(m.train) || !isObject(m.train.optimizer) || !isObject(m.train.states)) {
+      fail("train", "must be null or {loss, optimizer, states}");
+    }
+    if (!Number.isFinite(m.train.optimizer.lr)) fail("train.optimizer.lr", `must be a finite number, not ${show(m.train.optimizer.lr)}`);
+    for (const [n, shape] of Object.entries(m.train.states)) checkShape(shape, `train.states.${n}`, fail, false);
+    if (!isObject(m.programs.train)) fail("programs.train", "is missing (the manifest has a training setup)");
+  }
+  for (const [name, p] of Object.entries(m.programs)) checkProgram(m, name, p, fail);
+  const evalTensors = m.programs.eval.tensors;
+  for (const [n, t] of Object.entries(m.names)) {
+    if (!isCount(t) || !isObject(evalTensors[t])) fail(`names.${n}`, `${show(t)} is not a tensor of programs.eval`);
+  }
+  const web = m.web;
+  checkFileName(web.shaders, "web.shaders", fail);
+  if (!isObject(web.weights) || !isObject(web.weights.leaves)) fail("web.weights", "must be {file, bytes, leaves}");
+  checkFileName(web.weights.file, "web.weights.file", fail);
+  if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
+}
+
+/** A program spec (runtime/spec.py ProgramSpec.to_json): the fields the Executor reads, each
+ * of its type, and every slot, tensor, kernel, leaf, input and dim it names one that exists. */
+function checkProgram(m, name, p, fail) {
+  const f = `programs.${name}`;
+  if (!isObject(p)) fail(f, "must be a program {slots, tensors, producer, kernels, ...}");
+  const list = (x, field) => (Array.isArray(x) ? x : fail(field, `must be a list, not ${show(x)}`));
+  const object = (x, field) => (isObject(x) ? x : fail(field, `must be an object, not ${show(x)}`));
+  const index = (x, n, field, what) => {
+    if (!isCount(x) || x >= n) fail(field, `${show(x)} is not ${what} (0 to ${n - 1})`);
+    return x;
+  };
+  const leaves = storedLeaves(m);
+  const inputs = new Set(Object.keys(m.inputs));
+  if (name === "train") inputs.add(LR);
+  const dims = new Set(Object.values(m.inputs).flatMap((shape) => shape.filter((d) => typeof d === "string")));
+  const dim = (d, field) => (dims.has(d) ? d : fail(field, `${show(d)} is not a dim of the model's inputs`));
+  const size = (z, field) => {
+    if (!Array.isArray(z) || !z.length || !isCount(z[0])) fail(field, `must be a size [count, dims...], not ${show(z)}`);
+    z.slice(1).forEach((d, i) => dim(d, `${field}[${i + 1}]`));
+  };
+  const slots = list(p.slots, `${f}.slots`);
+  slots.forEach((slot, i) => {
+    const g = `${f}.slots[${i}]`;
+    object(slot, g);
+    if (PERSISTENT.has(slot.kind)) {
+      if (!leaves.has(slot.name)) fail(`${g}.name`, `${show(slot.name)} is not a param or optimizer state of the model`);
+    } else if (slot.kind === "input" || slot.kind === "temp") {
+      if (slot.kind === "input" && !inputs.has(slot.name)) fail(`${g}.name`, `${show(slot.name)} is not an input of the model`);
+      const sizes = list(slot.sizes, `${g}.sizes`);
+      if (!sizes.length) fail(`${g}.sizes`, "is empty");
+      sizes.forEach((z, j) => size(z, `${g}.sizes[${j}]`));
+    } else if (slot.kind === "const") {
+      if (![slot.values].flat(Infinity).every((v) => typeof v === "number")) fail(`${g}.values`, "must be numbers");
+    } else fail(`${g}.kind`, `${show(slot.kind)} is not a slot kind (param, state, input, temp, const)`);
+  });
+  const tensors = object(p.tensors, `${f}.tensors`);
+  for (const [t, info] of Object.entries(tensors)) {
+    const g = `${f}.tensors.${t}`;
+    if (!/^(0|[1-9][0-9]{0,9})$/.test(t)) fail(`${f}.tensors`, `the key ${show(t)} is not a tensor id`);
+    object(info, g);
+    index(info.slot, slots.length, `${g}.slot`, "a slot of the program");
+    checkShape(info.shape, `${g}.shape`, fail).forEach((d, i) => typeof d === "string" && dim(d, `${g}.shape[${i}]`));
+    if (typeof info.label !== "string") fail(`${g}.label`, "must be a string");
+  }
+  const tensor = (t, field) => (isCount(t) && isObject(tensors[t]) ? t : fail(field, `${show(t)} is not a tensor of ${f}`));
+  list(p.roots, `${f}.roots`).forEach((t, i) => tensor(t, `${f}.roots[${i}]`));
+  if (name === "train" && !p.roots.length) fail(`${f}.roots`, "is empty: the training step has no loss");
+  const kernels = list(p.kernels, `${f}.kernels`);
+  kernels.forEach((k, i) => {
+    const g = `${f}.kernels[${i}]`;
+    object(k, g);
+    if (typeof k.name !== "string") fail(`${g}.name`, "must be a string");
+    list(k.slots, `${g}.slots`).forEach((s, j) => index(s, slots.length, `${g}.slots[${j}]`, "a slot of the program"));
+    for (const key of ["reads", "writes"]) list(k[key], `${g}.${key}`).forEach((t, j) => tensor(t, `${g}.${key}[${j}]`));
+    for (const [u, d] of Object.entries(object(k.uniforms, `${g}.uniforms`))) dim(d, `${g}.uniforms.${u}`);
+    list(k.after, `${g}.after`).forEach((a, j) => index(a, i, `${g}.after[${j}]`, "an earlier kernel"));
+    list(k.inputs, `${g}.inputs`).forEach((n, j) => inputs.has(n) || fail(`${g}.inputs[${j}]`, `${show(n)} is not an input of the model`));
+    if (k.scalars !== undefined && k.scalars !== null) object(k.scalars, `${g}.scalars`);
+    if (k.scratch !== undefined && k.scratch !== null) {
+      object(k.scratch, `${g}.scratch`);
+      index(k.scratch.unit, 1 << 16, `${g}.scratch.unit`, "a texture unit");
+      size(k.scratch.size, `${g}.scratch.size`);
+    }
+    const packed = new Set();
+    list(k.packed || [], `${g}.packed`).forEach((q, j) => {
+      object(q, `${g}.packed[${j}]`);
+      packed.add(index(q.unit, 1 << 16, `${g}.packed[${j}].unit`, "a texture unit"));
+      size(q.rows, `${g}.packed[${j}].rows`);
+      size(q.depth, `${g}.packed[${j}].depth`);
+    });
+    if (!list(k.passes, `${g}.passes`).length) fail(`${g}.passes`, "is empty");
+    k.passes.forEach((pass, j) => {
+      const h = `${g}.passes[${j}]`;
+      object(pass, h);
+      checkFileName(pass.file, `${h}.file`, fail);
+      if (pass.into !== undefined && pass.into !== null) {
+        if (!packed.has(pass.into)) fail(`${h}.into`, `${show(pass.into)} is not a packed unit of the kernel`);
+      } else if (pass.tensor === null) {
+        if (!k.scratch) fail(`${h}.tensor`, "is null, but the kernel has no scratch texture to render into");
+      } else tensor(pass.tensor, `${h}.tensor`);
+    });
+  });
+  for (const [t, k] of Object.entries(object(p.producer, `${f}.producer`))) {
+    if (!/^(0|[1-9][0-9]{0,9})$/.test(t) || !isObject(tensors[t])) fail(`${f}.producer`, `the key ${show(t)} is not a tensor of ${f}`);
+    index(k, kernels.length, `${f}.producer.${t}`, "a kernel of the program");
+  }
+  list(p.copies, `${f}.copies`).forEach((c, i) => {
+    object(c, `${f}.copies[${i}]`);
+    if (!leaves.has(c.target)) fail(`${f}.copies[${i}].target`, `${show(c.target)} is not a param or optimizer state`);
+    tensor(c.tensor, `${f}.copies[${i}].tensor`);
+  });
+}
+
+/** name -> [shape, what] of every leaf weights.bin must hold: the params, then the optimizer state. */
+function storedLeaves(m) {
+  const leaves = new Map();
+  for (const [n, shape] of Object.entries(m.params)) leaves.set(n, [shape, "param"]);
+  for (const [n, shape] of Object.entries(m.train ? m.train.states : {})) leaves.set(n, [shape, "optimizer state"]);
+  return leaves;
+}
+
+/** Each leaf's values (name -> Float32Array), checked against the manifest: every param and
+ * optimizer state has one, of its shape, with a whole float32 offset and its count inside the
+ * file, overlapping no other, and finite values. */
+function readLeaves(m, weights, where) {
+  const fail = failAt(where);
+  const file = m.web.weights.file;
+  const bytes = weights.byteLength;
+  if (bytes !== m.web.weights.bytes) {
+    throw new DlcError(`${file} holds ${bytes} bytes; the manifest says ${m.web.weights.bytes}`);
+  }
+  const leaves = m.web.weights.leaves;
+  const want = storedLeaves(m);
+  for (const name of Object.keys(leaves)) {
+    if (!want.has(name)) fail(`web.weights.leaves`, `leaf '${name}' is not a param or optimizer state of the model`);
+  }
+  const spans = [];
+  const values = new Map();
+  for (const [name, [shape, what]] of want) {
+    const leaf = has(leaves, name) ? leaves[name] : undefined;
+    const f = `web.weights.leaves.${name}`;
+    if (leaf === undefined) fail("web.weights.leaves", `no leaf for ${what} '${name}' ${showShape(shape)}: ${file} does not hold it`);
+    if (!isObject(leaf)) fail(f, `leaf '${name}' must be {offset, count, shape}, not ${show(leaf)}`);
+    const { offset, count } = leaf;
+    checkShape(leaf.shape, `${f}.shape`, fail, false);
+    if (leaf.shape.length !== shape.length || leaf.shape.some((d, i) => d !== shape[i])) {
+      fail(`${f}.shape`, `leaf '${name}' has shape ${showShape(leaf.shape)}, but ${what} '${name}' is ${showShape(shape)}`);
+    }
+    if (!isCount(count) || count !== product(shape)) {
+      fail(`${f}.count`, `leaf '${name}' has count ${show(count)}, but its shape ${showShape(shape)} holds ${product(shape)} floats`);
+    }
+    if (!isCount(offset) || offset % 4) fail(`${f}.offset`, `leaf '${name}' has offset ${show(offset)}, not a whole multiple of 4 bytes`);
+    if (offset + 4 * count > bytes) {
+      fail(f, `leaf '${name}' spans bytes ${offset} to ${offset + 4 * count} of ${file}, which holds ${bytes}`);
+    }
+    if (count) spans.push([offset, offset + 4 * count, name]);
+    values.set(name, leafValues(weights, offset, count));
+  }
+  spans.sort((a, b) => a[0] - b[0]);
+  for (let i = 1; i < spans.length; i++) {
+    const [[s0, e0, a], [s1, e1, b]] = [spans[i - 1], spans[i]];
+    if (s1 < e0) fail("web.weights.leaves", `leaves '${a}' (bytes ${s0} to ${e0}) and '${b}' (bytes ${s1} to ${e1}) overlap in ${file}`);
+  }
+  for (const [name, data] of values) {
+    const bad = data.findIndex((v) => !Number.isFinite(v));
+    if (bad >= 0) {
+      const at = leaves[name].offset + 4 * bad;
+      throw new DlcError(`${file}: leaf '${name}' holds ${data[bad]} at index ${bad} (byte ${at}): weights must be finite`);
+    }
+  }
+  return values;
+}
+
+/** `count` little-endian float32s at byte `offset` (a view where the platform is little-endian). */
+function leafValues(weights, offset, count) {
+  if (LITTLE_ENDIAN) return new Float32Array(weights, offset, count);
+  const view = new DataView(weights, offset, 4 * count);
+  return Float32Array.from({ length: count }, (_, i) => view.getFloat32(4 * i, true));
 }
 
 // -- the GL side: a context, textures, programs, passes, reads ----------------------------
@@ -372,7 +609,7 @@ function checkFeeds(inputs, feeds, needed) {
   const dims = {};
   const boundBy = {};
   for (const [name, feed] of Object.entries(feeds || {})) {
-    if (!(name in inputs)) {
+    if (!has(inputs, name)) {
       throw new DlcError(`the model has no input '${name}' (its inputs: ${Object.keys(inputs).join(", ")})`);
     }
     if (!needed.has(name)) continue;
@@ -393,7 +630,7 @@ function checkFeeds(inputs, feeds, needed) {
         throw new DlcError(`input '${name}' is declared ${showShape(declared)} but fed shape ${showShape(shape)} (axis ${axis})`);
       }
       if (typeof d === "string") {
-        if (d in dims && dims[d] !== shape[axis]) {
+        if (has(dims, d) && dims[d] !== shape[axis]) {
           throw new DlcError(
             `dim ${d} is ${dims[d]} in input '${boundBy[d]}' but ${shape[axis]} in input '${name}' (shape ${showShape(shape)})`,
           );
@@ -405,7 +642,7 @@ function checkFeeds(inputs, feeds, needed) {
     arrays[name] = data;
   }
   for (const name of needed) {
-    if (name !== LR && !(name in arrays)) throw new DlcError(`input '${name}' is missing`);
+    if (name !== LR && !has(arrays, name)) throw new DlcError(`input '${name}' is missing`);
   }
   return { arrays, dims };
 }
@@ -414,15 +651,14 @@ function checkFeeds(inputs, feeds, needed) {
 
 /** Params and optimizer state as textures by name (shared by the eval and train programs). */
 class Store {
-  constructor(device, leaves, weights) {
+  /** `leaves`: name -> Float32Array, from readLeaves. */
+  constructor(device, leaves) {
     this.device = device;
     this.buffers = new Map();
-    this.shapes = new Map();
-    for (const [name, leaf] of Object.entries(leaves)) {
-      const tex = device.texture(leaf.count, `'${name}' ${showShape(leaf.shape)}`);
-      device.upload(tex, new Float32Array(weights, leaf.offset, leaf.count));
+    for (const [name, values] of leaves) {
+      const tex = device.texture(values.length, `'${name}' (${values.length} floats)`);
+      device.upload(tex, values);
       this.buffers.set(name, tex);
-      this.shapes.set(name, leaf.shape);
     }
   }
 
@@ -559,7 +795,7 @@ class Executor {
 
   upload(arrays) {
     this.slots.forEach((slot, s) => {
-      if (slot.kind === "input" && slot.name in arrays) this.device.upload(this.buffers.get(s), arrays[slot.name]);
+      if (slot.kind === "input" && has(arrays, slot.name)) this.device.upload(this.buffers.get(s), arrays[slot.name]);
     });
   }
 
@@ -640,7 +876,7 @@ class Executor {
 
 /** A loaded export: eval, train, params, dispose. */
 class Model {
-  constructor(device, manifest, sources, weights) {
+  constructor(device, manifest, sources, leaves) {
     this.device = device;
     this.manifest = manifest;
     this.sources = sources;
@@ -648,7 +884,7 @@ class Model {
     this.paramShapes = manifest.params;
     this.tensorShapes = manifest.tensors;
     this.losses = manifest.losses;
-    this.store = new Store(device, manifest.web.weights.leaves, weights);
+    this.store = new Store(device, leaves);
     this.executors = new Map();
     this.disposed = false;
   }
@@ -674,7 +910,7 @@ class Model {
     if (!names.length) throw new DlcError("eval needs the names of the tensors to fetch");
     const ex = this.executor("eval");
     const tensors = names.map((n) => {
-      if (!(n in this.manifest.names)) {
+      if (!has(this.manifest.names, n)) {
         throw new DlcError(`no tensor named '${n}' in the model (it has: ${Object.keys(this.manifest.names).join(", ")})`);
       }
       return this.manifest.names[n];
@@ -701,13 +937,13 @@ class Model {
       ex.kernels[k].writes.forEach(addShape);
     }
     for (const d of [...used].sort()) {
-      if (!(d in dims)) {
+      if (!has(dims, d)) {
         const binders = Object.keys(this.inputs).filter((n) => this.inputs[n].includes(d));
         throw new DlcError(`fetching these tensors needs the dim ${d}: feed ${binders.map((n) => `'${n}'`).join(" or ")}, which binds it`);
       }
     }
     const all = { ...dims };
-    for (const shape of Object.values(this.inputs)) for (const d of shape) if (typeof d === "string" && !(d in all)) all[d] = 1;
+    for (const shape of Object.values(this.inputs)) for (const d of shape) if (typeof d === "string" && !has(all, d)) all[d] = 1;
     return all;
   }
 
