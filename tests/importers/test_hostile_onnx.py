@@ -248,3 +248,24 @@ def test_without_the_onnx_package_the_import_says_how_to_install_it(onnx, tmp_pa
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert 'importing ONNX models needs the onnx package: pip install "dlc[onnx]"' in r.stderr
     assert "internal error" not in r.stderr
+
+
+def test_onnx_names_over_the_limit_are_cut_to_fit_it(onnx):
+    from onnx import helper
+
+    from dlc.runtime.sizes import MAX_NAME
+
+    long_in, long_out = "x" * 5001, "y/" * 300
+    m = _model(
+        [helper.make_node("Relu", [long_in], ["r"]), helper.make_node("Neg", ["r"], [long_out])],
+        [_vi(long_in, [2])],
+        [_vi(long_out, [2])],
+    )
+    imported = dlc.import_onnx(m)
+    assert imported.inputs[long_in] == "x" * (MAX_NAME - 8)
+    assert imported.outputs[long_out] == "y_" * ((MAX_NAME - 8) // 2)
+    sess = dlc.Session(imported.model, backend="numpy")
+    x = np.array([-1.5, 2.0], np.float32)
+    np.testing.assert_array_equal(
+        sess.eval(imported.outputs[long_out], {imported.inputs[long_in]: x}), -np.maximum(x, 0)
+    )
