@@ -50,12 +50,15 @@ def check_model(model, where: str, base_dir: str | None) -> None:
         raise ImportError_(f"{where}: the model has no graph (no nodes and no outputs)")
     check_opset(model, where)
     for t in g.initializer:
-        check_initializer(t, where, base_dir)
+        if check_initializer(t, where, base_dir):
+            _load_external(t, where, base_dir)  # before the checker, which would look in the cwd
     check_dims(model, where)
     try:
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise ImportError_(f"{where}: onnx's checker refuses the model: {_first_line(e)}") from None
+    except ValueError as e:  # over protobuf's 2 GB: too large for the checker and for dlc
+        raise ImportError_(f"{where}: onnx's checker cannot check the model: {_first_line(e)}") from None
 
 
 def check_opset(model, where: str) -> None:
@@ -80,9 +83,9 @@ def check_dims(model, where: str) -> None:
                 raise ImportError_(f"{where}: {kind} '{v.name}' has a negative dim ({bad[0]}) in its shape {shape}")
 
 
-def check_initializer(t, where: str, base_dir: str | None) -> None:
-    """The initializer's data hold exactly the elements its dims declare; external data are
-    read (from inside `base_dir` only) after the same check."""
+def check_initializer(t, where: str, base_dir: str | None) -> bool:
+    """The initializer's data hold exactly the elements its dims declare, external data
+    included (a file inside `base_dir` only). True when its data are external (not read yet)."""
     from onnx import TensorProto
 
     what = f"{where}: initializer '{t.name}'"
@@ -97,15 +100,15 @@ def check_initializer(t, where: str, base_dir: str | None) -> None:
     count = int(np.prod(dims, dtype=object)) if dims else 1  # Python ints: no overflow
     declared = f"shape {dims} ({count} {type_name} elements)"
     if t.data_location == TensorProto.EXTERNAL:
-        _load_external(t, what, declared, count * _itemsize(t.data_type), base_dir)
-        return
+        _check_external(t, what, declared, count * _itemsize(t.data_type), base_dir)
+        return True
     if t.HasField("raw_data"):
         if t.data_type == TensorProto.STRING:
             raise ImportError_(f"{what} holds strings as raw data, which ONNX does not allow")
         need = count * _itemsize(t.data_type)
         if len(t.raw_data) != need:
             raise ImportError_(f"{what} declares {declared}, {need} bytes, but holds {len(t.raw_data)} bytes of data")
-        return
+        return False
     from onnx import helper
 
     field = helper.tensor_dtype_to_field(t.data_type)
@@ -113,6 +116,7 @@ def check_initializer(t, where: str, base_dir: str | None) -> None:
     need = count * (2 if t.data_type in COMPLEX_TYPES else 1)
     if have != need:
         raise ImportError_(f"{what} declares {declared} but its {field} holds {have} values")
+    return False
 
 
 def _itemsize(data_type: int) -> int:
@@ -121,10 +125,10 @@ def _itemsize(data_type: int) -> int:
     return helper.tensor_dtype_to_np_dtype(data_type).itemsize
 
 
-def _load_external(t, what: str, declared: str, need: int, base_dir: str | None) -> None:
-    """Read an external initializer's bytes: its file must lie inside the model's folder and
-    hold exactly the declared bytes at its offset."""
-    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
+def _check_external(t, what: str, declared: str, need: int, base_dir: str | None) -> None:
+    """An external initializer's file lies inside the model's folder and holds exactly the
+    declared bytes at its offset."""
+    from onnx.external_data_helper import ExternalDataInfo
 
     if base_dir is None:
         raise ImportError_(f"{what} keeps its data in an external file; import the model from its file")
@@ -139,13 +143,28 @@ def _load_external(t, what: str, declared: str, need: int, base_dir: str | None)
     offset = int(info.offset or 0)
     length = need if info.length is None else int(info.length)
     size = os.path.getsize(path)
-    if offset < 0 or length != need or offset + length > size:
+    why = (
+        "has a negative offset"
+        if offset < 0
+        else f"has length {length}"
+        if length != need
+        else f"runs past the end of the file ({size} bytes)"
+        if offset + length > size
+        else ""
+    )
+    if why:
         raise ImportError_(
-            f"{what} declares {declared}, {need} bytes, but its external data ('{loc}', offset {offset}, "
-            f"length {length}) hold {max(min(length, size - offset), 0)}"
+            f"{what} declares {declared}, {need} bytes, but its external data ('{loc}', offset {offset}) {why}"
         )
+
+
+def _load_external(t, where: str, base_dir: str) -> None:
+    """Read a checked external initializer's bytes into it."""
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
+
+    what, loc = f"{where}: initializer '{t.name}'", ExternalDataInfo(t).location
     try:
-        load_external_data_for_tensor(t, base)
+        load_external_data_for_tensor(t, os.path.realpath(base_dir))
     except OSError as e:
         raise ImportError_(f"{what}: reading its external data '{loc}' failed: {e}") from None
     t.data_location = 0  # DEFAULT: the bytes are in raw_data now

@@ -181,8 +181,8 @@ def test_external_data_is_read_only_from_inside_the_models_folder_and_checked(on
         ("../secret.data", 0, 24, "'../secret.data', which is not a file inside the model's folder"),
         ("/etc/hostname", 0, 24, "which is not a file inside the model's folder"),
         ("missing.data", 0, 24, "'missing.data', which does not exist"),
-        ("m.data", 0, 12, "length 12"),
-        ("m.data", 16, 24, "offset 16"),
+        ("m.data", 0, 12, "24 bytes, but its external data ('m.data', offset 0) has length 12"),
+        ("m.data", 16, 24, "('m.data', offset 16) runs past the end of the file (24 bytes)"),
     ):
         (tmp_path / "secret.data").write_bytes(w.tobytes())
         (tmp_path / "m.data").write_bytes(w.tobytes())
