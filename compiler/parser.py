@@ -20,6 +20,7 @@ from lark.exceptions import UnexpectedEOF, VisitError
 from lark.visitors import Transformer_NonRecursive
 
 from dlc.runtime.errors import CompileError, Loc
+from dlc.runtime.sizes import MAX_NAME
 
 # -- AST -------------------------------------------------------------------------
 
@@ -186,33 +187,41 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
         text = self.lines[meta.line - 1] if 0 < meta.line <= len(self.lines) else ""
         return Loc(self.file, meta.line, meta.column, text)
 
+    def _name(self, t: Token) -> str:
+        """A name token's text, refused at its place when longer than an artifact holds."""
+        if len(t) > MAX_NAME:
+            raise CompileError(
+                f"the name '{t[:24]}...' is {len(t)} characters long; at most {MAX_NAME} are allowed", self._loc(t)
+            )
+        return str(t)
+
     # statements
     def start(self, items):
         return [s for s in items if isinstance(s, Stmt)]
 
     def shape(self, items):
         dims = [d for d in items[1:] if d is not None]
-        return tuple((int(d) if d.type == "INT" else str(d), self._loc(d)) for d in dims)
+        return tuple((int(d) if d.type == "INT" else self._name(d), self._loc(d)) for d in dims)
 
     def input_stmt(self, items):
         name, shape = items
-        return Stmt("input", str(name), self._loc(name), shape)
+        return Stmt("input", self._name(name), self._loc(name), shape)
 
     def param_stmt(self, items):
         name, shape, init = items
-        return Stmt("param", str(name), self._loc(name), shape, init)
+        return Stmt("param", self._name(name), self._loc(name), shape, init)
 
     def const_stmt(self, items):
         name, shape, value = items
-        return Stmt("const", str(name), self._loc(name), shape, value)
+        return Stmt("const", self._name(name), self._loc(name), shape, value)
 
     def loss_stmt(self, items):
         name, value = items
-        return Stmt("loss", str(name), self._loc(name), None, value)
+        return Stmt("loss", self._name(name), self._loc(name), None, value)
 
     def assign_stmt(self, items):
         name, value = items
-        return Stmt("assign", str(name), self._loc(name), None, value)
+        return Stmt("assign", self._name(name), self._loc(name), None, value)
 
     # expressions
     def number(self, items):
@@ -224,7 +233,7 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
 
     def name(self, items):
         (t,) = items
-        return Name(self._loc(t), str(t))
+        return Name(self._loc(t), self._name(t))
 
     def string(self, items):
         (t,) = items
@@ -309,6 +318,29 @@ def source_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def read_source(path: str) -> str:
+    """The text of the model file `path`; bytes that are not UTF-8 are a CompileError at
+    their line and column (OSError is the caller's)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    return decode_source(raw, path)
+
+
+def decode_source(raw: bytes, file: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = raw[: e.start].decode("utf-8")  # valid up to the bad byte
+        line = before.count("\n") + 1
+        start = before.rfind("\n") + 1
+        column = len(before) - start + 1
+        end = raw.find(b"\n", e.start)
+        text = raw[len(before[:start].encode("utf-8")) : end if end >= 0 else len(raw)]
+        loc = Loc(file, line, column, text.decode("utf-8", errors="replace"))
+        bad = " ".join(f"0x{b:02X}" for b in raw[e.start : e.end])
+        raise CompileError(f"the file is not UTF-8 text: {bad} cannot be decoded ({e.reason})", loc) from None
 
 
 def parse(text: str, file: str = "<model>") -> list[Stmt]:

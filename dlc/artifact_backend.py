@@ -62,8 +62,9 @@ class ArtifactModel:
                 f"{self.path}: the artifact holds no model.dl, so it runs on the gl backend "
                 "only (recompile it with `dlc compile`, or run the .dl model)"
             )
-        with open(source, encoding="utf-8") as f:
-            text = f.read()
+        from dlc.compiler.parser import read_source
+
+        text = read_source(source)
         # A trailing newline makes dlc.compile take it as source text, never as a path.
         return dlc.compile(text if text.endswith("\n") else text + "\n", name=source)
 

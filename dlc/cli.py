@@ -75,14 +75,15 @@ def compiled_optimizer(model: ArtifactModel, lr: float | None) -> optimizers.Opt
 
 
 def read_model_source(path: str) -> str:
+    from dlc.compiler.parser import read_source
+
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        return read_source(path)  # bytes that are not UTF-8: a CompileError at their line:col
     except FileNotFoundError:
         raise DlcError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise DlcError(f"{path}: a folder that is not a compiled artifact (no manifest.json)") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise DlcError(f"{path}: cannot read the model ({e})") from None
 
 
@@ -637,7 +638,7 @@ def _summary(
 def cmd_import(args: argparse.Namespace) -> int:
     from dlc.onnx_import import import_onnx
 
-    imported = import_onnx(args.model, batch=args.batch)
+    imported = import_onnx(args.model, batch=args.batch, max_const_bytes=args.max_const_bytes)
     out = args.output or os.path.splitext(args.model)[0] + ".dl"
     weights = imported.save(out)
     print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} ({len(imported.weights)} params)")
@@ -945,6 +946,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_batch_dim,
         metavar="NAME|N",
         help="make the inputs' first dim the symbolic dim NAME (any batch size) or N",
+    )
+    c.add_argument(
+        "--max-const-bytes",
+        type=_positive_int,
+        metavar="N",
+        help="the most bytes one constant folded at import, and all of them together, may hold (default: 64 MiB)",
     )
     c.set_defaults(func=cmd_import)
 

@@ -44,7 +44,8 @@ def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
 
     text, path = source, name or "<model>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".dl")):
+        from dlc.compiler.parser import read_source
+
         path = os.fspath(source)
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_source(path)  # bytes that are not UTF-8: a CompileError at their line:col
     return Model(compile_source(text, path), text, path)

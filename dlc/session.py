@@ -473,6 +473,13 @@ class Session:
         """Free what the backend holds (GPU buffers on GL); the session is not used after."""
         self.backend.close()
 
+    def release(self) -> None:
+        """Detach this session's GL device from the calling thread (flushing its work), so that
+        another thread can use the session; nothing to do on the numpy backend."""
+        device = getattr(getattr(self.backend, "store", None), "device", None)
+        if device is not None:
+            device.release()
+
     def __repr__(self) -> str:
         return (
             f"Session({self.model.path!r}, backend={self.backend.name!r}, inputs={list(self.model.inputs)}, "

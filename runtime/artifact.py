@@ -18,8 +18,9 @@ from typing import Any
 
 from dlc.runtime.errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from dlc.runtime.executor import Executor
-from dlc.runtime.manifest import FORMAT, LR, MANIFEST
+from dlc.runtime.manifest import FORMAT, LR, MANIFEST, ArtifactError
 from dlc.runtime.manifest_files import read_artifact
+from dlc.runtime.program import ShaderError
 
 __all__ = ["FORMAT", "LR", "Runner", "load"]
 
@@ -84,14 +85,29 @@ class Runner:
                     "`dlc compile MODEL --train [LOSS] --optimizer NAME`"
                 )
             spec = self.manifest["programs"][program]
-            if self.target == "texture":
-                from dlc.runtime.texture_executor import TextureExecutor
+            try:
+                if self.target == "texture":
+                    from dlc.runtime.texture_executor import TextureExecutor
 
-                ex = TextureExecutor(spec, self._sources[program], self.store)
-            else:
-                ex = Executor(spec, self._sources[program], self.store, self._hook())
+                    ex = TextureExecutor(spec, self._sources[program], self.store)
+                else:
+                    ex = Executor(spec, self._sources[program], self.store, self._hook())
+            except ShaderError as e:
+                raise self._broken_shader(program, e) from None
             self._executors[program] = ex
         return ex
+
+    def _broken_shader(self, program: str, e: ShaderError) -> ArtifactError:
+        """dlc compiled these shaders once, so one the driver refuses was changed since (or
+        was written by another version of dlc): the artifact's fault, not the code generator's."""
+        files = sorted(f for f, source in self._sources[program].items() if source == e.source)
+        where = f"{files[0]}" + (f":{e.line}" if e.line else "") if files else "an unknown file"
+        log = "\n  ".join(e.log.strip().splitlines()[:10] or ["(empty)"])
+        return ArtifactError(
+            f"{self.path}: the shader of kernel '{e.name}' of the {program} program ({where}) does not "
+            "compile on this driver: the artifact is corrupt or was written by another version of dlc; "
+            f"compile the model again with `dlc compile`\ndriver log:\n  {log}"
+        )
 
     @property
     def executors(self) -> list[Executor]:

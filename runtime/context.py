@@ -7,8 +7,9 @@ device that gives an OpenGL >= 4.3 core context wins.
 
 Threads: a GL context is current on at most one thread. The context is made current on the
 thread that first calls `get_context()`, and every GL call dlc makes must come from that thread
-(asyncio coroutines on it are fine). To move it, call `ctx.release_current()` on the old thread,
-then `get_context()` on the new one; if it is still current elsewhere, that raises.
+(asyncio coroutines on it are fine). To move it, call `Session.release()` (or the device's
+`release()`) on the old thread, then use it on the new one; if it is still current elsewhere,
+that raises (runtime/device.py words the error with that public API).
 
 A process may hold several contexts: each belongs to a `runtime.device.Device`, which owns
 what is cached against it. `get_context()` is the current device's context (the default
@@ -68,9 +69,7 @@ class GLContext:
             except Exception:
                 ok = False
             if not ok:
-                raise RuntimeFailure(
-                    "the OpenGL context is current on another thread; call release_current() there first"
-                )
+                raise RuntimeFailure("the OpenGL context is current on another thread")
         else:
             import glfw
 

@@ -89,7 +89,14 @@ class Device:
         if self.closed:
             raise RuntimeFailure(f"GL device {self.id} was closed; its buffers and programs are gone")
         _leave_current()
-        self.context.make_current()
+        try:
+            self.context.make_current()
+        except RuntimeFailure:
+            raise RuntimeFailure(
+                f"GL device {self.id} is in use on another thread: call release() on the Session "
+                "using it (or on the device, from dlc.gl_devices()) in that thread first (README, "
+                '"Several GL devices")'
+            ) from None
         _local.device = self
         return self
 

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 
 from dlc.runtime.errors import DataError
+from dlc.runtime.sizes import MAX_NAME
 from dlc.runtime.spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
 
 MANIFEST = "manifest.json"
@@ -32,7 +33,7 @@ LR = "$lr"  # the learning rate, fed to the train program as an input
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_ELEMENTS = 2**31 - 1  # element counts: the kernels' index math is 32-bit
 MAX_RANK = 32
-MAX_NAME = 256  # characters in a name
+MAX_LEAF = 2 * MAX_NAME + 1  # a state's name: a param's name, '$', the state's ('W$m')
 MAX_BINDINGS = 64  # buffers per kernel
 MAX_LOCAL_SIZE = 1024
 SLOT_KINDS = ("temp", "input", "param", "state", "const")
@@ -166,7 +167,12 @@ class _Manifest:
         return v
 
     def leaf(self, v, field: str) -> str:
-        return self.name(v, field, LEAF, "a tensor name")
+        self.str(v, field, MAX_LEAF)
+        if not LEAF.match(v):
+            self.fail(field, f"{_show(v)} is not a tensor name")
+        if any(len(part) > MAX_NAME for part in v.split("$")):
+            self.fail(field, f"has a name over {MAX_NAME} characters long")
+        return v
 
     def member(self, v, options, field: str, what: str):
         if not isinstance(v, str) or v not in options:

@@ -49,13 +49,15 @@ _MAX_LINES_SHOWN = 80  # when the log names no line
 
 
 class ShaderError(RuntimeFailure):
-    """A generated shader failed to compile or link: an internal dlc error."""
+    """A generated shader failed to compile or link: an internal dlc error (for a shader read
+    from an artifact, runtime/artifact.py says the artifact is at fault instead)."""
 
-    def __init__(self, message: str, name: str, log: str, line: int | None):
+    def __init__(self, message: str, name: str, log: str, line: int | None, source: str = ""):
         super().__init__(message)
         self.name = name
         self.log = log
         self.line = line
+        self.source = source  # the GLSL text, to tell which file it came from
 
 
 class Program:
@@ -414,7 +416,7 @@ def _shader_error(stage: str, name: str, log: str, source: str) -> ShaderError:
         f"driver log:\n  " + "\n  ".join(log.strip().splitlines() or ["(empty)"]) + "\n"
         f"kernel '{name}'" + (f", line {line}" if line else "") + ":\n" + shown
     )
-    return ShaderError(message, name, log, line)
+    return ShaderError(message, name, log, line, source)
 
 
 def _check_gl_error(doing: str) -> None:

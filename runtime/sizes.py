@@ -21,6 +21,9 @@ if TYPE_CHECKING:  # annotations only: the front end imports this module, and sp
     from dlc.runtime.spec import ProgramSpec, TensorInfo
 
 MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
+# Characters in a name (tensor, dim): the front end refuses longer ones where they are written,
+# and an artifact's manifest holds none longer (state names join names with '$': 'W$m').
+MAX_NAME = 256
 
 
 def too_many(count: int, shape: Sequence) -> str | None:

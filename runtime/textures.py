@@ -13,6 +13,7 @@ import numpy as np
 from dlc.runtime.context import get_context
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
+from dlc.runtime.program import ShaderError, error_line
 
 _live: dict[int, int] = {}  # texture handle -> bytes (for dlc.memory())
 
@@ -150,8 +151,12 @@ def _compile(kind: int, source: str, name: str) -> int:
         log = log.decode(errors="replace") if isinstance(log, bytes) else str(log)
         GL.glDeleteShader(shader)
         numbered = "\n".join(f"{i + 1:4d}  {line}" for i, line in enumerate(source.splitlines()))
-        raise RuntimeFailure(
-            f"internal dlc error: the texture shader '{name}' does not compile:\n{log.strip()}\n{numbered}"
+        raise ShaderError(
+            f"internal dlc error: the texture shader '{name}' does not compile:\n{log.strip()}\n{numbered}",
+            name,
+            log,
+            error_line(log),
+            source,
         )
     return shader
 
@@ -174,7 +179,10 @@ class FragmentProgram:
         if not GL.glGetProgramiv(handle, GL.GL_LINK_STATUS):
             log = GL.glGetProgramInfoLog(handle)
             GL.glDeleteProgram(handle)
-            raise RuntimeFailure(f"internal dlc error: the texture shader '{name}' does not link: {log!r}")
+            log = log.decode(errors="replace") if isinstance(log, bytes) else str(log)
+            raise ShaderError(
+                f"internal dlc error: the texture shader '{name}' does not link: {log.strip()}", name, log, None, source
+            )
         self.handle = int(handle)
         self.name = name
         self.source = source

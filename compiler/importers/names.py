@@ -3,25 +3,29 @@
 A name that is already a valid .dl name (letters, digits, `_`, not starting
 with a digit, not a keyword) is kept. Otherwise every other character becomes
 `_`, and a result that is empty, starts with a digit or is a keyword gets the
-prefix `t_`. A result already taken gets `_2`, `_3`, ... appended.
+prefix `t_`. A result longer than MAX_NAME - 8 characters is cut there (so that `_2`, ...
+still fit the language's limit). A result already taken gets `_2`, `_3`, ... appended.
 """
 
 from __future__ import annotations
 
 import re
 
+from dlc.runtime.sizes import MAX_NAME
+
 KEYWORDS = frozenset({"input", "param", "const", "loss", "f32"})
+MAX_BASE = MAX_NAME - 8  # room for the de-duplicating suffix
 _VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 
 
 def escape(name: str) -> str:
     """The rule without the de-duplication step."""
     if _VALID.match(name) and name not in KEYWORDS:
-        return name
+        return name[:MAX_BASE]
     out = re.sub(r"[^A-Za-z_0-9]", "_", name)
     if not out or out[0].isdigit() or out in KEYWORDS:
         out = "t_" + out
-    return out
+    return out[:MAX_BASE]
 
 
 class Names:

@@ -20,18 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from dlc.runtime.errors import CompileError, DlcError
+from dlc.runtime.errors import CompileError
 
+from .fold_limit import DEFAULT_MAX_CONST_BYTES, FoldBudget
 from .names import Names
+from .onnx_checks import ImportError_, check_dims, check_file, check_model
 
 TARGET_OPSET = 13  # older models are brought here by onnx's version converter
 INLINE_LIMIT = 16  # constants with more elements become params, never inlined in the text
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-
-
-class ImportError_(DlcError):
-    """A model dlc cannot import: names the node, op type, opset and what is unsupported."""
 
 
 @dataclass
@@ -100,8 +98,10 @@ def _literal(a: np.ndarray) -> str:
 class Converter:
     """State of one import: values, the .dl lines written so far, the weights."""
 
-    def __init__(self, opset: int, names: Names, graph_outputs: set[str]) -> None:
+    def __init__(self, opset: int, names: Names, graph_outputs: set[str], at: str = "", budget=None) -> None:
         self.opset = opset
+        self.at = at  # "FILE: " before errors, "" for a model given as a proto
+        self.budget = budget or FoldBudget()
         self.names = names
         self.values: dict[str, Value] = {}
         self.decls: list[str] = []
@@ -111,12 +111,15 @@ class Converter:
         self.node = None  # the node being converted, for errors
 
     # -- errors ----------------------------------------------------------------
-    def fail(self, what: str) -> ImportError_:
+    def fail(self, what: str, list_ops: bool = True) -> ImportError_:
+        """The error for the node being converted; `list_ops` adds the supported ops (for
+        errors about what dlc cannot map, not about limits)."""
         from .onnx_ops import supported_ops
 
         n = self.node
         where = f"node '{n.name or n.output[0]}' ({n.op_type}, opset {self.opset})" if n else "model"
-        return ImportError_(f"cannot import {where}: {what}\nsupported ONNX ops: {', '.join(supported_ops())}")
+        ops = f"\nsupported ONNX ops: {', '.join(supported_ops())}" if list_ops else ""
+        return ImportError_(f"{self.at}cannot import {where}: {what}{ops}")
 
     # -- writing ---------------------------------------------------------------
     def emit(self, onnx_name: str, expr: str, shape: tuple, nhwc: bool = False) -> Value:
@@ -215,21 +218,24 @@ def _onnx():
 
 
 def load_model(path_or_model, batch: str | int | None):
-    """The model with its opset brought to TARGET_OPSET where older, the batch dim set, and
-    shapes inferred."""
+    """The model, checked (onnx_checks), with its opset brought to TARGET_OPSET where older,
+    the batch dim set, and shapes inferred."""
     onnx = _onnx()
     from onnx import version_converter
 
     if isinstance(path_or_model, (str, os.PathLike)):
         path = os.fspath(path_or_model)
-        if not os.path.exists(path):
-            raise ImportError_(f"{path}: no such file")
-        try:
-            model = onnx.load(path)
+        check_file(path)
+        try:  # external data are read by check_model, from inside the model's folder only
+            model = onnx.load(path, load_external_data=False)
         except Exception as e:  # the protobuf parser's errors name no type worth keeping
             raise ImportError_(f"{path}: not a readable ONNX model ({e})") from None
+        where = path
+        check_model(model, where, os.path.dirname(os.path.abspath(path)))
     else:
-        model = path_or_model
+        model, where = onnx.ModelProto(), "the ONNX model"
+        model.CopyFrom(path_or_model)  # the batch dim is set below: leave the caller's as it is
+        check_model(model, where, None)
     opset = _opset(model)
     if opset < TARGET_OPSET:
         try:
@@ -256,20 +262,21 @@ def load_model(path_or_model, batch: str | int | None):
                     dims[0].dim_value = batch
                 else:
                     dims[0].dim_param = batch
-    model = _infer(model)
+    model = _infer(model, where)
     if isinstance(batch, str) and _keep_batch_in_reshapes(model, batch, fixed):
         del model.graph.value_info[:]
-        model = _infer(model)
-    return model, opset
+        model = _infer(model, where)
+    check_dims(model, where)  # inferred shapes too
+    return model, opset, where
 
 
-def _infer(model):
+def _infer(model, where: str):
     from onnx import shape_inference
 
     try:
         return shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
-        raise ImportError_(f"ONNX shape inference failed: {e}") from None
+        raise ImportError_(f"{where}: ONNX shape inference failed: {e}") from None
 
 
 def _keep_batch_in_reshapes(model, batch: str, fixed: set[int]) -> bool:
@@ -331,15 +338,16 @@ FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 INDEX_TYPES = {6, 7}  # INT32, INT64
 
 
-def import_onnx(path_or_model, batch: str | int | None = None):
+def import_onnx(path_or_model, batch: str | int | None = None, max_const_bytes: int = DEFAULT_MAX_CONST_BYTES):
     """Import an ONNX model: see `Imported`. `batch` makes the inputs' first dim that
-    symbolic name (or that int)."""
+    symbolic name (or that int); `max_const_bytes` bounds constant folding (fold_limit)."""
+    budget = FoldBudget(max_const_bytes)
+    model, opset, where = load_model(path_or_model, batch)  # first: it says when onnx is missing
     from onnx import numpy_helper
 
     from ..lang import compile_source
     from . import onnx_ops
 
-    model, opset = load_model(path_or_model, batch)
     g = model.graph
     shapes: dict[str, tuple] = {}
     types: dict[str, int] = {}
@@ -351,7 +359,8 @@ def import_onnx(path_or_model, batch: str | int | None = None):
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     outputs = [o.name for o in g.output]
     names = Names()
-    conv = Converter(opset, names, set(outputs))
+    at = f"{where}: " if isinstance(path_or_model, (str, os.PathLike)) else ""
+    conv = Converter(opset, names, set(outputs), at, budget)
     conv.shapes, conv.types, conv.dim_names = shapes, types, {}
     conv.used = {i for n in g.node for i in n.input if i} | set(outputs)
 
@@ -363,12 +372,12 @@ def import_onnx(path_or_model, batch: str | int | None = None):
             continue
         shape = shapes.get(i.name)
         if shape is None:
-            raise ImportError_(f"graph input '{i.name}' has no known shape")
+            raise ImportError_(f"{at}graph input '{i.name}' has no known shape")
         shape = tuple(_dim_name(d, names, conv.dim_names) for d in shape)
         et = i.type.tensor_type.elem_type
         if et not in FLOAT_TYPES and not (et in INDEX_TYPES and onnx_ops.only_indices(g, i.name)):
             raise ImportError_(
-                f"graph input '{i.name}' has element type "
+                f"{at}graph input '{i.name}' has element type "
                 f"{_type_name(et)}: dlc computes in float32, and only indices "
                 "(Gather's second input) may be integers"
             )
@@ -390,7 +399,7 @@ def import_onnx(path_or_model, batch: str | int | None = None):
     for o in outputs:
         v = conv.values.get(o)
         if v is None:
-            raise ImportError_(f"graph output '{o}' is not computed by any node")
+            raise ImportError_(f"{at}graph output '{o}' is not computed by any node")
         if v.name is not None and not v.nhwc and v.onnx_name == o:
             out_names[o] = v.name
         elif v.name is None and v.const is not None:
@@ -403,7 +412,7 @@ def import_onnx(path_or_model, batch: str | int | None = None):
     try:
         compiled = compile_source(source, "<imported>")
     except CompileError as e:  # a bug in the importer, shown with the text it wrote
-        raise ImportError_(f"the imported .dl does not compile: {e}") from None
+        raise ImportError_(f"{at}the imported .dl does not compile: {e}") from None
     return Imported(compiled, conv.weights, source, inputs, out_names)
 
 

@@ -104,6 +104,7 @@ def _fold(c, node, ins) -> None:
                 helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.const.dtype), v.const.shape)
             )
     outs = [helper.make_tensor_value_info(o, 0, None) for o in node.output if o]
+    c.budget.charge(c, node, ins)  # before computing: the outputs' sizes come from their shapes
     graph = helper.make_graph([node], "fold", inputs, outs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", c.opset)])
     try:

@@ -196,6 +196,29 @@ def test_accepted_mutants_run_or_fail_cleanly(gl, artifact, tmp_path):
     assert ran == {"inert": 4, "other": 4}, ran
 
 
+def test_a_broken_shader_names_the_artifact_the_kernel_and_the_file(gl, artifact, tmp_path):
+    """A shader the driver refuses was changed after dlc compiled it: the artifact's fault,
+    said as such (not as a bug in the code generator)."""
+    from dlc.runtime.manifest import ArtifactError
+
+    _, out = artifact
+    folder = tmp_path / "broken.dlc"
+    shutil.copytree(out, folder)
+    shader = sorted(p for p in folder.iterdir() if p.name.startswith("eval_") and p.suffix in (".glsl", ".frag"))[0]
+    version, rest = shader.read_text().split("\n", 1)
+    shader.write_text(f"{version}\nthis is not GLSL;\n{rest}")
+    runner = dlc.load(folder)
+    try:
+        with pytest.raises(ArtifactError) as e:
+            runner.eval(["probs"], digits(2))
+    finally:
+        runner.close()
+    msg = str(e.value)
+    assert msg.startswith(f"{folder}: the shader of kernel '") and f"of the eval program ({shader.name}:2)" in msg, msg
+    assert "the artifact is corrupt or was written by another version of dlc" in msg and "driver log:" in msg
+    assert "code generator" not in msg and "internal" not in msg
+
+
 def test_a_fetch_needs_only_the_dims_of_its_inputs(gl, tmp_path):
     """The eval program sizes every buffer; a dim only an unfed input binds is not needed."""
     model = dlc.compile("input x: [B, 3]\ninput y: [N]\na = sum(x)\nb = sum(y * y)\n")

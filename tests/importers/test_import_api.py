@@ -162,7 +162,7 @@ def test_cli_errors_exit_1_without_a_traceback(onnx, tmp_path, dlc_cli):
     onnx.save(m, str(tmp_path / "bad.onnx"))
     (tmp_path / "junk.onnx").write_bytes(b"\xff\x00 not a model")
     for path, want in (
-        (tmp_path / "bad.onnx", "error: cannot import node 'hm' (Hardmax, opset 13)"),
+        (tmp_path / "bad.onnx", f"error: {tmp_path / 'bad.onnx'}: cannot import node 'hm' (Hardmax, opset 13)"),
         (tmp_path / "junk.onnx", "not a readable ONNX model"),
         (tmp_path / "missing.onnx", "no such file"),
     ):

@@ -290,8 +290,40 @@ def test_another_thread_runs_a_session_on_its_own_device(default, second):
     thread.join(60)
     assert "error" not in got, got.get("error")
     np.testing.assert_allclose(got["h"], want, rtol=1e-5, atol=1e-6)
-    assert "release_current" in got["refused"]
+    assert "call release() on the Session" in got["refused"] and f"GL device {default.id}" in got["refused"]
     assert _is_current(default)
+
+
+def test_a_session_released_on_one_thread_runs_on_another(default):
+    import threading
+
+    mlp, data = dlc.compile(MLP), _data(5)
+    want = dlc.Session(mlp, backend="numpy", seed=6).eval("h", data)
+    with default:
+        sess = dlc.Session(mlp, backend="gl", seed=6)
+    np.testing.assert_allclose(sess.eval("h", data), want, rtol=1e-5, atol=1e-6)  # current here now
+    got: dict = {}
+
+    def work() -> None:
+        try:
+            got["h"] = sess.eval("h", data)
+        except RuntimeFailure as e:
+            got["refused"] = str(e)
+        else:
+            sess.release()  # gives it back to the main thread
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(60)
+    # refused while the main thread holds the device, naming public API (not release_current)
+    assert "call release() on the Session" in got["refused"] and "release_current" not in got["refused"]
+    sess.release()
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(60)
+    np.testing.assert_allclose(got["h"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.eval("h", data), want, rtol=1e-5, atol=1e-6)  # back on this thread
+    dlc.Session(mlp, backend="numpy").release()  # nothing to release: no error
 
 
 def test_the_texture_target_is_refused_on_a_second_device(second):
