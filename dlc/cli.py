@@ -100,9 +100,9 @@ def open_model(path: str):
     return dlc.compile(text if text.endswith("\n") else text + "\n", name=path)
 
 
-def open_session(model, backend: str | None, seed: int):
+def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = ()):
     """The Session a command runs on: an artifact's programs on gl (its model.dl with its
-    params on numpy), a .dl model on either."""
+    params on numpy), a .dl model on either; `freeze`: globs of params training leaves alone."""
     import dlc
 
     if isinstance(model, ArtifactModel) and backend != "numpy":
@@ -112,7 +112,7 @@ def open_session(model, backend: str | None, seed: int):
                 f"{model.path} was compiled for the {model.target} target, not "
                 f"{wanted} (recompile it with --target {wanted})"
             )
-    return dlc.Session(model, backend=backend, seed=seed)
+    return dlc.Session(model, backend=backend, seed=seed, freeze=freeze)
 
 
 def needed_inputs(model, names: Iterable[str], session=None) -> set[str]:
@@ -497,7 +497,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         compiled = (t.optimizer or {}).get("name") if artifact else None
         optimizer = optimizers.make(args.optimizer or compiled or DEFAULT_OPTIMIZER, lr=args.lr)
     # An artifact's session answers which inputs a fetch reads (it loads the programs).
-    session = open_session(t, args.backend, args.seed) if artifact else None
+    session = open_session(t, args.backend, args.seed, args.freeze or ()) if artifact else None
     data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session))
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
     val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
@@ -510,7 +510,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     save_path = args.save or default_weights_path(t.path)
 
     if session is None:
-        session = open_session(t, args.backend, args.seed)
+        session = open_session(t, args.backend, args.seed, args.freeze or ())
     if args.init:
         session.load(args.init)
     if artifact and not args.optimizer and not isinstance(session.backend, ArtifactBackend):
@@ -829,6 +829,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, metavar="S", help="seed of the initial params and the shuffling (default: 0)"
     )
     c.add_argument("--init", metavar="W.npz", help="start from these params")
+    c.add_argument(
+        "--freeze",
+        action="append",
+        metavar="PATTERN",
+        help="keep the params matching this glob (e.g. 'h.*.attn.*') as they are; repeatable; saved all the same",
+    )
     c.add_argument(
         "--save", metavar="W.npz", help="where to save the params (default: MODEL.weights.npz beside the model)"
     )
