@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 
-from dlc.runtime.errors import CompileError
+from dlc.runtime.errors import DlcError
 
 from .autodiff import differentiate, extend, resolve_loss
 from .ir import Graph, cone
@@ -58,9 +58,7 @@ def frozen_params(graph: Graph, freeze: Iterable[str] = ()) -> set[str]:
     for pattern in freeze:
         matched = fnmatch.filter(graph.params, pattern)
         if not matched:
-            raise CompileError(
-                f"freeze pattern '{pattern}' matches no param (params: {', '.join(graph.params) or 'none'})"
-            )
+            raise DlcError(f"freeze pattern '{pattern}' matches no param (params: {', '.join(graph.params) or 'none'})")
         out.update(matched)
     return out
 
