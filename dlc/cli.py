@@ -194,7 +194,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         print(f"{t.path}: ok")
         print()
-        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t)))
+        frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
+        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen))
     return status
 
 
