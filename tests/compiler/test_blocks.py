@@ -7,6 +7,8 @@ differences for the gradients).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from blocks_models import BLOCKS, FLAT, PARAMS, feeds
@@ -242,3 +244,18 @@ def test_syntax_errors_in_blocks_say_what_was_expected():
     with pytest.raises(dlc.CompileError) as info:
         dlc.compile("input x: [B, 2]\nfor i in range(2)\n{\n}\n")
     assert "'{'" in info.value.message
+
+
+def test_the_readme_example_compiles_to_the_documented_names():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```\ninput x: [B, 64]\nconst C = 64\ndef mlp") + 4
+    g = compile_source(readme[start : readme.index("```", start)])
+    assert g.params[:3] == ("h.0.ln.scale", "h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.weight")
+    assert g.params[-1] == "h.5.mlp.c_proj.weight" and len(g.params) == 18
+    assert g.shape("h.5.mlp.c_fc.weight") == (64, 256)
+
+
+def test_the_loop_variable_is_a_number_in_expressions():
+    src = "input x: [B]\nh = x\nfor i in range(4) {\n    h = h + i * x\n}\nout = h\n"
+    x = np.array([1.0, 2.0], np.float32)
+    assert np.array_equal(dlc.Session(dlc.compile(src), backend="numpy").eval("out", {"x": x}), 7 * x)
