@@ -360,7 +360,8 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split
                 continue
             for k1 in sorted(deps[k2]):
                 b1 = building[k1]
-                if b1.primary in split or b2.primary in split or b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
+                cut = b1.primary in split or b2.primary in split
+                if cut or b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
                     continue
                 made = set(b1.outputs)
                 reads = [
