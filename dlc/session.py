@@ -73,7 +73,8 @@ class Session:
     a .dl path or source, or an artifact folder; `backend` "gl", "numpy", None (gl when a
     context can be made) or a `dlc.backend.Backend` object; `target` gl's "compute" or
     "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
-    start) and "numpy" runs its model.dl on the reference with its params."""
+    start) and "numpy" runs its model.dl on the reference with its params. `freeze`: globs of
+    param names (`h.*.attn.*`) that train() leaves as they are, as `frozen param` does."""
 
     def __init__(
         self, model, backend: Any = None, seed: int = 0, target: str | None = None, freeze: Sequence[str] = ()
