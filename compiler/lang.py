@@ -67,7 +67,8 @@ class FrontEnd:
 
     # -- statements ----------------------------------------------------------
     def run(self, stmts: list[Stmt]) -> Graph:
-        self.later = {s.name: s.loc for s in reversed(stmts)}  # to say "defined later"
+        # to say "defined later" (a def's, a loop's and unpacking's names are checked where used)
+        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in ("input", "param", "const", "loss", "assign")}
         self.later_defs = {s.name: s.loc for s in stmts if s.kind == "def"}
         for s in stmts:
             self.stmt(s)
@@ -382,10 +383,10 @@ class FrontEnd:
         """The node the tensor `name` names here (a def's body sees its own names, then the
         top level's), or None."""
         for f in (self.frame, self.top):
+            if name in f.tensors:  # first: a top-level `const N = 6` is a tensor node too
+                return f.tensors[name]
             if name in f.numbers:
                 return self.b.const(float(f.numbers[name]), (), loc)
-            if name in f.tensors:
-                return f.tensors[name]
         return None
 
     # -- initializers and literals -------------------------------------------
