@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-KEYWORDS = frozenset({"input", "param", "const", "loss", "f32"})
+# Words that start a statement (a tensor so named could not be assigned), and the dtype.
+KEYWORDS = frozenset({"input", "param", "const", "loss", "frozen", "def", "for", "return", "f32"})
 _VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 
 
