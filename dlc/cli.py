@@ -636,7 +636,7 @@ def _summary(
 def cmd_import(args: argparse.Namespace) -> int:
     from dlc.onnx_import import import_onnx
 
-    imported = import_onnx(args.model, batch=args.batch)
+    imported = import_onnx(args.model, batch=args.batch, freeze=args.freeze or (), trainable=args.trainable)
     out = args.output or os.path.splitext(args.model)[0] + ".dl"
     weights = imported.save(out)
     print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} ({len(imported.weights)} params)")
@@ -948,6 +948,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_batch_dim,
         metavar="NAME|N",
         help="make the inputs' first dim the symbolic dim NAME (any batch size) or N",
+    )
+    c.add_argument(
+        "--freeze",
+        action="append",
+        metavar="PATTERN",
+        help="write the params matching this glob (ONNX or .dl name) as `frozen param`; repeatable",
+    )
+    c.add_argument(
+        "--trainable",
+        action="append",
+        metavar="PATTERN",
+        help="keep only the params matching this glob trainable, freezing all others; repeatable",
     )
     c.set_defaults(func=cmd_import)
 

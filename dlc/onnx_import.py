@@ -8,10 +8,12 @@ import dataclasses
 from dlc.model import Model
 
 
-def import_onnx(path_or_model, batch: str | int | None = None):
+def import_onnx(path_or_model, batch: str | int | None = None, freeze=(), trainable=None):
     """Import an ONNX model: `.model .weights .source .inputs .outputs` (README, "Importing
-    ONNX models"); `batch` makes the inputs' first dim that symbolic name (or that int)."""
+    ONNX models"); `batch` makes the inputs' first dim that symbolic name (or that int);
+    `freeze` / `trainable`: globs of params to import as `frozen param` / to keep trainable
+    (all others frozen)."""
     from dlc.compiler.importers.onnx_model import import_onnx as import_graph
 
-    imported = import_graph(path_or_model, batch)
+    imported = import_graph(path_or_model, batch, freeze, trainable)
     return dataclasses.replace(imported, model=Model(imported.model, imported.source, "<imported>"))
