@@ -259,3 +259,21 @@ def test_the_loop_variable_is_a_number_in_expressions():
     src = "input x: [B]\nh = x\nfor i in range(4) {\n    h = h + i * x\n}\nout = h\n"
     x = np.array([1.0, 2.0], np.float32)
     assert np.array_equal(dlc.Session(dlc.compile(src), backend="numpy").eval("out", {"x": x}), 7 * x)
+
+
+def test_a_frozen_param_in_a_def_is_frozen_under_its_path():
+    src = """
+input x: [B, 2]
+def emb(x) {
+    frozen param table: [2, 2] = ones
+    param scale: [2] = ones
+    return x @ table * scale
+}
+loss l = sum(emb(x) as wte)
+"""
+    from dlc.compiler.train_graph import frozen_params
+
+    g = compile_source(src)
+    assert g.params == ("wte.table", "wte.scale")
+    assert frozen_params(g) == {"wte.table"}
+    assert frozen_params(g, ["*.scale"]) == {"wte.table", "wte.scale"}
