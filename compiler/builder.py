@@ -67,20 +67,27 @@ class GraphBuilder:
         self.names[name] = i
         self.name_locs[name] = loc
 
+    def rebind(self, name: str, i: int, loc: Loc | None) -> None:
+        """Point `name` at node `i` (a loop's `x = block(x)`): fetching it gives its last value."""
+        self.names[name] = i
+        self.name_locs[name] = loc
+
     def input(self, name: str, shape: Shape, loc: Loc | None = None) -> int:
         i = self.add("input", (), loc, shape=tuple(shape), name=name)
         self.declare(name, i, loc)
         self.inputs.append(name)
         return i
 
-    def param(self, name: str, shape: Shape, init: tuple, loc: Loc | None = None) -> int:
+    def param(self, name: str, shape: Shape, init: tuple, loc: Loc | None = None, frozen: bool = False) -> int:
+        """A param; `frozen` ones are saved and loaded but never trained."""
         sym = [d for d in shape if isinstance(d, str)]
         if sym:
             raise CompileError(f"param '{name}' has symbolic dim '{sym[0]}': a param's shape must be concrete", loc)
         problem = init_problem(init)
         if problem:
             raise CompileError(f"param '{name}': {problem[1]}", loc)
-        i = self.add("param", (), loc, shape=tuple(shape), name=name, init=init)
+        extra = {"frozen": True} if frozen else {}  # absent otherwise: the IR of other params is unchanged
+        i = self.add("param", (), loc, shape=tuple(shape), name=name, init=init, **extra)
         self.declare(name, i, loc)
         self.params.append(name)
         return i

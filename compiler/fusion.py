@@ -349,8 +349,8 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split
     """Fold an elementwise kernel into the kernel that makes its input, when it reads that
     input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
     also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
-    lies between the two (that would make a cycle), or when the producer was cut out of an
-    over-full kernel (`split`, see fuse)."""
+    lies between the two (that would make a cycle), or when either was cut out of an
+    over-full kernel (`split`, see fuse: folding the cut back in would refill it)."""
     changed = True
     while changed:
         changed = False
@@ -360,7 +360,8 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split
                 continue
             for k1 in sorted(deps[k2]):
                 b1 = building[k1]
-                if b1.primary in split or b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
+                cut = b1.primary in split or b2.primary in split
+                if cut or b1.shape != b2.shape or _reaches_via_other(deps, k1, k2):
                     continue
                 made = set(b1.outputs)
                 reads = [

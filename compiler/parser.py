@@ -56,6 +56,7 @@ class Call(Expr):
     func: str
     args: tuple[Expr, ...]
     kwargs: tuple[tuple[str, Expr, Loc], ...]
+    scope: tuple[str, Loc] | None = None  # `f(x) as NAME`: a def call's param path
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,15 @@ class Neg(Expr):
 
 @dataclass(frozen=True)
 class Stmt:
-    kind: str  # input param const loss assign
+    kind: str  # input param const loss assign unpack def for return
     name: str
     loc: Loc
     shape: tuple[tuple[Any, Loc], ...] | None = None  # (int or symbolic name, where)
     value: Expr | None = None
+    frozen: bool = False  # `frozen param`
+    names: tuple[tuple[str, Loc], ...] = ()  # unpack's targets, a def's arguments
+    values: tuple[Expr, ...] = ()  # return's expressions
+    body: tuple[Stmt, ...] = ()  # a def's or a for loop's statements
 
 
 # -- lark ------------------------------------------------------------------------
@@ -215,6 +220,32 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
         name, shape, value = items
         return Stmt("const", self._name(name), self._loc(name), shape, value)
 
+    def frozen_param_stmt(self, items):
+        name, shape, init = items
+        return Stmt("param", str(name), self._loc(name), shape, init, frozen=True)
+
+    def unpack_stmt(self, items):
+        *names, value = items
+        return Stmt("unpack", str(names[0]), self._loc(names[0]), None, value, names=self._names(names))
+
+    def def_stmt(self, items):
+        name, *args, body = items
+        return Stmt("def", str(name), self._loc(name), names=self._names(args), body=body)
+
+    def for_stmt(self, items):
+        var, iterable, body = items
+        return Stmt("for", str(var), self._loc(var), None, iterable, body=body)
+
+    @v_args(meta=True)
+    def return_stmt(self, meta, items):
+        return Stmt("return", "return", self._tree_loc(meta), values=tuple(items))
+
+    def block(self, items):
+        return tuple(s for s in items if isinstance(s, Stmt))
+
+    def _names(self, tokens) -> tuple[tuple[str, Loc], ...]:
+        return tuple((str(t), self._loc(t)) for t in tokens if t is not None)
+
     def loss_stmt(self, items):
         name, value = items
         return Stmt("loss", self._name(name), self._loc(name), None, value)
@@ -255,6 +286,11 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
                 pos.append(a)
         return Call(self._loc(fname), str(fname), tuple(pos), tuple(kws))
 
+    def scoped_call(self, items):
+        *call, scope = items
+        plain = self.call(call)
+        return Call(plain.loc, plain.func, plain.args, plain.kwargs, (str(scope), self._loc(scope)))
+
     def kwarg(self, items):
         key, value = items
         return (str(key), value, self._loc(key))
@@ -294,6 +330,14 @@ _WORDS = {
     "PARAM": "'param'",
     "CONST": "'const'",
     "LOSS": "'loss'",
+    "FROZEN": "'frozen'",
+    "DEF": "'def'",
+    "FOR": "'for'",
+    "IN": "'in'",
+    "AS": "'as'",
+    "RETURN": "'return'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
     "EXPR": "an expression",
 }
 

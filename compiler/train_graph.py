@@ -12,6 +12,11 @@ Backends run it with `step`, which applies the updates. `str()` prints it.
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Iterable
+
+from dlc.runtime.errors import DlcError
+
 from .autodiff import differentiate, extend, grad_name, resolve_loss
 from .builder import GraphBuilder
 from .ir import Graph, cone
@@ -22,10 +27,11 @@ from .verify import check_graph
 LR = "$lr"
 
 
-def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
+def build_train_graph(graph: Graph, loss: str | None, optimizer, freeze: Iterable[str] = ()) -> Graph:
     """The training step of `graph` minimizing `loss` (default: the first) with `optimizer`
-    (a `dlc.optimizers` object: `.name` and its hyper-parameters), simplified."""
-    loss, with_grads, trained = gradients_for(graph, loss)
+    (a `dlc.optimizers` object: `.name` and its hyper-parameters), simplified. Params declared
+    `frozen` or matching a glob of `freeze` keep their values (no gradient, no optimizer state)."""
+    loss, with_grads, trained = gradients_for(graph, loss, freeze)
     step = add_optimizer(graph, loss, with_grads, trained, optimizer)
     check_graph(step)
     out = simplify(step)
@@ -33,14 +39,29 @@ def build_train_graph(graph: Graph, loss: str | None, optimizer) -> Graph:
     return out
 
 
-def gradients_for(graph: Graph, loss: str | None) -> tuple[str, Graph, dict[str, int]]:
+def gradients_for(graph: Graph, loss: str | None, freeze: Iterable[str] = ()) -> tuple[str, Graph, dict[str, int]]:
     """The autodiff stage: (the loss, `graph` with d loss / d param appended, param -> its
-    gradient node for the params the loss depends on)."""
+    gradient node for the params the loss depends on and that are not frozen)."""
     loss = resolve_loss(graph, loss)
     with_grads, grads = differentiate(graph, loss)
     # A param the loss does not depend on keeps its value (its gradient is zero).
-    reached = _reached(graph, loss)
+    reached = _reached(graph, loss) - frozen_params(graph, freeze)
     return loss, with_grads, {p: g for p, g in grads.items() if p in reached}
+
+
+def frozen_params(graph: Graph, freeze: Iterable[str] = ()) -> set[str]:
+    """The params training leaves alone: those declared `frozen param` and those matching a
+    glob of `freeze` (`h.*.attn.*`; `*` matches dots too). A glob matching no param is an
+    error (a typo would otherwise train everything)."""
+    if isinstance(freeze, str):
+        freeze = [freeze]
+    out = {p for p in graph.params if graph.node(p).attr("frozen")}
+    for pattern in freeze:
+        matched = fnmatch.filter(graph.params, pattern)
+        if not matched:
+            raise DlcError(f"freeze pattern '{pattern}' matches no param (params: {', '.join(graph.params) or 'none'})")
+        out.update(matched)
+    return out
 
 
 def add_optimizer(graph: Graph, loss: str, with_grads: Graph, trained: dict[str, int], optimizer) -> Graph:
@@ -67,12 +88,12 @@ def _reached(graph: Graph, loss: str) -> set[str]:
     return {p for p in graph.params if graph.names[p] in needed}
 
 
-def build_split_step(graph: Graph, loss: str | None, optimizer) -> tuple[Graph, Graph]:
+def build_split_step(graph: Graph, loss: str | None, optimizer, freeze: Iterable[str] = ()) -> tuple[Graph, Graph]:
     """The training step in two graphs, for data-parallel training (`dlc.distributed`): the
     gradients (`grad$<param>` named, with the loss), then the update, whose inputs are the
     (all-reduced) gradients `grad$<param>` and `$lr`, and whose params and optimizer state
     are the one-graph step's, by the same names. Both simplified."""
-    loss, with_grads, trained = gradients_for(graph, loss)
+    loss, with_grads, trained = gradients_for(graph, loss, freeze)
     grads = simplify(with_grads)
     check_graph(grads)
     b = GraphBuilder()

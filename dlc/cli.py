@@ -98,9 +98,9 @@ def open_model(path: str):
     return dlc.compile(text if text.endswith("\n") else text + "\n", name=path)
 
 
-def open_session(model, backend: str | None, seed: int):
+def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = ()):
     """The Session a command runs on: an artifact's programs on gl (its model.dl with its
-    params on numpy), a .dl model on either."""
+    params on numpy), a .dl model on either; `freeze`: globs of params training leaves alone."""
     import dlc
 
     if isinstance(model, ArtifactModel) and backend != "numpy":
@@ -110,7 +110,7 @@ def open_session(model, backend: str | None, seed: int):
                 f"{model.path} was compiled for the {model.target} target, not "
                 f"{wanted} (recompile it with --target {wanted})"
             )
-    return dlc.Session(model, backend=backend, seed=seed)
+    return dlc.Session(model, backend=backend, seed=seed, freeze=freeze)
 
 
 def needed_inputs(model, names: Iterable[str], session=None) -> set[str]:
@@ -192,7 +192,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         print(f"{t.path}: ok")
         print()
-        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t)))
+        frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
+        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen))
     return status
 
 
@@ -495,7 +496,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         compiled = (t.optimizer or {}).get("name") if artifact else None
         optimizer = optimizers.make(args.optimizer or compiled or DEFAULT_OPTIMIZER, lr=args.lr)
     # An artifact's session answers which inputs a fetch reads (it loads the programs).
-    session = open_session(t, args.backend, args.seed) if artifact else None
+    session = open_session(t, args.backend, args.seed, args.freeze or ()) if artifact else None
     data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session))
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
     val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
@@ -508,7 +509,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     save_path = args.save or default_weights_path(t.path)
 
     if session is None:
-        session = open_session(t, args.backend, args.seed)
+        session = open_session(t, args.backend, args.seed, args.freeze or ())
     if args.init:
         session.load(args.init)
     if artifact and not args.optimizer and not isinstance(session.backend, ArtifactBackend):
@@ -638,7 +639,13 @@ def _summary(
 def cmd_import(args: argparse.Namespace) -> int:
     from dlc.onnx_import import import_onnx
 
-    imported = import_onnx(args.model, batch=args.batch, max_const_bytes=args.max_const_bytes)
+    imported = import_onnx(
+        args.model,
+        batch=args.batch,
+        max_const_bytes=args.max_const_bytes,
+        freeze=args.freeze or (),
+        trainable=args.trainable,
+    )
     out = args.output or os.path.splitext(args.model)[0] + ".dl"
     weights = imported.save(out)
     print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} ({len(imported.weights)} params)")
@@ -835,6 +842,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--init", metavar="W.npz", help="start from these params")
     c.add_argument(
+        "--freeze",
+        action="append",
+        metavar="PATTERN",
+        help="keep the params matching this glob (e.g. 'h.*.attn.*') as they are; repeatable; saved all the same",
+    )
+    c.add_argument(
         "--save", metavar="W.npz", help="where to save the params (default: MODEL.weights.npz beside the model)"
     )
     c.add_argument(
@@ -952,6 +965,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="the most bytes one constant folded at import, and all of them together, may hold (default: 64 MiB)",
+    )
+    c.add_argument(
+        "--freeze",
+        action="append",
+        metavar="PATTERN",
+        help="write the params matching this glob (ONNX or .dl name) as `frozen param`; repeatable",
+    )
+    c.add_argument(
+        "--trainable",
+        action="append",
+        metavar="PATTERN",
+        help="keep only the params matching this glob trainable, freezing all others; repeatable",
     )
     c.set_defaults(func=cmd_import)
 

@@ -193,7 +193,7 @@ class ParallelStep:
         from dlc.compiler.train_graph import build_split_step
 
         self.session, self.world, self.optimizer = session, session.parallel, optimizer
-        self.grads, self.update = build_split_step(session.model.graph, loss, optimizer)
+        self.grads, self.update = build_split_step(session.model.graph, loss, optimizer, session.freeze)
         self.trained = list(self.update.params)
         self.loss_node = self.grads.names[self.grads.losses[0]]
         self.roots = [self.loss_node, *(self.grads.names[grad_name(p)] for p in self.trained)]

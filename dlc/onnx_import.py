@@ -8,14 +8,17 @@ import dataclasses
 from dlc.model import Model
 
 
-def import_onnx(path_or_model, batch: str | int | None = None, max_const_bytes: int | None = None):
+def import_onnx(
+    path_or_model, batch: str | int | None = None, max_const_bytes: int | None = None, freeze=(), trainable=None
+):
     """Import an ONNX model: `.model .weights .source .inputs .outputs` (README, "Importing
     ONNX models"); `batch` makes the inputs' first dim that symbolic name (or that int);
     `max_const_bytes` bounds each constant folded at import and all of them together
-    (default 64 MiB)."""
+    (default 64 MiB); `freeze` / `trainable`: globs of params to import as `frozen param` /
+    to keep trainable (all others frozen)."""
     from dlc.compiler.importers.fold_limit import DEFAULT_MAX_CONST_BYTES
     from dlc.compiler.importers.onnx_model import import_onnx as import_graph
 
     limit = DEFAULT_MAX_CONST_BYTES if max_const_bytes is None else max_const_bytes
-    imported = import_graph(path_or_model, batch, limit)
+    imported = import_graph(path_or_model, batch, limit, freeze, trainable)
     return dataclasses.replace(imported, model=Model(imported.model, imported.source, "<imported>"))

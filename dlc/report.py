@@ -7,7 +7,7 @@ and a test.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -37,11 +37,16 @@ def model_table(
     tensors: Mapping[str, tuple],
     losses: Sequence[str],
     inits: Mapping[str, tuple] | None = None,
+    frozen: Collection[str] = (),
 ) -> str:
-    """One row per name: kind (input, param, tensor, loss), name, shape, size, init."""
+    """One row per name: kind (input, param, frozen (a param never trained), tensor, loss),
+    name, shape, size, init."""
     inits = inits or {}
     rows = [("input", n, format_shape(s), "", "") for n, s in inputs.items()]
-    rows += [("param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n))) for n, s in params.items()]
+    rows += [
+        ("frozen" if n in frozen else "param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
+        for n, s in params.items()
+    ]
     rows += [("loss" if n in losses else "tensor", n, format_shape(s), "", "") for n, s in tensors.items()]
     total = sum(math.prod(s) for s in params.values())
     out = table(("kind", "name", "shape", "size", "init"), rows)

@@ -73,11 +73,21 @@ class Session:
     a .dl path or source, or an artifact folder; `backend` "gl", "numpy", None (gl when a
     context can be made) or a `dlc.backend.Backend` object; `target` gl's "compute" or
     "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
-    start) and "numpy" runs its model.dl on the reference with its params."""
+    start) and "numpy" runs its model.dl on the reference with its params. `freeze`: globs of
+    param names (`h.*.attn.*`) that train() leaves as they are, as `frozen param` does."""
 
-    def __init__(self, model, backend: Any = None, seed: int = 0, target: str | None = None, parallel=None):
+    def __init__(
+        self,
+        model,
+        backend: Any = None,
+        seed: int = 0,
+        target: str | None = None,
+        freeze: Sequence[str] = (),
+        parallel=None,
+    ):
         model = _open_model(model)
         self.seed = seed
+        self.freeze = (freeze,) if isinstance(freeze, str) else tuple(freeze)
         initial: dict[str, np.ndarray] | None = None
         if isinstance(model, ArtifactModel):
             if backend == "numpy":
@@ -97,7 +107,16 @@ class Session:
                 target = None
             elif not isinstance(backend, ArtifactBackend):
                 raise ValueError(f"unknown backend {backend!r} for an artifact: use 'gl' or 'numpy'")
+        if self.freeze and isinstance(model, ArtifactModel):
+            raise DlcError(
+                f"{model.path}: a compiled artifact's training step is fixed; freeze params with "
+                "`frozen param` in the model and compile it again"
+            )
         self.model = model
+        if self.freeze:  # checked now: a pattern matching no param is a typo
+            from dlc.compiler.train_graph import frozen_params
+
+            frozen_params(model.graph, self.freeze)
         self.backend = self._make_backend(backend, target)
         # The artifact's backend answers what a model's graph answers elsewhere.
         self._artifact: ArtifactBackend | None = self.backend if isinstance(self.backend, ArtifactBackend) else None
@@ -250,7 +269,7 @@ class Session:
         optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
         if key not in self._train_graphs:
-            self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer)
+            self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer, self.freeze)
         return self._train_graphs[key]
 
     def _init_state(self, graph, optimizer: Optimizer) -> None:

@@ -185,7 +185,6 @@ class _NoContext(Exception):
 # ---------------------------------------------------------------- EGL device platform
 
 
-
 def _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT):
     """The EGL devices (an array of EGLDeviceEXT, possibly empty)."""
     count = EGL.EGLint(0)

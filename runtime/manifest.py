@@ -40,9 +40,10 @@ SLOT_KINDS = ("temp", "input", "param", "state", "const")
 PERSISTENT = ("param", "state")
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # GLSL-safe: uniforms, dims, kernel names
-# Leaves (inputs, params, optimizer state such as 'W1$m' and '$t', '$lr'): model names
-# joined by '$'.
-LEAF = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_]*(\$[A-Za-z_][A-Za-z0-9_]*)*\Z")
+# Leaves (inputs, params, optimizer state such as 'W1$m' and '$t', '$lr'): model names, dotted
+# ('h.3.attn.w': segments of letters, digits and _, never empty, so no '..' or '/'), joined by '$'.
+_MODEL_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*"
+LEAF = re.compile(rf"\$?{_MODEL_NAME}(\${_MODEL_NAME})*\Z")
 # A file inside the artifact folder: one plain name, no separators, no leading dot.
 FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 

@@ -14,7 +14,9 @@ The op handlers are in onnx_ops.py.
 
 from __future__ import annotations
 
+import fnmatch
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +111,24 @@ class Converter:
         self.weights: dict[str, np.ndarray] = {}
         self.graph_outputs = graph_outputs
         self.node = None  # the node being converted, for errors
+        self.freeze: tuple[str, ...] = ()  # globs: params written `frozen param`
+        self.trainable: tuple[str, ...] | None = None  # globs: if given, every other param is frozen
+        self.matched: set[str] = set()  # the globs that matched a param
+
+    def frozen(self, onnx_name: str, name: str) -> bool:
+        """Whether the param `name` (from the ONNX tensor `onnx_name`) is imported frozen: it
+        matches a glob of `freeze`, or `trainable` is given and it matches none of its globs.
+        A glob is matched against both names."""
+
+        def matches(pattern):
+            hit = fnmatch.fnmatchcase(onnx_name, pattern) or fnmatch.fnmatchcase(name, pattern)
+            if hit:
+                self.matched.add(pattern)
+            return hit
+
+        frozen = any([matches(p) for p in self.freeze])  # a list: every glob is tried (matched)
+        trained = self.trainable is None or any([matches(p) for p in self.trainable])
+        return frozen or not trained
 
     # -- errors ----------------------------------------------------------------
     def fail(self, what: str, list_ops: bool = True) -> ImportError_:
@@ -150,7 +170,8 @@ class Converter:
         name = self.names.new(base)
         if param or a.size > INLINE_LIMIT or not np.all(np.isfinite(a)):
             self.weights[name] = np.ascontiguousarray(a, dtype=np.float32)
-            self.decls.append(f"param {name}: {fmt_shape(a.shape)}")
+            frozen = "frozen " if param and self.frozen(base, name) else ""
+            self.decls.append(f"{frozen}param {name}: {fmt_shape(a.shape)}")
         elif a.ndim == 0:
             self.decls.append(f"const {name} = {fmt_num(a)}")
         else:
@@ -338,9 +359,17 @@ FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 INDEX_TYPES = {6, 7}  # INT32, INT64
 
 
-def import_onnx(path_or_model, batch: str | int | None = None, max_const_bytes: int = DEFAULT_MAX_CONST_BYTES):
+def import_onnx(
+    path_or_model,
+    batch: str | int | None = None,
+    max_const_bytes: int = DEFAULT_MAX_CONST_BYTES,
+    freeze: Sequence[str] = (),
+    trainable: Sequence[str] | None = None,
+):
     """Import an ONNX model: see `Imported`. `batch` makes the inputs' first dim that
-    symbolic name (or that int); `max_const_bytes` bounds constant folding (fold_limit)."""
+    symbolic name (or that int); `max_const_bytes` bounds constant folding (fold_limit).
+    `freeze` and `trainable`: globs of param names (ONNX's or the .dl's) to write as
+    `frozen param`, or to leave trainable with all others frozen."""
     budget = FoldBudget(max_const_bytes)
     model, opset, where = load_model(path_or_model, batch)  # first: it says when onnx is missing
     from onnx import numpy_helper
@@ -361,6 +390,7 @@ def import_onnx(path_or_model, batch: str | int | None = None, max_const_bytes: 
     names = Names()
     at = f"{where}: " if isinstance(path_or_model, (str, os.PathLike)) else ""
     conv = Converter(opset, names, set(outputs), at, budget)
+    conv.freeze, conv.trainable = tuple(freeze), None if trainable is None else tuple(trainable)
     conv.shapes, conv.types, conv.dim_names = shapes, types, {}
     conv.used = {i for n in g.node for i in n.input if i} | set(outputs)
 
@@ -408,6 +438,9 @@ def import_onnx(path_or_model, batch: str | int | None = None, max_const_bytes: 
             out_names[o] = conv.temp(
                 o, conv.data(v) if not v.nhwc else f"transpose({v.name}, perm={fmt_list(TO_NCHW)})"
             )
+    for pattern in (*conv.freeze, *(conv.trainable or ())):
+        if pattern not in conv.matched:
+            raise ImportError_(f"the pattern '{pattern}' matches no param of the model")
     source = conv.source("\n".join(header))
     try:
         compiled = compile_source(source, "<imported>")

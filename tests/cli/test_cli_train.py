@@ -324,3 +324,50 @@ def test_mlp_digits_reaches_95_percent(dlc_run, models):
         assert float(z["accuracy"]) == pytest.approx(by_hand, abs=1e-6)
         assert by_hand >= 0.95
     assert float(val_rows[-1]["val_accuracy"]) == pytest.approx(by_hand, abs=1e-6)
+
+
+DOTTED = """
+input x: [B]
+input y_label: [B]
+def poly(x) {
+    param a: [] = normal(0, 1)
+    param b: [] = normal(0, 1)
+    return a * x^2 + b * x
+}
+frozen param bias.c: [] = 0.5
+y = poly(x) as model.poly + bias.c
+loss cost = mean_squared(y, y_label)
+"""
+
+
+def test_freeze_keeps_matching_params_bitwise_and_saves_them(dlc_run, tmp_path):
+    (tmp_path / "m.dl").write_text(DOTTED)
+    init = tmp_path / "start.npz"
+    start = {"model.poly.a": np.float32(0.25), "model.poly.b": np.float32(-1.5), "bias.c": np.float32(0.75)}
+    np.savez(init, **start)
+    args = ["train", "m.dl", "--data", QUAD, "--steps", 5, "--backend", "numpy", "--init", init]
+    p = dlc_run(*args, "--freeze", "model.*.a", "--freeze", "nothing.else*", cwd=tmp_path)
+    assert p.returncode == 1 and "freeze pattern 'nothing.else*' matches no param" in p.stderr
+    assert not (tmp_path / "m.weights.npz").exists()  # refused before training
+    p = dlc_run(*args, "--freeze", "model.*.a", "--optimizer", "adam", "--lr", "0.1", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with np.load(tmp_path / "m.weights.npz") as w:
+        assert set(w.files) == set(start)  # frozen ones are saved too
+        assert w["model.poly.a"] == start["model.poly.a"]  # --freeze: bitwise
+        assert w["bias.c"] == start["bias.c"]  # `frozen param`: bitwise
+        assert w["model.poly.b"] != start["model.poly.b"]  # the rest trains
+    p = dlc_run(
+        "eval",
+        "m.dl",
+        "--data",
+        QUAD,
+        "--weights",
+        "m.weights.npz",
+        "--fetch",
+        "model.poly.a,cost",
+        "--backend",
+        "numpy",
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "model.poly.a = 0.25" in p.stdout

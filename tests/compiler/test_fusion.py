@@ -151,6 +151,26 @@ def test_no_kernel_binds_more_than_the_buffer_limit():
         assert len({f.base(i) for i in k.inputs} | set(k.outputs)) <= MAX_KERNEL_BUFFERS, k.name
 
 
+def test_a_cut_stays_out_of_the_kernel_it_was_cut_from():
+    # A bias read at each of 8 unrolled steps: its gradient sums 8 partials, then Adam updates
+    # it and its two slots. Fused into the reduction of the last partial, that kernel binds
+    # more buffers than allowed; the value cut out to fix it must not be folded back in.
+    src = """
+input x: [B, 8, 4]
+input y: [B, 4]
+param b: [4]
+h = reshape(slice(x, [0, 0, 0], [-1, 1, -1]), [-1, 4])
+for t in range(8) {
+    h = tanh(h + b + reshape(slice(x, [0, t, 0], [-1, 1, -1]), [-1, 4]))
+}
+loss l = mean_squared(h, y)
+"""
+    step = build_train_graph(compile_source(src, "t.dl"), "l", Adam(0.01))
+    f = fuse(step, [step.names["l"]], step.updates)
+    for k in f.kernels:
+        assert len({f.base(i) for i in k.inputs} | set(k.outputs)) <= MAX_KERNEL_BUFFERS, k.name
+
+
 ONE_OUTPUT = Capabilities(max_buffers=MAX_KERNEL_BUFFERS, max_outputs=1)  # the texture target's
 
 

@@ -219,3 +219,51 @@ def test_pad_modes(onnx, mode, value):
         consts,
     )
     np.testing.assert_array_equal(_run(dlc.import_onnx(m), x=x)["y"], want)
+
+
+def _linear(onnx):
+    """y = x @ fc.weight^T + fc.bias, as torch exports nn.Linear (names with dots)."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    w, b = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=3).astype(np.float32)
+    return _model(
+        onnx,
+        [helper.make_node("Gemm", ["x", "fc.weight", "fc.bias"], ["y"], transB=1)],
+        [_vi(onnx, "x", [1, 4])],
+        [_vi(onnx, "y", [1, 3])],
+        [numpy_helper.from_array(w, "fc.weight"), numpy_helper.from_array(b, "fc.bias")],
+    )
+
+
+def test_freeze_and_trainable_import_frozen_params_that_do_not_train(onnx):
+    m = _linear(onnx)
+    imp = dlc.import_onnx(m, batch="B", freeze=["fc.weight"])  # the ONNX name
+    assert "frozen param fc_weight: [4, 3]" in imp.source and "\nparam fc_bias: [3]" in imp.source
+    assert dlc.import_onnx(m, batch="B", freeze=["*_bias"]).source.count("frozen param") == 1  # the .dl name
+    imp = dlc.import_onnx(m, batch="B", trainable=["fc.bias"])  # all but fc.bias frozen
+    assert "frozen param fc_weight" in imp.source and "frozen param fc_bias" not in imp.source
+    src = imp.source + "input t: [B, 3]\nloss cost = mean_squared(y, t)\n"
+    s = dlc.Session(dlc.compile(src), backend="numpy")
+    s.set_params(imp.weights)
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.normal(size=(8, 4)).astype(np.float32), "t": rng.normal(size=(8, 3)).astype(np.float32)}
+    s.train(feeds, optimizer=dlc.Adam(0.1), steps=2, batch_size=8)
+    assert np.array_equal(s.params["fc_weight"], imp.weights["fc_weight"])
+    assert not np.array_equal(s.params["fc_bias"], imp.weights["fc_bias"])
+
+
+def test_a_freeze_pattern_matching_no_param_is_refused(onnx):
+    from dlc.compiler.importers.onnx_model import ImportError_
+
+    with pytest.raises(ImportError_, match="the pattern 'conv\\*' matches no param"):
+        dlc.import_onnx(_linear(onnx), freeze=["conv*"])
+
+
+def test_cli_import_freeze(onnx, tmp_path, dlc_cli):
+    onnx.save(_linear(onnx), str(tmp_path / "lin.onnx"))
+    r = dlc_cli("import", tmp_path / "lin.onnx", "--batch", "B", "--freeze", "fc.w*", "--freeze", "fc.bias")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "lin.dl").read_text().count("frozen param") == 2
+    r = dlc_cli("import", tmp_path / "lin.onnx", "--trainable", "nothing*")
+    assert r.returncode == 1 and "the pattern 'nothing*' matches no param" in r.stderr

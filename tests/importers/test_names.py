@@ -19,3 +19,11 @@ def test_invalid_characters_become_underscores_and_bad_starts_get_a_prefix():
 def test_clashes_get_a_numbered_suffix():
     names = Names()
     assert [names.new(n) for n in ("a/b", "a.b", "a_b", "a_b_2")] == ["a_b", "a_b_2", "a_b_3", "a_b_2_2"]
+
+
+def test_words_that_start_a_statement_get_a_prefix_and_the_result_parses():
+    import dlc
+
+    for word in ("frozen", "def", "for", "return"):
+        assert escape(word) == f"t_{word}"
+        dlc.compile(f"input x: [B]\n{escape(word)} = x + 1\n")

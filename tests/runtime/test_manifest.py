@@ -413,3 +413,32 @@ def test_a_split_k_conv_gradients_scratch_is_read_back_and_checked(tmp_path):
     assert split, "no split-K kernel in the CNN's train program"
     edit(out, _set(["programs", "train", "kernels", split[0], "grid", "scratch"], 2))
     refused(out, rf"programs\.train\.kernels\[{split[0]}\]\.grid\.scratch: 2 is out of range \(1 to 1\)")
+
+
+def _rename(old: str, new: str):
+    """A change renaming the param `old` to `new` everywhere the manifest names it."""
+
+    def change(m):
+        text = json.dumps(m).replace(f'"{old}"', f'"{new}"').replace(f'"{old}$', f'"{new}$')
+        m.clear()
+        m.update(json.loads(text))
+
+    return change
+
+
+def test_dotted_param_names_make_a_valid_artifact(tmp_path):
+    src = "input x: [B, 2]\nparam h.0.attn.c_attn.weight: [2, 2]\nfrozen param wte.weight: [2]\n"
+    src += "loss cost = sum(x @ h.0.attn.c_attn.weight + wte.weight)\n"
+    out = tmp_path / "m.dlc"
+    write_artifact(dlc.compile(src), out, train_loss="cost", optimizer=dlc.Adam(0.01))
+    read_artifact(out)
+    with np.load(out / "params.npz") as w:
+        assert set(w.files) == {"h.0.attn.c_attn.weight", "wte.weight"}
+    s = dlc.Session(str(out), backend="numpy")
+    assert set(s.params) == {"h.0.attn.c_attn.weight", "wte.weight"}
+
+
+@pytest.mark.parametrize("name", ["a..b", "../W1", "a/b", ".a", "a.", "h.0/../x", "a.b c", "a.-b"])
+def test_hostile_dotted_names_are_refused(art, name):
+    edit(art, _rename("W1", name))
+    refused(art, r"is not a tensor name")
