@@ -89,3 +89,21 @@ def make(name: str, lr: float | None = None) -> Optimizer:
     if key not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{name}': choose one of {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[key](lr=DEFAULT_LR[key] if lr is None else float(lr))
+
+
+def optimizer_record(optimizer: Optimizer) -> dict:
+    """The optimizer as a checkpoint or a manifest records it: its name and every field."""
+    return {"name": optimizer.name, **vars(optimizer)}
+
+
+def from_record(record: dict) -> Optimizer:
+    """The optimizer an `optimizer_record` describes; ValueError naming what is wrong."""
+    cls = OPTIMIZERS.get(record.get("name"))
+    if cls is None:
+        raise ValueError(f"unknown optimizer {record.get('name')!r} (known: {', '.join(OPTIMIZERS)})")
+    settings = {k: v for k, v in record.items() if k != "name"}
+    known = {f.name for f in fields(cls)}
+    odd = sorted(set(settings) - known)
+    if odd:
+        raise ValueError(f"{cls.name} has no setting '{odd[0]}' (its settings: {', '.join(sorted(known))})")
+    return cls(**{k: float(v) for k, v in settings.items()})

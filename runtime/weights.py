@@ -10,12 +10,47 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, DlcError
 from .npzfile import NpzReader
+
+
+class SaveFailed(DlcError):
+    """Nothing could be written: not the file asked for, nor any fallback."""
 
 
 def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
     write_atomic(path, lambda f: np.savez(f, **arrays))
+
+
+def fallback_paths(path) -> list[str]:
+    """Where a file that cannot be written at `path` goes instead: the working folder, then
+    the temp folder, under a name that replaces nothing of anyone's (`W.rescued-PID.npz`)."""
+    stem, ext = os.path.splitext(os.path.basename(os.fspath(path)))
+    name = f"{stem}.rescued-{os.getpid()}{ext}"
+    out: list[str] = []
+    for folder in (os.getcwd(), tempfile.gettempdir()):
+        candidate = os.path.join(folder, name)
+        if candidate not in out and os.path.abspath(candidate) != os.path.abspath(path):
+            out.append(candidate)
+    return out
+
+
+def save_or_rescue(path, arrays: dict[str, np.ndarray], what: str) -> tuple[str, str | None]:
+    """Save `arrays` to `path` (atomically); when that fails (a read-only folder, a full disk,
+    the file-size limit), to the first fallback that takes them. Returns (the path written,
+    why `path` could not be: None when it was). SaveFailed, naming every path tried and
+    `what` was lost, when none could be written."""
+    path = os.fspath(path)
+    tried: list[tuple[str, str]] = []
+    for target in [path, *fallback_paths(path)]:
+        try:
+            save_npz(target, arrays)
+        except OSError as e:
+            tried.append((target, e.strerror or str(e)))
+            continue
+        return target, (tried[0][1] if tried else None)
+    shown = "; ".join(f"{p} ({why})" for p, why in tried)
+    raise SaveFailed(f"cannot save {what}: every place tried failed: {shown}")
 
 
 def write_atomic(path, write: Callable[[BinaryIO], object]) -> None:
