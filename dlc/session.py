@@ -450,9 +450,7 @@ class Session:
         current = self._optimizer
         if self._artifact is None and optimizer is not None and current is not None:
             if optimizer.config() != current.config():
-                raise DlcError(
-                    f"the run being resumed trains with {_described(current)}, not {_described(optimizer)}"
-                )
+                raise DlcError(f"the run being resumed trains with {_described(current)}, not {_described(optimizer)}")
         return dataclasses.replace(self._run)
 
     def _checkpoint_writer(self, checkpoint, every: int | None) -> Callable[[RunPosition], None] | None:
@@ -492,6 +490,12 @@ class Session:
         return n < MAX_RESIDENT_ROWS and rows > n
 
     # -- checkpoints -----------------------------------------------------------------------
+    @property
+    def last_run(self) -> RunPosition | None:
+        """Where the last train() call's run stands (a copy), as `train(resume=True)` would go
+        on with it; None when there is none, or it diverged."""
+        return dataclasses.replace(self._run) if self._run is not None else None
+
     def checkpoint(self):
         """A `dlc.runtime.checkpoint.Checkpoint` of the session now: params, optimizer state,
         the batch order's rng and the last run's position (as `save_checkpoint` writes)."""
@@ -584,9 +588,7 @@ class Session:
             param = name.split("$", 1)[0]
             fits = name == "$t" and value.shape == () or param in mine and value.shape == mine[param]
             if self._artifact is None and not fits:
-                raise DataError(
-                    f"{path}: optimizer state '{name}' {list(value.shape)} does not fit the model's params"
-                )
+                raise DataError(f"{path}: optimizer state '{name}' {list(value.shape)} does not fit the model's params")
         return optimizer
 
     # -- resources -------------------------------------------------------------------------

@@ -132,9 +132,7 @@ def _optimizer(path: str, opt) -> dict | None:
     if opt is None:
         return None
     ok = isinstance(opt, dict) and isinstance(opt.get("name"), str)
-    ok = ok and all(
-        isinstance(k, str) and (type(v) in (int, float) or k == "name") for k, v in opt.items()
-    )
+    ok = ok and all(isinstance(k, str) and (type(v) in (int, float) or k == "name") for k, v in opt.items())
     if not ok or "lr" not in opt:
         raise DataError(f"{path}: the optimizer in '{META}' is not a name with numeric settings")
     return dict(opt)
