@@ -118,6 +118,13 @@ def test_resume_from_a_checkpoint_of_a_shorter_run(dlc_run, models):
     assert p.returncode == 0, p.stderr
     got, want = weights(models / "b.npz"), weights(models / "a.npz")
     assert all(np.array_equal(got[k], want[k]) for k in "abc")
+    # --init and eval --weights take a checkpoint's params alone
+    p = dlc_run(*train_args("--steps", 1, "--lr", 1e-30, "--backend", "numpy", "--init", "nine.npz"), cwd=models)
+    assert p.returncode == 0, p.stderr
+    got, want = weights(models / "quadratic.weights.npz"), read_checkpoint(models / "nine.npz").params
+    assert all(np.array_equal(got[k], want[k]) for k in "abc")
+    p = dlc_run("eval", "quadratic.dl", "--data", QUAD, "--weights", "nine.npz", "--fetch", "cost", cwd=models)
+    assert p.returncode == 0 and "cost = " in p.stdout, p.stderr
 
 
 def test_resume_refuses_another_model_optimizer_or_init(dlc_run, models):
