@@ -395,6 +395,8 @@ class StopFlag:
 
     def __enter__(self) -> StopFlag:
         for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_IGN:  # `nohup dlc train`: it stays ignored
+                continue
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread (an embedding): keep Python's default
@@ -405,9 +407,9 @@ class StopFlag:
         if self.stop:  # a second signal: stop now, without saving
             raise KeyboardInterrupt
         self.stop, self.signal = True, signum
+        again = "Ctrl-C again" if signum == signal.SIGINT else "another signal"
         self.notify(
-            f"interrupted ({signal.Signals(signum).name}): stopping after this step "
-            "(Ctrl-C again to quit without saving)"
+            f"interrupted ({signal.Signals(signum).name}): stopping after this step ({again} to quit without saving)"
         )
 
     @property

@@ -11,6 +11,7 @@ untrusted: every part is checked before anything is used, and each refusal names
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -36,15 +37,6 @@ class Checkpoint:
     optimizer: dict | None  # {"name": ..., "lr": ..., hyper-parameters}; None: none trained yet
     rng_state: dict  # numpy's PCG64 state, as `bit_generator.state` gives it
     run: RunPosition | None  # None: no run to continue (none yet, or it diverged)
-
-
-def is_checkpoint(path) -> bool:
-    """Whether `path` reads as a checkpoint (an .npz holding `meta`); False for anything else."""
-    try:
-        with NpzReader(path) as z:
-            return META in z.files and any(k.startswith(PARAM) for k in z.files)
-    except DataError:
-        return False
 
 
 def write_checkpoint(path, ckpt: Checkpoint) -> None:
@@ -132,9 +124,9 @@ def _optimizer(path: str, opt) -> dict | None:
     if opt is None:
         return None
     ok = isinstance(opt, dict) and isinstance(opt.get("name"), str)
-    ok = ok and all(isinstance(k, str) and (type(v) in (int, float) or k == "name") for k, v in opt.items())
+    ok = ok and all(k == "name" or type(v) in (int, float) and math.isfinite(v) for k, v in opt.items())
     if not ok or "lr" not in opt:
-        raise DataError(f"{path}: the optimizer in '{META}' is not a name with numeric settings")
+        raise DataError(f"{path}: the optimizer in '{META}' is not a name with finite numeric settings")
     return dict(opt)
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,18 +31,26 @@ def train_args(*extra) -> list[str]:
     return ["train", "quadratic.dl", "--data", str(QUAD), *ADAM, *map(str, extra)]
 
 
-def interrupt(models: Path, sig: int, backend: str, *extra) -> tuple[subprocess.Popen, str, str]:
-    """A long run, stopped by `sig` once its first step is done."""
+def interrupt(
+    models: Path, sig: int, backend: str, *extra, ignored: int | None = None
+) -> tuple[subprocess.Popen, str, str]:
+    """A long run, stopped by `sig` once its first step is done (after `ignored`, sent first,
+    with the run started ignoring it, as `nohup` starts one ignoring SIGHUP)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "dlc", *train_args("--steps", 10000000, "--backend", backend, *extra)],
         cwd=models,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=(lambda: signal.signal(ignored, signal.SIG_IGN)) if ignored else None,
     )
     try:
         first = proc.stdout.readline()  # the progress line of step 1: training is under way
         assert "step 1/" in first, first + proc.stderr.read()
+        if ignored:
+            proc.send_signal(ignored)
+            time.sleep(1)
+            assert proc.poll() is None  # it goes on
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -90,6 +99,12 @@ def test_a_signal_stops_saves_a_checkpoint_and_resume_ends_where_an_uninterrupte
             assert np.array_equal(got[k], want[k]), k
         else:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_a_signal_ignored_at_the_start_stays_ignored(models):
+    proc, out, err = interrupt(models, signal.SIGTERM, "numpy", ignored=signal.SIGHUP)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGHUP" not in out and "interrupted (SIGTERM)" in out
 
 
 def test_checkpoint_every_n_steps_and_at_the_end(models, monkeypatch, capsys):
