@@ -597,7 +597,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     callback=callback,
                     on_epoch_end=on_epoch_end,
                     resume=bool(args.resume),
-                    checkpoint=lambda: checkpoints.write(session),
+                    checkpoint=(lambda: checkpoints.write(session)) if args.checkpoint_every else None,
                     checkpoint_every=args.checkpoint_every,
                 )
             except TrainingDiverged as e:  # the session has put back the last finite params

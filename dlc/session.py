@@ -454,10 +454,13 @@ class Session:
         return dataclasses.replace(self._run)
 
     def _checkpoint_writer(self, checkpoint, every: int | None) -> Callable[[RunPosition], None] | None:
-        if every is None:
+        if every is None and checkpoint is None:
             return None
-        if int(every) < 1 or checkpoint is None:
-            raise ValueError(f"checkpoint_every needs a checkpoint path and a count of at least 1, got {every}")
+        if every is None or int(every) < 1 or checkpoint is None:
+            raise ValueError(
+                f"checkpoint and checkpoint_every go together (a path or function, and a count of steps "
+                f"of at least 1); got checkpoint={checkpoint!r}, checkpoint_every={every!r}"
+            )
 
         def write(position: RunPosition) -> None:
             if callable(checkpoint):

@@ -203,7 +203,7 @@ def train_loop(
                 restore(before_prev if before_prev is not None else before)
             raise TrainingDiverged(k + 1, loss)
         losses.append(loss)
-        _advance(position, k, per_epoch, order if shuffle and dim is not None else None, None)
+        _advance(position, k, per_epoch, order if shuffle and dim is not None else None)
         go_on = callback(k + 1, epoch + 1, loss, examples) if callback is not None else None
         if pos == per_epoch - 1 and on_epoch_end is not None:
             on_epoch_end(epoch + 1)
@@ -235,11 +235,11 @@ def _first_order(position: RunPosition, n: int, shuffled: bool) -> np.ndarray:
     return np.asarray(position.order) if shuffled and position.order is not None else np.arange(n)
 
 
-def _advance(position: RunPosition, k: int, per_epoch: int, order, rng_state: dict | None) -> None:
+def _advance(position: RunPosition, k: int, per_epoch: int, order) -> None:
     """Step index `k` is done: the run continues after it."""
     position.done = k + 1
     position.order = order if (k + 1) % per_epoch else None
-    position.rng_state = rng_state
+    position.rng_state = None
 
 
 def _batches(
@@ -351,7 +351,7 @@ def _deferred_loop(
                 rewind(max(j - 1, 0), j)
                 raise TrainingDiverged(j + 1, loss)
             losses.append(loss)
-            _advance(position, j, per_epoch, order, None)
+            _advance(position, j, per_epoch, order)
             go_on = callback(j + 1, ep + 1, loss, ex) if callback is not None else None
             if ps == per_epoch - 1 and on_epoch_end is not None:
                 on_epoch_end(ep + 1)  # the window ends here: the params are step j's

@@ -128,8 +128,9 @@ def test_checkpoint_every_writes_to_a_path(tmp_path):
     s = dlc.Session(MODEL, backend="numpy")
     s.train(FEEDS, checkpoint=tmp_path / "ck.npz", checkpoint_every=4, **RUN)
     assert read_checkpoint(tmp_path / "ck.npz").run.done == 12
-    with pytest.raises(ValueError, match="checkpoint_every"):
-        s.train(FEEDS, checkpoint_every=4, **RUN)
+    for half in (dict(checkpoint_every=4), dict(checkpoint=tmp_path / "x.npz")):
+        with pytest.raises(ValueError, match="checkpoint and checkpoint_every go together"):
+            s.train(FEEDS, **half, **RUN)
 
 
 def test_a_finished_run_resumes_with_nothing_left_or_trains_on_with_more_epochs(tmp_path):
