@@ -557,7 +557,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     progress = TrainProgress(total, epochs)
     checkpoints.notify = progress.message
     if args.resume:
-        progress.message(f"resuming {args.resume}: step {done} of {total} done")
+        progress.message(f"resuming {args.resume}: step {done} of {total} done (epoch {done // per_epoch + 1} next)")
     first_loss: list[float] = []
 
     def callback(step: int, epoch: int, value: float, batch_examples: int) -> bool:
@@ -634,8 +634,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if diverged is not None:
         print(
             f"error: training diverged at step {diverged.step}: the loss {loss} is "
-            f"{diverged.loss}; saved the params of the last step with a finite loss to "
-            f"{saved}",
+            f"{diverged.loss}; "
+            + (f"saved the params of the last step with a finite loss to {saved}" if saved else "nothing saved"),
             file=sys.stderr,
         )
         return 1
