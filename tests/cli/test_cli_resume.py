@@ -64,17 +64,22 @@ def weights(path: Path) -> dict[str, np.ndarray]:
         return dict(z)
 
 
-BACKENDS = ["numpy", pytest.param("gl", marks=pytest.mark.gl)]
+SGD = ["--optimizer", "sgd", "--lr", "0.1"]  # after ADAM in the command: the last one counts
 
 
 @pytest.mark.parametrize(
-    "sig, backend",
-    [(signal.SIGTERM, "numpy"), (signal.SIGHUP, "numpy"), pytest.param(signal.SIGTERM, "gl", marks=pytest.mark.gl)],
+    "sig, backend, opt",
+    [
+        (signal.SIGTERM, "numpy", []),
+        (signal.SIGHUP, "numpy", SGD),
+        pytest.param(signal.SIGTERM, "gl", [], marks=pytest.mark.gl),
+        pytest.param(signal.SIGHUP, "gl", SGD, marks=pytest.mark.gl),
+    ],
 )
 def test_a_signal_stops_saves_a_checkpoint_and_resume_ends_where_an_uninterrupted_run_does(
-    dlc_run, models, sig, backend
+    dlc_run, models, sig, backend, opt
 ):
-    proc, out, err = interrupt(models, sig, backend, "--save", "w.npz")
+    proc, out, err = interrupt(models, sig, backend, "--save", "w.npz", *opt)
     assert proc.returncode == 128 + sig, err
     assert f"interrupted ({signal.Signals(sig).name}): stopping after this step" in out
     assert "interrupted: stopped early; checkpoint written to w.ckpt.npz" in err
@@ -88,10 +93,10 @@ def test_a_signal_stops_saves_a_checkpoint_and_resume_ends_where_an_uninterrupte
 
     # Going on to `done + 12` steps ends where a run of that many steps does, uninterrupted.
     total = done + 12
-    resumed = dlc_run(*train_args("--steps", total, "--backend", backend, "--resume", "w.ckpt.npz"), cwd=models)
+    resumed = dlc_run(*train_args("--steps", total, "--backend", backend, "--resume", "w.ckpt.npz", *opt), cwd=models)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming w.ckpt.npz: step {done} of {total} done" in resumed.stdout
-    whole = dlc_run(*train_args("--steps", total, "--backend", backend, "--save", "whole.npz"), cwd=models)
+    whole = dlc_run(*train_args("--steps", total, "--backend", backend, "--save", "whole.npz", *opt), cwd=models)
     assert whole.returncode == 0, whole.stderr
     got, want = weights(models / "quadratic.weights.npz"), weights(models / "whole.npz")
     for k in "abc":
