@@ -28,11 +28,12 @@ def fallback_paths(path) -> list[str]:
     the temp folder, under a name that replaces nothing of anyone's (`W.rescued-PID.npz`)."""
     stem, ext = os.path.splitext(os.path.basename(os.fspath(path)))
     name = f"{stem}.rescued-{os.getpid()}{ext}"
-    folders = [os.getcwd()]
-    try:
-        folders.append(tempfile.gettempdir())
-    except OSError:  # it tries writing in each candidate: none could be written (a full disk)
-        pass
+    folders = []
+    for folder in (os.getcwd, tempfile.gettempdir):
+        try:
+            folders.append(folder())
+        except OSError:  # a working folder since removed; no temp folder takes a file (a full disk)
+            pass
     out: list[str] = []
     for folder in folders:
         candidate = os.path.join(folder, name)
