@@ -8,6 +8,7 @@ be a `.dl` file or a compiled artifact folder (`dlc compile` writes one).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import signal
@@ -377,30 +378,47 @@ def cmd_eval(args: argparse.Namespace) -> int:
 # -- train -------------------------------------------------------------------------
 
 
+# Ctrl-C, `kill` (and `timeout`, a container stop), a closed terminal: each stops a run alike.
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
 class StopFlag:
-    """SIGINT while training: the first one asks to stop after the current step."""
+    """SIGINT, SIGTERM or SIGHUP while training (and saving): the first one asks to stop
+    after the current step; a second quits at once (KeyboardInterrupt)."""
 
     def __init__(self, notify: Callable[[str], None]):
         self.stop = False
+        self.signal: int | None = None  # the first one received
         self.notify = notify
-        self._old = None
+        self._old: dict[int, object] = {}
 
     def __enter__(self) -> StopFlag:
-        try:
-            self._old = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread (an embedding): keep Python's default
-            self._old = None
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_IGN:  # `nohup dlc train`: it stays ignored
+                continue
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (an embedding): keep Python's default
+                break
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.stop:  # a second Ctrl-C: stop now, without saving
+        if self.stop:  # a second signal: stop now, without saving
             raise KeyboardInterrupt
-        self.stop = True
-        self.notify("interrupted: stopping after this step (Ctrl-C again to quit without saving)")
+        self.stop, self.signal = True, signum
+        again = "Ctrl-C again" if signum == signal.SIGINT else "another signal"
+        self.notify(
+            f"interrupted ({signal.Signals(signum).name}): stopping after this step ({again} to quit without saving)"
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number, as a shell reports a process it stopped (130: Ctrl-C)."""
+        return 128 + self.signal if self.signal is not None else EXIT_INTERRUPTED
 
     def __exit__(self, *exc) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def _require_matplotlib() -> None:
@@ -487,6 +505,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .progress import TrainProgress
 
     _apply_target(args)
+    if args.resume and args.init:
+        raise UsageError("--resume goes on with a checkpoint's params (and all the rest); --init: give one of them")
     t = open_model(args.model)
     artifact = isinstance(t, ArtifactModel)
     loss = pick_loss(t, args.loss)
@@ -503,18 +523,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session)) if args.val else None
     if args.plot:
         _require_matplotlib()
-    for path in [args.init] if args.init else []:
-        if not os.path.isfile(path):
-            raise DataError(f"{path}: no such file (--init)")
+    for flag, path in (("--init", args.init), ("--resume", args.resume)):
+        if path and not os.path.isfile(path):
+            raise DataError(f"{path}: no such file ({flag})")
     save_path = args.save or default_weights_path(t.path)
+    checkpoints = CheckpointWriter(args, save_path)
 
     if session is None:
         session = open_session(t, args.backend, args.seed, args.freeze or ())
     if args.init:
         session.load(args.init)
+    done = 0
+    if args.resume:
+        session.restore(args.resume)
+        if session.last_run is None:
+            raise DataError(
+                f"{args.resume}: the checkpoint holds no run to go on with (its run diverged): "
+                f"start from its params with --init {args.resume}"
+            )
+        done = session.last_run.done
+        if not artifact and not args.optimizer:  # the checkpoint's optimizer, --lr if given
+            optimizer = session.optimizer()
+            optimizer = dataclasses.replace(optimizer, lr=args.lr) if args.lr is not None else optimizer
     if artifact and not args.optimizer and not isinstance(session.backend, ArtifactBackend):
         optimizer = compiled_optimizer(t, args.lr)  # an artifact's model on the numpy backend
-    announce_run(session, weights_text(args.init, t, args.seed))
+    announce_run(session, f"{args.resume} (step {done})" if args.resume else weights_text(args.init, t, args.seed))
 
     epochs = None if args.steps else (args.epochs or 1)
     per_epoch = steps_per_epoch(data.examples, args.batch_size)
@@ -526,6 +559,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         optimizer = train_recipe.apply(optimizer, recipe)
     log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else []) if val else [])
     progress = TrainProgress(total, epochs)
+    checkpoints.notify = progress.message
+    if args.resume:
+        progress.message(f"resuming {args.resume}: step {done} of {total} done (epoch {done // per_epoch + 1} next)")
     first_loss: list[float] = []
 
     def callback(step: int, epoch: int, value: float, batch_examples: int) -> bool:
@@ -550,52 +586,133 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     diverged: TrainingDiverged | None = None
     interrupted = False
+    # The signals stay caught while the run is saved: one then lets the save finish.
     with StopFlag(progress.message) as stop:
         try:
-            length = dict(steps=args.steps) if args.steps else dict(epochs=epochs)
-            session.train(
-                data.arrays,
-                loss=loss,
-                optimizer=optimizer,
-                batch_size=args.batch_size,
-                **length,
-                shuffle=True,
-                callback=callback,
-                on_epoch_end=on_epoch_end,
-            )
-        except TrainingDiverged as e:  # the session has put back the last finite params
-            diverged = e
-        except KeyboardInterrupt:  # a second Ctrl-C: quit at once, keep no weights
+            try:
+                length = dict(steps=args.steps) if args.steps else dict(epochs=epochs)
+                session.train(
+                    data.arrays,
+                    loss=loss,
+                    optimizer=optimizer,
+                    batch_size=args.batch_size,
+                    **length,
+                    shuffle=True,
+                    callback=callback,
+                    on_epoch_end=on_epoch_end,
+                    resume=bool(args.resume),
+                    checkpoint=(lambda: checkpoints.write(session)) if args.checkpoint_every else None,
+                    checkpoint_every=args.checkpoint_every,
+                )
+            except TrainingDiverged as e:  # the session has put back the last finite params
+                diverged = e
+            finally:
+                progress.close()
+            interrupted = stop.stop
+            if diverged is None and (interrupted or checkpoints.wanted):
+                checkpoints.write(session)  # before the weights: it holds them too
+            saved, save_error = _save_weights(session, save_path, checkpoints)
+        except KeyboardInterrupt:  # a second signal: quit at once, keep no weights
             progress.close()
             print("interrupted twice: quit without saving", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        finally:
-            progress.close()
-        interrupted = stop.stop
+            return stop.exit_code
 
     elapsed = progress.elapsed
     args.outcome = "diverged" if diverged else "interrupted" if interrupted else "done"
-    session.save(save_path)
-    if args.log:
-        log.write_csv(args.log)
-    if args.plot and log.rows:
-        log.plot(args.plot, loss)
+    errors = [save_error] if save_error else []
+    for flag, path, write in (
+        ("--log", args.log, lambda: log.write_csv(args.log)),
+        ("--plot", args.plot if log.rows else None, lambda: log.plot(args.plot, loss)),
+    ):
+        if path:
+            try:
+                write()
+            except OSError as e:
+                errors.append(f"error: cannot write {path} ({flag}): {e.strerror or e}")
     final_val = None
-    if val is not None:  # the summary describes the params just saved, whatever step they are
+    if val is not None and saved is not None:  # the summary describes the params just saved
         final_val = evaluate(session, val, val_names, t, args.batch_size)
-    _summary(t, data, log, progress, elapsed, first_loss, loss, save_path, args, per_epoch, final_val, diverged)
+    _summary(t, data, log, progress, elapsed, first_loss, loss, saved, args, per_epoch, final_val, diverged)
+    for text in errors:
+        print(text, file=sys.stderr)
     if diverged is not None:
         print(
             f"error: training diverged at step {diverged.step}: the loss {loss} is "
-            f"{diverged.loss}; saved the params of the last step with a finite loss to "
-            f"{save_path}",
+            f"{diverged.loss}; "
+            + (f"saved the params of the last step with a finite loss to {saved}" if saved else "nothing saved"),
             file=sys.stderr,
         )
         return 1
     if interrupted:
-        print("interrupted: stopped early", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return 0
+        where = checkpoints.written or "nowhere (it could not be written)"
+        print(f"interrupted: stopped early; checkpoint written to {where}", file=sys.stderr)
+        if checkpoints.written:
+            print(f"  to go on: {checkpoints.resume_command()}", file=sys.stderr)
+    if errors:
+        return 1
+    return stop.exit_code if interrupted else 0
+
+
+def default_checkpoint_path(weights_path: str) -> str:
+    """`mlp.weights.npz` -> `mlp.weights.ckpt.npz` (beside the weights)."""
+    stem, ext = os.path.splitext(weights_path)
+    return stem + ".ckpt" + (ext or ".npz")
+
+
+class CheckpointWriter:
+    """Where `dlc train` writes its checkpoints, and the last one written. A checkpoint that
+    cannot be written goes to a fallback (or is skipped with a warning): the run goes on."""
+
+    def __init__(self, args: argparse.Namespace, save_path: str):
+        self.args = args
+        self.path = args.checkpoint or default_checkpoint_path(save_path)
+        self.wanted = bool(args.checkpoint or args.checkpoint_every)  # also at the run's end
+        self.written: str | None = None
+        self.notify: Callable[[str], None] = lambda text: print(text, file=sys.stderr)
+
+    def write(self, session) -> None:
+        from .runtime.checkpoint import checkpoint_arrays
+        from .weights import SaveFailed, save_or_rescue
+
+        try:
+            written, why = save_or_rescue(self.path, checkpoint_arrays(session.checkpoint()), "the checkpoint")
+        except SaveFailed as e:
+            self.notify(f"warning: {e}")
+            return
+        if why:
+            self.notify(f"warning: cannot write {self.path} ({why}): wrote the checkpoint to {written} instead")
+        self.written = written
+
+    def resume_command(self) -> str:
+        """The command line that goes on with the run: this one, --resume the checkpoint."""
+        import shlex
+
+        argv, skip = [], False
+        for word in getattr(self.args, "argv", None) or ["train", self.args.model, "--data", self.args.data]:
+            if skip:
+                skip = False
+            elif word in ("--init", "--resume"):
+                skip = True
+            elif not word.startswith(("--init=", "--resume=")):
+                argv.append(word)
+        return shlex.join(["dlc", *argv, "--resume", self.written or self.path])
+
+
+def _save_weights(session, path: str, checkpoints: CheckpointWriter) -> tuple[str | None, str | None]:
+    """(where the params went, an error to report): `path`, or a fallback when `path` cannot
+    be written; (None, how to keep them) when nothing can be."""
+    from .weights import SaveFailed, save_or_rescue
+
+    try:
+        saved, why = save_or_rescue(path, session.params, "the trained params")
+    except SaveFailed as e:
+        advice = "(or give --save another place) and run again"
+        if checkpoints.written:
+            advice = f"the checkpoint {checkpoints.written} holds them: {checkpoints.resume_command()}"
+        return None, f"error: {e} {advice}" if not checkpoints.written else f"error: {e}\n  {advice}"
+    if why:
+        return saved, f"error: cannot write {path} ({why}): the trained params were saved to {saved} instead"
+    return saved, None
 
 
 def _summary(
@@ -606,7 +723,7 @@ def _summary(
     elapsed: float,
     first_loss: list[float],
     loss: str,
-    save_path: str,
+    save_path: str | None,
     args: argparse.Namespace,
     per_epoch: int,
     final_val: dict[str, np.ndarray] | None,
@@ -626,7 +743,7 @@ def _summary(
         acc = f", accuracy {float(final_val['accuracy']):.4f}" if "accuracy" in final_val else ""
         which = "the last params with a finite loss" if diverged is not None else f"after step {steps:,}"
         print(f"  val ({args.val}) of the saved params ({which}): {loss} {float(final_val[loss]):.6g}{acc}")
-    print(f"  weights saved to {save_path}")
+    print(f"  weights saved to {save_path}" if save_path else "  weights NOT saved (see the error below)")
     if args.log:
         print(f"  log written to {args.log}")
     if args.plot and log.rows:
@@ -813,8 +930,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a model on a data file (.npz keyed by input name, or .csv with a "
         "header: column x\nfeeds x: [B], columns x.0 ... x.k-1 feed x: [B, k]). The "
         "data is checked before the first\nstep. Shows a progress bar, prints a "
-        "summary and saves the params. Ctrl-C stops after\nthe current step, saves, "
-        "and exits 130.",
+        "summary and saves the params. Ctrl-C, SIGTERM or SIGHUP stop after\nthe current "
+        "step, save the params and a checkpoint (--resume goes on with it) and exit\n128 + "
+        "the signal's number (130, 143, 129).",
         epilog="examples:\n"
         "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
         "  dlc train samples/mlp_digits.dl --data samples/data/digits_train.npz \\\n"
@@ -840,7 +958,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--seed", type=int, default=0, metavar="S", help="seed of the initial params and the shuffling (default: 0)"
     )
-    c.add_argument("--init", metavar="W.npz", help="start from these params")
+    c.add_argument("--init", metavar="W.npz", help="start from these params (a checkpoint's too)")
+    c.add_argument(
+        "--resume",
+        metavar="CKPT",
+        help="go on with the run a checkpoint holds (params, optimizer state, step, data order): "
+        "give the same data, batch size and --epochs/--steps, which count from the run's start",
+    )
+    c.add_argument(
+        "--checkpoint",
+        metavar="CKPT",
+        help="where checkpoints go: at the end of the run, on an interrupt, and with "
+        "--checkpoint-every (default: the --save path with .ckpt.npz)",
+    )
+    c.add_argument(
+        "--checkpoint-every", type=_positive_int, metavar="N", help="also write the checkpoint after every N steps"
+    )
     c.add_argument(
         "--freeze",
         action="append",
@@ -1024,6 +1157,7 @@ DEBUG_KERNELS_HELP = (
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to say how to go on with a run
     if not args.debug:
         # NumPy's overflow and invalid-value warnings while running a model are noise here:
         # a NaN loss is reported as divergence, and fetched values are printed as they are.

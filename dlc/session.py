@@ -12,6 +12,7 @@ model's graph is built or differentiated.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from dlc.runtime.manifest import LR
+from dlc.runtime.training import RunPosition
 
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .errors import DlcError, did_you_mean
@@ -66,6 +68,12 @@ def _open_model(model: Any) -> Any:
     if hasattr(model, "build") and not hasattr(model, "graph"):
         return model.build()  # a dlc.Graph
     return model
+
+
+def _described(optimizer: Optimizer) -> str:
+    """adam(beta1=0.9, beta2=0.999, eps=1e-08): the settings a training step compiles in."""
+    name, *settings = optimizer.config()
+    return f"{name}({', '.join(f'{k}={v}' for k, v in settings)})"
 
 
 class Session:
@@ -148,6 +156,10 @@ class Session:
         self._parallel_steps: dict[tuple, Any] = {}
         if parallel is not None and self._artifact is not None:
             raise DlcError(f"{self.model.path}: data-parallel training needs the model's graph, not an artifact")
+        self._restored_config: tuple | None = None  # a restored state's optimizer config
+        # Where the last train() call's run stands (None: none, or it diverged): what
+        # train(resume=True) continues and a checkpoint records.
+        self._run: RunPosition | None = None
 
     @staticmethod
     def _make_backend(backend: Any, target: str | None):
@@ -277,7 +289,11 @@ class Session:
         from dlc.compiler.initializers import initial_value
 
         if optimizer is not self._optimizer:
-            self._optimizer, self._state_ready = optimizer, set()
+            if optimizer.config() == self._restored_config:  # a restored state goes on
+                self._optimizer = optimizer
+            else:
+                self._optimizer, self._state_ready = optimizer, set()
+        self._restored_config = None
         for name in graph.states:
             if name not in self._state_ready:
                 node = graph.node(name)
@@ -312,6 +328,9 @@ class Session:
         shuffle: bool = True,
         callback: Callback | None = None,
         on_epoch_end: Callable[[int], None] | None = None,
+        resume: bool = False,
+        checkpoint: str | os.PathLike | Callable[[], object] | None = None,
+        checkpoint_every: int | None = None,
     ) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
 
@@ -335,10 +354,19 @@ class Session:
         and a divergence or a stop inside a window is undone back to that step. Steps then
         write nothing from the host: the rows of many steps go up in one upload, the
         learning rate only when it changes (`dlc/deferred.py`).
+
+        `resume=True` continues the last run (this session's last train() call, stopped
+        early, or the one a restored checkpoint holds): given the same arguments, it runs
+        only the steps that run had left, in the same batch order, so it ends where the
+        uninterrupted call would have (a larger `epochs` or `steps` trains on). With
+        `checkpoint_every=N`, every N-th step of the run writes a checkpoint to `checkpoint`
+        (a path; or a function, called then, that may call `save_checkpoint`).
         """
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
         epochs = 1 if epochs is None else epochs
+        position = self._resumed_position(optimizer) if resume else RunPosition()
+        on_every = self._checkpoint_writer(checkpoint, checkpoint_every)
         if self._artifact is not None:
             program, loss_node, needed, compiled_lr = self._artifact.train_plan(loss, optimizer)
 
@@ -354,25 +382,30 @@ class Session:
 
             optimizer = self.optimizer(optimizer)
             if self.parallel is not None:
-                return self._train_parallel(
-                    feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end
-                )
-            program = self.train_graph(loss, optimizer)
-            loss_node = program.names[program.losses[0]]
-            needed = leaf_inputs(program, [loss_node, *(i for _, i in program.updates)]) - {LR}
-            self._init_state(program, optimizer)
+                parallel = self._parallel_step(loss, optimizer)
+                needed = parallel.needed
 
-            def learning_rate() -> float:
-                return optimizer.lr  # read at every step
+                def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
+                    return parallel(batch, bdims, dim)  # `dim`: bound below, before any step
+            else:
+                program = self.train_graph(loss, optimizer)
+                loss_node = program.names[program.losses[0]]
+                needed = leaf_inputs(program, [loss_node, *(i for _, i in program.updates)]) - {LR}
+                self._init_state(program, optimizer)
 
-            def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
-                # Not train_step: the state is made above, from the training step's graph (a
-                # resident graph's data leaves are states too, set from the data).
-                batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
-                (value,) = self.backend.step(program, [loss_node], batch, bdims)
-                return float(value)
+                def learning_rate() -> float:
+                    return optimizer.lr  # read at every step
+
+                def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
+                    # Not train_step: the state is made above, from the training step's graph (a
+                    # resident graph's data leaves are states too, set from the data).
+                    batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
+                    (value,) = self.backend.step(program, [loss_node], batch, bdims)
+                    return float(value)
 
         arrays, dims, dim = train_feeds(self.model.inputs, feeds, needed)
+        if self.parallel is not None:
+            parallel.check(arrays, batch_size)  # every rank: the same dlc, model, optimizer and data
         select = None
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
         if resident:
@@ -394,6 +427,7 @@ class Session:
         # Deferred loss reads need a GPU-side loss copy (compute target only, for now).
         if (
             getattr(self.backend, "target", None) == "compute"
+            and self.parallel is None  # a data-parallel step reads its loss at the all-reduce
             and self.loss_read_steps > 1
             and hasattr(self.backend, "step_into")
         ):
@@ -408,6 +442,7 @@ class Session:
                 self.loss_read_interval_s,
                 rows=IDX if resident else None,
             )
+        self._run = position  # live: a checkpoint written during the run sees where it is
         try:
             return train_loop(
                 run_step,
@@ -425,7 +460,13 @@ class Session:
                 restore=self.backend.restore,
                 select=select,
                 deferred=deferred,
+                position=position,
+                every=checkpoint_every,
+                on_every=on_every,
             )
+        except BaseException:  # a divergence or a hard stop: this run does not go on
+            self._run = None
+            raise
         finally:
             if deferred is not None:
                 deferred.close()
@@ -433,9 +474,9 @@ class Session:
                 for name in arrays:
                     self.backend.drop_leaf(data_name(name))
 
-    def _train_parallel(self, feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end):
-        """train() over the ranks of `self.parallel`: the same batches on every rank, each
-        step's gradients all-reduced (dlc/distributed.py); losses are read every step."""
+    def _parallel_step(self, loss: str | None, optimizer: Optimizer):
+        """The data-parallel step over `self.parallel`'s ranks for (loss, optimizer): the
+        gradients of this rank's shard, all-reduced, then the update (dlc/distributed.py)."""
         from .distributed import ParallelStep
 
         key = (loss, optimizer.config())
@@ -443,23 +484,38 @@ class Session:
             self._parallel_steps[key] = ParallelStep(self, loss, optimizer)
         step = self._parallel_steps[key]
         self._init_state(step.update, optimizer)
-        arrays, dims, dim = train_feeds(self.model.inputs, feeds, step.needed)
-        step.check(arrays, batch_size)
-        return train_loop(
-            lambda batch, bdims: step(batch, bdims, dim),
-            arrays,
-            dims,
-            dim,
-            batch_size=batch_size,
-            epochs=epochs,
-            steps=steps,
-            shuffle=shuffle,
-            rng=self._rng,
-            callback=callback,
-            on_epoch_end=on_epoch_end,
-            snapshot=self.backend.snapshot,
-            restore=self.backend.restore,
-        )
+        return step
+
+    def _resumed_position(self, optimizer: Optimizer | None) -> RunPosition:
+        """A copy of where the run to resume stands; refused when there is none, or when
+        `optimizer` is not the one it trains with (its state would not fit)."""
+        if self._run is None:
+            raise DlcError(
+                "nothing to resume: no train() call of this session stopped early, and no "
+                "checkpoint with a run in it was restored (or its run diverged)"
+            )
+        current = self._optimizer
+        if self._artifact is None and optimizer is not None and current is not None:
+            if optimizer.config() != current.config():
+                raise DlcError(f"the run being resumed trains with {_described(current)}, not {_described(optimizer)}")
+        return dataclasses.replace(self._run)
+
+    def _checkpoint_writer(self, checkpoint, every: int | None) -> Callable[[RunPosition], None] | None:
+        if every is None and checkpoint is None:
+            return None
+        if every is None or int(every) < 1 or checkpoint is None:
+            raise ValueError(
+                f"checkpoint and checkpoint_every go together (a path or function, and a count of steps "
+                f"of at least 1); got checkpoint={checkpoint!r}, checkpoint_every={every!r}"
+            )
+
+        def write(position: RunPosition) -> None:
+            if callable(checkpoint):
+                checkpoint()
+            else:
+                self.save_checkpoint(checkpoint)
+
+        return write
 
     def _resident(
         self,
@@ -473,6 +529,8 @@ class Session:
         """Whether train() keeps its data on the GPU: on GL over a model, with batches drawn
         along `dim` from inputs whose other dims are concrete, when the run would upload more
         rows than the data has (one epoch or less uploads each row once anyway)."""
+        if self.parallel is not None:
+            return False  # each rank uploads its shard of a batch
         if not (self.resident_data and dim is not None and self.backend.name == "gl" and self._artifact is None):
             return False
         if any(isinstance(d, str) for name in arrays for d in self.model.inputs[name][1:]):
@@ -482,6 +540,108 @@ class Session:
         epochs_done, rest = divmod(total, per_epoch)
         rows = epochs_done * n + min(rest * size, n)  # the rows the batches would upload
         return n < MAX_RESIDENT_ROWS and rows > n
+
+    # -- checkpoints -----------------------------------------------------------------------
+    @property
+    def last_run(self) -> RunPosition | None:
+        """Where the last train() call's run stands (a copy), as `train(resume=True)` would go
+        on with it; None when there is none, or it diverged."""
+        return dataclasses.replace(self._run) if self._run is not None else None
+
+    def checkpoint(self):
+        """A `dlc.runtime.checkpoint.Checkpoint` of the session now: params, optimizer state,
+        the batch order's rng and the last run's position (as `save_checkpoint` writes)."""
+        from dlc.runtime.checkpoint import Checkpoint
+
+        run = self._run
+        rng_state = run.rng_state if run is not None and run.rng_state is not None else self._rng.bit_generator.state
+        if run is not None:
+            run = dataclasses.replace(run, rng_state=None)
+        states = {name: self.backend.get_leaf(name) for name in self._state_names()}
+        return Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Write a checkpoint (an .npz, atomically): what `restore` needs to go on exactly."""
+        from dlc.runtime.checkpoint import write_checkpoint
+
+        write_checkpoint(path, self.checkpoint())
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Put back a checkpoint: params, optimizer state (the next train() with no optimizer,
+        or one of the same settings, goes on with it), the batch order and the run's position
+        (`train(resume=True)` continues it). The file is checked whole first: one of another
+        model or optimizer, or a damaged one, is refused (DataError) and changes nothing."""
+        from dlc.runtime.checkpoint import read_checkpoint
+
+        path = os.fspath(path)
+        ckpt = read_checkpoint(path)
+        optimizer = self._check_checkpoint(path, ckpt)
+        self.set_params(ckpt.params)
+        for name, value in ckpt.states.items():
+            self.backend.set_leaf(name, value)
+        if self._artifact is None:
+            self._optimizer, self._state_ready = optimizer, set(ckpt.states)
+            self._restored_config = optimizer.config() if optimizer is not None else None
+        self._rng.bit_generator.state = ckpt.rng_state
+        self._run = ckpt.run
+
+    def _state_names(self) -> list[str]:
+        """The optimizer state the backend holds (moments, the step counter)."""
+        if self._artifact is not None:
+            from dlc.runtime.manifest import leaf_shapes
+
+            return list(leaf_shapes(self._artifact.runner.manifest)[1])
+        return sorted(self._state_ready)
+
+    def _optimizer_record(self) -> dict | None:
+        from dlc.runtime.optimizers import optimizer_record
+
+        if self._artifact is not None:
+            return dict(self.model.optimizer) if self.model.optimizer else None
+        return optimizer_record(self._optimizer) if self._optimizer is not None else None
+
+    def _check_checkpoint(self, path: str, ckpt) -> Optimizer | None:
+        """The checkpoint's optimizer, once the checkpoint is known to fit this model (its
+        params, names and shapes) and its optimizer state to fit that optimizer."""
+        from dlc.runtime.errors import DataError
+        from dlc.runtime.optimizers import from_record
+
+        mine = {n: tuple(s) for n, s in self.model.params.items()}
+        theirs = {n: tuple(v.shape) for n, v in ckpt.params.items()}
+        if mine != theirs:
+            odd = sorted(set(mine) ^ set(theirs)) or [n for n in mine if mine[n] != theirs[n]]
+            name = odd[0]
+            what = (
+                f"param '{name}' is {list(theirs[name])} there but {list(mine[name])} here"
+                if name in mine and name in theirs
+                else f"param '{name}' is only {'here' if name in mine else 'there'}"
+            )
+            raise DataError(f"{path}: the checkpoint belongs to another model: {what}")
+        if ckpt.optimizer is None:
+            if ckpt.states:
+                raise DataError(f"{path}: the checkpoint holds optimizer state but names no optimizer")
+            return None
+        try:
+            optimizer = from_record(ckpt.optimizer)
+        except (ValueError, TypeError) as e:
+            raise DataError(f"{path}: the checkpoint's optimizer: {e}") from None
+        if self._artifact is not None:
+            compiled = from_record(dict(self.model.optimizer or {"name": "sgd", "lr": 0.01}))
+            if optimizer.config() != compiled.config():
+                raise DataError(
+                    f"{path}: the checkpoint trains with {_described(optimizer)}, but {self.model.path} "
+                    f"was compiled with {_described(compiled)}"
+                )
+            wanted = set(self._state_names())
+            if set(ckpt.states) != wanted:
+                odd = sorted(set(ckpt.states) ^ wanted)[0]
+                raise DataError(f"{path}: optimizer state '{odd}' does not fit {self.model.path}'s training step")
+        for name, value in ckpt.states.items():
+            param = name.split("$", 1)[0]
+            fits = name == "$t" and value.shape == () or param in mine and value.shape == mine[param]
+            if self._artifact is None and not fits:
+                raise DataError(f"{path}: optimizer state '{name}' {list(value.shape)} does not fit the model's params")
+        return optimizer
 
     # -- resources -------------------------------------------------------------------------
     def memory(self) -> dict[str, tuple[int, int]]:

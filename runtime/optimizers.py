@@ -144,3 +144,24 @@ def make(name: str, lr: float | None = None, **options) -> Optimizer:
         if k not in known:
             raise DlcError(f"the {key} optimizer has no {k.replace('_', ' ')} (it takes: {', '.join(sorted(known))})")
     return cls(lr=DEFAULT_LR[key] if lr is None else float(lr), **options)
+
+
+def optimizer_record(optimizer: Optimizer) -> dict:
+    """The optimizer as a checkpoint or a manifest records it: its name and every field."""
+    return optimizer.to_config()
+
+
+def from_record(record: dict) -> Optimizer:
+    """The optimizer an `optimizer_record` describes; ValueError naming what is wrong."""
+    cls = OPTIMIZERS.get(record.get("name"))
+    if cls is None:
+        raise ValueError(f"unknown optimizer {record.get('name')!r} (known: {', '.join(OPTIMIZERS)})")
+    settings = {k: v for k, v in record.items() if k != "name"}
+    known = {f.name for f in fields(cls)}
+    odd = sorted(set(settings) - known)
+    if odd:
+        raise ValueError(f"{cls.name} has no setting '{odd[0]}' (its settings: {', '.join(sorted(known))})")
+    try:
+        return cls(**{k: v if k == "schedule" else float(v) for k, v in settings.items()})
+    except DlcError as e:  # a schedule or clip_norm out of range
+        raise ValueError(str(e)) from None

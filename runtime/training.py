@@ -12,6 +12,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -22,6 +23,21 @@ from .feeds import prepare
 Step = Callable[[dict[str, np.ndarray], dict[str, int]], float]
 STAGE_ROWS = 1 << 22  # deferred steps stage the rows of at most this many examples at once
 Callback = Callable[[int, int, float, int], "bool | None"]
+
+
+@dataclass
+class RunPosition:
+    """Where a run stands, to continue it exactly: the steps done, the order of the epoch in
+    progress (None at an epoch's end, or unshuffled: the next order is drawn or plain), the
+    batch-order rng's state after them (None: the rng object's own state), and the batching
+    the run draws (None until it starts: a run goes on only with the same)."""
+
+    done: int = 0
+    order: np.ndarray | None = None
+    rng_state: dict | None = None
+    batch_size: int | None = None
+    examples: int | None = None
+    shuffle: bool | None = None
 
 
 class DeferredSteps(Protocol):
@@ -103,6 +119,9 @@ def train_loop(
     restore: Callable[[object], None] | None = None,
     select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None,
     deferred: DeferredSteps | None = None,
+    position: RunPosition | None = None,
+    every: int | None = None,
+    on_every: Callable[[RunPosition], None] | None = None,
 ) -> list[float]:
     """Run `step` over batches of `feeds` along `dim`; return each step's loss.
 
@@ -122,13 +141,25 @@ def train_loop(
     non-finite loss, or a callback returning False inside it, is undone: the params go back
     to the snapshot and the steps up to the wanted one are run again (steps are
     deterministic), so the results match the step-by-step loop.
+
+    `position` continues a run: its `done` steps are skipped (the epoch in progress goes on
+    in its `order`), and it is kept up to date as steps finish (the steps' numbers in
+    callbacks count from the run's start). `on_every(position)` runs after every `every`-th
+    step of the run, with the params of that step (a deferred window ends there).
     """
     n = dims[dim] if dim is not None else 1
     size, per_epoch, total = schedule(n, batch_size, epochs, steps)
     rng = rng if rng is not None else np.random.default_rng(0)
+    position = position if position is not None else RunPosition()
+    _check_same_batching(position, size, n, shuffle)
+    position.batch_size, position.examples, position.shuffle = size, n, shuffle
+    start = position.done
+    if start % per_epoch and shuffle and dim is not None and position.order is None:
+        raise DataError(f"continuing a run at step {start} (mid-epoch) needs that epoch's order of examples")
+    every = every if on_every is not None and every else None
     if deferred is not None and snapshot is not None and restore is not None:
         drawn: dict[int, dict] = {}  # step index -> the rng's state before its epoch's order
-        batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select, drawn)
+        batches = _batches(feeds, dims, dim, size, per_epoch, total, shuffle, rng, select, drawn, position)
         stage_steps = max(1, min(deferred.capacity, STAGE_ROWS // size))
         return _deferred_loop(
             deferred,
@@ -143,6 +174,9 @@ def train_loop(
             rng,
             drawn,
             stage_steps,
+            position,
+            every,
+            on_every,
         )
 
     losses: list[float] = []
@@ -150,8 +184,8 @@ def train_loop(
     # not finite, the previous step's update made it so, and `before_prev` had a
     # finite loss.
     before_prev = before = None
-    order = np.arange(n)
-    for k in range(total):
+    order = _first_order(position, n, shuffle and dim is not None)
+    for k in range(start, total):
         epoch, pos = divmod(k, per_epoch)
         if pos == 0 and shuffle and dim is not None:
             order = rng.permutation(n)
@@ -169,12 +203,43 @@ def train_loop(
                 restore(before_prev if before_prev is not None else before)
             raise TrainingDiverged(k + 1, loss)
         losses.append(loss)
+        _advance(position, k, per_epoch, order if shuffle and dim is not None else None)
         go_on = callback(k + 1, epoch + 1, loss, examples) if callback is not None else None
         if pos == per_epoch - 1 and on_epoch_end is not None:
             on_epoch_end(epoch + 1)
+        if every is not None and (k + 1) % every == 0:
+            on_every(position)
         if go_on is False:
             break
     return losses
+
+
+def _check_same_batching(position: RunPosition, size: int, n: int, shuffle: bool) -> None:
+    """A run goes on only over batches drawn as before (its epochs' orders index the data)."""
+    if position.batch_size is None:
+        return
+    was = (position.batch_size, position.examples, position.shuffle)
+    if was != (size, n, shuffle):
+
+        def said(b, e, s):
+            return f"batches of {b} from {e} examples, {'shuffled' if s else 'in order'}"
+
+        raise DataError(
+            f"the run being continued drew {said(*was)}; this one would draw {said(size, n, shuffle)}: "
+            "give it the same data and batch size"
+        )
+
+
+def _first_order(position: RunPosition, n: int, shuffled: bool) -> np.ndarray:
+    """The order a (continued) run starts in: the epoch in progress's, else the plain one."""
+    return np.asarray(position.order) if shuffled and position.order is not None else np.arange(n)
+
+
+def _advance(position: RunPosition, k: int, per_epoch: int, order) -> None:
+    """Step index `k` is done: the run continues after it."""
+    position.done = k + 1
+    position.order = order if (k + 1) % per_epoch else None
+    position.rng_state = None
 
 
 def _batches(
@@ -188,25 +253,29 @@ def _batches(
     rng: np.random.Generator,
     select: Callable[[np.ndarray], dict[str, np.ndarray]] | None,
     drawn: dict[int, dict],
+    position: RunPosition,
 ):
-    """(step index, epoch index, position in epoch, batch, dims, examples) for each step; an
-    epoch's order is drawn when its first batch is asked for (as the step-by-step loop does),
-    noting in `drawn` the rng's state before it."""
+    """(step index, epoch index, position in epoch, batch, dims, examples, the epoch's order
+    or None unshuffled) for each step from `position.done`; an epoch's order is drawn when
+    its first batch is asked for (as the step-by-step loop does), noting in `drawn` the rng's
+    state before it."""
     n = dims[dim] if dim is not None else 1
-    order = np.arange(n)
-    for k in range(total):
+    shuffled = shuffle and dim is not None
+    order = _first_order(position, n, shuffled)
+    for k in range(position.done, total):
         epoch, pos = divmod(k, per_epoch)
-        if pos == 0 and shuffle and dim is not None:
+        if pos == 0 and shuffled:
             drawn[k] = rng.bit_generator.state
             order = rng.permutation(n)
+        kept = order if shuffled else None
         if dim is None:
-            yield k, epoch, pos, dict(feeds), dict(dims), 1
+            yield k, epoch, pos, dict(feeds), dict(dims), 1, kept
         else:
             # An epoch of one batch passes its order itself: unshuffled, every step then
             # shares one rows object (deferred steps on GL copy nothing for it again).
             idx = order if size == n else order[pos * size : (pos + 1) * size]
             batch = select(idx) if select is not None else {name: v[idx] for name, v in feeds.items()}
-            yield k, epoch, pos, batch, {**dims, dim: len(idx)}, len(idx)
+            yield k, epoch, pos, batch, {**dims, dim: len(idx)}, len(idx), kept
 
 
 def _deferred_loop(
@@ -222,14 +291,17 @@ def _deferred_loop(
     rng: np.random.Generator,
     drawn: dict[int, dict],
     stage_steps: int,
+    position: RunPosition,
+    every: int | None,
+    on_every: Callable[[RunPosition], None] | None,
 ) -> list[float]:
     losses: list[float] = []
     # Snapshots at the start of the previous window and of this one: (params before step
     # index, token). `ran` keeps each step's batch since the older one, to run steps again.
     older = None
-    newer = (0, snapshot())
+    newer = (position.done, snapshot())
     ran: dict[int, tuple[dict, dict]] = {}
-    window: list[tuple[int, int, int, int]] = []  # (k, epoch, pos, examples)
+    window: list[tuple[int, int, int, int, object]] = []  # (k, epoch, pos, examples, order)
 
     def rewind(target: int, last: int) -> None:
         """Put back the params before step index `target` (after `target` steps), and the
@@ -242,9 +314,11 @@ def _deferred_loop(
 
     def settle_rng(last: int) -> None:
         """The rng as if the loop had stopped after step index `last` (staging draws ahead)."""
+        rng.bit_generator.state = rng_state_after(last)
+
+    def rng_state_after(last: int) -> dict:
         later = [i for i in drawn if i > last]
-        if later:
-            rng.bit_generator.state = drawn[min(later)]
+        return drawn[min(later)] if later else rng.bit_generator.state
 
     ahead: deque = deque()  # staged steps not yet queued
     started = time.monotonic()
@@ -256,29 +330,35 @@ def _deferred_loop(
                 break
             deferred.stage([item[3] for item in chunk])
             ahead.extend(chunk)
-        k, epoch, pos, batch, bdims, examples = ahead.popleft()
+        k, epoch, pos, batch, bdims, examples, order = ahead.popleft()
         deferred.queue(batch, bdims, len(window))
         ran[k] = (batch, bdims)
-        window.append((k, epoch, pos, examples))
+        window.append((k, epoch, pos, examples, order))
         epoch_end = pos == per_epoch - 1 and on_epoch_end is not None  # it may read params
         if not (
             len(window) >= deferred.capacity
             or epoch_end
+            or (every is not None and (k + 1) % every == 0)  # so does on_every
             or k == total - 1
             or time.monotonic() - started >= deferred.interval_s
         ):
             continue
         values = deferred.read(len(window))
-        for (j, ep, ps, ex), value in zip(window, values):
+        for (j, ep, ps, ex, order), value in zip(window, values):
             loss = float(value)
             if not math.isfinite(loss):
                 # Step j's loss comes from step j-1's update: keep the params before it.
                 rewind(max(j - 1, 0), j)
                 raise TrainingDiverged(j + 1, loss)
             losses.append(loss)
+            _advance(position, j, per_epoch, order)
             go_on = callback(j + 1, ep + 1, loss, ex) if callback is not None else None
             if ps == per_epoch - 1 and on_epoch_end is not None:
                 on_epoch_end(ep + 1)  # the window ends here: the params are step j's
+            if every is not None and (j + 1) % every == 0:
+                position.rng_state = rng_state_after(j)  # staging may have drawn ahead
+                on_every(position)  # the window ends here too
+                position.rng_state = None
             if go_on is False:
                 if j != window[-1][0]:  # later steps of the window ran: undo them
                     rewind(j + 1, j)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -10,12 +11,68 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import DataError
+from .errors import DataError, DlcError
 from .npzfile import NpzReader
+
+
+class SaveFailed(DlcError):
+    """Nothing could be written: not the file asked for, nor any fallback."""
 
 
 def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
     write_atomic(path, lambda f: np.savez(f, **arrays))
+
+
+def fallback_paths(path) -> list[str]:
+    """Where a file that cannot be written at `path` goes instead: the working folder, then
+    the temp folder, under a name that replaces nothing of anyone's (`W.rescued-PID.npz`)."""
+    stem, ext = os.path.splitext(os.path.basename(os.fspath(path)))
+    name = f"{stem}.rescued-{os.getpid()}{ext}"
+    folders = []
+    for folder in (os.getcwd, tempfile.gettempdir):
+        try:
+            folders.append(folder())
+        except OSError:  # a working folder since removed; no temp folder takes a file (a full disk)
+            pass
+    out: list[str] = []
+    for folder in folders:
+        candidate = os.path.join(folder, name)
+        if candidate not in out and os.path.abspath(candidate) != os.path.abspath(path):
+            out.append(candidate)
+    return out
+
+
+def save_or_rescue(path, arrays: dict[str, np.ndarray], what: str) -> tuple[str, str | None]:
+    """Save `arrays` to `path` (atomically); when that fails (a read-only folder, a full disk,
+    the file-size limit), to the first fallback that takes them. Returns (the path written,
+    why `path` could not be: None when it was). SaveFailed, naming every path tried and
+    `what` was lost, when none could be written."""
+    path = os.fspath(path)
+    tried: list[tuple[str, OSError]] = []
+    for target in [path, *fallback_paths(path)]:
+        try:
+            save_npz(target, arrays)
+        except OSError as e:
+            tried.append((target, e))
+            continue
+        return target, (_reason(tried[0][1]) if tried else None)
+    shown = "; ".join(f"{p} ({_reason(e)})" for p, e in tried)
+    remedies = dict.fromkeys(_REMEDY.get(e.errno, "fix that") for _, e in tried)
+    raise SaveFailed(f"cannot save {what}: every place tried failed: {shown}; {' or '.join(remedies)}")
+
+
+_REMEDY = {
+    errno.ENOSPC: "free space on the disk",
+    errno.EDQUOT: "free space within your disk quota",
+    errno.EFBIG: "raise the file-size limit (ulimit -f)",
+    errno.EACCES: "make the folder writable",
+    errno.EPERM: "make the folder writable",
+    errno.EROFS: "save to a writable file system",
+}
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e)
 
 
 def write_atomic(path, write: Callable[[BinaryIO], object]) -> None:
@@ -95,17 +152,23 @@ def _fsync_folder(folder: str) -> None:
 
 
 def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
-    """Params from an .npz, read defensively; with `shapes`, checked against the model's
+    """Params from an .npz (or a checkpoint), read defensively; with `shapes`, checked against the model's
     params. Every refusal is a DataError that names the file."""
+    from .checkpoint import META, PARAM
+
     path = os.fspath(path)
     with NpzReader(path) as z:
+        # A checkpoint's params are its `param/NAME` arrays (the rest is the run's state).
+        checkpoint = META in z.files and any(k.startswith(PARAM) for k in z.files)
         out = {}
         for k in z.files:
+            if checkpoint and not k.startswith(PARAM):
+                continue
             a = z[k]
             if a.dtype.kind not in "biuf":
                 raise DataError(f"{path}: array '{k}' holds {a.dtype} values, not numbers")
             with np.errstate(over="ignore"):
-                out[k] = np.asarray(a, dtype=np.float32)
+                out[k[len(PARAM) :] if checkpoint else k] = np.asarray(a, dtype=np.float32)
     if shapes is not None:
         missing = [k for k in shapes if k not in out]
         if missing:
