@@ -72,8 +72,8 @@ def _open_model(model: Any) -> Any:
 
 def _described(optimizer: Optimizer) -> str:
     """adam(beta1=0.9, beta2=0.999, eps=1e-08): the settings a training step compiles in."""
-    name, *settings = optimizer.config()
-    return f"{name}({', '.join(f'{k}={v}' for k, v in settings)})"
+    settings = {k: v for k, v in optimizer.to_config().items() if k not in ("name", "lr")}
+    return f"{optimizer.name}({', '.join(f'{k}={v}' for k, v in settings.items())})"
 
 
 class Session:

@@ -124,10 +124,19 @@ def _optimizer(path: str, opt) -> dict | None:
     if opt is None:
         return None
     ok = isinstance(opt, dict) and isinstance(opt.get("name"), str)
-    ok = ok and all(k == "name" or type(v) in (int, float) and math.isfinite(v) for k, v in opt.items())
+    ok = ok and all(k in ("name", "schedule") or _finite(v) for k, v in opt.items())
     if not ok or "lr" not in opt:
         raise DataError(f"{path}: the optimizer in '{META}' is not a name with finite numeric settings")
+    schedule = opt.get("schedule")
+    if schedule is not None:  # a learning-rate schedule: a name and finite numbers
+        ok = isinstance(schedule, dict) and isinstance(schedule.get("name"), str)
+        if not ok or not all(k == "name" or _finite(v) for k, v in schedule.items()):
+            raise DataError(f"{path}: the optimizer's schedule in '{META}' is not a name with finite numbers")
     return dict(opt)
+
+
+def _finite(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
 
 
 def _rng_state(path: str, state) -> dict:

@@ -215,3 +215,21 @@ def test_cli_recipe_flags(tmp_path):
     assert bad.returncode == 2 and "--lr-decay step needs --step-size N" in bad.stderr
     bad = train("--decay-steps", "10")
     assert bad.returncode == 2 and "--decay-steps needs --lr-decay cosine or linear" in bad.stderr
+
+
+def test_a_checkpoint_keeps_the_recipe_and_resumes_bitwise(tmp_path):
+    model, data = _model(tmp_path, MODEL), _data()
+
+    def opt():
+        return dlc.AdamW(0.05, clip_norm=0.5, schedule=schedules.Cosine(warmup=3, decay_steps=20, min_lr=0.001))
+
+    whole = dlc.Session(model, backend="numpy", seed=0)
+    whole.train(data, optimizer=opt(), batch_size=4, steps=20)
+    first = dlc.Session(model, backend="numpy", seed=0)
+    first.train(data, optimizer=opt(), batch_size=4, steps=20, callback=lambda step, *_: step < 7)
+    first.save_checkpoint(tmp_path / "run.ckpt.npz")
+    again = dlc.Session(model, backend="numpy", seed=0)
+    again.restore(tmp_path / "run.ckpt.npz")
+    again.train(data, optimizer=opt(), batch_size=4, steps=20, resume=True)
+    for k, v in whole.params.items():
+        np.testing.assert_array_equal(again.params[k], v)

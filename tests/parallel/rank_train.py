@@ -4,7 +4,9 @@ parallel and writes rank 0's params, or trains in one process when the world is 
     python rank_train.py OUT.npz BACKEND OPTIMIZER STEPS BATCH [FAULT]
 
 FAULT (for the fault tests): "data" (rank 1 trains on other data), "die" (rank 1 exits at
-step 3), "hang" (rank 1 sleeps at step 3; the others time out after 3 s).
+step 3), "hang" (rank 1 sleeps at step 3; the others time out after 3 s); or "resume": every
+rank stops at step 8, rank 0 writes a checkpoint, every rank restores it in a new session and
+the run goes on to its end.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def main(out, backend, optimizer, steps, batch, fault=""):
         feeds["x"] = feeds["x"] + 1.0
 
     def callback(step, epoch, loss, examples):
+        if fault == "resume" and step == 8:
+            return False
         if rank == 1 and step == 3 and fault == "die":
             os._exit(3)
         if rank == 1 and step == 3 and fault == "hang":
@@ -58,6 +62,15 @@ def main(out, backend, optimizer, steps, batch, fault=""):
         print(f"rank {rank}: {e}", file=sys.stderr, flush=True)
         world.abort(1)
         sys.exit(1)
+    if fault == "resume":
+        checkpoint = out + ".ckpt.npz"
+        if rank == 0:
+            sess.save_checkpoint(checkpoint)
+        if world is not None:
+            world.comm.Barrier()
+        sess = dlc.Session(dlc.compile(MLP), backend=backend, seed=3, parallel=world)
+        sess.restore(checkpoint)
+        losses = losses + sess.train(feeds, optimizer=opt, batch_size=int(batch), steps=int(steps), resume=True)
     if rank == 0:
         np.savez(out, losses=np.asarray(losses), **sess.params)
 

@@ -73,6 +73,16 @@ def test_two_gl_ranks_train_as_one_process(tmp_path):
         np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-5, err_msg=k)
 
 
+def test_a_run_stopped_and_resumed_on_two_ranks_ends_as_one_process(tmp_path):
+    _need_mpi()
+    one, one_out = _run(tmp_path, 1, "numpy", "adam", steps=20)
+    many, many_out = _run(tmp_path, 2, "numpy", "adam", steps=20, fault="resume")
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    a, b = np.load(one_out), np.load(many_out)
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 def test_a_rank_with_other_data_is_refused(tmp_path):
     _need_mpi()
     done, out = _run(tmp_path, 2, "numpy", "sgd", fault="data")
