@@ -8,6 +8,7 @@ be a `.dl` file or a compiled artifact folder (`dlc compile` writes one).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import __version__, optimizers, train_recipe
+from . import __version__, optimizers, train_recipe, workers
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
 from .runtime.errors import UsageError
@@ -99,7 +100,7 @@ def open_model(path: str):
     return dlc.compile(text if text.endswith("\n") else text + "\n", name=path)
 
 
-def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = ()):
+def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = (), parallel=None):
     """The Session a command runs on: an artifact's programs on gl (its model.dl with its
     params on numpy), a .dl model on either; `freeze`: globs of params training leaves alone."""
     import dlc
@@ -111,7 +112,7 @@ def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = 
                 f"{model.path} was compiled for the {model.target} target, not "
                 f"{wanted} (recompile it with --target {wanted})"
             )
-    return dlc.Session(model, backend=backend, seed=seed, freeze=freeze)
+    return dlc.Session(model, backend=backend, seed=seed, freeze=freeze, parallel=parallel)
 
 
 def needed_inputs(model, names: Iterable[str], session=None) -> set[str]:
@@ -501,6 +502,17 @@ TARGET_HELP = (
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    launched = workers.launch(args)  # --workers N: this command again, under mpiexec -n N
+    if launched is not None:
+        return launched
+    world = workers.world_for(args)
+    if world is None or world.rank == 0:
+        return _train(args, world)
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # rank 0 alone reports
+        return _train(args, world)
+
+
+def _train(args: argparse.Namespace, world) -> int:
     from .data import load_data
     from .progress import TrainProgress
 
@@ -529,8 +541,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     save_path = args.save or default_weights_path(t.path)
     checkpoints = CheckpointWriter(args, save_path)
 
+    lead = world is None or world.rank == 0  # the rank that validates, checkpoints and saves
     if session is None:
-        session = open_session(t, args.backend, args.seed, args.freeze or ())
+        session = open_session(t, args.backend, args.seed, args.freeze or (), parallel=world)
     if args.init:
         session.load(args.init)
     done = 0
@@ -570,10 +583,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             first_loss.append(value)
         progress.update(step, epoch, value, batch_examples)
         log.rows.append({"step": step, "epoch": epoch, "loss": value})
-        return not stop.stop
+        return not (world.stopping if world else stop.stop)
 
     def on_epoch_end(epoch: int) -> None:
-        if val is None:
+        if val is None or not lead:
             return
         values = evaluate(session, val, val_names, t, args.batch_size)
         row = log.rows[-1] if log.rows else {}
@@ -588,6 +601,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     interrupted = False
     # The signals stay caught while the run is saved: one then lets the save finish.
     with StopFlag(progress.message) as stop:
+        if world is not None:
+            world.stop_requested = lambda: stop.stop
         try:
             try:
                 length = dict(steps=args.steps) if args.steps else dict(epochs=epochs)
@@ -601,14 +616,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                     callback=callback,
                     on_epoch_end=on_epoch_end,
                     resume=bool(args.resume),
-                    checkpoint=(lambda: checkpoints.write(session)) if args.checkpoint_every else None,
-                    checkpoint_every=args.checkpoint_every,
+                    checkpoint=(lambda: checkpoints.write(session)) if args.checkpoint_every and lead else None,
+                    checkpoint_every=args.checkpoint_every if lead else None,
                 )
             except TrainingDiverged as e:  # the session has put back the last finite params
                 diverged = e
             finally:
                 progress.close()
-            interrupted = stop.stop
+            interrupted = world.stopping if world else stop.stop
+            if not lead:
+                return stop.exit_code if interrupted else 1 if diverged else 0
             if diverged is None and (interrupted or checkpoints.wanted):
                 checkpoints.write(session)  # before the weights: it holds them too
             saved, save_error = _save_weights(session, save_path, checkpoints)
@@ -951,6 +968,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default: the optimizer's)")
     train_recipe.add_arguments(c, _positive_float, _positive_int)
+    workers.add_arguments(c, _positive_int)
     c.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="examples per step (default: 32)")
     g = c.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=_positive_int, metavar="N", help="passes over the data (default: 1)")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,11 @@ class World:
     timeout_s: float = DEFAULT_TIMEOUT_S
     device: int | None = None  # the EGL device this rank's GL context uses (None: the default)
     steps: int = field(default=0, init=False)  # all-reduces done (named in errors)
+    # A rank that wants the run to stop (Ctrl-C, SIGTERM) says so in its next all-reduce, so
+    # every rank stops after the same step: `stop_requested` asks this rank, `stopping` is
+    # whether any rank asked.
+    stop_requested: Callable[[], bool] | None = None
+    stopping: bool = field(default=False, init=False)
 
     @property
     def rank(self) -> int:
@@ -223,7 +228,10 @@ class ParallelStep:
         backend = self.session.backend
         n = bdims[dim] if dim is not None else 0
         start, stop = self.world.shard(n) if dim is not None else (0, 0)
-        fused = np.zeros(1 + sum(self.sizes), dtype=np.float32)
+        # [loss, gradients..., stop]: the loss and gradients weighted by the shard's share, and
+        # whether this rank wants to stop (summed: any rank stops all after this step).
+        fused = np.zeros(2 + sum(self.sizes), dtype=np.float32)
+        fused[-1] = 1.0 if self.world.stop_requested and self.world.stop_requested() else 0.0
         if dim is None:  # no batch axis: every rank computes the same whole step
             values, weight = backend.run(self.grads, self.roots, batch, bdims), 1.0 / self.world.size
         elif stop > start:
@@ -239,6 +247,7 @@ class ParallelStep:
                 fused[offset : offset + size] = np.asarray(v, dtype=np.float32).ravel() * weight
                 offset += size
         self.world.allreduce(fused, f"the gradients of step {self.world.steps + 1}")
+        self.world.stopping = self.world.stopping or fused[-1] > 0
         feeds, offset = {LR: np.asarray(self.optimizer.lr, dtype=np.float32)}, 1
         for name, shape, size in zip(self.grad_inputs, self.shapes, self.sizes):
             feeds[name] = fused[offset : offset + size].reshape(shape)

@@ -119,3 +119,23 @@ def test_shards_cover_the_batch_in_order(n, size):
     assert all(a[1] == b[0] for a, b in zip(shards, shards[1:]))
     lengths = [stop - start for start, stop in shards]
     assert max(lengths) - min(lengths) <= 1
+
+
+def test_dlc_train_workers_matches_one_process(tmp_path):
+    _need_mpi()
+    env = {k: v for k, v in os.environ.items() if k not in distributed.SIZE_VARS}
+
+    def train(save, *flags):
+        cmd = [sys.executable, "-m", "dlc", "train", "samples/mlp_digits.dl", "--data", "samples/data/digits_train.npz"]
+        cmd += ["--optimizer", "adam", "--lr", "0.01", "--steps", "12", "--backend", "numpy", "--save", str(save)]
+        return subprocess.run([*cmd, *flags], capture_output=True, text=True, timeout=120, env=env)
+
+    two = train(tmp_path / "two.npz", "--workers", "2")
+    one = train(tmp_path / "one.npz")
+    assert two.returncode == 0 and one.returncode == 0, two.stderr + one.stderr
+    assert two.stdout.count("weights saved") == 1  # rank 0 alone reports and saves
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    bad = train(tmp_path / "x.npz", "--devices", "0,1")
+    assert bad.returncode == 2 and "--devices picks the ranks' devices" in bad.stderr
