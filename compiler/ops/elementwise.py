@@ -11,6 +11,7 @@ import numpy as np
 
 from ..registry import OpDef, Oracle, Param, register
 from ..shapes import broadcast
+from . import trig_glsl
 from .adjoint import chain, shapes, unbroadcast
 
 SELU_ALPHA = 1.6732632423543772
@@ -274,18 +275,20 @@ unary(
 unary(
     "sin",
     lambda x, a: np.sin(x),
-    "sin(a)",
+    "dlc_sin(a)",
     doc="sine",
     grad=chain(lambda e, x, y, n: e("cos", x)),
-    oracle=Oracle(np.sin, lambda t, x: t.sin(x), domain=("wide",), huge_imprecise=True),
+    helpers=trig_glsl.HELPERS,  # exact range reduction (drivers' sin(3e38) is -1)
+    oracle=Oracle(np.sin, lambda t, x: t.sin(x), domain=("wide",)),
 )
 unary(
     "cos",
     lambda x, a: np.cos(x),
-    "cos(a)",
+    "dlc_cos(a)",
     doc="cosine",
     grad=chain(lambda e, x, y, n: e("neg", e("sin", x))),
-    oracle=Oracle(np.cos, lambda t, x: t.cos(x), domain=("wide",), huge_imprecise=True),
+    helpers=trig_glsl.COS,
+    oracle=Oracle(np.cos, lambda t, x: t.cos(x), domain=("wide",)),
 )
 unary(
     "step",

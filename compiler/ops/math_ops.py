@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import Oracle
+from . import trig_glsl
 from .adjoint import chain, shapes, unbroadcast
 from .elementwise import binary, unary
 
@@ -83,10 +84,11 @@ float dlc_expm1(float x) {
 unary(
     "tan",
     lambda x, a: np.tan(x),
-    "((dlc_isnan(a) || a == 0.0) ? a : abs(a) == DLC_INF ? DLC_NAN : tan(a))",
+    "dlc_tan(a)",
     doc="tangent",
     grad=chain(lambda e, x, y, n: e("add", e.const(1.0), e("square", y))),
-    oracle=Oracle(np.tan, lambda t, x: t.tan(x), domain=("unit",), huge_imprecise=True),
+    helpers=trig_glsl.TAN,  # after sin's helpers (elementwise.py registers first)
+    oracle=Oracle(np.tan, lambda t, x: t.tan(x), domain=("unit",)),
 )
 
 unary(
