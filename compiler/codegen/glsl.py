@@ -42,6 +42,14 @@ PREAMBLE = """\
 // NaN undefined (llvmpipe returns the other operand), and a driver compiling with fast-math
 // may fold isnan() away: the exponent and mantissa bits of a NaN survive any float rewrite.
 bool dlc_isnan(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+// Neither inf nor NaN (a reduction's sum that overflowed takes its scaled path).
+bool dlc_isfinite(float x) { return (floatBitsToUint(x) & 0x7F800000u) != 0x7F800000u; }
+// x * 2^-32 (below 2^-94: a signed 0), inf and NaN kept, on the exponent's bits: a sum of
+// x_i * 2^-32 would be rewritten as (sum of x_i) * 2^-32 by optimizers (Mesa's), overflowing.
+float dlc_down32(float x) {
+    uint b = floatBitsToUint(x), e = b & 0x7F800000u;
+    return e == 0x7F800000u ? x : e > 0x10000000u ? uintBitsToFloat(b - 0x10000000u) : uintBitsToFloat(b & 0x80000000u);
+}
 bool dlc_unordered(float a, float b) { return dlc_isnan(a) || dlc_isnan(b); }
 // np.maximum / np.minimum: a NaN operand wins; on a tie (0 against -0) the second operand.
 float dlc_max(float a, float b) { return dlc_isnan(b) ? b : (a > b || dlc_isnan(a)) ? a : b; }
