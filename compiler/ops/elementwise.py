@@ -232,7 +232,7 @@ unary(
 unary(
     "elu",
     lambda x, a: _elu(x, a["alpha"]),
-    "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * (exp(a) - 1.0))",
+    "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * dlc_expm1(a))",  # expm1: exact for tiny x
     doc="x, or alpha * (e^x - 1) below 0",
     attrs=(("alpha", 1.0),),
     # below 0: y = alpha (exp(x) - 1), so dy/dx = alpha exp(x) = y + alpha
@@ -247,7 +247,7 @@ unary(
 unary(
     "selu",
     lambda x, a: SELU_SCALE * _elu(x, SELU_ALPHA),
-    f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * (exp(a) - 1.0)))",
+    f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * dlc_expm1(a)))",
     doc="scale * elu(x, alpha) with the self-normalizing constants",
     # below 0: y = scale alpha (exp(x) - 1), so dy/dx = y + scale alpha
     grad=chain(lambda e, x, y, n: _where_ge0(e, x, e.const(SELU_SCALE), e("add", y, e.const(SELU_SCALE * SELU_ALPHA)))),
