@@ -22,6 +22,10 @@ after 65535 iterations in all, silently; other GPUs' watchdogs reset a long-runn
 group per (outputs, chunk); each writes its partial result to a scratch buffer the runtime
 binds after the slots, and the last group to finish an output (counted with an atomic) combines
 its partials in chunk order (so sums do not depend on scheduling) and runs the epilogue.
+
+A sum overflows only where its terms' exact sum does (`guarded`): where an output's plain sum
+is inf or NaN (rare), its invocations sum again, each term times 2^-32, and the result is that
+times 2^32; a split sum keeps each chunk's scaled partial beside its plain one for the same.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ used; the `GLSLTexture` renderer (renderer.py) makes a load `dlc_load(b<k>, i)` 
 `b<k>` a sampler on texture unit k), a store `dlc_out = v`, and the own element the fragment's.
 A kernel with several outputs renders one pass (one shader) per output.
 
-Reductions, matmuls and window ops are per-output loops. The version line is `#version 330
+Reductions, matmuls and window ops are per-output loops (a sum whose plain result is inf or NaN
+sums again with its terms times 2^-32, as on the compute target). The version line is `#version 330
 core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es` option); the text writes
 no implicit int -> float conversion (GLSL ES refuses them).
 """
