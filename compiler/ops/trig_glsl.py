@@ -36,10 +36,9 @@ void dlc_umul(uint a, uint b, out uint hi, out uint lo) {
     hi = a1 * b1 + (p01 >> 16) + (p10 >> 16) + (mid >> 16);
 }
 
-// Bits at .. at + 31 (0 <= at < 160) of the little-endian words p (p[5] is 0).
-uint dlc_bits32(uint p[6], int at) {
-    int w = at >> 5, sh = at & 31;
-    return (p[w] >> sh) | ((p[w + 1] << (31 - sh)) << 1);  // two shifts: none is by 32
+// Bits sh .. sh + 31 (0 <= sh < 32) of the 64-bit (high, low); two shifts, none by 32.
+uint dlc_bits32(uint high, uint low, int sh) {
+    return (low >> sh) | ((high << (31 - sh)) << 1);
 }
 
 // ax (finite, > pi/4) = (4k + q) pi/2 + r with |r| <= pi/4; returns r (Payne-Hanek, exact).
@@ -56,23 +55,28 @@ float dlc_trig_reduce(float ax, out int q) {
     dlc_umul(m, TWO_OVER_PI[j + 1], h1, l1);
     dlc_umul(m, TWO_OVER_PI[j + 2], h2, l2);
     dlc_umul(m, TWO_OVER_PI[j + 3], h3, l3);
-    uint p[6];  // m times words j .. j+3: (x 2/pi mod 4) 2^t, t the binary point below
-    p[0] = l3;
-    p[1] = h3 + l2;
-    uint c = p[1] < l2 ? 1u : 0u;
+    // m times words j .. j+3, little-endian words p0 .. p4: (x 2/pi mod 4) 2^t, t below.
+    uint p0 = l3, p1 = h3 + l2;
+    uint c = p1 < l2 ? 1u : 0u;
     uint s = h2 + l1;
     uint c2 = s < l1 ? 1u : 0u;
-    p[2] = s + c;
-    c = c2 + (p[2] < s ? 1u : 0u);
+    uint p2 = s + c;
+    c = c2 + (p2 < s ? 1u : 0u);
     s = h1 + l0;
     c2 = s < l0 ? 1u : 0u;
-    p[3] = s + c;
-    c = c2 + (p[3] < s ? 1u : 0u);
-    p[4] = h0 + c;
-    p[5] = 0u;
+    uint p3 = s + c;
+    c = c2 + (p3 < s ? 1u : 0u);
+    uint p4 = h0 + c;
+    // The quadrant and the fraction are the bits from t - 64 up, in words w-2 .. w+1 of p (t in
+    // 95 .. 152, w 2 to 4): selected, not indexed, so that no array goes to local memory.
     int t = 32 * (j + 4) - e;
-    q = int(dlc_bits32(p, t) & 3u);
-    uint hi = dlc_bits32(p, t - 32), lo = dlc_bits32(p, t - 64);  // the fraction, 64 bits
+    int w = t >> 5, sh = t & 31;
+    uint a0 = w == 2 ? p0 : w == 3 ? p1 : p2;
+    uint a1 = w == 2 ? p1 : w == 3 ? p2 : p3;
+    uint a2 = w == 2 ? p2 : w == 3 ? p3 : p4;
+    uint a3 = w == 2 ? p3 : w == 3 ? p4 : 0u;
+    q = int(dlc_bits32(a3, a2, sh) & 3u);
+    uint hi = dlc_bits32(a2, a1, sh), lo = dlc_bits32(a1, a0, sh);  // the fraction, 64 bits
     float sgn = 1.0;
     if (hi >= 0x80000000u) {  // fraction >= 1/2: r = (fraction - 1) pi/2, a quadrant up
         hi = ~hi;
