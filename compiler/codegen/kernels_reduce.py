@@ -111,6 +111,7 @@ def render(ctx: Context) -> KernelSource:
     split = (per_group or columns) and (known is None or known > chunk)
     ctx.names.taken.update(
         {
+            "overflowed",
             "o",
             "r",
             "lid",
@@ -213,6 +214,8 @@ def render(ctx: Context) -> KernelSource:
         """Combine the group's accumulators in shared memory; the expression of the result."""
         if columns:
             em.line("part[ry][cx] = acc;")
+            if op == "sum":  # any output's sum inf or NaN: `guarded`'s one decision for the group
+                em.line("if (gl_LocalInvocationIndex == 0u) overflowed = false;")
             em.line("memoryBarrierShared();")
             em.line("barrier();")
             em.open(f"for (int s = {rows // 2}; s > 0; s >>= 1)")
@@ -220,6 +223,7 @@ def render(ctx: Context) -> KernelSource:
             em.line("float a = part[ry][cx], b = part[ry + s][cx];")
             if op == "sum":
                 em.line("part[ry][cx] = a + b;")
+                em.line("if (s == 1 && !dlc_isfinite(a + b)) overflowed = true;")
             else:
                 em.line(f"part[ry][cx] = (b {BETTER[op]} a || isnan(b)) ? b : a;")
             em.close()
@@ -259,11 +263,9 @@ def render(ctx: Context) -> KernelSource:
         scaled * 2^32 (inf again only where the terms' sum is, or a term is inf or NaN)."""
         plain, scaled = em.names.claim("total"), em.names.claim("scaled")
         em.line(f"float {plain} = {run_pass(False)}, {scaled} = {plain} * {DOWN};")
-        redo = f"!dlc_isfinite({plain})"  # thread: its own; group: part[0], the same for all
-        if columns:  # one decision for the group (it meets at barriers): any of its outputs
-            redo, c = em.names.claim("redo"), em.names.claim("c")
-            em.line(f"bool {redo} = false;")
-            em.line(f"for (int {c} = 0; {c} < {COLS}; ++{c}) {redo} = {redo} || !dlc_isfinite(part[0][{c}]);")
+        # thread: its own; group: part[0], the same for all; columns: one decision for the group
+        # (it meets at barriers), any of its outputs (tree() sets `overflowed`)
+        redo = "overflowed" if columns else f"!dlc_isfinite({plain})"
         em.line("// rare: a partial sum overflowed, or a term is inf or NaN")
         em.open(f"if ({redo})")
         if per_group or columns:
@@ -281,6 +283,7 @@ def render(ctx: Context) -> KernelSource:
     done = "if (ry != 0 || !live) return;" if columns else "if (lid != 0) return;"
     if columns:
         extra = [f"shared float part[{rows}][{COLS + 1}];  // [row group][output], padded"]
+        extra += ["shared bool overflowed;  // a sum of the group's outputs is inf or NaN"] if op == "sum" else []
     if per_group:
         extra = [f"shared float part[{LOCAL}];"] + ([f"shared int part_arg[{LOCAL}];"] if arg else [])
     if op == "sum":
