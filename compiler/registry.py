@@ -93,15 +93,13 @@ class Oracle:
     too (the special-value sweeps feed it); torch: `f(torch, *tensors, **kwargs)`, PyTorch's
     equivalent (forward and autograd); domain: the domain of each tensor input (DOMAINS);
     attrs: the primitive's attr sets to sweep; calls: the language keyword sets to sweep
-    (default: attrs); huge_imprecise: GLSL has no exact range reduction for it (sin of 1e30),
-    so the GL special-value sweep leaves |x| >= 1e6 out."""
+    (default: attrs)."""
 
     numpy: Callable | None = None
     torch: Callable | None = None
     domain: tuple[str, ...] = ()
     attrs: tuple[Mapping[str, Any], ...] = ({},)
     calls: tuple[Mapping[str, Any], ...] | None = None
-    huge_imprecise: bool = False
 
     def domains(self, arity: int) -> list[str]:
         """The domain of each of `arity` inputs ("normal" where the oracle names none)."""

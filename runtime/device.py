@@ -68,6 +68,7 @@ class Device:
         self.live_buffers = 0
         self.live_bytes = 0
         self.pool: Any = None  # runtime/buffer_pool.py: freed eager buffers kept for reuse
+        self.subnormals: Any = None  # runtime/subnormals.py: kept or flushed, probed on first use
         self._previous: list[Device | None] = []  # `with` blocks: the device to go back to
 
     def __repr__(self) -> str:

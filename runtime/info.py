@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dlc.runtime import subnormals
 from dlc.runtime.errors import RuntimeFailure
 
 # Extensions worth knowing about when reading a performance report.
@@ -38,6 +39,7 @@ def describe() -> str:
         f"GLSL: {ctx.glsl_version}",
         f"platform: {where}",
         f"max texture size: {limits['max_texture_size']}",
+        f"subnormal floats: {subnormals.of().describe()}",
     ]
     if not ctx.has_compute:
         lines += [

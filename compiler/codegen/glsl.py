@@ -43,6 +43,14 @@ PREAMBLE = """\
 // NaN undefined (llvmpipe returns the other operand), and a driver compiling with fast-math
 // may fold isnan() away: the exponent and mantissa bits of a NaN survive any float rewrite.
 bool dlc_isnan(float x) { return (floatBitsToUint(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+// Neither inf nor NaN (a reduction's sum that overflowed takes its scaled path).
+bool dlc_isfinite(float x) { return (floatBitsToUint(x) & 0x7F800000u) != 0x7F800000u; }
+// x * 2^-32 (below 2^-94: a signed 0), inf and NaN kept, on the exponent's bits: a sum of
+// x_i * 2^-32 would be rewritten as (sum of x_i) * 2^-32 by optimizers (Mesa's), overflowing.
+float dlc_down32(float x) {
+    uint b = floatBitsToUint(x), e = b & 0x7F800000u;
+    return e == 0x7F800000u ? x : e > 0x10000000u ? uintBitsToFloat(b - 0x10000000u) : uintBitsToFloat(b & 0x80000000u);
+}
 bool dlc_unordered(float a, float b) { return dlc_isnan(a) || dlc_isnan(b); }
 // np.maximum / np.minimum: a NaN operand wins; on a tie (0 against -0) the second operand.
 float dlc_max(float a, float b) { return dlc_isnan(b) ? b : (a > b || dlc_isnan(a)) ? a : b; }
@@ -51,8 +59,16 @@ float dlc_min(float a, float b) { return dlc_isnan(b) ? b : (a < b || dlc_isnan(
 float dlc_relu6(float x) { return dlc_isnan(x) ? x : x < 0.0 ? 0.0 : x > 6.0 ? 6.0 : x; }
 float dlc_exp(float x) { return dlc_isnan(x) ? x : exp(x); }  // llvmpipe: exp(NaN) may be 1
 
+// log2 |x|, a subnormal x's from its bits (log2 of its mantissa - 149): exact where a GPU
+// flushes subnormal operands to 0 (and where llvmpipe's log2 misreads them).
+float dlc_log2_abs(float x) {
+    uint b = floatBitsToUint(x) & 0x7FFFFFFFu;
+    return b - 1u < 0x7FFFFFu ? log2(float(b)) - 149.0 : log2(abs(x));
+}
+
 // x^y as NumPy's float32 power (C99 powf): x^0 = 1 and 1^y = 1 even for NaN; signed zeros and
 // infinities by the parity of an integer exponent; a negative base with a fractional one: NaN.
+// x's zero and sign tests read its bits: a GPU flushing subnormals would call 1e-40 zero.
 float dlc_pow(float x, float y) {
     if (y == 0.0 || x == 1.0) return 1.0;
     if (dlc_unordered(x, y)) return DLC_NAN;
@@ -65,7 +81,7 @@ float dlc_pow(float x, float y) {
         if (x == -1.0) return 1.0;
         return (y > 0.0) == (abs(x) > 1.0) ? DLC_INF : 0.0;
     }
-    if (x == 0.0) {  // +0 or -0: the sign survives odd exponents
+    if ((floatBitsToUint(x) & 0x7FFFFFFFu) == 0u) {  // +0 or -0: the sign survives odd exponents
         if (y > 0.0) return odd ? x : 0.0;
         return odd ? uintBitsToFloat(sign_x | 0x7F800000u) : DLC_INF;
     }
@@ -74,8 +90,8 @@ float dlc_pow(float x, float y) {
         if (y > 0.0) return odd ? -DLC_INF : DLC_INF;
         return odd ? uintBitsToFloat(0x80000000u) : 0.0;
     }
-    float r = exp2(y * log2(abs(x)));
-    if (x > 0.0) return r;
+    float r = exp2(y * dlc_log2_abs(x));
+    if (sign_x == 0u) return r;
     if (floor(y) != y) return DLC_NAN;
     return odd ? -r : r;
 }

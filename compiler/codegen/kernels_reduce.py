@@ -22,9 +22,15 @@ after 65535 iterations in all, silently; other GPUs' watchdogs reset a long-runn
 group per (outputs, chunk); each writes its partial result to a scratch buffer the runtime
 binds after the slots, and the last group to finish an output (counted with an atomic) combines
 its partials in chunk order (so sums do not depend on scheduling) and runs the epilogue.
+
+A sum overflows only where its terms' exact sum does (`guarded`): where an output's plain sum
+is inf or NaN (rare), its invocations sum again, each term times 2^-32, and the result is that
+times 2^32; a split sum keeps each chunk's scaled partial beside its plain one for the same.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from ..plan import size_of
 from .glsl import (
@@ -45,6 +51,7 @@ SHORT = 64  # a reduction of at most this many elements runs in one invocation
 THREAD_MAX = 4096  # nor one of more than this many (past it: a work group per output)
 COLS = 16  # outputs per work group of the column template (and invocations per output)
 CHUNK_ITERS = 1024  # loop iterations of one invocation over one chunk of a split reduction
+DOWN, UP = "2.3283064365386963e-10", "4294967296.0"  # 2^-32 and 2^32: a sum's scaled path
 
 
 def geometry(ctx: Context) -> tuple[tuple[int, ...], bool]:
@@ -104,6 +111,7 @@ def render(ctx: Context) -> KernelSource:
     split = (per_group or columns) and (known is None or known > chunk)
     ctx.names.taken.update(
         {
+            "overflowed",
             "o",
             "r",
             "lid",
@@ -192,16 +200,22 @@ def render(ctx: Context) -> KernelSource:
         else:
             em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
 
-    em.open(loop)
-    if split:
-        em.line("int r = rbase + i;")
-    combine(em.value(x, x_index()), "r")
-    em.close()
+    def scan(scaled: bool = False) -> None:
+        """The loop over this invocation's reduced elements into acc (scaled: a sum's terms
+        times 2^-32)."""
+        em.open(loop)
+        if split:
+            em.line("int r = rbase + i;")
+        v = em.value(x, x_index())
+        combine(f"dlc_down32({v})" if scaled else v, "r")
+        em.close()
 
     def tree() -> str:
         """Combine the group's accumulators in shared memory; the expression of the result."""
         if columns:
             em.line("part[ry][cx] = acc;")
+            if op == "sum":  # any output's sum inf or NaN: `guarded`'s one decision for the group
+                em.line("if (gl_LocalInvocationIndex == 0u) overflowed = false;")
             em.line("memoryBarrierShared();")
             em.line("barrier();")
             em.open(f"for (int s = {rows // 2}; s > 0; s >>= 1)")
@@ -209,6 +223,7 @@ def render(ctx: Context) -> KernelSource:
             em.line("float a = part[ry][cx], b = part[ry + s][cx];")
             if op == "sum":
                 em.line("part[ry][cx] = a + b;")
+                em.line("if (s == 1 && !dlc_isfinite(a + b)) overflowed = true;")
             else:
                 em.line(f"part[ry][cx] = (b {BETTER[op]} a || isnan(b)) ? b : a;")
             em.close()
@@ -240,15 +255,43 @@ def render(ctx: Context) -> KernelSource:
         em.close()
         return "float(part_arg[0])" if arg else "part[0]"
 
-    result = "float(best)" if arg else "acc"
+    def guarded(run_pass: Callable[[bool], str]) -> tuple[str, str]:
+        """A sum that overflows only where its terms' exact sum does: `run_pass(scaled)` emits
+        the reduction (scaled: of the terms times 2^-32) and gives its result. It runs plain;
+        where that is inf or NaN (a partial sum overflowed, or a term is inf or NaN), again
+        scaled. Returns the variables (plain, scaled): the sum is plain where finite, else
+        scaled * 2^32 (inf again only where the terms' sum is, or a term is inf or NaN)."""
+        plain, scaled = em.names.claim("total"), em.names.claim("scaled")
+        em.line(f"float {plain} = {run_pass(False)}, {scaled} = {plain} * {DOWN};")
+        # thread: its own; group: part[0], the same for all; columns: one decision for the group
+        # (it meets at barriers), any of its outputs (tree() sets `overflowed`)
+        redo = "overflowed" if columns else f"!dlc_isfinite({plain})"
+        em.line("// rare: a partial sum overflowed, or a term is inf or NaN")
+        em.open(f"if ({redo})")
+        if per_group or columns:
+            em.line("barrier();  // every invocation has read the plain result")
+        em.line("acc = 0.0;")
+        em.line(f"if (!dlc_isfinite({plain})) {scaled} = {run_pass(True)};")
+        em.close()
+        return plain, scaled
+
+    def first_pass(scaled: bool) -> str:
+        scan(scaled)
+        return tree() if per_group or columns else "acc"
+
     extra: list[str] = []
     done = "if (ry != 0 || !live) return;" if columns else "if (lid != 0) return;"
     if columns:
         extra = [f"shared float part[{rows}][{COLS + 1}];  // [row group][output], padded"]
+        extra += ["shared bool overflowed;  // a sum of the group's outputs is inf or NaN"] if op == "sum" else []
     if per_group:
         extra = [f"shared float part[{LOCAL}];"] + ([f"shared int part_arg[{LOCAL}];"] if arg else [])
-    if per_group or columns:
-        result = tree()
+    if op == "sum":
+        plain, scaled = guarded(first_pass)
+        result = f"(dlc_isfinite({plain}) ? {plain} : {scaled} * {UP})"
+    else:
+        scan()
+        result = tree() if per_group or columns else "float(best)" if arg else "acc"
     if split:
         scratch = len(ctx.binding)
         ctx.scratch_buffers = 1
@@ -265,9 +308,11 @@ def render(ctx: Context) -> KernelSource:
         # This chunk's partial, then count the chunks done; the last group combines them.
         parts = f"({n_out} + o * nchunk)"
         em.open("if (ry == 0 && live)" if columns else "if (lid == 0)")
-        em.line(f"sc.w[{parts} + chunk] = floatBitsToUint({'part[0]' if arg else result});")
+        em.line(f"sc.w[{parts} + chunk] = floatBitsToUint({'part[0]' if arg else plain if op == 'sum' else result});")
         if arg:
             em.line(f"sc.w[{parts} + {n_out} * nchunk + chunk] = uint(part_arg[0]);")
+        if op == "sum":  # its scaled partial beside it
+            em.line(f"sc.w[{parts} + {n_out} * nchunk + chunk] = floatBitsToUint({scaled});")
         em.close()
         em.line("memoryBarrierBuffer();")
         em.line("barrier();")
@@ -282,12 +327,21 @@ def render(ctx: Context) -> KernelSource:
         em.line(f"acc = {INIT[op]};")
         if arg:
             em.line("best = 0;")
-        em.open(f"for (int q = {first}; {'live && ' if columns else ''}q < nchunk; q += {step})")
-        v = em.names.claim("partial")
-        em.line(f"float {v} = uintBitsToFloat(sc.w[{parts} + q]);")
-        combine(v, f"int(sc.w[{parts} + {n_out} * nchunk + q])")
-        em.close()
-        result = tree()
+
+        def partials(scaled: bool) -> str:
+            """Combine the chunks' partials (a sum's scaled ones: the second word of each)."""
+            em.open(f"for (int q = {first}; {'live && ' if columns else ''}q < nchunk; q += {step})")
+            v = em.names.claim("partial")
+            em.line(f"float {v} = uintBitsToFloat(sc.w[{parts} + {f'{n_out} * nchunk + ' if scaled else ''}q]);")
+            combine(v, f"int(sc.w[{parts} + {n_out} * nchunk + q])")
+            em.close()
+            return tree()
+
+        if op == "sum":
+            plain, scaled = guarded(partials)
+            result = f"(dlc_isfinite({plain}) ? {plain} : {scaled} * {UP})"
+        else:
+            result = partials(False)
         em.line(f"if (gl_LocalInvocationIndex == 0u) sc.w[{counter}] = 0u;  // ready for the next launch")
     if per_group or columns:
         em.line(done)
@@ -311,5 +365,5 @@ def render(ctx: Context) -> KernelSource:
         # Groups: one per (per_group outputs, chunk); scratch: a uint per output, then
         # `scratch` uints per (output, chunk).
         grid["split"] = [list(size_of(red_shape)), chunk]
-        grid["scratch"] = 2 if arg else 1
+        grid["scratch"] = 2 if arg or op == "sum" else 1  # arg: the index; sum: the scaled partial
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)

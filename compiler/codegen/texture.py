@@ -9,7 +9,8 @@ used; the `GLSLTexture` renderer (renderer.py) makes a load `dlc_load(b<k>, i)` 
 `b<k>` a sampler on texture unit k), a store `dlc_out = v`, and the own element the fragment's.
 A kernel with several outputs renders one pass (one shader) per output.
 
-Reductions, matmuls and window ops are per-output loops. The version line is `#version 330
+Reductions, matmuls and window ops are per-output loops (a sum whose plain result is inf or NaN
+sums again with its terms times 2^-32, as on the compute target). The version line is `#version 330
 core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es` option); the text writes
 no implicit int -> float conversion (GLSL ES refuses them).
 """
@@ -25,7 +26,7 @@ from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 from ..plan import Plan, size_of
 from . import dim_index, kernels_elementwise, texture_matmul
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
-from .kernels_reduce import BETTER, INIT, geometry
+from .kernels_reduce import BETTER, INIT, UP, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
 from .options import codegen_options
 from .renderer import GLSLESTexture, GLSLTexture, Renderer
@@ -45,6 +46,7 @@ class TextureTargetError(Exception):
 
 SPLIT = 1024  # a sum/max/min over more (or a symbolic number of) elements runs in two passes
 PARTS = 64  # partial results per output in the first of them
+RESCAN = 65535 - 2 * PARTS  # a split sum that overflowed sums its parts again up to this size
 
 
 @dataclass(frozen=True)
@@ -181,12 +183,36 @@ def _combine_body(ctx: Context, em: Emitter, unit: int) -> str:
     em.line(f"float v = {ctx.load(f'b{unit}', f'o * {PARTS} + q')};")
     em.line("acc += v;" if op == "sum" else f"acc = (v {BETTER[op]} acc || isnan(v)) ? v : acc;")
     em.close()
+    if op == "sum":
+        # Overflowed, or a term is inf or NaN (rare): the partials times 2^-32, and a part whose
+        # partial is inf or NaN (its sum may have overflowed where the whole does not) summed
+        # again from its terms times 2^-32: within RESCAN elements an output, as llvmpipe ends
+        # a fragment's loops after 65535 iterations in all.
+        n_red = ctx.numel(_reduced_shape(ctx))
+        em.open("if (!dlc_isfinite(acc))")
+        em.line("float down = 0.0;")
+        em.open(f"for (int q = 0; q < {PARTS}; ++q)")
+        em.line(f"float v = {ctx.load(f'b{unit}', f'o * {PARTS} + q')};")
+        em.open(f"if (dlc_isfinite(v) || {n_red} > {RESCAN})")
+        em.line("down += dlc_down32(v);")
+        em.line("continue;")
+        em.close()
+        _reduce_loop(ctx, em, "down", "q", str(PARTS), scaled=True)
+        em.close()
+        em.line(f"acc = down * {UP};")
+        em.close()
     return f"{op}: combine {PARTS} partials per output"
 
 
-def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
-    """One fragment per output, looping over the reduced elements (acc_result = the result);
-    a split reduction's first pass loops from `start` by `step`."""
+def _reduced_shape(ctx: Context) -> tuple:
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xshape = ctx.graph.nodes[node.inputs[0]].shape
+    return tuple(xshape[a] for a in geometry(ctx)[0])
+
+
+def _reduce_loop(ctx: Context, em: Emitter, acc: str, start: str, step: str, scaled: bool = False) -> None:
+    """The loop of output o over its reduced elements from `start` by `step` into `acc` (and
+    `best`); scaled: a sum of the terms times 2^-32."""
     g = ctx.graph
     node = g.nodes[ctx.kernel.anchor]
     op, x = node.op, node.inputs[0]
@@ -194,13 +220,12 @@ def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -
     axes, keepdims = geometry(ctx)
     red_shape = tuple(xshape[a] for a in axes)
     kept = [a for a in range(len(xshape)) if a not in axes]
-    n_red = ctx.numel(red_shape)
-    arg = op in ("argmax", "argmin")
     oc = em.coords(Ix(flat="o"), node.shape)
-    em.line(f"float acc = {INIT[op]};")
-    em.line("int best = 0;")
-    em.open(f"for (int r = {start}; r < {n_red}; " + ("++r)" if step == "1" else f"r += {step})"))
-    rc = em.coords(Ix(flat="r"), red_shape)
+    r = em.names.claim("r")
+    em.open(
+        f"for (int {r} = {start}; {r} < {ctx.numel(red_shape)}; " + (f"++{r})" if step == "1" else f"{r} += {step})")
+    )
+    rc = em.coords(Ix(flat=r), red_shape)
     coords = [""] * len(xshape)
     for j, a in enumerate(kept):
         coords[a] = oc[a] if keepdims else oc[j]
@@ -208,13 +233,33 @@ def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -
         coords[a] = rc[j]
     v = em.value(x, Ix(multi=tuple(coords)))
     if op == "sum":
-        em.line(f"acc += {v};")
-    elif arg:
-        em.line(f"if ({v} {BETTER[op]} acc || (isnan({v}) && !isnan(acc))) {{ acc = {v}; best = r; }}")
+        em.line(f"{acc} += {f'dlc_down32({v})' if scaled else v};")
+    elif op in ("argmax", "argmin"):
+        em.line(f"if ({v} {BETTER[op]} {acc} || (isnan({v}) && !isnan({acc}))) {{ {acc} = {v}; best = {r}; }}")
     else:
-        em.line(f"acc = ({v} {BETTER[op]} acc || isnan({v})) ? {v} : acc;")
+        em.line(f"{acc} = ({v} {BETTER[op]} {acc} || isnan({v})) ? {v} : {acc};")
     em.close()
-    em.line(f"float acc_result = {'float(best)' if arg else 'acc'};")
+
+
+def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
+    """One fragment per output, looping over the reduced elements (acc_result = the result);
+    a split reduction's first pass loops from `start` by `step`."""
+    g = ctx.graph
+    node = g.nodes[ctx.kernel.anchor]
+    op = node.op
+    xshape = g.nodes[node.inputs[0]].shape
+    axes, _ = geometry(ctx)
+    em.line(f"float acc = {INIT[op]};")
+    em.line("int best = 0;")
+    _reduce_loop(ctx, em, "acc", start, step)
+    if op == "sum" and start == "0":  # a split's partials are checked where they are combined
+        # Overflowed, or a term is inf or NaN (rare): again with the terms times 2^-32.
+        em.open("if (!dlc_isfinite(acc))")
+        em.line("float down = 0.0;")
+        _reduce_loop(ctx, em, "down", start, step, scaled=True)
+        em.line(f"acc = down * {UP};")
+        em.close()
+    em.line(f"float acc_result = {'float(best)' if op in ('argmax', 'argmin') else 'acc'};")
     return f"{op} over axes {list(axes)} of {list(xshape)}, one fragment per output"
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..registry import OpDef, Oracle, Param, register
 from ..shapes import broadcast
+from . import trig_glsl
 from .adjoint import chain, shapes, unbroadcast
 
 SELU_ALPHA = 1.6732632423543772
@@ -145,9 +146,18 @@ unary(
 unary(
     "log",
     lambda x, a: np.log(x),
-    "log(a)",
+    "dlc_log(a)",
     doc="natural logarithm",
     grad=lambda e, n, y, g: (e("div", g, n.inputs[0]),),
+    helpers="""
+// log x, and of a subnormal x (llvmpipe's log reads it as 2^-127, a flushing GPU as 0) from its
+// bits: log(mantissa) - 149 log 2, the same on every device.
+float dlc_log(float x) {
+    uint b = floatBitsToUint(x);
+    if ((b & 0x7F800000u) != 0u || (b & 0x7FFFFFu) == 0u) return log(x);
+    return b >= 0x80000000u ? DLC_NAN : log(float(b)) - 103.27892990343184;
+}
+""",
     oracle=Oracle(np.log, lambda t, x: t.log(x), domain=("positive",)),
 )
 unary(
@@ -222,7 +232,7 @@ unary(
 unary(
     "elu",
     lambda x, a: _elu(x, a["alpha"]),
-    "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * (exp(a) - 1.0))",
+    "((a >= 0.0 || dlc_isnan(a)) ? a : {alpha} * dlc_expm1(a))",  # expm1: exact for tiny x
     doc="x, or alpha * (e^x - 1) below 0",
     attrs=(("alpha", 1.0),),
     # below 0: y = alpha (exp(x) - 1), so dy/dx = alpha exp(x) = y + alpha
@@ -237,7 +247,7 @@ unary(
 unary(
     "selu",
     lambda x, a: SELU_SCALE * _elu(x, SELU_ALPHA),
-    f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * (exp(a) - 1.0)))",
+    f"({SELU_SCALE!r} * ((a >= 0.0 || dlc_isnan(a)) ? a : {SELU_ALPHA!r} * dlc_expm1(a)))",
     doc="scale * elu(x, alpha) with the self-normalizing constants",
     # below 0: y = scale alpha (exp(x) - 1), so dy/dx = y + scale alpha
     grad=chain(lambda e, x, y, n: _where_ge0(e, x, e.const(SELU_SCALE), e("add", y, e.const(SELU_SCALE * SELU_ALPHA)))),
@@ -274,18 +284,20 @@ unary(
 unary(
     "sin",
     lambda x, a: np.sin(x),
-    "sin(a)",
+    "dlc_sin(a)",
     doc="sine",
     grad=chain(lambda e, x, y, n: e("cos", x)),
-    oracle=Oracle(np.sin, lambda t, x: t.sin(x), domain=("wide",), huge_imprecise=True),
+    helpers=trig_glsl.HELPERS,  # exact range reduction (drivers' sin(3e38) is -1)
+    oracle=Oracle(np.sin, lambda t, x: t.sin(x), domain=("wide",)),
 )
 unary(
     "cos",
     lambda x, a: np.cos(x),
-    "cos(a)",
+    "dlc_cos(a)",
     doc="cosine",
     grad=chain(lambda e, x, y, n: e("neg", e("sin", x))),
-    oracle=Oracle(np.cos, lambda t, x: t.cos(x), domain=("wide",), huge_imprecise=True),
+    helpers=trig_glsl.COS,
+    oracle=Oracle(np.cos, lambda t, x: t.cos(x), domain=("wide",)),
 )
 unary(
     "step",

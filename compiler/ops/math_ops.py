@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import Oracle
+from . import trig_glsl
 from .adjoint import chain, shapes, unbroadcast
 from .elementwise import binary, unary
 
@@ -83,10 +84,11 @@ float dlc_expm1(float x) {
 unary(
     "tan",
     lambda x, a: np.tan(x),
-    "((dlc_isnan(a) || a == 0.0) ? a : abs(a) == DLC_INF ? DLC_NAN : tan(a))",
+    "dlc_tan(a)",
     doc="tangent",
     grad=chain(lambda e, x, y, n: e("add", e.const(1.0), e("square", y))),
-    oracle=Oracle(np.tan, lambda t, x: t.tan(x), domain=("unit",), huge_imprecise=True),
+    helpers=trig_glsl.TAN,  # after sin's helpers (elementwise.py registers first)
+    oracle=Oracle(np.tan, lambda t, x: t.tan(x), domain=("unit",)),
 )
 
 unary(
@@ -223,15 +225,29 @@ binary(
     doc="a - b floor(a / b): NumPy's mod and PyTorch's remainder (the sign of b)",
     grad=_mod_grad,
     helpers="""
-// C's fmod(x, y) for finite x and nonzero finite y, exactly: long division, subtracting y
+// fmod(r, ay) for finite r >= 0 and normal ay > 0, exactly: long division, subtracting ay
 // scaled by a power of two (an exact subtraction) once per bit of the quotient.
-float dlc_fmod(float x, float y) {
-    float r = abs(x), ay = abs(y);
+float dlc_fmod_abs(float r, float ay) {
     for (int k = 0; k < 300 && r >= ay; ++k) {
         uint shift = (floatBitsToUint(r) >> 23) - (floatBitsToUint(ay) >> 23);
         float t = uintBitsToFloat(floatBitsToUint(ay) + (shift << 23));  // ay * 2^shift
         if (t > r) t = uintBitsToFloat(floatBitsToUint(t) - 0x00800000u);  // halved
         r -= t;
+    }
+    return r;
+}
+
+// C's fmod(x, y) for finite x and nonzero finite y, exactly. A subnormal y (where the GPU
+// keeps them; its exponent bits do not scale it): x mod (y 2^64), normal, then that times
+// 2^64 mod y 2^64, times 2^-64.
+float dlc_fmod(float x, float y) {
+    float r = abs(x), ay = abs(y);
+    uint yb = floatBitsToUint(ay);
+    if (yb < 0x00800000u) {
+        float big = float(yb) * 2.5849394142282115e-26;  // y 2^64 = yb 2^-85
+        r = dlc_fmod_abs(dlc_fmod_abs(r, big) * 1.8446744073709552e+19, big) * 5.421010862427522e-20;
+    } else {
+        r = dlc_fmod_abs(r, ay);
     }
     return x < 0.0 ? -r : r;
 }

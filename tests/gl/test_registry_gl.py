@@ -292,11 +292,6 @@ def test_dim_size_follows_the_binding(backend):
 def special_inputs(op: str, arity: int, n: int) -> list[np.ndarray]:
     """Every special value against every other: operand k varies along axis k."""
     s = SPECIALS[:n]
-    oracle = registry.get(op).oracle
-    if oracle is not None and oracle.huge_imprecise:
-        # GLSL leaves sin of huge arguments imprecise (no exact range reduction): NaN and
-        # the infinities still go in.
-        s = s[(np.abs(s) < 1e6) | ~np.isfinite(s)]
     shapes = [[1] * arity for _ in range(arity)]
     for k in range(arity):
         shapes[k][k] = len(s)
@@ -320,6 +315,61 @@ def test_elementwise_special_values_match_numpy(backend, op, n):
     with np.errstate(all="ignore"):
         want = evaluate(g, [y], feeds, {})[y]
     same_specials(got, want, op)
+
+
+SUBNORMALS = np.array([1e-40, -1e-40, 1e-38, -1e-38, 1.4e-45, 5e-39], np.float32)
+
+
+def _flushed(x: np.ndarray) -> np.ndarray:
+    """x with each subnormal value made a zero of its sign."""
+    x = np.array(x, np.float32)
+    sub = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+    x[sub] = np.copysign(0.0, x[sub])
+    return x
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Elementwise: both NaN, equal (infinities too), or close."""
+    with np.errstate(all="ignore"):
+        close = np.isclose(got, want, rtol=1e-4, atol=1e-6) & ~np.isinf(got) & ~np.isinf(want)
+    return (np.isnan(got) & np.isnan(want)) | (got == want) | close
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_elementwise_subnormals_follow_the_device(backend, op):
+    """Subnormal operands against every special value and each other: NumPy's answer where
+    the shader stage keeps subnormals (runtime/subnormals.py's probe); where it flushes them,
+    NumPy's with subnormal operands and results read as zeros of their sign, or kept (README
+    "Limits"; log and pow read subnormal operands exactly everywhere: test_numerics_gl.py)."""
+    from dlc.runtime import subnormals
+
+    found = subnormals.of()
+    kept = found.compute if backend.target == "compute" else found.fragment
+    arity = registry.get(op).arity
+    attrs = _domains_attrs(registry.get(op))[1]
+    wide = np.concatenate([SUBNORMALS, SPECIALS])
+    for k in range(arity):  # operand k takes every value, the others the subnormals
+        xs = []
+        for j in range(arity):
+            shape = [1] * arity
+            v = wide if j == k else SUBNORMALS
+            shape[j] = len(v)
+            xs.append(v.reshape(shape))
+        b = GraphBuilder()
+        y = b.add(op, [b.input(f"x{j}", x.shape) for j, x in enumerate(xs)], **attrs)
+        g = b.build()
+        feeds = {f"x{j}": x for j, x in enumerate(xs)}
+        (got,) = backend.run(g, [y], feeds, {})
+        with np.errstate(all="ignore"):
+            want = evaluate(g, [y], feeds, {})[y]
+            flushed_in = evaluate(g, [y], {n: _flushed(x) for n, x in feeds.items()}, {})[y]
+        what = f"{op} with operand {k} over {wide.tolist()}"
+        if kept:
+            same_specials(got, want, what)
+            continue
+        ok = _same(_flushed(got), _flushed(want)) | _same(_flushed(got), _flushed(flushed_in))
+        bad = np.argwhere(~ok)
+        assert not bad.size, f"{what}: at {bad[0].tolist()} got {got[tuple(bad[0])]}, want {want[tuple(bad[0])]}"
 
 
 # The operand a padded convolution multiplies by its zero padding: the reference pads with

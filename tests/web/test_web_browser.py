@@ -263,3 +263,49 @@ def test_training_refuses_inputs_without_the_batch_dim_as_python_does(web_root, 
         {"feeds": feed(x)},
     )
     assert got == str(python.value)
+
+
+NUMERICS = """input x: [6]
+input r: [3, 300]
+input q: [3, 1500]
+s = sin(x)
+c = cos(x)
+t = tan(x)
+l = log(abs(x))
+mr = mean(r, axis=1)
+mq = mean(q, axis=1)
+"""
+
+
+def test_numerics_in_the_browser_match_numpy(web_root, open_export, tmp_path):
+    """sin/cos/tan of huge arguments, log of subnormals and means over rows holding +-3e38
+    (one loop and the two-pass reduction) in WebGL2, as on GL (tests/gl/test_numerics_gl.py)."""
+    path = tmp_path / "numerics.dl"
+    path.write_text(NUMERICS)
+    sess = reference(str(path))
+    page = open_export(exported(web_root, "numerics", path))
+    x = np.array([3e38, 1e8, 1e30, -12345.678, 1.4e-45, 1e-38], np.float32)
+
+    def rows(n: int) -> np.ndarray:
+        k = np.arange(n)
+        alternating = np.where(k % 2 == 0, 3e38, -3e38)  # exact sum 0
+        halves = np.where(k < n // 2, 3e38, -3e38)  # 0
+        over = np.where(k < 3, 3e38, 1.0)  # 9e38 + n - 3: past float32's range
+        return np.stack([alternating, halves, over]).astype(np.float32)
+
+    feeds = {"x": x, "r": rows(300), "q": rows(1500)}
+    names = ["s", "c", "t", "l", "mr", "mq"]
+    with np.errstate(all="ignore"):
+        want = sess.eval(names, feeds)
+    got = page.call(
+        f"{JS_FEEDS} const out = await m.eval(feeds, arg.names); return {JS_OUT};",
+        {"feeds": feed(feeds), "names": names},
+    )
+    value = {n: np.asarray(got[n]["data"], np.float32) for n in names}
+    for n in ("s", "c", "t", "l"):
+        np.testing.assert_allclose(value[n], want[n], rtol=2e-6, err_msg=n)
+    for n, length in (("mr", 300), ("mq", 1500)):
+        bound = length * 2.0**-23 * 3e38  # float32's error bound on the sum, over n
+        assert np.isfinite(value[n][:2]).all() and (np.abs(value[n][:2]) <= bound).all(), (n, value[n])
+        assert value[n][2] == np.inf, (n, value[n])
+    assert not page.errors
