@@ -28,6 +28,7 @@ def extend(g: Graph) -> GraphBuilder:
     """A builder holding a copy of `g`, to append nodes to (its consts are shared)."""
     b = GraphBuilder()
     b.nodes = list(g.nodes)
+    b.dtypes = list(g.dtypes)
     b.names = dict(g.names)
     b.name_locs = {name: g.nodes[i].loc for name, i in g.names.items()}
     b.inputs, b.params, b.losses = list(g.inputs), list(g.params), list(g.losses)

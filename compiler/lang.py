@@ -10,6 +10,7 @@ from dlc.runtime.errors import CompileError, Loc, did_you_mean, format_shape
 
 from . import seed_names
 from .builder import GraphBuilder
+from .dtypes import F32
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
 from .initializers import INITIALIZERS, default_init, init_problem
 from .ir import Graph
@@ -52,10 +53,20 @@ class FrontEnd:
 
     def stmt_input(self, s: Stmt):
         self._check_new(s)
-        self.b.input(s.name, self._shape(s), s.loc)
+        self.b.input(s.name, self._shape(s), s.loc, dtype=s.dtype[0] if s.dtype else F32)
+
+    def _float_only(self, s: Stmt):
+        """Params train and consts are numbers: both are f32 (an i32 value comes from an input)."""
+        if s.dtype and s.dtype[0] != F32:
+            raise CompileError(
+                f"{s.kind} '{s.name}' is declared {s.dtype[0]}: a {s.kind} is f32 "
+                "(integers come from inputs, or int(x))",
+                s.dtype[1],
+            )
 
     def stmt_param(self, s: Stmt):
         self._check_new(s)
+        self._float_only(s)
         shape = self._shape(s)
         for d, loc in s.shape:
             if isinstance(d, str):
@@ -64,6 +75,7 @@ class FrontEnd:
         self.b.param(s.name, shape, init, s.loc)
 
     def stmt_const(self, s: Stmt):
+        self._float_only(s)
         self._check_new(s)
         values, shape = self.literal(s.value)
         if s.shape is not None:

@@ -76,6 +76,7 @@ class Stmt:
     loc: Loc
     shape: tuple[tuple[Any, Loc], ...] | None = None  # (int or symbolic name, where)
     value: Expr | None = None
+    dtype: tuple[str, Loc] | None = None  # the element type written before the shape (f32, i32)
 
 
 # -- lark ------------------------------------------------------------------------
@@ -192,19 +193,21 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
 
     def shape(self, items):
         dims = [d for d in items[1:] if d is not None]
-        return tuple((int(d) if d.type == "INT" else str(d), self._loc(d)) for d in dims)
+        dtype = (str(items[0]), self._loc(items[0])) if items[0] is not None else None
+        return dtype, tuple((int(d) if d.type == "INT" else str(d), self._loc(d)) for d in dims)
 
     def input_stmt(self, items):
-        name, shape = items
-        return Stmt("input", str(name), self._loc(name), shape)
+        name, (dtype, shape) = items
+        return Stmt("input", str(name), self._loc(name), shape, dtype=dtype)
 
     def param_stmt(self, items):
-        name, shape, init = items
-        return Stmt("param", str(name), self._loc(name), shape, init)
+        name, (dtype, shape), init = items
+        return Stmt("param", str(name), self._loc(name), shape, init, dtype)
 
     def const_stmt(self, items):
-        name, shape, value = items
-        return Stmt("const", str(name), self._loc(name), shape, value)
+        name, typed, value = items
+        dtype, shape = typed if typed is not None else (None, None)
+        return Stmt("const", str(name), self._loc(name), shape, value, dtype)
 
     def loss_stmt(self, items):
         name, value = items
@@ -280,7 +283,7 @@ _WORDS = {
     "POW_OP": "'^'",
     "CMP_OP": "a comparison",
     "NEG": "'-'",
-    "DTYPE": "'f32'",
+    "DTYPE": "an element type",
     "INPUT": "'input'",
     "PARAM": "'param'",
     "CONST": "'const'",

@@ -40,6 +40,7 @@ class ArtifactModel:
         m = read_manifest(folder)
         self.manifest = m
         self.inputs = {n: tuple(s) for n, s in m["inputs"].items()}
+        self.input_dtypes: dict[str, str] = {}  # a manifest does not carry i32 inputs yet: all f32
         self.params, _ = leaf_shapes(m)
         self.tensors = {n: tuple(s) for n, s in m["tensors"].items()}
         self.train = m.get("train") or None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-KEYWORDS = frozenset({"input", "param", "const", "loss", "f32"})
+KEYWORDS = frozenset({"input", "param", "const", "loss", "f32", "i32"})
 _VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 
 

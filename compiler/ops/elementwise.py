@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import any_to_f32, floats_except
 from ..registry import OpDef, Oracle, Param, register
 from ..shapes import broadcast
 from .adjoint import chain, shapes, unbroadcast
@@ -425,6 +426,7 @@ def _compare(name, fn, glsl, torch_name):
             lambda t, x, y: getattr(t, torch_name)(x, y).to(x.dtype),
             domain=("ints", "ints"),
         ),
+        dtype=any_to_f32,  # an i32 operand is compared as f32 (exact below 2^24)
     )
 
 
@@ -460,6 +462,7 @@ register(
         arity=3,
         lowering={"glsl": "((a != 0.0 || dlc_isnan(a)) ? b : c)"},
         gradient=_where_grad,
+        dtype=floats_except(0),  # the condition may be i32
         params=(Param("cond", T), Param("a", T), Param("b", T)),
         doc="a where cond is nonzero (NaN counts), else b",
         group="elementwise",
