@@ -245,7 +245,7 @@ def _fuse(
                 or (kind == "elementwise" and _numel(node.shape) == 1)
                 or (
                     kind == "layout"
-                    and node.op not in ("concat", "one_hot")
+                    and node.op not in ("concat", "one_hot", "gather_grad")  # gather_grad loops
                     and all(graph.nodes[j].is_leaf for j in node.inputs)
                 )
             )
