@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlc.runtime.elements import to_int32
 from dlc.runtime.npzfile import NpzReader
 
 from .errors import DataError, format_shape
-from dlc.runtime.elements import to_int32
 from .feeds import _suggest, bind_dims, ignore_unknown
 
 Shape = tuple  # of int | str
