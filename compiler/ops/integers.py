@@ -17,7 +17,7 @@ import numpy as np
 from dlc.runtime.errors import CompileError, DataError
 
 from ..dtypes import F32, I32, integer_at
-from ..registry import OpDef, Oracle, Param, register
+from ..registry import OpDef, Oracle, Param, register, update
 from ..shapes import ShapeError, format_shape, norm_axis
 from .elementwise import unary
 
@@ -41,7 +41,7 @@ unary(
     doc="x as f32 (an i32 id becomes its value)",
     grad=lambda e, n, y, g: (g,),
     dtype=lambda op: lambda ins, attrs: F32,
-    oracle=Oracle(lambda x: x, lambda t, x: x.float()),
+    oracle=Oracle(lambda x: x, lambda t, x: x if x.is_floating_point() else x.double()),
 )
 unary(
     "int",
@@ -58,8 +58,14 @@ int dlc_to_int(float x) {
 }
 """,
     dtype=lambda op: lambda ins, attrs: I32,
-    oracle=Oracle(lambda x: np.trunc(x), lambda t, x: x.int().float(), domain=("wide",)),
+    oracle=Oracle(
+        lambda x: np.nan_to_num(np.trunc(x), nan=0.0, posinf=2.0**31 - 1, neginf=-(2.0**31)) + 0.0,  # no -0
+        lambda t, x: x.int().float(),
+        domain=("wide",),
+    ),
 )
+# Its own reference: the unary helper's would round 2^31 - 1 through float32.
+update("int", ref=lambda args, attrs, dims: _to_int(args[0], attrs))
 
 
 # -- gather ---------------------------------------------------------------------------
@@ -117,7 +123,7 @@ def _gather_build(b, loc, table, indices, axis):
 
 
 def _gather_torch(t, table, idx, axis=0):
-    return t.index_select(axis, idx.reshape(-1).long()).reshape(
+    return t.index_select(table, axis, idx.reshape(-1).long()).reshape(
         *table.shape[:axis], *idx.shape, *table.shape[axis + 1 :]
     )
 
