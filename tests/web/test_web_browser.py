@@ -282,7 +282,8 @@ def test_i32_inputs_go_in_by_their_bits_and_come_back_as_int32(web_root, open_ex
     page = open_export(exported(web_root, "ids", path))
     big = [[2**31 - 1, -1, 1], [0, 7, -(2**31)]]
     call = (
-        "const feeds = Object.fromEntries(Object.entries(arg.feeds).map(([n, f]) => [n, {data: f.data, shape: f.shape}]));"
+        "const feeds = Object.fromEntries(Object.entries(arg.feeds)"
+        ".map(([n, f]) => [n, {data: f.data, shape: f.shape}]));"
         " const out = await m.eval(feeds, arg.fetch);"
         " return Object.fromEntries(Object.entries(out).map(([n, v]) => [n, {data: Array.from(v.data),"
         " shape: v.shape, ints: v.data instanceof Int32Array}]));"
