@@ -67,6 +67,10 @@ def differentiate(g: Graph, loss: str | None = None, wrt: Sequence[str] | None =
             raise CompileError(
                 f"cannot differentiate with respect to '{name}': it is not an input, param or state of the model"
             )
+        if g.dtype(name) != "f32":
+            raise CompileError(
+                f"cannot differentiate with respect to '{name}': it is {g.dtype(name)} (ids carry no gradient)"
+            )
     targets = {g.names[name] for name in wrt}
     root = g.names[loss]
 

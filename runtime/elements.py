@@ -61,4 +61,4 @@ def _first(a: np.ndarray, bad: np.ndarray) -> str:
     where = f" at row {at[0]}" if at else ""
     if len(at) > 1:
         where += f" (position {list(at)})"
-    return f"{a[at]!r}"[:40] + where
+    return f"{a[at].item()!r}"[:40] + where
