@@ -27,7 +27,7 @@ def storage_floats(array) -> np.ndarray:
 
 def from_storage(floats: np.ndarray, dtype: str) -> np.ndarray:
     """What GL storage gave back, as the tensor's element type ("f32" or "i32")."""
-    return np.ascontiguousarray(floats, dtype=np.float32).view(np.int32) if dtype == "i32" else floats
+    return np.asarray(floats, dtype=np.float32).view(np.int32) if dtype == "i32" else floats
 
 
 def to_int32(value, what: str) -> np.ndarray:

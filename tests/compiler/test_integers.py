@@ -204,3 +204,13 @@ def test_data_files_feed_i32_inputs_exactly_and_refuse_naming_array_and_row(tmp_
     csv.write_text("t.0,t.1,y\n1,1,0.5\n2,1.5,1\n")
     with pytest.raises(DataError, match=r"ids\.csv: input 't' holds 1\.5 at row 1 .*not an integer"):
         load_data(csv, m.inputs, dtypes=dtypes)
+
+
+def test_constant_folding_leaves_an_i32_result_an_op():
+    from dlc.compiler.simplify import simplify
+
+    m = dlc.compile("param w: [4, 2]\nc = int(2.7)\ny = gather(w, c)\n")
+    g = simplify(m.graph)
+    assert g.node("c").op == "int" and g.dtype("c") == "i32"
+    got = _session("param w: [4, 2]\nc = int(2.7)\ny = gather(w, c)\n").eval(["c", "y"], {})
+    assert got["c"].dtype == np.int32 and got["c"].shape == () and got["c"] == 2
