@@ -214,3 +214,15 @@ def test_constant_folding_leaves_an_i32_result_an_op():
     assert g.node("c").op == "int" and g.dtype("c") == "i32"
     got = _session("param w: [4, 2]\nc = int(2.7)\ny = gather(w, c)\n").eval(["c", "y"], {})
     assert got["c"].dtype == np.int32 and got["c"].shape == () and got["c"] == 2
+
+
+def test_graph_api_placeholders_take_i32():
+    g = dlc.Graph()
+    t = g.placeholder("t", ["B"], dtype="i32")
+    w = g.variable("w", np.arange(12.0).reshape(4, 3))
+    y = g.gather(w, t)
+    s = dlc.Session(g, backend="numpy")
+    got = s.eval(y, [{"tensor": t, "data": np.array([3, 1])}])
+    np.testing.assert_array_equal(got.numpy(), np.arange(12.0).reshape(4, 3)[[3, 1]])
+    with pytest.raises(dlc.CompileError, match="dtype must be 'f32' or 'i32'"):
+        g.placeholder("u", [2], dtype="i64")
