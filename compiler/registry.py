@@ -23,7 +23,8 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   leaf         input, param, const, state
   elementwise  one output element from the same element of each (broadcast) input
   layout       one output element from one computed position of an input
-               (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take)
+               (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take, gather,
+               pick; gather_grad, its one exception, loops over the indices)
   reduce       sum, max, min, argmax, argmin over axes
   matmul       (batched) matrix product
   window       conv2d, pools and their gradients

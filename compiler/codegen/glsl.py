@@ -3,7 +3,9 @@
 A kernel is rendered from its fused IR by an `Emitter`, which evaluates a node at an index
 into a GLSL temporary: elementwise ops by the registry's GLSL expression, layout ops as index
 maps (index.py: reshape keeps the flat index, transpose permutes coordinates, pad and concat
-select, take reads the row its index names), stored tensors as loads. Results are cached per
+select, take and gather read the row their index names), stored tensors as loads. An i32
+value is held as its bits in a float (`intBitsToFloat`) and read through `number` or
+`integer` where an op computes with it. Results are cached per
 (node, index), so a value used twice is computed once. Indexes are `Ix` values: a flat index,
 coordinates, or both. What differs between targets (loads, stores, the invocation's own
 element, the version line) the Emitter asks its context's renderer (renderer.py); the compute
