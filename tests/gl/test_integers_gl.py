@@ -77,3 +77,20 @@ def test_an_embedding_model_trains_as_on_the_reference(gl, target):
         sess.train(feeds, optimizer=dlc.SGD(0.5), batch_size=5, epochs=3, shuffle=False)
     np.testing.assert_allclose(s.params["wte"], ref.params["wte"], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(s.eval("cost", feeds), ref.eval("cost", feeds), rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows, axis", [(4100, 0), (5, 1), (3, 0)])
+def test_gather_gradient_owns_rows_or_chunks_of_columns(gl, rows, axis):
+    # Compute target: a row an invocation when rows are many (4100), else chunks of columns;
+    # axis 1 has a leading dim before the rows. Ids repeat, so rows sum several positions.
+    shape = (rows, 6) if axis == 0 else (2, rows, 6)
+    src = f"input t: i32[N, 2]\ninput u: {list(shape)}\nparam table: {list(shape)}\n"
+    src += f"loss cost = sum(gather(table, t, axis={axis}) * gather(u, t, axis={axis}))\n"
+    m = dlc.compile(src)
+    rng = np.random.default_rng(rows)
+    feeds = {"t": rng.integers(0, rows, size=(7, 2)), "u": rng.normal(size=shape)}
+    feeds["t"][3] = feeds["t"][0]
+    want = dlc.Session(m, backend="numpy").gradients(feeds)["table"]
+    got = dlc.Session(m, backend="gl", target="compute").gradients(feeds)["table"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.count_nonzero(got) > 0
