@@ -5,9 +5,11 @@ Indices are i32. Out of range (negative included, as nn.Embedding), an index is 
 the reference and clamped to the nearest row on GL, which never reads past a buffer.
 
 gather's gradient is `gather_grad`: for each row of the table, the sum of the upstream
-gradient over the positions whose index names that row, in position order. Each output
-element is one invocation looping over the indices (no atomics: the same bits every run);
-it costs rows x positions index reads, fine for a char vocabulary, slow for 50k rows.
+gradient over the positions whose index names that row, in position order, with no atomics
+(the same bits every run). It is always stored by a kernel of its own: on the compute target
+an invocation owns a row and scans the indices once (codegen/kernels_scatter.py: rows x
+positions compares plus positions x columns adds); on the texture target each element loops
+over the indices (glsl.py's `_gather_grad`: rows x columns x positions).
 """
 
 from __future__ import annotations
