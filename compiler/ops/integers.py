@@ -70,6 +70,17 @@ int dlc_to_int(float x) {
 update("int", ref=lambda args, attrs, dims: _to_int(args[0], attrs))
 
 
+def _cast(to: str):
+    """The front end of a cast: a tensor already of type `to` is itself (int of an id above
+    2^24 would otherwise go through a float)."""
+    return lambda b, loc, x: x if b.dtype(x) == to else b.add(to_op[to], [x], loc)
+
+
+to_op = {F32: "float", I32: "int"}
+update("float", build=_cast(F32))
+update("int", build=_cast(I32))
+
+
 # -- gather ---------------------------------------------------------------------------
 
 

@@ -226,3 +226,10 @@ def test_graph_api_placeholders_take_i32():
     np.testing.assert_array_equal(got.numpy(), np.arange(12.0).reshape(4, 3)[[3, 1]])
     with pytest.raises(dlc.CompileError, match="dtype must be 'f32' or 'i32'"):
         g.placeholder("u", [2], dtype="i64")
+
+
+def test_casts_to_the_type_a_tensor_has_are_the_tensor_itself():
+    m = dlc.compile("input t: i32[N]\ninput x: [N]\na = int(t)\nb = float(x)\n")
+    assert m.graph.names["a"] == m.graph.names["t"] and m.graph.names["b"] == m.graph.names["x"]
+    got = _session("input t: i32[N]\na = reshape(int(t), [N, 1])\n").eval("a", {"t": np.array([16777217])})
+    np.testing.assert_array_equal(got, [[16777217]])  # not through a float (16777216)
