@@ -94,3 +94,18 @@ def test_gather_gradient_owns_rows_or_chunks_of_columns(gl, rows, axis):
     got = dlc.Session(m, backend="gl", target="compute").gradients(feeds)["table"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert np.count_nonzero(got) > 0
+
+
+def test_debug_mode_names_a_gather_index_out_of_range(gl):
+    from dlc import debug
+    from dlc.errors import DlcError
+
+    m = dlc.compile("input t: i32[B, 3]\nparam w: [7, 2]\ny = gather(w, t) * 2\n")
+    s = dlc.Session(m, backend="gl", target="compute")
+    debug.enable()
+    try:
+        with pytest.raises(DlcError, match=r"gather at <model>:3:5: index 9 at position \[0, 1\] is out of range"):
+            s.eval("y", {"t": np.array([[1, 9, 0]])})
+        s.eval("y", {"t": np.array([[1, 6, 0]])})  # in range: no error
+    finally:
+        debug.disable()
