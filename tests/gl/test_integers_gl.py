@@ -109,3 +109,16 @@ def test_debug_mode_names_a_gather_index_out_of_range(gl):
         s.eval("y", {"t": np.array([[1, 6, 0]])})  # in range: no error
     finally:
         debug.disable()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_artifact_carries_its_i32_inputs(gl, target, tmp_path):
+    from dlc.compiler.artifact import write_artifact
+
+    m = dlc.compile(MODEL)
+    write_artifact(m, tmp_path / "a", target=target)
+    s = dlc.Session(str(tmp_path / "a"))
+    assert s.model.input_dtypes == {"t": "i32", "y": "i32"}
+    got = s.eval("back", {"t": EDGE_IDS})
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, EDGE_IDS.reshape(3, 4).T)
