@@ -233,3 +233,27 @@ def test_casts_to_the_type_a_tensor_has_are_the_tensor_itself():
     assert m.graph.names["a"] == m.graph.names["t"] and m.graph.names["b"] == m.graph.names["x"]
     got = _session("input t: i32[N]\na = reshape(int(t), [N, 1])\n").eval("a", {"t": np.array([16777217])})
     np.testing.assert_array_equal(got, [[16777217]])  # not through a float (16777216)
+
+
+@pytest.mark.parametrize(
+    "dtypes, message",
+    [
+        ({"t": "i64"}, r"dtypes\.t: .*'i32'"),
+        ({"nope": "i32"}, r"dtypes: .*the key 'nope'"),
+        ([1], r"dtypes: must be an object"),
+    ],
+)
+def test_an_artifact_manifest_with_bad_dtypes_is_refused(tmp_path, dtypes, message):
+    import json
+
+    from dlc.artifact_backend import ArtifactModel
+    from dlc.compiler.artifact import write_artifact
+    from dlc.errors import DlcError
+
+    folder = write_artifact(dlc.compile("input t: i32[B]\ny = one_hot(t, 3)\n"), tmp_path / "a")
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["dtypes"] == {"t": "i32"}
+    m["dtypes"] = dtypes
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DlcError, match=message):
+        ArtifactModel(folder)
