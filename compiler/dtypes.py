@@ -18,6 +18,8 @@ from .shapes import ShapeError
 
 F32, I32 = "f32", "i32"
 DTYPES = (F32, I32)
+# The lowering key of an elementwise op's GLSL over i32 operands as ints (all operands i32).
+INT_LOWERING = "glsl-i32"
 
 
 class ElementTypeError(ShapeError):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from . import registry
-from .dtypes import I32
+from .dtypes import I32, INT_LOWERING
 from .ir import Graph, cone
 
 
@@ -44,7 +44,8 @@ def evaluate(
         op = registry.get(n.op)
         start = time.perf_counter() if on_node is not None else 0.0
         args = [values[j] for j in n.inputs]
-        if op.kind == "elementwise":  # an i32 operand is computed on as a float, as on GL
+        exact = INT_LOWERING in op.lowering and all(a.dtype == np.int32 for a in args)
+        if op.kind == "elementwise" and not exact:  # an i32 operand is computed on as a float, as on GL
             args = [a.astype(dtype) if a.dtype == np.int32 else a for a in args]
         out = op.ref(args, dict(n.attrs), dims)
         values[i] = np.asarray(out).astype(own, copy=False)

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import registry
-from ..dtypes import I32
+from ..dtypes import I32, INT_LOWERING
 from ..fusion import Fusion, Kernel
 from ..ir import Graph, Shape, format_node, format_shape
 from ..plan import Plan, Size, size_of
@@ -474,7 +474,11 @@ class Emitter:
         op = registry.get(node.op)
         if node.op == "dim_size":
             return f"float({self.ctx.numel(node.attr('dims'))})"
-        args = [self.number(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape)) for j in node.inputs]
+        at = [self.broadcast(ix, node.shape, self.g.nodes[j].shape) for j in node.inputs]
+        int_glsl = op.lowering.get(INT_LOWERING)
+        if int_glsl and all(self.g.dtypes[j] == I32 for j in node.inputs):  # ints, exactly
+            return self.ctx.renderer.op(node.op, int_glsl, [self.integer(j, a) for j, a in zip(node.inputs, at)])
+        args = [self.number(j, a) for j, a in zip(node.inputs, at)]
         expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
         if "{" in expr:
             raise AssertionError(f"{node.op} node %{n} lacks an attr its GLSL needs: {op.glsl}")

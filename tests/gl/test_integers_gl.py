@@ -122,3 +122,15 @@ def test_an_artifact_carries_its_i32_inputs(gl, target, tmp_path):
     got = s.eval("back", {"t": EDGE_IDS})
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, EDGE_IDS.reshape(3, 4).T)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_comparing_two_ids_is_exact(gl, target):
+    m = dlc.compile("input t: i32[N]\ninput u: i32[N]\ne = t == u\nl = t < u\n")
+    feeds = {"t": np.array([2**31 - 1, 16777217, 3, -5]), "u": np.array([2**31 - 2, 16777216, 3, -4])}
+    got = dlc.Session(m, backend="gl", target=target).eval(["e", "l"], feeds)
+    np.testing.assert_array_equal(got["e"], [0, 0, 1, 0])  # as floats, 2^31-1 == 2^31-2
+    np.testing.assert_array_equal(got["l"], [0, 0, 0, 1])
+    want = dlc.Session(m, backend="numpy").eval(["e", "l"], feeds)
+    np.testing.assert_array_equal(got["e"], want["e"])
+    np.testing.assert_array_equal(got["l"], want["l"])

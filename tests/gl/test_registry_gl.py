@@ -114,6 +114,7 @@ def layout_cases() -> list[Case]:
         Case("transpose", [(3, 5)], {"perm": (1, 0)}, ["ids"], label="i32"),
         Case("concat", [(3, 2), (3, 1)], {"axis": 1}, ["ids", "ids"], label="i32"),
         Case("eq", [(3, 5), (5,)], {}, ["ids", "ints"], label="i32"),
+        Case("lt", [(3, 5), (5,)], {}, ["ids", "ids"], label="i32-i32"),
         Case("where", [(3, 5), (5,), ()], {}, ["ids", "normal", "normal"], label="i32-cond"),
         Case("float", [(3, 5)], {}, ["ids"], label="i32"),
     ]
