@@ -112,7 +112,10 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         }
     from dlc.runtime.version import __version__
 
+    # The i32 inputs and tensors (the rest are f32): the runtime uploads and reads those by their bits.
+    dtypes = {n: "i32" for n in (*model.inputs, *model.tensors) if n in g.names and g.dtype(n) == "i32"}
     return {
+        **({"dtypes": dtypes} if dtypes else {}),  # absent when all are f32, as before element types
         "format": FORMAT,
         "dlc_version": __version__,
         "target": progs["eval"].spec.target,

@@ -28,6 +28,7 @@ def extend(g: Graph) -> GraphBuilder:
     """A builder holding a copy of `g`, to append nodes to (its consts are shared)."""
     b = GraphBuilder()
     b.nodes = list(g.nodes)
+    b.dtypes = list(g.dtypes)
     b.names = dict(g.names)
     b.name_locs = {name: g.nodes[i].loc for name, i in g.names.items()}
     b.inputs, b.params, b.losses = list(g.inputs), list(g.params), list(g.losses)
@@ -65,6 +66,10 @@ def differentiate(g: Graph, loss: str | None = None, wrt: Sequence[str] | None =
         if name not in g.names or not g.node(name).is_leaf:
             raise CompileError(
                 f"cannot differentiate with respect to '{name}': it is not an input, param or state of the model"
+            )
+        if g.dtype(name) != "f32":
+            raise CompileError(
+                f"cannot differentiate with respect to '{name}': it is {g.dtype(name)} (ids carry no gradient)"
             )
     targets = {g.names[name] for name in wrt}
     root = g.names[loss]

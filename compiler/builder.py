@@ -14,6 +14,7 @@ from dlc.runtime.errors import CompileError, Loc, format_shape
 from dlc.runtime.sizes import too_many
 
 from . import registry
+from .dtypes import F32
 from .initializers import init_problem
 from .ir import Graph, Node, Shape, make_attrs
 from .shapes import ShapeError
@@ -28,6 +29,7 @@ class GraphBuilder:
         self.losses: list[str] = []
         self.name_locs: dict[str, Loc | None] = {}
         self._consts: dict[tuple, int] = {}
+        self.dtypes: list[str] = []  # each node's element type (dtypes.py)
 
     # -- nodes ---------------------------------------------------------------
     def add(self, op: str, inputs: tuple[int, ...] | list[int], loc: Loc | None = None, **attrs: Any) -> int:
@@ -37,6 +39,11 @@ class GraphBuilder:
             raise CompileError(f"{op} takes {opdef.arity} inputs, got {len(inputs)}", loc)
         try:
             shape = opdef.shape([self.nodes[i].shape for i in inputs], attrs)
+            dtype = (
+                attrs.get("dtype", F32)
+                if opdef.kind == "leaf"
+                else opdef.element_type([self.dtypes[i] for i in inputs], attrs)
+            )
         except ShapeError as e:
             raise CompileError(str(e), loc) from None
         known = math.prod(d for d in shape if isinstance(d, int))
@@ -45,7 +52,11 @@ class GraphBuilder:
             what = f"{op} {attrs['name']!r}" if op in ("input", "param") else f"the {op}"
             raise CompileError(f"{what}: {why}", loc)
         self.nodes.append(Node(op, inputs, tuple(shape), make_attrs(**attrs), loc))
+        self.dtypes.append(dtype)
         return len(self.nodes) - 1
+
+    def dtype(self, i: int) -> str:
+        return self.dtypes[i]
 
     def shape(self, i: int) -> Shape:
         return self.nodes[i].shape
@@ -72,8 +83,10 @@ class GraphBuilder:
         self.names[name] = i
         self.name_locs[name] = loc
 
-    def input(self, name: str, shape: Shape, loc: Loc | None = None) -> int:
-        i = self.add("input", (), loc, shape=tuple(shape), name=name)
+    def input(self, name: str, shape: Shape, loc: Loc | None = None, dtype: str = F32) -> int:
+        # Only an i32 input carries the attr, so an f32 model's IR is as it was.
+        typed = {} if dtype == F32 else {"dtype": dtype}
+        i = self.add("input", (), loc, shape=tuple(shape), name=name, **typed)
         self.declare(name, i, loc)
         self.inputs.append(name)
         return i

@@ -510,14 +510,17 @@ def mean_squared(b, loc, pred, target):
     "softmax_cross_entropy",
     Param("logits", T),
     Param("labels", T),
-    doc="mean over rows of -sum(labels * log_softmax(logits))",
+    doc="mean over rows of -sum(labels * log_softmax(logits)); labels one-hot floats or i32 class ids",
     group="costs",
 )
 def softmax_cross_entropy(b, loc, logits, labels):
+    if b.dtype(labels) == "i32":
+        return _class_id_cross_entropy(b, loc, logits, labels)
     if b.shape(logits) != b.shape(labels):
         _fail(
             f"softmax_cross_entropy logits {format_shape(b.shape(logits))} and labels "
-            f"{format_shape(b.shape(labels))} must have the same shape",
+            f"{format_shape(b.shape(labels))} must have the same shape (or labels are i32 class ids "
+            "of the logits' shape without the last axis)",
             loc,
         )
     per = b.add(
@@ -528,6 +531,20 @@ def softmax_cross_entropy(b, loc, logits, labels):
         keepdims=False,
     )
     return b.add("neg", [mean(b, loc, per, None, False)], loc)
+
+
+def _class_id_cross_entropy(b, loc, logits, labels):
+    """mean(logsumexp(logits) - the logit at each class id), over every axis but the last:
+    F.cross_entropy with class ids (the one-hot tensor is never built)."""
+    rank = len(b.shape(logits))
+    if rank == 0 or tuple(b.shape(logits)[:-1]) != tuple(b.shape(labels)):
+        _fail(
+            f"softmax_cross_entropy with i32 class ids {format_shape(b.shape(labels))} needs logits of "
+            f"that shape plus a class axis, got {format_shape(b.shape(logits))}",
+            loc,
+        )
+    per = b.add("sub", [logsumexp(b, loc, logits, rank - 1, False), b.add("pick", [logits, labels], loc)], loc)
+    return mean(b, loc, per, None, False)
 
 
 @function(

@@ -249,7 +249,12 @@ def _fuse(
                     and all(graph.nodes[j].is_leaf for j in node.inputs)
                 )
             )
-            if not write and not feeds_anchor and (len(where) == 1 or (cheap and where)):
+            # gather_grad loops over its indices: stored in a kernel of its own, where the compute
+            # target's template owns rows (codegen/kernels_scatter.py), never recomputed inline.
+            loops = node.op == "gather_grad"
+            if loops:
+                forced.add(n)  # its template sums each row in its stored output
+            if not write and not feeds_anchor and not loops and (len(where) == 1 or (cheap and where)):
                 storage[n] = "inline"
                 home[n] = where
                 for k in where:

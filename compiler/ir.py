@@ -75,6 +75,16 @@ class Graph:
             labels.setdefault(i, name)
         return labels
 
+    @functools.cached_property
+    def dtypes(self) -> tuple[str, ...]:
+        """Each node's element type, "f32" or "i32" (compiler/dtypes.py)."""
+        from .dtypes import element_types  # dtypes asks the registry, which imports this module
+
+        return element_types(self)
+
+    def dtype(self, name: str) -> str:
+        return self.dtypes[self.names[name]]
+
     def label(self, i: int) -> str:
         return self.labels.get(i, f"%{i}")
 
@@ -100,7 +110,7 @@ def _format_leaf(n: Node) -> str:
     if init:
         kind, *args = init
         return f"{n.op} {kind}" + (f"({', '.join(map(repr, args))})" if args else "")
-    return n.op
+    return f"{n.op} {n.attr('dtype')}" if n.attr("dtype") else n.op
 
 
 def format_node(g: Graph, i: int, labels: dict[int, str] | None = None, locs: bool = True) -> str:

@@ -14,6 +14,7 @@ from dlc.runtime.errors import CompileError, Loc, did_you_mean, format_shape
 
 from . import seed_names
 from .builder import GraphBuilder
+from .dtypes import F32
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
 from .initializers import INITIALIZERS, default_init, init_problem
 from .ir import Graph
@@ -123,10 +124,20 @@ class FrontEnd:
         if "." in s.name:
             raise CompileError(f"an input's name cannot contain '.': '{s.name}' (CSV columns use dots)", s.loc)
         self._check_new(s)
-        self.b.input(s.name, self._shape(s), s.loc)
+        self.b.input(s.name, self._shape(s), s.loc, dtype=s.dtype[0] if s.dtype else F32)
+
+    def _float_only(self, s: Stmt):
+        """Params train and consts are numbers: both are f32 (an i32 value comes from an input)."""
+        if s.dtype and s.dtype[0] != F32:
+            raise CompileError(
+                f"{s.kind} '{s.name}' is declared {s.dtype[0]}: a {s.kind} is f32 "
+                "(integers come from inputs, or int(x))",
+                s.dtype[1],
+            )
 
     def stmt_param(self, s: Stmt):
         name = self._check_new(s)
+        self._float_only(s)
         shape = self._shape(s)
         for d, (_, loc) in zip(shape, s.shape):
             if isinstance(d, str):
@@ -137,6 +148,7 @@ class FrontEnd:
             self.frame.tensors[name[len(self.frame.prefix) :]] = i
 
     def stmt_const(self, s: Stmt):
+        self._float_only(s)
         name = self._check_new(s)
         values, shape = self.literal(s.value)
         if s.shape is None and shape == ():  # a size, usable where a compile-time int is

@@ -82,6 +82,7 @@ class Stmt:
     names: tuple[tuple[str, Loc], ...] = ()  # unpack's targets, a def's arguments
     values: tuple[Expr, ...] = ()  # return's expressions
     body: tuple[Stmt, ...] = ()  # a def's or a for loop's statements
+    dtype: tuple[str, Loc] | None = None  # the element type written before the shape (f32, i32)
 
 
 # -- lark ------------------------------------------------------------------------
@@ -206,23 +207,25 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
 
     def shape(self, items):
         dims = [d for d in items[1:] if d is not None]
-        return tuple((int(d) if d.type == "INT" else self._name(d), self._loc(d)) for d in dims)
+        dtype = (str(items[0]), self._loc(items[0])) if items[0] is not None else None
+        return dtype, tuple((int(d) if d.type == "INT" else self._name(d), self._loc(d)) for d in dims)
 
     def input_stmt(self, items):
-        name, shape = items
-        return Stmt("input", self._name(name), self._loc(name), shape)
+        name, (dtype, shape) = items
+        return Stmt("input", self._name(name), self._loc(name), shape, dtype=dtype)
 
     def param_stmt(self, items):
-        name, shape, init = items
-        return Stmt("param", self._name(name), self._loc(name), shape, init)
+        name, (dtype, shape), init = items
+        return Stmt("param", self._name(name), self._loc(name), shape, init, dtype=dtype)
 
     def const_stmt(self, items):
-        name, shape, value = items
-        return Stmt("const", self._name(name), self._loc(name), shape, value)
+        name, typed, value = items
+        dtype, shape = typed if typed is not None else (None, None)
+        return Stmt("const", self._name(name), self._loc(name), shape, value, dtype=dtype)
 
     def frozen_param_stmt(self, items):
-        name, shape, init = items
-        return Stmt("param", str(name), self._loc(name), shape, init, frozen=True)
+        name, (dtype, shape), init = items
+        return Stmt("param", str(name), self._loc(name), shape, init, frozen=True, dtype=dtype)
 
     def unpack_stmt(self, items):
         *names, value = items
@@ -325,7 +328,7 @@ _WORDS = {
     "POW_OP": "'^'",
     "CMP_OP": "a comparison",
     "NEG": "'-'",
-    "DTYPE": "'f32'",
+    "DTYPE": "an element type",
     "INPUT": "'input'",
     "PARAM": "'param'",
     "CONST": "'const'",

@@ -23,7 +23,8 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   leaf         input, param, const, state
   elementwise  one output element from the same element of each (broadcast) input
   layout       one output element from one computed position of an input
-               (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take)
+               (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take, gather,
+               pick; gather_grad, its one exception, loops over the indices)
   reduce       sum, max, min, argmax, argmin over axes
   matmul       (batched) matrix product
   window       conv2d, pools and their gradients
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import floats
 from .ir import Shape
 
 ShapeRule = Callable[[list[Shape], dict[str, Any]], Shape]
@@ -75,6 +77,7 @@ DOMAINS: dict[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "off_integers": lambda rng, s: rng.integers(-3, 4, size=s) + rng.uniform(0.1, 0.9, size=s),
     "bools": lambda rng, s: rng.choice([0.0, 1.0, -2.5], size=s),  # zero or not
     "ints": lambda rng, s: rng.integers(-2, 3, size=s).astype(float),  # ties for comparisons
+    "ids": lambda rng, s: rng.integers(0, 3, size=s).astype(np.int32),  # i32 indices of >= 3 rows
 }
 
 
@@ -137,6 +140,8 @@ class OpDef:
     build: Callable[..., int] | None = None  # the language function; None: add the node
     oracle: Oracle | None = None
     helpers: str = ""  # GLSL functions the lowering calls (dlc_* names), for the preamble
+    # Its element-type rule, a dtypes.py maker (op name -> rule); None: f32 operands only.
+    dtype: Callable[[str], Callable[..., str]] | None = None
 
     def __post_init__(self):
         if not self.lowering and self.kind in KIND_LOWERING:
@@ -147,6 +152,11 @@ class OpDef:
     def lower(self, target: str) -> str | None:
         """The lowering for `target` ("glsl-compute", "glsl-texture"): its own key, else "glsl"."""
         return self.lowering.get(target, self.lowering.get("glsl"))
+
+    def element_type(self, ins: list[str], attrs: Mapping[str, Any]) -> str:
+        """The result's element type for operands of types `ins` (dtypes.ElementTypeError if
+        one is refused)."""
+        return (self.dtype or floats)(self.name)(ins, attrs)
 
     @property
     def glsl(self) -> str | None:
@@ -226,6 +236,7 @@ def _load() -> None:
     # Importing the op modules fills the registry.
     from .ops import elementwise, layout, leaf, linalg, reduce, special, window  # noqa: F401, I001
     from .ops import activations, math_ops, logic  # noqa: F401, I001  (after special: gelu calls dlc_erf)
+    from .ops import integers  # noqa: F401
 
 
 def _complete() -> None:

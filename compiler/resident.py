@@ -43,8 +43,9 @@ def resident_graph(step: Graph, inputs: Sequence[str], dim: str, examples: int) 
         if idx is None:
             idx = rw.append(Node("input", (), (dim,), make_attrs(name=IDX, shape=(dim,))))
         rows = (examples, *n.shape[1:])
+        typed = {"dtype": n.attr("dtype")} if n.attr("dtype") else {}  # i32 data stays i32
         data = states[data_name(name)] = rw.append(
-            Node("state", (), rows, make_attrs(name=data_name(name), shape=rows, init=ZEROS), n.loc)
+            Node("state", (), rows, make_attrs(name=data_name(name), shape=rows, init=ZEROS, **typed), n.loc)
         )
         return rw.append(Node("take", (data, idx), n.shape, (), n.loc))
 

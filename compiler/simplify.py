@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from . import registry
+from .dtypes import F32
 from .ir import Graph, Node, Shape, cone, make_attrs
 from .shapes import ShapeError, broadcast, symbols
 
@@ -55,6 +56,13 @@ def _const_value(n: Node) -> np.ndarray:
     return np.asarray(n.attr("value"), dtype=np.float64).reshape(n.shape)
 
 
+def _makes_f32(op, arity: int, n: Node) -> bool:
+    try:
+        return op.element_type([F32] * arity, dict(n.attrs)) == F32
+    except ShapeError:  # an op that takes no f32 there
+        return False
+
+
 def fold_constants(g: Graph) -> Graph:
     """Replace an op whose inputs are all `const` by its value as a `const`.
 
@@ -67,8 +75,9 @@ def fold_constants(g: Graph) -> Graph:
         foldable = ins and not n.is_leaf and all(m.op == "const" for m in ins) and not symbols(n.shape)
         if foldable:
             size = int(np.prod(n.shape))
-            if size <= max(int(np.prod(m.shape)) for m in ins):
-                op = registry.get(n.op)
+            op = registry.get(n.op)
+            # A const is f32: an op making i32 (int of a const) stays an op.
+            if size <= max(int(np.prod(m.shape)) for m in ins) and _makes_f32(op, len(ins), n):
                 value = op.ref([_const_value(m) for m in ins], dict(n.attrs), {})
                 value = np.asarray(value, dtype=np.float64).reshape(n.shape)
                 attrs = make_attrs(shape=n.shape, value=tuple(float(v) for v in value.ravel()))

@@ -42,7 +42,7 @@ def unroll(graph: Graph, cost_node: int, batch: int) -> Graph:
         elif n.op == "const":
             shared[i] = b.const(n.attr("value"), n.shape, n.loc)
         elif n.op == "input":
-            stacked[i] = b.input(n.attr("name"), (batch, *n.shape), n.loc)
+            stacked[i] = b.input(n.attr("name"), (batch, *n.shape), n.loc, dtype=n.attr("dtype", "f32"))
         elif n.op == "state":
             raise DataError("the seeds' style of training needs a model without optimizer state leaves")
     costs = []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlc.backend import track_gl
+from dlc.runtime.elements import from_storage
 from dlc.runtime.errors import DataError, DlcError
 from dlc.runtime.manifest import LR, MANIFEST, leaf_shapes, read_manifest
 
@@ -40,6 +41,7 @@ class ArtifactModel:
         m = read_manifest(folder)
         self.manifest = m
         self.inputs = {n: tuple(s) for n, s in m["inputs"].items()}
+        self.input_dtypes = {n: m.get("dtypes", {}).get(n, "f32") for n in self.inputs}
         self.params, _ = leaf_shapes(m)
         self.tensors = {n: tuple(s) for n, s in m["tensors"].items()}
         self.train = m.get("train") or None
@@ -92,6 +94,8 @@ class ArtifactBackend:
 
         self.runner = Runner(path, hook=hook)
         self.target = self.runner.target
+        m = self.runner.manifest  # the tensors read back as int32 (manifest "dtypes")
+        self._i32 = {m["names"][n] for n in m.get("dtypes", {}) if n in m["names"]}
         self.path = self.runner.path
         track_gl(self)
 
@@ -122,7 +126,10 @@ class ArtifactBackend:
     ) -> list[np.ndarray]:
         ex = self.runner.executor(program)
         with self.runner.gpu_memory(program):
-            return ex.run(feeds, dims, list(roots))
+            values = ex.run(feeds, dims, list(roots))
+        if program != "eval":  # tensor ids name the eval program's tensors
+            return values
+        return [from_storage(v, "i32" if r in self._i32 else "f32") for r, v in zip(roots, values)]
 
     def step(
         self, program: str, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]

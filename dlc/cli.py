@@ -318,7 +318,8 @@ def evaluate(session, data, names: Sequence[str], model, batch_size: int | None)
         values = session.eval(list(names), feeds)
         weights.append(count)
         for n in names:
-            parts[n].append(np.asarray(values[n], dtype=np.float32))
+            v = np.asarray(values[n])
+            parts[n].append(v if v.dtype == np.int32 else v.astype(np.float32))  # i32 fetches stay ints
     out: dict[str, np.ndarray] = {}
     for n in names:
         if n in per_example or len(parts[n]) == 1:
@@ -349,7 +350,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     check_names(t, names)
     # An artifact's session answers which inputs a fetch reads (it loads the programs).
     session = open_session(t, args.backend, args.seed) if isinstance(t, ArtifactModel) else None
-    data = load_data(args.data, t.inputs, needed_inputs(t, names, session))
+    data = load_data(args.data, t.inputs, needed_inputs(t, names, session), t.input_dtypes)
     if args.weights and not os.path.isfile(args.weights):
         raise DataError(f"{args.weights}: no such file")
     if session is None:
@@ -529,10 +530,10 @@ def _train(args: argparse.Namespace, world) -> int:
         optimizer = optimizers.make(args.optimizer or compiled or DEFAULT_OPTIMIZER, lr=args.lr)
     # An artifact's session answers which inputs a fetch reads (it loads the programs).
     session = open_session(t, args.backend, args.seed, args.freeze or ()) if artifact else None
-    data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session))
+    data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session), t.input_dtypes)
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
     val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
-    val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session)) if args.val else None
+    val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session), t.input_dtypes) if args.val else None
     if args.plot:
         _require_matplotlib()
     for flag, path in (("--init", args.init), ("--resume", args.resume)):

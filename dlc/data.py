@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlc.runtime.elements import to_int32
 from dlc.runtime.npzfile import NpzReader
 
 from .errors import DataError, format_shape
@@ -57,8 +58,15 @@ def example_inputs(inputs: Mapping[str, Shape], names: Iterable[str]) -> set[str
     return {n for n in names if len(inputs[n]) >= 1 and isinstance(inputs[n][0], str)}
 
 
-def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape], needed: Iterable[str] | None = None) -> Data:
-    """Read and validate a data file for a model whose inputs have the shapes `inputs`.
+def load_data(
+    path: str | os.PathLike,
+    inputs: Mapping[str, Shape],
+    needed: Iterable[str] | None = None,
+    dtypes: Mapping[str, str] | None = None,
+) -> Data:
+    """Read and validate a data file for a model whose inputs have the shapes `inputs` (and
+    the element types `dtypes`, default all f32: an i32 input's array becomes int32, from any
+    integer dtype or from whole floats, in range).
 
     `needed`: the inputs that must be present (those the fetches or the loss
     depend on); None means all of them. Inputs that are present but not needed
@@ -70,10 +78,11 @@ def load_data(path: str | os.PathLike, inputs: Mapping[str, Shape], needed: Iter
         raise DataError(f"{path}: data files are .npz or .csv, not '{ext or path}'")
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
+    dtypes = dtypes or {}
     if ext == ".npz":
-        arrays, where = read_npz(path, inputs), {}
+        arrays, where = read_npz(path, inputs, dtypes), {}
     else:
-        arrays, where = read_csv(path, inputs)
+        arrays, where = read_csv(path, inputs, dtypes)
     needed = list(inputs) if needed is None else [n for n in inputs if n in set(needed)]
     names = _names_in(path, ext)
     ignored = ignore_unknown(
@@ -118,8 +127,9 @@ def _input_of(name: str, inputs: Mapping[str, Shape]) -> str:
 # -- .npz ------------------------------------------------------------------------
 
 
-def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
-    """The arrays of an .npz that feed inputs, as float32, refusing non-numeric ones."""
+def read_npz(path: str, inputs: Mapping[str, Shape], dtypes: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz that feed inputs, as float32 (int32 for i32 inputs), refusing
+    non-numeric ones."""
     z = NpzReader(path)  # checks each header against the file's size; DataError naming the file
     out: dict[str, np.ndarray] = {}
     with z:
@@ -129,6 +139,9 @@ def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
             a = z[k]
             if a.dtype.kind not in "biuf":
                 raise DataError(f"{path}: array '{k}' for input '{k}' holds {a.dtype} values, not numbers")
+            if (dtypes or {}).get(k) == "i32":
+                out[k] = to_int32(a, f"{path}: array '{k}'")
+                continue
             with np.errstate(over="ignore"):
                 out[k] = np.asarray(a, dtype=np.float32)
     return out
@@ -137,8 +150,11 @@ def read_npz(path: str, inputs: Mapping[str, Shape]) -> dict[str, np.ndarray]:
 # -- .csv ------------------------------------------------------------------------
 
 
-def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarray], dict[str, list[int]]]:
-    """Arrays from a CSV with a header; also, per input, the file line of each example."""
+def read_csv(
+    path: str, inputs: Mapping[str, Shape], dtypes: Mapping[str, str] | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, list[int]]]:
+    """Arrays from a CSV with a header (float32; int32 for i32 inputs); also, per input, the
+    file line of each example."""
     reader = csv.reader(io.StringIO(_csv_text(path), newline=""))
     header: list[str] | None = None
     header_line = 0
@@ -163,7 +179,7 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
     if header is None:
         raise DataError(f"{path}: empty file: a CSV data file needs a header line")
     groups = _column_groups(path, header, header_line, inputs)
-    values = np.empty((len(rows), len(header)), dtype=np.float32)
+    values = np.empty((len(rows), len(header)), dtype=np.float64)  # exact for any int32 id
     used = {c for cols, _ in groups.values() for c in cols}  # ignored columns may hold text
     for r, (row, line) in enumerate(zip(rows, lines)):
         for c, cell in enumerate(row):
@@ -172,7 +188,12 @@ def read_csv(path: str, inputs: Mapping[str, Shape]) -> tuple[dict[str, np.ndarr
     out: dict[str, np.ndarray] = {}
     for name, (cols, plain) in groups.items():
         block = values[:, cols]
-        out[name] = block[:, 0] if plain else _shape_columns(path, name, inputs[name], block, header_line)
+        a = block[:, 0] if plain else _shape_columns(path, name, inputs[name], block, header_line)
+        if (dtypes or {}).get(name) == "i32":
+            out[name] = to_int32(a, f"{path}: input '{name}'") if np.isfinite(a).all() else a
+        else:
+            with np.errstate(over="ignore"):
+                out[name] = a.astype(np.float32)
     return out, {name: lines for name in out}
 
 

@@ -65,6 +65,23 @@ class NaNFound(RuntimeFailure):
         super().__init__(f"NaN in the output of {op}{where}{detail}{caret}")
 
 
+class IndexOutOfRange(RuntimeFailure):
+    """An index out of range (debug mode): GL clamps it, debug mode names the op."""
+
+    def __init__(self, op: str, loc: Loc | None, detail: str = ""):
+        where = f" at {loc}" if loc is not None else ""
+        caret = loc.caret() if loc is not None else ""
+        super().__init__(f"{op}{where}{detail} (GL clamps it to the nearest row){caret}")
+
+
+# The ops that read a row by an i32 index -> the number of rows there (for debug mode's check).
+INDEXED = {
+    "gather": lambda g, n: g.nodes[n.inputs[0]].shape[n.attr("axis")],
+    "pick": lambda g, n: g.nodes[n.inputs[0]].shape[-1],
+    "gather_grad": lambda g, n: n.shape[n.attr("axis")],
+}
+
+
 # -- switching ---------------------------------------------------------------------------
 
 
@@ -313,10 +330,45 @@ class GLHook:
             hit = np.flatnonzero(self.executor.nan_buffer.download(len(flags)))
             if hit.size:
                 self._raise_flagged(name, min(int(flags[i]) for i in hit))
+        self._check_indices(name)
         for out in outputs:
+            if self._holds_ids(out.get("tensor")):  # an id's bits may look like a NaN
+                continue
             values = out["buffer"].download(out["count"])
             if np.isnan(values).any():
                 self._raise(name, out)
+
+    def _check_indices(self, name: str) -> None:
+        """An index out of range in a gather, a class id or gather's gradient, which GL clamps
+        to the nearest row: named with its op's position (compute target, stored indices)."""
+        ex, fusion = self.executor, self.fusion
+        if fusion is None or not hasattr(ex, "slot_buffer"):
+            return
+        from dlc.runtime.executor import bind_shape
+
+        index = next((i for i, k in enumerate(ex.kernels) if k.name == name), None)
+        g, dims = fusion.graph, dict(ex._dims or ())
+        for m in fusion.kernels[index].nodes if index is not None else ():
+            node = g.nodes[m]
+            if node.op not in INDEXED:
+                continue
+            idx = node.inputs[1]
+            info = ex.tensors.get(idx)
+            if info is None:  # computed inline, not stored: not checked
+                continue
+            shape = bind_shape(info.shape, dims)
+            ids = ex.slot_buffer(info.slot).download(int(np.prod(shape, dtype=np.int64))).view(np.int32)
+            rows = bind_shape((INDEXED[node.op](g, node),), dims)[0]
+            bad = np.flatnonzero((ids < 0) | (ids >= rows))
+            if bad.size:
+                at = [int(k) for k in np.unravel_index(bad[0], shape)]
+                raise IndexOutOfRange(
+                    node.op, node.loc, f": index {int(ids[bad[0]])} at position {at} is out of range [0, {rows})"
+                )
+
+    def _holds_ids(self, tensor: int | None) -> bool:
+        g = self.fusion.graph if self.fusion is not None else self.graph
+        return g is not None and tensor is not None and g.dtypes[tensor] == "i32"
 
     def _loc(self, tensor: int | None, locs: list | None) -> Loc | None:
         if self.graph is not None and tensor is not None:

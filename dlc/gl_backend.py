@@ -16,6 +16,7 @@ from dlc import debug
 from dlc.backend import live_gl_backends, track_gl
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
+from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
 
 
@@ -104,13 +105,13 @@ class GLBackend:
         self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
     ) -> list[np.ndarray]:
         _, executor = self.program(graph, roots, False, dims)
-        return executor.run(feeds, dims, list(roots))
+        return _typed(graph, roots, executor.run(feeds, dims, list(roots)))
 
     def step(
         self, graph: Graph, roots: Sequence[int], feeds: Mapping[str, np.ndarray], dims: Mapping[str, int]
     ) -> list[np.ndarray]:
         _, executor = self.program(graph, roots, True, dims)
-        return executor.run(feeds, dims, list(roots), step=True)
+        return _typed(graph, roots, executor.run(feeds, dims, list(roots), step=True))
 
     def step_into(
         self, graph: Graph, loss: int, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], sink, index: int
@@ -145,3 +146,8 @@ class GLBackend:
             executor.delete()
         self._programs.clear()
         self.store.delete()
+
+
+def _typed(graph: Graph, roots: Sequence[int], values: list) -> list:
+    """Values read back from GL storage as their element types (i32 ones come as float bits)."""
+    return [from_storage(v, graph.dtypes[r]) for r, v in zip(roots, values)]

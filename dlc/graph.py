@@ -139,9 +139,12 @@ class Graph:
         self._b = GraphBuilder()
 
     # -- leaves ------------------------------------------------------------------
-    def placeholder(self, name: str, shape: Sequence[int | str]) -> Tensor:
+    def placeholder(self, name: str, shape: Sequence[int | str], dtype: str = "f32") -> Tensor:
+        """An input; `dtype="i32"` for integer ids (as `input name: i32[...]`)."""
         loc = _call_site()
-        return Tensor(self, self._leaf(lambda: self._b.input(name, _shape(shape, loc), loc), name, loc))
+        if dtype not in ("f32", "i32"):
+            raise CompileError(f"placeholder '{name}': dtype must be 'f32' or 'i32', not {dtype!r}", loc)
+        return Tensor(self, self._leaf(lambda: self._b.input(name, _shape(shape, loc), loc, dtype=dtype), name, loc))
 
     def variable(self, name: str, init: Any = None, shape: Sequence[int] | None = None) -> Tensor:
         """A trainable param: `init` is an array (its value), a number, an initializer name

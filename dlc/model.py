@@ -19,6 +19,11 @@ class Model:
         return {n: self.graph.shape(n) for n in self.graph.inputs}
 
     @property
+    def input_dtypes(self) -> dict[str, str]:
+        """Each input's element type, "f32" or "i32"."""
+        return {n: self.graph.dtype(n) for n in self.graph.inputs}
+
+    @property
     def params(self) -> dict[str, Shape]:
         return {n: self.graph.shape(n) for n in self.graph.params}
 

@@ -24,6 +24,7 @@ env DLC_PROGRAM_CACHE; `runtime/cache_limit.py`); an evicted op frees its GPU sc
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import math
 import sys
@@ -322,7 +323,7 @@ def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> An
 
 def _to_float(v: Any) -> float:
     try:
-        return float(v)
+        return builtins.float(v)  # this module's `float` is the op
     except OverflowError:  # an int past float64: infinite, as in float32
         return math.inf if v > 0 else -math.inf
 
@@ -416,8 +417,10 @@ def _build(fname: str, parts: list, loc: Any) -> Kernel:
         else:
             values.append(part)
     out = FUNCTIONS[fname].impl(b, loc, *values)
+    if b.dtype(out) == "i32":  # eager arrays hold f32: int(x) comes back as whole floats
+        out = b.add("float", [out], loc)
     graph = b.build()
-    shape = tuple(d if isinstance(d, str) else int(d) for d in graph.nodes[out].shape)
+    shape = tuple(d if isinstance(d, str) else builtins.int(d) for d in graph.nodes[out].shape)
     return Kernel(fname, graph, out, tuple(names), shape, tuple(scalar_names))
 
 
@@ -470,7 +473,8 @@ for _alias, _target in {
     if _alias not in globals():
         globals()[_alias] = globals()[_target]
         __all__.append(_alias)
-# Note: this module's `sum`, `max`, `min`, `abs`, `pow`, `round` and `slice` are ops, not the builtins.
+# Note: this module's `sum`, `max`, `min`, `abs`, `pow`, `round`, `slice`, `float` and `int` are ops, not
+# the builtins (its own code calls `builtins.float` and `builtins.int`).
 
 
 # -- what `dlc.ops` shows ---------------------------------------------------------------

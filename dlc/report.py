@@ -65,10 +65,11 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 def describe_array(name: str, a: np.ndarray, count: int = 6) -> str:
     """One line: a scalar's value, or shape, dtype, range and the first values."""
     a = np.asarray(a)
+    show = str if a.dtype.kind in "iu" else (lambda v: f"{float(v):.6g}")  # i32 ids exactly
     if a.ndim == 0:
-        return f"{name} = {float(a):.6g}"
+        return f"{name} = {show(a[()])}"
     flat = a.reshape(-1)
-    first = ", ".join(f"{float(v):.6g}" for v in flat[:count])
+    first = ", ".join(show(v) for v in flat[:count])
     more = ", ..." if flat.size > count else ""
-    rng = f"  min {float(flat.min()):.6g}  max {float(flat.max()):.6g}" if flat.size else ""
+    rng = f"  min {show(flat.min())}  max {show(flat.max())}" if flat.size else ""
     return f"{name}: {format_shape(a.shape)}{rng}  [{first}{more}]"

@@ -36,7 +36,7 @@ from dlc.compiler.train_graph import build_train_graph
 from dlc.compiler.unroll import COST, COST_SUM, cost_as_loss, unroll
 
 from .errors import DataError, format_shape
-from .feeds import bind_dims
+from .feeds import as_element_type, bind_dims
 from .graph import Tensor
 
 
@@ -213,7 +213,10 @@ def eval_seeds(session: Any, fetch: Tensor | Sequence[Tensor], feeds: Any = None
     graph = session.model.graph
     single = isinstance(fetch, Tensor)
     roots = [_node(session, t) for t in ([fetch] if single else fetch)]
-    arrays = {name: e.value(graph.shape(name)) for name, e in _placeholders(session, feeds).items()}
+    arrays = {
+        name: as_element_type(name, e.value(graph.shape(name)), graph.dtype(name))  # ids as int32
+        for name, e in _placeholders(session, feeds).items()
+    }
     dims = bind_dims(session.model.inputs, arrays, needed=leaf_inputs(graph, roots))
     values = session.backend.run(graph, roots, arrays, dims)
     backend = session.backend.name if session.backend.name in ("gl", "numpy") else None
@@ -270,7 +273,7 @@ def train_seeds(
     arrays = {}
     for n in names:
         shape = graph.shape(n)
-        arrays[n] = fed[n].examples(batch_size, shape[1:] if batched else shape)
+        arrays[n] = as_element_type(n, fed[n].examples(batch_size, shape[1:] if batched else shape), graph.dtype(n))
     if batched:
         dims = bind_dims(session.model.inputs, arrays, needed=set(names))
     else:

@@ -229,15 +229,15 @@ class Session:
         names = [fetch] if isinstance(fetch, str) else list(fetch)
         if self._artifact is not None:
             program, roots, needed = self._artifact.eval_plan(names)
-            arrays, dims = prepare(self.model.inputs, feeds, needed)
+            arrays, dims = prepare(self.model.inputs, feeds, needed, self.model.input_dtypes)
             dims = self._artifact.fetch_dims(program, roots, dims)
         else:
             from dlc.compiler.reference import leaf_inputs
 
             program, roots = self.model.graph, self._roots(names)
-            arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(program, roots))
+            arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(program, roots), self.model.input_dtypes)
         values = self.backend.run(program, roots, arrays, dims)
-        out = {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, values)}
+        out = {n: v if np.asarray(v).dtype == np.int32 else np.asarray(v, np.float32) for n, v in zip(names, values)}
         return out[fetch] if isinstance(fetch, str) else out
 
     # -- gradients and training --------------------------------------------------
@@ -263,7 +263,7 @@ class Session:
             self._grad_graphs[loss] = simplify(differentiate(graph, loss)[0])
         gg = self._grad_graphs[loss]
         roots = [gg.names[grad_name(p)] for p in graph.params]
-        arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(gg, roots))
+        arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(gg, roots), self.model.input_dtypes)
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
@@ -403,7 +403,7 @@ class Session:
                     (value,) = self.backend.step(program, [loss_node], batch, bdims)
                     return float(value)
 
-        arrays, dims, dim = train_feeds(self.model.inputs, feeds, needed)
+        arrays, dims, dim = train_feeds(self.model.inputs, feeds, needed, self.model.input_dtypes)
         if self.parallel is not None:
             parallel.check(arrays, batch_size)  # every rank: the same dlc, model, optimizer and data
         select = None

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dlc.runtime.device import current_device, selected_device
+from dlc.runtime.elements import storage_floats
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
 from dlc.runtime.program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
@@ -181,7 +182,7 @@ class LeafStore:
 
     def set(self, name: str, value, *, snapshot: bool = True) -> None:
         shape = np.shape(value)  # ascontiguousarray makes a 0-d array 1-d: keep the real shape
-        data = np.ascontiguousarray(value, dtype=np.float32)
+        data = storage_floats(value)  # an i32 leaf's ints by their bits
         buf = self.buffers.get(name)
         if buf is None or not self._fits(buf, data):
             if buf is not None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .elements import to_int32
 from .errors import DataError, did_you_mean, format_shape
 
 
@@ -58,16 +59,28 @@ def bind_dims(
 
 
 def prepare(
-    inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray] | None, needed: set[str] | None = None
+    inputs: Mapping[str, tuple],
+    feeds: Mapping[str, np.ndarray] | None,
+    needed: set[str] | None = None,
+    dtypes: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Feeds as float32 arrays, checked against `inputs`, and the symbolic dims they bind.
+    """Feeds as float32 arrays (int32 for an input `dtypes` names i32), checked against
+    `inputs`, and the symbolic dims they bind.
 
     Arrays that feed no input are ignored, with a one-line notice."""
     feeds = feeds or {}
     ignored = ignore_unknown(inputs, feeds, needed)
     check_missing(inputs, feeds, needed, ignored)
-    arrays = {k: np.asarray(v, dtype=np.float32) for k, v in feeds.items() if k not in ignored}
+    arrays = {k: as_element_type(k, v, (dtypes or {}).get(k)) for k, v in feeds.items() if k not in ignored}
     return arrays, bind_dims(inputs, arrays, needed=needed)
+
+
+def as_element_type(name: str, value, dtype: str | None, source: str = "") -> np.ndarray:
+    """Input `name`'s array as its element type: int32 (checked) for i32, else float32."""
+    if dtype == "i32":
+        where = f" in {source}" if source else ""
+        return to_int32(value, f"input '{name}'{where}")
+    return np.asarray(value, dtype=np.float32)
 
 
 _noticed: set[tuple] = set()  # notices already given: a training loop calling eval says it once

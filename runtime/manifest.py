@@ -249,6 +249,9 @@ class _Manifest:
         for n, s in self.obj(m["tensors"], "tensors").items():
             self.member(n, names, "tensors", f"a name in 'names' (the tensor {_show(n)})")
             self.shape(s, f"tensors.{n}")
+        for n, t in self.obj(m.get("dtypes", {}), "dtypes").items():  # optional: i32 names
+            self.member(n, {**names, **inputs}, "dtypes", f"an input or a name in 'names' (the key {_show(n)})")
+            self.member(t, ("i32",), f"dtypes.{n}", "an element type other than the default f32 ('i32')")
         losses = self.list(m["losses"], "losses")
         for i, n in enumerate(losses):
             self.member(n, names, f"losses[{i}]", "a name in 'names'")

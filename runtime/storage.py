@@ -19,6 +19,7 @@ import ctypes
 import numpy as np
 
 from dlc.runtime.device import Device, current_device, open_devices
+from dlc.runtime.elements import storage_floats
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 
@@ -87,8 +88,9 @@ class Buffer:
 
     @classmethod
     def from_array(cls, array: np.ndarray, device: Device | None = None) -> Buffer:
-        """A new buffer holding `array` as float32 (on `device`, default the current one)."""
-        data = np.ascontiguousarray(array, dtype=np.float32)
+        """A new buffer holding `array` as float32, an int32 array by its bits (on `device`,
+        default the current one)."""
+        data = storage_floats(array)
         buffer = cls(data.nbytes, device=device)
         buffer.upload(data)
         return buffer
@@ -100,8 +102,8 @@ class Buffer:
     # ------------------------------------------------------------ data in and out
 
     def upload(self, array: np.ndarray, offset_bytes: int = 0) -> None:
-        """Write `array` (converted to contiguous float32) at `offset_bytes`."""
-        data = np.ascontiguousarray(array, dtype=np.float32)
+        """Write `array` (converted to contiguous float32; int32 by its bits) at `offset_bytes`."""
+        data = storage_floats(array)
         self._check_range(offset_bytes, data.nbytes, "upload")
         if data.nbytes == 0:
             return

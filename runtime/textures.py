@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlc.runtime.context import get_context
+from dlc.runtime.elements import storage_floats
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 from dlc.runtime.program import ShaderError, error_line
@@ -100,7 +101,7 @@ class Texture:
 
     def upload(self, array) -> None:
         """The floats of `array` (for a packed texture, `channels` a texel), zeros after."""
-        data = np.ascontiguousarray(array, dtype=np.float32).ravel()
+        data = storage_floats(array).ravel()  # an i32 tensor's ints by their bits
         floats = self.count * self.channels
         if data.size > floats:
             raise RuntimeFailure(f"internal dlc error: {data.size} floats into a texture of {floats}")

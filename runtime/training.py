@@ -93,11 +93,14 @@ def schedule(n: int, batch_size: int | None, epochs: int, steps: int | None) -> 
 
 
 def train_feeds(
-    inputs: Mapping[str, tuple], feeds: Mapping[str, np.ndarray], needed: set[str]
+    inputs: Mapping[str, tuple],
+    feeds: Mapping[str, np.ndarray],
+    needed: set[str],
+    dtypes: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, int], str | None]:
-    """The fed arrays a training step reads (checked, float32), the dims they bind, and the
-    dim batches are drawn along."""
-    arrays, dims = prepare(inputs, feeds, needed)
+    """The fed arrays a training step reads (checked, float32; int32 for i32 inputs), the dims
+    they bind, and the dim batches are drawn along."""
+    arrays, dims = prepare(inputs, feeds, needed, dtypes)
     arrays = {k: v for k, v in arrays.items() if k in needed}
     return arrays, dims, batch_dim(inputs, list(arrays))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..plan import Plan
-from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_window
+from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_scatter, kernels_window
 from .glsl import Context, KernelSource
 from .options import CodegenOptions, codegen_options
 
@@ -32,6 +32,8 @@ def render_kernel(
     o = codegen_options(options)
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims, nan_check=o.nan_flags)
+    if kernel.kind == "elementwise" and kernels_scatter.owns_rows(ctx):
+        return kernels_scatter.render(ctx)
     if kernel.kind == "elementwise":
         return kernels_elementwise.render(ctx, allow_vec4=o.vec4, local=o.elementwise_local)
     if kernel.kind == "reduce":

@@ -3,7 +3,9 @@
 A kernel is rendered from its fused IR by an `Emitter`, which evaluates a node at an index
 into a GLSL temporary: elementwise ops by the registry's GLSL expression, layout ops as index
 maps (index.py: reshape keeps the flat index, transpose permutes coordinates, pad and concat
-select, take reads the row its index names), stored tensors as loads. Results are cached per
+select, take and gather read the row their index names), stored tensors as loads. An i32
+value is held as its bits in a float (`intBitsToFloat`) and read through `number` or
+`integer` where an op computes with it. Results are cached per
 (node, index), so a value used twice is computed once. Indexes are `Ix` values: a flat index,
 coordinates, or both. What differs between targets (loads, stores, the invocation's own
 element, the version line) the Emitter asks its context's renderer (renderer.py); the compute
@@ -23,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import registry
+from ..dtypes import I32, INT_LOWERING
 from ..fusion import Fusion, Kernel
 from ..ir import Graph, Shape, format_node, format_shape
 from ..plan import Plan, Size, size_of
@@ -420,7 +423,7 @@ class Emitter:
     def flag_nan(self, n: int, value: str) -> None:
         """Debug mode: set node n's flag when `value` (its value here) is NaN, so a NaN that a
         later op of the kernel hides (`where(c, sqrt(x), 0)`, `x * 0`) is still seen."""
-        if not self.ctx.nan_check:
+        if not self.ctx.nan_check or self.g.dtypes[n] == I32:  # an id's bits may look like NaN
             return
         key = ("nan", n, value)
         if self.cached(key) is not None:
@@ -488,11 +491,31 @@ class Emitter:
         op = registry.get(node.op)
         if node.op == "dim_size":
             return f"float({self.ctx.numel(node.attr('dims'))})"
-        args = [self.value(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape)) for j in node.inputs]
+        at = [self.broadcast(ix, node.shape, self.g.nodes[j].shape) for j in node.inputs]
+        int_glsl = op.lowering.get(INT_LOWERING)
+        if int_glsl and all(self.g.dtypes[j] == I32 for j in node.inputs):  # ints, exactly
+            return self.ctx.renderer.op(node.op, int_glsl, [self.integer(j, a) for j, a in zip(node.inputs, at)])
+        args = [self.number(j, a) for j, a in zip(node.inputs, at)]
         expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
         if "{" in expr:
             raise AssertionError(f"{node.op} node %{n} lacks an attr its GLSL needs: {op.glsl}")
         return expr
+
+    # i32 values are held as their bits in a float (dtypes.py): read them through these
+    def number(self, n: int, ix: Ix) -> str:
+        """Node n's value at ix as a float number (an i32 id converted to its value)."""
+        v = self.value(n, ix)
+        return f"float(floatBitsToInt({v}))" if self.g.dtypes[n] == I32 else v
+
+    def integer(self, n: int, ix: Ix) -> str:
+        """Node n's value at ix as a GLSL int (an i32 node's bits)."""
+        return f"floatBitsToInt({self.value(n, ix)})"
+
+    def clamped_row(self, n: int, ix: Ix, rows: int | str) -> str:
+        """The i32 index node n holds at ix, clamped into [0, rows): never a read past a buffer."""
+        i = self.integer(n, ix)
+        key = ("row", i, rows)
+        return self.cached(key) or self.bind(key, f"n{n}row", f"clamp({i}, 0, {self.ctx.dim(rows)} - 1)", "int")
 
     # layout ops: each maps this node's index to its input's, then reads the input there
     def _reshape(self, n: int, ix: Ix) -> str:
@@ -535,7 +558,10 @@ class Emitter:
     def _one_hot(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
         c = self.coords(ix, node.shape)
-        v = self.value(node.inputs[0], Ix(multi=c[:-1]) if len(c) > 1 else Ix(flat="0"))
+        at = Ix(multi=c[:-1]) if len(c) > 1 else Ix(flat="0")
+        if self.g.dtypes[node.inputs[0]] == I32:
+            return f"({self.integer(node.inputs[0], at)} == {c[-1]} ? 1.0 : 0.0)"
+        v = self.value(node.inputs[0], at)
         return f"({v} == float({c[-1]}) ? 1.0 : 0.0)"
 
     def _take(self, n: int, ix: Ix) -> str:
@@ -551,6 +577,42 @@ class Emitter:
             key, f"n{n}row", f"dlc_isnan({i}) ? 0 : int(clamp({i}, 0.0, float({rows} - 1)))", "int"
         )
         return f"(dlc_isnan({i}) ? DLC_NAN : {self.value(src, Ix(multi=(row, *c[1:])))})"
+
+    def _gather(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        table, idx = node.inputs
+        axis, rank = node.attr("axis"), len(self.g.nodes[idx].shape)
+        c = self.coords(ix, node.shape)
+        at = Ix(multi=c[axis : axis + rank]) if rank else Ix(flat="0")
+        row = self.clamped_row(idx, at, self.g.nodes[table].shape[axis])
+        return self.value(table, Ix(multi=(*c[:axis], row, *c[axis + rank :])))
+
+    def _gather_grad(self, n: int, ix: Ix) -> str:
+        # This row's sum of g over the positions whose index names it, in position order: a
+        # loop over the indices, no atomics (ops/integers.py).
+        node = self.g.nodes[n]
+        g, idx = node.inputs
+        axis, idx_shape = node.attr("axis"), self.g.nodes[idx].shape
+        rank = len(idx_shape)
+        c = self.coords(ix, node.shape)
+        acc = self.names.claim(f"n{n}")
+        p = self.names.claim(f"n{n}p")
+        self.line(f"float {acc} = 0.0;")
+        self.open(f"for (int {p} = 0; {p} < {self.ctx.numel(idx_shape)}; ++{p})")
+        row = self.clamped_row(idx, Ix(flat=p), node.shape[axis])
+        self.open(f"if ({row} == {c[axis]})")
+        pos = self.coords(Ix(flat=p), idx_shape) if rank else ()
+        self.line(f"{acc} += {self.value(g, Ix(multi=(*c[:axis], *pos, *c[axis + 1 :])))};")
+        self.close()
+        self.close()
+        return acc
+
+    def _pick(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        x, labels = node.inputs
+        c = self.coords(ix, node.shape)
+        row = self.clamped_row(labels, ix, self.g.nodes[x].shape[-1])
+        return self.value(x, Ix(multi=(*c, row)))
 
     # -- stores -------------------------------------------------------------------------
     def store_outputs(self, ix: Ix, outputs: Sequence[int] | None = None) -> None:

@@ -412,7 +412,8 @@ def import_onnx(
                 "(Gather's second input) may be integers"
             )
         name = names.new(i.name)
-        conv.decls.append(f"input {name}: {fmt_shape(shape)}")
+        dtype = "i32" if et in INDEX_TYPES else ""  # Gather's run-time indices: ids
+        conv.decls.append(f"input {name}: {dtype}{fmt_shape(shape)}")
         conv.values[i.name] = Value(shape, name, onnx_name=i.name)
         inputs[i.name] = name
     for k, a in inits.items():

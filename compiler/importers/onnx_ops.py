@@ -1051,8 +1051,9 @@ def _gather(c, node, ins, attrs):
     x, idx = ins
     out = _one_out(c, node)
     axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
-    if idx.const is None:
-        raise c.fail("Gather with run-time indices is not supported (constant indices are)")
+    if idx.const is None:  # an i32 input (onnx_model.py): dlc's gather (an index < 0 is out of range)
+        c.emit(out, f"gather({c.data(x)}, {c.data(idx)}, axis={axis})", _out_shape(c, out))
+        return
     d = x.shape[axis]
     if isinstance(d, str):
         raise c.fail(f"Gather along symbolic dim {d} is not supported")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import INT_LOWERING, any_to_f32, floats_except
 from ..registry import OpDef, Oracle, Param, register
 from ..shapes import broadcast
 from . import trig_glsl
@@ -70,8 +71,9 @@ def unary(name, ref, glsl, *, doc, grad=None, attrs=(), oracle=None, helpers="",
     )
 
 
-def binary(name, ref, glsl, *, doc, grad=None, oracle=None, helpers="", **kw):
-    """One binary (broadcasting) elementwise entry; no `grad`: not differentiable."""
+def binary(name, ref, glsl, *, doc, grad=None, oracle=None, helpers="", int_glsl=None, **kw):
+    """One binary (broadcasting) elementwise entry; no `grad`: not differentiable; `int_glsl`:
+    its expression over two i32 operands as GLSL ints (exact where floats would round)."""
     return register(
         OpDef(
             name,
@@ -80,7 +82,7 @@ def binary(name, ref, glsl, *, doc, grad=None, oracle=None, helpers="", **kw):
             _binary_ref(ref),
             arity=2,
             differentiable=grad is not None,
-            lowering={"glsl": glsl},
+            lowering={"glsl": glsl, **({INT_LOWERING: int_glsl} if int_glsl else {})},
             gradient=grad,
             params=(Param("a", T), Param("b", T)),
             doc=doc,
@@ -427,6 +429,7 @@ binary(
 
 
 def _compare(name, fn, glsl, torch_name):
+    op = glsl.split()[1]
     binary(
         name,
         fn,
@@ -437,6 +440,8 @@ def _compare(name, fn, glsl, torch_name):
             lambda t, x, y: getattr(t, torch_name)(x, y).to(x.dtype),
             domain=("ints", "ints"),
         ),
+        dtype=any_to_f32,  # an i32 operand against an f32 one is compared as f32 (exact below 2^24)
+        int_glsl=f"((a {op} b) ? 1.0 : 0.0)",  # two i32 operands: exactly
     )
 
 
@@ -472,6 +477,7 @@ register(
         arity=3,
         lowering={"glsl": "((a != 0.0 || dlc_isnan(a)) ? b : c)"},
         gradient=_where_grad,
+        dtype=floats_except(0),  # the condition may be i32
         params=(Param("cond", T), Param("a", T), Param("b", T)),
         doc="a where cond is nonzero (NaN counts), else b",
         group="elementwise",

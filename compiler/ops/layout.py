@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import any_to_f32, same_as_input, take_rule
 from ..registry import OpDef, register
 from ..shapes import ShapeError, bind, format_shape
 from .adjoint import unbroadcast
@@ -111,10 +112,26 @@ def _concat_rule(e, n, y, g):
     return out
 
 
-register(OpDef("reshape", "layout", lambda ins, a: tuple(a["shape"]), _reshape, arity=1, gradient=_reshape_rule))
 register(
     OpDef(
-        "broadcast_to", "layout", lambda ins, a: tuple(a["shape"]), _broadcast_to, arity=1, gradient=_broadcast_to_rule
+        "reshape",
+        "layout",
+        lambda ins, a: tuple(a["shape"]),
+        _reshape,
+        arity=1,
+        gradient=_reshape_rule,
+        dtype=same_as_input,
+    )
+)
+register(
+    OpDef(
+        "broadcast_to",
+        "layout",
+        lambda ins, a: tuple(a["shape"]),
+        _broadcast_to,
+        arity=1,
+        gradient=_broadcast_to_rule,
+        dtype=same_as_input,
     )
 )
 register(
@@ -125,10 +142,11 @@ register(
         lambda args, a, d: np.transpose(args[0], a["perm"]).copy(),
         arity=1,
         gradient=_transpose_rule,
+        dtype=same_as_input,
     )
 )
-register(OpDef("slice", "layout", _slice_shape, _slice, arity=1, gradient=_slice_rule))
-register(OpDef("pad", "layout", _pad_shape, _pad, arity=1, gradient=_pad_rule))
+register(OpDef("slice", "layout", _slice_shape, _slice, arity=1, gradient=_slice_rule, dtype=same_as_input))
+register(OpDef("pad", "layout", _pad_shape, _pad, arity=1, gradient=_pad_rule, dtype=same_as_input))
 register(
     OpDef(
         "concat",
@@ -136,9 +154,20 @@ register(
         _concat_shape,
         lambda args, a, d: np.concatenate(args, axis=a["axis"]),
         gradient=_concat_rule,
+        dtype=same_as_input,
     )
 )
-register(OpDef("one_hot", "layout", lambda ins, a: (*ins[0], a["depth"]), _one_hot, arity=1, differentiable=False))
+register(
+    OpDef(
+        "one_hot",
+        "layout",
+        lambda ins, a: (*ins[0], a["depth"]),
+        _one_hot,
+        arity=1,
+        differentiable=False,
+        dtype=any_to_f32,
+    )
+)
 # out[i, ...] = x[int(idx[i]), ...]: training gathers its batches from data kept on the GPU
 # (compiler/resident.py). Not differentiable: only data flows through it.
-register(OpDef("take", "layout", _take_shape, _take, arity=2, differentiable=False))
+register(OpDef("take", "layout", _take_shape, _take, arity=2, differentiable=False, dtype=take_rule))

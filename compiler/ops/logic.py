@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import any_to_f32
 from ..registry import Oracle
 from .elementwise import binary, unary
 
@@ -28,6 +29,7 @@ binary(
         lambda t, x, y: t.logical_and(x, y).to(x.dtype),
         domain=("bools", "bools"),
     ),
+    dtype=any_to_f32,
 )
 
 binary(
@@ -40,4 +42,5 @@ binary(
         lambda t, x, y: t.logical_or(x, y).to(x.dtype),
         domain=("bools", "bools"),
     ),
+    dtype=any_to_f32,
 )

@@ -102,8 +102,20 @@ for _op in registry.REGISTRY.values():
         ]
 
 
+# Functions eager arrays (f32 only) cannot call: gather takes i32 indices.
+NOT_EAGER = {"gather"}
+
+
 def test_every_language_function_has_a_case():
-    assert sorted(FUNCTIONS) == sorted(CASES)
+    assert sorted(FUNCTIONS) == sorted([*CASES, *NOT_EAGER])
+
+
+def test_eager_gather_refuses_float_indices_and_int_comes_back_as_whole_floats():
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    with pytest.raises(dlc.CompileError, match="gather's operand 2 holds indices: it must be i32"):
+        dlc.ops.gather(x, np.array([1.0, 0.0], np.float32))
+    got = dlc.ops.int(np.array([2.7, -2.7, np.nan], np.float32)).numpy()
+    np.testing.assert_array_equal(got, [2.0, -2.0, 0.0])
 
 
 def reference(fname, args, kwargs):

@@ -225,3 +225,15 @@ def test_bad_data_is_refused_and_nothing_written(dlc_run, tmp_path):
         assert str(data) in p.stderr
         assert "Traceback" not in p.stderr
         assert not out.exists()
+
+
+def test_eval_feeds_i32_inputs_from_a_data_file_and_prints_ids_exactly(dlc_run, tmp_path):
+    (tmp_path / "ids.dl").write_text("input t: i32[B, 2]\nback = reshape(t, [2, B])\n")
+    np.savez(tmp_path / "ok.npz", t=np.array([[2**31 - 1, 0], [5, -7]], np.int64))
+    p = dlc_run("eval", tmp_path / "ids.dl", "--data", tmp_path / "ok.npz", "--fetch", "back", "--backend", "numpy")
+    assert p.returncode == 0, p.stderr
+    assert "back: [2, 2]  min -7  max 2147483647  [2147483647, 0, 5, -7]" in p.stdout
+    np.savez(tmp_path / "bad.npz", t=np.array([[1.0, 2.0], [3.0, 0.5]]))
+    p = dlc_run("eval", tmp_path / "ids.dl", "--data", tmp_path / "bad.npz", "--fetch", "back", "--backend", "numpy")
+    assert p.returncode != 0
+    assert "bad.npz: array 't' holds 0.5 at row 1 (position [1, 1]), not an integer (an i32 input)" in p.stderr

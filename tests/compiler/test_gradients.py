@@ -131,6 +131,11 @@ def layout_cases() -> list[Case]:
         Case("pad", [("B", 3)], {"before": (0, 1), "after": (0, 1)}, dims={"B": 2}, label="symbolic"),
         Case("concat", [(2, 3), (2, 1), (2, 2)], {"axis": 1}),
         Case("concat", [(1, 3), (2, 3)], {"axis": 0}),
+        # i32 indices ("ids", in [0, 3)): the gradient is the table's only
+        Case("gather", [(4, 3), (5,)], {"axis": 0}, ["normal", "ids"], wrt=(0,)),
+        Case("gather", [(2, 3, 4), ("B", 2)], {"axis": 1}, ["normal", "ids"], wrt=(0,), dims={"B": 3}, label="axis1"),
+        Case("gather", [(3, 2), ()], {"axis": 0}, ["normal", "ids"], wrt=(0,), label="scalar-index"),
+        Case("pick", [(2, 5, 3), (2, 5)], {}, ["normal", "ids"], wrt=(0,)),
     ]
 
 
@@ -268,8 +273,9 @@ def build(case: Case, seed: int = 0) -> Built:
     values = {}
     ids = []
     for name, shape, dom in zip(names, case.shapes, doms):
-        ids.append(b.input(name, shape))
-        values[name] = np.asarray(sample(rng, dom, bind(shape, case.dims)), dtype=float)
+        ids.append(b.input(name, shape, dtype="i32" if dom == "ids" else "f32"))
+        value = sample(rng, dom, bind(shape, case.dims))
+        values[name] = np.asarray(value, dtype=np.int32 if dom == "ids" else float)
     y = b.add(case.op, ids, **case.attrs)
     r = b.input("r", b.shape(y))
     values["r"] = np.asarray(rng.normal(size=bind(b.shape(y), case.dims)))
@@ -482,6 +488,8 @@ TORCH = {
     "avg_pool": lambda t, x, a, dims: _t_pool(t, x, a, "avg"),
     "max_pool_grad": _t_max_pool_grad,
     "avg_pool_grad": _t_avg_pool_grad,
+    "gather": _oracle(registry.get("gather")),
+    "pick": _oracle(registry.get("pick")),
 }
 
 
@@ -492,7 +500,12 @@ def test_gradient_matches_pytorch(case: Case):
         pytest.skip("PyTorch is not installed (pip install torch): the central-difference check still runs")
     bt = build(case)
     got = symbolic_grads(bt)
-    ts = {n: torch.tensor(bt.values[n], dtype=torch.float64, requires_grad=n in bt.wrt) for n in bt.names}
+    ts = {
+        n: torch.tensor(bt.values[n])  # i32 indices as integer tensors
+        if bt.values[n].dtype == np.int32
+        else torch.tensor(bt.values[n], dtype=torch.float64, requires_grad=n in bt.wrt)
+        for n in bt.names
+    }
     y = TORCH[case.op](torch, *(ts[n] for n in bt.names), case.attrs, bt.dims)
     # forward agrees with the reference first, so the gradients compare like with like
     ref = evaluate(bt.graph, [len(bt.names)], bt.values, bt.dims, np.float64)[len(bt.names)]

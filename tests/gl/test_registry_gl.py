@@ -103,6 +103,20 @@ def layout_cases() -> list[Case]:
         Case("take", [(5, 7), (9,)], {}, ["normal", "rows"]),
         Case("take", [(3, 2, 5), ("B",)], {}, ["normal", "rows"], dims={"B": 7}, label="symbolic"),
         Case("take", [(3, 4), (8,)], {}, ["normal", "rows"], label="vec4"),
+        # i32 operands ("ids": int32 in [0, 3), stored as their bits)
+        Case("gather", [(5, 7), (9,)], {"axis": 0}, ["normal", "ids"]),
+        Case("gather", [(3, 4, 5), ("B", 2)], {"axis": 1}, ["normal", "ids"], dims={"B": 3}, label="axis1"),
+        Case("gather_grad", [(2, 9, 3), (9,)], {"axis": 1, "table": (2, 5, 3)}, ["normal", "ids"]),
+        Case("gather_grad", [("B", 2, 7), ("B", 2)], {"axis": 0, "table": (4, 7)}, ["normal", "ids"], dims={"B": 3}),
+        Case("pick", [(3, 5, 7), (3, 5)], {}, ["normal", "ids"]),
+        Case("one_hot", [(3, 5)], {"depth": 4}, ["ids"], label="i32"),
+        Case("reshape", [(3, 4)], {"shape": (2, 6)}, ["ids"], label="i32"),
+        Case("transpose", [(3, 5)], {"perm": (1, 0)}, ["ids"], label="i32"),
+        Case("concat", [(3, 2), (3, 1)], {"axis": 1}, ["ids", "ids"], label="i32"),
+        Case("eq", [(3, 5), (5,)], {}, ["ids", "ints"], label="i32"),
+        Case("lt", [(3, 5), (5,)], {}, ["ids", "ids"], label="i32-i32"),
+        Case("where", [(3, 5), (5,), ()], {}, ["ids", "normal", "normal"], label="i32-cond"),
+        Case("float", [(3, 5)], {}, ["ids"], label="i32"),
     ]
 
 
@@ -219,13 +233,14 @@ def build(case: Case, seed: int = 0):
     doms = case.domains or ["normal"] * len(case.shapes)
     feeds, ids = {}, []
     for k, (shape, dom) in enumerate(zip(case.shapes, doms)):
-        ids.append(b.input(f"x{k}", shape))
-        feeds[f"x{k}"] = np.asarray(sample(rng, dom, bind(shape, case.dims)), np.float32)
+        ids.append(b.input(f"x{k}", shape, dtype="i32" if dom == "ids" else "f32"))
+        feeds[f"x{k}"] = np.asarray(sample(rng, dom, bind(shape, case.dims)), np.int32 if dom == "ids" else np.float32)
     y = b.add(case.op, ids, **case.attrs)
     b.declare("y", y, None)
     r = b.input("r", b.shape(y))
     feeds["r"] = np.asarray(rng.normal(size=bind(b.shape(y), case.dims)), np.float32)
-    loss = b.add("sum", [b.add("mul", [y, r])], axes=tuple(range(len(b.shape(y)))), keepdims=False)
+    yf = b.add("float", [y]) if b.dtype(y) == "i32" else y
+    loss = b.add("sum", [b.add("mul", [yf, r])], axes=tuple(range(len(b.shape(y)))), keepdims=False)
     b.declare("loss", loss, None)
     b.loss("loss", loss)
     return b.build(), feeds
@@ -244,6 +259,10 @@ def test_every_op_has_a_gl_case():
 
 def close(got, want, what):
     assert got.shape == want.shape, what
+    assert got.dtype == want.dtype or want.dtype != np.int32, f"{what}: {got.dtype}, not int32"
+    if want.dtype == np.int32:  # ids are exact
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
     scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale, err_msg=what)
 
@@ -263,7 +282,7 @@ def test_gradient_matches_reference(backend, case: Case):
     wrt = [
         f"x{k}"
         for k, d in enumerate(case.domains or ["normal"] * len(case.shapes))
-        if d not in ("cond", "index", "ints")
+        if d not in ("cond", "index", "ints", "ids")
     ]
     gg, grads = differentiate(g, "loss", wrt)
     roots = [grads[n] for n in wrt]
@@ -384,6 +403,8 @@ def inject_specials(case: Case, feeds: dict, seed: int = 1) -> dict:
     out = dict(feeds)
     for k in range(len(case.shapes)):  # indexes too: take's NaN row is NaN, one_hot's zeros
         x = out[f"x{k}"].copy()
+        if x.dtype == np.int32:  # i32 ids hold no NaN (their own sweep: test_integers_gl.py)
+            continue
         hit = rng.uniform(size=x.shape) < 0.25
         pads = case.attrs.get("padding", "valid")
         padded = pads != "valid" and any(pads) and PADDED_PRODUCT.get(case.op) == k

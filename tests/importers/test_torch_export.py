@@ -165,3 +165,22 @@ def test_fine_tunes_with_dlc_train(exported, tmp_path, dlc_cli):
     after.load(str(saved))
     loss1 = float(after.eval("cost", {imported.inputs["x"]: xs, "label": labels}))
     assert loss1 < 0.8 * loss0
+
+
+def test_an_exported_embedding_imports_its_token_ids_as_i32(torch, tmp_path):
+    # nn.Embedding exports as Gather with a run-time int64 input: an i32 input and gather.
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Embedding(11, 4), torch.nn.Linear(4, 3)).eval()
+    tokens = torch.tensor([[1, 2, 10], [0, 5, 5]])
+    path = tmp_path / "emb.onnx"
+    torch.onnx.export(
+        net, (tokens,), str(path), dynamo=False, input_names=["t"], output_names=["y"], dynamic_axes={"t": {0: "B"}}
+    )
+    imported = dlc.import_onnx(path)
+    assert f"input {imported.inputs['t']}: i32[B, 3]" in imported.source
+    want = net(tokens).detach().numpy()
+    for backend in ("numpy", "gl"):
+        sess = dlc.Session(imported.model, backend=backend)
+        sess.set_params(imported.weights)
+        got = sess.eval(imported.outputs["y"], {imported.inputs["t"]: tokens.numpy()})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)

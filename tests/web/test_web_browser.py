@@ -309,3 +309,46 @@ def test_numerics_in_the_browser_match_numpy(web_root, open_export, tmp_path):
         assert np.isfinite(value[n][:2]).all() and (np.abs(value[n][:2]) <= bound).all(), (n, value[n])
         assert value[n][2] == np.inf, (n, value[n])
     assert not page.errors
+
+
+IDS = """
+input t: i32[B, 3]
+input y: i32[B, 3]
+param wte: [7, 5]
+param w: [5, 7]
+back = reshape(t, [3, B])
+h = gather(wte, t)
+loss cost = softmax_cross_entropy(h @ w, y)
+"""
+
+
+def test_i32_inputs_go_in_by_their_bits_and_come_back_as_int32(web_root, open_export, tmp_path):
+    # dlc.js feeds an i32 input as the float32 view of its int32 bits (ids that are NaN or
+    # subnormal bit patterns included) and reads an i32 tensor back as an Int32Array.
+    path = tmp_path / "ids.dl"
+    path.write_text(IDS)
+    sess = reference(str(path))
+    page = open_export(exported(web_root, "ids", path))
+    big = [[2**31 - 1, -1, 1], [0, 7, -(2**31)]]
+    call = (
+        "const feeds = Object.fromEntries(Object.entries(arg.feeds)"
+        ".map(([n, f]) => [n, {data: f.data, shape: f.shape}]));"
+        " const out = await m.eval(feeds, arg.fetch);"
+        " return Object.fromEntries(Object.entries(out).map(([n, v]) => [n, {data: Array.from(v.data),"
+        " shape: v.shape, ints: v.data instanceof Int32Array}]));"
+    )
+    got = page.call(call, {"feeds": {"t": {"data": sum(big, []), "shape": [2, 3]}}, "fetch": ["back"]})
+    assert got["back"]["ints"]
+    assert got["back"]["data"] == np.reshape(big, -1).tolist()
+    t = np.array([[1, 2, 6], [0, 3, 3], [5, 4, 1]])
+    feeds = {
+        "t": {"data": t.ravel().tolist(), "shape": [3, 3]},
+        "y": {"data": (t % 7).ravel().tolist(), "shape": [3, 3]},
+    }
+    got = page.call(call, {"feeds": feeds, "fetch": ["h", "cost"]})
+    want = sess.eval(["h", "cost"], {"t": t, "y": t % 7})
+    np.testing.assert_allclose(np.reshape(got["h"]["data"], (3, 3, 5)), want["h"], rtol=1e-6)
+    np.testing.assert_allclose(got["cost"]["data"][0], want["cost"], rtol=1e-5)
+    bad = {"t": {"data": [1.5, 0, 0], "shape": [1, 3]}}
+    with pytest.raises(Exception, match="input 't' holds 1.5 at index 0: an i32 input takes int32 values"):
+        page.call(call, {"feeds": bad, "fetch": ["back"]})

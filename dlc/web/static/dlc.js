@@ -542,9 +542,11 @@ class Device {
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
       gl.deleteBuffer(buffer);
       if (channels === 1) return all.subarray(0, count);
-      const out = new Float32Array(count);
-      for (let i = 0; i < count; i++) out[i] = all[i * channels];
-      return out;
+      // Copied as int32 bits: an i32 id's bits may be a NaN, which a float copy may change.
+      const bits = new Int32Array(all.buffer);
+      const out = new Int32Array(count);
+      for (let i = 0; i < count; i++) out[i] = bits[i * channels];
+      return new Float32Array(out.buffer);
     });
   }
 
@@ -601,10 +603,27 @@ function bindShape(shape, dims) {
 
 const showShape = (shape) => `[${shape.join(", ")}]`;
 
+/** An i32 input's values (an Int32Array, or whole numbers in the int32 range) as the
+ * Float32Array view of their int32 bits: GL storage holds an id as its bits. */
+function intBits(name, values) {
+  let ints = values;
+  if (!(values instanceof Int32Array)) {
+    ints = new Int32Array(values.length);
+    for (let i = 0; i < values.length; i++) {
+      const v = Number(values[i]);
+      if (!Number.isInteger(v) || v < -2147483648 || v > 2147483647) {
+        throw new DlcError(`input '${name}' holds ${values[i]} at index ${i}: an i32 input takes int32 values`);
+      }
+      ints[i] = v;
+    }
+  }
+  return new Float32Array(ints.buffer, ints.byteOffset, ints.length);
+}
+
 /** Check `feeds` (name -> {data, shape}) against the model's inputs; return the Float32Array
- * of each fed input in `needed` and the dims they bind. Feeds the model does not have are
- * refused; inputs it has but does not need here are ignored. */
-function checkFeeds(inputs, feeds, needed) {
+ * of each fed input in `needed` (an i32 input's by its bits, `dtypes`) and the dims they bind.
+ * Feeds the model does not have are refused; inputs it has but does not need here are ignored. */
+function checkFeeds(inputs, feeds, needed, dtypes = {}) {
   const arrays = {};
   const dims = {};
   const boundBy = {};
@@ -621,7 +640,12 @@ function checkFeeds(inputs, feeds, needed) {
     if (shape.length !== declared.length || shape.some((d) => !Number.isInteger(d) || d < 0)) {
       throw new DlcError(`input '${name}' is declared ${showShape(declared)} but fed shape ${showShape(shape)}`);
     }
-    const data = feed.data instanceof Float32Array ? feed.data : Float32Array.from(feed.data);
+    const data =
+      dtypes[name] === "i32"
+        ? intBits(name, feed.data)
+        : feed.data instanceof Float32Array
+          ? feed.data
+          : Float32Array.from(feed.data);
     if (data.length !== product(shape)) {
       throw new DlcError(`input '${name}': shape ${showShape(shape)} holds ${product(shape)} values, its data has ${data.length}`);
     }
@@ -881,6 +905,7 @@ class Model {
     this.manifest = manifest;
     this.sources = sources;
     this.inputs = manifest.inputs; // name -> declared shape (dim names for symbolic dims)
+    this.dtypes = manifest.dtypes || {}; // the i32 inputs and tensors (the rest are f32)
     this.paramShapes = manifest.params;
     this.tensorShapes = manifest.tensors;
     this.losses = manifest.losses;
@@ -916,13 +941,14 @@ class Model {
       return this.manifest.names[n];
     });
     const { kernels, names: needed } = ex.needs(tensors);
-    const { arrays, dims } = checkFeeds(this.inputs, feeds, needed);
+    const { arrays, dims } = checkFeeds(this.inputs, feeds, needed, this.dtypes);
     ex.prepare(this.allDims(ex, kernels, tensors, dims));
     ex.upload(arrays);
     ex.launch(kernels);
     const where = tensors.map((t) => ex.where(t));
     const values = await this.device.read(where.map(([tex, count]) => [tex, count]));
-    return Object.fromEntries(names.map((n, i) => [n, { data: values[i], shape: where[i][2] }]));
+    const typed = (n, v) => (this.dtypes[n] === "i32" ? new Int32Array(v.buffer, v.byteOffset, v.length) : v);
+    return Object.fromEntries(names.map((n, i) => [n, { data: typed(n, values[i]), shape: where[i][2] }]));
   }
 
   /** `dims` plus 1 for each dim that only unfed inputs bind; an error when the kernels that run
@@ -959,7 +985,7 @@ class Model {
     const lossTensor = ex.spec.roots[0];
     const { names: needed } = ex.needs([lossTensor], true);
     needed.delete(LR);
-    const { arrays, dims } = checkFeeds(this.inputs, feeds, needed);
+    const { arrays, dims } = checkFeeds(this.inputs, feeds, needed, this.dtypes);
     const dim = this.batchDim(Object.keys(arrays));
     const n = dim === null ? 1 : dims[dim];
     if (dim !== null && n === 0) throw new DlcError(`no examples to train on: dim ${dim} is 0`);
