@@ -364,6 +364,12 @@ class Session:
         """
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
+        from .text import TextData
+
+        if isinstance(feeds, TextData):
+            return self._train_text(
+                feeds, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, checkpoint_every
+            )
         epochs = 1 if epochs is None else epochs
         position = self._resumed_position(optimizer) if resume else RunPosition()
         on_every = self._checkpoint_writer(checkpoint, checkpoint_every)
@@ -473,6 +479,86 @@ class Session:
             if resident:
                 for name in arrays:
                     self.backend.drop_leaf(data_name(name))
+
+    def generate(
+        self,
+        prompt,
+        tokens: int = 100,
+        *,
+        vocab=None,
+        block: int | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        on_token: Callable[[Any], None] | None = None,
+    ):
+        """Continue `prompt` by `tokens` tokens sampled from the model's `logits` (nanoGPT's
+        generate; see dlc/generate.py). `prompt` is text (with `vocab`, a `dlc.text.Vocab`,
+        e.g. `Vocab.load("w.vocab.json")`; the text returned) or a list of ids (ids returned);
+        `block`: the longest context fed (default: the vocab's, i.e. the training window);
+        `on_token(t)` runs as each is drawn (text or id). The same seed gives the same text.
+
+            vocab = dlc.text.Vocab.load("gpt.vocab.json")
+            print(sess.generate("ROMEO:", 200, vocab=vocab, temperature=0.8, top_k=40))
+        """
+        from .generate import LOGITS, check_model, generate
+        from .text import TOKENS
+
+        check_model(self.model.inputs, self.model.tensors)
+        as_text = isinstance(prompt, str)
+        if as_text and vocab is None:
+            raise ValueError("a text prompt needs the vocab the model was trained with (vocab=)")
+        ids = vocab.encode(prompt, "the prompt") if as_text else [int(i) for i in prompt]
+        block = block or (vocab.block if vocab is not None else None)
+        if block is None:
+            raise ValueError("give block= (the longest context the model takes; a vocab file from dlc train holds it)")
+        out = []
+        for i in generate(
+            lambda context: self.eval(LOGITS, {TOKENS: context}), ids, tokens, block, temperature, top_k, seed
+        ):
+            out.append(i)
+            if on_token is not None:
+                on_token(vocab.decode([i]) if as_text else i)
+        return vocab.decode(out) if as_text else out
+
+    def _train_text(self, data, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, every):
+        """train() over a `dlc.TextData`: `steps` steps of `batch_size` random windows (step s's
+        windows fixed by the seed and s), run a chunk of steps at a time as unshuffled data."""
+        if steps is None or epochs is not None:
+            raise ValueError("training on text draws random windows: give steps (epochs have no meaning there)")
+        if batch_size is None:
+            raise ValueError("training on text needs a batch_size (windows a step)")
+        done = self._resumed_position(optimizer).done if resume else 0
+        on_every = self._checkpoint_writer(checkpoint, every)
+        chunk = max(1, min(256, (1 << 22) // (batch_size * data.block)))  # steps staged at once
+        losses: list[float] = []
+        while done < steps:
+            count = min(chunk, steps - done)
+            if every:  # a chunk ends at each checkpoint step
+                count = min(count, every - done % every)
+            first = done
+
+            def step_callback(step, epoch, value, examples, first=first):
+                return callback(first + step, 1, value, examples) if callback else None
+
+            got = self.train(
+                data.steps(first, count, batch_size, self.seed),
+                loss=loss,
+                optimizer=optimizer,
+                batch_size=batch_size,
+                steps=count,
+                shuffle=False,
+                callback=step_callback,
+            )
+            losses += got
+            done += len(got)
+            optimizer = self._optimizer  # the one the chunk trained with (state and all)
+            self._run = RunPosition(done=done, batch_size=batch_size, examples=len(data.train_ids), shuffle=False)
+            if on_every is not None and done % every == 0:
+                on_every(self._run)
+            if len(got) < count:  # the callback stopped the run
+                break
+        return losses
 
     def _parallel_step(self, loss: str | None, optimizer: Optimizer):
         """The data-parallel step over `self.parallel`'s ranks for (loss, optimizer): the

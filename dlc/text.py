@@ -33,7 +33,8 @@ MAX_VOCAB = 1 << 20
 class Vocab:
     """Characters and their ids."""
 
-    def __init__(self, chars: Iterable[str]) -> None:
+    def __init__(self, chars: Iterable[str], block: int | None = None) -> None:
+        self.block = block  # the window length the model was trained on (None: not known)
         self.chars = list(chars)
         if not self.chars:
             raise DataError("a vocabulary needs at least one character")
@@ -78,7 +79,8 @@ class Vocab:
     def save(self, path: str | os.PathLike) -> None:
         from .weights import write_atomic
 
-        text = json.dumps({"format": "dlc-vocab", "kind": "chars", "chars": self.chars}, ensure_ascii=True)
+        record = {"format": "dlc-vocab", "kind": "chars", "chars": self.chars, "block": self.block}
+        text = json.dumps(record, ensure_ascii=True)
         write_atomic(path, lambda f: f.write(text.encode("ascii")))
 
     @classmethod
@@ -97,8 +99,11 @@ class Vocab:
             raise DataError(f"{path}: not a dlc character vocabulary (format 'dlc-vocab', kind 'chars')")
         if not isinstance(data.get("chars"), list):
             raise DataError(f"{path}: 'chars' must be a list of characters")
+        block = data.get("block")
+        if block is not None and (type(block) is not int or not 1 <= block <= 1 << 24):
+            raise DataError(f"{path}: 'block' must be a window length (a positive integer), not {block!r}")
         try:
-            return cls(data["chars"])
+            return cls(data["chars"], block)
         except DataError as e:
             raise DataError(f"{path}: {e}") from None
 
@@ -133,6 +138,7 @@ class TextData:
             raise DataError(f"{self.path}: val_fraction must be in [0, 1), not {val_fraction!r}")
         self.block = block
         self.vocab = vocab or Vocab.of(text)
+        self.vocab.block = block
         ids = self.vocab.encode(text, self.path)
         cut = len(ids) - int(len(ids) * val_fraction)
         self.train_ids, self.val_ids = ids[:cut], ids[cut:]
@@ -150,6 +156,13 @@ class TextData:
         rows = starts[:, None] + np.arange(self.block + 1)[None, :]
         windows = ids[rows]
         return {TOKENS: windows[:, :-1], TARGETS: windows[:, 1:]}
+
+    def steps(self, first: int, count: int, batch_size: int, seed: int, part: str = "train") -> dict[str, np.ndarray]:
+        """The batches of steps first .. first + count - 1, stacked along the batch axis
+        ([count * batch_size, block] each). Step s draws its windows from a generator keyed by
+        (seed, s) alone, so a run stopped at any step and resumed draws what it would have."""
+        batches = [self.batch(batch_size, np.random.default_rng([seed, s]), part) for s in range(first, first + count)]
+        return {k: np.concatenate([b[k] for b in batches]) for k in (TOKENS, TARGETS)}
 
     @property
     def val(self) -> TextData:
