@@ -185,7 +185,10 @@ def render(ctx: Context, options: CodegenOptions | Mapping | None = None) -> Ker
     which, var, where = resolve(ctx, options)
     if var is None:
         return _render_tile16(ctx)
-    shared = tuning.entry(codegen_options(options).device)["shared_bytes"]
+    o = codegen_options(options)
+    shared = tuning.entry(o.device)["shared_bytes"]
+    if o.limits:  # the device's own word, where the context gave it
+        shared = min(shared, int(o.limits.get("max_shared_memory", shared)))
     return _render_blocked(ctx, var, where, shared)
 
 
