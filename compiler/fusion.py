@@ -195,8 +195,8 @@ def _cut_kernel(f: Fusion, k: Kernel, caps: Capabilities) -> set[int]:
             j in nodes
             and f.storage.get(j) == "inline"
             and j not in f.literals
-            and g.nodes[j].op != "dim_size"
-            and kind_of(g, j) == "elementwise"
+            and g.nodes[j].op not in ("dim_size", "reshape")
+            and kind_of(g, j) in ("elementwise", "layout")
         )
 
     def reads_of(m: int) -> set[int]:
@@ -283,8 +283,8 @@ def _fuse(
         kind = kind_of(graph, n)
         feeds_anchor = any(kind_of(graph, c) in ("matmul", "window") for c in users)
         where = set().union(*(home[c] for c in users)) if users else set()
-        if kind == "elementwise" and n in split:  # cut out of an over-full kernel (fuse)
-            start("elementwise", n)
+        if n in split and (kind == "elementwise" or (kind == "layout" and node.op != "reshape")):
+            start("elementwise", n)  # cut out of an over-full kernel (fuse)
             continue
         if kind in ("elementwise", "layout"):
             # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar

@@ -15,6 +15,7 @@ only element for element); otherwise it goes to a temporary and is copied after 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -144,13 +145,23 @@ def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
             live[o] = (k.index, end if o in keep_to_end else last)
 
     members: list[list[int]] = []  # temp slot -> its tensors
+    # Each slot's lifetimes, disjoint, so sorted by start they are sorted by end too: whether
+    # [lo, hi] is free there is one bisection (a plan of n kernels takes n log n, not n^2).
+    starts: list[list[int]] = []
+    ends: list[list[int]] = []
     for t in sorted(live, key=lambda t: (-eval_size(size_of(g.nodes[t].shape), ref_dims), live[t][0], t)):
         lo, hi = live[t]
-        free = [s for s, ts in enumerate(members) if all(hi < live[o][0] or live[o][1] < lo for o in ts)]
-        if free:
-            members[free[0]].append(t)  # largest-first: the first free slot is big enough
+        for s in range(len(members)):
+            i = bisect.bisect_right(starts[s], hi)  # the lifetimes starting by hi: the last ends last
+            if i == 0 or ends[s][i - 1] < lo:
+                members[s].append(t)  # largest-first: the first free slot is big enough
+                starts[s].insert(i, lo)
+                ends[s].insert(i, hi)
+                break
         else:
             members.append([t])
+            starts.append([lo])
+            ends.append([hi])
     for ts in members:
         sizes = tuple(dict.fromkeys(size_of(g.nodes[t].shape) for t in sorted(ts)))
         index = new_slot("temp", None, sizes)
