@@ -16,7 +16,9 @@ The pass walks the nodes from the outputs back. A node is inlined when all its r
 one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
 otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
 extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape
-(where the target's kernels may write several results: `Capabilities`, from its renderer).
+(where the target's kernels may write several results: `Capabilities`, from the device's
+limits through compiler/limits.py). A kernel that would bind more stored tensors than the
+device allows is cut (`fuse`), so every kernel fits the device it is compiled for.
 Each kernel then computes only ancestors of its *primary* node (the one that started it), so
 ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
 """
