@@ -49,7 +49,8 @@ def render_kernel(
         ks = _render(plan, index, dims, o.with_(matmul="tile16", matmul_variant=None))
         why = over_limits(ks.source, ks.local_size, limits)
     if why:
-        raise ValueError(f"internal dlc error: kernel '{ks.name}' {why}")
+        where = "the device's limits" if o.limits else "the GL spec's minimum limits"
+        raise ValueError(f"kernel '{ks.name}' {why} (compiling for {where})")
     return ks
 
 

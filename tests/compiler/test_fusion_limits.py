@@ -17,7 +17,8 @@ import dlc
 from dlc.compiler import fusion
 from dlc.compiler.artifact import programs
 from dlc.compiler.limits import SPEC_MINIMUMS, capabilities, device_limits
-from dlc.runtime.sizes import over_limits, storage_blocks
+from dlc.errors import RuntimeFailure
+from dlc.runtime.sizes import check_kernel, over_limits, storage_blocks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gl"))
 from test_fusion_limits_gl import concat_source, lstm_source, many_inputs_source  # noqa: E402
@@ -78,3 +79,14 @@ def test_a_concat_of_many_inputs_is_a_tree_fusion_can_cut():
     f = fusion.fuse(g, [g.names["y"]], caps=capabilities("compute"))
     caps = capabilities("compute")
     assert all(fusion.bound(f, k, caps) <= caps.budget(k.kind) for k in f.kernels)
+
+
+def test_a_shader_past_the_device_is_refused_by_name_before_gl_links_it():
+    # an artifact compiled for a device of 16 storage blocks, run where there are 8
+    m = dlc.compile(lstm_source())
+    wide = programs(m, train_loss="cost", optimizer=dlc.Adamax(0.01), options={"limits": LLVMPIPE})["train"]
+    name, text = max(wide.sources.items(), key=lambda kv: storage_blocks(kv[1]))
+    kernel = next(k for k in wide.spec.kernels if k.file == name)
+    with pytest.raises(RuntimeFailure, match=rf"kernel '{kernel.name}' declares \d+ storage blocks; this GPU allows 8"):
+        check_kernel(kernel.name, text, kernel.local_size, SPEC_MINIMUMS)
+    check_kernel(kernel.name, text, kernel.local_size, device_limits(LLVMPIPE))  # fits where compiled for

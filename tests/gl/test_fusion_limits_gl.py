@@ -120,3 +120,21 @@ def test_kernels_reading_many_tensors_fit_and_match_numpy(gl, which, source):
     for n in names:
         np.testing.assert_allclose(got[n], want[n], rtol=1e-5, atol=1e-5, err_msg=n)
     _assert_within(backend, LIMITS[which])
+
+
+def test_a_matmul_whose_vec4_views_would_not_fit_stores_scalars(gl):
+    # 11 inputs and 2 outputs fill llvmpipe's 16 blocks but for the vec4 views of the operands;
+    # forced vec4 stores would add one block per output: codegen drops them instead.
+    n = 9
+    src = "input x: [B, 64]\nparam W: [64, 64] = glorot\n" + "".join(f"input c{i}: [64]\n" for i in range(n))
+    src += "y1 = x @ W + " + " + ".join(f"c{i}" for i in range(n)) + "\ny2 = tanh(y1)\n"
+    model = dlc.compile(src)
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.uniform(-1, 1, (256, 64)).astype(np.float32)}
+    feeds.update({f"c{i}": rng.uniform(-1, 1, 64).astype(np.float32) for i in range(n)})
+    backend = GLBackend({"matmul_variant": {"store4": True}})
+    got = dlc.Session(model, backend=backend, seed=0).eval(["y1", "y2"], feeds)
+    want = dlc.Session(model, backend="numpy", seed=0).eval(["y1", "y2"], feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    _assert_within(backend, None)
