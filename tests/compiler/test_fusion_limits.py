@@ -30,7 +30,12 @@ LLVMPIPE = {
     "max_compute_uniform_components": 16384,
 }
 LIMITS = {"spec": None, "llvmpipe": LLVMPIPE}
-MODELS = {"lstm": lstm_source, "24_inputs": many_inputs_source, "concat_40": concat_source}
+MODELS = {
+    "lstm": lstm_source,
+    "lstm_64": lambda: lstm_source(64, 64),  # bound 17 blocks on llvmpipe before
+    "24_inputs": many_inputs_source,
+    "concat_40": concat_source,
+}
 
 
 def _check(progs, limits, texture: bool) -> int:
@@ -53,15 +58,15 @@ def test_every_shader_fits_the_limits(model, target, limits, optimizer):
     loss = "cost" if "cost" in m.graph.names else None
     opt = getattr(dlc, optimizer)(0.01) if loss else None
     options = {"limits": LIMITS[limits]} if LIMITS[limits] else None
-    progs = programs(m, train_loss=loss, optimizer=opt, target=target, options=options)
+    progs = programs(m, train_loss=loss, optimizer=opt, batch_size=64, target=target, options=options)
     assert _check(progs, LIMITS[limits], target == "texture")
 
 
 def test_the_hand_unrolled_lstm_binds_up_to_the_device_and_no_further():
     # with llvmpipe's 16 blocks some kernel takes more than the spec's 8; none more than 16
-    m = dlc.compile(lstm_source())
-    wide = programs(m, train_loss="cost", optimizer=dlc.Adamax(0.01), options={"limits": LLVMPIPE})
-    narrow = programs(m, train_loss="cost", optimizer=dlc.Adamax(0.01))
+    m = dlc.compile(lstm_source(64, 64))
+    wide = programs(m, train_loss="cost", optimizer=dlc.Adamax(0.01), batch_size=64, options={"limits": LLVMPIPE})
+    narrow = programs(m, train_loss="cost", optimizer=dlc.Adamax(0.01), batch_size=64)
     most = {
         name: max(storage_blocks(t) for t in progs["train"].sources.values())
         for name, progs in (("wide", wide), ("narrow", narrow))

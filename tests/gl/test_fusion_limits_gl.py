@@ -18,28 +18,30 @@ from dlc.runtime.sizes import SPEC_MINIMUMS, device_limits, over_limits
 
 pytestmark = pytest.mark.gl
 
-STEPS, H, D = 8, 4, 3
+STEPS = 8
 
 
-def lstm_source() -> str:
-    """An LSTM unrolled by hand over STEPS steps, its gates taken from one product with slice."""
+def lstm_source(h: int = 4, d: int = 3) -> str:
+    """An LSTM unrolled by hand over STEPS steps, its gates sliced from one product and each
+    given its own bias: at h = d = 64 (matmuls with vec4 views) one kernel of the Adam step
+    bound 17 storage blocks before fusion knew the device's limits (llvmpipe gives 16)."""
     lines = [
-        f"input x: [B, {STEPS}, {D}]",
-        f"input y: [B, {H}]",
-        f"param Wx: [{D}, {4 * H}] = glorot",
-        f"param Wh: [{H}, {4 * H}] = glorot",
-        f"param b: [{4 * H}]",
+        f"input x: [B, {STEPS}, {d}]",
+        f"input y: [B, {h}]",
+        f"param Wx: [{d}, {4 * h}] = glorot",
+        f"param Wh: [{h}, {4 * h}] = glorot",
+        *(f"param b{g}: [{h}]" for g in "ifou"),
     ]
-    h = c = None
+    hs = c = None
     for t in range(STEPS):
-        xt = f"reshape(slice(x, [0, {t}, 0], [-1, 1, {D}]), [B, {D}])"
-        lines.append(f"z{t} = {xt} @ Wx + b" if h is None else f"z{t} = {xt} @ Wx + {h} @ Wh + b")
-        gate = [f"slice(z{t}, [0, {k * H}], [-1, {H}])" for k in range(4)]
+        xt = f"reshape(slice(x, [0, {t}, 0], [-1, 1, {d}]), [B, {d}])"
+        lines.append(f"z{t} = {xt} @ Wx" if hs is None else f"z{t} = {xt} @ Wx + {hs} @ Wh")
+        gate = [f"slice(z{t}, [0, {k * h}], [-1, {h}]) + b{g}" for k, g in enumerate("ifou")]
         lines += [f"i{t} = sigmoid({gate[0]})", f"f{t} = sigmoid({gate[1]})", f"o{t} = sigmoid({gate[2]})"]
         lines.append(f"c{t} = i{t} * tanh({gate[3]})" + ("" if c is None else f" + f{t} * {c}"))
         lines.append(f"h{t} = o{t} * tanh(c{t})")
-        h, c = f"h{t}", f"c{t}"
-    lines.append(f"loss cost = mean(({h} - y) ^ 2)")
+        hs, c = f"h{t}", f"c{t}"
+    lines.append(f"loss cost = mean(({hs} - y) ^ 2)")
     return "\n".join(lines) + "\n"
 
 
@@ -85,22 +87,26 @@ def _assert_within(backend: GLBackend, limits) -> None:
 
 @pytest.mark.parametrize("which", list(LIMITS))
 @pytest.mark.parametrize("optimizer", ["Adam", "Adamax"])
-def test_hand_unrolled_lstm_trains_within_the_limits(gl, which, optimizer):
-    model = dlc.compile(lstm_source())
+@pytest.mark.parametrize("size", [4, 64])
+def test_hand_unrolled_lstm_trains_within_the_limits(gl, which, optimizer, size):
+    model = dlc.compile(lstm_source(size, size))
     rng = np.random.default_rng(0)
+    batch = 6 if size < 64 else 64
     feeds = {
-        "x": rng.standard_normal((6, STEPS, D)).astype(np.float32),
-        "y": rng.uniform(-0.5, 0.5, (6, H)).astype(np.float32),
+        "x": rng.standard_normal((batch, STEPS, size)).astype(np.float32),
+        "y": rng.uniform(-0.5, 0.5, (batch, size)).astype(np.float32),
     }
     backend = _backend(which)
     sessions = {"gl": dlc.Session(model, backend=backend, seed=1), "numpy": dlc.Session(model, backend="numpy", seed=1)}
     losses = {
-        b: s.train(feeds, optimizer=getattr(dlc, optimizer)(0.05), batch_size=None, steps=4, shuffle=False)
+        b: s.train(feeds, optimizer=getattr(dlc, optimizer)(0.01), batch_size=None, steps=4, shuffle=False)
         for b, s in sessions.items()
     }
     np.testing.assert_allclose(losses["gl"], losses["numpy"], rtol=1e-4, atol=1e-6)
-    for p in ("Wx", "Wh", "b"):
-        np.testing.assert_allclose(sessions["gl"].params[p], sessions["numpy"].params[p], rtol=1e-4, atol=1e-5)
+    # Adam's and Adamax's steps are about lr whatever the gradient's size, so float32 noise in
+    # a gradient near zero moves a param by a fraction of lr: params agree to 1% of a step.
+    for p in ("Wx", "Wh", "bi", "bf", "bo", "bu"):
+        np.testing.assert_allclose(sessions["gl"].params[p], sessions["numpy"].params[p], rtol=1e-4, atol=1e-4)
     _assert_within(backend, LIMITS[which])
 
 
