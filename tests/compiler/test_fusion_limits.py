@@ -18,7 +18,7 @@ from dlc.compiler import fusion
 from dlc.compiler.artifact import programs
 from dlc.compiler.limits import SPEC_MINIMUMS, capabilities, device_limits
 from dlc.errors import RuntimeFailure
-from dlc.runtime.sizes import check_kernel, over_limits, storage_blocks
+from dlc.runtime.sizes import check_kernel, over_limits, shared_bytes, storage_blocks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gl"))
 from test_fusion_limits_gl import concat_source, lstm_source, many_inputs_source  # noqa: E402
@@ -95,3 +95,15 @@ def test_a_shader_past_the_device_is_refused_by_name_before_gl_links_it():
     with pytest.raises(RuntimeFailure, match=rf"kernel '{kernel.name}' declares \d+ storage blocks; this GPU allows 8"):
         check_kernel(kernel.name, text, kernel.local_size, SPEC_MINIMUMS)
     check_kernel(kernel.name, text, kernel.local_size, device_limits(LLVMPIPE))  # fits where compiled for
+
+
+@pytest.mark.parametrize("shared", [32768, 16384, 4096])
+def test_a_matmul_takes_no_more_shared_memory_than_the_device_gives(shared):
+    # 32 KiB is the spec's least; the blocked templates' tiles take it all, and 16x16 tiles
+    # (2 KiB) are what is left for a device that gave less
+    limits = {**SPEC_MINIMUMS, "max_shared_memory": shared}
+    progs = programs(dlc.compile("input a: [256, 256]\nparam W: [256, 256]\ny = a @ W\n"), options={"limits": limits})
+    (text,) = progs["eval"].sources.values()
+    assert 0 < shared_bytes(text) <= shared
+    assert ("16x16 tiles" in text) == (shared < 32768)
+    assert _check(progs, limits, texture=False)
