@@ -41,11 +41,11 @@ def render_kernel(
         limits["max_shared_memory"] = max(limits["max_shared_memory"], matmul_tuning.entry(o.device)["shared_bytes"])
     ks = _render(plan, index, dims, o)
     why = over_limits(ks.source, ks.local_size, limits)
-    kind = plan.fusion.kernels[index].kind
-    if why and kind in ("matmul", "window"):
+    matmul = plan.fusion.kernels[index].kind == "matmul"
+    if why and matmul:
         ks = _render(plan, index, dims, o.with_(matmul_variant={**(o.matmul_variant or {}), "store4": False}))
         why = over_limits(ks.source, ks.local_size, limits)
-    if why and kind == "matmul" and o.blocking is None:
+    if why and matmul and o.blocking is None:
         ks = _render(plan, index, dims, o.with_(matmul="tile16", matmul_variant=None))
         why = over_limits(ks.source, ks.local_size, limits)
     if why:
