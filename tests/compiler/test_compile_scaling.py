@@ -53,3 +53,22 @@ def test_the_plans_slot_search_is_first_fit():
             live[t], size[t] = (lo, rng.randint(lo, end + 1)), rng.choice([1, 2, 3, 8])
         order = sorted(live, key=lambda t: (-size[t], live[t][0], t))
         assert first_fit(order, live, size.__getitem__) == _first_fit_by_definition(order, live), live
+
+
+def _calls(n: int) -> int:
+    """Python function calls compiling the chain of n products (eval and train programs)."""
+    import cProfile
+    import pstats
+
+    from bench_compile import compile_stages
+
+    prof = cProfile.Profile()
+    prof.runcall(compile_stages, n)
+    return pstats.Stats(prof).total_calls
+
+
+def test_compile_work_grows_linearly_with_the_chain():
+    _calls(5)  # the grammar and the op tables load once
+    small, large = _calls(50), _calls(200)
+    # 4 times the model: about 4 times the calls (n^2 passes made it 10 times and more)
+    assert large / small < 4.6, (small, large)
