@@ -38,6 +38,7 @@ def describe() -> str:
         f"GLSL: {ctx.glsl_version}",
         f"platform: {where}",
         f"max texture size: {limits['max_texture_size']}",
+        f"texture units: {limits['max_texture_units']} a fragment shader",
     ]
     if not ctx.has_compute:
         lines += [
@@ -55,6 +56,7 @@ def describe() -> str:
         f"max work group size: {_triple(limits['max_work_group_size'])} "
         f"({limits['max_work_group_invocations']} invocations)",
         f"max shared memory: {_bytes(limits['max_shared_memory'])}",
+        f"max uniform components: {limits['max_compute_uniform_components']} a compute shader",
         f"extensions: {', '.join(notable) if notable else 'none of note'}",
         target_line,
         "backend: gl",
