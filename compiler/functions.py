@@ -300,7 +300,18 @@ def concat(b, loc, xs, axis):
             _fail(f"concat shapes {' and '.join(map(format_shape, shapes))} do not fit along axis {ax}", loc)
         if isinstance(s[ax], str):
             _fail(f"concat along symbolic dim {s[ax]} is not supported", loc)
-    return b.add("concat", list(xs), loc, axis=ax)
+    # A tree of concats of at most CONCAT_FANIN tensors each: fusion may then store inner ones
+    # in kernels of their own, so no kernel reads more tensors than the device binds.
+    xs = list(xs)
+    while len(xs) > CONCAT_FANIN:
+        xs = [
+            b.add("concat", xs[i : i + CONCAT_FANIN], loc, axis=ax) if len(xs[i : i + CONCAT_FANIN]) > 1 else xs[i]
+            for i in range(0, len(xs), CONCAT_FANIN)
+        ]
+    return b.add("concat", xs, loc, axis=ax)
+
+
+CONCAT_FANIN = 4
 
 
 @function(

@@ -16,7 +16,9 @@ The pass walks the nodes from the outputs back. A node is inlined when all its r
 one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
 otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
 extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape
-(where the target's kernels may write several results: `Capabilities`, from its renderer).
+(where the target's kernels may write several results: `Capabilities`, from the device's
+limits through compiler/limits.py). A kernel that would bind more stored tensors than the
+device allows is cut (`fuse`), so every kernel fits the device it is compiled for.
 Each kernel then computes only ancestors of its *primary* node (the one that started it), so
 ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
 """
@@ -105,92 +107,141 @@ def _numel(shape: Shape) -> int | None:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a target lets one kernel do, as fusion needs to know it (each renderer in
-    codegen/renderer.py carries its own): `max_buffers`, the stored tensors a kernel may bind
-    (inputs and outputs); `max_outputs`, the results one invocation writes together. A target
-    whose invocation writes one result (a fragment shader: one pass per output, each
-    recomputing the kernel) gets kernels of one output: a fetch or update is not written by
-    its readers' kernel, and consumers are not folded into their producer's kernel."""
+    """What a target lets one kernel do, as fusion needs to know it (`limits.capabilities`
+    makes them from a device's limits, or from the spec minimums when compiling with no
+    context): `max_bindings`, the resources one shader may bind (storage blocks on compute,
+    texture units on the texture target), of which `reserve` keeps, per kernel kind, those
+    its template adds itself; stored inputs, and outputs where `outputs_bind`, take the rest.
+    `max_outputs`: the results one invocation writes together. A target whose invocation
+    writes one result (a fragment shader: one pass per output, each recomputing the kernel)
+    gets kernels of one output: a fetch or update is not written by its readers' kernel, and
+    consumers are not folded into their producer's kernel."""
 
-    max_buffers: int = 12
-    max_outputs: int = 6
+    max_bindings: int = 8
+    max_outputs: int = 4
+    outputs_bind: bool = True
+    reserve: tuple[tuple[str, int], ...] = ()
 
+    def budget(self, kind: str) -> int:
+        """The stored tensors a kernel of `kind` may bind."""
+        return self.max_bindings - dict(self.reserve).get(kind, 0)
 
-# Storage buffers one kernel may bind on the compute target (GL guarantees 8 storage blocks a
-# compute shader and NVIDIA and Mesa give 16; a kernel may add a split reduction's scratch,
-# debug mode's NaN flags and vec4 views of its matmul operands, each a block of its own).
-MAX_KERNEL_BUFFERS = 12
-COMPUTE = Capabilities(max_buffers=MAX_KERNEL_BUFFERS, max_outputs=MAX_KERNEL_BUFFERS // 2)
+    def fits(self, kind: str, inputs: Iterable[int], outputs: Sequence[int]) -> bool:
+        """Whether a kernel of `kind` reading `inputs` (bases) and writing `outputs` fits."""
+        bound = set(inputs) | (set(outputs) if self.outputs_bind else set())
+        return len(bound) <= self.budget(kind) and len(outputs) <= self.max_outputs
 
 
 def fuse(
     graph: Graph,
     roots: Sequence[int],
     updates: Iterable[tuple[str, int]] = (),
-    max_buffers: int | None = None,
-    caps: Capabilities = COMPUTE,
+    caps: Capabilities | None = None,
 ) -> Fusion:
     """Group the work of fetching `roots` (and computing `updates`) into kernels for a target
-    of `caps`, none binding more than `caps.max_buffers` (or `max_buffers`) stored tensors: a
-    kernel over the limit is cut by storing an inlined value (or an extra output) in a kernel
-    of its own, then fusing again."""
+    of `caps` (None: the compute target at the spec minimums), none binding more than it
+    allows: values inlined into an over-full kernel are stored in kernels of their own (an
+    anchor's epilogue, last, split from it), then fusion runs again. Each round cuts every
+    over-full kernel as far as one pass over it can, so the rounds are few, whatever the
+    size of the model."""
+    if caps is None:
+        from .limits import capabilities
+
+        caps = capabilities("compute")
     roots, updates = tuple(roots), tuple(updates)
-    limit = caps.max_buffers if max_buffers is None else max_buffers
     multi = caps.max_outputs > 1
     split: set[int] = set()
     while True:
-        f = _fuse(graph, roots, updates, frozenset(split), multi)
-        more = _cuts(f, limit, caps.max_outputs) - split
-        if not more:  # within the limit, or nothing left to cut (the runtime then refuses it)
+        f = _fuse(graph, roots, updates, frozenset(split), multi, caps)
+        more = _cuts(f, caps) - split
+        if not more:  # within the limits, or nothing left to cut (codegen then refuses it)
             return f
         split |= more
 
 
-def _cuts(f: Fusion, limit: int, max_outputs: int) -> set[int]:
-    """Nodes to store in kernels of their own so that over-full kernels bind fewer buffers."""
+def bound(f: Fusion, k: Kernel, caps: Capabilities) -> int:
+    """The stored tensors kernel k binds (inputs, and outputs where they bind)."""
+    return len({f.base(i) for i in k.inputs} | (set(k.outputs) if caps.outputs_bind else set()))
+
+
+def _cuts(f: Fusion, caps: Capabilities) -> set[int]:
+    """Nodes to store in kernels of their own so that over-full kernels bind fewer tensors.
+
+    One walk over an over-full kernel's nodes, inputs first, tracks the stored tensors each
+    inlined value reads; where a value would read more than the kernel has room for, its
+    largest inlined input is cut (stored by a kernel of its own, then read as one tensor).
+    A chain of 800 adds is cut every `room` nodes in one round."""
     out: set[int] = set()
     g = f.graph
     for k in f.kernels:
-        bound = {f.base(i) for i in k.inputs} | set(k.outputs)
-        if len(bound) <= limit:
+        if caps.fits(k.kind, (f.base(i) for i in k.inputs), k.outputs):
             continue
-        if len(k.outputs) > max_outputs:  # many results (updates of many params): move some out
-            out.update(o for o in k.outputs[max_outputs:] if kind_of(g, o) == "elementwise")
+        if len(k.outputs) > caps.max_outputs:  # many results (updates of many params): move some out
+            out.update(o for o in k.outputs[caps.max_outputs :] if kind_of(g, o) == "elementwise")
             continue
-        # The inlined elementwise value whose own reads cut the most buffers while fitting
-        # a kernel of its own.
-        nodes = set(k.nodes)
-        reads: dict[int, frozenset[int]] = {}
-        for m in k.nodes:  # topological order: inputs first
-            acc: set[int] = set()
-            for j in g.nodes[m].inputs:
-                if j in nodes and f.storage.get(j) == "inline":
-                    acc |= reads.get(j, frozenset())
-                elif j not in f.literals:
-                    acc.add(f.base(j))
-            reads[m] = frozenset(acc)
-        best = max(
-            (
-                m
-                for m in k.nodes
-                if f.storage.get(m) == "inline"
-                and m not in f.literals
-                and g.nodes[m].op != "dim_size"
-                and kind_of(g, m) == "elementwise"
-                and 2 <= len(reads[m]) < limit
-            ),
-            key=lambda m: (len(reads[m]), m),
-            default=None,
-        )
-        if best is not None:
-            out.add(best)
+        out |= _cut_kernel(f, k, caps)
     return out
 
 
+def _cut_kernel(f: Fusion, k: Kernel, caps: Capabilities) -> set[int]:
+    """The cuts of over-full kernel k (see _cuts)."""
+    g = f.graph
+    writes = len(k.outputs) if caps.outputs_bind else 0
+    room = caps.budget(k.kind) - writes
+    nodes = set(k.nodes)
+    cut: set[int] = set()
+    reads: dict[int, frozenset[int]] = {}
+
+    def cuttable(j: int) -> bool:
+        return (
+            j in nodes
+            and f.storage.get(j) == "inline"
+            and j not in f.literals
+            and g.nodes[j].op not in ("dim_size", "reshape")
+            and kind_of(g, j) in ("elementwise", "layout")
+        )
+
+    def reads_of(m: int) -> set[int]:
+        acc: set[int] = set()
+        for j in g.nodes[m].inputs:
+            if j in f.literals:
+                continue
+            if j in nodes and f.storage.get(j) == "inline" and j not in cut:
+                acc |= reads[j]
+            else:
+                acc.add(j if j in cut else f.base(j))
+        return acc
+
+    for m in k.nodes:  # topological order: inputs first
+        acc = reads_of(m)
+        while len(acc) > room:
+            choices = [j for j in g.nodes[m].inputs if cuttable(j) and j not in cut and len(reads[j]) >= 2]
+            if not choices:
+                break
+            cut.add(max(choices, key=lambda j: (len(reads[j]), j)))
+            acc = reads_of(m)
+        reads[m] = frozenset(acc)
+    if not cut:
+        # Every value fits, but not all together: the outputs after the primary go to
+        # kernels of their own, then the anchor leaves its epilogue.
+        extra = [o for o in k.outputs[1:] if kind_of(g, o) == "elementwise"]
+        if extra:
+            cut.update(extra)
+        elif k.anchor is not None and len(k.nodes) > 1:
+            cut.add(k.anchor)
+    return cut
+
+
 def _fuse(
-    graph: Graph, roots: tuple[int, ...], updates: tuple[tuple[str, int], ...], split: frozenset[int], multi: bool
+    graph: Graph,
+    roots: tuple[int, ...],
+    updates: tuple[tuple[str, int], ...],
+    split: frozenset[int],
+    multi: bool,
+    caps: Capabilities,
 ) -> Fusion:
-    """One grouping; `multi`: a kernel may write several results."""
+    """One grouping; `multi`: a kernel may write several results; `split`: values stored
+    in kernels of their own (anchors: without an epilogue)."""
     want = [*roots, *(i for _, i in updates)]
     order = cone(graph, want)
     in_work = set(order)
@@ -234,8 +285,8 @@ def _fuse(
         kind = kind_of(graph, n)
         feeds_anchor = any(kind_of(graph, c) in ("matmul", "window") for c in users)
         where = set().union(*(home[c] for c in users)) if users else set()
-        if kind == "elementwise" and n in split:  # cut out of an over-full kernel (fuse)
-            start("elementwise", n)
+        if n in split and (kind == "elementwise" or (kind == "layout" and node.op != "reshape")):
+            start("elementwise", n)  # cut out of an over-full kernel (fuse)
             continue
         if kind in ("elementwise", "layout"):
             # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar
@@ -282,7 +333,7 @@ def _fuse(
             continue
 
         # an anchor: reduce, matmul or window
-        if not feeds_anchor and len(where) == 1 and n not in forced:
+        if not feeds_anchor and len(where) == 1 and n not in forced and n not in split:
             (k,) = where
             b = building[k]
             if (
@@ -302,7 +353,7 @@ def _fuse(
         start(kind, n, anchor=n)
 
     if multi:
-        _merge_consumers(graph, building, alias, literals, ident, split)
+        _merge_consumers(graph, building, alias, literals, ident, split, caps)
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
     ranked = _schedule(graph, building, alias, literals)
     kernels: list[Kernel] = []
@@ -350,16 +401,22 @@ def _producers(graph: Graph, building: list[_Building], alias: dict[int, int], l
     return deps
 
 
-def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split=frozenset()) -> None:
+def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split, caps: Capabilities) -> None:
     """Fold an elementwise kernel into the kernel that makes its input, when it reads that
     input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
     also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
-    lies between the two (that would make a cycle), or when either was cut out of an
-    over-full kernel (`split`, see fuse: folding the cut back in would refill it)."""
+    lies between the two (that would make a cycle), when either was cut out of an over-full
+    kernel (`split`, see fuse: folding the cut back in would refill it), or when the two
+    together would bind more than `caps` allow. The kernels' dependencies are kept up to
+    date as kernels merge, so a pass costs one look at each kernel."""
+    deps = _producers(graph, building, alias, literals)
+    users: list[set[int]] = [set() for _ in building]
+    for k, d in enumerate(deps):
+        for p in d:
+            users[p].add(k)
     changed = True
     while changed:
         changed = False
-        deps = _producers(graph, building, alias, literals)
         for k2, b2 in enumerate(building):
             if b2 is None or b2.kind != "elementwise":
                 continue
@@ -376,12 +433,24 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split
                     continue  # read through a view
                 if not all(reads_own_element(graph, ident, c, b2.shape) for c, j in reads if j in made):
                     continue
-                b1.nodes |= b2.nodes
-                b1.outputs.extend(b2.outputs)
+                nodes, outputs = b1.nodes | b2.nodes, b1.outputs + b2.outputs
+                merged = _Building(b1.kind, b1.primary, b1.shape, b1.anchor, nodes, outputs)
+                inputs = {_base(alias, j) for j in _stored_inputs(graph, merged, literals)}
+                if not caps.fits(merged.kind, inputs, merged.outputs):
+                    continue
+                b1.nodes, b1.outputs = nodes, outputs
                 building[k2] = None
+                # k1 now reads what k2 read, and k2's readers read k1.
+                deps[k1] = (deps[k1] | deps[k2]) - {k1, k2}
+                for d in deps[k2] - {k1}:
+                    users[d].discard(k2)
+                    users[d].add(k1)
+                for u in users[k2]:
+                    deps[u].discard(k2)
+                    deps[u].add(k1)
+                users[k1] = (users[k1] | users[k2]) - {k1, k2}
+                deps[k2], users[k2] = set(), set()
                 changed = True
-                break
-            if changed:
                 break
     building[:] = [b for b in building if b is not None]
 

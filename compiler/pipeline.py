@@ -28,8 +28,9 @@ from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot, TensorInfo
 
 from .codegen import CodegenOptions, KernelSource, codegen_options, dim_index, render
 from .codegen.renderer import renderer_for
-from .fusion import Fusion, format_fusion, fuse
+from .fusion import Capabilities, Fusion, format_fusion, fuse
 from .ir import Graph
+from .limits import capabilities
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
 from .simplify import simplify
 from .verify import check_graph
@@ -128,7 +129,7 @@ def _roots(g: Graph, name: str) -> list[int]:
 
 
 def _fuse(w: Work, o: Options) -> list[Graph]:
-    caps = renderer_for(o.target, o.codegen).caps  # what one kernel may do on the target
+    caps = _capabilities(o.target, o.codegen)
     w.fusions = {
         name: fuse(g, _roots(g, name), g.updates if name == "train" else (), caps=caps) for name, g in w.graphs.items()
     }
@@ -259,8 +260,16 @@ def compile_program(
 ) -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
     `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
-    caps = renderer_for(target, options).caps
+    caps = _capabilities(target, options)
     return render_program(name, plan(fuse(graph, roots, updates, caps=caps), ref_dims), options, target)
+
+
+def _capabilities(target: str, options: CodegenOptions | Mapping | None) -> Capabilities:
+    """What one kernel may do on `target` of the device the options name (its `limits`; none:
+    the spec minimums, so an artifact compiled offline runs on any conforming device)."""
+    renderer_for(target, options)  # refuses an unknown target
+    o = codegen_options(options)
+    return capabilities(target, o.limits, o.nan_flags)
 
 
 def render_program(name: str, storage: Plan, options: CodegenOptions | Mapping | None, target: str) -> CompiledProgram:

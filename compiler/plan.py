@@ -15,6 +15,7 @@ only element for element); otherwise it goes to a temporary and is copied after 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -143,14 +144,8 @@ def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
             last = max(readers.get(o, [k.index]))
             live[o] = (k.index, end if o in keep_to_end else last)
 
-    members: list[list[int]] = []  # temp slot -> its tensors
-    for t in sorted(live, key=lambda t: (-eval_size(size_of(g.nodes[t].shape), ref_dims), live[t][0], t)):
-        lo, hi = live[t]
-        free = [s for s, ts in enumerate(members) if all(hi < live[o][0] or live[o][1] < lo for o in ts)]
-        if free:
-            members[free[0]].append(t)  # largest-first: the first free slot is big enough
-        else:
-            members.append([t])
+    order = sorted(live, key=lambda t: (-eval_size(size_of(g.nodes[t].shape), ref_dims), live[t][0], t))
+    members = first_fit(order, live, lambda t: eval_size(size_of(g.nodes[t].shape), ref_dims))
     for ts in members:
         sizes = tuple(dict.fromkeys(size_of(g.nodes[t].shape) for t in sorted(ts)))
         index = new_slot("temp", None, sizes)
@@ -161,6 +156,76 @@ def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
     for a in f.alias:
         slot_of[a] = slot_of[f.base(a)]
     return Plan(f, tuple(slots), slot_of, live, tuple(inplace), tuple(copies), ref_dims)
+
+
+def first_fit(order: list[int], live: Mapping[int, tuple[int, int]], size) -> list[list[int]]:
+    """Temp slots: each tensor of `order` (largest first, then by first use) goes to the first
+    slot none of whose tensors is live while it is, else to a new slot.
+
+    In n log n rather than n x slots: within a run of one size, first uses only grow, so each
+    slot's next lifetime to end at or after the current first use `lo` is found by
+    advancing a pointer (events in a heap), and the slot is free for [lo, hi] exactly when
+    that lifetime starts after hi. A max segment tree over slots of those starts finds the
+    first free slot in one descent. A new size (fewer than the tensors) rebuilds it."""
+    n = max(1, len(order))
+    width = 1 << (n - 1).bit_length()
+    tree = [-1] * (2 * width)  # leaf width + s: the start of slot s's next lifetime (-1: none yet)
+    never = len(order) + 2**31  # no lifetime left: free for any [lo, hi]
+    members: list[list[int]] = []
+    starts: list[list[int]] = []  # each slot's lifetimes, disjoint, sorted by start (and by end)
+    ends: list[list[int]] = []
+    ptr: list[int] = []  # each slot's first lifetime ending at or after lo
+    events: list[tuple[int, int]] = []  # (end of a slot's pointed-to lifetime, slot)
+
+    def put(slot: int, value: int) -> None:
+        i = width + slot
+        tree[i] = value
+        i //= 2
+        while i:
+            tree[i] = max(tree[2 * i], tree[2 * i + 1])
+            i //= 2
+
+    def seek(slot: int, lo: int) -> None:
+        p = ptr[slot]
+        while p < len(ends[slot]) and ends[slot][p] < lo:
+            p += 1
+        ptr[slot] = p
+        if p < len(ends[slot]):
+            put(slot, starts[slot][p])
+            heapq.heappush(events, (ends[slot][p], slot))
+        else:
+            put(slot, never)
+
+    current = None
+    for t in order:
+        lo, hi = live[t]
+        if size(t) != current:  # a new run: first uses start over
+            current = size(t)
+            events.clear()
+            for slot in range(len(members)):
+                ptr[slot] = 0
+                seek(slot, lo)
+        while events and events[0][0] < lo:
+            _, slot = heapq.heappop(events)
+            seek(slot, lo)
+        if tree[1] > hi:  # some slot is free: descend to the first
+            i = 1
+            while i < width:
+                i = 2 * i if tree[2 * i] > hi else 2 * i + 1
+            slot = i - width
+            p = ptr[slot]  # the new lifetime goes before the one pointed to (it starts after hi)
+            members[slot].append(t)  # largest-first: the first free slot is big enough
+            starts[slot].insert(p, lo)
+            ends[slot].insert(p, hi)
+        else:
+            slot = len(members)
+            members.append([t])
+            starts.append([lo])
+            ends.append([hi])
+            ptr.append(0)
+        put(slot, lo)
+        heapq.heappush(events, (hi, slot))
+    return members
 
 
 def _place_updates(f: Fusion, readers: dict[int, list[int]]):

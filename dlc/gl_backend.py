@@ -76,7 +76,9 @@ class GLBackend:
             from dlc.compiler.pipeline import compile_program
 
             # the matmul tuning table's row for this GPU (compiler/codegen/matmul_tuning.py)
-            options = {"device": get_context().renderer, **self.options}
+            # and its limits, which every kernel respects (compiler/limits.py)
+            ctx = get_context()
+            options = {"device": ctx.renderer, "limits": ctx.limits, **self.options}
             if checked:
                 options["nan_flags"] = True
             compiled = compile_program(

@@ -239,7 +239,8 @@ def _plan(compiled: _Compiled, call: Any, key: tuple) -> _Plan:
 def _compile(kernel: Any, dims: dict) -> _Compiled:
     from dlc.compiler.pipeline import compile_program
 
-    options = {"device": get_context().renderer}  # the matmul tuning table's row for this GPU
+    ctx = get_context()
+    options = {"device": ctx.renderer, "limits": ctx.limits}  # the matmul tuning row and limits of this GPU
     program = compile_program(kernel.graph, [kernel.out], name=f"eager_{kernel.name}", ref_dims=dims, options=options)
     spec, sources = program.spec, program.sources
     slots = spec.slots

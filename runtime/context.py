@@ -450,6 +450,8 @@ def _limits(GL: Any, compute: bool = True) -> dict[str, Any]:
     texture = {
         "max_texture_size": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE)),
         "max_texture_units": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_IMAGE_UNITS)),
+        "max_draw_buffers": int(GL.glGetIntegerv(GL.GL_MAX_DRAW_BUFFERS)),
+        "max_fragment_uniform_components": int(GL.glGetIntegerv(GL.GL_MAX_FRAGMENT_UNIFORM_COMPONENTS)),
     }
     if not compute:
         return texture
@@ -462,4 +464,5 @@ def _limits(GL: Any, compute: bool = True) -> dict[str, Any]:
         "max_work_group_size": indexed(GL.GL_MAX_COMPUTE_WORK_GROUP_SIZE),
         "max_work_group_invocations": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_WORK_GROUP_INVOCATIONS)),
         "max_shared_memory": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_SHARED_MEMORY_SIZE)),
+        "max_compute_uniform_components": int(GL.glGetIntegerv(GL.GL_MAX_COMPUTE_UNIFORM_COMPONENTS)),
     }

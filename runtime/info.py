@@ -40,6 +40,7 @@ def describe() -> str:
         f"platform: {where}",
         f"max texture size: {limits['max_texture_size']}",
         f"subnormal floats: {subnormals.of().describe()}",
+        f"texture units: {limits['max_texture_units']} a fragment shader",
     ]
     if not ctx.has_compute:
         lines += [
@@ -57,6 +58,7 @@ def describe() -> str:
         f"max work group size: {_triple(limits['max_work_group_size'])} "
         f"({limits['max_work_group_invocations']} invocations)",
         f"max shared memory: {_bytes(limits['max_shared_memory'])}",
+        f"max uniform components: {limits['max_compute_uniform_components']} a compute shader",
         f"extensions: {', '.join(notable) if notable else 'none of note'}",
         target_line,
         "backend: gl",

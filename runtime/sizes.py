@@ -25,6 +25,28 @@ MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
 # and an artifact's manifest holds none longer (state names join names with '$': 'W$m').
 MAX_NAME = 256
 
+# The minimum maximums of GL 4.3 core (compute) and of GL 3.3 core / GLSL ES 3.00 (the
+# texture target, WebGL2 included; where the two differ, the smaller): what the compiler
+# builds for when no context is at hand, so that an artifact compiled offline runs on any
+# conforming device. Keys as in a context's `limits`.
+SPEC_MINIMUMS: dict = {
+    "max_compute_ssbo_blocks": 8,  # GL_MAX_COMPUTE_SHADER_STORAGE_BLOCKS
+    "max_ssbo_bindings": 8,  # GL_MAX_SHADER_STORAGE_BUFFER_BINDINGS
+    "max_shared_memory": 32768,  # GL_MAX_COMPUTE_SHARED_MEMORY_SIZE
+    "max_work_group_size": (1024, 1024, 64),
+    "max_work_group_invocations": 1024,
+    "max_work_group_count": (65535, 65535, 65535),
+    "max_compute_uniform_components": 512,
+    "max_texture_units": 16,  # GL_MAX_TEXTURE_IMAGE_UNITS (fragment shader)
+    "max_draw_buffers": 4,  # GLSL ES 3.00's (GL 3.3 gives 8)
+    "max_fragment_uniform_components": 896,  # GLSL ES 3.00's 224 vectors (GL 3.3 gives 1024)
+}
+
+
+def device_limits(limits: Mapping | None) -> dict:
+    """`limits` (a context's), with the spec minimums for any it does not give."""
+    return {**SPEC_MINIMUMS, **(limits or {})}
+
 
 def too_many(count: int, shape: Sequence) -> str | None:
     """Why `count` elements of `shape` cannot be indexed, or None when they can. With symbolic
@@ -102,17 +124,55 @@ def shared_bytes(source: str) -> int:
     return total
 
 
-def check_kernel(name: str, source: str, local_size: Sequence[int], limits: Mapping) -> None:
-    """Refuse a kernel whose work group is larger, or takes more shared memory, than this
-    GPU allows (named, before GL fails to link it as if dlc's shader were broken)."""
+_BLOCK = re.compile(r"buffer\s+\w+\s*\{")  # no \b: it makes the scan 30 times slower
+_UNIFORM = re.compile(r"^uniform\s+(u?int|float|bool|[iu]?vec[234]|sampler2D)\s+\w+\s*;", re.MULTILINE)
+_COMPONENTS = {"vec2": 2, "vec3": 3, "vec4": 4, "ivec2": 2, "ivec3": 3, "ivec4": 4, "uvec2": 2, "uvec3": 3, "uvec4": 4}
+
+
+def storage_blocks(source: str) -> int:
+    """The storage blocks a shader declares (a vec4 view of a buffer is a block of its own)."""
+    return len(_BLOCK.findall(source))
+
+
+def uniform_components(source: str) -> tuple[int, int]:
+    """(default-block uniform components, samplers) a shader declares."""
+    types = _UNIFORM.findall(source)
+    samplers = sum(t == "sampler2D" for t in types)
+    return sum(_COMPONENTS.get(t, 1) for t in types if t != "sampler2D"), samplers
+
+
+def over_limits(source: str, local_size: Sequence[int] | None, limits: Mapping, fragment: bool = False) -> str | None:
+    """What a shader needs past `limits` (a context's, every key present), or None: on
+    compute, its work group, shared memory, storage blocks and uniform components; a
+    fragment shader, its samplers and uniform components."""
+    components, samplers = uniform_components(source)
+    if fragment:
+        if samplers > limits["max_texture_units"]:
+            return f"reads {samplers} textures; this GPU's fragment shaders read at most {limits['max_texture_units']}"
+        if components > limits["max_fragment_uniform_components"]:
+            return f"takes {components} uniform components; this GPU allows {limits['max_fragment_uniform_components']}"
+        return None
+    local_size = tuple(local_size or (1, 1, 1))
     sizes, invocations = limits["max_work_group_size"], limits["max_work_group_invocations"]
     if any(n > m for n, m in zip(local_size, sizes)) or math.prod(local_size) > invocations:
-        raise RuntimeFailure(
-            f"kernel '{name}' runs work groups of {tuple(local_size)} invocations; "
+        return (
+            f"runs work groups of {local_size} invocations; "
             f"this GPU allows at most {tuple(sizes)} and {invocations} in all"
         )
     shared = shared_bytes(source)
     if shared > limits["max_shared_memory"]:
-        raise RuntimeFailure(
-            f"kernel '{name}' needs {shared:,} bytes of shared memory; this GPU allows {limits['max_shared_memory']:,}"
-        )
+        return f"needs {shared:,} bytes of shared memory; this GPU allows {limits['max_shared_memory']:,}"
+    blocks, most = storage_blocks(source), min(limits["max_compute_ssbo_blocks"], limits["max_ssbo_bindings"])
+    if blocks > most:
+        return f"declares {blocks} storage blocks; this GPU allows {most} a compute shader"
+    if components > limits["max_compute_uniform_components"]:
+        return f"takes {components} uniform components; this GPU allows {limits['max_compute_uniform_components']}"
+    return None
+
+
+def check_kernel(name: str, source: str, local_size: Sequence[int], limits: Mapping) -> None:
+    """Refuse a kernel that needs more than this GPU allows (`over_limits`), named, before GL
+    fails to link it as if dlc's shader were broken."""
+    why = over_limits(source, local_size, device_limits(limits))
+    if why:
+        raise RuntimeFailure(f"kernel '{name}' {why}")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dlc.runtime.sizes import device_limits, over_limits
+
 from ..plan import Plan
-from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_scatter, kernels_window
+from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_scatter, kernels_window, matmul_tuning
 from .glsl import Context, KernelSource
 from .options import CodegenOptions, codegen_options
 
@@ -29,7 +31,30 @@ def dim_index(plan: Plan) -> dict[str, int]:
 def render_kernel(
     plan: Plan, index: int, dims: Mapping[str, int], options: CodegenOptions | Mapping | None = None
 ) -> KernelSource:
+    """Kernel `index` of the plan, within the device's limits (the option `limits`; none: the
+    spec minimums). Fusion leaves room for the storage blocks templates add; a matmul whose
+    vec4 views of its outputs would still not fit stores scalars, then falls back to the
+    16x16 template (no views at all). A kernel past the limits even so is a compile error."""
     o = codegen_options(options)
+    limits = device_limits(o.limits)
+    if o.limits is None:  # the tuning table's row knows the shared memory of the device it names
+        limits["max_shared_memory"] = max(limits["max_shared_memory"], matmul_tuning.entry(o.device)["shared_bytes"])
+    ks = _render(plan, index, dims, o)
+    why = over_limits(ks.source, ks.local_size, limits)
+    matmul = plan.fusion.kernels[index].kind == "matmul"
+    if why and matmul:
+        ks = _render(plan, index, dims, o.with_(matmul_variant={**(o.matmul_variant or {}), "store4": False}))
+        why = over_limits(ks.source, ks.local_size, limits)
+    if why and matmul and o.blocking is None:
+        ks = _render(plan, index, dims, o.with_(matmul="tile16", matmul_variant=None))
+        why = over_limits(ks.source, ks.local_size, limits)
+    if why:
+        where = "the device's limits" if o.limits else "the GL spec's minimum limits"
+        raise ValueError(f"kernel '{ks.name}' {why} (compiling for {where})")
+    return ks
+
+
+def _render(plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) -> KernelSource:
     kernel = plan.fusion.kernels[index]
     ctx = Context(plan.fusion, plan, kernel, dims, nan_check=o.nan_flags)
     if kernel.kind == "elementwise" and kernels_scatter.owns_rows(ctx):

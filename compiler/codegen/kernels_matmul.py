@@ -185,8 +185,19 @@ def render(ctx: Context, options: CodegenOptions | Mapping | None = None) -> Ker
     which, var, where = resolve(ctx, options)
     if var is None:
         return _render_tile16(ctx)
-    shared = tuning.entry(codegen_options(options).device)["shared_bytes"]
+    o = codegen_options(options)
+    shared = tuning.entry(o.device)["shared_bytes"]
+    if o.limits:  # the device's own word, where the context gave it
+        shared = min(shared, int(o.limits.get("max_shared_memory", shared)))
+    slab, red_words = _shared_words(var.blocking)
+    if 16 * max(slab, red_words) > shared and where != "forced":  # below the spec's 32 KiB: 16x16 tiles fit
+        return _render_tile16(ctx)
     return _render_blocked(ctx, var, where, shared)
+
+
+def _shared_words(blk: Blocking) -> tuple[int, int]:
+    """(vec4s of one A and B slab pair, vec4s of the K-groups' partial sums) in shared memory."""
+    return blk.bk * (blk.tm + blk.tn) // 4, (blk.ks // 2) * blk.group_threads * blk.rm * (blk.rn // 4)
 
 
 def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
@@ -426,9 +437,8 @@ def render_gemm(
     # One shared array holds the A slab [k][m / 4], the B slab [k][n / 4] (twice over when
     # double-buffered) and, after the K loop, the partial sums of the K-groups (ks > 1) being
     # added.
-    a_words, b_words = blk.bk * blk.tm // 4, blk.bk * blk.tn // 4
-    slab = a_words + b_words
-    red_words = (KS // 2) * TG * blk.rm * gn
+    a_words = blk.bk * blk.tm // 4
+    slab, red_words = _shared_words(blk)
     double = var.double_buffer
     if double and 16 * max(2 * slab, red_words) > shared_limit:
         double = False

@@ -23,6 +23,7 @@ class CodegenOptions:
     blocking: tuple | None = None  # a matmul blocking (kernels_matmul.Blocking fields)
     prefetch: bool | None = None  # matmul: prefetch the next K-slab (None: the tuning table's choice)
     device: str | None = None  # GL_RENDERER: picks the matmul tuning table's row (matmul_tuning.py)
+    limits: Mapping | None = None  # the device's limits (a context's); None: the spec minimums (limits.py)
     matmul_variant: Mapping | None = None  # matmul switches forced over the table's choice
     conv: str | None = None  # conv2d: "gemm" or "direct"; None: chosen by shape
     conv_blocking: tuple | None = None  # conv as implicit GEMM: its blocking

@@ -4,8 +4,8 @@ In the manner of tinygrad's `CStyleLanguage` (and its old `GLSLLanguage` for Web
 `Emitter` (glsl.py) writes a kernel's values and index maps once, and asks its renderer how to
 read element i of a stored tensor, how to write a result, how an invocation finds its own
 element, what the version line is and which op expressions differ from the registry's. A
-target is a subclass that fills those tables; fusion reads its `caps` (how many tensors a
-kernel may bind, how many results it may write).
+target is a subclass that fills those tables (what one kernel may bind and write on each,
+for fusion, is in compiler/limits.py).
 
 - `GLSLCompute`: GLSL 4.30 compute shaders over std430 storage buffers (`b<k>.v[i]`).
 - `GLSLTexture`: GLSL 3.30 core fragment shaders over R32F textures (`texelFetch` from the
@@ -20,9 +20,6 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar
-
-from ..fusion import COMPUTE as COMPUTE_CAPS
-from ..fusion import Capabilities
 
 
 def float_lit(v: float) -> str:
@@ -47,7 +44,6 @@ class Renderer(ABC):
     target: ClassVar[str]
     version: ClassVar[str]  # the version line
     prefix: ClassVar[tuple[str, ...]] = ()  # lines right after it (precision qualifiers)
-    caps: ClassVar[Capabilities]
     # GLSL the code generator uses instead of the registry's, with the reason beside each.
     code_for_op: ClassVar[Mapping[str, str]] = {
         "tanh": "dlc_tanh(a)",  # the builtin is slow on NVIDIA; dlc_tanh is one exp
@@ -87,7 +83,6 @@ class Renderer(ABC):
 class GLSLCompute(Renderer):
     target = "compute"
     version = "#version 430"
-    caps = COMPUTE_CAPS  # 12 storage buffers a kernel, 6 of them results (see fusion.py)
 
     def load(self, buf: str, index: str) -> str:
         return f"{buf}.v[{index}]"
@@ -110,11 +105,9 @@ class GLSLCompute(Renderer):
 class GLSLTexture(Renderer):
     target = "texture"
     version = "#version 330 core"
-    # Inputs are samplers: GL 3.3 and WebGL2 guarantee 16 texture units a fragment shader (one
-    # is kept for a split reduction's partials; 12 tensors as on compute). A fragment writes
-    # one result: a kernel of several outputs would render a pass per output, each computing
-    # the whole kernel again (its matmul or reduction too), so fusion makes one-output kernels.
-    caps = Capabilities(max_buffers=12, max_outputs=1)
+    # Inputs are samplers on texture units. A fragment writes one result: a kernel of several
+    # outputs would render a pass per output, each computing the whole kernel again (its
+    # matmul or reduction too), so fusion makes one-output kernels (limits.capabilities).
     helpers = """\
 // Element i of a texture laid out row-major from the flat index.
 float dlc_load(sampler2D t, int i) {

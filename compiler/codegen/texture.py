@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from dlc.runtime.sizes import device_limits, over_limits
 from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
@@ -70,7 +71,14 @@ def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
     dims = dim_index(plan)
     opts = codegen_options(options)
     packed = True if opts.packed is None else bool(opts.packed)  # texture_matmul's packed passes
-    return [render_kernel(plan, k, dims, opts.es, packed) for k in range(len(plan.fusion.kernels))]
+    limits = device_limits(opts.limits)
+    rendered = [render_kernel(plan, k, dims, opts.es, packed) for k in range(len(plan.fusion.kernels))]
+    for t in rendered:  # fusion kept each within the device's texture units (compiler/limits.py)
+        for p in t.passes:
+            why = over_limits(p.source, None, limits, fragment=True)
+            if why:
+                raise ValueError(f"internal dlc error: kernel '{t.kernel.name}' {why}")
+    return rendered
 
 
 def render_kernel(

@@ -13,9 +13,9 @@ import pytest
 import dlc
 from dlc.compiler.codegen import render, texture
 from dlc.compiler.codegen.renderer import COMPUTE, GLSLCompute, GLSLESTexture, GLSLTexture, renderer_for
-from dlc.compiler.fusion import COMPUTE as COMPUTE_CAPS
-from dlc.compiler.fusion import fuse
+from dlc.compiler.fusion import bound, fuse
 from dlc.compiler.lang import compile_source
+from dlc.compiler.limits import capabilities
 from dlc.compiler.pipeline import Options, compile_model
 from dlc.compiler.plan import plan
 
@@ -98,9 +98,9 @@ def test_texture_fusion_writes_one_output_a_kernel_compute_several():
         w = compile_model(model, Options(optimizer=dlc.Adam(0.01), batch_size=4, target=target))
         f = w.fusions["train"]
         updated[target] = {t for t, _ in f.updates}
+        caps = capabilities(target)
         for k in f.kernels:
-            bound = {f.base(i) for i in k.inputs} | set(k.outputs)
-            assert len(bound) <= COMPUTE_CAPS.max_buffers
+            assert bound(f, k, caps) <= caps.budget(k.kind)
         kernels[target] = f.kernels
     assert updated["compute"] == updated["texture"] and {"k", "W"} <= updated["texture"]
     assert any(len(k.outputs) > 1 for k in kernels["compute"])  # Adam's param, m and v together

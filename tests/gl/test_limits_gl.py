@@ -201,7 +201,7 @@ def test_a_matmul_over_a_long_k_is_exact(gl):
 
 def test_a_sum_of_many_inputs_fits_the_storage_block_limit(gl):
     # 60 inputs in one elementwise chain would bind 61 storage buffers (GL gives 16): fusion
-    # cuts the chain into kernels of at most fusion.MAX_KERNEL_BUFFERS.
+    # cuts the chain into kernels within the device's storage blocks (compiler/limits.py).
     n = 60
     src = "".join(f"input x{i}: [B]\n" for i in range(n)) + "y = " + " + ".join(f"x{i}" for i in range(n)) + "\n"
     feeds = {f"x{i}": np.full(5, i, np.float32) for i in range(n)}

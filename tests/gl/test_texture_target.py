@@ -38,6 +38,7 @@ SUITES = [
     "tests/gl/test_artifact_gl.py",
     "tests/gl/test_texture_matmul.py",
     "tests/gl/test_numerics_gl.py",
+    "tests/gl/test_fusion_limits_gl.py",
 ]
 
 CONV = """
