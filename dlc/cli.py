@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import __version__, optimizers, train_recipe, workers
+from . import text as text_data
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
 from .runtime.errors import UsageError
@@ -502,6 +503,31 @@ TARGET_HELP = (
 )
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Print the prompt, then each sampled character as it comes."""
+    _apply_target(args)
+    if args.tokens < 0 or not args.temperature >= 0:
+        raise UsageError("--tokens and --temperature must be 0 or more")
+    t = open_model(args.model)
+    vocab = text_data.Vocab.load(args.vocab or text_data.vocab_path(args.weights))
+    session = open_session(t, args.backend, 0)
+    session.load(args.weights)
+    prompt = args.prompt.replace("\\n", "\n")  # a typed \n is a newline
+    print(prompt, end="", flush=True)
+    session.generate(
+        prompt,
+        args.tokens,
+        vocab=vocab,
+        block=args.block,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        on_token=lambda c: print(c, end="", flush=True),
+    )
+    print()
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     launched = workers.launch(args)  # --workers N: this command again, under mpiexec -n N
     if launched is not None:
@@ -530,10 +556,17 @@ def _train(args: argparse.Namespace, world) -> int:
         optimizer = optimizers.make(args.optimizer or compiled or DEFAULT_OPTIMIZER, lr=args.lr)
     # An artifact's session answers which inputs a fetch reads (it loads the programs).
     session = open_session(t, args.backend, args.seed, args.freeze or ()) if artifact else None
-    data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session), t.input_dtypes)
     # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
     val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
-    val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session), t.input_dtypes) if args.val else None
+    text = None
+    if args.data.lower().endswith(".txt"):  # a corpus: random windows, its last 10% held out
+        if not args.steps or args.val:
+            raise UsageError("training on text draws random windows: give --steps N (its last 10% is the val data)")
+        text, val = text_data.for_model(args.data, t.inputs, t.input_dtypes, args.block, args.batch_size, args.seed)
+        data = text_data.TextRun(text)
+    else:
+        data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session), t.input_dtypes)
+        val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session), t.input_dtypes) if args.val else None
     if args.plot:
         _require_matplotlib()
     for flag, path in (("--init", args.init), ("--resume", args.resume)):
@@ -630,6 +663,8 @@ def _train(args: argparse.Namespace, world) -> int:
             if diverged is None and (interrupted or checkpoints.wanted):
                 checkpoints.write(session)  # before the weights: it holds them too
             saved, save_error = _save_weights(session, save_path, checkpoints)
+            if text is not None and saved is not None:  # every later command reads it
+                text.vocab.save(text_data.vocab_path(saved))
         except KeyboardInterrupt:  # a second signal: quit at once, keep no weights
             progress.close()
             print("interrupted twice: quit without saving", file=sys.stderr)
@@ -760,7 +795,8 @@ def _summary(
     if final_val is not None:
         acc = f", accuracy {float(final_val['accuracy']):.4f}" if "accuracy" in final_val else ""
         which = "the last params with a finite loss" if diverged is not None else f"after step {steps:,}"
-        print(f"  val ({args.val}) of the saved params ({which}): {loss} {float(final_val[loss]):.6g}{acc}")
+        shown = args.val or "the last 10%"
+        print(f"  val ({shown}) of the saved params ({which}): {loss} {float(final_val[loss]):.6g}{acc}")
     print(f"  weights saved to {save_path}" if save_path else "  weights NOT saved (see the error below)")
     if args.log:
         print(f"  log written to {args.log}")
@@ -968,6 +1004,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"{' | '.join(OPTIMIZERS)} (default: {DEFAULT_OPTIMIZER})",
     )
     c.add_argument("--lr", type=_positive_float, metavar="X", help="learning rate (default: the optimizer's)")
+    c.add_argument(
+        "--block",
+        type=_positive_int,
+        metavar="T",
+        help="text data: the window length, when the model's T is symbolic (a vocab file beside --save keeps it)",
+    )
     train_recipe.add_arguments(c, _positive_float, _positive_int)
     workers.add_arguments(c, _positive_int)
     c.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="examples per step (default: 32)")
@@ -1059,6 +1101,32 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--target", choices=("compute", "texture"), help=TARGET_HELP)
     c.add_argument("--debug-kernels", action="store_true", help=DEBUG_KERNELS_HELP)
     c.set_defaults(func=cmd_eval)
+
+    c = sub.add_parser(
+        "generate",
+        parents=[common],
+        formatter_class=_Formatter,
+        help="sample text from a language model trained on a text file",
+        description="Continue a prompt with characters sampled from the model's `logits` "
+        "(tokens: i32[B, T] with T symbolic),\nprinted as they are drawn. The vocabulary "
+        "(and the window length) come from the file\n`dlc train` wrote beside the weights. "
+        "The same seed gives the same text.",
+        epilog="example:\n"
+        "  dlc generate samples/char_gpt.dl --weights gpt.npz --prompt 'ROMEO:' --tokens 500 "
+        "--temperature 0.8 --top-k 40",
+    )
+    c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
+    c.add_argument("--weights", required=True, metavar="W.npz", help="the trained params (and W.vocab.json beside)")
+    c.add_argument("--vocab", metavar="V.json", help="the vocabulary file (default: beside the weights)")
+    c.add_argument("--prompt", default="\n", metavar="TEXT", help="the text to continue (default: a newline)")
+    c.add_argument("--tokens", type=int, default=500, metavar="N", help="characters to generate (default: 500)")
+    c.add_argument("--temperature", type=float, default=1.0, metavar="T", help="0: the most likely; default 1")
+    c.add_argument("--top-k", type=_positive_int, metavar="K", help="draw from the K most likely only")
+    c.add_argument("--block", type=_positive_int, metavar="T", help="the longest context (default: the vocab's)")
+    c.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampling (default: 0)")
+    c.add_argument("--backend", choices=("gl", "numpy"), help="gl or numpy; default: gl when it can be made")
+    c.add_argument("--target", choices=("compute", "texture"), help=TARGET_HELP)
+    c.set_defaults(func=cmd_generate)
 
     c = sub.add_parser(
         "plot-model",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -202,3 +202,39 @@ def read_text(path: str | os.PathLike) -> str:
         line = raw.count(b"\n", 0, e.start) + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise DataError(f"{path}:{line}:{col}: not UTF-8 text (byte 0x{raw[e.start]:02x})") from None
+
+
+VAL_BATCHES = 20  # windows of the held-out part a validation loss averages over, in batches
+
+
+def for_model(path: str, inputs: Mapping, dtypes: Mapping, block: int | None, batch_size: int, seed: int):
+    """`dlc train MODEL --data corpus.txt`: the text as a model of `tokens`/`targets` i32 [B, T]
+    inputs sees it: (the TextData, the validation windows as a `dlc.data.Data`). The block is
+    T when the model fixes it, else `block` (--block)."""
+    from .data import Data
+
+    for name in (TOKENS, TARGETS):
+        shape = inputs.get(name)
+        if shape is None or len(shape) != 2 or dtypes.get(name) != "i32":
+            raise DataError(
+                f"{path}: training on text feeds windows as 'tokens' and their shift by one as 'targets'; "
+                f"the model must declare both as i32[B, T] (it has: {', '.join(inputs) or 'no inputs'})"
+            )
+    fixed = inputs[TOKENS][1]
+    if isinstance(fixed, int):
+        if block is not None and block != fixed:
+            raise DataError(f"--block {block}: the model's tokens are [B, {fixed}]")
+        block = fixed
+    if block is None:
+        raise DataError(f"{path}: the model's window length is symbolic ({fixed}): give --block N")
+    data = TextData(path, block)
+    val = data.val.steps(0, VAL_BATCHES, batch_size, seed) if len(data.val_ids) > block else None
+    n = VAL_BATCHES * batch_size
+    return data, Data(f"{path} (last 10%)", val, {}, n) if val is not None else None
+
+
+class TextRun:
+    """What `dlc train` reports of a text run: the data it trains on, as a data file would."""
+
+    def __init__(self, data: TextData) -> None:
+        self.path, self.arrays, self.examples, self.dims = data.path, data, len(data.train_ids), {}
