@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dlc.runtime.dims import product as dim_product
 from dlc.runtime.errors import CompileError, Loc
 
 from . import registry
 from .builder import GraphBuilder
 from .ir import Shape
 from .registry import REQUIRED, Param  # noqa: F401  (the language's parameters, re-exported)
-from .shapes import ShapeError, format_shape, norm_axes, norm_axis, reduced, split_size
+from .shapes import ShapeError, broadcast, format_shape, norm_axes, norm_axis, reduced, split_size
 
 
 @dataclass(frozen=True)
@@ -82,18 +83,29 @@ def _clip(b, loc, x, low, high):
 
 
 @function(
-    "matmul", Param("a", T), Param("b", T), doc="matrix product: ranks 1-3, NumPy semantics", group="linear algebra"
+    "matmul",
+    Param("a", T),
+    Param("b", T),
+    doc="matrix product: any rank, NumPy semantics (leading batch dims broadcast)",
+    group="linear algebra",
 )
 def matmul(b: GraphBuilder, loc, x, y):
     sa, sb = b.shape(x), b.shape(y)
-    if not sa or not sb or len(sa) > 3 or len(sb) > 3:
-        _fail(f"matmul takes operands of rank 1, 2 or 3, got {format_shape(sa)} and {format_shape(sb)}", loc)
+    if not sa or not sb:
+        _fail(f"matmul takes operands of rank 1 or more, got {format_shape(sa)} and {format_shape(sb)}", loc)
     ka, kb = sa[-1], (sb[0] if len(sb) == 1 else sb[-2])
     if ka != kb:
         _fail(f"matmul shapes {format_shape(sa)} and {format_shape(sb)} do not fit: {ka} != {kb}", loc)
     x2 = b.add("reshape", [x], loc, shape=(1, *sa)) if len(sa) == 1 else x
     y2 = b.add("reshape", [y], loc, shape=(*sb, 1)) if len(sb) == 1 else y
-    out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)
+    try:
+        batch = broadcast(b.shape(x2)[:-2], b.shape(y2)[:-2])
+    except ShapeError as e:
+        _fail(f"matmul batch dims of {format_shape(sa)} and {format_shape(sb)} do not broadcast: {e}", loc)
+    if len(batch) <= 1:
+        out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)  # the primitive's own ranks (2, 3)
+    else:
+        out = _batched_matmul(b, loc, x2, y2, batch)
     if len(sa) == 1 or len(sb) == 1:
         shape = b.shape(out)
         keep = [
@@ -103,6 +115,34 @@ def matmul(b: GraphBuilder, loc, x, y):
         ]
         out = b.add("reshape", [out], loc, shape=tuple(keep))
     return out
+
+
+def _batched_matmul(b: GraphBuilder, loc, x, y, batch: Shape) -> int:
+    """A product with several batch dims, through the primitive's rank-2 and rank-3 forms.
+    Reshapes are views (no copy): an operand without batch dims (all 1) is one matrix, the
+    other's batches are flattened onto its rows (a as [batch*M, K]) or into one batch dim;
+    only operands whose batch dims broadcast partly (`[B, 1, ...]` with `[1, H, ...]`) are
+    materialized by broadcast_to first. The gradients follow from those of the pieces."""
+    (*ba, m, k), (*bb, _, n) = b.shape(x), b.shape(y)
+    flat = dim_product(*batch)
+    if all(d == 1 for d in bb):
+        rows = b.add("reshape", [x], loc, shape=(dim_product(flat, m), k))
+        out = b.add("matmul", [rows, _reshape(b, loc, y, (k, n))], loc, ta=False, tb=False)
+    elif all(d == 1 for d in ba):
+        out = b.add("matmul", [_reshape(b, loc, x, (m, k)), _reshape(b, loc, y, (flat, k, n))], loc, ta=False, tb=False)
+    else:
+        xs = _reshape(b, loc, _broadcast(b, loc, x, (*batch, m, k)), (flat, m, k))
+        ys = _reshape(b, loc, _broadcast(b, loc, y, (*batch, k, n)), (flat, k, n))
+        out = b.add("matmul", [xs, ys], loc, ta=False, tb=False)
+    return b.add("reshape", [out], loc, shape=(*batch, m, n))
+
+
+def _reshape(b: GraphBuilder, loc, x: int, shape: Shape) -> int:
+    return x if tuple(b.shape(x)) == tuple(shape) else b.add("reshape", [x], loc, shape=tuple(shape))
+
+
+def _broadcast(b: GraphBuilder, loc, x: int, shape: Shape) -> int:
+    return x if tuple(b.shape(x)) == tuple(shape) else b.add("broadcast_to", [x], loc, shape=tuple(shape))
 
 
 @function(
@@ -263,12 +303,10 @@ def reshape(b, loc, x, shape):
                     loc,
                 )
             left.remove(s)
-        if len(left) == 1 and known_old == known_new:
-            new[new.index(-1)] = left[0]  # the -1 stands for the one symbolic dim left over
-        elif left or known_old % known_new:
+        if known_old % known_new:
             _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: the -1 cannot be resolved", loc)
-        else:
-            new[new.index(-1)] = known_old // known_new
+        # the -1 stands for what is left over: an int, a symbol, or a product (`4*B`)
+        new[new.index(-1)] = dim_product(known_old // known_new, *left)
     elif (known_old, sym_old) != (known_new, sym_new):
         _fail(
             f"cannot reshape {format_shape(old)} ({_count(old)} elements) to "

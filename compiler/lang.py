@@ -6,6 +6,7 @@ the builder runs), so each error carries the position of what caused it.
 
 from __future__ import annotations
 
+from dlc.runtime.dims import product as dim_product
 from dlc.runtime.errors import CompileError, Loc, did_you_mean, format_shape
 
 from . import seed_names
@@ -35,14 +36,23 @@ class FrontEnd:
         return self.b.build()
 
     def _shape(self, s: Stmt):
-        out = []
         for d, loc in s.shape or ():
             if isinstance(d, int) and d <= 0:
                 raise CompileError(f"dims must be positive, got {d}", loc)
             if isinstance(d, str):
                 self.dims.setdefault(d, loc)
-            out.append(d)
-        return tuple(out)
+        return tuple(self._product(d[1], loc) if isinstance(d, tuple) else d for d, loc in s.shape or ())
+
+    def _product(self, factors, loc: Loc):
+        """A product dim of a declared shape (`H*D`): its symbols must be bound on their own."""
+        for f in factors:
+            if isinstance(f, int) and f <= 0:
+                raise CompileError(f"dims must be positive, got {f}", loc)
+            if isinstance(f, str) and f not in self.dims:
+                raise CompileError(
+                    f"dim '{f}' in a product is bound by no input: name it alone in an input's shape first", loc
+                )
+        return dim_product(*factors)
 
     def _check_new(self, s: Stmt):
         if s.name in self.b.names:
@@ -57,7 +67,7 @@ class FrontEnd:
     def stmt_param(self, s: Stmt):
         self._check_new(s)
         shape = self._shape(s)
-        for d, loc in s.shape:
+        for d, (_, loc) in zip(shape, s.shape):
             if isinstance(d, str):
                 raise CompileError(f"param '{s.name}' has symbolic dim '{d}': a param's shape must be concrete", loc)
         init = default_init(shape) if s.value is None else self.initializer(s.value)
@@ -283,6 +293,11 @@ class FrontEnd:
         return int(v)
 
     def _dim(self, e: Expr, what: str):
+        if isinstance(e, BinOp) and e.op == "*":  # a product of dims: `B*T`, `H*D`
+            factors = (self._dim(e.left, what), self._dim(e.right, what))
+            if any(isinstance(f, int) and f <= 0 for f in factors):
+                raise CompileError(f"{what}: a product of dims takes positive factors, got {factors}", e.loc)
+            return dim_product(*factors)
         if isinstance(e, Name):
             if e.name not in self.dims:
                 raise CompileError(f"unknown dim '{e.name}'{did_you_mean(e.name, self.dims)}", e.loc)

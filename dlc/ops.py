@@ -38,6 +38,7 @@ from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.functions import FUNCTIONS, REQUIRED
 from dlc.compiler.ir import Graph
 from dlc.runtime import cache_limit as _limits
+from dlc.runtime import dims as dim_algebra
 
 from . import debug
 from .devices import Device, get_device
@@ -302,7 +303,7 @@ def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> An
         if flat is not None and FLAT_DIM in kernel.shape:  # the arrays' shape, not [4, N]
             shape = flat
         else:
-            shape = tuple(dims[d] if isinstance(d, str) else d for d in kernel.shape)
+            shape = dim_algebra.bind(kernel.shape, dims)
         run = Call(kernel, tuple(scalars), dims, tuple(shape))
         handles = [a._live_handle() for a in arrays]
         if debug.enabled():

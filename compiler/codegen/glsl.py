@@ -21,6 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dlc.runtime import dims as dim_algebra
+
 from .. import registry
 from ..fusion import Fusion, Kernel
 from ..ir import Graph, Shape, format_node, format_shape
@@ -270,10 +272,10 @@ class Context:
         return name
 
     def dim(self, d: int | str) -> str:
-        if isinstance(d, int):
-            return str(d)
-        self.dims_used.add(d)
-        return f"dim{self.dim_index[d]}"
+        """A dim as GLSL: an int, a symbol's uniform, or a product of them (`B*T`)."""
+        known, syms = dim_algebra.factors(d)
+        self.dims_used.update(syms)
+        return index.mul(str(known), *(f"dim{self.dim_index[s]}" for s in syms))
 
     def numel(self, shape: Shape | Size) -> str:
         return index.numel(shape, self.dim)
