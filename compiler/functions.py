@@ -600,6 +600,14 @@ OPERATORS = {
 }
 
 
+def _load_more() -> None:
+    # The functions defined in their own modules (they import this one's helpers).
+    from . import norm_functions, shape_functions  # noqa: F401
+
+
+_load_more()
+
+
 def _derive() -> dict[str, Function]:
     table = {}
     for e in registry.language_entries():

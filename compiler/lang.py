@@ -101,6 +101,22 @@ class FrontEnd:
         self._check_new(s)
         self.b.declare(s.name, self.tensor(s.value), s.loc)
 
+    def stmt_unpack(self, s: Stmt):
+        for t in s.targets:
+            self._check_new(Stmt("assign", t.name, t.loc))
+        seen = set()
+        for t in s.targets:
+            if t.name in seen:
+                raise CompileError(f"'{t.name}' is bound twice in one statement", t.loc)
+            seen.add(t.name)
+        values = self.tensor(s.value, several=True)
+        if not isinstance(values, tuple):
+            raise CompileError(f"{len(s.targets)} names, but the right side is one tensor", s.value.loc)
+        if len(values) != len(s.targets):
+            raise CompileError(f"{len(s.targets)} names for {len(values)} tensors", s.value.loc)
+        for t, i in zip(s.targets, values):
+            self.b.declare(t.name, i, t.loc)
+
     def stmt_loss(self, s: Stmt):
         self._check_new(s)
         i = self.tensor(s.value)
@@ -177,18 +193,27 @@ class FrontEnd:
     # Sub-expressions are built through an explicit stack, not Python recursion, so a sum
     # of 1000 terms or 2000 nested calls builds: each step is a generator that yields the
     # sub-expression it needs as a tensor and is sent back that tensor's node.
-    def tensor(self, e: Expr) -> int:
-        stack = [self._tensor(e)]
+    def tensor(self, e: Expr, several: bool = False) -> int:
+        """The node of expression `e`; with `several`, a function's several results (`split`)
+        may come back as a tuple (an unpack statement's right side)."""
+        stack = [(self._tensor(e), e)]
         value = None
         while stack:
             try:
-                sub = stack[-1].send(value)
+                sub = stack[-1][0].send(value)
             except StopIteration as done:
-                stack.pop()
+                _, done_expr = stack.pop()
                 value = done.value
             else:
-                stack.append(self._tensor(sub))
+                stack.append((self._tensor(sub), sub))
                 value = None
+                continue
+            if isinstance(value, tuple) and (stack or not several):
+                raise CompileError(
+                    f"this gives {len(value)} tensors: bind them with {len(value)} names, "
+                    f"`a, b = {getattr(done_expr, 'func', 'f')}(...)`",
+                    done_expr.loc,
+                )
         return value
 
     def _tensor(self, e: Expr):
@@ -280,6 +305,8 @@ class FrontEnd:
             if isinstance(e, ListExpr):
                 return tuple(self._int(i, what) for i in e.items)
             return self._int(e, what)
+        if kind == "dim":
+            return self._dim(e, what)
         if kind == "dims":
             if not isinstance(e, ListExpr):
                 raise CompileError(f"{what} must be a list of dims [d1, d2, ...]", e.loc)

@@ -71,11 +71,12 @@ class Neg(Expr):
 
 @dataclass(frozen=True)
 class Stmt:
-    kind: str  # input param const loss assign
+    kind: str  # input param const loss assign unpack
     name: str
     loc: Loc
     shape: tuple[tuple[Any, Loc], ...] | None = None  # (int or symbolic name, where)
     value: Expr | None = None
+    targets: tuple[Name, ...] = ()  # an unpack statement's names
 
 
 # -- lark ------------------------------------------------------------------------
@@ -201,7 +202,8 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
         # A product of dims (`H*D`, `B*T`): ("*", factors) and the position of its first factor.
         left, op, right = items
         if str(op) != "*":
-            raise CompileError(f"a dim is a name, an integer or a product of them: '{op}' is not allowed", self._loc(op))
+            msg = f"a dim is a name, an integer or a product of them: '{op}' is not allowed"
+            raise CompileError(msg, self._loc(op))
         if isinstance(left, tuple):  # a product already: (("*", factors), loc)
             (_, factors), loc = left
         else:
@@ -227,6 +229,13 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
     def assign_stmt(self, items):
         name, value = items
         return Stmt("assign", str(name), self._loc(name), None, value)
+
+    def unpack_stmt(self, items):
+        # `a, b, c = split(...)`: the names bind the tensors a function returns, in order
+        *names, value = items
+        return Stmt(
+            "unpack", str(names[0]), self._loc(names[0]), None, value, tuple(Name(self._loc(n), str(n)) for n in names)
+        )
 
     # expressions
     def number(self, items):

@@ -23,7 +23,8 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   leaf         input, param, const, state
   elementwise  one output element from the same element of each (broadcast) input
   layout       one output element from one computed position of an input
-               (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take)
+               (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take;
+               iota computes its element from its own position)
   reduce       sum, max, min, argmax, argmin over axes
   matmul       (batched) matrix product
   window       conv2d, pools and their gradients
@@ -52,8 +53,8 @@ REQUIRED = object()  # a parameter without a default
 @dataclass(frozen=True)
 class Param:
     """A parameter of a language function. Kinds: tensor, tensors (a list of tensors), int,
-    float, bool, str, axis (int, list of ints, or None), ints (int or list), dims (list of
-    ints, symbolic names and one -1), padding (a string or a list of ints)."""
+    float, bool, str, axis (int, list of ints, or None), ints (int or list), dim (an int, a
+    symbolic name or a product of them), dims (a list of those and one -1), padding (a string or a list of ints)."""
 
     name: str
     kind: str

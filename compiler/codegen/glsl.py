@@ -523,6 +523,10 @@ class Emitter:
         v = self.value(node.inputs[0], Ix(multi=c[:-1]) if len(c) > 1 else Ix(flat="0"))
         return f"({v} == float({c[-1]}) ? 1.0 : 0.0)"
 
+    def _iota(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        return f"float({self.coords(ix, node.shape)[node.attr('axis')]})"
+
     def _take(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
         src, idx = node.inputs
