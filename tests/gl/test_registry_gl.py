@@ -103,6 +103,8 @@ def layout_cases() -> list[Case]:
         Case("take", [(5, 7), (9,)], {}, ["normal", "rows"]),
         Case("take", [(3, 2, 5), ("B",)], {}, ["normal", "rows"], dims={"B": 7}, label="symbolic"),
         Case("take", [(3, 4), (8,)], {}, ["normal", "rows"], label="vec4"),
+        Case("iota", [], {"shape": (3, 5, 7), "axis": 1}),
+        Case("iota", [], {"shape": ("B", 5), "axis": 0}, dims={"B": 3}, label="symbolic"),
     ]
 
 
