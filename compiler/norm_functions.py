@@ -1,16 +1,12 @@
-"""Normalization layers of the language: layer_norm and rms_norm, as PyTorch's LayerNorm and
-RMSNorm compute them (biased variance, eps inside the square root), over the trailing axes
-`axis` names, with gamma and beta shaped like those axes.
-
-Both expand into primitives (a mean or two, an rsqrt, the affine part): fusion makes each
-reduction one kernel with its elementwise prologue and the normalization their epilogue's
-reader, and autodiff derives the backward pass from the same expansion.
+"""The language's front ends of the norm primitives (ops/norm.py): layer_norm and rms_norm, as
+PyTorch's LayerNorm and RMSNorm compute them, over the trailing axes `axis` names, with gamma
+and beta shaped like those axes. They check the arguments (located errors) and add one node.
 """
 
 from __future__ import annotations
 
 from .builder import GraphBuilder
-from .functions import T, _axes, _fail, function, mean
+from .functions import T, _axes, _fail, function
 from .registry import Param
 from .shapes import format_shape
 
@@ -51,12 +47,7 @@ def _eps(eps, name: str, loc) -> float:
 )
 def layer_norm(b, loc, x, gamma, beta, axis, eps):
     axes = _normalized_axes(b, loc, "layer_norm", x, axis, {"gamma": gamma, "beta": beta})
-    eps = _eps(eps, "layer_norm", loc)
-    centered = b.add("sub", [x, mean(b, loc, x, axes, True)], loc)
-    var = mean(b, loc, b.add("square", [centered], loc), axes, True)
-    inv = b.add("rsqrt", [b.add("add", [var, b.const(eps, (), loc)], loc)], loc)
-    scaled = b.add("mul", [b.add("mul", [centered, inv], loc), gamma], loc)
-    return b.add("add", [scaled, beta], loc)
+    return b.add("layer_norm", [x, gamma, beta], loc, axes=axes, eps=_eps(eps, "layer_norm", loc))
 
 
 @function(
@@ -70,7 +61,4 @@ def layer_norm(b, loc, x, gamma, beta, axis, eps):
 )
 def rms_norm(b, loc, x, gamma, axis, eps):
     axes = _normalized_axes(b, loc, "rms_norm", x, axis, {"gamma": gamma})
-    eps = _eps(eps, "rms_norm", loc)
-    ms = mean(b, loc, b.add("square", [x], loc), axes, True)
-    inv = b.add("rsqrt", [b.add("add", [ms, b.const(eps, (), loc)], loc)], loc)
-    return b.add("mul", [b.add("mul", [x, inv], loc), gamma], loc)
+    return b.add("rms_norm", [x, gamma], loc, axes=axes, eps=_eps(eps, "rms_norm", loc))

@@ -28,6 +28,7 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   reduce       sum, max, min, argmax, argmin over axes
   matmul       (batched) matrix product
   window       conv2d, pools and their gradients
+  norm         layer_norm, rms_norm and their gradients: each output row from its input row
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ KIND_LOWERING = {
     "reduce": {"glsl-compute": "codegen/kernels_reduce.py", "glsl-texture": "codegen/texture.py _reduce_body"},
     "matmul": {"glsl-compute": "codegen/kernels_matmul.py", "glsl-texture": "codegen/texture.py _matmul_body"},
     "window": {"glsl-compute": "codegen/kernels_window.py", "glsl-texture": "codegen/texture.py WINDOW_BODIES"},
+    "norm": {"glsl-compute": "codegen/kernels_norm.py", "glsl-texture": "codegen/kernels_norm.py texture_body"},
     "layout": {"glsl": "an index map in codegen/glsl.py (Emitter._<op>)"},
     "leaf": {"glsl": "storage (a buffer or texture)"},
 }
@@ -227,7 +229,7 @@ def glsl_helpers() -> str:
 
 def _load() -> None:
     # Importing the op modules fills the registry.
-    from .ops import elementwise, layout, leaf, linalg, reduce, special, window  # noqa: F401, I001
+    from .ops import elementwise, layout, leaf, linalg, norm, reduce, special, window  # noqa: F401, I001
     from .ops import activations, math_ops, logic  # noqa: F401, I001  (after special: gelu calls dlc_erf)
 
 

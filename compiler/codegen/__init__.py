@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dlc.runtime.dims import shape_symbols
 
 from ..plan import Plan
-from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_window
+from . import kernels_elementwise, kernels_matmul, kernels_norm, kernels_reduce, kernels_window
 from .glsl import Context, KernelSource
 from .options import CodegenOptions, codegen_options
 
@@ -40,6 +40,8 @@ def render_kernel(
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
         return kernels_matmul.render(ctx, o)
+    if kernel.kind == "norm":
+        return kernels_norm.render(ctx)
     if kernel.kind == "window":
         return kernels_window.render(ctx, o.conv, o.conv_blocking, o.conv_split)
     raise AssertionError(f"no template for {kernel.kind} kernels")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
-from . import dim_index, kernels_elementwise, texture_matmul
+from . import dim_index, kernels_elementwise, kernels_norm, texture_matmul
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
 from .kernels_reduce import BETTER, INIT, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
@@ -126,6 +126,9 @@ def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) 
         em.anchor_value = "acc_result"
     elif k.kind == "matmul":
         what = _matmul_body(ctx, em)
+        em.anchor_value = "acc"
+    elif k.kind == "norm":
+        what = kernels_norm.texture_body(ctx, em)
         em.anchor_value = "acc"
     elif k.kind == "window":
         op = g.nodes[k.anchor].op

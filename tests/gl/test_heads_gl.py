@@ -5,12 +5,16 @@ size), and the new functions (tril, split, stack, the filled tensors, the norms)
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from gl_helpers import fragment_compile_log
 from test_heads import ATTENTION, attention_params, attention_torch
 
 import dlc
+from dlc.compiler.artifact import programs, write_artifact
 
 pytestmark = pytest.mark.gl
 
@@ -90,3 +94,31 @@ def test_new_functions_match_torch_on_gl(backend, target):
         finite = ~np.isnan(t.numpy())
         assert got.shape == t.shape, name
         np.testing.assert_allclose(got[finite], t.numpy()[finite], rtol=2e-4, atol=2e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_one_artifact_runs_any_batch_with_dim_products(gl, tmp_path, target):
+    # The manifest keeps products such as B*T; the runtime evaluates them from B and T.
+    model = dlc.compile(ATTENTION)
+    out = tmp_path / "att.dlc"
+    write_artifact(model, out, train_loss="l", optimizer=dlc.SGD(0.1), batch_size=4, target=target)
+    tensors = json.loads((out / "manifest.json").read_text())["tensors"]
+    assert tensors["att"] == ["B", 4, "T", "T"]
+    runner = dlc.load(out)
+    runner.set_params(attention_params())
+    ref = dlc.Session(model, backend="numpy")
+    ref.set_params(attention_params())
+    for batch, t in ((1, 5), (3, 4)):
+        x = np.random.default_rng(batch).normal(size=(batch, t, 16)).astype(np.float32)
+        close(runner.eval("out", {"x": x}), ref.eval("out", {"x": x}), 1e-4)
+
+
+def test_norm_and_head_shaders_compile_as_glsl_es_300(gl):
+    if "GL_ARB_ES3_compatibility" not in gl.extensions:
+        pytest.skip("this GL compiles no GLSL ES 3.00")
+    progs = programs(
+        dlc.compile(ATTENTION), train_loss="l", optimizer=dlc.Adam(0.01), target="texture", options={"es": True}
+    )
+    for p in progs.values():
+        for file, text in p.sources.items():
+            assert fragment_compile_log(text) == "", file

@@ -211,7 +211,23 @@ def window_cases() -> list[Case]:
     return out
 
 
-CASES = elementwise_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases()
+def norm_cases() -> list[Case]:
+    out = []
+    for op, extra in (("layer_norm", 2), ("rms_norm", 1)):
+        out += [
+            Case(op, [(3, 5, 7), *[(7,)] * extra], {"axes": (2,), "eps": 1e-5}),
+            Case(op, [(2, 3, 5), *[(3, 5)] * extra], {"axes": (1, 2), "eps": 1e-3}, label="two-axes"),
+            Case(op, [("B", 9), *[()] * extra], {"axes": (1,), "eps": 1e-5}, dims={"B": 5}, label="symbolic-scalar"),
+        ]
+        grad = f"{op}_grad"
+        out += [
+            Case(grad, [(3, 5, 7), (7,), (3, 5, 7)], {"axes": (2,), "eps": 1e-5}),
+            Case(grad, [("B", 6), (), ("B", 6)], {"axes": (1,), "eps": 1e-4}, dims={"B": 4}, label="symbolic-scalar"),
+        ]
+    return out
+
+
+CASES = elementwise_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases() + norm_cases()
 GRAD_CASES = [c for c in CASES if c.grad and registry.get(c.op).differentiable]
 
 
