@@ -17,11 +17,18 @@ sum over rows of g are reductions.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..registry import OpDef, register
 from ..shapes import ShapeError, format_shape
 from .adjoint import unbroadcast
+
+
+# The longest row: a kernel loops over its row up to 4 times in one invocation, and drivers
+# bound that (llvmpipe stops any invocation's loops after 65535 iterations, silently).
+MAX_ROW = 8192
 
 
 def row_axes(node_or_attrs) -> tuple[int, ...]:
@@ -36,6 +43,8 @@ def _check(x, params: dict, attrs) -> None:
     row = tuple(x[a] for a in axes)
     if any(isinstance(d, str) for d in row):
         raise ShapeError(f"a norm's normalized axes must be concrete, got {format_shape(row)}")
+    if math.prod(row) > MAX_ROW:
+        raise ShapeError(f"a norm's rows hold at most {MAX_ROW} elements, got {format_shape(row)} = {math.prod(row)}")
     for name, shape in params.items():
         if tuple(shape) not in ((), row):
             raise ShapeError(f"{name} must have the shape of the normalized axes {format_shape(row)}, got {shape}")

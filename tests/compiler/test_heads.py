@@ -296,12 +296,15 @@ loss l = sum(out * r)
         ("layer_norm(x, g, g, axis=0)", "normalizes over trailing axes of [B, 6], got axis 0"),
         ("layer_norm(x, h, g)", "gamma must have the shape of the normalized axes [6], got [5]"),
         ("rms_norm(x, g, eps=-1)", "eps must be >= 0"),
+        ("rms_norm(w, k, axis=[1, 2])", "rows hold at most 8192 elements, got [100, 100] = 10000"),
+        ("layer_norm(x, x, x, axis=[0, 1])", "normalized axes must be concrete, got [B, 6]"),
     ],
 )
 def test_norm_errors_are_located(call, message):
+    src = "input x: [B, 6]\ninput g: [6]\ninput h: [5]\ninput w: [2, 100, 100]\ninput k: [100, 100]\n"
     with pytest.raises(dlc.CompileError, match=message.replace("[", r"\[").replace("]", r"\]")) as e:
-        dlc.compile(f"input x: [B, 6]\ninput g: [6]\ninput h: [5]\ny = {call}\n")
-    assert (e.value.loc.line, e.value.loc.column) == (4, 5)
+        dlc.compile(src + f"y = {call}\n")
+    assert (e.value.loc.line, e.value.loc.column) == (6, 5)
 
 
 # -- a causal multi-head attention block ------------------------------------------------------
