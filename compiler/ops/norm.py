@@ -25,7 +25,6 @@ from ..registry import OpDef, register
 from ..shapes import ShapeError, format_shape
 from .adjoint import unbroadcast
 
-
 # The longest row: a kernel loops over its row up to 4 times in one invocation, and drivers
 # bound that (llvmpipe stops any invocation's loops after 65535 iterations, silently).
 MAX_ROW = 8192
