@@ -122,3 +122,21 @@ def test_norm_and_head_shaders_compile_as_glsl_es_300(gl):
     for p in progs.values():
         for file, text in p.sources.items():
             assert fragment_compile_log(text) == "", file
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_attention_block_trains_on_gl_as_on_numpy(backend, target):
+    # the training step's programs: the norm kernels, the head reshapes under a batch of 4
+    x = np.random.default_rng(0).normal(size=(6, 5, 16)).astype(np.float32)
+    model = dlc.compile(ATTENTION)
+    runs = {}
+    for name, sess in (
+        ("numpy", dlc.Session(model, backend="numpy")),
+        ("gl", dlc.Session(model, backend="gl", target=target)),
+    ):
+        sess.set_params(attention_params())
+        losses = sess.train({"x": x}, optimizer=dlc.Adam(0.01), batch_size=4, steps=4)
+        runs[name] = (np.asarray(losses), sess.params)
+    np.testing.assert_allclose(runs["gl"][0], runs["numpy"][0], rtol=1e-4)
+    for p, want in runs["numpy"][1].items():
+        np.testing.assert_allclose(runs["gl"][1][p], want, rtol=1e-4, atol=1e-5, err_msg=p)
