@@ -285,7 +285,7 @@ def log_softmax(b, loc, x, axis):
 @function("reshape", Param("x", T), Param("shape", "dims"), doc="x with new dims (at most one -1)", group="shape")
 def reshape(b, loc, x, shape):
     old = b.shape(x)
-    new = list(shape)
+    new = [dim_product(d) if isinstance(d, str) else d for d in shape]  # products in canonical form
     if sum(1 for d in new if d == -1) > 1:
         _fail("reshape takes at most one -1", loc)
     if any(isinstance(d, int) and d != -1 and d <= 0 for d in new):

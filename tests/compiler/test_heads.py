@@ -80,13 +80,17 @@ def test_an_input_may_use_a_product_of_its_dims():
     [
         ("input x: [B, H*4]\n", "dim 'H' in a product is bound by no input", (1, 14)),
         ("input x: [B, 4/2]\n", "'/' is not allowed", (1, 15)),
-        ("param w: [B*2, 3]\n", "", None),
+        ("input x: [B]\nparam w: [B*2, 3]\n", "param 'w' has symbolic dim '2*B'", (2, 11)),
+        ("param w: [4*16, 2]\ny = reshape(w, [8*8*2])\n", "", None),  # products of ints fold
         ("input x: [B, 6]\ny = reshape(x, [B*4, 2])\n", "cannot reshape [B, 6]", (2, 5)),
         ("input x: [B, 6]\ny = reshape(x, [-1, 4])\n", "the -1 cannot be resolved", (2, 5)),
         ("input x: [B, 6]\ny = reshape(x, [C*2, 3])\n", "unknown dim 'C'", (2, 17)),
     ],
 )
 def test_dim_errors_are_located(src, message, where):
+    if where is None:
+        assert dlc.compile(src).graph.shape("y") == (128,)
+        return
     with pytest.raises(dlc.CompileError) as e:
         dlc.compile(src)
     assert message in str(e.value)
@@ -371,3 +375,17 @@ def test_causal_attention_block_matches_torch_forward_and_backward(batch):
     got = sess.gradients({"x": x})
     for name, want in grads.items():
         close(got[name], want, 1e-4)
+
+
+def test_the_graph_api_takes_dim_products_in_any_order():
+    g = dlc.Graph()
+    x = g.placeholder("x", ["B", "T", 6])
+    g.name("y", g.reshape(x, ["T*B", 6]))
+    q, k = g.split(x, [2, 4], axis=-1)
+    g.name("k", k)
+    model = g.build()
+    assert model.graph.shape("y") == ("B*T", 6) and model.graph.shape("k") == ("B", "T", 4)
+    v = arr(2, 3, 6)
+    out = dlc.Session(model, backend="numpy").eval(["y", "k"], {"x": v})
+    close(out["y"], v.reshape(6, 6))
+    close(out["k"], v[..., 2:])
