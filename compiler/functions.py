@@ -102,10 +102,15 @@ def matmul(b: GraphBuilder, loc, x, y):
         batch = broadcast(b.shape(x2)[:-2], b.shape(y2)[:-2])
     except ShapeError as e:
         _fail(f"matmul batch dims of {format_shape(sa)} and {format_shape(sb)} do not broadcast: {e}", loc)
-    if len(batch) <= 1:
-        out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)  # the primitive's own ranks (2, 3)
+    (*bb, k, n) = b.shape(y2)
+    if len(batch) > 1 and all(d == 1 for d in bb):
+        # one matrix for every batch: a's batches are rows of one product ([batch*M, K], a view)
+        (*_, m, _) = b.shape(x2)
+        rows = b.add("reshape", [x2], loc, shape=(dim_product(*batch, m), k))
+        flat = b.add("matmul", [rows, _reshape(b, loc, y2, (k, n))], loc, ta=False, tb=False)
+        out = b.add("reshape", [flat], loc, shape=(*batch, m, n))
     else:
-        out = _batched_matmul(b, loc, x2, y2, batch)
+        out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)  # batch dims broadcast in the kernel
     if len(sa) == 1 or len(sb) == 1:
         shape = b.shape(out)
         keep = [
@@ -117,32 +122,8 @@ def matmul(b: GraphBuilder, loc, x, y):
     return out
 
 
-def _batched_matmul(b: GraphBuilder, loc, x, y, batch: Shape) -> int:
-    """A product with several batch dims, through the primitive's rank-2 and rank-3 forms.
-    Reshapes are views (no copy): an operand without batch dims (all 1) is one matrix, the
-    other's batches are flattened onto its rows (a as [batch*M, K]) or into one batch dim;
-    only operands whose batch dims broadcast partly (`[B, 1, ...]` with `[1, H, ...]`) are
-    materialized by broadcast_to first. The gradients follow from those of the pieces."""
-    (*ba, m, k), (*bb, _, n) = b.shape(x), b.shape(y)
-    flat = dim_product(*batch)
-    if all(d == 1 for d in bb):
-        rows = b.add("reshape", [x], loc, shape=(dim_product(flat, m), k))
-        out = b.add("matmul", [rows, _reshape(b, loc, y, (k, n))], loc, ta=False, tb=False)
-    elif all(d == 1 for d in ba):
-        out = b.add("matmul", [_reshape(b, loc, x, (m, k)), _reshape(b, loc, y, (flat, k, n))], loc, ta=False, tb=False)
-    else:
-        xs = _reshape(b, loc, _broadcast(b, loc, x, (*batch, m, k)), (flat, m, k))
-        ys = _reshape(b, loc, _broadcast(b, loc, y, (*batch, k, n)), (flat, k, n))
-        out = b.add("matmul", [xs, ys], loc, ta=False, tb=False)
-    return b.add("reshape", [out], loc, shape=(*batch, m, n))
-
-
 def _reshape(b: GraphBuilder, loc, x: int, shape: Shape) -> int:
     return x if tuple(b.shape(x)) == tuple(shape) else b.add("reshape", [x], loc, shape=tuple(shape))
-
-
-def _broadcast(b: GraphBuilder, loc, x: int, shape: Shape) -> int:
-    return x if tuple(b.shape(x)) == tuple(shape) else b.add("broadcast_to", [x], loc, shape=tuple(shape))
 
 
 @function(

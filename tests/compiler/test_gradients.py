@@ -162,6 +162,9 @@ def matmul_cases() -> list[Case]:
         Case("matmul", [(2, m, k), (k, n)], f, label="3x2"),
         Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
         Case("matmul", [("B", k), (k, n)], f, dims={"B": 3}, label="symbolic"),
+        Case("matmul", [(2, 1, m, k), (3, k, n)], f, label="rank4-broadcast"),
+        Case("matmul", [(2, 1, 3, m, k), (1, 2, 3, k, n)], f, label="rank5-broadcast"),
+        Case("matmul", [("B", 2, k, m), (1, 2, n, k)], {"ta": True, "tb": True}, dims={"B": 2}, label="rank4-sym"),
     ]
     return out
 

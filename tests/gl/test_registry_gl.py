@@ -142,6 +142,11 @@ def matmul_cases() -> list[Case]:
         Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
         Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
         Case("matmul", [("B", k), (k, n)], f, dims={"B": 9}, label="symbolic"),
+        Case("matmul", [(2, 1, m, k), (3, k, n)], f, label="rank4-broadcast"),
+        Case("matmul", [("B", 2, k, m), (1, 2, n, k)], {"ta": True, "tb": True}, dims={"B": 3}, label="rank4-sym"),
+        # batch dims broadcast both ways, several on each side; large enough for the texture
+        # target's packed passes
+        Case("matmul", [(2, 1, 3, 24, 16), (1, 2, 3, 16, 40)], f, label="rank5-packed"),
     ]
     return out
 
