@@ -46,7 +46,9 @@ def _check(x, params: dict, attrs) -> None:
         raise ShapeError(f"a norm's rows hold at most {MAX_ROW} elements, got {format_shape(row)} = {math.prod(row)}")
     for name, shape in params.items():
         if tuple(shape) not in ((), row):
-            raise ShapeError(f"{name} must have the shape of the normalized axes {format_shape(row)}, got {shape}")
+            raise ShapeError(
+                f"{name} must have the shape of the normalized axes {format_shape(row)}, got {format_shape(shape)}"
+            )
 
 
 def _forward_shape(names):
