@@ -1,8 +1,9 @@
 """Norm kernels (layer_norm, rms_norm and their gradients for x): each output row from the
 statistics of its own input row, then the fused epilogue (a residual add, ...).
 
-- compute target: one invocation per row; it loops over the row for the statistics, then
-  writes the row's C outputs through the epilogue;
+- compute target: one work group per row (32 to 256 invocations, about one per 4 elements):
+  each invocation strides over the row, their partial sums are added in shared memory (a
+  fixed tree: the same bits every run), then each writes its columns through the epilogue;
 - texture target (`texture_body`): one fragment per output element, looping over its row for
   the statistics (the only shape a fragment shader has).
 
@@ -18,7 +19,7 @@ import math
 from ..ir import format_shape
 from ..ops.norm import row_axes
 from ..plan import size_of
-from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, header, kernel_source
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, group_index, header, kernel_source
 from .renderer import float_lit
 
 
@@ -36,36 +37,60 @@ def _param(em: Emitter, tensor: int, col: str) -> str:
     return em.value(tensor, Ix(flat="0" if scalar else col))
 
 
-def _stats(ctx: Context, em: Emitter, row: str) -> None:
+def _stats(ctx: Context, em: Emitter, row: str, group: int = 0) -> None:
     """Declares the row's statistics: nm_mean (layer_norm), nm_rstd, and for a gradient
-    nm_gmean (mean of g * gamma, layer_norm) and nm_gxmean (mean of g * gamma * xhat)."""
+    nm_gmean (mean of g * gamma, layer_norm) and nm_gxmean (mean of g * gamma * xhat).
+    `group`: that many invocations share the row (each loops from `lid` by `group`, their
+    partial sums added in shared memory); 0: one invocation loops over all of it."""
     node, _, width = _geometry(ctx)
     center = node.op.startswith("layer_norm")
     x = node.inputs[0]
     n = float_lit(float(width))  # means divide by the count, as NumPy's do
     at = f"({row} * {width} + nm_c)"
+    loop = f"for (int nm_c = {'lid' if group else '0'}; nm_c < {width}; nm_c += {group or 1})"
     if center:
         em.line("float nm_sum = 0.0;")
-        em.open(f"for (int nm_c = 0; nm_c < {width}; ++nm_c)")
+        em.open(loop)
         em.line(f"nm_sum += {em.value(x, Ix(flat=at))};")
         em.close()
+        _group_sum(em, group, "nm_sum")
         em.line(f"float nm_mean = nm_sum / {n};")
     em.line("float nm_sq = 0.0;")
-    em.open(f"for (int nm_c = 0; nm_c < {width}; ++nm_c)")
+    em.open(loop)
     em.line(f"float nm_d = {em.value(x, Ix(flat=at))}{' - nm_mean' if center else ''};")
     em.line("nm_sq += nm_d * nm_d;")
     em.close()
+    _group_sum(em, group, "nm_sq")
     em.line(f"float nm_rstd = inversesqrt(nm_sq / {n} + {float_lit(float(node.attr('eps')))});")
     if node.op.endswith("_grad"):
         gamma, g = node.inputs[1], node.inputs[2]
         em.line("float nm_gsum = 0.0, nm_gxsum = 0.0;")
-        em.open(f"for (int nm_c = 0; nm_c < {width}; ++nm_c)")
+        em.open(loop)
         em.line(f"float nm_gh = {em.value(g, Ix(flat=at))} * {_param(em, gamma, 'nm_c')};")
         em.line(f"float nm_xh = ({em.value(x, Ix(flat=at))}{' - nm_mean' if center else ''}) * nm_rstd;")
         em.line("nm_gsum += nm_gh;")
         em.line("nm_gxsum += nm_gh * nm_xh;")
         em.close()
+        _group_sum(em, group, "nm_gsum")
+        _group_sum(em, group, "nm_gxsum")
         em.line(f"float nm_gmean = nm_gsum / {n}, nm_gxmean = nm_gxsum / {n};")
+
+
+def _group_sum(em: Emitter, group: int, var: str) -> None:
+    """`var` becomes the sum of every invocation's `var` (a tree in shared memory, in a fixed
+    order: the same bits every run); nothing when one invocation has the row."""
+    if not group:
+        return
+    em.line(f"nm_part[lid] = {var};")
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.open(f"for (int s = {group // 2}; s > 0; s >>= 1)")
+    em.line("if (lid < s) nm_part[lid] += nm_part[lid + s];")
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.close()
+    em.line(f"{var} = nm_part[0];")
+    em.line("barrier();  // all have read it before the next sum writes nm_part")
 
 
 def _element(ctx: Context, em: Emitter, row: str, col: str) -> str:
@@ -89,22 +114,34 @@ def _what(ctx: Context, how: str) -> str:
     return f"{node.op} over rows of {width} ({format_shape(rows)} rows), {how}"
 
 
+def group_size(width: int) -> int:
+    """Invocations sharing a row: a power of two, about one per 4 elements, 32 to 256."""
+    size = 32
+    while size < LOCAL and size * 4 < width:
+        size *= 2
+    return size
+
+
 def render(ctx: Context) -> KernelSource:
     _, rows, width = _geometry(ctx)
-    ctx.names.taken.update({"r", "o", "c"})
+    group = group_size(width)
+    ctx.names.taken.update({"r", "o", "c", "s", "lid"})
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
-    em.own_element("r", ctx.numel(rows))
-    _stats(ctx, em, "r")
-    em.open(f"for (int c = 0; c < {width}; ++c)")
+    em.line(f"int r = {group_index()};")
+    em.line(f"if (r >= {ctx.numel(rows)}) return;  // the whole group leaves together")
+    em.line("int lid = int(gl_LocalInvocationID.x);")
+    _stats(ctx, em, "r", group)
+    em.open(f"for (int c = lid; c < {width}; c += {group})")
     em.line(f"epilogue(r * {width} + c, {_element(ctx, em, 'r', 'c')});")
     em.close()
-    local = (LOCAL, 1, 1)
-    lines = header(ctx, _what(ctx, "one invocation per row"), local)
+    local = (group, 1, 1)
+    what = _what(ctx, f"one work group of {group} per row")
+    lines = header(ctx, what, local, [f"shared float nm_part[{group}];"])
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
-    grid = {"flat": list(size_of(rows)), "per_group": LOCAL}
+    grid = {"flat": list(size_of(rows)), "per_group": 1}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
 
 

@@ -223,11 +223,14 @@ def norm_cases() -> list[Case]:
             Case(op, [(3, 5, 7), *[(7,)] * extra], {"axes": (2,), "eps": 1e-5}),
             Case(op, [(2, 3, 5), *[(3, 5)] * extra], {"axes": (1, 2), "eps": 1e-3}, label="two-axes"),
             Case(op, [("B", 9), *[()] * extra], {"axes": (1,), "eps": 1e-5}, dims={"B": 5}, label="symbolic-scalar"),
+            # a row longer than a work group: each invocation strides over it
+            Case(op, [(3, 700), *[(700,)] * extra], {"axes": (1,), "eps": 1e-5}, label="longrow"),
         ]
         grad = f"{op}_grad"
         out += [
             Case(grad, [(3, 5, 7), (7,), (3, 5, 7)], {"axes": (2,), "eps": 1e-5}),
             Case(grad, [("B", 6), (), ("B", 6)], {"axes": (1,), "eps": 1e-4}, dims={"B": 4}, label="symbolic-scalar"),
+            Case(grad, [(2, 300), (300,), (2, 300)], {"axes": (1,), "eps": 1e-5}, label="longrow"),
         ]
     return out
 
