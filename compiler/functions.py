@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dlc.runtime.dims import product as dim_product
 from dlc.runtime.errors import CompileError, Loc
 
 from . import registry
 from .builder import GraphBuilder
 from .ir import Shape
 from .registry import REQUIRED, Param  # noqa: F401  (the language's parameters, re-exported)
-from .shapes import ShapeError, format_shape, norm_axes, norm_axis, reduced, split_size
+from .shapes import ShapeError, broadcast, format_shape, norm_axes, norm_axis, reduced, split_size
 
 
 @dataclass(frozen=True)
@@ -82,18 +83,34 @@ def _clip(b, loc, x, low, high):
 
 
 @function(
-    "matmul", Param("a", T), Param("b", T), doc="matrix product: ranks 1-3, NumPy semantics", group="linear algebra"
+    "matmul",
+    Param("a", T),
+    Param("b", T),
+    doc="matrix product: any rank, NumPy semantics (leading batch dims broadcast)",
+    group="linear algebra",
 )
 def matmul(b: GraphBuilder, loc, x, y):
     sa, sb = b.shape(x), b.shape(y)
-    if not sa or not sb or len(sa) > 3 or len(sb) > 3:
-        _fail(f"matmul takes operands of rank 1, 2 or 3, got {format_shape(sa)} and {format_shape(sb)}", loc)
+    if not sa or not sb:
+        _fail(f"matmul takes operands of rank 1 or more, got {format_shape(sa)} and {format_shape(sb)}", loc)
     ka, kb = sa[-1], (sb[0] if len(sb) == 1 else sb[-2])
     if ka != kb:
         _fail(f"matmul shapes {format_shape(sa)} and {format_shape(sb)} do not fit: {ka} != {kb}", loc)
     x2 = b.add("reshape", [x], loc, shape=(1, *sa)) if len(sa) == 1 else x
     y2 = b.add("reshape", [y], loc, shape=(*sb, 1)) if len(sb) == 1 else y
-    out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)
+    try:
+        batch = broadcast(b.shape(x2)[:-2], b.shape(y2)[:-2])
+    except ShapeError as e:
+        _fail(f"matmul batch dims of {format_shape(sa)} and {format_shape(sb)} do not broadcast: {e}", loc)
+    (*bb, k, n) = b.shape(y2)
+    if len(batch) > 1 and all(d == 1 for d in bb):
+        # one matrix for every batch: a's batches are rows of one product ([batch*M, K], a view)
+        (*_, m, _) = b.shape(x2)
+        rows = b.add("reshape", [x2], loc, shape=(dim_product(*batch, m), k))
+        flat = b.add("matmul", [rows, _reshape(b, loc, y2, (k, n))], loc, ta=False, tb=False)
+        out = b.add("reshape", [flat], loc, shape=(*batch, m, n))
+    else:
+        out = b.add("matmul", [x2, y2], loc, ta=False, tb=False)  # batch dims broadcast in the kernel
     if len(sa) == 1 or len(sb) == 1:
         shape = b.shape(out)
         keep = [
@@ -103,6 +120,10 @@ def matmul(b: GraphBuilder, loc, x, y):
         ]
         out = b.add("reshape", [out], loc, shape=tuple(keep))
     return out
+
+
+def _reshape(b: GraphBuilder, loc, x: int, shape: Shape) -> int:
+    return x if tuple(b.shape(x)) == tuple(shape) else b.add("reshape", [x], loc, shape=tuple(shape))
 
 
 @function(
@@ -245,7 +266,7 @@ def log_softmax(b, loc, x, axis):
 @function("reshape", Param("x", T), Param("shape", "dims"), doc="x with new dims (at most one -1)", group="shape")
 def reshape(b, loc, x, shape):
     old = b.shape(x)
-    new = list(shape)
+    new = [dim_product(d) if isinstance(d, str) else d for d in shape]  # products in canonical form
     if sum(1 for d in new if d == -1) > 1:
         _fail("reshape takes at most one -1", loc)
     if any(isinstance(d, int) and d != -1 and d <= 0 for d in new):
@@ -263,12 +284,10 @@ def reshape(b, loc, x, shape):
                     loc,
                 )
             left.remove(s)
-        if len(left) == 1 and known_old == known_new:
-            new[new.index(-1)] = left[0]  # the -1 stands for the one symbolic dim left over
-        elif left or known_old % known_new:
+        if known_old % known_new:
             _fail(f"cannot reshape {format_shape(old)} to {format_shape(tuple(new))}: the -1 cannot be resolved", loc)
-        else:
-            new[new.index(-1)] = known_old // known_new
+        # the -1 stands for what is left over: an int, a symbol, or a product (`4*B`)
+        new[new.index(-1)] = dim_product(known_old // known_new, *left)
     elif (known_old, sym_old) != (known_new, sym_new):
         _fail(
             f"cannot reshape {format_shape(old)} ({_count(old)} elements) to "
@@ -588,6 +607,14 @@ OPERATORS = {
     ">": "gt",
     ">=": "ge",
 }
+
+
+def _load_more() -> None:
+    # The functions defined in their own modules (they import this one's helpers).
+    from . import norm_functions, shape_functions  # noqa: F401
+
+
+_load_more()
 
 
 def _derive() -> dict[str, Function]:

@@ -2,7 +2,7 @@
 
 Every non-leaf node of the work is either *stored* (written to GPU storage by the kernel that
 computes it) or *inlined* (recomputed, as an expression, inside the kernels that read it).
-A kernel has at most one *anchor* (a reduce, matmul or window node); everything else in it is
+A kernel has at most one *anchor* (a reduce, matmul, window or norm node); everything else in it is
 elementwise or layout arithmetic evaluated per output element:
 
 - a chain of elementwise ops, broadcasting and layout ops (as index maps) included, is one
@@ -42,7 +42,7 @@ class Kernel:
     space, the shape of every output."""
 
     index: int
-    kind: str  # "elementwise" | "reduce" | "matmul" | "window"
+    kind: str  # "elementwise" | "reduce" | "matmul" | "window" | "norm"
     anchor: int | None
     primary: int
     nodes: tuple[int, ...]

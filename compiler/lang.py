@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from dlc.runtime.dims import product as dim_product
 from dlc.runtime.errors import CompileError, Loc, did_you_mean, format_shape
 
 from . import seed_names
@@ -79,18 +80,37 @@ class FrontEnd:
         getattr(self, "stmt_" + s.kind)(s)
 
     def _shape(self, s: Stmt):
-        out = []
-        for d, loc in s.shape or ():
-            if isinstance(d, str) and self.static_name(d) is not None:  # a size: `const C = 64`, an argument
-                d = self._int(Name(loc, d), f"dim '{d}'")
-            if isinstance(d, int) and d <= 0:
-                raise CompileError(f"dims must be positive, got {d}", loc)
-            if isinstance(d, str):
-                if "." in d:
-                    raise CompileError(f"a dim name cannot contain '.': '{d}'", loc)
-                self.dims.setdefault(d, loc)
-            out.append(d)
-        return tuple(out)
+        return tuple(
+            self._product(d[1], loc) if isinstance(d, tuple) else self._declared_dim(d, loc) for d, loc in s.shape or ()
+        )
+
+    def _declared_dim(self, d, loc: Loc):
+        """A dim as declared: an int, a size (`const C = 64`, a def's argument) or a symbol."""
+        if isinstance(d, str) and self.static_name(d) is not None:
+            d = self._int(Name(loc, d), f"dim '{d}'")
+        if isinstance(d, int) and d <= 0:
+            raise CompileError(f"dims must be positive, got {d}", loc)
+        if isinstance(d, str):
+            if "." in d:
+                raise CompileError(f"a dim name cannot contain '.': '{d}'", loc)
+            self.dims.setdefault(d, loc)
+        return d
+
+    def _product(self, factors, loc: Loc):
+        """A product dim of a declared shape (`H*D`, `3*C`): sizes multiply out; its symbols
+        must be bound on their own."""
+        resolved = []
+        for f in factors:
+            if isinstance(f, str) and self.static_name(f) is not None:
+                f = self._int(Name(loc, f), f"dim '{f}'")
+            if isinstance(f, int) and f <= 0:
+                raise CompileError(f"dims must be positive, got {f}", loc)
+            if isinstance(f, str) and f not in self.dims:
+                raise CompileError(
+                    f"dim '{f}' in a product is bound by no input: name it alone in an input's shape first", loc
+                )
+            resolved.append(f)
+        return dim_product(*resolved)
 
     def _check_new(self, s: Stmt, name: str | None = None, loc: Loc | None = None) -> str:
         """The model name `s` (or its target `name` at `loc`) defines, checked to be new."""
@@ -190,10 +210,21 @@ class FrontEnd:
         self._bind(name, i, loc)
 
     def stmt_unpack(self, s: Stmt):
+        """`a, b = f(...)`: the values a def returns, or the tensors a function gives (split)."""
         e = s.value
-        if not (isinstance(e, Call) and e.func in self.defs):
-            raise CompileError(f"only a def's call gives {len(s.names)} values to unpack", e.loc)
-        values = self.call_def(e, want=len(s.names))
+        seen = set()
+        for target, loc in s.names:
+            if target in seen:
+                raise CompileError(f"'{target}' is bound twice in one statement", loc)
+            seen.add(target)
+        if isinstance(e, Call) and e.func in self.defs:
+            values = self.call_def(e, want=len(s.names))
+        else:
+            values = self.tensor(e, several=True)
+            if not isinstance(values, tuple):
+                raise CompileError(f"{len(s.names)} names, but the right side is one tensor", e.loc)
+            if len(values) != len(s.names):
+                raise CompileError(f"{len(s.names)} names for {len(values)} tensors", e.loc)
         for (target, loc), i in zip(s.names, values):
             self._assign(target, loc, i)
 
@@ -470,18 +501,27 @@ class FrontEnd:
     # Sub-expressions are built through an explicit stack, not Python recursion, so a sum
     # of 1000 terms or 2000 nested calls builds: each step is a generator that yields the
     # sub-expression it needs as a tensor and is sent back that tensor's node.
-    def tensor(self, e: Expr) -> int:
-        stack = [self._tensor(e)]
+    def tensor(self, e: Expr, several: bool = False) -> int:
+        """The node of expression `e`; with `several`, a function's several results (`split`)
+        may come back as a tuple (an unpack statement's right side)."""
+        stack = [(self._tensor(e), e)]
         value = None
         while stack:
             try:
-                sub = stack[-1].send(value)
+                sub = stack[-1][0].send(value)
             except StopIteration as done:
-                stack.pop()
+                _, done_expr = stack.pop()
                 value = done.value
             else:
-                stack.append(self._tensor(sub))
+                stack.append((self._tensor(sub), sub))
                 value = None
+                continue
+            if isinstance(value, tuple) and (stack or not several):
+                raise CompileError(
+                    f"this gives {len(value)} tensors: bind them with {len(value)} names, "
+                    f"`a, b = {getattr(done_expr, 'func', 'f')}(...)`",
+                    done_expr.loc,
+                )
         return value
 
     def _tensor(self, e: Expr):
@@ -592,6 +632,8 @@ class FrontEnd:
             if isinstance(e, ListExpr):
                 return tuple(self._int(i, what) for i in e.items)
             return self._int(e, what)
+        if kind == "dim":
+            return self._dim(e, what)
         if kind == "dims":
             if not isinstance(e, ListExpr):
                 raise CompileError(f"{what} must be a list of dims [d1, d2, ...]", e.loc)
@@ -605,6 +647,11 @@ class FrontEnd:
         return int(v)
 
     def _dim(self, e: Expr, what: str):
+        if isinstance(e, BinOp) and e.op == "*":  # a product of dims: `B*T`, `H*D`
+            factors = (self._dim(e.left, what), self._dim(e.right, what))
+            if any(isinstance(f, int) and f <= 0 for f in factors):
+                raise CompileError(f"{what}: a product of dims takes positive factors, got {factors}", e.loc)
+            return dim_product(*factors)
         if isinstance(e, Name) and self.static(e) is None:
             if e.name not in self.dims:
                 raise CompileError(f"unknown dim '{e.name}'{did_you_mean(e.name, self.dims)}", e.loc)

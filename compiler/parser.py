@@ -208,7 +208,22 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
     def shape(self, items):
         dims = [d for d in items[1:] if d is not None]
         dtype = (str(items[0]), self._loc(items[0])) if items[0] is not None else None
-        return dtype, tuple((int(d) if d.type == "INT" else self._name(d), self._loc(d)) for d in dims)
+        return dtype, tuple(d if isinstance(d, tuple) else (self._dim_factor(d), self._loc(d)) for d in dims)
+
+    def _dim_factor(self, t: Token):
+        return int(t) if t.type == "INT" else self._name(t)
+
+    def dim_product(self, items):
+        # A product of dims (`H*D`, `B*T`): ("*", factors) and the position of its first factor.
+        left, op, right = items
+        if str(op) != "*":
+            msg = f"a dim is a name, an integer or a product of them: '{op}' is not allowed"
+            raise CompileError(msg, self._loc(op))
+        if isinstance(left, tuple):  # a product already: (("*", factors), loc)
+            (_, factors), loc = left
+        else:
+            factors, loc = (self._dim_factor(left),), self._loc(left)
+        return (("*", (*factors, self._dim_factor(right))), loc)
 
     def input_stmt(self, items):
         name, (dtype, shape) = items

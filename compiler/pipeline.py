@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from dlc.runtime.dims import shape_symbols as symbols_of_shapes
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot, TensorInfo, Update
 
 from .codegen import CodegenOptions, KernelSource, codegen_options, dim_index, render
@@ -200,7 +201,7 @@ def compile_model(model, options: Options, *, stop: str | None = None) -> Work:
 
 def ref_dims(graph: Graph, batch_size: int | None) -> dict[str, int]:
     """The size every symbolic dim is planned for."""
-    names = {d for n in graph.nodes for d in n.shape if isinstance(d, str)}
+    names = symbols_of_shapes(n.shape for n in graph.nodes)
     return {d: int(batch_size or DEFAULT_BATCH) for d in names}
 
 

@@ -19,6 +19,8 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dlc.runtime.dims import shape_symbols
+
 from .fusion import Fusion, reads_own_element
 from .ir import Shape, format_shape
 from .shapes import split_size
@@ -98,10 +100,8 @@ def readers_by_kernel(f: Fusion) -> dict[int, list[int]]:
 def plan(f: Fusion, ref_dims: Mapping[str, int] | None = None) -> Plan:
     g = f.graph
     ref_dims = dict(ref_dims or {})
-    for n in g.nodes:
-        for d in n.shape:
-            if isinstance(d, str):
-                ref_dims.setdefault(d, DEFAULT_BATCH)
+    for d in shape_symbols(n.shape for n in g.nodes):
+        ref_dims.setdefault(d, DEFAULT_BATCH)
     end = len(f.kernels)
     readers = readers_by_kernel(f)
 

@@ -24,10 +24,12 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   elementwise  one output element from the same element of each (broadcast) input
   layout       one output element from one computed position of an input
                (reshape, transpose, broadcast_to, slice, pad, concat, one_hot, take, gather,
-               pick; gather_grad, its one exception, loops over the indices)
+               pick; gather_grad, its one exception, loops over the indices; iota computes its
+               element from its own position)
   reduce       sum, max, min, argmax, argmin over axes
   matmul       (batched) matrix product
   window       conv2d, pools and their gradients
+  norm         layer_norm, rms_norm and their gradients: each output row from its input row
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ REQUIRED = object()  # a parameter without a default
 @dataclass(frozen=True)
 class Param:
     """A parameter of a language function. Kinds: tensor, tensors (a list of tensors), int,
-    float, bool, str, axis (int, list of ints, or None), ints (int or list), dims (list of
-    ints, symbolic names and one -1), padding (a string or a list of ints)."""
+    float, bool, str, axis (int, list of ints, or None), ints (int or list), dim (an int, a
+    symbolic name or a product of them), dims (a list of those and one -1), padding (a string or a list of ints)."""
 
     name: str
     kind: str
@@ -119,6 +121,7 @@ KIND_LOWERING = {
     "reduce": {"glsl-compute": "codegen/kernels_reduce.py", "glsl-texture": "codegen/texture.py _reduce_body"},
     "matmul": {"glsl-compute": "codegen/kernels_matmul.py", "glsl-texture": "codegen/texture.py _matmul_body"},
     "window": {"glsl-compute": "codegen/kernels_window.py", "glsl-texture": "codegen/texture.py WINDOW_BODIES"},
+    "norm": {"glsl-compute": "codegen/kernels_norm.py", "glsl-texture": "codegen/kernels_norm.py texture_body"},
     "layout": {"glsl": "an index map in codegen/glsl.py (Emitter._<op>)"},
     "leaf": {"glsl": "storage (a buffer or texture)"},
 }
@@ -234,7 +237,7 @@ def glsl_helpers() -> str:
 
 def _load() -> None:
     # Importing the op modules fills the registry.
-    from .ops import elementwise, layout, leaf, linalg, reduce, special, window  # noqa: F401, I001
+    from .ops import elementwise, layout, leaf, linalg, norm, reduce, special, window  # noqa: F401, I001
     from .ops import activations, math_ops, logic  # noqa: F401, I001  (after special: gelu calls dlc_erf)
     from .ops import integers  # noqa: F401
 

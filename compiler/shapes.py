@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from dlc.runtime import dims as dim_algebra
+
 from .ir import Dim, Shape, format_shape
 
 
@@ -48,13 +50,14 @@ def reduced(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> Shape:
 
 
 def split_size(shape: Shape) -> tuple[int, tuple[str, ...]]:
-    """The concrete product and the sorted symbolic factors of a shape's size."""
-    known = math.prod(d for d in shape if isinstance(d, int))
-    return known, tuple(sorted(d for d in shape if isinstance(d, str)))
+    """The concrete product and the sorted symbolic factors of a shape's size (a product dim
+    such as `B*T` gives its factors)."""
+    parts = [dim_algebra.factors(d) for d in shape]
+    return math.prod(k for k, _ in parts), tuple(sorted(s for _, syms in parts for s in syms))
 
 
 def bind(shape: Shape, dims: dict[str, int]) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else dims[d] for d in shape)
+    return dim_algebra.bind(shape, dims)
 
 
 def size(shape: Shape, dims: dict[str, int] | None = None) -> int:
@@ -62,4 +65,5 @@ def size(shape: Shape, dims: dict[str, int] | None = None) -> int:
 
 
 def symbols(shape: Shape) -> set[str]:
-    return {d for d in shape if isinstance(d, str)}
+    """The symbols the dims of `shape` are made of."""
+    return dim_algebra.shape_symbols([shape])

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dlc.compiler.reference import evaluate
+from dlc.runtime import dims as dim_algebra
 
 _BACKENDS = ("gl", "numpy")
 _devices: dict[str, Device] = {}
@@ -171,7 +172,7 @@ def open_gl_device(egl_device: int | None = None):
 
 
 def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else int(dims[d]) for d in shape)
+    return dim_algebra.bind(shape, dims)
 
 
 def set_backend(name: str | None) -> None:

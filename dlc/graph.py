@@ -28,6 +28,7 @@ from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.functions import FUNCTIONS, REQUIRED, Function, Param
 from dlc.compiler.initializers import INITIALIZERS, default_init
 from dlc.compiler.ir import Shape, format_graph
+from dlc.runtime.dims import product as dim_product
 
 from .errors import CompileError, Loc
 from .model import Model
@@ -210,6 +211,10 @@ class Graph:
                 v = [self._index(t, loc) for t in v]
             values.append(v)
         i = FUNCTIONS[fname].impl(self._b, loc, *values)
+        if isinstance(i, tuple):  # several results (split): one Tensor each
+            if name:
+                raise CompileError(f"{fname} gives {len(i)} tensors: name them one by one", loc)
+            return tuple(Tensor(self, j) for j in i)
         if name:
             self._b.declare(name, i, loc)
         return Tensor(self, i)
@@ -272,8 +277,10 @@ def _shape(shape, loc) -> Shape:
             out.append(int(d))
         elif isinstance(d, str) and d.isidentifier():
             out.append(d)
+        elif isinstance(d, str) and all(p.isidentifier() or (p.isdigit() and int(p) > 0) for p in d.split("*")):
+            out.append(dim_product(d))  # a product such as "B*T", in its canonical form
         else:
-            raise CompileError(f"a dim is a positive int or a symbolic name, got {d!r}", loc)
+            raise CompileError(f"a dim is a positive int, a symbolic name or a product (B*T), got {d!r}", loc)
     return tuple(out)
 
 

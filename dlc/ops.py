@@ -39,6 +39,7 @@ from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.functions import FUNCTIONS, REQUIRED
 from dlc.compiler.ir import Graph
 from dlc.runtime import cache_limit as _limits
+from dlc.runtime import dims as dim_algebra
 
 from . import debug
 from .devices import Device, get_device
@@ -303,7 +304,7 @@ def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> An
         if flat is not None and FLAT_DIM in kernel.shape:  # the arrays' shape, not [4, N]
             shape = flat
         else:
-            shape = tuple(dims[d] if isinstance(d, str) else d for d in kernel.shape)
+            shape = dim_algebra.bind(kernel.shape, dims)
         run = Call(kernel, tuple(scalars), dims, tuple(shape))
         handles = [a._live_handle() for a in arrays]
         if debug.enabled():
@@ -457,9 +458,28 @@ __all__ = [
     "set_pool_limit",
     "trim_pool",
 ]
+
+
+def _split(x: Any, sizes, axis: int = 0) -> tuple:
+    """split(x, sizes, axis): the language's `split`, run eagerly: a tuple of Arrays, one
+    `slice` each (the language function checks the arguments first, with its errors)."""
+    shape = tuple(np.shape(x))
+    b = GraphBuilder()
+    FUNCTIONS["split"].impl(b, _call_site(), b.input("x", shape), tuple(sizes), int(axis))
+    ax = int(axis) % len(shape)
+    parts, offset = [], 0
+    for s in sizes:
+        begin = [offset if k == ax else 0 for k in range(len(shape))]
+        size = [int(s) if k == ax else -1 for k in range(len(shape))]
+        parts.append(call("slice", (x, begin, size), {}))
+        offset += int(s)
+    return tuple(parts)
+
+
 for _name in FUNCTIONS:
     globals()[_name] = _make(_name)
     __all__.append(_name)
+split = _split  # several results: not through one kernel
 # The seeds' names (NDArrayMath / Graph methods) that are not the language's.
 for _alias, _target in {
     **SEED_ALIASES,

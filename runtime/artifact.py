@@ -16,6 +16,7 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+from dlc.runtime.dims import shape_symbols
 from dlc.runtime.errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from dlc.runtime.executor import Executor
 from dlc.runtime.manifest import FORMAT, LR, MANIFEST, ArtifactError
@@ -125,18 +126,18 @@ class Runner:
         every buffer, but the kernels a fetch launches must not depend on such a dim."""
         ex = self.executor(program)
         kernels, _ = ex.needs(fetch)
-        used = {d for t in fetch for d in ex.tensors[t].shape if isinstance(d, str)}
+        used = shape_symbols(ex.tensors[t].shape for t in fetch)  # the symbols of products too (B*T)
         for k in kernels:
             spec = ex.kernels[k]
             used.update(spec.uniforms.values())
-            used.update(d for t in (*spec.reads, *spec.writes) for d in ex.tensors[t].shape if isinstance(d, str))
+            used |= shape_symbols(ex.tensors[t].shape for t in (*spec.reads, *spec.writes))
         for d in sorted(used - set(dims)):
             binders = sorted(n for n, s in self.inputs.items() if d in s)
             raise DataError(
                 f"fetching these tensors needs the dim {d}: feed "
                 f"{' or '.join(repr(n) for n in binders)}, which binds it"
             )
-        unbound = {d for s in self.inputs.values() for d in s if isinstance(d, str)} - set(dims)
+        unbound = shape_symbols(self.inputs.values()) - set(dims)
         return {**dict.fromkeys(unbound, 1), **dims}
 
     def check_loss(self, loss: str | None) -> str:

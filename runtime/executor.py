@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dlc.runtime import dims as dim_algebra
 from dlc.runtime.device import current_device, selected_device
 from dlc.runtime.elements import storage_floats
 from dlc.runtime.errors import DataError, RuntimeFailure
@@ -134,7 +135,7 @@ def eval_size(size: Sequence, dims: Mapping[str, int]) -> int:
 
 
 def bind_shape(shape: Sequence, dims: Mapping[str, int]) -> tuple[int, ...]:
-    return tuple(d if isinstance(d, int) else int(dims[d]) for d in shape)
+    return dim_algebra.bind(shape, dims)
 
 
 class LeafStore:

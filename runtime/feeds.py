@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from . import dims as dim_algebra
 from .elements import to_int32
 from .errors import DataError, did_you_mean, format_shape
 
@@ -39,6 +40,8 @@ def bind_dims(
                 f"{format_shape(want)}: rank {len(got)} != {len(want)}"
             )
         for d, g in zip(want, got):
+            if isinstance(d, str) and not dim_algebra.is_symbol(d):
+                continue  # a product (`B*T`): checked below, once its symbols are bound
             if isinstance(d, str):
                 if d in dims and dims[d] != g:
                     raise DataError(
@@ -51,6 +54,14 @@ def bind_dims(
                 raise DataError(
                     f"input '{name}'{where} has shape {format_shape(got)} but the model "
                     f"expects {format_shape(want)}: {g} != {d}"
+                )
+    for name, value in feeds.items():
+        want, got = tuple(inputs[name]), np.shape(value)
+        for d, g in zip(want, got):
+            if isinstance(d, str) and not dim_algebra.is_symbol(d) and dim_algebra.value(d, dims) != g:
+                raise DataError(
+                    f"input '{name}'{where} has shape {format_shape(got)} but the model expects "
+                    f"{format_shape(want)}: {d} = {dim_algebra.value(d, dims)} from the other dims, not {g}"
                 )
     for d, g in dims.items():
         if g == 0:

@@ -21,6 +21,7 @@ import pathlib
 import re
 from collections.abc import Mapping
 
+from dlc.runtime import dims as dim_algebra
 from dlc.runtime.errors import DataError
 from dlc.runtime.sizes import MAX_NAME
 from dlc.runtime.spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
@@ -204,6 +205,13 @@ class _Manifest:
         return tuple(v)
 
     def dim(self, d, field: str, dims) -> str:
+        """A dim name, or a product of dim names and ints in canonical form (`2*B*T`)."""
+        if isinstance(d, str) and "*" in d:
+            if d != dim_algebra.product(d) or not dim_algebra.symbols(d):
+                self.fail(field, f"{_show(d)} is not a dim product in canonical form")
+            for s in dim_algebra.symbols(d):
+                self.dim(s, field, dims)
+            return d
         self.name(d, field, what="a dim name")
         if dims is not None and d not in dims:
             self.fail(field, f"'{d}' is not one of the program's dims")
@@ -234,7 +242,7 @@ class _Manifest:
         for n, s in inputs.items():
             self.leaf(n, f"inputs: the name {_show(n)}")
             self.shape(s, f"inputs.{n}")
-        self.input_dims = {d for s in inputs.values() for d in s if isinstance(d, str)}
+        self.input_dims = dim_algebra.shape_symbols(inputs.values())
         self.inputs = inputs
         self.leaves = {"input": set(inputs), "param": {}, "state": {}}
         for n, s in self.obj(m["params"], "params").items():
@@ -573,10 +581,9 @@ def _count(shape: tuple) -> tuple[int, tuple]:
     n = 1
     syms = []
     for d in shape:
-        if isinstance(d, str):
-            syms.append(d)
-        else:
-            n *= d
+        known, factors = dim_algebra.factors(d)
+        n *= known
+        syms.extend(factors)
     return n, tuple(sorted(syms))
 
 

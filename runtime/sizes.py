@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from dlc.runtime import dims as dim_algebra
 from dlc.runtime.errors import DataError, RuntimeFailure, format_shape
 
 if TYPE_CHECKING:  # annotations only: the front end imports this module, and spec.py is not cheap
@@ -78,7 +79,7 @@ def check_bound(spec: ProgramSpec, dims: Mapping[str, int], max_block_bytes: int
     bound = f" with {bound}" if bound else ""
     largest: dict[int, tuple[int, int, TensorInfo]] = {}  # slot -> (count, tensor, info)
     for t, info in spec.tensors.items():
-        shape = [d if isinstance(d, int) else int(dims[d]) for d in info.shape]
+        shape = list(dim_algebra.bind(info.shape, dims))
         count = math.prod(shape)
         why = too_many(count, shape)
         if why:

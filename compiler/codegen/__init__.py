@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dlc.runtime.dims import shape_symbols
 from dlc.runtime.sizes import device_limits, over_limits
 
 from ..plan import Plan
-from . import kernels_elementwise, kernels_matmul, kernels_reduce, kernels_scatter, kernels_window, matmul_tuning
+from . import (
+    kernels_elementwise,
+    kernels_matmul,
+    kernels_norm,
+    kernels_reduce,
+    kernels_scatter,
+    kernels_window,
+    matmul_tuning,
+)
 from .glsl import Context, KernelSource
 from .options import CodegenOptions, codegen_options
 
@@ -20,11 +29,11 @@ __all__ = ["CodegenOptions", "KernelSource", "codegen_options", "dim_index", "re
 
 def dim_index(plan: Plan) -> dict[str, int]:
     """Symbolic dim -> k of its uniform `dim<k>` (sorted by name, program-wide)."""
-    names = {d for n in plan.fusion.graph.nodes for d in n.shape if isinstance(d, str)}
+    names = shape_symbols(n.shape for n in plan.fusion.graph.nodes)
     for n in plan.fusion.graph.nodes:  # dims named only in attrs (dim_size, reshape targets)
         for _, v in n.attrs:
             if isinstance(v, tuple):
-                names.update(d for d in v if isinstance(d, str) and d.isidentifier())
+                names |= shape_symbols([[d for d in v if isinstance(d, str) and _is_dim(d)]])
     return {d: k for k, d in enumerate(sorted(names))}
 
 
@@ -65,6 +74,8 @@ def _render(plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) 
         return kernels_reduce.render(ctx)
     if kernel.kind == "matmul":
         return kernels_matmul.render(ctx, o)
+    if kernel.kind == "norm":
+        return kernels_norm.render(ctx)
     if kernel.kind == "window":
         return kernels_window.render(ctx, o.conv, o.conv_blocking, o.conv_split)
     raise AssertionError(f"no template for {kernel.kind} kernels")
@@ -74,3 +85,8 @@ def render(plan: Plan, options: CodegenOptions | Mapping | None = None) -> list[
     dims = dim_index(plan)
     options = codegen_options(options)
     return [render_kernel(plan, k, dims, options) for k in range(len(plan.fusion.kernels))]
+
+
+def _is_dim(text: str) -> bool:
+    """A string attr that is a dim: a symbol or a product (`B*T`), not a word like "same"."""
+    return all(p.isidentifier() or p.isdigit() for p in text.split("*"))

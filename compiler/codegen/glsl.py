@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dlc.runtime import dims as dim_algebra
+
 from .. import registry
 from ..dtypes import I32, INT_LOWERING
 from ..fusion import Fusion, Kernel
@@ -290,10 +292,10 @@ class Context:
         return name
 
     def dim(self, d: int | str) -> str:
-        if isinstance(d, int):
-            return str(d)
-        self.dims_used.add(d)
-        return f"dim{self.dim_index[d]}"
+        """A dim as GLSL: an int, a symbol's uniform, or a product of them (`B*T`)."""
+        known, syms = dim_algebra.factors(d)
+        self.dims_used.update(syms)
+        return index.mul(str(known), *(f"dim{self.dim_index[s]}" for s in syms))
 
     def numel(self, shape: Shape | Size) -> str:
         return index.numel(shape, self.dim)
@@ -563,6 +565,10 @@ class Emitter:
             return f"({self.integer(node.inputs[0], at)} == {c[-1]} ? 1.0 : 0.0)"
         v = self.value(node.inputs[0], at)
         return f"({v} == float({c[-1]}) ? 1.0 : 0.0)"
+
+    def _iota(self, n: int, ix: Ix) -> str:
+        node = self.g.nodes[n]
+        return f"float({self.coords(ix, node.shape)[node.attr('axis')]})"
 
     def _take(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]

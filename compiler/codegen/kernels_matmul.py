@@ -2,6 +2,8 @@
 
 Operands are read as stored (`ta` / `tb` read A or B with its last two axes swapped, so
 gradients need no transposes); a rank-2 operand or a batch of 1 is shared by every batch.
+Any number of batch dims, broadcast as NumPy does: the grid's z runs over the output's batches
+(their product), and each operand reads the batch its own dims broadcast to (`batch_of`).
 
 Two templates, both exact for any size (every load and store is bounds-checked):
 - `tile16`: a 16x16 shared-memory tile, one output per invocation; for small products.
@@ -29,7 +31,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from dlc.runtime.dims import product as dim_product
+
 from ..plan import eval_size, size_of
+from . import index
 from . import matmul_tuning as tuning
 from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
 from .matmul_tuning import Blocking, Variant
@@ -92,12 +97,13 @@ class Geometry:
     b: int
     ta: bool
     tb: bool
-    batch: int | str | None  # None for a rank-2 product
+    batch: int | str | None  # the count of batches (the grid's z), None for a rank-2 product
     m: int | str
     n: int | str
     k: int | str
-    a_batched: bool
-    b_batched: bool
+    out_batch: tuple = ()  # the output's batch dims (NumPy's broadcast of the operands')
+    a_batch: tuple = ()  # each operand's own batch dims
+    b_batch: tuple = ()
 
 
 def geometry(ctx: Context) -> Geometry:
@@ -108,8 +114,29 @@ def geometry(ctx: Context) -> Geometry:
     ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
     out = node.shape
     k = sa[-2] if ta else sa[-1]
-    batch = out[0] if len(out) == 3 else None
-    return Geometry(a, b, ta, tb, batch, out[-2], out[-1], k, len(sa) == 3 and sa[0] != 1, len(sb) == 3 and sb[0] != 1)
+    batch = dim_product(*out[:-2]) if len(out) >= 3 else None
+    return Geometry(a, b, ta, tb, batch, out[-2], out[-1], k, tuple(out[:-2]), tuple(sa[:-2]), tuple(sb[:-2]))
+
+
+def batch_coords(ctx: Context, geo: Geometry) -> tuple[str, ...]:
+    """The output's batch coordinates of batch `bz` (bz itself for one batch dim)."""
+    if len(geo.out_batch) == 1:
+        return ("bz",)
+    # parenthesized: they are multiplied and added into offsets as they are
+    return tuple(
+        c if c.isidentifier() or c.isdigit() else f"({c})" for c in index.coord_exprs("bz", geo.out_batch, ctx.dim)
+    )
+
+
+def batch_of(ctx: Context, geo: Geometry, own: tuple) -> str:
+    """The batch an operand with batch dims `own` reads in output batch `bz`: bz itself, 0 (one
+    matrix for every batch), or bz's coordinates broadcast onto its dims (NumPy's rule)."""
+    if all(d == 1 for d in own):
+        return "0"
+    if tuple(own) == geo.out_batch:
+        return "bz"
+    coords = index.broadcast_coords(batch_coords(ctx, geo), geo.out_batch, own)
+    return f"({index.flat_of(coords, own, ctx.dim)})"
 
 
 def _sizes(ctx: Context) -> tuple[int, int, int, int]:
@@ -205,10 +232,14 @@ def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
     geo = geometry(ctx)
     d = {"M": ctx.dim(geo.m), "N": ctx.dim(geo.n), "K": ctx.dim(geo.k)}
     d["A"], d["B"] = ctx.buf(geo.a), ctx.buf(geo.b)
-    d["a_off"] = f"bz * {_prod(d['M'], d['K'])}" if geo.a_batched else "0"
-    d["b_off"] = f"bz * {_prod(d['K'], d['N'])}" if geo.b_batched else "0"
+    for which, own, size in (
+        ("a_off", geo.a_batch, _prod(d["M"], d["K"])),
+        ("b_off", geo.b_batch, _prod(d["K"], d["N"])),
+    ):
+        at = batch_of(ctx, geo, own)
+        d[which] = "0" if at == "0" else f"{at} * {size}"
     epi = Emitter(ctx, anchor_value="value")
-    coords = ("bz", "row", "col") if geo.batch is not None else ("row", "col")
+    coords = (*batch_coords(ctx, geo), "row", "col") if geo.batch is not None else ("row", "col")
     epi.store_outputs(Ix(flat="o", multi=coords))
     funcs = ["void epilogue(int o, int bz, int row, int col, float value) {", *epi.lines, "}", ""]
     return geo, d, funcs
@@ -236,7 +267,7 @@ def _epilogue4(ctx: Context, geo: Geometry, d: dict) -> tuple[list[str], list[st
     for c in range(4):
         epi.anchor_value = f"value.{'xyzw'[c]}"
         col = f"(col + {c})" if c else "col"
-        coords = ("bz", "row", col) if geo.batch is not None else ("row", col)
+        coords = (*batch_coords(ctx, geo), "row", col) if geo.batch is not None else ("row", col)
         ix = Ix(flat=f"(o + {c})" if c else "o", multi=coords)
         for o in outputs:
             values[o].append(epi.value(o, ix))

@@ -25,8 +25,9 @@ from dlc.runtime.sizes import device_limits, over_limits
 from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
-from . import dim_index, kernels_elementwise, texture_matmul
+from . import dim_index, kernels_elementwise, kernels_norm, texture_matmul
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
+from .index import broadcast_coords
 from .kernels_reduce import BETTER, INIT, UP, geometry
 from .kernels_window import _BODIES as WINDOW_BODIES
 from .options import codegen_options
@@ -136,6 +137,9 @@ def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) 
         em.anchor_value = "acc_result"
     elif k.kind == "matmul":
         what = _matmul_body(ctx, em)
+        em.anchor_value = "acc"
+    elif k.kind == "norm":
+        what = kernels_norm.texture_body(ctx, em)
         em.anchor_value = "acc"
     elif k.kind == "window":
         op = g.nodes[k.anchor].op
@@ -284,9 +288,8 @@ def _matmul_body(ctx: Context, em: Emitter) -> str:
     batch = oc[:-2]
 
     def batch_of(shape) -> tuple[str, ...]:
-        if len(shape) < 3:
-            return ()
-        return ("0",) if shape[0] == 1 else (batch[0] if batch else "0",)
+        # an operand's own batch coordinates: the output's, broadcast onto its batch dims
+        return broadcast_coords(batch, node.shape[:-2], shape[:-2])
 
     em.line("float acc = 0.0;")
     em.open(f"for (int kk = 0; kk < {ctx.dim(kdim)}; ++kk)")

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..plan import size_of
+from . import index
 from .glsl import Context, Emitter, Ix, comment, kernel_source, numel_known
 from .kernels_window import _each_tap, _each_window_touching, _geo, _options
 
@@ -195,13 +196,14 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     return text.replace(", partials: ", f", {comment('packed ' + p.name)}: ", 1)
 
 
-def _matmul_rows(em: Emitter, pa: _Operand, pb: _Operand, batch: tuple, i: str, j: str) -> tuple[str, str]:
-    """The packed rows of A and B that output (batch, i, j) reads."""
+def _matmul_rows(
+    em: Emitter, pa: _Operand, pb: _Operand, out_batch: tuple, batch: tuple, i: str, j: str
+) -> tuple[str, str]:
+    """The packed rows of A and B that output (batch, i, j) reads: each operand's own batch
+    coordinates are the output's broadcast onto its batch dims (NumPy's rule)."""
     rows = []
     for p, idx in ((pa, i), (pb, j)):
-        own = ()
-        if len(p.rows) == 2:  # its own batch axis: 1 (broadcast) or the output's
-            own = ("0",) if p.rows[0] == 1 else (batch[0] if batch else "0",)
+        own = index.broadcast_coords(batch, out_batch, p.rows[:-1])
         rows.append(em.flat(Ix(multi=(*own, idx)), p.rows))
     return rows[0], rows[1]
 
@@ -228,7 +230,7 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         em.line(f"vec4 acc{c} = vec4(0.0);")
     ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
     if node.op == "matmul":
-        rows = [_matmul_rows(em, pa, pb, rc[:-1], rc[-1], j) for j in js]
+        rows = [_matmul_rows(em, pa, pb, tuple(node.shape[:-2]), rc[:-1], rc[-1], j) for j in js]
         _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"

@@ -72,6 +72,13 @@ def _take(args, attrs, dims):
     return out
 
 
+def _iota(args, attrs, dims):
+    shape = bind(attrs["shape"], dims)
+    axis = attrs["axis"]
+    along = np.arange(shape[axis], dtype=np.float64).reshape([-1 if k == axis else 1 for k in range(len(shape))])
+    return np.broadcast_to(along, shape).copy()
+
+
 # -- gradient rules (emit, node, y, g; see ops/adjoint.py) --------------------------
 
 
@@ -171,3 +178,6 @@ register(
 # out[i, ...] = x[int(idx[i]), ...]: training gathers its batches from data kept on the GPU
 # (compiler/resident.py). Not differentiable: only data flows through it.
 register(OpDef("take", "layout", _take_shape, _take, arity=2, differentiable=False, dtype=take_rule))
+# out[..., i, ...] = i, the position along `axis` (as a float): arange, and the masks of tril
+# and triu, with symbolic dims too. No inputs, so nothing to differentiate.
+register(OpDef("iota", "layout", lambda ins, a: tuple(a["shape"]), _iota, arity=0, differentiable=False))

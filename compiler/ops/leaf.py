@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import OpDef, register
+from ..shapes import bind
 
 
 def _leaf_shape(ins, attrs):
@@ -20,7 +21,7 @@ def _const(args, attrs, dims):
 
 
 def _dim_size(args, attrs, dims):
-    return np.asarray(float(np.prod([d if isinstance(d, int) else dims[d] for d in attrs["dims"]])))
+    return np.asarray(float(np.prod(bind(attrs["dims"], dims))))
 
 
 register(OpDef("input", "leaf", _leaf_shape, _fed, arity=0, differentiable=False))

@@ -1,5 +1,6 @@
-"""Matrix products. matmul is rank 2 or 3 (batched) on both sides; ta/tb read
-an operand with its last two axes swapped, so gradients need no transposes."""
+"""Matrix products. matmul takes operands of rank 2 or more, their leading (batch) dims
+broadcast as NumPy does; ta/tb read an operand with its last two axes swapped, so gradients
+need no transposes."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from .adjoint import shapes, unbroadcast
 
 def matmul_shape(ins, attrs):
     a, b = ins
-    if len(a) not in (2, 3) or len(b) not in (2, 3):
-        raise ShapeError(f"matmul takes rank 2 or 3 operands, got {format_shape(a)} and {format_shape(b)}")
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul takes operands of rank 2 or more, got {format_shape(a)} and {format_shape(b)}")
     m, ka = (a[-1], a[-2]) if attrs.get("ta") else (a[-2], a[-1])
     kb, n = (b[-1], b[-2]) if attrs.get("tb") else (b[-2], b[-1])
     if ka != kb:
         raise ShapeError(f"matmul shapes {format_shape(a)} and {format_shape(b)} do not fit: {ka} != {kb}")
-    batch = broadcast(a[:-2], b[:-2]) if (len(a) == 3 or len(b) == 3) else ()
+    batch = broadcast(a[:-2], b[:-2])
     return (*batch, m, n)
 
 

@@ -92,6 +92,16 @@ CASES: dict[str, list[tuple[tuple, dict]]] = {
     "erf": [((arr(3, 4),), {})],
     "gelu": [((arr(3, 4),), {}), ((arr(3, 4),), {"approximate": "tanh"})],
     "broadcast_to": [((arr(3, 1), [2, 3, 4]), {})],
+    "ones": [(([2, 3],), {})],
+    "zeros": [(([4],), {})],
+    "full": [(([2, 2], -1.5), {})],
+    "arange": [((5,), {})],
+    "tril": [((arr(3, 4),), {}), ((arr(2, 3, 3),), {"k": 1})],
+    "triu": [((arr(3, 4),), {"k": -1})],
+    "split": [((arr(2, 6), [1, 2, 3]), {"axis": 1})],
+    "stack": [(([arr(2, 3), arr(2, 3)],), {"axis": 1})],
+    "layer_norm": [((arr(3, 5), arr(5), arr(5)), {}), ((arr(2, 3, 4), arr(3, 4), arr(3, 4)), {"axis": [1, 2]})],
+    "rms_norm": [((arr(3, 5), arr(5)), {"eps": 1e-5})],
 }
 # The registry's other elementwise functions, on their oracles' domains and keyword sets.
 for _op in registry.REGISTRY.values():
@@ -134,7 +144,13 @@ def reference(fname, args, kwargs):
         [tensor(v) for v in a] if isinstance(a, list) and a and isinstance(a[0], np.ndarray) else tensor(a)
         for a in args
     ]
-    g.name("out", getattr(g, fname)(*targs, **kwargs))
+    out = getattr(g, fname)(*targs, **kwargs)
+    if isinstance(out, tuple):  # several results (split)
+        for k, t in enumerate(out):
+            g.name(f"out{k}", t)
+        got = dlc.Session(g, backend="numpy").eval([f"out{k}" for k in range(len(out))], feeds)
+        return tuple(got[f"out{k}"] for k in range(len(out)))
+    g.name("out", out)
     return dlc.Session(g, backend="numpy").eval("out", feeds)
 
 
@@ -154,9 +170,12 @@ def test_eager_op_matches_reference(backend, fname, case):
     args, kwargs = CASES[fname][case]
     want = reference(fname, args, kwargs)
     got = eager(fname, args, kwargs)
-    assert isinstance(got, dlc.Array) and got.backend == backend
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-5)
+    if isinstance(want, tuple):  # several results (split)
+        assert isinstance(got, tuple) and len(got) == len(want)
+    for g, w in zip(*((got, want) if isinstance(want, tuple) else ((got,), (want,)))):
+        assert isinstance(g, dlc.Array) and g.backend == backend
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g.numpy(), w, rtol=2e-5, atol=2e-5)
 
 
 def test_seeds_mean_squared_difference(backend):

@@ -167,6 +167,9 @@ def matmul_cases() -> list[Case]:
         Case("matmul", [(2, m, k), (k, n)], f, label="3x2"),
         Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
         Case("matmul", [("B", k), (k, n)], f, dims={"B": 3}, label="symbolic"),
+        Case("matmul", [(2, 1, m, k), (3, k, n)], f, label="rank4-broadcast"),
+        Case("matmul", [(2, 1, 3, m, k), (1, 2, 3, k, n)], f, label="rank5-broadcast"),
+        Case("matmul", [("B", 2, k, m), (1, 2, n, k)], {"ta": True, "tb": True}, dims={"B": 2}, label="rank4-sym"),
     ]
     return out
 
@@ -247,8 +250,26 @@ def window_cases() -> list[Case]:
     return out
 
 
+def norm_cases() -> list[Case]:
+    ln = {"axes": (2,), "eps": 1e-3}
+    return [
+        Case("layer_norm", [(2, 3, 5), (5,), (5,)], ln),
+        Case("layer_norm", [(2, 3, 4), (3, 4), (3, 4)], {"axes": (1, 2), "eps": 1e-5}, label="two-axes"),
+        Case("layer_norm", [("B", 4), (4,), (4,)], {"axes": (1,), "eps": 1e-5}, dims={"B": 3}, label="symbolic"),
+        Case("rms_norm", [(2, 3, 5), (5,)], ln),
+        Case("rms_norm", [("B", 6), (6,)], {"axes": (1,), "eps": 1e-6}, dims={"B": 2}, label="symbolic"),
+    ]
+
+
 CASES: list[Case] = (
-    unary_cases() + binary_cases() + where_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases()
+    unary_cases()
+    + binary_cases()
+    + where_cases()
+    + layout_cases()
+    + reduce_cases()
+    + matmul_cases()
+    + window_cases()
+    + norm_cases()
 )
 
 
@@ -481,6 +502,8 @@ TORCH = {
     "max": _t_reduce("amax"),
     "min": _t_reduce("amin"),
     "matmul": _t_matmul,
+    "layer_norm": lambda t, x, g, b, a, dims: t.nn.functional.layer_norm(x, g.shape, g, b, eps=a["eps"]),
+    "rms_norm": lambda t, x, g, a, dims: t.nn.functional.rms_norm(x, g.shape, g, eps=a["eps"]),
     "conv2d": lambda t, x, w, a, dims: _t_conv2d(t, x, w, a),
     "conv2d_grad_input": _t_conv_grad_input,
     "conv2d_grad_filter": _t_conv_grad_filter,

@@ -78,6 +78,8 @@ def test_each_variant_batched(gl, blocking, switches):
     # a symbolic batch against a shared rank-2 operand, at two bindings of one program
     _check(options, ("B", 33, 20), (20, 72), False, False, dims={"B": 2})
     _check(options, ("B", 33, 20), (20, 72), False, False, dims={"B": 1})
+    # several batch dims broadcast both ways (a symbolic one among them), B transposed
+    _check(options, ("B", 1, 3, 33, 20), (1, 2, 3, 72, 20), False, True, dims={"B": 2})
 
 
 def test_store4_falls_back_where_n_is_not_a_multiple_of_4(gl):

@@ -117,6 +117,8 @@ def layout_cases() -> list[Case]:
         Case("lt", [(3, 5), (5,)], {}, ["ids", "ids"], label="i32-i32"),
         Case("where", [(3, 5), (5,), ()], {}, ["ids", "normal", "normal"], label="i32-cond"),
         Case("float", [(3, 5)], {}, ["ids"], label="i32"),
+        Case("iota", [], {"shape": (3, 5, 7), "axis": 1}),
+        Case("iota", [], {"shape": ("B", 5), "axis": 0}, dims={"B": 3}, label="symbolic"),
     ]
 
 
@@ -154,6 +156,11 @@ def matmul_cases() -> list[Case]:
         Case("matmul", [(m, k), (2, k, n)], f, label="2x3"),
         Case("matmul", [(1, m, k), (3, k, n)], f, label="batch-broadcast"),
         Case("matmul", [("B", k), (k, n)], f, dims={"B": 9}, label="symbolic"),
+        Case("matmul", [(2, 1, m, k), (3, k, n)], f, label="rank4-broadcast"),
+        Case("matmul", [("B", 2, k, m), (1, 2, n, k)], {"ta": True, "tb": True}, dims={"B": 3}, label="rank4-sym"),
+        # batch dims broadcast both ways, several on each side; large enough for the texture
+        # target's packed passes
+        Case("matmul", [(2, 1, 3, 24, 16), (1, 2, 3, 16, 40)], f, label="rank5-packed"),
     ]
     return out
 
@@ -223,7 +230,26 @@ def window_cases() -> list[Case]:
     return out
 
 
-CASES = elementwise_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases()
+def norm_cases() -> list[Case]:
+    out = []
+    for op, extra in (("layer_norm", 2), ("rms_norm", 1)):
+        out += [
+            Case(op, [(3, 5, 7), *[(7,)] * extra], {"axes": (2,), "eps": 1e-5}),
+            Case(op, [(2, 3, 5), *[(3, 5)] * extra], {"axes": (1, 2), "eps": 1e-3}, label="two-axes"),
+            Case(op, [("B", 9), *[()] * extra], {"axes": (1,), "eps": 1e-5}, dims={"B": 5}, label="symbolic-scalar"),
+            # a row longer than a work group: each invocation strides over it
+            Case(op, [(3, 700), *[(700,)] * extra], {"axes": (1,), "eps": 1e-5}, label="longrow"),
+        ]
+        grad = f"{op}_grad"
+        out += [
+            Case(grad, [(3, 5, 7), (7,), (3, 5, 7)], {"axes": (2,), "eps": 1e-5}),
+            Case(grad, [("B", 6), (), ("B", 6)], {"axes": (1,), "eps": 1e-4}, dims={"B": 4}, label="symbolic-scalar"),
+            Case(grad, [(2, 300), (300,), (2, 300)], {"axes": (1,), "eps": 1e-5}, label="longrow"),
+        ]
+    return out
+
+
+CASES = elementwise_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases() + norm_cases()
 GRAD_CASES = [c for c in CASES if c.grad and registry.get(c.op).differentiable]
 
 

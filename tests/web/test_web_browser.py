@@ -5,6 +5,7 @@ classifies a digit drawn with the mouse. Skips without the browser (fails in CI)
 from __future__ import annotations
 
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -352,3 +353,25 @@ def test_i32_inputs_go_in_by_their_bits_and_come_back_as_int32(web_root, open_ex
     bad = {"t": {"data": [1.5, 0, 0], "shape": [1, 3]}}
     with pytest.raises(Exception, match="input 't' holds 1.5 at index 0: an i32 input takes int32 values"):
         page.call(call, {"feeds": bad, "fetch": ["back"]})
+
+
+def test_attention_block_with_dim_products_and_norm_kernels_matches_numpy(web_root, open_export, tmp_path):
+    # heads as rank-4 tensors, products such as 4*B in the shapes, the layer_norm kernel: dlc.js
+    # evaluates the products from each call's B and T
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compiler"))
+    from test_heads import ATTENTION, attention_params
+
+    path = tmp_path / "attention.dl"
+    path.write_text(ATTENTION)
+    sess = reference(str(path))
+    sess.set_params(attention_params())
+    weights = tmp_path / "attention.weights.npz"
+    sess.save(weights)
+    page = open_export(exported(web_root, "attention", path, weights=weights))
+    for batch, t in ((2, 5), (1, 3)):
+        x = {"x": np.random.default_rng(batch).normal(size=(batch, t, 16)).astype(np.float32)}
+        got = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['out']); return {JS_OUT};", {"feeds": feed(x)})
+        assert got["out"]["shape"] == [batch, t, 16]
+        np.testing.assert_allclose(
+            np.reshape(got["out"]["data"], (batch, t, 16)), sess.eval("out", x), rtol=2e-4, atol=2e-4
+        )

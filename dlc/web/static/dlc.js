@@ -597,9 +597,17 @@ function evalSize(size, dims) {
   return size.slice(1).reduce((n, d) => n * dims[d], size[0]);
 }
 
-function bindShape(shape, dims) {
-  return shape.map((d) => (typeof d === "string" ? dims[d] : d));
+/** A dim's value: an int, a symbol, or a product of them written `2*B*T` (runtime/dims.py). */
+function dimValue(d, dims) {
+  if (typeof d !== "string") return d;
+  return d.split("*").reduce((n, f) => n * (/^[0-9]+$/.test(f) ? Number(f) : dims[f]), 1);
 }
+
+function bindShape(shape, dims) {
+  return shape.map((d) => dimValue(d, dims));
+}
+
+const isProduct = (d) => typeof d === "string" && d.includes("*");
 
 const showShape = (shape) => `[${shape.join(", ")}]`;
 
@@ -653,7 +661,7 @@ function checkFeeds(inputs, feeds, needed, dtypes = {}) {
       if (typeof d === "number" && d !== shape[axis]) {
         throw new DlcError(`input '${name}' is declared ${showShape(declared)} but fed shape ${showShape(shape)} (axis ${axis})`);
       }
-      if (typeof d === "string") {
+      if (typeof d === "string" && !isProduct(d)) {
         if (has(dims, d) && dims[d] !== shape[axis]) {
           throw new DlcError(
             `dim ${d} is ${dims[d]} in input '${boundBy[d]}' but ${shape[axis]} in input '${name}' (shape ${showShape(shape)})`,
@@ -664,6 +672,15 @@ function checkFeeds(inputs, feeds, needed, dtypes = {}) {
       }
     });
     arrays[name] = data;
+  }
+  for (const [name, feed] of Object.entries(feeds || {})) {
+    if (!needed.has(name)) continue;
+    inputs[name].forEach((d, axis) => {
+      // a product (B*T) is checked once the symbols it is made of are bound
+      if (isProduct(d) && dimValue(d, dims) !== Number(feed.shape[axis])) {
+        throw new DlcError(`input '${name}' is declared ${showShape(inputs[name])}: ${d} = ${dimValue(d, dims)}, fed ${feed.shape[axis]}`);
+      }
+    });
   }
   for (const name of needed) {
     if (name !== LR && !has(arrays, name)) throw new DlcError(`input '${name}' is missing`);
@@ -955,7 +972,8 @@ class Model {
    * (or the fetched tensors) need one of those. */
   allDims(ex, kernels, fetch, dims) {
     const used = new Set();
-    const addShape = (t) => ex.tensors.get(t).shape.forEach((d) => typeof d === "string" && used.add(d));
+    const symbols = (d) => (typeof d === "string" ? d.split("*").filter((f) => !/^[0-9]+$/.test(f)) : []);
+    const addShape = (t) => ex.tensors.get(t).shape.forEach((d) => symbols(d).forEach((s) => used.add(s)));
     fetch.forEach(addShape);
     for (const k of kernels) {
       Object.values(ex.kernels[k].uniforms).forEach((d) => used.add(d));
@@ -969,7 +987,7 @@ class Model {
       }
     }
     const all = { ...dims };
-    for (const shape of Object.values(this.inputs)) for (const d of shape) if (typeof d === "string" && !has(all, d)) all[d] = 1;
+    for (const shape of Object.values(this.inputs)) for (const d of shape) for (const s of symbols(d)) if (!has(all, s)) all[s] = 1;
     return all;
   }
 

@@ -1,0 +1,154 @@
+"""Norm kernels (layer_norm, rms_norm and their gradients for x): each output row from the
+statistics of its own input row, then the fused epilogue (a residual add, ...).
+
+- compute target: one work group per row (32 to 256 invocations, about one per 4 elements):
+  each invocation strides over the row, their partial sums are added in shared memory (a
+  fixed tree: the same bits every run), then each writes its columns through the epilogue;
+- texture target (`texture_body`): one fragment per output element, looping over its row for
+  the statistics (the only shape a fragment shader has).
+
+Both write the same GLSL for the statistics and for an element (`_stats`, `_element`), in the
+order of the NumPy reference (ops/norm.py): mean, then the mean of squared deviations, then
+inversesqrt(var + eps).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import format_shape
+from ..ops.norm import row_axes
+from ..plan import size_of
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, group_index, header, kernel_source
+from .renderer import float_lit
+
+
+def _geometry(ctx: Context):
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xshape = ctx.graph.nodes[node.inputs[0]].shape
+    axes = row_axes(node)
+    width = math.prod(xshape[a] for a in axes)  # concrete (the shape rule checks)
+    return node, xshape[: len(xshape) - len(axes)], width
+
+
+def _param(em: Emitter, tensor: int, col: str) -> str:
+    """gamma (or beta) at column `col`: a per-column tensor or a scalar."""
+    scalar = size_of(em.ctx.graph.nodes[tensor].shape) == (1,)
+    return em.value(tensor, Ix(flat="0" if scalar else col))
+
+
+def _stats(ctx: Context, em: Emitter, row: str, group: int = 0) -> None:
+    """Declares the row's statistics: nm_mean (layer_norm), nm_rstd, and for a gradient
+    nm_gmean (mean of g * gamma, layer_norm) and nm_gxmean (mean of g * gamma * xhat).
+    `group`: that many invocations share the row (each loops from `lid` by `group`, their
+    partial sums added in shared memory); 0: one invocation loops over all of it."""
+    node, _, width = _geometry(ctx)
+    center = node.op.startswith("layer_norm")
+    x = node.inputs[0]
+    n = float_lit(float(width))  # means divide by the count, as NumPy's do
+    at = f"({row} * {width} + nm_c)"
+    loop = f"for (int nm_c = {'lid' if group else '0'}; nm_c < {width}; nm_c += {group or 1})"
+    if center:
+        em.line("float nm_sum = 0.0;")
+        em.open(loop)
+        em.line(f"nm_sum += {em.value(x, Ix(flat=at))};")
+        em.close()
+        _group_sum(em, group, "nm_sum")
+        em.line(f"float nm_mean = nm_sum / {n};")
+    em.line("float nm_sq = 0.0;")
+    em.open(loop)
+    em.line(f"float nm_d = {em.value(x, Ix(flat=at))}{' - nm_mean' if center else ''};")
+    em.line("nm_sq += nm_d * nm_d;")
+    em.close()
+    _group_sum(em, group, "nm_sq")
+    em.line(f"float nm_rstd = inversesqrt(nm_sq / {n} + {float_lit(float(node.attr('eps')))});")
+    if node.op.endswith("_grad"):
+        gamma, g = node.inputs[1], node.inputs[2]
+        em.line("float nm_gsum = 0.0, nm_gxsum = 0.0;")
+        em.open(loop)
+        em.line(f"float nm_gh = {em.value(g, Ix(flat=at))} * {_param(em, gamma, 'nm_c')};")
+        em.line(f"float nm_xh = ({em.value(x, Ix(flat=at))}{' - nm_mean' if center else ''}) * nm_rstd;")
+        em.line("nm_gsum += nm_gh;")
+        em.line("nm_gxsum += nm_gh * nm_xh;")
+        em.close()
+        _group_sum(em, group, "nm_gsum")
+        _group_sum(em, group, "nm_gxsum")
+        em.line(f"float nm_gmean = nm_gsum / {n}, nm_gxmean = nm_gxsum / {n};")
+
+
+def _group_sum(em: Emitter, group: int, var: str) -> None:
+    """`var` becomes the sum of every invocation's `var` (a tree in shared memory, in a fixed
+    order: the same bits every run); nothing when one invocation has the row."""
+    if not group:
+        return
+    em.line(f"nm_part[lid] = {var};")
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.open(f"for (int s = {group // 2}; s > 0; s >>= 1)")
+    em.line("if (lid < s) nm_part[lid] += nm_part[lid + s];")
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.close()
+    em.line(f"{var} = nm_part[0];")
+    em.line("barrier();  // all have read it before the next sum writes nm_part")
+
+
+def _element(ctx: Context, em: Emitter, row: str, col: str) -> str:
+    """The output at column `col` of row `row` (the statistics declared), as a variable."""
+    node, _, width = _geometry(ctx)
+    center = node.op.startswith("layer_norm")
+    x, gamma = node.inputs[0], node.inputs[1]
+    at = Ix(flat=f"({row} * {width} + {col})")
+    em.line(f"float nm_xhat = ({em.value(x, at)}{' - nm_mean' if center else ''}) * nm_rstd;")
+    if node.op.endswith("_grad"):
+        gh = f"{em.value(node.inputs[2], at)} * {_param(em, gamma, col)}"
+        em.line(f"float nm_out = nm_rstd * ({gh}{' - nm_gmean' if center else ''} - nm_xhat * nm_gxmean);")
+    else:
+        beta = f" + {_param(em, node.inputs[2], col)}" if center else ""
+        em.line(f"float nm_out = nm_xhat * {_param(em, gamma, col)}{beta};")
+    return "nm_out"
+
+
+def _what(ctx: Context, how: str) -> str:
+    node, rows, width = _geometry(ctx)
+    return f"{node.op} over rows of {width} ({format_shape(rows)} rows), {how}"
+
+
+def group_size(width: int) -> int:
+    """Invocations sharing a row: a power of two, about one per 4 elements, 32 to 256."""
+    size = 32
+    while size < LOCAL and size * 4 < width:
+        size *= 2
+    return size
+
+
+def render(ctx: Context) -> KernelSource:
+    _, rows, width = _geometry(ctx)
+    group = group_size(width)
+    ctx.names.taken.update({"r", "o", "c", "s", "lid"})
+    epi = Emitter(ctx, anchor_value="value")
+    epi.store_outputs(Ix(flat="o"))
+    em = Emitter(ctx)
+    em.line(f"int r = {group_index()};")
+    em.line(f"if (r >= {ctx.numel(rows)}) return;  // the whole group leaves together")
+    em.line("int lid = int(gl_LocalInvocationID.x);")
+    _stats(ctx, em, "r", group)
+    em.open(f"for (int c = lid; c < {width}; c += {group})")
+    em.line(f"epilogue(r * {width} + c, {_element(ctx, em, 'r', 'c')});")
+    em.close()
+    local = (group, 1, 1)
+    what = _what(ctx, f"one work group of {group} per row")
+    lines = header(ctx, what, local, [f"shared float nm_part[{group}];"])
+    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+    lines += ["void main() {", *em.lines, "}"]
+    grid = {"flat": list(size_of(rows)), "per_group": 1}
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+
+
+def texture_body(ctx: Context, em: Emitter) -> str:
+    """The texture target's body for output element `o`: sets `acc`, says what it computes."""
+    _, _, width = _geometry(ctx)
+    em.line(f"int nm_row = o / {width}, nm_col = o - nm_row * {width};")
+    _stats(ctx, em, "nm_row")
+    em.line(f"float acc = {_element(ctx, em, 'nm_row', 'nm_col')};")
+    return _what(ctx, "one fragment per output")
