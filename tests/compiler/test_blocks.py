@@ -193,7 +193,7 @@ def test_session_freeze_globs_dotted_names():
 
 ERRORS = [
     # (source, line, column, parts of the message)
-    ("input x: [B, 2]\ndef f(x) {\n    return x @ ones\n}\nout = f(x)\n", 3, 16, ["unknown name 'ones'"]),
+    ("input x: [B, 2]\ndef f(x) {\n    return x @ onez\n}\nout = f(x)\n", 3, 16, ["unknown name 'onez'"]),
     (
         "input x: [B, 2]\ndef f(x) {\n    param w: [3, 3]\n    return x @ w\n}\ny = f(x)\nz = 1\nout = f(y) as g\n",
         4,
@@ -214,7 +214,7 @@ ERRORS = [
     ("input x: [B, 2]\nout = relu(x) as r\n", 2, 18, ["is not a def"]),
     ("input x: [B, 2]\ndef f(x) {\n    return x, x\n}\nout = f(x)\n", 5, 7, ["returns 2 values"]),
     ("input x: [B, 2]\ndef f(x) {\n    return x\n}\na, b = f(x)\n", 5, 8, ["returns 1 value, not 2"]),
-    ("input x: [B, 2]\na, b = relu(x)\n", 2, 8, ["only a def's call"]),
+    ("input x: [B, 2]\na, b = relu(x)\n", 2, 8, ["2 names, but the right side is one tensor"]),
     ("input x: [B, 2]\nout = x\nfor i in range(2) {\n    x = x + 1\n}\n", 4, 5, ["duplicate name 'x'"]),
     ("input x: [B, 2]\ny = x\ny = x + 1\n", 3, 1, ["duplicate name 'y'"]),  # only a body binds a name again
     ("input a.b: [B, 2]\n", 1, 7, ["cannot contain '.'"]),
