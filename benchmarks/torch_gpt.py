@@ -70,6 +70,12 @@ class GPT(nn.Module):
                 ln_f=nn.LayerNorm(c, bias=False),
             )
         )
+        # nanoGPT's init (as samples/char_gpt.dl declares it): N(0, 0.02), the residual
+        # projections N(0, 0.02 / sqrt(2 layers))
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
 
     def forward(self, tokens, targets=None):
         t = tokens.shape[1]
