@@ -41,7 +41,20 @@ def model_source(cfg: dict) -> str:
     return text
 
 
-def dlc_run(cfg, data, steps: int, train_steps: int) -> dict:
+def kernel_table(sess, opt, data, b: int) -> list[dict]:
+    """GPU ms of each kernel of one training step (bench_gl's timer-query hook)."""
+    from bench_gl import per_kernel
+
+    graph = sess.train_graph(None, opt)
+    loss = graph.names[graph.losses[0]]
+    feeds = {**data.steps(0, 1, b, 0), "$lr": np.asarray(opt.lr, np.float32)}
+    dims = {"B": b, "T": data.block}
+    sess.backend.step(graph, [loss], feeds, dims)
+    _, ex = sess.backend.program(graph, [loss], True, dims)
+    return per_kernel(ex, reps=3)
+
+
+def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False) -> dict:
     import dlc
     from dlc import schedules
 
@@ -64,6 +77,8 @@ def dlc_run(cfg, data, steps: int, train_steps: int) -> dict:
         times.append((time.perf_counter() - t) / steps)
     row = {"first_s": first, "step_ms": 1e3 * float(np.median(times))}
     row["memory_mib"] = sum(v[1] for v in sess.memory().values()) / 2**20
+    if kernels:
+        row["kernels"] = kernel_table(sess, opt, data, b)
     if train_steps:
         sess = dlc.Session(dlc.compile(model_source(cfg)), backend="gl", seed=0)
         t = time.perf_counter()
@@ -159,6 +174,7 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=0, help="also train this many steps and compare val losses")
     ap.add_argument("--small", action="store_true", help="a tiny configuration (llvmpipe)")
     ap.add_argument("--only", choices=("dlc", "torch"), help="run one side only")
+    ap.add_argument("--kernels", action="store_true", help="also print dlc's step kernel by kernel (GPU ms)")
     args = ap.parse_args()
     from dlc.text import TextData
 
@@ -170,7 +186,7 @@ def main() -> None:
     print(f"config {cfg}; {time.strftime('%F %T')}")
     rows = []
     if args.only != "torch":
-        rows.append(("dlc GL", dlc_run(cfg, data, args.steps, args.train_steps)))
+        rows.append(("dlc GL", dlc_run(cfg, data, args.steps, args.train_steps, args.kernels)))
     if args.only != "dlc":
         rows.append(("PyTorch eager, SDPA", torch_run(cfg, data, args.steps, args.train_steps, sdpa=True)))
         rows.append(
@@ -190,6 +206,13 @@ def main() -> None:
     for name, r in rows:
         if "first_s" in r:
             print(f"{name}: first two steps (compile and link) {r['first_s']:.1f} s")
+        if r.get("kernels"):
+            table = r["kernels"]
+            total = sum(k["ms"] for k in table)
+            print(f"\n{name}: {len(table)} kernels, {total:.2f} ms of GPU time a step; the 30 longest:")
+            print("| kernel | ms | share |\n| --- | --- | --- |")
+            for k in sorted(table, key=lambda k: -k["ms"])[:30]:
+                print(f"| {k['kernel']} | {k['ms']:.3f} | {k['ms'] / total:.1%} |")
 
 
 if __name__ == "__main__":
