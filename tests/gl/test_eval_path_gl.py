@@ -119,3 +119,30 @@ def test_one_readback_serves_many_fetches_and_is_freed(gl):
     assert executor._readback and executor._readback.floats >= 3 * 3 + 3 * 3 + 3
     sess.close()
     assert live_buffers() == before
+
+
+def test_predict_of_an_imported_model_matches_onnx_reference(gl):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(4, 3)).astype(np.float32)
+    b = rng.normal(size=3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["h"]), helper.make_node("Softmax", ["h"], ["probs"], axis=1)],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("probs", onnx.TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    imported = dlc.import_onnx(model)
+    sess = dlc.Session(imported.model, backend="gl")
+    sess.set_params(imported.weights)
+    reference = ReferenceEvaluator(model)
+    for n in (2, 2, 5):
+        x = rng.normal(size=(n, 4)).astype(np.float32)
+        got = sess.predict({imported.inputs["x"]: x}, imported.outputs["probs"])
+        _close(got, reference.run(None, {"x": x})[0])
+    sess.close()
