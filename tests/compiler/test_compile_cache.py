@@ -152,3 +152,32 @@ def test_a_warm_process_imports_neither_the_parser_nor_codegen_and_gets_the_same
         path.write_bytes(path.read_bytes()[:-3])
     damaged = _child(tmp_path, model, env)
     assert damaged["y"] == cold["y"] and "dlc.compiler.codegen" in damaged["imported"]
+
+
+CLI_CHILD = textwrap.dedent("""
+    import sys
+    from dlc.cli import main
+    code = main(["eval", sys.argv[1], "--data", sys.argv[2], "--fetch", "y,cost"])
+    heavy = ("lark", "dlc.compiler.parser", "dlc.compiler.fusion", "dlc.compiler.codegen")
+    print(code, [m for m in heavy if m in sys.modules])
+""")
+
+
+@pytest.mark.gl
+def test_dlc_eval_warm_imports_neither_the_parser_nor_codegen(tmp_path):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    args = [str(root / "samples/quadratic.dl"), str(root / "samples/data/quadratic.npz")]
+    env = {**os.environ, "DLC_CACHE_DIR": str(tmp_path / "cache"), "DLC_COMPILE_CACHE": "1"}
+    env.pop("DLC_VERIFY_IR", None)
+    outputs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", CLI_CHILD, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        )
+        if done.returncode != 0 and "no OpenGL context" in done.stderr:
+            pytest.skip(done.stderr.strip().splitlines()[-1])
+        assert done.returncode == 0, done.stderr
+        *values, last = done.stdout.strip().splitlines()
+        outputs.append((values, last))
+    assert outputs[0][0] == outputs[1][0]  # the same values printed
+    assert "'lark'" in outputs[0][1] and outputs[1][1].endswith("[]")
