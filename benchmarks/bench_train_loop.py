@@ -35,7 +35,8 @@ sess = dlc.Session(model, backend="gl", seed=0)
 t3 = time.perf_counter()
 sess.train(data, optimizer=dlc.Adam(1e-3), batch_size=b, steps=1)
 t4 = time.perf_counter()
-print(json.dumps({"seconds": t4 - t0, "phases": [t1 - t0, t2 - t1, t3 - t2, t4 - t3], "dlc": dlc.__file__}))
+print(json.dumps({"seconds": t4 - t0, "phases": [t1 - t0, t2 - t1, t3 - t2, t4 - t3], "dlc": dlc.__file__,
+                  "no_bytecode": bool(sys.flags.dont_write_bytecode)}))
 """
 # what the phases are: the row's note says how long each took
 PHASES = (
@@ -316,7 +317,9 @@ def first_step_rows(mlp_source: str, batch: int, reps: int = 1) -> list[dict]:
                         "impl": f"dlc GL, {label}" + (f" (round {rep + 1})" if reps > 1 else ""),
                         "ms": 1e3 * wall,
                         "note": f"{1e3 * got['seconds']:.0f} ms after the interpreter started: "
-                        + ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"])),
+                        + ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"]))
+                        # PYTHONDONTWRITEBYTECODE: each process compiles every module from source
+                        + ("; no bytecode cache (PYTHONDONTWRITEBYTECODE)" if got.get("no_bytecode") else ""),
                     }
                 )
     return rows
