@@ -621,9 +621,10 @@ class Executor:
         stamp = (self._dims, self._stamp())
         if found is None or found[0] != stamp:
             shapes = [bind_shape(self.tensors[t].shape, dict(self._dims or ())) for t in fetch]
-            sources = tuple(
-                (self.slot_buffer(self.tensors[t].slot).handle, math.prod(shape)) for t, shape in zip(fetch, shapes)
-            )
+            buffers = [self.slot_buffer(self.tensors[t].slot) for t in fetch]
+            for buffer, shape in zip(buffers, shapes):  # a GL copy past the end would fail silently
+                buffer._check_range(0, 4 * math.prod(shape), "download")
+            sources = tuple((buffer.handle, math.prod(shape)) for buffer, shape in zip(buffers, shapes))
             if len(self._reads) > 16:  # fetch lists alternate little in practice
                 self._reads.clear()
             found = self._reads[key] = (stamp, sources, shapes)
