@@ -237,8 +237,9 @@ class Session:
     def predict(self, feeds: Mapping[str, np.ndarray], fetches: str | Sequence[str] | None = None):
         """`eval` with the feeds first, for serving a batch after another: `fetches` (a name ->
         its array; a list -> dict name -> array), by default the model's outputs that `feeds`
-        suffice for (its named tensors, losses aside, that no other named tensor reads) as a
-        dict. Same feeds' names and shapes as the call before: no check is redone."""
+        suffice for, as a dict (`dlc.predict.model_outputs`: its named tensors, losses aside,
+        that no other named tensor reads without needing more inputs). Fed the same names as
+        float32 arrays of the same shapes as the call before, nothing is checked again."""
         if fetches is None:
             key = tuple(feeds)
             fetches = self._default_fetches.get(key)
