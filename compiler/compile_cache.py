@@ -102,12 +102,6 @@ def _store_json(folder: str, key: str, data: dict) -> None:
 # -- compiled programs ------------------------------------------------------------------------
 
 
-def _plain(text: str) -> bool:
-    """Whether a repr is the same in every process (no object address, no set: a set's order
-    follows string hashing, which differs between processes)."""
-    return " at 0x" not in text and "set(" not in text and "{" not in text.replace("{}", "")
-
-
 def program_key(
     graph,
     roots: Sequence[int],
@@ -117,10 +111,20 @@ def program_key(
     target: str,
 ) -> str | None:
     """The cache key of compiling `roots` (and `updates`) of `graph`, or None when something
-    in it has no stable text (then it is not cached)."""
-    graph_text = repr((graph.nodes, sorted(graph.names.items()), graph.inputs, graph.params, graph.states))
-    rest = repr((tuple(roots), tuple(updates), sorted((ref_dims or {}).items()), sorted((options or {}).items())))
-    if not (_plain(graph_text) and _plain(rest)):
+    in it has no stable text (then it is not cached): the graph as the models' entries write
+    it, every attr and source location included."""
+    try:
+        graph_text = json.dumps(_graph_json(graph), separators=(",", ":"), allow_nan=False)
+        rest = json.dumps(
+            [
+                [int(r) for r in roots],
+                [[t, int(i)] for t, i in updates],
+                sorted((str(d), int(v)) for d, v in (ref_dims or {}).items()),
+                [[str(k), _encode(v)] for k, v in sorted((options or {}).items())],
+            ],
+            allow_nan=False,
+        )
+    except (_Unstable, TypeError, ValueError):
         return None
     return _key("program", target, graph_text, rest)
 

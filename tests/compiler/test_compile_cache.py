@@ -181,3 +181,21 @@ def test_dlc_eval_warm_imports_neither_the_parser_nor_codegen(tmp_path):
         outputs.append((values, last))
     assert outputs[0][0] == outputs[1][0]  # the same values printed
     assert "'lark'" in outputs[0][1] and outputs[1][1].endswith("[]")
+
+
+@pytest.mark.parametrize("path", SAMPLES)
+def test_every_sample_has_a_program_key_that_holds_what_changes_the_program(path):
+    graph = dlc.compile(path).graph
+    roots = [graph.names[n] for n in graph.losses] or [len(graph.nodes) - 1]
+    base = compile_cache.program_key(graph, roots, (), {"B": 4}, {"device": "x"}, "compute")
+    assert base is not None  # blocks' braces, attrs and locations all have a stable text
+    assert base == compile_cache.program_key(graph, roots, (), {"B": 4}, {"device": "x"}, "compute")
+    others = [
+        compile_cache.program_key(graph, roots, (), {"B": 5}, {"device": "x"}, "compute"),
+        compile_cache.program_key(graph, roots, (), {"B": 4}, {"device": "y"}, "compute"),
+        compile_cache.program_key(graph, roots, (), {"B": 4}, {"device": "x", "nan_flags": True}, "compute"),
+        compile_cache.program_key(graph, roots, (), {"B": 4}, {"device": "x"}, "texture"),
+        compile_cache.program_key(graph, [0, *roots], (), {"B": 4}, {"device": "x"}, "compute"),
+    ]
+    assert len({base, *others}) == 6
+    assert compile_cache.program_key(graph, roots, (), {}, {"device": object()}, "compute") is None
