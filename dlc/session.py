@@ -139,7 +139,7 @@ class Session:
                 self.set_params(initial)
         self._rng = np.random.default_rng(seed)  # batch order: fixed by the seed
         self._grad_graphs: dict[str, Any] = {}
-        self._eval_plans: dict[tuple, Any] = {}  # eval's prepared fetch lists (dlc/predict.py)
+        self._eval_plans: dict[tuple, Any] = {}  # eval's prepared fetch lists (dlc/eval_plan.py)
         self._default_fetches: dict[tuple, list[str]] = {}  # predict()'s, by the feeds' names
         self._reference = None  # an artifact's model.dl, for predict()'s default fetches
         self._train_graphs: dict[tuple, Any] = {}
@@ -237,23 +237,23 @@ class Session:
     def predict(self, feeds: Mapping[str, np.ndarray], fetches: str | Sequence[str] | None = None):
         """`eval` with the feeds first, for serving a batch after another: `fetches` (a name ->
         its array; a list -> dict name -> array), by default the model's outputs that `feeds`
-        suffice for, as a dict (`dlc.predict.model_outputs`: its named tensors, losses aside,
+        suffice for, as a dict (`dlc.eval_plan.model_outputs`: its named tensors, losses aside,
         that no other named tensor reads without needing more inputs). Fed the same names as
         float32 arrays of the same shapes as the call before, nothing is checked again."""
         if fetches is None:
             key = tuple(feeds)
             fetches = self._default_fetches.get(key)
             if fetches is None:
-                from .predict import outputs_for
+                from .eval_plan import outputs_for
 
                 fetches = self._default_fetches[key] = outputs_for(self, key)
         return self.eval(fetches, feeds)
 
     def _eval_plan(self, names: tuple[str, ...]):
-        """The prepared eval of `names` (dlc/predict.py), made on first use."""
+        """The prepared eval of `names` (dlc/eval_plan.py), made on first use."""
         plan = self._eval_plans.get(names)
         if plan is None:
-            from .predict import EvalPlan
+            from .eval_plan import EvalPlan
 
             if len(self._eval_plans) >= 64:  # fetch lists made on the fly: keep few
                 self._eval_plans.clear()

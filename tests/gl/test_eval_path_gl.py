@@ -1,4 +1,4 @@
-"""Session.eval / predict's prepared path (dlc/predict.py) and the one-wait readback of the
+"""Session.eval / predict's prepared path (dlc/eval_plan.py) and the one-wait readback of the
 fetches (runtime/readback.py): values against the NumPy reference, NaN and inf included,
 and feeds that change shape, type or validity between calls are checked again."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc import predict
+from dlc import eval_plan
 from dlc.compiler.artifact import write_artifact
 from dlc.errors import DataError, DlcError
 
@@ -54,8 +54,8 @@ def test_eval_matches_numpy_call_after_call_with_nan_and_inf(gl):
 def test_repeated_feeds_skip_the_checks_and_a_bad_feed_is_still_refused(gl, monkeypatch):
     sess = dlc.Session(QUADRATIC, backend="gl", seed=0)
     checks = []
-    real = predict.prepare
-    monkeypatch.setattr(predict, "prepare", lambda *a, **k: checks.append(1) or real(*a, **k))
+    real = eval_plan.prepare
+    monkeypatch.setattr(eval_plan, "prepare", lambda *a, **k: checks.append(1) or real(*a, **k))
     x = np.linspace(-1, 1, 7, dtype=np.float32)
     first = sess.eval("y", {"x": x})
     for _ in range(3):
@@ -104,8 +104,8 @@ def test_predict_over_an_artifact_matches_the_model(gl, tmp_path):
 
 
 def test_model_outputs():
-    assert predict.model_outputs(dlc.compile(QUADRATIC).graph) == ["y"]
-    assert predict.model_outputs(dlc.compile(CLASSIFIER).graph) == ["probs", "prediction", "accuracy"]
+    assert eval_plan.model_outputs(dlc.compile(QUADRATIC).graph) == ["y"]
+    assert eval_plan.model_outputs(dlc.compile(CLASSIFIER).graph) == ["probs", "prediction", "accuracy"]
 
 
 def test_one_readback_serves_many_fetches_and_is_freed(gl):
