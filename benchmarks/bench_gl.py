@@ -673,6 +673,7 @@ def main(argv=None) -> int:
         import bench_train_loop as tl
 
         got = tl.quadratic_rows(torch, reps, steps=200 if small else 1000)
+        got += tl.eval_rows(MLP, torch, reps, calls=200 if small else 1000)
         got += tl.mlp_rows(MLP, mlp_data(batch, 4 * batch), batch, torch, reps, steps=8 if small else 100)
         got += tl.first_step_rows(MLP, batch)
         rows.extend(got)

@@ -35,7 +35,8 @@ sess = dlc.Session(model, backend="gl", seed=0)
 t3 = time.perf_counter()
 sess.train(data, optimizer=dlc.Adam(1e-3), batch_size=b, steps=1)
 t4 = time.perf_counter()
-print(json.dumps({"seconds": t4 - t0, "phases": [t1 - t0, t2 - t1, t3 - t2, t4 - t3], "dlc": dlc.__file__}))
+print(json.dumps({"seconds": t4 - t0, "phases": [t1 - t0, t2 - t1, t3 - t2, t4 - t3], "dlc": dlc.__file__,
+                  "no_bytecode": bool(sys.flags.dont_write_bytecode)}))
 """
 # what the phases are: the row's note says how long each took
 PHASES = (
@@ -92,6 +93,56 @@ def quadratic_rows(torch, reps: int, steps: int) -> list[dict]:
             return step
 
         rows += _torch_rows(torch, "quadratic step (11 points, SGD)", make, steps, reps)
+    return rows
+
+
+def eval_rows(mlp_source: str, torch, reps: int, calls: int) -> list[dict]:
+    """Inference beside the training steps: `Session.eval` and `Session.predict` of the
+    quadratic (11 points) and of the MLP at batch 1, each call feeding the inputs and
+    reading the values back, against a training step of the quadratic (losses read per
+    window); PyTorch eager's forward with the values read back (`.cpu()`) where it exists."""
+    import dlc
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, 11).astype(np.float32)
+    quadratic = {"x": x, "y_label": (0.5 * x * x - x + 2).astype(np.float32)}
+    sess = dlc.Session("samples/quadratic.dl", backend="gl", seed=0)
+    rows = []
+    row = "quadratic eval (11 points)"
+    for label, call in (
+        ("Session.eval('y')", lambda: sess.eval("y", {"x": x})),
+        ("Session.predict (its outputs: y)", lambda: sess.predict({"x": x})),
+        ("Session.eval(['y', 'cost'])", lambda: sess.eval(["y", "cost"], quadratic)),
+    ):
+        rows.append({"row": row, "impl": f"dlc GL {label}", "ms": _median_ms(call, calls, reps, warmup=20)})
+    rows.append(
+        {
+            "row": row,
+            "impl": "dlc GL Session.train step beside it (SGD, losses read per window)",
+            "ms": per_step_ms(sess, quadratic, dlc.SGD(0.01), None, calls, reps, shuffle=False),
+        }
+    )
+    mlp = dlc.Session(dlc.compile(mlp_source), backend="gl", seed=0)
+    one = {"x": rng.normal(size=(1, 784)).astype(np.float32)}
+    rows.append(
+        {
+            "row": "mlp eval (batch 1)",
+            "impl": "dlc GL Session.predict (logits)",
+            "ms": _median_ms(lambda: mlp.predict(one), calls, reps, warmup=20),
+        }
+    )
+    if torch is not None:
+        dev = _torch_device(torch)
+        tx = torch.from_numpy(x).to(dev)
+        p = torch.tensor([0.5, -1.0, 2.0], device=dev)
+
+        def forward():
+            with torch.no_grad():
+                return (p[0] * tx * tx + p[1] * tx + p[2]).cpu()
+
+        rows.append(
+            {"row": row, "impl": f"PyTorch eager ({dev}), values read back", "ms": _median_ms(forward, calls, reps)}
+        )
     return rows
 
 
@@ -212,8 +263,9 @@ def package_root() -> str:
 
 def first_step_rows(mlp_source: str, batch: int, reps: int = 1) -> list[dict]:
     """A new process to its first MLP Adam step: cold (empty dlc cache and empty driver
-    shader caches), warm (the second run: both filled), and warm with dlc's binary cache
-    off (the driver's own cache alone); `reps` rounds of the three, each row reported
+    shader caches), warm (the second run: both filled), warm with dlc's binary cache off
+    (the driver's own cache alone), and with dlc's compile cache off too (the model parsed
+    and the programs generated again); `reps` rounds of the four, each row reported
     separately. The driver caches are moved to a fresh folder, not turned off: Mesa returns
     no program binaries with its cache disabled.
 
@@ -234,13 +286,16 @@ def first_step_rows(mlp_source: str, batch: int, reps: int = 1) -> list[dict]:
                 "PYTHONPATH": os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH")) if p),
                 "DLC_CACHE_DIR": os.path.join(tmp, "cache"),
                 "DLC_PROGRAM_BINARY_CACHE": "1",
+                "DLC_COMPILE_CACHE": "1",
                 "__GL_SHADER_DISK_CACHE_PATH": os.path.join(tmp, "driver"),
                 "MESA_SHADER_CACHE_DIR": os.path.join(tmp, "driver"),
             }
             os.makedirs(os.path.join(tmp, "driver"))
-            for label in ("cold", "warm (second run)", "warm, dlc binary cache off"):
-                if label.endswith("off"):
+            for label in ("cold", "warm (second run)", "warm, dlc binary cache off", "warm, dlc compile cache off too"):
+                if "binary cache off" in label:
                     env["DLC_PROGRAM_BINARY_CACHE"] = "0"
+                if "compile cache off" in label:  # compiler/compile_cache.py: models and programs
+                    env["DLC_PROGRAM_BINARY_CACHE"] = env["DLC_COMPILE_CACHE"] = "0"
                 t = time.perf_counter()
                 done = subprocess.run(
                     [sys.executable, "-c", FIRST_STEP, model, str(batch)],
@@ -262,7 +317,9 @@ def first_step_rows(mlp_source: str, batch: int, reps: int = 1) -> list[dict]:
                         "impl": f"dlc GL, {label}" + (f" (round {rep + 1})" if reps > 1 else ""),
                         "ms": 1e3 * wall,
                         "note": f"{1e3 * got['seconds']:.0f} ms after the interpreter started: "
-                        + ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"])),
+                        + ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"]))
+                        # PYTHONDONTWRITEBYTECODE: each process compiles every module from source
+                        + ("; no bytecode cache (PYTHONDONTWRITEBYTECODE)" if got.get("no_bytecode") else ""),
                     }
                 )
     return rows
@@ -279,3 +336,38 @@ def _child_result(done: subprocess.CompletedProcess) -> dict | None:
     tail = "\n".join(done.stderr.strip().splitlines()[-25:])
     print(f"first-step child failed (exit {done.returncode}); its stderr ends:\n{tail}", file=sys.stderr)
     return None
+
+
+def main(argv=None) -> int:
+    """The inference rows and the new-process rows alone (bench_gl.py's steps section has
+    them beside the training steps): `python benchmarks/bench_train_loop.py [--torch]`."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="dlc inference calls and a new process to its first step")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions (5)")
+    p.add_argument("--calls", type=int, default=1000, help="calls a repetition (1000)")
+    p.add_argument("--batch", type=int, default=1024, help="the first step's MLP batch (1024)")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of the cold/warm processes (1)")
+    p.add_argument("--torch", action="store_true", help="PyTorch eager's forward beside the eval rows")
+    p.add_argument("--skip", default="", help="comma list of: eval, first-step")
+    args = p.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_gl import MLP, table
+
+    torch = None
+    if args.torch:
+        import torch
+    skip = set(filter(None, args.skip.split(",")))
+    rows = []
+    if "eval" not in skip:
+        rows += eval_rows(MLP, torch, args.reps, args.calls)
+        print(table(rows, ["row", "impl", "ms"]), flush=True)
+    if "first-step" not in skip:
+        got = first_step_rows(MLP, args.batch, args.rounds)
+        rows += got
+        print(table(got, ["row", "impl", "ms", "note"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

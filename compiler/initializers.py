@@ -73,17 +73,18 @@ def _fans(shape) -> tuple[int, int]:
 
 
 def initial_value(init: tuple, shape, seed: int, name: str) -> np.ndarray:
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     shape = tuple(shape)
     kind, *args = init
+    if kind in ("normal", "uniform", "glorot", "he"):
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if kind == "value":
         out = np.full(shape, args[0])
     elif kind == "array":
         out = np.asarray(args[0], dtype=np.float64).reshape(shape)
-    elif kind == "zeros":
-        out = np.zeros(shape)
+    elif kind == "zeros":  # made as float32 at once: optimizer moments are as big as the params
+        return np.zeros(shape, dtype=np.float32)
     elif kind == "ones":
-        out = np.ones(shape)
+        return np.ones(shape, dtype=np.float32)
     elif kind == "normal":
         out = rng.normal(args[0], args[1], shape)
     elif kind == "uniform":

@@ -78,10 +78,10 @@ def compiled_optimizer(model: ArtifactModel, lr: float | None) -> optimizers.Opt
 
 
 def read_model_source(path: str) -> str:
-    from dlc.compiler.parser import read_source
+    from .model import read_text  # lark only for a file that is not UTF-8
 
     try:
-        return read_source(path)  # bytes that are not UTF-8: a CompileError at their line:col
+        return read_text(path)  # bytes that are not UTF-8: a CompileError at their line:col
     except FileNotFoundError:
         raise DlcError(f"{path}: no such file") from None
     except IsADirectoryError:

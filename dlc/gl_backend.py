@@ -73,28 +73,45 @@ class GLBackend:
         key = (id(graph), tuple(roots), training, checked)
         found = self._programs.get(key)
         if found is None:
-            from dlc.compiler.pipeline import compile_program
-
             # the matmul tuning table's row for this GPU (compiler/codegen/matmul_tuning.py)
             # and its limits, which every kernel respects (compiler/limits.py)
             ctx = get_context()
             options = {"device": ctx.renderer, "limits": ctx.limits, **self.options}
             if checked:
                 options["nan_flags"] = True
-            compiled = compile_program(
-                graph,
-                roots,
-                name="train" if training else "eval",
-                updates=graph.updates if training else (),
-                ref_dims=dims,
-                options=options,
-                target=self.target,
-            )
+            compiled = self._compile(graph, roots, training, dict(dims), options, cached=not debug.enabled())
             executor = self._executor_class(compiled.spec, compiled.sources, self.store, self.hook)
             found = self._programs[key] = (graph, compiled, executor)
         graph, compiled, executor = found
         executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor) if debug.enabled() else None)
         return compiled, executor
+
+    def _compile(self, graph: Graph, roots: Sequence[int], training: bool, dims: dict, options: dict, cached: bool):
+        """The back end's program for these fetches, from dlc's compile cache on disk when it
+        holds it (compiler/compile_cache.py; not in debug mode, whose hooks need the fusion)."""
+        from dlc.compiler import compile_cache
+
+        name = "train" if training else "eval"
+        updates = graph.updates if training else ()
+
+        def compile():
+            from dlc.compiler.pipeline import compile_program
+
+            return compile_program(
+                graph, roots, name=name, updates=updates, ref_dims=dims, options=options, target=self.target
+            )
+
+        key = None
+        if cached and compile_cache.enabled():
+            key = compile_cache.program_key(graph, roots, updates, dims, options, self.target)
+        if key is None:
+            return compile()
+        found = compile_cache.load_program(key)
+        if found is not None and found[0].name == name:
+            return compile_cache.CachedProgram(name, *found, compile)
+        compiled = compile()
+        compile_cache.store_program(key, compiled.spec, compiled.sources)
+        return compiled
 
     def _debug_hook(self, key: tuple, graph: Graph, compiled, executor: Executor) -> debug.GLHook:
         """Debug mode: time each launch and trace a NaN to the IR node (and .dl line) making it."""

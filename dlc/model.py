@@ -43,14 +43,34 @@ class Model:
         )
 
 
+def read_text(path: str) -> str:
+    """The text of model file `path`; bytes that are not UTF-8 are a CompileError at their
+    line and column (the parser's `decode_source`, imported only then: it imports lark)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        from dlc.compiler.parser import decode_source
+
+        decode_source(raw, path)  # raises
+        raise
+
+
 def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
     """Compile a .dl model from a path or from source text. Raises dlc.CompileError."""
-    from dlc.compiler.lang import compile_source
+    from dlc.compiler import compile_cache
 
     text, path = source, name or "<model>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".dl")):
-        from dlc.compiler.parser import read_source
-
         path = os.fspath(source)
-        text = read_source(path)  # bytes that are not UTF-8: a CompileError at their line:col
-    return Model(compile_source(text, path), text, path)
+        text = read_text(path)
+    # A model compiled before comes from dlc's compile cache on disk: no lark, no parse.
+    graph = compile_cache.load_model(text, path) if compile_cache.enabled() else None
+    if graph is None:
+        from dlc.compiler.lang import compile_source
+
+        graph = compile_source(text, path)
+        if compile_cache.enabled():
+            compile_cache.store_model(text, path, graph)
+    return Model(graph, text, path)

@@ -139,6 +139,9 @@ class Session:
                 self.set_params(initial)
         self._rng = np.random.default_rng(seed)  # batch order: fixed by the seed
         self._grad_graphs: dict[str, Any] = {}
+        self._eval_plans: dict[tuple, Any] = {}  # eval's prepared fetch lists (dlc/eval_plan.py)
+        self._default_fetches: dict[tuple, list[str]] = {}  # predict()'s, by the feeds' names
+        self._reference = None  # an artifact's model.dl, for predict()'s default fetches
         self._train_graphs: dict[tuple, Any] = {}
         self._resident_graphs: dict[tuple, Any] = {}
         # On GL, train() keeps its data on the GPU when it would upload more rows than the
@@ -226,19 +229,44 @@ class Session:
     @_seeds_style
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
         """One fetch name -> its array; a list of names -> dict name -> array."""
-        names = [fetch] if isinstance(fetch, str) else list(fetch)
-        if self._artifact is not None:
-            program, roots, needed = self._artifact.eval_plan(names)
-            arrays, dims = prepare(self.model.inputs, feeds, needed, self.model.input_dtypes)
-            dims = self._artifact.fetch_dims(program, roots, dims)
-        else:
-            from dlc.compiler.reference import leaf_inputs
-
-            program, roots = self.model.graph, self._roots(names)
-            arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(program, roots), self.model.input_dtypes)
-        values = self.backend.run(program, roots, arrays, dims)
+        names = (fetch,) if isinstance(fetch, str) else tuple(fetch)
+        values = self._eval_plan(names)(feeds)
         out = {n: v if np.asarray(v).dtype == np.int32 else np.asarray(v, np.float32) for n, v in zip(names, values)}
         return out[fetch] if isinstance(fetch, str) else out
+
+    def predict(self, feeds: Mapping[str, np.ndarray], fetches: str | Sequence[str] | None = None):
+        """`eval` with the feeds first, for serving a batch after another: `fetches` (a name ->
+        its array; a list -> dict name -> array), by default the model's outputs that `feeds`
+        suffice for, as a dict (`dlc.eval_plan.model_outputs`: its named tensors, losses aside,
+        that no other named tensor reads without needing more inputs). Fed the same names as
+        float32 arrays of the same shapes as the call before, nothing is checked again."""
+        if fetches is None:
+            key = tuple(feeds)
+            fetches = self._default_fetches.get(key)
+            if fetches is None:
+                from .eval_plan import outputs_for
+
+                fetches = self._default_fetches[key] = outputs_for(self, key)
+        return self.eval(fetches, feeds)
+
+    def _eval_plan(self, names: tuple[str, ...]):
+        """The prepared eval of `names` (dlc/eval_plan.py), made on first use."""
+        plan = self._eval_plans.get(names)
+        if plan is None:
+            from .eval_plan import EvalPlan
+
+            if len(self._eval_plans) >= 64:  # fetch lists made on the fly: keep few
+                self._eval_plans.clear()
+            plan = self._eval_plans[names] = EvalPlan(self, names)
+        return plan
+
+    def _output_graph(self):
+        """The graph whose outputs predict() fetches by default (an artifact's model.dl's)."""
+        if self._artifact is None:
+            return self.model.graph
+        if self._reference is None:
+            self._reference = self.model.reference_model()
+        return self._reference.graph
 
     # -- gradients and training --------------------------------------------------
     def _needs_graph(self, what: str) -> None:

@@ -63,13 +63,14 @@ def key(source: str, driver: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
-def _path(cache_key: str) -> Path:
-    return cache_dir() / "programs" / f"{cache_key}.bin"
+def _path(cache_key: str, folder: str) -> Path:
+    return cache_dir() / folder / f"{cache_key}.bin"
 
 
-def load(cache_key: str) -> tuple[int, bytes] | None:
-    """(binary format, binary) stored under `cache_key`, or None when absent or not valid."""
-    path = _path(cache_key)
+def load(cache_key: str, folder: str = "programs") -> tuple[int, bytes] | None:
+    """(binary format, binary) stored under `cache_key` in `folder` of the cache dir, or None
+    when absent or not valid. (compiler/compile_cache.py keeps its files the same way.)"""
+    path = _path(cache_key, folder)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -96,10 +97,10 @@ def load(cache_key: str) -> tuple[int, bytes] | None:
     return fmt, payload
 
 
-def store(cache_key: str, fmt: int, binary: bytes) -> None:
+def store(cache_key: str, fmt: int, binary: bytes, folder: str = "programs") -> None:
     """Write a binary atomically; a cache that cannot be written is skipped silently (the
     cache is a speed-up, never a reason to fail)."""
-    path = _path(cache_key)
+    path = _path(cache_key, folder)
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
@@ -118,9 +119,9 @@ def store(cache_key: str, fmt: int, binary: bytes) -> None:
         pass
 
 
-def forget(cache_key: str) -> None:
+def forget(cache_key: str, folder: str = "programs") -> None:
     """Remove a binary the driver refused, so later processes do not try it again."""
     try:
-        _path(cache_key).unlink()
+        _path(cache_key, folder).unlink()
     except OSError:
         pass

@@ -27,6 +27,7 @@ from dlc.runtime.elements import storage_floats
 from dlc.runtime.errors import DataError, RuntimeFailure
 from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
 from dlc.runtime.program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
+from dlc.runtime.readback import Readback
 from dlc.runtime.sizes import check_bound, check_kernel
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
 from dlc.runtime.storage import Buffer, OutOfMemory
@@ -325,6 +326,9 @@ class Executor:
         # one buffer serves them all, bound after a kernel's slots (dlc/debug.py reads it).
         flags = max((len(k.nan_flags) for k in self.kernels), default=0)
         self.nan_buffer = Buffer(4 * flags, zero=True) if flags else None
+        # run()'s reads: fetch list -> ((binding, stamp), (buffer handle, floats) each, shapes)
+        self._reads: dict[tuple, tuple] = {}
+        self._readback: Readback | None | bool = None  # made on the first read; False: none here
 
     # -- the dims binding -----------------------------------------------------------------
     def slot_buffer(self, s: int) -> Buffer:
@@ -474,7 +478,7 @@ class Executor:
         kernels, inputs = self.needs(fetch, step)
         self._upload(feeds, inputs)
         self._launch(kernels)
-        out = [self._download(t, dims) for t in fetch]
+        out = self._read(fetch)
         if step:
             self._copy_updates()
         return out
@@ -610,6 +614,40 @@ class Executor:
     def _outputs_info(self, k: Kernel) -> list[dict]:
         return outputs_info(k, self.tensors, dict(self._dims or ()), self.slot_buffer)
 
+    def _read(self, fetch: Sequence[int]) -> list[np.ndarray]:
+        """The fetched tensors, read in one wait through the mapped readback buffer (each
+        downloaded on its own where the driver cannot map one); what to copy is worked out
+        once per fetch list and binding of the dims."""
+        key = tuple(fetch)
+        found = self._reads.get(key)
+        stamp = (self._dims, self._stamp())
+        if found is None or found[0] != stamp:
+            shapes = [bind_shape(self.tensors[t].shape, dict(self._dims or ())) for t in fetch]
+            buffers = [self.slot_buffer(self.tensors[t].slot) for t in fetch]
+            for buffer, shape in zip(buffers, shapes):  # a GL copy past the end would fail silently
+                buffer._check_range(0, 4 * math.prod(shape), "download")
+            sources = tuple((buffer.handle, math.prod(shape)) for buffer, shape in zip(buffers, shapes))
+            if len(self._reads) > 16:  # fetch lists alternate little in practice
+                self._reads.clear()
+            found = self._reads[key] = (stamp, sources, shapes)
+        _, sources, shapes = found
+        readback = self._readback_for(sum(n for _, n in sources))
+        if readback is None:
+            dims = dict(self._dims or ())
+            return [self._download(t, dims) for t in fetch]
+        return [v.reshape(shape) for v, shape in zip(readback.read(sources), shapes)]
+
+    def _readback_for(self, floats: int) -> Readback | None:
+        """The readback buffer, grown to hold `floats` (None: the driver cannot map one)."""
+        readback = self._readback
+        if readback is False:
+            return None
+        if readback is None or readback.floats < floats:
+            if readback is not None:
+                readback.delete()
+            readback = self._readback = Readback.make(self.device, max(floats, 256)) or False
+        return readback or None
+
     def _download(self, t: int, dims: Mapping[str, int]) -> np.ndarray:
         info = self.tensors[t]
         shape = bind_shape(info.shape, dims)
@@ -623,6 +661,10 @@ class Executor:
         if self.nan_buffer is not None:
             self.nan_buffer.delete()
             self.nan_buffer = None
+        if self._readback:
+            self._readback.delete()
+        self._readback = None
+        self._reads.clear()
         programs = list(self.programs)
         self.programs.clear()  # the finalizer's list too: unpinned once
         for program in programs:  # the cache may now evict them

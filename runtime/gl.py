@@ -95,6 +95,16 @@ class Fast:
             "glBindBuffersBase",
             (ctypes.c_uint, ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_uint)),
         ),
+        # (buffer, offset, bytes, host pointer): feeds written and leaves read without
+        # PyOpenGL's argument handling
+        "buffer_sub_data": (
+            "glNamedBufferSubData",
+            (ctypes.c_uint, ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_void_p),
+        ),
+        "get_buffer_sub_data": (
+            "glGetNamedBufferSubData",
+            (ctypes.c_uint, ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_void_p),
+        ),
         # (read buffer, write buffer, read offset, write offset, bytes)
         "copy_buffer": (
             "glCopyNamedBufferSubData",

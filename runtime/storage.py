@@ -24,6 +24,10 @@ from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.gl import GL
 
 _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us
+# A mapped buffer's storage: read by the host through a mapping kept for the buffer's life,
+# coherent (a fence's end makes the GPU's writes visible), in host memory.
+_MAPPED = 0x0001 | 0x0040 | 0x0080  # MAP_READ | MAP_PERSISTENT | MAP_COHERENT
+_CLIENT_STORAGE = 0x0200
 
 
 def live_buffers(device: Device | None = None) -> int:
@@ -56,9 +60,9 @@ class Buffer:
     `zero=True`. It lives on `device` (default: the current one).
     """
 
-    __slots__ = ("handle", "nbytes", "capacity", "device", "_dsa", "__weakref__")
+    __slots__ = ("handle", "nbytes", "capacity", "device", "_dsa", "mapping", "__weakref__")
 
-    def __init__(self, nbytes: int, *, zero: bool = False, device: Device | None = None):
+    def __init__(self, nbytes: int, *, zero: bool = False, device: Device | None = None, mapped: bool = False):
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"buffer size {nbytes} is negative")
@@ -68,7 +72,18 @@ class Buffer:
         self.nbytes = nbytes
         self.capacity = max(4, (nbytes + 3) // 4 * 4)
         handle = ctypes.c_uint(0)
-        if self._dsa:
+        self.mapping = 0
+        if mapped:  # immutable storage, mapped for reading for its whole life (runtime/readback.py)
+            if not self._dsa:
+                raise RuntimeFailure("internal dlc error: a mapped buffer needs GL direct state access")
+            GL.glCreateBuffers(1, ctypes.byref(handle))
+            GL.glNamedBufferStorage(handle.value, self.capacity, None, _MAPPED | _CLIENT_STORAGE)
+            pointer = GL.glMapNamedBufferRange(handle.value, 0, self.capacity, _MAPPED)
+            self.mapping = ctypes.cast(pointer, ctypes.c_void_p).value or 0 if pointer else 0
+            if not self.mapping:
+                GL.glDeleteBuffers(1, ctypes.byref(handle))
+                raise RuntimeFailure(f"could not map a GPU buffer of {nbytes:,} bytes for reading")
+        elif self._dsa:
             GL.glCreateBuffers(1, ctypes.byref(handle))
             GL.glNamedBufferData(handle.value, self.capacity, None, _USAGE)
         else:
@@ -107,8 +122,11 @@ class Buffer:
         self._check_range(offset_bytes, data.nbytes, "upload")
         if data.nbytes == 0:
             return
+        fast = self.device.activate().fast
+        if self._dsa and fast._resolved and fast.buffer_sub_data is not None:
+            fast.buffer_sub_data(self.handle, offset_bytes, data.nbytes, data.ctypes.data)
+            return
         pointer = ctypes.c_void_p(data.ctypes.data)
-        self.device.activate()
         if self._dsa:
             GL.glNamedBufferSubData(self.handle, offset_bytes, data.nbytes, pointer)
         else:
@@ -123,8 +141,11 @@ class Buffer:
         self._check_range(offset_bytes, out.nbytes, "download")
         if out.nbytes == 0:
             return out
+        fast = self.device.activate().fast
+        if self._dsa and fast._resolved and fast.get_buffer_sub_data is not None:
+            fast.get_buffer_sub_data(self.handle, offset_bytes, out.nbytes, out.ctypes.data)
+            return out
         pointer = ctypes.c_void_p(out.ctypes.data)
-        self.device.activate()
         if self._dsa:
             GL.glGetNamedBufferSubData(self.handle, offset_bytes, out.nbytes, pointer)
         else:
@@ -184,9 +205,10 @@ class Buffer:
         context current). Device.close calls it for every buffer it still has."""
         if not self.handle:
             return
-        if delete:
+        if delete:  # deleting a mapped buffer unmaps it
             GL.glDeleteBuffers(1, ctypes.byref(ctypes.c_uint(self.handle)))
         self.handle = 0
+        self.mapping = 0
         device = self.device
         device.live_buffers -= 1
         device.live_bytes -= self.capacity

@@ -14,6 +14,7 @@ from dlc.compiler import pipeline
 # In this process and in every `python -m dlc` the tests start.
 os.environ["DLC_VERIFY_IR"] = "1"
 os.environ["DLC_PROGRAM_BINARY_CACHE"] = "0"
+os.environ["DLC_COMPILE_CACHE"] = "0"  # compiled models and programs (compiler/compile_cache.py): same
 
 
 @pytest.fixture(autouse=True, scope="session")
