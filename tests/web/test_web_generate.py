@@ -189,6 +189,7 @@ VOCAB_CORRUPT = {  # vocab.json -> what load says
     "block": (None, "'block' must be the longest context"),
     "size": (None, "75 characters, but the model's logits score 76 tokens"),
     "json": ('{"format": ', "vocab.json: not a vocabulary file"),
+    "path": (None, 'web.vocab: "../gpt/vocab.json" is not a plain file name'),  # in the manifest
 }
 
 
@@ -202,7 +203,12 @@ def test_load_refuses_a_corrupted_vocabulary(gpt, gpt_page, web_root):
             text = json.dumps({"format": "dlc-vocab", "kind": "chars", "chars": vocab.chars, "block": 0})
         elif name == "size":
             text = json.dumps({"format": "dlc-vocab", "kind": "chars", "chars": vocab.chars[1:], "block": 16})
-        (folder / "vocab.json").write_text(text)
+        if name == "path":
+            m = json.loads((folder / "manifest.json").read_text())
+            m["web"]["vocab"] = "../gpt/vocab.json"
+            (folder / "manifest.json").write_text(json.dumps(m))
+        else:
+            (folder / "vocab.json").write_text(text)
     got = gpt_page.call(
         "const { load } = await import('./dlc.js'); const out = {};"
         " for (const name of arg) {"
@@ -236,6 +242,15 @@ def test_the_text_page_continues_a_typed_prompt(gpt, gpt_page, tmp_path):
     assert page.evaluate("window.added") == 24
     assert page.locator("#error").inner_text() == "" and page.locator("#generate").is_enabled()
     page.screenshot(path=str(tmp_path / "text_page.png"))
+    # stop: the run ends early, with the first characters of the same text
+    page.locator("#tokens").fill("400")
+    page.locator("#generate").click()
+    page.wait_for_function("document.getElementById('generated').textContent.length >= 3", timeout=60_000)
+    page.locator("#stop").click()
+    page.wait_for_function("window.dlcPage.generated !== null", timeout=60_000)
+    stopped = page.evaluate("window.dlcPage.generated")
+    assert 3 <= len(stopped) < 400 and page.locator("#generated").text_content() == stopped
+    assert stopped == sess.generate(prompt, len(stopped), vocab=vocab, temperature=1.0, seed=7)
     # a character outside the vocabulary: said in the page's error line
     page.locator("#prompt").fill("ROMEO~")
     page.locator("#generate").click()
