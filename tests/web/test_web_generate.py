@@ -177,6 +177,7 @@ def test_generate_errors_are_clear(gpt_page):
     )
     assert "at least one token" in error("await m.generate([], {tokens: 1})")
     assert "prompt[1]: 76 is not a token id (0 to 75)" in error("await m.generate([1, 76], {tokens: 1})")
+    assert 'prompt[0]: "R" is not a token id' in error("await m.generate('ROMEO', {tokens: 1})")
     assert "topK a whole number >= 1, not 1 and 0" in error("await m.generate([1], {topK: 0})")
     assert "temperature must be >= 0" in error("await m.generate([1], {temperature: -1})")
     assert "tokens must be a whole number >= 0" in error("await m.generate([1], {tokens: 1.5})")

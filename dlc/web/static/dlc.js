@@ -1226,7 +1226,7 @@ function generationOptions(model, options) {
 
 /** A prompt of token ids: whole numbers, each an id of the vocabulary (0 to size - 1). */
 function promptIds(prompt, size) {
-  const ids = Array.from(prompt || [], Number);
+  const ids = Array.from(prompt || []);
   if (!ids.length) throw new DlcError("generation needs a prompt of at least one token");
   ids.forEach((id, i) => {
     if (!Number.isInteger(id) || id < 0 || id >= size) throw new DlcError(`prompt[${i}]: ${show(id)} is not a token id (0 to ${size - 1})`);
