@@ -7,6 +7,7 @@
 //   const out = await m.eval({ pixels: { data, shape: [1, 64] } }, ["probs"]);
 //   const losses = await m.train(feeds, { steps: 10, batchSize: 32 });
 //   const params = await m.params();                    // name -> {data, shape}
+//   const text = await m.generateText("ROMEO:", { tokens: 100, seed: 0 }); // a language model
 //   m.dispose();
 //
 // It mirrors the Python texture executor (runtime/texture_executor.py, runtime/textures.py):
