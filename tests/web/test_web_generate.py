@@ -73,7 +73,7 @@ def test_export_of_a_language_model_copies_its_vocabulary(gpt, tmp_path, capsys)
     # another vocabulary file, by --vocab
     other = tmp_path / "other.json"
     Vocab(vocab.chars, block=8).save(other)
-    export_web(model, out, weights=weights, vocab=other)
+    assert main(["export", str(model), "--weights", str(weights), "--vocab", str(other), "--web", str(out)]) == 0
     assert Vocab.load(out / "vocab.json").block == 8
     # without one (no weights, nothing beside them): the generic page, no vocab.json
     export_web(model, out)
