@@ -834,7 +834,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from dlc.web import export_web
 
     out = export_web(
-        args.model, args.web, weights=args.weights, optimizer=args.optimizer, lr=args.lr, loss=args.loss, seed=args.seed
+        args.model,
+        args.web,
+        weights=args.weights,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        loss=args.loss,
+        seed=args.seed,
+        vocab=args.vocab,
     )
     print(f"wrote {out}: serve it (python -m http.server -d {out}) and open index.html")
     return 0
@@ -1207,7 +1214,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="export a model to run and train in a browser (WebGL2)",
         description="Write a folder a browser runs: index.html, the JavaScript runtime dlc.js, "
         "manifest.json,\nthe GLSL ES 3.00 shaders and the weights (see README 'The model in a browser').",
-        epilog="example:\n  dlc export samples/mlp_digits.dl --weights digits.weights.npz --web out/",
+        epilog="examples:\n  dlc export samples/mlp_digits.dl --weights digits.weights.npz --web out/\n"
+        "  dlc export samples/char_gpt.dl --weights gpt.npz --web out/   # gpt.vocab.json beside: the text page",
     )
     c.add_argument("model", metavar="MODEL", help="a .dl model or a compiled artifact folder")
     c.add_argument("--web", required=True, metavar="DIR", help="the folder to write (replaced if it is an export)")
@@ -1216,6 +1224,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--optimizer", choices=OPTIMIZERS, help="the optimizer compiled in (default: sgd)")
     c.add_argument("--lr", type=_positive_float, metavar="X", help="its learning rate (default: the optimizer's)")
     c.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of the params' initializers")
+    c.add_argument(
+        "--vocab", metavar="V.json", help="a language model's vocabulary (default: W.vocab.json beside --weights)"
+    )
     c.set_defaults(func=cmd_export)
 
     c = sub.add_parser(

@@ -8,6 +8,11 @@
     shaders/        one GLSL ES 3.00 fragment shader per kernel pass
     weights.bin     the params and optimizer state, little-endian float32, back to back
     model.dl        the model's source (for reading; dlc.js does not use it)
+    vocab.json      a language model's vocabulary (its characters and block), when it has one
+
+A language model (`input tokens: i32[B, T]` with T symbolic, a tensor `logits`) with its
+vocabulary (`W.vocab.json` beside the weights, as `dlc train` writes it, or `vocab`) gets the
+text page: type a prompt and watch the generated text appear (dlc.js `generateText`).
 
 MODEL is a `.dl` file (params from `weights`, else drawn from their initializers with
 `seed`) or a compiled artifact folder (its model.dl, params.npz, state.npz and training
@@ -30,6 +35,7 @@ from dlc.errors import DlcError
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"
 SHADERS = "shaders"
+VOCAB = "vocab.json"
 MAX_SOURCE_BYTES = 16 << 20  # an artifact's model.dl
 
 
@@ -42,6 +48,7 @@ def export_web(
     lr: float | None = None,
     loss: str | None = None,
     seed: int = 0,
+    vocab: str | os.PathLike | None = None,
 ) -> pathlib.Path:
     """Write the web export of `model_path` into `out_dir`; returns its path."""
     from dlc import compile as compile_model
@@ -104,14 +111,16 @@ def export_web(
                 value = initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s)
             states[s] = value
 
+    text_vocab = _text_vocab(data, weights, vocab)
     blob, offsets = _pack({**params, **states})
     data["web"] = {
         "shaders": SHADERS,
         "weights": {"file": WEIGHTS, "bytes": len(blob), "leaves": offsets},
         "optimizer_lr": None if opt is None else float(opt.lr),
-        "page": _page_kind(data),
+        "page": "text" if text_vocab is not None else _page_kind(data),
+        "vocab": None if text_vocab is None else VOCAB,
     }
-    return _write(pathlib.Path(out_dir), progs, data, blob, model.source)
+    return _write(pathlib.Path(out_dir), progs, data, blob, model.source, text_vocab)
 
 
 @dataclass
@@ -150,6 +159,29 @@ def _pack(arrays: dict[str, np.ndarray]) -> tuple[bytes, dict[str, dict]]:
     return b"".join(parts), offsets
 
 
+def _text_vocab(data: dict, weights, vocab):
+    """The vocabulary of a language model: `vocab`, else `W.vocab.json` beside the weights
+    (None when there is none), read as `dlc generate` reads it and checked against the model:
+    one character per logit, and the block generation crops the context to."""
+    from dlc.generate import check_model
+    from dlc.text import Vocab, vocab_path
+
+    if vocab is None and (weights is None or not vocab_path(weights).is_file()):
+        return None
+    where = vocab if vocab is not None else vocab_path(weights)
+    try:
+        check_model(data["inputs"], data["tensors"])
+    except DlcError as e:
+        raise DlcError(f"{where} is the vocabulary of a language model, but {e}") from None
+    text_vocab = Vocab.load(where)
+    size = data["tensors"]["logits"][-1]
+    if size != text_vocab.size:
+        raise DlcError(f"{where} holds {text_vocab.size} characters, but the model's logits score {size} tokens")
+    if text_vocab.block is None:
+        raise DlcError(f"{where} has no block (the longest context to feed); dlc train writes it")
+    return text_vocab
+
+
 def _page_kind(data: dict) -> str:
     """ "digits" when the page can draw the input: an input of 64 grey levels per example (8x8)
     and a `probs` tensor of 10 classes per example; else "generic"."""
@@ -166,7 +198,7 @@ def _page_kind(data: dict) -> str:
     return "generic"
 
 
-def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None) -> pathlib.Path:
+def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None, vocab=None) -> pathlib.Path:
     """Write the folder beside its destination, then move it into place (never half a folder)."""
     from dlc.runtime.folders import replaced_folder
     from dlc.runtime.spec import manifest_json
@@ -180,6 +212,8 @@ def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None
         (tmp / "manifest.json").write_text(manifest_json(data), encoding="utf-8")
         if source:
             (tmp / "model.dl").write_text(source, encoding="utf-8")
+        if vocab is not None:
+            vocab.save(tmp / VOCAB)
         static = resources.files("dlc.web") / "static"
         for name in STATIC:
             (tmp / name).write_bytes((static / name).read_bytes())

@@ -7,6 +7,7 @@
 //   const out = await m.eval({ pixels: { data, shape: [1, 64] } }, ["probs"]);
 //   const losses = await m.train(feeds, { steps: 10, batchSize: 32 });
 //   const params = await m.params();                    // name -> {data, shape}
+//   const text = await m.generateText("ROMEO:", { tokens: 100, seed: 0 }); // a language model
 //   m.dispose();
 //
 // It mirrors the Python texture executor (runtime/texture_executor.py, runtime/textures.py):
@@ -76,6 +77,7 @@ export async function load(url = ".", options = {}) {
   const web = manifest.web;
   const weights = await fetchOk(new URL(web.weights.file, base)).then((r) => r.arrayBuffer());
   const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
+  const vocab = await loadVocab(manifest, base, where);
   const files = new Set();
   for (const program of Object.values(manifest.programs)) {
     for (const k of program.kernels) for (const p of k.passes) files.add(p.file);
@@ -86,7 +88,9 @@ export async function load(url = ".", options = {}) {
       sources[file] = await fetchOk(new URL(`${web.shaders}/${file}`, base)).then((r) => r.text());
     }),
   );
-  return new Model(new Device(options.canvas), manifest, sources, leaves);
+  const model = new Model(new Device(options.canvas), manifest, sources, leaves);
+  model.vocab = vocab; // null unless the export is a language model's with its vocabulary
+  return model;
 }
 
 async function fetchOk(url) {
@@ -1078,6 +1082,45 @@ class Model {
     return Object.fromEntries(names.map((n, i) => [n, { data: values[i], shape: this.paramShapes[n].slice() }]));
   }
 
+  /** Continue `prompt` (token ids) by `tokens` ids drawn from the model's `logits`, as
+   * dlc/generate.py does (the same ids for the same seed and weights): options {tokens = 100,
+   * temperature = 1, topK = null, seed = 0, block (default: the vocab's), onToken(id), signal
+   * (an AbortSignal: stop early)}. Each step evaluates `logits` for the last `block` ids and
+   * returns to the event loop. Resolves to the new ids. */
+  async generate(prompt, options = {}) {
+    const o = generationOptions(this, options);
+    const ids = promptIds(prompt, this.tensorShapes.logits[2]);
+    const out = [];
+    for (let step = 0; step < o.tokens && !(o.signal && o.signal.aborted); step++) {
+      const context = Int32Array.from(ids.slice(-o.block));
+      const { logits } = await this.eval({ tokens: { data: context, shape: [1, context.length] } }, ["logits"]);
+      const size = logits.shape[2];
+      const row = logits.data.subarray((context.length - 1) * size, context.length * size);
+      const next = sample(row, o.temperature, o.topK, uniform(o.seed, step));
+      ids.push(next);
+      out.push(next);
+      if (o.onToken) o.onToken(next);
+      await new Promise((resolve) => setTimeout(resolve, 0)); // the page shows the token
+    }
+    return out;
+  }
+
+  /** generate() over text with the export's vocabulary: `prompt` a string, onToken(character);
+   * resolves to the generated text (without the prompt). */
+  async generateText(prompt, options = {}) {
+    if (!this.vocab) throw new DlcError("this export has no vocabulary (export a language model with W.vocab.json beside its weights)");
+    const { chars, ids } = this.vocab;
+    const ints = Array.from(String(prompt), (c, at) => {
+      if (!ids.has(c)) {
+        throw new DlcError(`the prompt: the character ${JSON.stringify(c)} at position ${at} is not in the model's vocabulary (${chars.length} characters)`);
+      }
+      return ids.get(c);
+    });
+    const onToken = options.onToken ? (i) => options.onToken(chars[i]) : undefined;
+    const out = await this.generate(ints, { ...options, onToken });
+    return out.map((i) => chars[i]).join("");
+  }
+
   /** Free every texture and program, and the context. */
   dispose() {
     if (this.disposed) return;
@@ -1103,4 +1146,159 @@ function permutation(n) {
     [order[i], order[j]] = [order[j], order[i]];
   }
   return order;
+}
+
+// -- language models: the vocabulary and sampling (dlc/text.py, dlc/generate.py) ----------
+
+const MAX_VOCAB = 1 << 20; // characters, as dlc/text.py
+const MAX_BLOCK = 1 << 24;
+
+/** The export's vocab.json (manifest.web.vocab; null: none), checked as dlc/text.py's
+ * Vocab.load checks it, and against the model: one character per logit, a block. */
+async function loadVocab(m, base, where) {
+  const fail = failAt(where);
+  const file = m.web.vocab;
+  if (file === undefined || file === null) return null;
+  checkFileName(file, "web.vocab", fail);
+  const logits = m.tensors.logits;
+  const tokens = m.inputs.tokens;
+  if (!Array.isArray(tokens) || tokens.length !== 2 || typeof tokens[1] !== "string" || !Array.isArray(logits) || logits.length !== 3) {
+    fail("web.vocab", "a vocabulary needs a language model: an input 'tokens' [B, T] (T symbolic) and a tensor 'logits' [B, T, V]");
+  }
+  if ((m.dtypes || {}).tokens !== "i32") fail("web.vocab", "the language model's input 'tokens' must be i32");
+  const text = await fetchOk(new URL(file, base)).then((r) => r.text());
+  const bad = (problem) => {
+    throw new DlcError(`${file}: ${problem}`);
+  };
+  if (text.length > 64 * MAX_VOCAB) bad(`${text.length} characters is too large for a vocabulary file`);
+  let v;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    bad(`not a vocabulary file (${e.message})`);
+  }
+  if (!isObject(v) || v.format !== "dlc-vocab" || v.kind !== "chars") bad("not a dlc character vocabulary (format 'dlc-vocab', kind 'chars')");
+  if (!Array.isArray(v.chars)) bad("'chars' must be a list of characters");
+  if (!v.chars.length || v.chars.length > MAX_VOCAB) bad(`a vocabulary holds 1 to ${MAX_VOCAB} characters, not ${v.chars.length}`);
+  const ids = new Map();
+  v.chars.forEach((c, i) => {
+    // one character: one code point, as Python's len(c) == 1
+    if (typeof c !== "string" || [...c].length !== 1) bad(`chars[${i}]: a vocabulary entry must be one character, not ${show(c)}`);
+    if (ids.has(c)) bad(`chars[${i}]: the character ${show(c)} is listed twice`);
+    ids.set(c, i);
+  });
+  if (!Number.isInteger(v.block) || v.block < 1 || v.block > MAX_BLOCK) {
+    bad(`'block' must be the longest context (a whole number 1 to ${MAX_BLOCK}), not ${show(v.block)}`);
+  }
+  if (v.chars.length !== logits[2]) bad(`${v.chars.length} characters, but the model's logits score ${show(logits[2])} tokens`);
+  return { chars: v.chars.slice(), ids, block: v.block };
+}
+
+/** generate()'s options checked, as dlc/generate.py checks them, with their defaults. */
+function generationOptions(model, options) {
+  const inputs = model.inputs;
+  if (!has(inputs, "tokens") || inputs.tokens.length !== 2 || typeof inputs.tokens[1] !== "string") {
+    throw new DlcError("generation feeds an input 'tokens' of shape [B, T] with T symbolic (any context length up to the block)");
+  }
+  if (!has(model.manifest.names, "logits") || !Array.isArray(model.tensorShapes.logits) || model.tensorShapes.logits.length !== 3) {
+    throw new DlcError("generation reads a tensor 'logits' [B, T, V] of next-token logits; the model has none");
+  }
+  const pick = (key, fallback) => (options[key] === undefined || options[key] === null ? fallback : options[key]);
+  const o = {
+    tokens: pick("tokens", 100),
+    temperature: pick("temperature", 1),
+    topK: pick("topK", null),
+    seed: pick("seed", 0),
+    block: pick("block", model.vocab ? model.vocab.block : null),
+    onToken: options.onToken,
+    signal: options.signal,
+  };
+  if (o.block === null) throw new DlcError("give block (the longest context the model takes; an export's vocabulary holds it)");
+  if (!Number.isInteger(o.tokens) || o.tokens < 0 || !Number.isInteger(o.block) || o.block < 1) {
+    throw new DlcError(`tokens must be a whole number >= 0 and block >= 1, not ${show(o.tokens)} and ${show(o.block)}`);
+  }
+  if (typeof o.temperature !== "number" || !(o.temperature >= 0) || (o.topK !== null && !(Number.isInteger(o.topK) && o.topK >= 1))) {
+    throw new DlcError(`temperature must be >= 0 and topK a whole number >= 1, not ${show(o.temperature)} and ${show(o.topK)}`);
+  }
+  if (!Number.isSafeInteger(o.seed)) throw new DlcError(`seed must be a whole number, not ${show(o.seed)}`);
+  if (o.onToken !== undefined && typeof o.onToken !== "function") throw new DlcError("onToken must be a function");
+  return o;
+}
+
+/** A prompt of token ids: whole numbers, each an id of the vocabulary (0 to size - 1). */
+function promptIds(prompt, size) {
+  const ids = Array.from(prompt || []);
+  if (!ids.length) throw new DlcError("generation needs a prompt of at least one token");
+  ids.forEach((id, i) => {
+    if (!Number.isInteger(id) || id < 0 || id >= size) throw new DlcError(`prompt[${i}]: ${show(id)} is not a token id (0 to ${size - 1})`);
+  });
+  return ids;
+}
+
+/** murmur3's 32-bit finalizer (dlc/generate.py _mix32), in uint32 arithmetic. */
+function mix32(x) {
+  x >>>= 0;
+  x = (x ^ (x >>> 16)) >>> 0;
+  x = Math.imul(x, 0x85ebca6b) >>> 0;
+  x = (x ^ (x >>> 13)) >>> 0;
+  x = Math.imul(x, 0xc2b2ae35) >>> 0;
+  return (x ^ (x >>> 16)) >>> 0;
+}
+
+/** A number in [0, 1) for draw `step` of `seed`: dlc/generate.py's uniform, bit for bit
+ * (seed and step taken modulo 2^32, as Python's `& 0xFFFFFFFF`). */
+export function uniform(seed, step) {
+  return ((mix32(mix32(seed) ^ (step >>> 0)) >>> 0) >>> 8) / (1 << 24);
+}
+
+/** NumPy's sum of a float64 array (pairwise_sum: 8 accumulators, halves past 128), so the
+ * threshold u * sum is the one dlc/generate.py draws against, to the last bit. */
+function numpySum(a, start = 0, n = a.length) {
+  if (n < 8) {
+    let res = 0;
+    for (let i = 0; i < n; i++) res += a[start + i];
+    return res;
+  }
+  if (n <= 128) {
+    const r = Array.from(a.subarray(start, start + 8));
+    let i = 8;
+    for (; i < n - (n % 8); i += 8) for (let j = 0; j < 8; j++) r[j] += a[start + i + j];
+    let res = r[0] + r[1] + (r[2] + r[3]) + (r[4] + r[5] + (r[6] + r[7]));
+    for (; i < n; i++) res += a[start + i];
+    return res;
+  }
+  let half = Math.floor(n / 2);
+  half -= half % 8;
+  return numpySum(a, start, half) + numpySum(a, start + half, n - half);
+}
+
+/** One id from a row of logits and a uniform u: dlc/generate.py's sample, NaN and inf
+ * included (temperature 0: the most likely one; top-k keeps the k largest; then the first id
+ * whose running sum of probabilities, in float64 and id order, passes u times their sum). */
+export function sample(logits, temperature, topK, u) {
+  const n = logits.length;
+  if (temperature === 0) {
+    let best = 0; // np.argmax: the first NaN, else the first largest
+    for (let i = 0; i < n; i++) {
+      if (Number.isNaN(logits[i])) return i;
+      if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+  }
+  let l = Float64Array.from(logits, (x) => x / temperature);
+  if (topK !== null && topK !== undefined && topK < n) {
+    const kth = Float64Array.from(l).sort()[n - topK]; // ascending, NaN last: np.sort
+    l = l.map((x) => (x < kth ? -Infinity : x));
+  }
+  let max = -Infinity; // np.max: NaN if any
+  for (const x of l) max = Number.isNaN(x) || Number.isNaN(max) ? NaN : Math.max(max, x);
+  const p = l.map((x) => Math.exp(x - max));
+  const target = u * numpySum(p);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    total += p[i];
+    if (total > target) return i;
+  }
+  for (let i = n - 1; i >= 0; i--) if (p[i] !== 0) return i; // np.flatnonzero(p)[-1]
+  return n - 1;
 }
