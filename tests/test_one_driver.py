@@ -47,8 +47,9 @@ def test_only_the_session_runs_a_train_loop():
                 steps.append(f"{path}: {receiver}.{name}")
     assert loops == [str(SESSION)], loops  # one call: Session.train
     assert state == [], state
-    # dlc/deferred.py queues the Session's steps into a GPU buffer for it
-    assert steps == ["dlc/deferred.py: self.backend.step_into"], steps
+    # dlc/deferred.py queues the Session's steps into a GPU buffer for it; dlc/distributed.py
+    # runs the Session's data-parallel step (its gradients, the all-reduce, its update)
+    assert steps == ["dlc/deferred.py: self.backend.step_into", "dlc/distributed.py: backend.step"], steps
 
 
 def test_the_other_drivers_are_gone():
