@@ -54,7 +54,7 @@ def kernel_table(sess, opt, data, b: int) -> list[dict]:
     return per_kernel(ex, reps=3)
 
 
-def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False) -> dict:
+def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False, sample: int = 0) -> dict:
     import dlc
     from dlc import schedules
 
@@ -85,11 +85,12 @@ def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False) -> d
         sess.train(data, optimizer=opt, batch_size=b, steps=train_steps)
         row["train_s"] = time.perf_counter() - t
         val = data.val.steps(0, VAL_BATCHES, b, 0)
-        row["val_loss"] = float(
-            np.mean(
-                [sess.eval("loss", {k: v[i * b : (i + 1) * b] for k, v in val.items()}) for i in range(VAL_BATCHES)]
-            )
-        )
+        batches = [{k: v[i * b : (i + 1) * b] for k, v in val.items()} for i in range(VAL_BATCHES)]
+        row["val_loss"] = float(np.mean([sess.eval("loss", feeds) for feeds in batches]))
+        if sample:
+            t = time.perf_counter()
+            row["sample"] = sess.generate("ROMEO:", sample, vocab=data.vocab, temperature=0.8, top_k=40, seed=0)
+            row["generate_tok_s"] = sample / (time.perf_counter() - t)
     return row
 
 
@@ -175,6 +176,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="a tiny configuration (llvmpipe)")
     ap.add_argument("--only", choices=("dlc", "torch"), help="run one side only")
     ap.add_argument("--kernels", action="store_true", help="also print dlc's step kernel by kernel (GPU ms)")
+    ap.add_argument("--sample", type=int, default=0, help="after --train-steps, generate this many characters")
     args = ap.parse_args()
     from dlc.text import TextData
 
@@ -186,7 +188,7 @@ def main() -> None:
     print(f"config {cfg}; {time.strftime('%F %T')}")
     rows = []
     if args.only != "torch":
-        rows.append(("dlc GL", dlc_run(cfg, data, args.steps, args.train_steps, args.kernels)))
+        rows.append(("dlc GL", dlc_run(cfg, data, args.steps, args.train_steps, args.kernels, args.sample)))
     if args.only != "dlc":
         rows.append(("PyTorch eager, SDPA", torch_run(cfg, data, args.steps, args.train_steps, sdpa=True)))
         rows.append(
@@ -206,6 +208,8 @@ def main() -> None:
     for name, r in rows:
         if "first_s" in r:
             print(f"{name}: first two steps (compile and link) {r['first_s']:.1f} s")
+        if "sample" in r:
+            print(f"{name}: generated {r['generate_tok_s']:.0f} characters a second:\nROMEO:{r['sample']}")
         if r.get("kernels"):
             table = r["kernels"]
             total = sum(k["ms"] for k in table)
