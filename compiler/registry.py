@@ -228,6 +228,7 @@ def _load() -> None:
     # Importing the op modules fills the registry.
     from .ops import elementwise, layout, leaf, linalg, reduce, special, window  # noqa: F401, I001
     from .ops import activations, math_ops, logic  # noqa: F401, I001  (after special: gelu calls dlc_erf)
+    from .ops import modes, random, batch_norm  # noqa: F401, I001  (training/eval, random, model state)
 
 
 def _complete() -> None:

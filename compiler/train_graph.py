@@ -20,6 +20,7 @@ from dlc.runtime.errors import DlcError
 from .autodiff import differentiate, extend, grad_name, resolve_loss
 from .builder import GraphBuilder
 from .ir import Graph, cone
+from .modes import training_form
 from .optimizers import add_updates
 from .simplify import simplify
 from .verify import check_graph
@@ -30,7 +31,10 @@ LR = "$lr"
 def build_train_graph(graph: Graph, loss: str | None, optimizer, freeze: Iterable[str] = ()) -> Graph:
     """The training step of `graph` minimizing `loss` (default: the first) with `optimizer`
     (a `dlc.optimizers` object: `.name` and its hyper-parameters), simplified. Params declared
-    `frozen` or matching a glob of `freeze` keep their values (no gradient, no optimizer state)."""
+    `frozen` or matching a glob of `freeze` keep their values (no gradient, no optimizer state).
+    The step runs the graph's training form (dropout drops, batch_norm uses batch statistics)
+    and applies the model's state updates too."""
+    graph = training_form(graph)
     loss, with_grads, trained = gradients_for(graph, loss, freeze)
     step = add_optimizer(graph, loss, with_grads, trained, optimizer)
     check_graph(step)
@@ -93,6 +97,11 @@ def build_split_step(graph: Graph, loss: str | None, optimizer, freeze: Iterable
     gradients (`grad$<param>` named, with the loss), then the update, whose inputs are the
     (all-reduced) gradients `grad$<param>` and `$lr`, and whose params and optimizer state
     are the one-graph step's, by the same names. Both simplified."""
+    if graph.states:
+        raise DlcError(
+            f"data-parallel training of a model with state ({', '.join(graph.states)}) is not supported yet: "
+            "train it on one device"
+        )
     loss, with_grads, trained = gradients_for(graph, loss, freeze)
     grads = simplify(with_grads)
     check_graph(grads)

@@ -23,6 +23,13 @@ class Model:
         return {n: self.graph.shape(n) for n in self.graph.params}
 
     @property
+    def states(self) -> dict[str, Shape]:
+        """The model's state (`state NAME`, batch_norm's running statistics, the random ops'
+        step counter `$step`): saved and loaded with the params. The random ops' `$seed` is
+        the session's seed, never saved."""
+        return {n: self.graph.shape(n) for n in self.graph.states if n != "$seed"}
+
+    @property
     def tensors(self) -> dict[str, Shape]:
         """Every named tensor that is neither an input nor a param (losses included)."""
         skip = set(self.graph.inputs) | set(self.graph.params)

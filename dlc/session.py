@@ -132,7 +132,7 @@ class Session:
             from dlc.compiler.initializers import initial_value
 
             graph = model.graph
-            for name in graph.params:
+            for name in (*graph.params, *graph.states):  # model state starts at its init, as params do
                 node = graph.node(name)
                 self.backend.set_leaf(name, initial_value(node.attr("init"), node.shape, seed, name))
             if initial is not None:
@@ -202,16 +202,46 @@ class Session:
         for name, v in checked_params(values, self.model.params).items():
             self.backend.set_leaf(name, v)
 
+    @property
+    def states(self) -> dict[str, np.ndarray]:
+        """The model's state now (see `Model.states`): saved and loaded with the params."""
+        if self._artifact is not None:
+            return {}
+        return {n: self.backend.get_leaf(n) for n in self.model.states}
+
+    def set_states(self, values: Mapping[str, np.ndarray]) -> None:
+        """Set model state (checked whole first: names, shapes, finite values)."""
+        from .weights import checked_params
+
+        for name, v in checked_params(values, self.model.states).items():
+            self.backend.set_leaf(name, v)
+
     def save(self, path: str | os.PathLike) -> None:
-        """Write the params to an .npz atomically (a temp file, then rename)."""
+        """Write the params and the model's state to an .npz atomically (a temp file, then rename)."""
         from .weights import save_npz
 
-        save_npz(path, self.params)
+        save_npz(path, {**self.params, **self.states})
 
     def load(self, path: str | os.PathLike) -> None:
-        from .weights import load_npz
+        """Read params (every one) and model state (those the file holds; the others keep
+        their values) from an .npz; the file is checked whole before anything is set."""
+        from dlc.runtime.errors import DataError
 
-        self.set_params(load_npz(path, self.model.params))
+        from .weights import checked_params, load_npz
+
+        states = {} if self._artifact is not None else self.model.states
+        values = load_npz(path)
+        missing = [k for k in self.model.params if k not in values]
+        if missing:
+            raise DataError(f"{os.fspath(path)}: param '{missing[0]}' is missing")
+        try:
+            checked = checked_params(values, {**self.model.params, **states})
+        except DataError as e:
+            raise DataError(f"{os.fspath(path)}: {e}") from None
+        self.set_params({k: v for k, v in checked.items() if k in self.model.params})
+        for name, v in checked.items():
+            if name in states:
+                self.backend.set_leaf(name, v)
 
     # -- evaluation ------------------------------------------------------------
     def _roots(self, names) -> list[int]:
@@ -294,8 +324,9 @@ class Session:
             else:
                 self._optimizer, self._state_ready = optimizer, set()
         self._restored_config = None
+        model_state = set(self.model.graph.states)  # made with the params, not per optimizer
         for name in graph.states:
-            if name not in self._state_ready:
+            if name not in self._state_ready and name not in model_state:
                 node = graph.node(name)
                 value = initial_value(node.attr("init"), node.shape, self.seed, name)
                 self.backend.set_leaf(name, value)
@@ -558,6 +589,7 @@ class Session:
         if run is not None:
             run = dataclasses.replace(run, rng_state=None)
         states = {name: self.backend.get_leaf(name) for name in self._state_names()}
+        states.update(self.states)  # the model's state goes with the optimizer's
         return Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
@@ -617,8 +649,16 @@ class Session:
                 else f"param '{name}' is only {'here' if name in mine else 'there'}"
             )
             raise DataError(f"{path}: the checkpoint belongs to another model: {what}")
+        model_states = {} if self._artifact is not None else self.model.states
+        missing = [n for n in model_states if n not in ckpt.states]
+        if missing:
+            raise DataError(f"{path}: the checkpoint lacks the model's state '{missing[0]}'")
+        for name in model_states:
+            if ckpt.states[name].shape != tuple(model_states[name]):
+                shape = list(ckpt.states[name].shape)
+                raise DataError(f"{path}: state '{name}' is {shape} there but {list(model_states[name])} here")
         if ckpt.optimizer is None:
-            if ckpt.states:
+            if set(ckpt.states) - set(model_states):
                 raise DataError(f"{path}: the checkpoint holds optimizer state but names no optimizer")
             return None
         try:
@@ -637,6 +677,8 @@ class Session:
                 odd = sorted(set(ckpt.states) ^ wanted)[0]
                 raise DataError(f"{path}: optimizer state '{odd}' does not fit {self.model.path}'s training step")
         for name, value in ckpt.states.items():
+            if name in model_states:
+                continue
             param = name.split("$", 1)[0]
             fits = name == "$t" and value.shape == () or param in mine and value.shape == mine[param]
             if self._artifact is None and not fits:

@@ -474,6 +474,10 @@ class Emitter:
             return f"float({self.ctx.numel(node.attr('dims'))})"
         args = [self.value(j, self.broadcast(ix, node.shape, self.g.nodes[j].shape)) for j in node.inputs]
         expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
+        if "{index}" in expr:  # an op that depends on its element's position (the random ops)
+            if ix.flat == VEC:
+                raise NotVectorizable(f"{node.op} reads its element's index")
+            expr = expr.replace("{index}", self.flat(ix, node.shape))
         if "{" in expr:
             raise AssertionError(f"{node.op} node %{n} lacks an attr its GLSL needs: {op.glsl}")
         return expr
