@@ -155,7 +155,7 @@ class FrontEnd:
                 f"'{s.name}' is not a state: declare it `state {s.name}: [...] = INIT`{did_you_mean(s.name, known)}",
                 s.loc,
             )
-        self.b.update(name, self.tensor(s.value), s.value.loc)
+        self.b.update(name, self.tensor(s.value), s.loc)
 
     def stmt_const(self, s: Stmt):
         name = self._check_new(s)

@@ -458,6 +458,11 @@ COVERED = {op.name for op in _entries(1) + _entries(2)} | {
     "sigmoid_cross_entropy",
     "pad",
     "broadcast_to",
+    # tests/compiler/test_state_random.py
+    "batch_norm",
+    "dropout",
+    "random_uniform",
+    "random_normal",
 }
 
 
