@@ -26,6 +26,9 @@ register(
         lowering={"glsl": "b"},
         gradient=_eval_grad,
         doc="train in the training step, eval elsewhere",
-        oracle=Oracle(numpy=lambda a, b: np.broadcast_to(b, np.broadcast_shapes(np.shape(a), np.shape(b)))),
+        oracle=Oracle(
+            numpy=lambda a, b: np.broadcast_to(b, np.broadcast_shapes(np.shape(a), np.shape(b))),
+            torch=lambda t, a, b: b.expand(t.broadcast_shapes(a.shape, b.shape)) + 0 * a,
+        ),
     )
 )

@@ -106,7 +106,7 @@ for _name, _draw, _doc in (
             differentiable=False,
             lowering={"glsl": f"dlc_{_name}(a, b, {{key}}, {{index}})"},
             doc=_doc,
-            group="random",
+            group="networks",
             helpers=HELPERS if _name == "random_uniform" else "",
         )
     )
@@ -167,7 +167,7 @@ register_composite(
         (Param("x", "tensor"), Param("p", "float", 0.5)),
         _dropout,
         doc="training: x * mask / (1 - p), mask 0 with probability p (a new mask each step); eval: x",
-        group="random",
+        group="networks",
         differentiable=True,
     )
 )
