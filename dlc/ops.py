@@ -417,6 +417,12 @@ def _build(fname: str, parts: list, loc: Any) -> Kernel:
             values.append(part)
     out = FUNCTIONS[fname].impl(b, loc, *values)
     graph = b.build()
+    if graph.states:  # the random ops' step counter, batch_norm's running statistics
+        raise CompileError(
+            f"{fname} reads model state ({', '.join(graph.states)}), which an eager call has none of: "
+            "use it in a model (a .dl file or a dlc.Graph); dlc.rand and dlc.randn draw eagerly",
+            loc,
+        )
     shape = tuple(d if isinstance(d, str) else int(d) for d in graph.nodes[out].shape)
     return Kernel(fname, graph, out, tuple(names), shape, tuple(scalar_names))
 

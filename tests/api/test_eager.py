@@ -102,8 +102,24 @@ for _op in registry.REGISTRY.values():
         ]
 
 
+# Functions of model state (a training step's random draws, running statistics): refused eagerly.
+STATEFUL = {
+    "dropout": ((arr(3, 4), 0.5), {}),
+    "random_uniform": (([2, 3],), {}),
+    "random_normal": (([2, 3],), {}),
+    "batch_norm": ((arr(3, 4), arr(4), arr(4), arr(4), arr(4)), {}),
+}
+
+
 def test_every_language_function_has_a_case():
-    assert sorted(FUNCTIONS) == sorted(CASES)
+    assert sorted(FUNCTIONS) == sorted({**CASES, **STATEFUL})
+
+
+@pytest.mark.parametrize("fname", sorted(STATEFUL))
+def test_functions_of_model_state_are_refused_eagerly(backend, fname):
+    args, kwargs = STATEFUL[fname]
+    with pytest.raises(dlc.CompileError, match="model state|must be a state"):
+        eager(fname, args, kwargs)
 
 
 def reference(fname, args, kwargs):
