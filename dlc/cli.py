@@ -721,7 +721,7 @@ def _save_weights(session, path: str, checkpoints: CheckpointWriter) -> tuple[st
     from .weights import SaveFailed, save_or_rescue
 
     try:
-        saved, why = save_or_rescue(path, session.params, "the trained params")
+        saved, why = save_or_rescue(path, {**session.params, **session.states}, "the trained params")
     except SaveFailed as e:
         advice = "(or give --save another place) and run again"
         if checkpoints.written:

@@ -88,3 +88,31 @@ def test_deferred_steps_advance_the_counter_on_the_gpu(gl):
         out[backend] = losses, sess.states["$step"]
     np.testing.assert_allclose(out["gl"][0], out["numpy"][0], rtol=1e-4)
     assert out["gl"][1] == out["numpy"][1] == 6
+
+
+def test_a_compiled_artifact_trains_with_dropout_as_the_model_does(gl, tmp_path):
+    from dlc.compiler.artifact import write_artifact
+
+    write_artifact(
+        dlc.compile("samples/mlp_dropout.dl"), tmp_path / "art", train_loss="cost", optimizer=dlc.Adam(0.001)
+    )
+    data = digits(32)
+    art = dlc.Session(str(tmp_path / "art"), backend="gl")
+    ref = dlc.Session("samples/mlp_dropout.dl", backend="numpy")
+    got = art.train(data, steps=3, batch_size=None, shuffle=False)
+    want = ref.train(data, optimizer=dlc.Adam(0.001), steps=3, batch_size=None, shuffle=False)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert art.backend.get_leaf("$step") == 3
+
+
+def test_an_eval_artifact_reads_the_models_state(gl, tmp_path):
+    from dlc.compiler.artifact import write_artifact
+
+    data = digits(20)
+    sess = dlc.Session("samples/resnet_bn.dl", backend="numpy")
+    sess.train(data, optimizer=dlc.Adam(0.01), steps=2, batch_size=None)
+    write_artifact(sess.model, tmp_path / "bn")
+    art = dlc.Session(str(tmp_path / "bn"), backend="gl")
+    for name, value in {**sess.params, **sess.states}.items():
+        art.backend.set_leaf(name, value)
+    np.testing.assert_allclose(art.eval("logits", data), sess.eval("logits", data), rtol=1e-4, atol=1e-5)
