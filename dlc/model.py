@@ -31,9 +31,10 @@ class Model:
 
     @property
     def tensors(self) -> dict[str, Shape]:
-        """Every named tensor that is neither an input nor a param (losses included)."""
+        """Every named tensor that is neither an input nor a param (losses included); not the
+        random ops' `$seed` and `$step` (fetchable by name all the same)."""
         skip = set(self.graph.inputs) | set(self.graph.params)
-        return {n: self.graph.node(n).shape for n in self.graph.names if n not in skip}
+        return {n: self.graph.node(n).shape for n in self.graph.names if n not in skip and not n.startswith("$")}
 
     @property
     def losses(self) -> dict[str, Shape]:
