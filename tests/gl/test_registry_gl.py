@@ -462,9 +462,14 @@ def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
-    ops = [op for op in registry.REGISTRY.values() if op.kind == "elementwise" and op.params and op.arity in (1, 2)]
+    ops = [
+        op
+        for op in registry.REGISTRY.values()
+        if op.kind == "elementwise" and op.params and op.arity in (1, 2) and op.name not in RANDOM
+    ]
     lines = ["input x: [B, 3]", "input y: [B, 3]"]
     lines += [f"o_{op.name} = {op.name}(x{', y' if op.arity == 2 else ''})" for op in ops]
+    lines += [f"o_{name} = {name}([B, 3])" for name in RANDOM]  # over the model's seed and step
     model = dlc.compile("\n".join(lines) + "\n")
     sources = [t for p in programs(model, target="texture", options={"es": True}).values() for t in p.sources.values()]
     assert sources
