@@ -205,15 +205,20 @@ class Session:
     @property
     def states(self) -> dict[str, np.ndarray]:
         """The model's state now (see `Model.states`): saved and loaded with the params."""
+        return {n: self.backend.get_leaf(n) for n in self._model_states()}
+
+    def _model_states(self) -> dict[str, tuple]:
+        """The model's state: name -> shape (an artifact's from its manifest)."""
         if self._artifact is not None:
-            return {}
-        return {n: self.backend.get_leaf(n) for n in self.model.states}
+            states = self._artifact.runner.manifest.get("states", {})
+            return {n: tuple(s) for n, s in states.items() if n != "$seed"}
+        return self.model.states
 
     def set_states(self, values: Mapping[str, np.ndarray]) -> None:
         """Set model state (checked whole first: names, shapes, finite values)."""
         from .weights import checked_params
 
-        for name, v in checked_params(values, self.model.states).items():
+        for name, v in checked_params(values, self._model_states()).items():
             self.backend.set_leaf(name, v)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -229,7 +234,7 @@ class Session:
 
         from .weights import checked_params, load_npz
 
-        states = {} if self._artifact is not None else self.model.states
+        states = self._model_states()
         values = load_npz(path)
         missing = [k for k in self.model.params if k not in values]
         if missing:
