@@ -120,6 +120,23 @@ def test_update_statement_sets_state_after_each_step():
     np.testing.assert_array_equal(sess.eval("ema"), sess.states["ema"])  # eval reads it, no update
 
 
+def test_state_and_update_in_a_def_called_in_a_loop():
+    src = (
+        "input x: [B, 2]\nparam w: [2] = 1\n"
+        "def tracked(x) {\n    state peak: [2] = zeros\n    update peak = maximum(peak, max(x, 0))\n"
+        "    return x * 2\n}\n"
+        "h = x * w\nfor i in range(2) {\n    h = tracked(h) as t.{i}\n}\nloss l = sum(h)\n"
+    )
+    sess = dlc.Session(src, backend="numpy")
+    assert list(sess.model.states) == ["t.0.peak", "t.1.peak"]
+    sess.train({"x": np.array([[1.0, -3.0], [2.0, -1.0]], np.float32)}, optimizer=dlc.SGD(0.0), steps=1)
+    np.testing.assert_array_equal(sess.states["t.0.peak"], [2.0, 0.0])
+    np.testing.assert_array_equal(sess.states["t.1.peak"], [4.0, 0.0])
+    with pytest.raises(dlc.CompileError, match=r"'peek' is not a state.*did you mean 'peak'") as e:
+        dlc.compile(src.replace("update peak", "update peek"))
+    assert "in def 'tracked' called at line 10" in str(e.value)
+
+
 # -- saving and loading ------------------------------------------------------------------------------
 
 
