@@ -26,7 +26,7 @@ class Model:
     def states(self) -> dict[str, Shape]:
         """The model's state (`state NAME`, batch_norm's running statistics, the random ops'
         step counter `$step`): saved and loaded with the params. The random ops' `$seed` is
-        the session's seed, never saved."""
+        the session's seed, kept by checkpoints but not by weights files."""
         return {n: self.graph.shape(n) for n in self.graph.states if n != "$seed"}
 
     @property

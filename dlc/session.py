@@ -594,7 +594,11 @@ class Session:
         if run is not None:
             run = dataclasses.replace(run, rng_state=None)
         states = {name: self.backend.get_leaf(name) for name in self._state_names()}
-        states.update(self.states)  # the model's state goes with the optimizer's
+        # The model's state goes with the optimizer's, and the random ops' seed: a resumed run
+        # draws what the uninterrupted one would have, whatever the new session's seed.
+        model_graph = None if self._artifact is not None else self.model.graph
+        states.update({n: self.backend.get_leaf(n) for n in (model_graph.states if model_graph else ())})
+        states.update(self.states)
         return Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
@@ -654,12 +658,13 @@ class Session:
                 else f"param '{name}' is only {'here' if name in mine else 'there'}"
             )
             raise DataError(f"{path}: the checkpoint belongs to another model: {what}")
-        model_states = {} if self._artifact is not None else self.model.states
-        missing = [n for n in model_states if n not in ckpt.states]
+        graph = None if self._artifact is not None else self.model.graph
+        model_states = {n: graph.shape(n) for n in graph.states} if graph else {}  # `$seed` too
+        missing = [n for n in model_states if n not in ckpt.states and n != "$seed"]
         if missing:
             raise DataError(f"{path}: the checkpoint lacks the model's state '{missing[0]}'")
         for name in model_states:
-            if ckpt.states[name].shape != tuple(model_states[name]):
+            if name in ckpt.states and ckpt.states[name].shape != tuple(model_states[name]):
                 shape = list(ckpt.states[name].shape)
                 raise DataError(f"{path}: state '{name}' is {shape} there but {list(model_states[name])} here")
         if ckpt.optimizer is None:

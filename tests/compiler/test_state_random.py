@@ -176,6 +176,21 @@ def test_state_is_saved_loaded_and_checkpointed(tmp_path):
         d.restore(tmp_path / "other.npz")
 
 
+def test_a_resumed_run_draws_what_the_whole_run_does(tmp_path):
+    data = digits(48)
+    whole = dlc.Session("samples/mlp_dropout.dl", backend="numpy", seed=4)
+    want = whole.train(data, optimizer=dlc.Adam(0.01), steps=6, batch_size=16)
+    part = dlc.Session("samples/mlp_dropout.dl", backend="numpy", seed=4)
+    part.train(data, optimizer=dlc.Adam(0.01), steps=6, batch_size=16, callback=lambda step, *_: step < 2)
+    part.save_checkpoint(tmp_path / "ck.npz")
+    other_seed = dlc.Session("samples/mlp_dropout.dl", backend="numpy", seed=99)
+    other_seed.restore(tmp_path / "ck.npz")  # the checkpoint's seed and step counter go on
+    got = other_seed.train(data, optimizer=dlc.Adam(0.01), steps=6, batch_size=16, resume=True)
+    assert 0 < len(got) < 6
+    np.testing.assert_allclose(got, want[6 - len(got) :], rtol=1e-6)
+    assert other_seed.states["$step"] == 6
+
+
 # -- errors ------------------------------------------------------------------------------------------
 
 
