@@ -241,3 +241,18 @@ def test_mlp_dropout_sample_matches_torch_with_dlcs_masks():
     got, want, masks = compare_mlp_dropout(dlc.Session("samples/mlp_dropout.dl", backend="numpy"), digits(32), 4)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert all(0.3 < m.mean() < 0.7 for m in masks) and not np.array_equal(masks[0], masks[1])
+
+
+def test_onnx_import_escapes_every_statement_keyword():
+    # an imported tensor named `update` would otherwise start an `update` statement
+    import re
+
+    from dlc.compiler.importers.names import KEYWORDS, escape
+    from dlc.compiler.parser import _grammar
+
+    starts = set(re.findall(r'^\s*(?:\?stmt:|\|)\s*"([a-z]+)"', _grammar(), re.M))
+    assert {"state", "update", "param"} <= starts
+    assert starts <= KEYWORDS
+    for word in starts:
+        assert escape(word) != word
+        dlc.compile(f"{escape(word)} = 1\n")
