@@ -67,8 +67,9 @@ def test_dropout_gradient_is_the_mask_times_the_scale():
 # -- batch_norm against PyTorch --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])  # sgd: the params move by the gradients themselves
 @pytest.mark.parametrize("shape", [(6, 5), (3, 4, 2, 5)], ids=["BC", "NHWC"])
-def test_batch_norm_trains_and_evaluates_as_torch(shape):
+def test_batch_norm_trains_and_evaluates_as_torch(shape, optimizer):
     rng = np.random.default_rng(0)
     c = shape[-1]
     src = (
@@ -89,7 +90,7 @@ def test_batch_norm_trains_and_evaluates_as_torch(shape):
         y = F.batch_norm(nchw, m, v, p["g"], p["b"], training, momentum=0.3, eps=0.001)
         return y.movedim(1, -1)
 
-    opt = torch.optim.Adam(list(p.values()), lr=0.05)
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(list(p.values()), lr=0.05)
     want = []
     for _ in range(3):
         opt.zero_grad()
@@ -97,7 +98,8 @@ def test_batch_norm_trains_and_evaluates_as_torch(shape):
         loss.backward()
         opt.step()
         want.append(loss.item())
-    got = sess.train({"x": x, "t": t}, optimizer=dlc.Adam(0.05), steps=3, batch_size=None)
+    dlc_opt = dlc.SGD(0.05) if optimizer == "sgd" else dlc.Adam(0.05)
+    got = sess.train({"x": x, "t": t}, optimizer=dlc_opt, steps=3, batch_size=None)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for name in p:
         np.testing.assert_allclose(sess.params[name], p[name].detach().numpy(), rtol=1e-4, atol=1e-6)
