@@ -139,6 +139,7 @@ class Session:
                 self.set_params(initial)
         self._rng = np.random.default_rng(seed)  # batch order: fixed by the seed
         self._grad_graphs: dict[str, Any] = {}
+        self._eval_graph = None  # the model's eval form, made on first eval
         self._train_graphs: dict[tuple, Any] = {}
         self._resident_graphs: dict[tuple, Any] = {}
         # On GL, train() keeps its data on the GPU when it would upload more rows than the
@@ -258,6 +259,15 @@ class Session:
             out.append(graph.names[n])
         return out
 
+    def _eval_program(self):
+        """The model's graph as eval runs it: dropout the identity, batch_norm by its running
+        statistics, no train branch computed (compiler/modes.py)."""
+        if self._eval_graph is None:
+            from dlc.compiler.modes import eval_form
+
+            self._eval_graph = eval_form(self.model.graph)
+        return self._eval_graph
+
     @_seeds_style
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
         """One fetch name -> its array; a list of names -> dict name -> array."""
@@ -269,7 +279,9 @@ class Session:
         else:
             from dlc.compiler.reference import leaf_inputs
 
-            program, roots = self.model.graph, self._roots(names)
+            self._roots(names)  # each name checked
+            program = self._eval_program()
+            roots = [program.names[n] for n in names]
             arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(program, roots))
         values = self.backend.run(program, roots, arrays, dims)
         out = {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, values)}

@@ -258,3 +258,24 @@ def test_onnx_import_escapes_every_statement_keyword():
     for word in starts:
         assert escape(word) != word
         dlc.compile(f"{escape(word)} = 1\n")
+
+
+def test_the_eval_form_computes_no_train_branch():
+    from dlc.compiler.ir import cone
+    from dlc.compiler.modes import eval_form, training_form
+
+    graph = dlc.compile("samples/resnet_bn.dl").graph
+    drop = dlc.compile("samples/mlp_dropout.dl").graph
+
+    def ops(g, name):
+        return {g.nodes[i].op for i in cone(g, [g.names[name]])}
+
+    assert "training" not in ops(eval_form(graph), "logits") | ops(training_form(graph), "logits")
+
+    # batch statistics (sums over the batch) only in training; the running ones in eval
+    def sums(g):
+        return sum(g.nodes[i].op == "sum" for i in cone(g, [g.names["logits"]]))
+
+    assert sums(training_form(graph)) == 11 and sums(eval_form(graph)) == 1  # 5 batch_norms, the pool
+    assert "random_uniform" in ops(training_form(drop), "logits")
+    assert "random_uniform" not in ops(eval_form(drop), "logits")
