@@ -123,6 +123,7 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         "inputs": {n: list(s) for n, s in model.inputs.items()},
         "params": {n: list(s) for n, s in model.params.items()},
         "tensors": {n: list(s) for n, s in model.tensors.items()},
+        **({"states": {n: list(g.shape(n)) for n in g.states}} if g.states else {}),
         "losses": list(g.losses),
         "names": {n: i for n, i in g.names.items()},  # name -> tensor of the eval program
         "train": train,
@@ -158,8 +159,8 @@ def write_artifact(
             for file, text in prog.sources.items():
                 (tmp / file).write_text(text, encoding="ascii")
         np.savez(tmp / "params.npz", **params)
-        if "train" in progs:
-            step = progs["train"].fusion.graph
+        if "train" in progs or g.states:  # the training step's state, or the model's alone
+            step = progs["train"].fusion.graph if "train" in progs else g
             np.savez(
                 tmp / "state.npz",
                 **{s: initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s) for s in step.states},

@@ -27,6 +27,8 @@ class GraphBuilder:
         self.inputs: list[str] = []
         self.params: list[str] = []
         self.losses: list[str] = []
+        self.states: list[str] = []  # model state (`state NAME`), saved with the params
+        self.updates: list[tuple[str, int]] = []  # (state, its value after a training step)
         self.name_locs: dict[str, Loc | None] = {}
         self._consts: dict[tuple, int] = {}
         self.dtypes: list[str] = []  # each node's element type (dtypes.py)
@@ -105,6 +107,34 @@ class GraphBuilder:
         self.params.append(name)
         return i
 
+    def state(self, name: str, shape: Shape, init: tuple, loc: Loc | None = None) -> int:
+        """A model state: not trained, saved with the params, set by its update after each
+        training step (see `update`)."""
+        sym = [d for d in shape if isinstance(d, str)]
+        if sym:
+            raise CompileError(f"state '{name}' has symbolic dim '{sym[0]}': a state's shape must be concrete", loc)
+        problem = init_problem(init)
+        if problem:
+            raise CompileError(f"state '{name}': {problem[1]}", loc)
+        i = self.add("state", (), loc, shape=tuple(shape), name=name, init=init)
+        self.declare(name, i, loc)
+        self.states.append(name)
+        return i
+
+    def update(self, name: str, i: int, loc: Loc | None = None) -> None:
+        """After each training step, state `name` takes the value node `i` had in that step."""
+        if name not in self.states:
+            raise CompileError(f"'{name}' is not a state: only a `state` is updated", loc)
+        for target, j in self.updates:
+            if target == name:
+                first = self.nodes[j].loc
+                where = f" (first at line {first.line})" if first else ""
+                raise CompileError(f"state '{name}' is updated twice{where}", loc)
+        want, got = self.nodes[self.names[name]].shape, self.nodes[i].shape
+        if tuple(got) != tuple(want):
+            raise CompileError(f"update of state '{name}' {format_shape(want)} has shape {format_shape(got)}", loc)
+        self.updates.append((name, i))
+
     def loss(self, name: str, i: int, loc: Loc | None = None) -> None:
         if self.nodes[i].shape != ():
             shape = format_shape(self.nodes[i].shape)
@@ -113,7 +143,13 @@ class GraphBuilder:
 
     def build(self) -> Graph:
         return Graph(
-            tuple(self.nodes), dict(self.names), tuple(self.inputs), tuple(self.params), (), tuple(self.losses)
+            tuple(self.nodes),
+            dict(self.names),
+            tuple(self.inputs),
+            tuple(self.params),
+            tuple(self.states),
+            tuple(self.losses),
+            tuple(self.updates),
         )
 
 

@@ -93,6 +93,8 @@ def initial_value(init: tuple, shape, seed: int, name: str) -> np.ndarray:
         fan_in, fan_out = _fans(shape)
         limit = math.sqrt(6.0 / (fan_in + fan_out))
         out = rng.uniform(-limit, limit, shape)
+    elif kind == "seed":  # the random ops' `$seed` state: the session's seed, exact in float32
+        out = np.full(shape, float(seed % (1 << 24)))
     elif kind == "he":
         fan_in, _ = _fans(shape)
         out = rng.normal(0.0, math.sqrt(2.0 / fan_in), shape)

@@ -2,8 +2,8 @@
 
 A `Graph` is a topologically ordered tuple of `Node`s; a node is referred to by
 its index. Leaves are `input`, `param`, `const` and `state` nodes (`state` is
-persistent optimizer storage). Every dim of a shape is an int or the name of a
-symbolic dim (bound when data is fed).
+persistent storage that is not trained: optimizer slots, and the model's own state).
+Every dim of a shape is an int or the name of a symbolic dim (bound when data is fed).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class Graph:
     """nodes plus the names a user can refer to.
 
     names: every named tensor (inputs, params, consts, `NAME = ...`, losses).
-    updates: for a training step, (leaf name, node) pairs: the new value of a
-    param or state tensor after the step.
+    updates: (leaf name, node) pairs: the new value of a param or state tensor after a
+    training step (a model's graph holds its states' updates; the step adds the optimizer's).
     """
 
     nodes: tuple[Node, ...]

@@ -70,7 +70,8 @@ class FrontEnd:
     # -- statements ----------------------------------------------------------
     def run(self, stmts: list[Stmt]) -> Graph:
         # to say "defined later" (a def's, a loop's and unpacking's names are checked where used)
-        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in ("input", "param", "const", "loss", "assign")}
+        kinds = ("input", "param", "const", "state", "loss", "assign")
+        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in kinds}
         self.later_defs = {s.name: s.loc for s in stmts if s.kind == "def"}
         for s in stmts:
             self.stmt(s)
@@ -166,6 +167,26 @@ class FrontEnd:
         i = self.b.param(name, shape, init, s.loc, frozen=s.frozen)
         if self.frame is not self.top:
             self.frame.tensors[name[len(self.frame.prefix) :]] = i
+
+    def stmt_state(self, s: Stmt):
+        name = self._check_new(s)
+        shape = self._shape(s)
+        for d, (_, loc) in zip(shape, s.shape):
+            if isinstance(d, str):
+                raise CompileError(f"state '{name}' has symbolic dim '{d}': a state's shape must be concrete", loc)
+        i = self.b.state(name, shape, self.initializer(s.value), s.loc)
+        if self.frame is not self.top:
+            self.frame.tensors[name[len(self.frame.prefix) :]] = i
+
+    def stmt_update(self, s: Stmt):
+        name = self.path(s.name, s.loc)
+        if name not in self.b.states:
+            known = [n[len(self.frame.prefix) :] for n in self.b.states if n.startswith(self.frame.prefix)]
+            raise CompileError(
+                f"'{s.name}' is not a state: declare it `state {s.name}: [...] = INIT`{did_you_mean(s.name, known)}",
+                s.loc,
+            )
+        self.b.update(name, self.tensor(s.value), s.loc)
 
     def stmt_const(self, s: Stmt):
         self._float_only(s)

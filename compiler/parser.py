@@ -73,7 +73,7 @@ class Neg(Expr):
 
 @dataclass(frozen=True)
 class Stmt:
-    kind: str  # input param const loss assign unpack def for return
+    kind: str  # input param const state update loss assign unpack def for return
     name: str
     loc: Loc
     shape: tuple[tuple[Any, Loc], ...] | None = None  # (int or symbolic name, where)
@@ -242,6 +242,14 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
         name, (dtype, shape), init = items
         return Stmt("param", str(name), self._loc(name), shape, init, frozen=True, dtype=dtype)
 
+    def state_stmt(self, items):
+        name, shape, init = items
+        return Stmt("state", self._name(name), self._loc(name), shape, init)
+
+    def update_stmt(self, items):
+        name, value = items
+        return Stmt("update", self._name(name), self._loc(name), None, value)
+
     def unpack_stmt(self, items):
         *names, value = items
         return Stmt("unpack", str(names[0]), self._loc(names[0]), None, value, names=self._names(names))
@@ -349,6 +357,8 @@ _WORDS = {
     "CONST": "'const'",
     "LOSS": "'loss'",
     "FROZEN": "'frozen'",
+    "STATE": "'state'",
+    "UPDATE": "'update'",
     "DEF": "'def'",
     "FOR": "'for'",
     "IN": "'in'",

@@ -240,6 +240,7 @@ def _load() -> None:
     from .ops import elementwise, layout, leaf, linalg, norm, reduce, special, window  # noqa: F401, I001
     from .ops import activations, math_ops, logic  # noqa: F401, I001  (after special: gelu calls dlc_erf)
     from .ops import integers  # noqa: F401
+    from .ops import modes, random, batch_norm  # noqa: F401, I001  (training/eval, random, model state)
 
 
 def _complete() -> None:

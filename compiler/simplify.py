@@ -95,8 +95,9 @@ def _is_const(n: Node, value: float) -> bool:
 
 
 def simplify_algebra(g: Graph) -> Graph:
-    """x+0, 0+x, x-0, x*1, 1*x, x/1, x^1, -(-x), and reshape/broadcast_to/transpose
-    that change nothing become x, where x already has the result's shape."""
+    """x+0, 0+x, x-0, x*1, 1*x, x/1, x^1, -(-x), training(t, x) (the eval form), and
+    reshape/broadcast_to/transpose that change nothing become x, where x already has the
+    result's shape."""
 
     def same(rw: Rewriter, n: Node) -> int | None:
         ins = [rw.nodes[j] for j in n.inputs]
@@ -114,6 +115,8 @@ def simplify_algebra(g: Graph) -> Graph:
             keep = n.inputs[0]
         elif n.op == "transpose" and tuple(n.attr("perm")) == tuple(range(len(n.shape))):
             keep = n.inputs[0]
+        elif n.op == "training":  # outside a training step (compiler/modes.py): the eval input
+            keep = n.inputs[1]
         if keep is not None and rw.nodes[keep].shape == n.shape:
             return keep
         return None

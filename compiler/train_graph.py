@@ -20,6 +20,7 @@ from dlc.runtime.errors import DlcError
 from .autodiff import differentiate, extend, grad_name, resolve_loss
 from .builder import GraphBuilder
 from .ir import Graph, cone
+from .modes import training_form
 from .optimizers import add_updates
 from .simplify import simplify
 from .verify import check_graph
@@ -30,7 +31,9 @@ LR = "$lr"
 def build_train_graph(graph: Graph, loss: str | None, optimizer, freeze: Iterable[str] = ()) -> Graph:
     """The training step of `graph` minimizing `loss` (default: the first) with `optimizer`
     (a `dlc.optimizers` object: `.name` and its hyper-parameters), simplified. Params declared
-    `frozen` or matching a glob of `freeze` keep their values (no gradient, no optimizer state)."""
+    `frozen` or matching a glob of `freeze` keep their values (no gradient, no optimizer state).
+    The step runs the graph's training form (dropout drops, batch_norm uses batch statistics)
+    and applies the model's state updates too."""
     loss, with_grads, trained = gradients_for(graph, loss, freeze)
     step = add_optimizer(graph, loss, with_grads, trained, optimizer)
     check_graph(step)
@@ -41,7 +44,9 @@ def build_train_graph(graph: Graph, loss: str | None, optimizer, freeze: Iterabl
 
 def gradients_for(graph: Graph, loss: str | None, freeze: Iterable[str] = ()) -> tuple[str, Graph, dict[str, int]]:
     """The autodiff stage: (the loss, `graph` with d loss / d param appended, param -> its
-    gradient node for the params the loss depends on and that are not frozen)."""
+    gradient node for the params the loss depends on and that are not frozen). The graph
+    differentiated is `graph`'s training form (dropout drops, batch_norm uses batch statistics)."""
+    graph = training_form(graph)
     loss = resolve_loss(graph, loss)
     with_grads, grads = differentiate(graph, loss)
     # A param the loss does not depend on keeps its value (its gradient is zero).
@@ -66,7 +71,9 @@ def frozen_params(graph: Graph, freeze: Iterable[str] = ()) -> set[str]:
 
 def add_optimizer(graph: Graph, loss: str, with_grads: Graph, trained: dict[str, int], optimizer) -> Graph:
     """The optimizer stage: the step graph (not simplified) that applies `optimizer` to the
-    gradients `trained` of `with_grads`, built from the forward `graph`."""
+    gradients `trained` of `with_grads`, built from the forward `graph` (whose state updates
+    it applies as the training form computes them)."""
+    graph = training_form(graph)
     b = extend(with_grads)
     lr = b.input(LR, ())
     states, updates = add_updates(b, optimizer, trained, lr)
@@ -93,6 +100,11 @@ def build_split_step(graph: Graph, loss: str | None, optimizer, freeze: Iterable
     gradients (`grad$<param>` named, with the loss), then the update, whose inputs are the
     (all-reduced) gradients `grad$<param>` and `$lr`, and whose params and optimizer state
     are the one-graph step's, by the same names. Both simplified."""
+    if graph.states:
+        raise DlcError(
+            f"data-parallel training of a model with state ({', '.join(graph.states)}) is not supported yet: "
+            "train it on one device"
+        )
     loss, with_grads, trained = gradients_for(graph, loss, freeze)
     grads = simplify(with_grads)
     check_graph(grads)

@@ -196,7 +196,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{t.path}: ok")
         print()
         frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
-        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen))
+        states = () if isinstance(t, ArtifactModel) else set(t.graph.states)
+        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen, states))
     return status
 
 
@@ -757,7 +758,7 @@ def _save_weights(session, path: str, checkpoints: CheckpointWriter) -> tuple[st
     from .weights import SaveFailed, save_or_rescue
 
     try:
-        saved, why = save_or_rescue(path, session.params, "the trained params")
+        saved, why = save_or_rescue(path, {**session.params, **session.states}, "the trained params")
     except SaveFailed as e:
         advice = "(or give --save another place) and run again"
         if checkpoints.written:

@@ -42,7 +42,9 @@ class EvalPlan:
         else:
             from dlc.compiler.reference import leaf_inputs
 
-            self.program, self.roots = session.model.graph, session._roots(names)
+            session._roots(names)  # each name checked (did-you-mean)
+            self.program = session._eval_program()  # dropout the identity, batch_norm's running stats
+            self.roots = [self.program.names[n] for n in names]
             self.needed = leaf_inputs(self.program, self.roots)
         # The last feeds accepted whole: (their names, their shapes, the dims they bind).
         self._accepted: tuple[tuple[str, ...], tuple[tuple[int, ...], ...], dict[str, int]] | None = None

@@ -28,10 +28,18 @@ class Model:
         return {n: self.graph.shape(n) for n in self.graph.params}
 
     @property
+    def states(self) -> dict[str, Shape]:
+        """The model's state (`state NAME`, batch_norm's running statistics, the random ops'
+        step counter `$step`): saved and loaded with the params. The random ops' `$seed` is
+        the session's seed, kept by checkpoints but not by weights files."""
+        return {n: self.graph.shape(n) for n in self.graph.states if n != "$seed"}
+
+    @property
     def tensors(self) -> dict[str, Shape]:
-        """Every named tensor that is neither an input nor a param (losses included)."""
+        """Every named tensor that is neither an input nor a param (losses included); not the
+        random ops' `$seed` and `$step` (fetchable by name all the same)."""
         skip = set(self.graph.inputs) | set(self.graph.params)
-        return {n: self.graph.node(n).shape for n in self.graph.names if n not in skip}
+        return {n: self.graph.node(n).shape for n in self.graph.names if n not in skip and not n.startswith("$")}
 
     @property
     def losses(self) -> dict[str, Shape]:

@@ -421,6 +421,12 @@ def _build(fname: str, parts: list, loc: Any) -> Kernel:
     if b.dtype(out) == "i32":  # eager arrays hold f32: int(x) comes back as whole floats
         out = b.add("float", [out], loc)
     graph = b.build()
+    if graph.states:  # the random ops' step counter, batch_norm's running statistics
+        raise CompileError(
+            f"{fname} reads model state ({', '.join(graph.states)}), which an eager call has none of: "
+            "use it in a model (a .dl file or a dlc.Graph); dlc.rand and dlc.randn draw eagerly",
+            loc,
+        )
     shape = tuple(d if isinstance(d, str) else builtins.int(d) for d in graph.nodes[out].shape)
     return Kernel(fname, graph, out, tuple(names), shape, tuple(scalar_names))
 

@@ -132,7 +132,7 @@ class Session:
             from dlc.compiler.initializers import initial_value
 
             graph = model.graph
-            for name in graph.params:
+            for name in (*graph.params, *graph.states):  # model state starts at its init, as params do
                 node = graph.node(name)
                 self.backend.set_leaf(name, initial_value(node.attr("init"), node.shape, seed, name))
             if initial is not None:
@@ -142,6 +142,7 @@ class Session:
         self._eval_plans: dict[tuple, Any] = {}  # eval's prepared fetch lists (dlc/eval_plan.py)
         self._default_fetches: dict[tuple, list[str]] = {}  # predict()'s, by the feeds' names
         self._reference = None  # an artifact's model.dl, for predict()'s default fetches
+        self._eval_graph = None  # the model's eval form, made on first eval
         self._train_graphs: dict[tuple, Any] = {}
         self._resident_graphs: dict[tuple, Any] = {}
         # On GL, train() keeps its data on the GPU when it would upload more rows than the
@@ -205,16 +206,51 @@ class Session:
         for name, v in checked_params(values, self.model.params).items():
             self.backend.set_leaf(name, v)
 
+    @property
+    def states(self) -> dict[str, np.ndarray]:
+        """The model's state now (see `Model.states`): saved and loaded with the params."""
+        return {n: self.backend.get_leaf(n) for n in self._model_states()}
+
+    def _model_states(self) -> dict[str, tuple]:
+        """The model's state: name -> shape (an artifact's from its manifest)."""
+        if self._artifact is not None:
+            states = self._artifact.runner.manifest.get("states", {})
+            return {n: tuple(s) for n, s in states.items() if n != "$seed"}
+        return self.model.states
+
+    def set_states(self, values: Mapping[str, np.ndarray]) -> None:
+        """Set model state (checked whole first: names, shapes, finite values)."""
+        from .weights import checked_params
+
+        for name, v in checked_params(values, self._model_states()).items():
+            self.backend.set_leaf(name, v)
+
     def save(self, path: str | os.PathLike) -> None:
-        """Write the params to an .npz atomically (a temp file, then rename)."""
+        """Write the params and the model's state to an .npz atomically (a temp file, then rename)."""
         from .weights import save_npz
 
-        save_npz(path, self.params)
+        save_npz(path, {**self.params, **self.states})
 
     def load(self, path: str | os.PathLike) -> None:
-        from .weights import load_npz
+        """Read params (every one) and model state (those the file holds; the others keep
+        their values) from an .npz; the file is checked whole before anything is set."""
+        from dlc.runtime.errors import DataError
 
-        self.set_params(load_npz(path, self.model.params))
+        from .weights import checked_params, load_npz
+
+        states = self._model_states()
+        values = load_npz(path)
+        missing = [k for k in self.model.params if k not in values]
+        if missing:
+            raise DataError(f"{os.fspath(path)}: param '{missing[0]}' is missing")
+        try:
+            checked = checked_params(values, {**self.model.params, **states})
+        except DataError as e:
+            raise DataError(f"{os.fspath(path)}: {e}") from None
+        self.set_params({k: v for k, v in checked.items() if k in self.model.params})
+        for name, v in checked.items():
+            if name in states:
+                self.backend.set_leaf(name, v)
 
     # -- evaluation ------------------------------------------------------------
     def _roots(self, names) -> list[int]:
@@ -225,6 +261,15 @@ class Session:
                 raise KeyError(f"no tensor named '{n}' in the model{did_you_mean(n, graph.names)}")
             out.append(graph.names[n])
         return out
+
+    def _eval_program(self):
+        """The model's graph as eval runs it: dropout the identity, batch_norm by its running
+        statistics, no train branch computed (compiler/modes.py)."""
+        if self._eval_graph is None:
+            from dlc.compiler.modes import eval_form
+
+            self._eval_graph = eval_form(self.model.graph)
+        return self._eval_graph
 
     @_seeds_style
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
@@ -322,8 +367,9 @@ class Session:
             else:
                 self._optimizer, self._state_ready = optimizer, set()
         self._restored_config = None
+        model_state = set(self.model.graph.states)  # made with the params, not per optimizer
         for name in graph.states:
-            if name not in self._state_ready:
+            if name not in self._state_ready and name not in model_state:
                 node = graph.node(name)
                 value = initial_value(node.attr("init"), node.shape, self.seed, name)
                 self.backend.set_leaf(name, value)
@@ -672,6 +718,11 @@ class Session:
         if run is not None:
             run = dataclasses.replace(run, rng_state=None)
         states = {name: self.backend.get_leaf(name) for name in self._state_names()}
+        # The model's state goes with the optimizer's, and the random ops' seed: a resumed run
+        # draws what the uninterrupted one would have, whatever the new session's seed.
+        model_graph = None if self._artifact is not None else self.model.graph
+        states.update({n: self.backend.get_leaf(n) for n in (model_graph.states if model_graph else ())})
+        states.update(self.states)
         return Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
@@ -731,8 +782,17 @@ class Session:
                 else f"param '{name}' is only {'here' if name in mine else 'there'}"
             )
             raise DataError(f"{path}: the checkpoint belongs to another model: {what}")
+        graph = None if self._artifact is not None else self.model.graph
+        model_states = {n: graph.shape(n) for n in graph.states} if graph else {}  # `$seed` too
+        missing = [n for n in model_states if n not in ckpt.states and n != "$seed"]
+        if missing:
+            raise DataError(f"{path}: the checkpoint lacks the model's state '{missing[0]}'")
+        for name in model_states:
+            if name in ckpt.states and ckpt.states[name].shape != tuple(model_states[name]):
+                shape = list(ckpt.states[name].shape)
+                raise DataError(f"{path}: state '{name}' is {shape} there but {list(model_states[name])} here")
         if ckpt.optimizer is None:
-            if ckpt.states:
+            if set(ckpt.states) - set(model_states):
                 raise DataError(f"{path}: the checkpoint holds optimizer state but names no optimizer")
             return None
         try:
@@ -751,6 +811,8 @@ class Session:
                 odd = sorted(set(ckpt.states) ^ wanted)[0]
                 raise DataError(f"{path}: optimizer state '{odd}' does not fit {self.model.path}'s training step")
         for name, value in ckpt.states.items():
+            if name in model_states:
+                continue
             param = name.split("$", 1)[0]
             fits = name == "$t" and value.shape == () or param in mine and value.shape == mine[param]
             if self._artifact is None and not fits:

@@ -248,6 +248,11 @@ class _Manifest:
         for n, s in self.obj(m["params"], "params").items():
             self.leaf(n, f"params: the name {_show(n)}")
             self.leaves["param"][n] = self.fixed(s, f"params.{n}")
+        # The model's state (running statistics, the random ops' counters): read by the eval
+        # program too, so listed outside `train` (whose states include them).
+        for n, s in self.obj(m.get("states", {}), "states").items():
+            self.leaf(n, f"states: the name {_show(n)}")
+            self.leaves["state"][n] = self.fixed(s, f"states.{n}")
         train = m.get("train")
         if train is not None:
             self.train(train)
@@ -318,7 +323,10 @@ class _Manifest:
             self.int(t["batch_size"], "train.batch_size", 1)
         for n, s in self.obj(t["states"], "train.states").items():
             self.leaf(n, f"train.states: the name {_show(n)}")
-            self.leaves["state"][n] = self.fixed(s, f"train.states.{n}")
+            size = self.fixed(s, f"train.states.{n}")
+            if self.leaves["state"].get(n, size) != size:
+                self.fail(f"train.states.{n}", "differs from the model's state of that name ('states')")
+            self.leaves["state"][n] = size
 
     def schedule(self, v) -> None:
         """A learning-rate schedule: its name and finite numbers (dlc.runtime.schedules checks
@@ -593,6 +601,7 @@ def _format_count(count: tuple[int, tuple]) -> str:
 
 
 def leaf_shapes(m: Mapping) -> tuple[dict, dict]:
-    """(param name -> shape, state name -> shape) of a validated manifest."""
-    states = (m.get("train") or {}).get("states", {})
+    """(param name -> shape, state name -> shape) of a validated manifest: the model's state
+    and the training step's."""
+    states = {**m.get("states", {}), **(m.get("train") or {}).get("states", {})}
     return ({n: tuple(s) for n, s in m["params"].items()}, {n: tuple(s) for n, s in states.items()})

@@ -75,7 +75,8 @@ def read_named_files(folder: pathlib.Path, m: dict) -> ArtifactFiles:
     sources = read_shaders(folder, m, where)
     params, states = leaf_shapes(m)
     initial = read_npz(folder, "params.npz", params, where, "params")
-    state = read_npz(folder, "state.npz", states, where, "train.states") if m.get("train") else {}
+    has_state = m.get("train") or m.get("states")
+    state = read_npz(folder, "state.npz", states, where, "train.states") if has_state else {}
     return ArtifactFiles(m, sources, params, initial, state)
 
 

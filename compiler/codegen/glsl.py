@@ -499,6 +499,10 @@ class Emitter:
             return self.ctx.renderer.op(node.op, int_glsl, [self.integer(j, a) for j, a in zip(node.inputs, at)])
         args = [self.number(j, a) for j, a in zip(node.inputs, at)]
         expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
+        if "{index}" in expr:  # an op that depends on its element's position (the random ops)
+            if ix.flat == VEC:
+                raise NotVectorizable(f"{node.op} reads its element's index")
+            expr = expr.replace("{index}", self.flat(ix, node.shape))
         if "{" in expr:
             raise AssertionError(f"{node.op} node %{n} lacks an attr its GLSL needs: {op.glsl}")
         return expr

@@ -30,7 +30,7 @@ from importlib import resources
 
 import numpy as np
 
-from dlc.errors import DlcError
+from dlc.errors import DataError, DlcError
 
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"
@@ -94,17 +94,26 @@ def export_web(
     data = manifest(model, progs, opt, None)
 
     # The params: a weights file, the artifact's params.npz, or the initializers.
-    if weights is not None:
-        params = load_npz(weights, dict(model.params))
+    saved_state: dict[str, np.ndarray] = {}
+    if weights is not None:  # params, and model state where the file holds it (Session.save)
+        values = load_npz(weights)
+        missing = [n for n in model.params if n not in values]
+        if missing:
+            raise DataError(f"{weights}: param '{missing[0]}' is missing")
+        try:
+            saved_state = checked_params(values, {**model.params, **model.states})
+        except DataError as e:
+            raise DataError(f"{weights}: {e}") from None
+        params = {n: v for n, v in saved_state.items() if n in model.params}
     elif compiled is not None:
         params = artifact.params
     else:
         params = {n: initial_value(graph.node(n).attr("init"), graph.node(n).shape, seed, n) for n in graph.params}
     params = checked_params(params, dict(model.params))
     states: dict[str, np.ndarray] = {}
-    if "train" in progs:
-        step = progs["train"].fusion.graph
-        saved = artifact.state if own_setup else {}
+    step = progs["train"].fusion.graph if "train" in progs else graph  # the model's state alone
+    if step.states:
+        saved = {**(artifact.state if own_setup else {}), **saved_state}
         for s in step.states:
             value = saved.get(s)
             if value is None or tuple(value.shape) != tuple(step.shape(s)):

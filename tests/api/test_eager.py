@@ -114,10 +114,24 @@ for _op in registry.REGISTRY.values():
 
 # Functions eager arrays (f32 only) cannot call: gather takes i32 indices.
 NOT_EAGER = {"gather"}
+# Functions of model state (a training step's random draws, running statistics): refused eagerly.
+STATEFUL = {
+    "dropout": ((arr(3, 4), 0.5), {}),
+    "random_uniform": (([2, 3],), {}),
+    "random_normal": (([2, 3],), {}),
+    "batch_norm": ((arr(3, 4), arr(4), arr(4), arr(4), arr(4)), {}),
+}
 
 
 def test_every_language_function_has_a_case():
-    assert sorted(FUNCTIONS) == sorted([*CASES, *NOT_EAGER])
+    assert sorted(FUNCTIONS) == sorted([*CASES, *NOT_EAGER, *STATEFUL])
+
+
+@pytest.mark.parametrize("fname", sorted(STATEFUL))
+def test_functions_of_model_state_are_refused_eagerly(backend, fname):
+    args, kwargs = STATEFUL[fname]
+    with pytest.raises(dlc.CompileError, match="model state|must be a state"):
+        eager(fname, args, kwargs)
 
 
 def test_eager_gather_refuses_float_indices_and_int_comes_back_as_whole_floats():

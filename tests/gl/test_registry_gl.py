@@ -50,6 +50,8 @@ def sample(rng, domain: str, shape) -> np.ndarray:
         return rng.integers(-1, 6, size=shape).astype(float)  # some out of [0, depth)
     if domain == "rows":
         return rng.integers(0, 3, size=shape).astype(float)  # rows of a tensor of >= 3
+    if domain == "counter":  # a random op's seed or step: an integer exact in float32
+        return rng.integers(0, 2**24, size=shape).astype(float)
     return registry.sample(domain, rng, shape)  # the domains entries' oracles name
 
 
@@ -61,12 +63,21 @@ def _domains_attrs(op: registry.OpDef) -> tuple[list[str], dict]:
 
 
 ODD = (3, 5, 7)
+# The random ops: elementwise over (seed, step) scalars, of a shape of their own (attr).
+RANDOM = ("random_uniform", "random_normal")
 
 
 def elementwise_cases() -> list[Case]:
     out = []
     for name, op in registry.REGISTRY.items():
         if op.kind != "elementwise" or name == "dim_size":
+            continue
+        if name in RANDOM:
+            seeds = ["counter", "counter"]
+            out.append(Case(name, [(), ()], {"shape": ODD, "key": 7}, seeds, label="odd"))
+            out.append(Case(name, [(), ()], {"shape": (4, 6), "key": 2}, seeds, label="vec4"))
+            sym = {"shape": ("B", 5), "key": 11}
+            out.append(Case(name, [(), ()], sym, seeds, dims={"B": 3}, label="symbolic"))
             continue
         dom, attrs = _domains_attrs(op)
         if op.arity == 1:
@@ -343,7 +354,11 @@ def special_inputs(op: str, arity: int, n: int) -> list[np.ndarray]:
     return [s.reshape(sh) for sh in shapes]
 
 
-ELEMENTWISE = sorted(name for name, op in registry.REGISTRY.items() if op.kind == "elementwise" and name != "dim_size")
+ELEMENTWISE = sorted(
+    name
+    for name, op in registry.REGISTRY.items()
+    if op.kind == "elementwise" and name != "dim_size" and name not in RANDOM  # random: integer counters
+)
 
 
 @pytest.mark.parametrize("n", [len(SPECIALS), len(SPECIALS) - 1], ids=["vec4", "odd"])
@@ -544,9 +559,14 @@ def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
-    ops = [op for op in registry.REGISTRY.values() if op.kind == "elementwise" and op.params and op.arity in (1, 2)]
+    ops = [
+        op
+        for op in registry.REGISTRY.values()
+        if op.kind == "elementwise" and op.params and op.arity in (1, 2) and op.name not in RANDOM
+    ]
     lines = ["input x: [B, 3]", "input y: [B, 3]"]
     lines += [f"o_{op.name} = {op.name}(x{', y' if op.arity == 2 else ''})" for op in ops]
+    lines += [f"o_{name} = {name}([B, 3])" for name in RANDOM]  # over the model's seed and step
     model = dlc.compile("\n".join(lines) + "\n")
     sources = [t for p in programs(model, target="texture", options={"es": True}).values() for t in p.sources.values()]
     assert sources

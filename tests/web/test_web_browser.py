@@ -22,6 +22,8 @@ DATA = {
     "linear.dl": "samples/data/linear.csv",
     "mlp_digits.dl": "samples/data/digits_test.npz",
     "cnn_digits.dl": "samples/data/digits_test.npz",
+    "mlp_dropout.dl": "samples/data/digits_test.npz",
+    "resnet_bn.dl": "samples/data/digits_test.npz",
     "lstm.dl": "samples/data/sequences.npz",
 }
 ROWS = 19  # examples fed to eval: not a multiple of anything the shaders tile by
@@ -45,7 +47,7 @@ def test_every_sample_has_data():
 def test_eval_matches_numpy(sample, web_root, open_export, tmp_path):
     path = f"samples/{sample}"
     sess = reference(path, seed=1)
-    np.savez(tmp_path / "w.npz", **sess.params)
+    sess.save(tmp_path / "w.npz")  # params and model state (batch_norm's running statistics)
     page = open_export(exported(web_root, f"eval_{sample}", path, weights=tmp_path / "w.npz"))
     data = load_data(DATA[sample], sess.model.inputs).arrays
     data = {n: v[:ROWS] for n, v in data.items()}
@@ -123,6 +125,28 @@ def test_ten_training_steps_match_numpy(optimizer, web_root, open_export, tmp_pa
     for n, v in sess.params.items():
         assert got["params"][n]["shape"] == list(v.shape)
         np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+@pytest.mark.parametrize("sample", ["mlp_dropout.dl", "resnet_bn.dl"])
+def test_training_with_dropout_and_batch_norm_matches_numpy(sample, web_root, open_export, tmp_path):
+    # dlc.js draws the same dropout masks (WebGL2's uint arithmetic) and updates the running
+    # statistics and the step counter on the GPU as the reference does
+    path = f"samples/{sample}"
+    sess = reference(path, seed=3)
+    sess.save(tmp_path / "w.npz")
+    name = exported(web_root, f"train_{sample}", path, weights=tmp_path / "w.npz", optimizer="adam", lr=0.01, seed=3)
+    page = open_export(name)
+    data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
+    data = {n: v[:40] for n, v in data.items()}
+    want = sess.train(data, optimizer=dlc.Adam(0.01), batch_size=16, steps=4, shuffle=False)
+    got = page.call(
+        f"{JS_FEEDS} const losses = await m.train(feeds, {{steps: 4, batchSize: 16}});"
+        " const after = await m.eval(feeds, ['cost']);"
+        " return {losses, cost: after.cost.data[0]};",
+        {"feeds": feed(data)},
+    )
+    np.testing.assert_allclose(got["losses"], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["cost"], sess.eval("cost", data), rtol=1e-4)
 
 
 def test_bad_feeds_and_names_are_clear_errors(web_root, open_export):
