@@ -170,6 +170,7 @@ class FrontEnd:
 
     def stmt_state(self, s: Stmt):
         name = self._check_new(s)
+        self._float_only(s)
         shape = self._shape(s)
         for d, (_, loc) in zip(shape, s.shape):
             if isinstance(d, str):

@@ -243,8 +243,8 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
         return Stmt("param", str(name), self._loc(name), shape, init, frozen=True, dtype=dtype)
 
     def state_stmt(self, items):
-        name, shape, init = items
-        return Stmt("state", self._name(name), self._loc(name), shape, init)
+        name, (dtype, shape), init = items
+        return Stmt("state", self._name(name), self._loc(name), shape, init, dtype=dtype)
 
     def update_stmt(self, items):
         name, value = items

@@ -471,14 +471,14 @@ def _split(x: Any, sizes, axis: int = 0) -> tuple:
     `slice` each (the language function checks the arguments first, with its errors)."""
     shape = tuple(np.shape(x))
     b = GraphBuilder()
-    FUNCTIONS["split"].impl(b, _call_site(), b.input("x", shape), tuple(sizes), int(axis))
-    ax = int(axis) % len(shape)
+    FUNCTIONS["split"].impl(b, _call_site(), b.input("x", shape), tuple(sizes), builtins.int(axis))
+    ax = builtins.int(axis) % len(shape)
     parts, offset = [], 0
     for s in sizes:
         begin = [offset if k == ax else 0 for k in range(len(shape))]
-        size = [int(s) if k == ax else -1 for k in range(len(shape))]
+        size = [builtins.int(s) if k == ax else -1 for k in range(len(shape))]
         parts.append(call("slice", (x, begin, size), {}))
-        offset += int(s)
+        offset += builtins.int(s)
     return tuple(parts)
 
 
