@@ -26,6 +26,12 @@ _LAZY = {
     "AdamW": "dlc.optimizers",
     "schedules": "dlc.runtime.schedules",  # dlc.schedules.Cosine(...), the learning-rate schedules
     "load": "dlc.artifacts",
+    # Keras-style callbacks for Session.fit (and dlc train --early-stop / --keep-best)
+    "Callback": "dlc.callbacks",
+    "EarlyStopping": "dlc.callbacks",
+    "ModelCheckpoint": "dlc.callbacks",
+    "LambdaCallback": "dlc.callbacks",
+    "History": "dlc.callbacks",
     "import_onnx": "dlc.onnx_import",
     "Graph": "dlc.graph",
     "Tensor": "dlc.graph",

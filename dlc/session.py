@@ -327,7 +327,7 @@ class Session:
         steps: int | None = None,
         shuffle: bool = True,
         callback: Callback | None = None,
-        on_epoch_end: Callable[[int], None] | None = None,
+        on_epoch_end: Callable[[int], bool | None] | None = None,
         resume: bool = False,
         checkpoint: str | os.PathLike | Callable[[], object] | None = None,
         checkpoint_every: int | None = None,
@@ -473,6 +473,76 @@ class Session:
             if resident:
                 for name in arrays:
                     self.backend.drop_leaf(data_name(name))
+
+    def fit(
+        self,
+        x,
+        y,
+        batch_size: int | None = 32,
+        epochs: int = 1,
+        optimizer: Optimizer | None = None,
+        validation_data: tuple | None = None,
+        callbacks: Sequence[Any] = (),
+        metrics: Sequence[str] | None = None,
+        loss: str | None = None,
+        shuffle: bool = True,
+        verbose: bool = False,
+    ):
+        """Keras's `fit` for a model of two inputs: `x` feeds the first one declared, `y` the
+        second (the label). Trains as `train` does and returns a `dlc.History` of each epoch's
+        `loss` (the mean step loss) and, with `validation_data=(x_val, y_val)`, `val_loss` and
+        `val_NAME` for each metric (`metrics`: scalar tensor names; default: `accuracy` and
+        `metric.*`, see README). `callbacks`: `dlc.EarlyStopping`, `dlc.ModelCheckpoint`,
+        `dlc.LambdaCallback` or any `dlc.Callback`; one returning False stops after that epoch.
+        `verbose=True` prints each epoch's logs.
+
+        >>> sess = dlc.Session("samples/quadratic.dl", backend="numpy")
+        >>> history = sess.fit(xs, ys, epochs=20, optimizer=dlc.Adam(0.1))
+        >>> history.history["loss"][-1]
+        """
+        from .callbacks import EpochRunner
+        from .metrics import metric_tensors
+
+        inputs = list(self.model.inputs)
+        if len(inputs) != 2:
+            raise DlcError(
+                f"{self.model.path}: fit(x, y) needs a model of two inputs (the data, then the label), "
+                f"but it has {len(inputs)} ({', '.join(inputs) or 'none'}): call train() with a dict of feeds"
+            )
+        loss_name = loss or next(iter(self.model.losses), None)
+        if loss_name is None:
+            raise DlcError(f"{self.model.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
+        shown = metric_tensors(self.model, metrics)
+        validate = None
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+                raise ValueError("validation_data must be a pair (x_val, y_val)")
+            val_feeds = dict(zip(inputs, validation_data))
+
+            def validate() -> dict[str, float]:
+                values = self.eval([loss_name, *shown.values()], val_feeds)
+                return {"val_loss": float(values[loss_name])} | {f"val_{k}": float(values[t]) for k, t in shown.items()}
+
+        def report(epoch: int, logs) -> None:
+            if verbose:
+                print(f"epoch {epoch}/{epochs}: " + "  ".join(f"{k} {v:.6g}" for k, v in logs.items()), flush=True)
+
+        runner = EpochRunner(self, callbacks, validate, report)
+        runner.begin()
+        self.train(
+            dict(zip(inputs, (x, y))),
+            loss=loss_name,
+            optimizer=optimizer,
+            batch_size=batch_size,
+            epochs=epochs,
+            shuffle=shuffle,
+            callback=runner.step_hook,
+            on_epoch_end=runner.epoch_hook,
+        )
+        runner.end()
+        if verbose and runner.stop_reason():
+            print(runner.stop_reason(), flush=True)
+        return runner.history
 
     def _parallel_step(self, loss: str | None, optimizer: Optimizer):
         """The data-parallel step over `self.parallel`'s ranks for (loss, optimizer): the
