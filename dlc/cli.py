@@ -857,6 +857,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if args.model:  # a model's params per layer, as Model.summary() prints them
+        from .report import param_summary
+
+        t = open_model(args.model)
+        frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
+        print(f"{t.path}:")
+        print(param_summary(t.params, frozen))
+        return 0
     from dlc.runtime.info import describe
 
     print(f"dlc {__version__}")
@@ -1292,8 +1300,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
         help="show the OpenGL context dlc finds and the backend it would use",
         description="Show the OpenGL context found (vendor, renderer, version, limits) and the "
-        "backend that\n'--backend' would default to.",
+        "backend that\n'--backend' would default to; with a MODEL, its params per layer and their counts.",
+        epilog="examples:\n  dlc info\n  dlc info samples/lstm.dl",
     )
+    c.add_argument("model", metavar="MODEL", nargs="?", help="a .dl model or artifact: list its params by layer")
     c.set_defaults(func=cmd_info)
     return p
 

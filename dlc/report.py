@@ -72,3 +72,29 @@ def describe_array(name: str, a: np.ndarray, count: int = 6) -> str:
     more = ", ..." if flat.size > count else ""
     rng = f"  min {float(flat.min()):.6g}  max {float(flat.max()):.6g}" if flat.size else ""
     return f"{name}: {format_shape(a.shape)}{rng}  [{first}{more}]"
+
+
+def layer_of(param: str) -> str:
+    """The layer a param belongs to: its dotted path without the last segment (`h.0.attn.w`
+    -> `h.0.attn`, the path a `def` call created it under); '(top level)' for a plain name."""
+    return param.rsplit(".", 1)[0] if "." in param else "(top level)"
+
+
+def param_summary(params: Mapping[str, tuple], frozen: Collection[str] = ()) -> str:
+    """Keras's model summary for a .dl model: one row per layer (the dotted path of its
+    params) with its params' names and shapes and their count, then the totals."""
+    layers: dict[str, list[str]] = {}
+    for name in params:
+        layers.setdefault(layer_of(name), []).append(name)
+    rows = []
+    for layer, names in layers.items():
+        short = [n[len(layer) + 1 :] if layer != "(top level)" else n for n in names]
+        listed = ", ".join(f"{s} {format_shape(params[n])}" for s, n in zip(short, names))
+        rows.append((layer, listed, f"{sum(math.prod(params[n]) for n in names):,}"))
+    total = sum(math.prod(s) for s in params.values())
+    fixed = sum(math.prod(params[n]) for n in params if n in frozen)
+    return (
+        table(("layer", "params", "count"), rows)
+        + f"\n\ntotal: {plural(total, 'param')} in {plural(len(layers), 'layer')} "
+        f"({total - fixed:,} trainable, {fixed:,} frozen)"
+    )
