@@ -33,6 +33,7 @@ _LAZY = {
     "LambdaCallback": "dlc.callbacks",
     "History": "dlc.callbacks",
     "import_onnx": "dlc.onnx_import",
+    "distributed": "dlc.distributed",  # dlc.distributed.init(): data-parallel training over MPI
     "Graph": "dlc.graph",
     "Tensor": "dlc.graph",
     # the seeds' eager API: device arrays, ops, scopes, debug mode, seeds-style training

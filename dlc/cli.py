@@ -706,6 +706,9 @@ def _train(args: argparse.Namespace, world) -> int:
             + (f"saved the params of the last step with a finite loss to {saved}" if saved else "nothing saved"),
             file=sys.stderr,
         )
+        rate = getattr(optimizer, "lr", None)
+        if rate is not None:  # the usual cause: a step too large for the data's scale
+            print(f"  the learning rate may be too large for this data: try an --lr below {rate:g}", file=sys.stderr)
         return 1
     if interrupted:
         where = checkpoints.written or "nowhere (it could not be written)"
