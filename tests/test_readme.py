@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RUNNABLE = {"python", "sh", "console", "dl", "text"}
@@ -137,6 +139,7 @@ def run_block(b: Block, cwd: Path) -> None:
         dlc.compile(b.text)
 
 
+@pytest.mark.slow
 def test_readme_code_runs_as_written(tmp_path, monkeypatch):
     (tmp_path / "samples").symlink_to(ROOT / "samples")
     monkeypatch.chdir(tmp_path)

@@ -27,7 +27,7 @@ def test_every_sample_model_has_a_command():
     assert listed == {p.name for p in (ROOT / "samples").glob("*.dl")}
 
 
-@pytest.mark.gl
+@pytest.mark.slow
 @pytest.mark.parametrize("model, command, what, op, bound", documented(), ids=[r[0] for r in documented()])
 def test_sample_trains_to_its_stated_result(tmp_path, model, command, what, op, bound):
     (tmp_path / "samples").symlink_to(ROOT / "samples")
