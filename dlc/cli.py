@@ -833,7 +833,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         freeze=args.freeze or (),
         trainable=args.trainable,
     )
-    out = args.output or os.path.splitext(args.model)[0] + ".dl"
+    out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".dl"  # in the working folder
     weights = imported.save(out)
     print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} ({len(imported.weights)} params)")
     for kind, names in (("input", imported.inputs), ("output", imported.outputs)):
@@ -1251,7 +1251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="MODEL.dl",
-        help="the .dl file to write (default: MODEL.dl beside the model); the weights go beside it",
+        help="the .dl file to write (default: MODEL.dl in the working folder); the weights go beside it",
     )
     c.add_argument(
         "--batch",
