@@ -20,6 +20,7 @@ DATA = {
     "linear.dl": "samples/data/linear.csv",
     "mlp_digits.dl": "samples/data/digits_test.npz",
     "cnn_digits.dl": "samples/data/digits_test.npz",
+    "lstm.dl": "samples/data/sequences.npz",
 }
 ROWS = 19  # examples fed to eval: not a multiple of anything the shaders tile by
 
