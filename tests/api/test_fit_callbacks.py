@@ -116,3 +116,18 @@ def test_metric_convention_and_summary():
     text = lines[0]
     assert "dense        w [2, 1], b [1]  3" in text and "(top level)  s []             1" in text
     assert "total: 4 params in 2 layers (3 trainable, 1 frozen)" in text
+
+
+@pytest.mark.gl
+def test_a_callback_stops_a_gl_run_at_its_epoch_end_as_on_numpy():
+    # On GL losses are read a window at a time; the epoch's end ends a window, so the stop
+    # lands there and the params are those numpy has after the same two epochs.
+    gl = dlc.Session("samples/quadratic.dl", backend="gl", seed=0)
+    ref = dlc.Session("samples/quadratic.dl", backend="numpy", seed=0)
+    stop = dlc.LambdaCallback(lambda e, logs: e < 2)
+    h_gl = gl.fit(QUAD["x"], QUAD["y_label"], epochs=5, optimizer=dlc.SGD(0.01), callbacks=[stop])
+    h_ref = ref.fit(QUAD["x"], QUAD["y_label"], epochs=5, optimizer=dlc.SGD(0.01), callbacks=[stop])
+    assert h_gl.epochs == h_ref.epochs == [1, 2] and gl.last_run.done == 14
+    np.testing.assert_allclose(h_gl.history["loss"], h_ref.history["loss"], rtol=1e-4)
+    for name, value in ref.params.items():
+        np.testing.assert_allclose(gl.params[name], value, rtol=1e-4, atol=1e-6)
