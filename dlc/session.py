@@ -398,8 +398,9 @@ class Session:
         state persists across calls with the same object, and its `lr` is read
         at every step. `callback(step, epoch, loss, batch_examples)` runs after
         each step (returning False stops), `on_epoch_end(epoch)` after each
-        epoch. A NaN or infinite loss raises dlc.errors.TrainingDiverged with
-        the params of the last finite loss restored.
+        epoch (returning False stops there: early stopping, see `fit`). A NaN
+        or infinite loss raises dlc.errors.TrainingDiverged with the params of
+        the last finite loss restored.
 
         Over an artifact the compiled training step runs: `loss` and `optimizer` default to the
         compiled ones and may differ from them only in the learning rate.
