@@ -150,3 +150,10 @@ def test_readme_code_runs_as_written(tmp_path, monkeypatch):
             continue
         run_block(b, tmp_path)
     print("\n".join(["not run:", *skipped]))
+
+
+def test_ci_runs_the_readme_test_command():
+    shown = next(b for b in BLOCKS if "python -m pytest" in b.text)
+    command = shell_commands(shown.text)[0]  # `python -m pytest -q -n auto`
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert command.replace("python ", "python3 ", 1) in ci.splitlines()
