@@ -7,6 +7,7 @@ a CompileError at the node's source position.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -26,6 +27,7 @@ class GraphBuilder:
         self.inputs: list[str] = []
         self.params: list[str] = []
         self.losses: list[str] = []
+        self.metrics: list[str] = []  # `metric NAME = EXPR`: scalars reported beside the loss
         self.name_locs: dict[str, Loc | None] = {}
         self._consts: dict[tuple, int] = {}
 
@@ -98,10 +100,17 @@ class GraphBuilder:
             raise CompileError(f"loss '{name}' must be a scalar, but its shape is {shape}", loc)
         self.losses.append(name)
 
+    def metric(self, name: str, i: int, loc: Loc | None = None) -> None:
+        if self.nodes[i].shape != ():
+            shape = format_shape(self.nodes[i].shape)
+            raise CompileError(f"metric '{name}' must be a scalar, but its shape is {shape}", loc)
+        self.metrics.append(name)
+
     def build(self) -> Graph:
-        return Graph(
+        graph = Graph(
             tuple(self.nodes), dict(self.names), tuple(self.inputs), tuple(self.params), (), tuple(self.losses)
         )
+        return dataclasses.replace(graph, metrics=tuple(self.metrics)) if self.metrics else graph
 
 
 def _flatten(v):

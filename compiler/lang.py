@@ -68,7 +68,7 @@ class FrontEnd:
     # -- statements ----------------------------------------------------------
     def run(self, stmts: list[Stmt]) -> Graph:
         # to say "defined later" (a def's, a loop's and unpacking's names are checked where used)
-        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in ("input", "param", "const", "loss", "assign")}
+        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in ("input", "param", "const", "loss", "metric", "assign")}
         self.later_defs = {s.name: s.loc for s in stmts if s.kind == "def"}
         for s in stmts:
             self.stmt(s)
@@ -192,6 +192,14 @@ class FrontEnd:
         i = self.tensor(s.value)
         self._bind(name, i, s.loc)
         self.b.loss(name, i, s.value.loc)
+
+    def stmt_metric(self, s: Stmt):
+        if self.frame is not self.top:
+            raise CompileError("a metric is declared at the top level, not in a def", s.loc)
+        name = self._check_new(s)
+        i = self.tensor(s.value)
+        self._bind(name, i, s.loc)
+        self.b.metric(name, i, s.value.loc)
 
     # -- defs and loops ------------------------------------------------------
     def stmt_def(self, s: Stmt):

@@ -216,7 +216,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{t.path}: ok")
         print()
         frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
-        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen))
+        metrics = getattr(t, "metrics", ())  # `metric NAME = EXPR` (an artifact keeps no statements)
+        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen, metrics))
     return status
 
 

@@ -1,9 +1,9 @@
 """Which named tensors of a model are metrics: reported beside the loss by `dlc train --val`
 and `Session.fit(validation_data=)` (as `val_NAME`), and checkable by callbacks.
 
-The convention: a scalar tensor named `accuracy`, or any scalar tensor under `metric.`
-(`metric.mae = mean(abs(y - y_label))`, reported as `mae`); `--metric NAME` / `metrics=`
-name others (any scalar tensor).
+Declared with `metric NAME = EXPR`; by convention also a scalar tensor named `accuracy`, or
+under `metric.` (`metric.mae = ...`, reported as `mae`: how an artifact, which keeps no
+statements, still reports them); `--metric NAME` / `metrics=` name others (any scalar tensor).
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ def metric_tensors(model, names: Sequence[str] | None = None) -> dict[str, str]:
     by the convention above when None."""
     tensors = model.tensors
     if names is None:
-        names = [n for n, shape in tensors.items() if shape == () and (n == "accuracy" or n.startswith(PREFIX))]
+        declared = list(getattr(model, "metrics", None) or ())  # an artifact's model has none
+        names = declared + [
+            n
+            for n, shape in tensors.items()
+            if shape == () and (n == "accuracy" or n.startswith(PREFIX)) and n not in declared
+        ]
     out: dict[str, str] = {}
     for n in names:
         if n not in tensors or n in model.losses:

@@ -40,6 +40,11 @@ class Model:
     def losses(self) -> dict[str, Shape]:
         return {n: () for n in self.graph.losses}
 
+    @property
+    def metrics(self) -> dict[str, Shape]:
+        """The `metric NAME = EXPR` tensors (scalars reported beside the loss); named tensors too."""
+        return {n: () for n in self.graph.metrics}
+
     def summary(self, print_fn=print) -> None:
         """Print each layer (the dotted path a `def` call gives its params; '(top level)' for
         plain names) with its params, their shapes and count, then the totals, as Keras's

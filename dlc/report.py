@@ -38,16 +38,18 @@ def model_table(
     losses: Sequence[str],
     inits: Mapping[str, tuple] | None = None,
     frozen: Collection[str] = (),
+    metrics: Collection[str] = (),
 ) -> str:
-    """One row per name: kind (input, param, frozen (a param never trained), tensor, loss),
-    name, shape, size, init."""
+    """One row per name: kind (input, param, frozen (a param never trained), tensor, loss,
+    metric), name, shape, size, init."""
     inits = inits or {}
     rows = [("input", n, format_shape(s), "", "") for n, s in inputs.items()]
     rows += [
         ("frozen" if n in frozen else "param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
         for n, s in params.items()
     ]
-    rows += [("loss" if n in losses else "tensor", n, format_shape(s), "", "") for n, s in tensors.items()]
+    kinds = {**{n: "metric" for n in metrics}, **{n: "loss" for n in losses}}
+    rows += [(kinds.get(n, "tensor"), n, format_shape(s), "", "") for n, s in tensors.items()]
     total = sum(math.prod(s) for s in params.values())
     out = table(("kind", "name", "shape", "size", "init"), rows)
     default = f"; default loss '{losses[0]}'" if losses else "; no loss (cannot be trained)"

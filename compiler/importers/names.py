@@ -14,7 +14,7 @@ import re
 from dlc.runtime.sizes import MAX_NAME
 
 # Words that start a statement (a tensor so named could not be assigned), and the dtype.
-KEYWORDS = frozenset({"input", "param", "const", "loss", "frozen", "def", "for", "return", "f32"})
+KEYWORDS = frozenset({"input", "param", "const", "loss", "metric", "frozen", "def", "for", "return", "f32"})
 MAX_BASE = MAX_NAME - 8  # room for the de-duplicating suffix
 _VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
 

@@ -104,12 +104,14 @@ def test_metric_convention_and_summary():
     model = dlc.compile(
         "input x: [B, 2]\ninput y: [B]\nparam dense.w: [2, 1]\nparam dense.b: [1]\nfrozen param s: [] = 1\n"
         "p = reshape(x @ dense.w + dense.b, [B]) * s\nloss cost = mean_squared(p, y)\n"
-        "metric.mae = mean(abs(p - y))\n"
+        "metric.mae = mean(abs(p - y))\nmetric worst = max(abs(p - y))\n"
     )
     sess = dlc.Session(model, backend="numpy")
     x, y = np.random.default_rng(0).normal(size=(16, 2)), np.zeros(16)
     h = sess.fit(x, y, epochs=1, validation_data=(x, y))
-    assert set(h.history) == {"loss", "val_loss", "val_mae"}
+    assert list(h.history) == ["loss", "val_loss", "val_worst", "val_mae"]  # declared first, then by convention
+    assert model.metrics == {"worst": ()} and "worst" in model.tensors
+    assert h.history["val_worst"][0] == pytest.approx(float(np.max(np.abs(sess.eval("p", {"x": x})))), rel=1e-5)
     assert h.history["val_mae"][0] == pytest.approx(float(np.mean(np.abs(sess.eval("p", {"x": x})))), rel=1e-5)
     lines = []
     model.summary(print_fn=lines.append)

@@ -100,3 +100,29 @@ def test_info_lists_params_per_layer(dlc_run):
     assert lines[2].split()[0] == "lstm" and lines[2].endswith("1,280")  # 4 * 16 * (2 + 16 + 2)
     assert lines[3].split()[0] == "head" and lines[3].endswith("17")
     assert "total: 1,297 params in 2 layers (1,297 trainable, 0 frozen)" in p.stdout
+
+
+METRIC_MODEL = """input x: [B]
+input y_label: [B]
+param a: [] = 0
+y = a * x
+loss cost = mean_squared(y, y_label)
+metric mae = mean(abs(y - y_label))
+"""
+
+
+def test_a_metric_statement_is_checked_listed_and_reported(dlc_run, tmp_path):
+    (tmp_path / "m.dl").write_text(METRIC_MODEL)
+    p = dlc_run("check", "m.dl", cwd=tmp_path)
+    assert p.returncode == 0 and "metric  mae   []" in p.stdout, p.stdout
+    p = dlc_run("train", "m.dl", "--data", QUAD, "--val", QUAD, "--backend", "numpy", "--log", "l.csv", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "l.csv", newline="") as f:
+        last = [r for r in csv.DictReader(f) if r["val_mae"]][-1]
+    with np.load(QUAD) as d, np.load(tmp_path / "m.weights.npz") as w:
+        want = np.mean(np.abs(float(w["a"]) * d["x"].astype(np.float64) - d["y_label"]))
+    assert float(last["val_mae"]) == pytest.approx(want, rel=1e-5)
+    assert f"mae {float(last['val_mae']):.4g}" in p.stdout
+    (tmp_path / "bad.dl").write_text(METRIC_MODEL.replace("mean(abs(y - y_label))", "abs(y - y_label)"))
+    p = dlc_run("check", "bad.dl", cwd=tmp_path)
+    assert p.returncode == 1 and "bad.dl:6:12: error: metric 'mae' must be a scalar, but its shape is [B]" in p.stderr
