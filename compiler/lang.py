@@ -68,7 +68,8 @@ class FrontEnd:
     # -- statements ----------------------------------------------------------
     def run(self, stmts: list[Stmt]) -> Graph:
         # to say "defined later" (a def's, a loop's and unpacking's names are checked where used)
-        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in ("input", "param", "const", "loss", "metric", "assign")}
+        named = ("input", "param", "const", "loss", "metric", "assign")
+        self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in named}
         self.later_defs = {s.name: s.loc for s in stmts if s.kind == "def"}
         for s in stmts:
             self.stmt(s)

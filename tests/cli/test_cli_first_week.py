@@ -114,7 +114,7 @@ metric mae = mean(abs(y - y_label))
 def test_a_metric_statement_is_checked_listed_and_reported(dlc_run, tmp_path):
     (tmp_path / "m.dl").write_text(METRIC_MODEL)
     p = dlc_run("check", "m.dl", cwd=tmp_path)
-    assert p.returncode == 0 and "metric  mae   []" in p.stdout, p.stdout
+    assert p.returncode == 0 and "metric  mae      []" in p.stdout, p.stdout
     p = dlc_run("train", "m.dl", "--data", QUAD, "--val", QUAD, "--backend", "numpy", "--log", "l.csv", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     with open(tmp_path / "l.csv", newline="") as f:
@@ -125,4 +125,4 @@ def test_a_metric_statement_is_checked_listed_and_reported(dlc_run, tmp_path):
     assert f"mae {float(last['val_mae']):.4g}" in p.stdout
     (tmp_path / "bad.dl").write_text(METRIC_MODEL.replace("mean(abs(y - y_label))", "abs(y - y_label)"))
     p = dlc_run("check", "bad.dl", cwd=tmp_path)
-    assert p.returncode == 1 and "bad.dl:6:12: error: metric 'mae' must be a scalar, but its shape is [B]" in p.stderr
+    assert p.returncode == 1 and "bad.dl:6:14: error: metric 'mae' must be a scalar, but its shape is [B]" in p.stderr
