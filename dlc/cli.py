@@ -623,7 +623,7 @@ def _train(args: argparse.Namespace, world) -> int:
         return {"val_loss": float(values[loss])} | {f"val_{k}": float(values[n]) for k, n in metrics.items()}
 
     def report(epoch: int, logs) -> None:
-        if val is None:
+        if "val_loss" not in logs:  # no --val, or a rank other than 0 (which does not validate)
             return
         row = log.rows[-1] if log.rows else {}
         row.update({k: v for k, v in logs.items() if k.startswith("val_")})
