@@ -528,6 +528,12 @@ TARGET_HELP = (
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .distributed import launched_by_mpi
+
+    several = (args.workers or 1) > 1 or launched_by_mpi()
+    for flag, given in (("--early-stop", args.early_stop), ("--keep-best", args.keep_best)):
+        if given and several:  # said once, before any rank starts
+            raise UsageError(f"{flag} is not available with several workers (data-parallel runs)")
     launched = workers.launch(args)  # --workers N: this command again, under mpiexec -n N
     if launched is not None:
         return launched
@@ -562,8 +568,6 @@ def _train(args: argparse.Namespace, world) -> int:
     for flag, given in (("--metric", args.metric), ("--early-stop", args.early_stop), ("--keep-best", args.keep_best)):
         if given and not args.val:
             raise UsageError(f"{flag} works on the validation data: give --val FILE")
-        if given and flag != "--metric" and world is not None:
-            raise UsageError(f"{flag} is not available with several workers (data-parallel runs)")
     val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session)) if args.val else None
     if args.plot:
         _require_matplotlib()

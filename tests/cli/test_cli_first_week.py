@@ -86,6 +86,8 @@ def test_metric_flags_are_checked(dlc_run, models):
     base = ["train", "mlp_digits.dl", "--data", DATA / "digits_train.npz", "--backend", "numpy"]
     p = dlc_run(*base, "--early-stop", "2", cwd=models)
     assert p.returncode == 2 and "--early-stop works on the validation data: give --val FILE" in p.stderr
+    p = dlc_run(*base, "--val", DATA / "digits_test.npz", "--keep-best", "--workers", "2", cwd=models)
+    assert p.returncode == 2 and p.stderr.count("--keep-best is not available with several workers") == 1
     p = dlc_run(*base, "--val", DATA / "digits_test.npz", "--metric", "acuracy", cwd=models)
     assert p.returncode == 1
     assert "metric 'acuracy' is not a named tensor of the model, did you mean 'accuracy'?" in p.stderr
