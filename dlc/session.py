@@ -549,9 +549,10 @@ class Session:
         """Keras's `fit` for a model of two inputs: `x` feeds the first one declared, `y` the
         second (the label). Trains as `train` does and returns a `dlc.History` of each epoch's
         `loss` (the mean step loss) and, with `validation_data=(x_val, y_val)`, `val_loss` and
-        `val_NAME` for each metric (`metrics`: scalar tensor names; default: `accuracy` and
-        `metric.*`, see README). `callbacks`: `dlc.EarlyStopping`, `dlc.ModelCheckpoint`,
-        `dlc.LambdaCallback` or any `dlc.Callback`; one returning False stops after that epoch.
+        `val_NAME` for each metric (`metrics`: scalar tensor names; default: the model's
+        `metric NAME = EXPR` statements, `accuracy` and `metric.*`; see README). `callbacks`:
+        `dlc.EarlyStopping`, `dlc.ModelCheckpoint`, `dlc.LambdaCallback` or any `dlc.Callback`;
+        one returning False stops after that epoch.
         `verbose=True` prints each epoch's logs.
 
         >>> sess = dlc.Session("samples/quadratic.dl", backend="numpy")
