@@ -47,7 +47,7 @@ def cnn_rows(bg, batch: int, reps: int, torch, skip) -> list[dict]:
     opt = dlc.SGD(0.01)
     sess.train(data, optimizer=opt, batch_size=batch, steps=1)  # compiles, sets up the state
     backend = sess.backend
-    step = sess.train_graph(None, opt)
+    step = sess._train_graph(None, opt)
     loss = step.names[step.losses[0]]
     dims = {"B": batch}
     compiled, ex = backend.program(step, [loss], True, dims)

@@ -376,7 +376,7 @@ def mlp_gl(model, data, batch, opt_name, opt, reps, storage) -> list[dict]:
     sess = dlc.Session(model, backend="gl", seed=0)
     sess.train(one, optimizer=opt, batch_size=batch, steps=1)  # compiles, sets up the state
     backend = sess.backend
-    step_graph = sess.train_graph(None, opt)
+    step_graph = sess._train_graph(None, opt)
     loss = step_graph.names[step_graph.losses[0]]
     feeds = {**one, "$lr": np.asarray(opt.lr, np.float32)}
     dims = {"B": batch}

@@ -45,7 +45,7 @@ def kernel_table(sess, opt, data, b: int) -> list[dict]:
     """GPU ms of each kernel of one training step (bench_gl's timer-query hook)."""
     from bench_gl import per_kernel
 
-    graph = sess.train_graph(None, opt)
+    graph = sess._train_graph(None, opt)
     loss = graph.names[graph.losses[0]]
     feeds = {**data.steps(0, 1, b, 0), "$lr": np.asarray(opt.lr, np.float32)}
     dims = {"B": b, "T": data.block}

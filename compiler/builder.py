@@ -7,6 +7,7 @@ a CompileError at the node's source position.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -29,6 +30,7 @@ class GraphBuilder:
         self.losses: list[str] = []
         self.states: list[str] = []  # model state (`state NAME`), saved with the params
         self.updates: list[tuple[str, int]] = []  # (state, its value after a training step)
+        self.metrics: list[str] = []  # `metric NAME = EXPR`: scalars reported beside the loss
         self.name_locs: dict[str, Loc | None] = {}
         self._consts: dict[tuple, int] = {}
         self.dtypes: list[str] = []  # each node's element type (dtypes.py)
@@ -141,8 +143,14 @@ class GraphBuilder:
             raise CompileError(f"loss '{name}' must be a scalar, but its shape is {shape}", loc)
         self.losses.append(name)
 
+    def metric(self, name: str, i: int, loc: Loc | None = None) -> None:
+        if self.nodes[i].shape != ():
+            shape = format_shape(self.nodes[i].shape)
+            raise CompileError(f"metric '{name}' must be a scalar, but its shape is {shape}", loc)
+        self.metrics.append(name)
+
     def build(self) -> Graph:
-        return Graph(
+        graph = Graph(
             tuple(self.nodes),
             dict(self.names),
             tuple(self.inputs),
@@ -151,6 +159,7 @@ class GraphBuilder:
             tuple(self.losses),
             tuple(self.updates),
         )
+        return dataclasses.replace(graph, metrics=tuple(self.metrics)) if self.metrics else graph
 
 
 def _flatten(v):

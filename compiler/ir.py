@@ -60,6 +60,9 @@ class Graph:
     states: tuple[str, ...] = ()
     losses: tuple[str, ...] = ()
     updates: tuple[tuple[str, int], ...] = ()
+    # `metric NAME = EXPR` (named tensors reported with the loss); only the model's own graph
+    # keeps them: the programs built from it need not.
+    metrics: tuple[str, ...] = ()
 
     def node(self, name: str) -> Node:
         return self.nodes[self.names[name]]

@@ -70,7 +70,7 @@ class FrontEnd:
     # -- statements ----------------------------------------------------------
     def run(self, stmts: list[Stmt]) -> Graph:
         # to say "defined later" (a def's, a loop's and unpacking's names are checked where used)
-        kinds = ("input", "param", "const", "state", "loss", "assign")
+        kinds = ("input", "param", "const", "state", "loss", "metric", "assign")
         self.later = {s.name: s.loc for s in reversed(stmts) if s.kind in kinds}
         self.later_defs = {s.name: s.loc for s in stmts if s.kind == "def"}
         for s in stmts:
@@ -257,6 +257,14 @@ class FrontEnd:
         i = self.tensor(s.value)
         self._bind(name, i, s.loc)
         self.b.loss(name, i, s.value.loc)
+
+    def stmt_metric(self, s: Stmt):
+        if self.frame is not self.top:
+            raise CompileError("a metric is declared at the top level, not in a def", s.loc)
+        name = self._check_new(s)
+        i = self.tensor(s.value)
+        self._bind(name, i, s.loc)
+        self.b.metric(name, i, s.value.loc)
 
     # -- defs and loops ------------------------------------------------------
     def stmt_def(self, s: Stmt):

@@ -73,7 +73,7 @@ class Neg(Expr):
 
 @dataclass(frozen=True)
 class Stmt:
-    kind: str  # input param const state update loss assign unpack def for return
+    kind: str  # input param const state update loss metric assign unpack def for return
     name: str
     loc: Loc
     shape: tuple[tuple[Any, Loc], ...] | None = None  # (int or symbolic name, where)
@@ -276,6 +276,10 @@ class _ToAst(Transformer_NonRecursive):  # a 1000-term sum is a tree 1000 deep
         name, value = items
         return Stmt("loss", self._name(name), self._loc(name), None, value)
 
+    def metric_stmt(self, items):
+        name, value = items
+        return Stmt("metric", self._name(name), self._loc(name), None, value)
+
     def assign_stmt(self, items):
         name, value = items
         return Stmt("assign", self._name(name), self._loc(name), None, value)
@@ -356,6 +360,7 @@ _WORDS = {
     "PARAM": "'param'",
     "CONST": "'const'",
     "LOSS": "'loss'",
+    "METRIC": "'metric'",
     "FROZEN": "'frozen'",
     "STATE": "'state'",
     "UPDATE": "'update'",

@@ -26,7 +26,14 @@ _LAZY = {
     "AdamW": "dlc.optimizers",
     "schedules": "dlc.runtime.schedules",  # dlc.schedules.Cosine(...), the learning-rate schedules
     "load": "dlc.artifacts",
+    # Keras-style callbacks for Session.fit (and dlc train --early-stop / --keep-best)
+    "Callback": "dlc.callbacks",
+    "EarlyStopping": "dlc.callbacks",
+    "ModelCheckpoint": "dlc.callbacks",
+    "LambdaCallback": "dlc.callbacks",
+    "History": "dlc.callbacks",
     "import_onnx": "dlc.onnx_import",
+    "distributed": "dlc.distributed",  # dlc.distributed.init(): data-parallel training over MPI
     "Graph": "dlc.graph",
     "Tensor": "dlc.graph",
     # the seeds' eager API: device arrays, ops, scopes, debug mode, seeds-style training

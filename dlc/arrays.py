@@ -283,10 +283,20 @@ def array(value: Any, backend: str | None = None) -> Array:
 
 
 def zeros(shape: ShapeLike, backend: str | None = None) -> Array:
+    """A device array of zeros (`backend`: "gl", "numpy", or None: the current one).
+
+    >>> dlc.zeros([2, 3]).numpy().sum()
+    0.0
+    """
     return array(np.zeros(_shape(shape), np.float32), backend)
 
 
 def ones(shape: ShapeLike, backend: str | None = None) -> Array:
+    """A device array of ones (`backend`: "gl", "numpy", or None: the current one).
+
+    >>> dlc.ones([2, 3]).numpy().sum()
+    6.0
+    """
     return array(np.ones(_shape(shape), np.float32), backend)
 
 

@@ -24,7 +24,9 @@ import numpy as np
 from . import __version__, optimizers, train_recipe, workers
 from . import text as text_data
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
+from .callbacks import EarlyStopping, EpochRunner, ModelCheckpoint
 from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
+from .metrics import metric_tensors
 from .runtime.errors import UsageError
 from .runtime.manifest_files import read_artifact
 from .stdout_guard import guard_stdout
@@ -162,15 +164,34 @@ def announce_run(session, weights: str) -> None:
 
 
 def default_weights_path(model_path: str) -> str:
-    """`samples/quadratic.dl` -> `samples/quadratic.weights.npz` (beside the model)."""
-    base = os.path.normpath(model_path)
+    """`samples/quadratic.dl` -> `quadratic.weights.npz`, in the working folder (as a
+    compiler's outputs go), never into the folder the model was read from."""
+    base = os.path.basename(os.path.normpath(model_path))
     stem, ext = os.path.splitext(base)
     return (stem if ext in (".dl", ".dlc") else base) + ".weights.npz"
 
 
 def default_artifact_path(model_path: str) -> str:
-    stem, ext = os.path.splitext(os.path.normpath(model_path))
+    """`samples/quadratic.dl` -> `quadratic.dlc`, in the working folder."""
+    stem, ext = os.path.splitext(os.path.basename(os.path.normpath(model_path)))
     return (stem if ext == ".dl" else stem + ext) + ".dlc"
+
+
+def describe_artifact(path: str) -> str | None:
+    """What an artifact folder holds, e.g. 'a training artifact of quadratic.dl (adam, loss
+    cost)'; None when `path` holds no readable manifest."""
+    import json
+
+    try:
+        with open(os.path.join(path, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        model, train = manifest.get("model", "?"), manifest.get("train")
+        if not train:
+            return f"an eval-only artifact of {model}"
+        optimizer = (train.get("optimizer") or {}).get("name", "?")
+        return f"a training artifact of {model} ({optimizer}, loss {train.get('loss', '?')})"
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 # -- check -------------------------------------------------------------------------
@@ -197,7 +218,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print()
         frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
         states = () if isinstance(t, ArtifactModel) else set(t.graph.states)
-        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen, states))
+        metrics = getattr(t, "metrics", ())  # `metric NAME = EXPR` (an artifact keeps no statements)
+        print(model_table(t.inputs, t.params, t.tensors, list(t.losses), param_inits(t), frozen, states, metrics))
     return status
 
 
@@ -237,8 +259,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(model_dot(model, train_loss, optimizer, kernels=False, progs=progs), end="")
     elif args.emit:
         print(format_stage(work, args.emit))
+    before = describe_artifact(out_dir) if is_artifact(out_dir) else None
     where = artifact.write_artifact(model, out_dir, **options, progs=progs)
+    after = describe_artifact(str(where))
     print(f"wrote {where}", file=sys.stderr if args.emit else sys.stdout)
+    if before is not None and before != after:  # say so: `--emit glsl` once replaced a --train build unseen
+        print(f"warning: {where} held {before}; it now holds {after}", file=sys.stderr)
     return 0
 
 
@@ -530,6 +556,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .distributed import launched_by_mpi
+
+    several = (args.workers or 1) > 1 or launched_by_mpi()
+    for flag, given in (("--early-stop", args.early_stop), ("--keep-best", args.keep_best)):
+        if given and several:  # said once, before any rank starts
+            raise UsageError(f"{flag} is not available with several workers (data-parallel runs)")
     launched = workers.launch(args)  # --workers N: this command again, under mpiexec -n N
     if launched is not None:
         return launched
@@ -557,8 +589,9 @@ def _train(args: argparse.Namespace, world) -> int:
         optimizer = optimizers.make(args.optimizer or compiled or DEFAULT_OPTIMIZER, lr=args.lr)
     # An artifact's session answers which inputs a fetch reads (it loads the programs).
     session = open_session(t, args.backend, args.seed, args.freeze or ()) if artifact else None
-    # A scalar tensor named `accuracy` is reported with the val loss (as Keras's metrics are).
-    val_names = [loss] + (["accuracy"] if t.tensors.get("accuracy") == () else [])
+    # Metrics (`accuracy`, `metric.*`, --metric) are reported with the val loss, as Keras's are.
+    metrics = metric_tensors(t, args.metric)
+    val_names = [loss, *metrics.values()]
     text = None
     if args.data.lower().endswith(".txt"):  # a corpus: random windows, its last 10% held out
         if not args.steps or args.val:
@@ -566,6 +599,13 @@ def _train(args: argparse.Namespace, world) -> int:
         text, val = text_data.for_model(args.data, t.inputs, t.input_dtypes, args.block, args.batch_size, args.seed)
         data = text_data.TextRun(text)
     else:
+        for flag, given in (
+            ("--metric", args.metric),
+            ("--early-stop", args.early_stop),
+            ("--keep-best", args.keep_best),
+        ):
+            if given and not args.val:
+                raise UsageError(f"{flag} works on the validation data: give --val FILE")
         data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session), t.input_dtypes)
         val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session), t.input_dtypes) if args.val else None
     if args.plot:
@@ -605,7 +645,7 @@ def _train(args: argparse.Namespace, world) -> int:
         if optimizer is None:
             raise UsageError(f"{args.model} trains with the recipe it was compiled with: give --optimizer to change it")
         optimizer = train_recipe.apply(optimizer, recipe)
-    log = TrainLog(val_columns=["val_loss"] + (["val_accuracy"] if len(val_names) > 1 else []) if val else [])
+    log = TrainLog(val_columns=["val_loss", *(f"val_{k}" for k in metrics)] if val else [])
     progress = TrainProgress(total, epochs)
     checkpoints.notify = progress.message
     if args.resume:
@@ -618,19 +658,30 @@ def _train(args: argparse.Namespace, world) -> int:
             first_loss.append(value)
         progress.update(step, epoch, value, batch_examples)
         log.rows.append({"step": step, "epoch": epoch, "loss": value})
+        epochs_run.step_hook(step, epoch, value, batch_examples)
         return not (world.stopping if world else stop.stop)
 
-    def on_epoch_end(epoch: int) -> None:
-        if val is None or not lead:
-            return
+    def validate() -> dict[str, float]:
         values = evaluate(session, val, val_names, t, args.batch_size)
+        return {"val_loss": float(values[loss])} | {f"val_{k}": float(values[n]) for k, n in metrics.items()}
+
+    def report(epoch: int, logs) -> None:
+        if "val_loss" not in logs:  # no --val, or a rank other than 0 (which does not validate)
+            return
         row = log.rows[-1] if log.rows else {}
-        row["val_loss"] = float(values[loss])
-        text = f"epoch {epoch} (step {len(log.rows)}): val {loss} {float(values[loss]):.6g}"
-        if "accuracy" in values:
-            row["val_accuracy"] = float(values["accuracy"])
-            text += f"  val accuracy {float(values['accuracy']):.4f}"
+        row.update({k: v for k, v in logs.items() if k.startswith("val_")})
+        text = f"epoch {epoch} (step {len(log.rows)}): val {loss} {logs['val_loss']:.6g}"
+        text += "".join(f"  val {k} {logs[f'val_{k}']:.4g}" for k in metrics)
         progress.message(text)
+
+    # --early-stop and --keep-best are the callbacks Session.fit takes (dlc/callbacks.py).
+    callbacks = []
+    if args.early_stop:
+        callbacks.append(EarlyStopping("val_loss", patience=args.early_stop))
+    if args.keep_best:
+        callbacks.append(ModelCheckpoint(None, "val_loss", restore_best=True))
+    epochs_run = EpochRunner(session, callbacks, validate if val is not None and lead else None, report)
+    epochs_run.begin()
 
     diverged: TrainingDiverged | None = None
     interrupted = False
@@ -649,7 +700,7 @@ def _train(args: argparse.Namespace, world) -> int:
                     **length,
                     shuffle=True,
                     callback=callback,
-                    on_epoch_end=on_epoch_end,
+                    on_epoch_end=epochs_run.epoch_hook,
                     resume=bool(args.resume),
                     checkpoint=(lambda: checkpoints.write(session)) if args.checkpoint_every and lead else None,
                     checkpoint_every=args.checkpoint_every if lead else None,
@@ -663,6 +714,7 @@ def _train(args: argparse.Namespace, world) -> int:
                 return stop.exit_code if interrupted else 1 if diverged else 0
             if diverged is None and (interrupted or checkpoints.wanted):
                 checkpoints.write(session)  # before the weights: it holds them too
+            epochs_run.end()  # --keep-best: the best epoch's params go back before saving
             saved, save_error = _save_weights(session, save_path, checkpoints)
             if text is not None and saved is not None:  # every later command reads it
                 text.vocab.save(text_data.vocab_path(saved))
@@ -686,7 +738,11 @@ def _train(args: argparse.Namespace, world) -> int:
     final_val = None
     if val is not None and saved is not None:  # the summary describes the params just saved
         final_val = evaluate(session, val, val_names, t, args.batch_size)
-    _summary(t, data, log, progress, elapsed, first_loss, loss, saved, args, per_epoch, final_val, diverged)
+    _summary(t, data, log, progress, elapsed, first_loss, loss, saved, args, per_epoch, final_val, diverged, metrics)
+    if epochs_run.stop_reason():
+        print(f"  {epochs_run.stop_reason()}")
+    if args.keep_best and callbacks[-1].best_epoch is not None:
+        print(f"  kept the params of epoch {callbacks[-1].best_epoch} (the best val {loss})")
     for text in errors:
         print(text, file=sys.stderr)
     if diverged is not None:
@@ -696,6 +752,9 @@ def _train(args: argparse.Namespace, world) -> int:
             + (f"saved the params of the last step with a finite loss to {saved}" if saved else "nothing saved"),
             file=sys.stderr,
         )
+        rate = getattr(optimizer, "lr", None)
+        if rate is not None:  # the usual cause: a step too large for the data's scale
+            print(f"  the learning rate may be too large for this data: try an --lr below {rate:g}", file=sys.stderr)
         return 1
     if interrupted:
         where = checkpoints.written or "nowhere (it could not be written)"
@@ -782,6 +841,7 @@ def _summary(
     per_epoch: int,
     final_val: dict[str, np.ndarray] | None,
     diverged: TrainingDiverged | None,
+    metrics: dict[str, str],
 ) -> None:
     steps = len(log.rows)
     epochs = steps / per_epoch if per_epoch else 0
@@ -794,8 +854,10 @@ def _summary(
     if log.rows:
         print(f"  {loss}: {first_loss[0]:.6g} at the first step -> {log.rows[-1]['loss']:.6g} at the last")
     if final_val is not None:
-        acc = f", accuracy {float(final_val['accuracy']):.4f}" if "accuracy" in final_val else ""
+        acc = "".join(f", {k} {float(final_val[n]):.4g}" for k, n in metrics.items())
         which = "the last params with a finite loss" if diverged is not None else f"after step {steps:,}"
+        if args.keep_best and diverged is None:
+            which = "the best epoch's"
         shown = args.val or "the last 10%"
         print(f"  val ({shown}) of the saved params ({which}): {loss} {float(final_val[loss]):.6g}{acc}")
     print(f"  weights saved to {save_path}" if save_path else "  weights NOT saved (see the error below)")
@@ -818,7 +880,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         freeze=args.freeze or (),
         trainable=args.trainable,
     )
-    out = args.output or os.path.splitext(args.model)[0] + ".dl"
+    out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".dl"  # in the working folder
     weights = imported.save(out)
     print(f"wrote {out} ({len(imported.source.splitlines())} lines) and {weights} ({len(imported.weights)} params)")
     for kind, names in (("input", imported.inputs), ("output", imported.outputs)):
@@ -852,6 +914,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if args.model:  # a model's params per layer, as Model.summary() prints them
+        from .report import param_summary
+
+        t = open_model(args.model)
+        frozen = () if isinstance(t, ArtifactModel) else {p for p in t.params if t.graph.node(p).attr("frozen")}
+        print(f"{t.path}:")
+        print(param_summary(t.params, frozen))
+        return 0
     from dlc.runtime.info import describe
 
     print(f"dlc {__version__}")
@@ -892,17 +962,86 @@ def _batch_dim(text: str) -> str | int:
     return text
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated flags (`--epoch` is not `--epochs`): a typo must not pass for a flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+# What PyTorch, Keras and other CLIs call a flag -> dlc's name for it.
+FLAG_ALIASES = {
+    "--learning-rate": "--lr",
+    "--learningrate": "--lr",
+    "--epoch": "--epochs",
+    "--num-epochs": "--epochs",
+    "--batch": "--batch-size",
+    "--bs": "--batch-size",
+    "--step": "--steps",
+    "--max-steps": "--steps",
+    "--optim": "--optimizer",
+    "--opt": "--optimizer",
+    "--validation": "--val",
+    "--validation-data": "--val",
+    "--val-data": "--val",
+    "--output": "--save",
+    "--out": "--save",
+    "--early-stopping": "--early-stop",
+    "--patience": "--early-stop",
+    "--metrics": "--metric",
+    "--weights": "--init",
+}
+
+
+def suggest_flag(word: str, options: Sequence[str]) -> str:
+    """' (did you mean --lr?)' for an unknown flag, from the command's own flags: the same
+    with '-' for '_', a common name from other tools, a flag it abbreviates, a close spelling."""
+    import difflib
+
+    flag = word.split("=", 1)[0]
+    norm = flag.replace("_", "-").lower()
+    candidates = [norm, FLAG_ALIASES.get(norm, "")]
+    candidates += [o for o in options if o.startswith(norm) and len(norm) > 2]
+    candidates += difflib.get_close_matches(norm, options, n=1, cutoff=0.6)
+    for c in candidates:
+        if c in options and c != flag:
+            return f" (did you mean {c}?)"
+    return ""
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser.parse_args`, but an unknown flag is reported by the command it was given to,
+    with the flag it looks like."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = _subparsers(parser).get(getattr(args, "command", None), parser)
+        flags = [w for w in extra if w.startswith("-")]
+        word = flags[0] if flags else extra[0]
+        options = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+        hint = suggest_flag(word, options) if word.startswith("-") else ""
+        sub.error(f"unrecognized argument{'s' if len(extra) > 1 else ''}: {' '.join(extra)}{hint}")
+    return args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str):
         super().__init__(prog, max_help_position=32)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show a traceback with any error"
     )
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="dlc",
         formatter_class=_Formatter,
         description="dlc compiles models written in the .dl language to OpenGL shaders and runs "
@@ -911,7 +1050,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  dlc check samples/mlp_digits.dl\n"
         "  dlc train samples/quadratic.dl --data samples/data/quadratic.npz --steps 200\n"
         "  dlc eval samples/quadratic.dl --data samples/data/quadratic.npz --fetch y,cost "
-        "--weights samples/quadratic.weights.npz\n"
+        "--weights quadratic.weights.npz\n"
         "  dlc compile samples/mlp_digits.dl --emit ir\n"
         "  dlc plot-model samples/mlp_digits.dl -o mlp.svg --kernels\n\n"
         "run 'dlc COMMAND --help' for a command's options.",
@@ -942,14 +1081,14 @@ def build_parser() -> argparse.ArgumentParser:
         "file per kernel,\nparams.npz). --emit also prints a stage of the "
         "compilation.",
         epilog="examples:\n"
-        "  dlc compile samples/quadratic.dl                 # writes samples/quadratic.dlc/\n"
+        "  dlc compile samples/quadratic.dl                 # writes quadratic.dlc/\n"
         "  dlc compile samples/quadratic.dl --emit ir       # prints the IR\n"
         "  dlc compile samples/mlp_digits.dl --train --optimizer adam --emit ir\n"
         "  dlc compile samples/mlp_digits.dl -o /tmp/mlp.dlc --emit plan --batch-size 64",
     )
     c.add_argument("model", metavar="MODEL.dl", help="the model to compile")
     c.add_argument(
-        "-o", "--output", metavar="DIR", help="artifact folder to write (default: MODEL.dlc beside the model)"
+        "-o", "--output", metavar="DIR", help="artifact folder to write (default: MODEL.dlc in the working folder)"
     )
     c.add_argument(
         "--emit",
@@ -972,6 +1111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--optimizer",
+        type=str.lower,
         choices=OPTIMIZERS,
         help=f"optimizer of the training step (default: {DEFAULT_OPTIMIZER}); needs --train",
     )
@@ -1050,7 +1190,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the params matching this glob (e.g. 'h.*.attn.*') as they are; repeatable; saved all the same",
     )
     c.add_argument(
-        "--save", metavar="W.npz", help="where to save the params (default: MODEL.weights.npz beside the model)"
+        "--save", metavar="W.npz", help="where to save the params (default: MODEL.weights.npz in the working folder)"
     )
     c.add_argument(
         "--backend",
@@ -1060,7 +1200,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--val",
         metavar="FILE",
-        help="validation data: its loss (and accuracy, if the model has an 'accuracy' tensor) after each epoch",
+        help="validation data: its loss and metrics (see --metric) after each epoch",
+    )
+    c.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME",
+        help="a scalar tensor reported with the val loss; repeatable (default: 'accuracy' and 'metric.*' tensors)",
+    )
+    c.add_argument(
+        "--early-stop",
+        type=_positive_int,
+        metavar="N",
+        help="stop when the val loss has not improved for N epochs (needs --val)",
+    )
+    c.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="save the params of the epoch with the best val loss, not the last (needs --val)",
     )
     c.add_argument("--log", metavar="CSV", help="write step, epoch, loss and val columns to a CSV")
     c.add_argument(
@@ -1180,7 +1337,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="MODEL.dl",
-        help="the .dl file to write (default: MODEL.dl beside the model); the weights go beside it",
+        help="the .dl file to write (default: MODEL.dl in the working folder); the weights go beside it",
     )
     c.add_argument(
         "--batch",
@@ -1222,7 +1379,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--web", required=True, metavar="DIR", help="the folder to write (replaced if it is an export)")
     c.add_argument("--weights", metavar="W.npz", help="the params (default: the artifact's, or drawn with --seed)")
     c.add_argument("--loss", metavar="NAME", help="the loss the training step minimizes (default: the first)")
-    c.add_argument("--optimizer", choices=OPTIMIZERS, help="the optimizer compiled in (default: sgd)")
+    c.add_argument("--optimizer", type=str.lower, choices=OPTIMIZERS, help="the optimizer compiled in (default: sgd)")
     c.add_argument("--lr", type=_positive_float, metavar="X", help="its learning rate (default: the optimizer's)")
     c.add_argument("--seed", type=int, default=0, metavar="S", help="the seed of the params' initializers")
     c.add_argument(
@@ -1236,8 +1393,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
         help="show the OpenGL context dlc finds and the backend it would use",
         description="Show the OpenGL context found (vendor, renderer, version, limits) and the "
-        "backend that\n'--backend' would default to.",
+        "backend that\n'--backend' would default to; with a MODEL, its params per layer and their counts.",
+        epilog="examples:\n  dlc info\n  dlc info samples/lstm.dl",
     )
+    c.add_argument("model", metavar="MODEL", nargs="?", help="a .dl model or artifact: list its params by layer")
     c.set_defaults(func=cmd_info)
     return p
 
@@ -1255,7 +1414,7 @@ DEBUG_KERNELS_HELP = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # to say how to go on with a run
     if not args.debug:
         # NumPy's overflow and invalid-value warnings while running a model are noise here:

@@ -10,6 +10,14 @@ from dlc.compiler.ir import Graph, Shape
 
 @dataclass
 class Model:
+    """A compiled .dl model (`dlc.compile`): `inputs`, `params`, `tensors`, `losses` map names to
+    shapes; `graph` is its IR, `source` its text, `path` where it came from; `summary()`.
+
+    >>> model = dlc.compile("samples/mlp_digits.dl")
+    >>> model.params["W1"]
+    (64, 64)
+    """
+
     graph: Graph
     source: str = ""
     path: str = "<model>"
@@ -44,6 +52,23 @@ class Model:
     @property
     def losses(self) -> dict[str, Shape]:
         return {n: () for n in self.graph.losses}
+
+    @property
+    def metrics(self) -> dict[str, Shape]:
+        """The `metric NAME = EXPR` tensors (scalars reported beside the loss); named tensors too."""
+        return {n: () for n in self.graph.metrics}
+
+    def summary(self, print_fn=print) -> None:
+        """Print each layer (the dotted path a `def` call gives its params; '(top level)' for
+        plain names) with its params, their shapes and count, then the totals, as Keras's
+        `model.summary()` does; `print_fn` receives the text (`dlc info MODEL` prints the same).
+
+        >>> dlc.compile("samples/mlp_digits.dl").summary()
+        """
+        from .report import param_summary
+
+        frozen = {p for p in self.graph.params if self.graph.node(p).attr("frozen")}
+        print_fn(param_summary(self.params, frozen))
 
     def __repr__(self) -> str:
         return (

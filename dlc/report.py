@@ -39,19 +39,18 @@ def model_table(
     inits: Mapping[str, tuple] | None = None,
     frozen: Collection[str] = (),
     states: Collection[str] = (),
+    metrics: Collection[str] = (),
 ) -> str:
     """One row per name: kind (input, param, frozen (a param never trained), tensor, state
-    (model state: not trained, saved with the params), loss), name, shape, size, init."""
+    (model state: not trained, saved with the params), loss, metric), name, shape, size, init."""
     inits = inits or {}
     rows = [("input", n, format_shape(s), "", "") for n, s in inputs.items()]
     rows += [
         ("frozen" if n in frozen else "param", n, format_shape(s), f"{math.prod(s):,}", _init(inits.get(n)))
         for n, s in params.items()
     ]
-    rows += [
-        ("loss" if n in losses else "state" if n in states else "tensor", n, format_shape(s), "", "")
-        for n, s in tensors.items()
-    ]
+    kinds = {**{n: "state" for n in states}, **{n: "metric" for n in metrics}, **{n: "loss" for n in losses}}
+    rows += [(kinds.get(n, "tensor"), n, format_shape(s), "", "") for n, s in tensors.items()]
     total = sum(math.prod(s) for s in params.values())
     out = table(("kind", "name", "shape", "size", "init"), rows)
     default = f"; default loss '{losses[0]}'" if losses else "; no loss (cannot be trained)"
@@ -77,3 +76,29 @@ def describe_array(name: str, a: np.ndarray, count: int = 6) -> str:
     more = ", ..." if flat.size > count else ""
     rng = f"  min {show(flat.min())}  max {show(flat.max())}" if flat.size else ""
     return f"{name}: {format_shape(a.shape)}{rng}  [{first}{more}]"
+
+
+def layer_of(param: str) -> str:
+    """The layer a param belongs to: its dotted path without the last segment (`h.0.attn.w`
+    -> `h.0.attn`, the path a `def` call created it under); '(top level)' for a plain name."""
+    return param.rsplit(".", 1)[0] if "." in param else "(top level)"
+
+
+def param_summary(params: Mapping[str, tuple], frozen: Collection[str] = ()) -> str:
+    """Keras's model summary for a .dl model: one row per layer (the dotted path of its
+    params) with its params' names and shapes and their count, then the totals."""
+    layers: dict[str, list[str]] = {}
+    for name in params:
+        layers.setdefault(layer_of(name), []).append(name)
+    rows = []
+    for layer, names in layers.items():
+        short = [n[len(layer) + 1 :] if layer != "(top level)" else n for n in names]
+        listed = ", ".join(f"{s} {format_shape(params[n])}" for s, n in zip(short, names))
+        rows.append((layer, listed, f"{sum(math.prod(params[n]) for n in names):,}"))
+    total = sum(math.prod(s) for s in params.values())
+    fixed = sum(math.prod(params[n]) for n in params if n in frozen)
+    return (
+        table(("layer", "params", "count"), rows)
+        + f"\n\ntotal: {plural(total, 'param')} in {plural(len(layers), 'layer')} "
+        f"({total - fixed:,} trainable, {fixed:,} frozen)"
+    )

@@ -13,7 +13,7 @@ averaged and the optimizer makes one update. dlc does that in one program: the g
 per-example part is copied once per example of the batch (each copy reading its row of the
 stacked inputs; the pass `dlc.compiler.unroll.unroll`), the costs are averaged, and the
 optimizer's training step is built over that mean, whose gradient is the average of the
-per-example gradients. The step runs through `Session.train_step`, the Session's one step. Where the placeholders do
+per-example gradients. The step runs through `Session._train_step`, the Session's one step. Where the placeholders do
 lead with a symbolic batch dim, the batch is fed whole and the cost tensor is taken as the
 batch's mean cost.
 
@@ -280,7 +280,7 @@ def train_seeds(
         dims = {}
         for n in names:
             dims.update(bind_dims({n: graph.shape(n)}, {n: arrays[n][0]}))
-    mean, total = session.train_step(step, [step.names[COST], step.names[COST_SUM]], arrays, dims, optimizer)
+    mean, total = session._train_step(step, [step.names[COST], step.names[COST_SUM]], arrays, dims, optimizer)
     if cost_reduction in (CostReduction.MEAN, "mean"):
         return float(mean)
     if cost_reduction in (CostReduction.SUM, "sum"):

@@ -82,7 +82,11 @@ class Session:
     context can be made) or a `dlc.backend.Backend` object; `target` gl's "compute" or
     "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
     start) and "numpy" runs its model.dl on the reference with its params. `freeze`: globs of
-    param names (`h.*.attn.*`) that train() leaves as they are, as `frozen param` does."""
+    param names (`h.*.attn.*`) that train() leaves as they are, as `frozen param` does.
+
+    >>> sess = dlc.Session("samples/quadratic.dl", backend="numpy", seed=0)
+    >>> sess.fit(xs, ys, epochs=50, optimizer=dlc.Adam(0.1))  # or train(feeds), eval(...)
+    """
 
     def __init__(
         self,
@@ -176,19 +180,37 @@ class Session:
     # -- the model's names -----------------------------------------------------------------
     @property
     def inputs(self) -> dict[str, tuple]:
+        """Input name -> shape (a symbolic dim as its name).
+
+        >>> dlc.Session("samples/quadratic.dl").inputs
+        {'x': ('B',), 'y_label': ('B',)}
+        """
         return dict(self.model.inputs)
 
     @property
     def tensors(self) -> dict[str, tuple]:
+        """Named tensor -> shape: everything `eval` can fetch but inputs and params.
+
+        >>> dlc.Session("samples/quadratic.dl").tensors
+        {'y': ('B',), 'cost': ()}
+        """
         return dict(self.model.tensors)
 
     @property
     def losses(self) -> dict[str, tuple]:
-        """Loss name -> shape (); the default loss to train comes first."""
+        """Loss name -> shape (); the default loss to train comes first.
+
+        >>> list(dlc.Session("samples/quadratic.dl").losses)
+        ['cost']
+        """
         return dict(self.model.losses)
 
     def needed_inputs(self, names: Sequence[str]) -> set[str]:
-        """The inputs that fetching `names` reads."""
+        """The inputs that fetching `names` reads.
+
+        >>> sess.needed_inputs(["y"])
+        {'x'}
+        """
         if self._artifact is not None:
             return self._artifact.eval_plan(list(names))[2]
         from dlc.compiler.reference import leaf_inputs
@@ -198,9 +220,19 @@ class Session:
     # -- params ----------------------------------------------------------------
     @property
     def params(self) -> dict[str, np.ndarray]:
+        """Param name -> its value now (a float32 copy read from the backend).
+
+        >>> dlc.Session("samples/quadratic.dl", backend="numpy", seed=0).params["a"]
+        array(-0.1867684, dtype=float32)
+        """
         return {n: self.backend.get_leaf(n) for n in self.model.params}
 
     def set_params(self, values: Mapping[str, np.ndarray]) -> None:
+        """Set some or all params from name -> array; each is checked (a param of the model,
+        its shape, finite) before any is set, so a refusal (DataError) changes nothing.
+
+        >>> sess.set_params({"a": 3.0, "b": 2.0})
+        """
         from .weights import checked_params
 
         for name, v in checked_params(values, self.model.params).items():
@@ -226,14 +258,24 @@ class Session:
             self.backend.set_leaf(name, v)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the params and the model's state to an .npz atomically (a temp file, then rename)."""
+        """Write the params and the model's state (`state` statements) to an .npz (one array
+        per name) atomically: a temp file beside `path`, fsynced, then renamed. `dlc eval
+        --weights` and `load` read it.
+
+        >>> sess.save("quadratic.weights.npz")
+        """
         from .weights import save_npz
 
         save_npz(path, {**self.params, **self.states})
 
     def load(self, path: str | os.PathLike) -> None:
-        """Read params (every one) and model state (those the file holds; the others keep
-        their values) from an .npz; the file is checked whole before anything is set."""
+        """Set the params (every one) and the model's state (those the file holds; the others
+        keep their values) from an .npz that `save` (or `dlc train`) wrote, or from a
+        checkpoint's params. The file is untrusted: checked whole (names, shapes, finite, no
+        pickles) before anything is set (DataError naming the file and the param).
+
+        >>> sess.load("quadratic.weights.npz")
+        """
         from dlc.runtime.errors import DataError
 
         from .weights import checked_params, load_npz
@@ -273,7 +315,12 @@ class Session:
 
     @_seeds_style
     def eval(self, fetch, feeds: Mapping[str, np.ndarray] | None = None):
-        """One fetch name -> its array; a list of names -> dict name -> array."""
+        """One fetch name -> its array; a list of names -> dict name -> array. `feeds` maps
+        input names to arrays (only the inputs the fetches read are needed).
+
+        >>> sess.eval("y", {"x": np.array([1.0, 2.0])})
+        >>> sess.eval(["y", "cost"], dict(np.load("samples/data/quadratic.npz")))
+        """
         names = (fetch,) if isinstance(fetch, str) else tuple(fetch)
         values = self._eval_plan(names)(feeds)
         out = {n: v if np.asarray(v).dtype == np.int32 else np.asarray(v, np.float32) for n, v in zip(names, values)}
@@ -324,7 +371,10 @@ class Session:
     def gradients(
         self, feeds: Mapping[str, np.ndarray] | None = None, loss: str | None = None
     ) -> dict[str, np.ndarray]:
-        """d loss / d param for every param, over all of `feeds` (default loss: the first)."""
+        """d loss / d param for every param, over all of `feeds` (default loss: the first).
+
+        >>> sess.gradients(dict(np.load("samples/data/quadratic.npz")))["a"]
+        """
         self._needs_graph("gradients()")
         from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
         from dlc.compiler.reference import leaf_inputs
@@ -341,10 +391,14 @@ class Session:
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
     def optimizer(self, optimizer: Optimizer | None = None) -> Optimizer:
-        """`optimizer`, else the last one train() used, else SGD(0.01)."""
+        """`optimizer`, else the last one train() used, else SGD(0.01).
+
+        >>> sess.optimizer()
+        SGD(lr=0.01, clip_norm=0.0, schedule=None)
+        """
         return optimizer or self._optimizer or SGD(0.01)
 
-    def train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None):
+    def _train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None):
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
         self._needs_graph("train_graph()")
         from dlc.compiler.autodiff import resolve_loss
@@ -375,7 +429,7 @@ class Session:
                 self.backend.set_leaf(name, value)
                 self._state_ready.add(name)
 
-    def train_step(
+    def _train_step(
         self,
         graph,
         roots: Sequence[int],
@@ -401,12 +455,15 @@ class Session:
         steps: int | None = None,
         shuffle: bool = True,
         callback: Callback | None = None,
-        on_epoch_end: Callable[[int], None] | None = None,
+        on_epoch_end: Callable[[int], bool | None] | None = None,
         resume: bool = False,
         checkpoint: str | os.PathLike | Callable[[], object] | None = None,
         checkpoint_every: int | None = None,
     ) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
+
+        >>> data = dict(np.load("samples/data/quadratic.npz"))
+        >>> losses = sess.train(data, optimizer=dlc.Adam(0.1), batch_size=32, epochs=50)
 
         Batches of `batch_size` examples (None: all) are drawn along the leading
         symbolic dim the inputs share, reshuffled each epoch by the session's
@@ -415,8 +472,9 @@ class Session:
         state persists across calls with the same object, and its `lr` is read
         at every step. `callback(step, epoch, loss, batch_examples)` runs after
         each step (returning False stops), `on_epoch_end(epoch)` after each
-        epoch. A NaN or infinite loss raises dlc.errors.TrainingDiverged with
-        the params of the last finite loss restored.
+        epoch (returning False stops there: early stopping, see `fit`). A NaN
+        or infinite loss raises dlc.errors.TrainingDiverged with the params of
+        the last finite loss restored.
 
         Over an artifact the compiled training step runs: `loss` and `optimizer` default to the
         compiled ones and may differ from them only in the learning rate.
@@ -468,7 +526,7 @@ class Session:
                 def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
                     return parallel(batch, bdims, dim)  # `dim`: bound below, before any step
             else:
-                program = self.train_graph(loss, optimizer)
+                program = self._train_graph(loss, optimizer)
                 loss_node = program.names[program.losses[0]]
                 needed = leaf_inputs(program, [loss_node, *(i for _, i in program.updates)]) - {LR}
                 self._init_state(program, optimizer)
@@ -477,7 +535,7 @@ class Session:
                     return optimizer.lr  # read at every step
 
                 def run_step(batch: dict[str, np.ndarray], bdims: dict[str, int]) -> float:
-                    # Not train_step: the state is made above, from the training step's graph (a
+                    # Not _train_step: the state is made above, from the training step's graph (a
                     # resident graph's data leaves are states too, set from the data).
                     batch[LR] = np.asarray(optimizer.lr, dtype=np.float32)
                     (value,) = self.backend.step(program, [loss_node], batch, bdims)
@@ -634,6 +692,77 @@ class Session:
                 break
         return losses
 
+    def fit(
+        self,
+        x,
+        y,
+        batch_size: int | None = 32,
+        epochs: int = 1,
+        optimizer: Optimizer | None = None,
+        validation_data: tuple | None = None,
+        callbacks: Sequence[Any] = (),
+        metrics: Sequence[str] | None = None,
+        loss: str | None = None,
+        shuffle: bool = True,
+        verbose: bool = False,
+    ):
+        """Keras's `fit` for a model of two inputs: `x` feeds the first one declared, `y` the
+        second (the label). Trains as `train` does and returns a `dlc.History` of each epoch's
+        `loss` (the mean step loss) and, with `validation_data=(x_val, y_val)`, `val_loss` and
+        `val_NAME` for each metric (`metrics`: scalar tensor names; default: the model's
+        `metric NAME = EXPR` statements, `accuracy` and `metric.*`; see README). `callbacks`:
+        `dlc.EarlyStopping`, `dlc.ModelCheckpoint`, `dlc.LambdaCallback` or any `dlc.Callback`;
+        one returning False stops after that epoch.
+        `verbose=True` prints each epoch's logs.
+
+        >>> sess = dlc.Session("samples/quadratic.dl", backend="numpy")
+        >>> history = sess.fit(xs, ys, epochs=20, optimizer=dlc.Adam(0.1))
+        >>> history.history["loss"][-1]
+        """
+        from .callbacks import EpochRunner
+        from .metrics import metric_tensors
+
+        inputs = list(self.model.inputs)
+        if len(inputs) != 2:
+            raise DlcError(
+                f"{self.model.path}: fit(x, y) needs a model of two inputs (the data, then the label), "
+                f"but it has {len(inputs)} ({', '.join(inputs) or 'none'}): call train() with a dict of feeds"
+            )
+        loss_name = loss or next(iter(self.model.losses), None)
+        if loss_name is None:
+            raise DlcError(f"{self.model.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
+        shown = metric_tensors(self.model, metrics)
+        validate = None
+        if validation_data is not None:
+            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+                raise ValueError("validation_data must be a pair (x_val, y_val)")
+            val_feeds = dict(zip(inputs, validation_data))
+
+            def validate() -> dict[str, float]:
+                values = self.eval([loss_name, *shown.values()], val_feeds)
+                return {"val_loss": float(values[loss_name])} | {f"val_{k}": float(values[t]) for k, t in shown.items()}
+
+        def report(epoch: int, logs) -> None:
+            if verbose:
+                print(f"epoch {epoch}/{epochs}: " + "  ".join(f"{k} {v:.6g}" for k, v in logs.items()), flush=True)
+
+        runner = EpochRunner(self, callbacks, validate, report)
+        runner.begin()
+        self.train(
+            dict(zip(inputs, (x, y))),
+            loss=loss_name,
+            optimizer=optimizer,
+            batch_size=batch_size,
+            epochs=epochs,
+            shuffle=shuffle,
+            callback=runner.step_hook,
+            on_epoch_end=runner.epoch_hook,
+        )
+        runner.end()
+        if verbose and runner.stop_reason():
+            print(runner.stop_reason(), flush=True)
+        return runner.history
+
     def _parallel_step(self, loss: str | None, optimizer: Optimizer):
         """The data-parallel step over `self.parallel`'s ranks for (loss, optimizer): the
         gradients of this rank's shard, all-reduced, then the update (dlc/distributed.py)."""
@@ -705,12 +834,18 @@ class Session:
     @property
     def last_run(self) -> RunPosition | None:
         """Where the last train() call's run stands (a copy), as `train(resume=True)` would go
-        on with it; None when there is none, or it diverged."""
+        on with it; None when there is none, or it diverged.
+
+        >>> sess.last_run.done  # steps run so far
+        """
         return dataclasses.replace(self._run) if self._run is not None else None
 
     def checkpoint(self):
         """A `dlc.runtime.checkpoint.Checkpoint` of the session now: params, optimizer state,
-        the batch order's rng and the last run's position (as `save_checkpoint` writes)."""
+        the batch order's rng and the last run's position (as `save_checkpoint` writes).
+
+        >>> sess.checkpoint().params["a"]
+        """
         from dlc.runtime.checkpoint import Checkpoint
 
         run = self._run
@@ -726,7 +861,10 @@ class Session:
         return Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Write a checkpoint (an .npz, atomically): what `restore` needs to go on exactly."""
+        """Write a checkpoint (an .npz, atomically): what `restore` needs to go on exactly.
+
+        >>> sess.save_checkpoint("ck.npz")
+        """
         from dlc.runtime.checkpoint import write_checkpoint
 
         write_checkpoint(path, self.checkpoint())
@@ -735,7 +873,10 @@ class Session:
         """Put back a checkpoint: params, optimizer state (the next train() with no optimizer,
         or one of the same settings, goes on with it), the batch order and the run's position
         (`train(resume=True)` continues it). The file is checked whole first: one of another
-        model or optimizer, or a damaged one, is refused (DataError) and changes nothing."""
+        model or optimizer, or a damaged one, is refused (DataError) and changes nothing.
+
+        >>> sess.restore("ck.npz"); sess.train(data, epochs=10, resume=True)
+        """
         from dlc.runtime.checkpoint import read_checkpoint
 
         path = os.fspath(path)
@@ -821,16 +962,26 @@ class Session:
 
     # -- resources -------------------------------------------------------------------------
     def memory(self) -> dict[str, tuple[int, int]]:
-        """(count, bytes) the backend holds, by kind (see `dlc.backend.Backend.memory`)."""
+        """(count, bytes) the backend holds, by kind (see `dlc.backend.Backend.memory`).
+
+        >>> dlc.Session("samples/quadratic.dl", backend="numpy").memory()["params"]  # (count, bytes)
+        (3, 12)
+        """
         return self.backend.memory()
 
     def close(self) -> None:
-        """Free what the backend holds (GPU buffers on GL); the session is not used after."""
+        """Free what the backend holds (GPU buffers on GL); the session is not used after.
+
+        >>> sess.close()
+        """
         self.backend.close()
 
     def release(self) -> None:
         """Detach this session's GL device from the calling thread (flushing its work), so that
-        another thread can use the session; nothing to do on the numpy backend."""
+        another thread can use the session; nothing to do on the numpy backend.
+
+        >>> sess.release()  # then use sess from another thread
+        """
         device = getattr(getattr(self.backend, "store", None), "device", None)
         if device is not None:
             device.release()

@@ -117,7 +117,7 @@ def train_loop(
     shuffle: bool = True,
     rng: np.random.Generator | None = None,
     callback: Callback | None = None,
-    on_epoch_end: Callable[[int], None] | None = None,
+    on_epoch_end: Callable[[int], bool | None] | None = None,
     snapshot: Callable[[], object] | None = None,
     restore: Callable[[object], None] | None = None,
     select: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None,
@@ -131,7 +131,7 @@ def train_loop(
     `steps` (if given) wins over `epochs` and may span epochs; the last batch of
     an epoch may be smaller. `callback(step, epoch, loss, batch_examples)` runs
     after every step (both counted from 1); returning False stops after that
-    step. `on_epoch_end(epoch)` runs after each full epoch. A NaN or infinite
+    step. `on_epoch_end(epoch)` runs after each full epoch (returning False stops there). A NaN or infinite
     loss puts back the params of the last finite loss (via snapshot/restore)
     and raises TrainingDiverged. `select(rows)`, when given, makes a step's batch from the
     indices of its examples along `dim` (default: those rows of every feed); a backend that
@@ -208,8 +208,8 @@ def train_loop(
         losses.append(loss)
         _advance(position, k, per_epoch, order if shuffle and dim is not None else None)
         go_on = callback(k + 1, epoch + 1, loss, examples) if callback is not None else None
-        if pos == per_epoch - 1 and on_epoch_end is not None:
-            on_epoch_end(epoch + 1)
+        if pos == per_epoch - 1 and on_epoch_end is not None and on_epoch_end(epoch + 1) is False:
+            go_on = False  # early stopping: the run ends with this epoch
         if every is not None and (k + 1) % every == 0:
             on_every(position)
         if go_on is False:
@@ -288,7 +288,7 @@ def _deferred_loop(
     per_epoch: int,
     total: int,
     callback: Callback | None,
-    on_epoch_end: Callable[[int], None] | None,
+    on_epoch_end: Callable[[int], bool | None] | None,
     snapshot: Callable[[], object],
     restore: Callable[[object], None],
     rng: np.random.Generator,
@@ -356,8 +356,9 @@ def _deferred_loop(
             losses.append(loss)
             _advance(position, j, per_epoch, order)
             go_on = callback(j + 1, ep + 1, loss, ex) if callback is not None else None
-            if ps == per_epoch - 1 and on_epoch_end is not None:
-                on_epoch_end(ep + 1)  # the window ends here: the params are step j's
+            # The window ends here: the params are step j's. False ends the run with this epoch.
+            if ps == per_epoch - 1 and on_epoch_end is not None and on_epoch_end(ep + 1) is False:
+                go_on = False
             if every is not None and (j + 1) % every == 0:
                 position.rng_state = rng_state_after(j)  # staging may have drawn ahead
                 on_every(position)  # the window ends here too

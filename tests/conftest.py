@@ -22,3 +22,24 @@ def _verify_ir_between_stages():
     old = pipeline.set_verify(True)
     yield
     pipeline.set_verify(old)
+
+
+# Whole files and folders of long end-to-end runs, marked `slow` so that
+# `pytest -m "not slow"` is a quick edit-test loop (CI and the README's command run them all).
+# Single slow tests carry `@pytest.mark.slow` themselves.
+SLOW_PATHS = (
+    "tests/gl/test_texture_target.py",  # the GL suites again in a subprocess without compute shaders
+    "tests/importers/",  # ONNX's node tests and model zoo files
+    "tests/web/",  # headless Chromium
+    "tests/parallel/",  # MPI ranks
+    "tests/runtime/test_manifest_fuzz.py",  # thousands of manifest mutants
+    "tests/cli/test_cli_resume.py",  # signals, checkpoints and resumed runs, each a few processes
+)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/")
+        if where.startswith(SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)

@@ -61,7 +61,7 @@ def test_the_other_drivers_are_gone():
     for name in ("_unrolled", "_batched", "seeds_style"):
         assert not hasattr(seeds, name), name
     # what the seeds' style trains with: the Session's one step
-    assert "session.train_step(" in pathlib.Path(seeds.__file__).read_text()
+    assert "session._train_step(" in pathlib.Path(seeds.__file__).read_text()
 
 
 def test_the_backend_protocol_is_what_the_backends_implement():

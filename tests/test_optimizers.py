@@ -189,12 +189,12 @@ def test_state_leaves_and_lr_input():
 def test_lr_is_fed_so_changing_it_needs_no_new_graph():
     sess = dlc.Session(dlc.compile(MODEL), backend="numpy", seed=0)
     opt = dlc.SGD(0.1)
-    g1 = sess.train_graph(None, opt)
+    g1 = sess._train_graph(None, opt)
     w0 = sess.params["w"].astype(np.float64)
     sess.train({"x": X}, optimizer=opt, batch_size=None, steps=1)
     opt.lr = 0.0
     sess.train({"x": X}, optimizer=opt, batch_size=None, steps=1)
-    assert sess.train_graph(None, opt) is g1
+    assert sess._train_graph(None, opt) is g1
     w1 = w0 - 0.1 * grads({"w": w0, "s": 0.5})["w"]
     np.testing.assert_allclose(sess.params["w"], w1, rtol=1e-6)
 

@@ -15,7 +15,7 @@ from dlc.runtime.sizes import MAX_NAME
 
 # Words that start a statement (a tensor so named could not be assigned), and the dtypes.
 KEYWORDS = frozenset(
-    {"input", "param", "const", "loss", "frozen", "def", "for", "return", "state", "update", "f32", "i32"}
+    {"input", "param", "const", "loss", "metric", "frozen", "def", "for", "return", "state", "update", "f32", "i32"}
 )
 MAX_BASE = MAX_NAME - 8  # room for the de-duplicating suffix
 _VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")

@@ -172,7 +172,7 @@ loss cost = mean_squared(x @ emb.weight @ head.weight, y)
     s.train(f, optimizer=dlc.Adam(0.05), steps=3, batch_size=8)
     assert np.array_equal(s.params["emb.weight"], before["emb.weight"])  # bitwise
     assert not np.array_equal(s.params["head.weight"], before["head.weight"])
-    assert not any(name.startswith("emb.weight$") for name in s.train_graph().states)  # no Adam slots
+    assert not any(name.startswith("emb.weight$") for name in s._train_graph().states)  # no Adam slots
     s.save(tmp_path / "w.npz")
     assert set(np.load(tmp_path / "w.npz").files) == {"emb.weight", "head.weight"}
     t = dlc.Session(dlc.compile(src), backend="numpy", seed=7)
@@ -248,7 +248,7 @@ def test_syntax_errors_in_blocks_say_what_was_expected():
 
 def test_the_readme_example_compiles_to_the_documented_names():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    start = readme.index("```\ninput x: [B, 64]\nconst C = 64\ndef mlp") + 4
+    start = readme.index("\ninput x: [B, 64]\nconst C = 64\ndef mlp") + 1  # inside its ```dl block
     g = compile_source(readme[start : readme.index("```", start)])
     assert g.params[:3] == ("h.0.ln.scale", "h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.weight")
     assert g.params[-1] == "h.5.mlp.c_proj.weight" and len(g.params) == 18

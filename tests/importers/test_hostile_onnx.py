@@ -99,7 +99,7 @@ def test_max_const_bytes_raises_the_limit_and_the_folded_values_are_right(onnx, 
     onnx.save(m, str(tmp_path / "small.onnx"))
     r = dlc_cli("import", tmp_path / "small.onnx", "--max-const-bytes", "399")
     assert r.returncode == 1 and "over the limit of 399 bytes" in r.stderr, r.stderr
-    r = dlc_cli("import", tmp_path / "small.onnx", "--max-const-bytes", "400")
+    r = dlc_cli("import", tmp_path / "small.onnx", "--max-const-bytes", "400", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     for bad in ("0", "-5", "lots"):
         r = dlc_cli("import", tmp_path / "small.onnx", "--max-const-bytes", bad)

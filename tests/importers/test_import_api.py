@@ -262,8 +262,9 @@ def test_a_freeze_pattern_matching_no_param_is_refused(onnx):
 
 def test_cli_import_freeze(onnx, tmp_path, dlc_cli):
     onnx.save(_linear(onnx), str(tmp_path / "lin.onnx"))
-    r = dlc_cli("import", tmp_path / "lin.onnx", "--batch", "B", "--freeze", "fc.w*", "--freeze", "fc.bias")
+    args = ["--batch", "B", "--freeze", "fc.w*", "--freeze", "fc.bias"]
+    r = dlc_cli("import", tmp_path / "lin.onnx", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "lin.dl").read_text().count("frozen param") == 2
+    assert (tmp_path / "lin.dl").read_text().count("frozen param") == 2  # in the working folder
     r = dlc_cli("import", tmp_path / "lin.onnx", "--trainable", "nothing*")
     assert r.returncode == 1 and "the pattern 'nothing*' matches no param" in r.stderr
