@@ -1,0 +1,212 @@
+"""Attention in and out of the fused primitives (ops/attention.py).
+
+`fuse_attention` (run on every model as it is built, before autodiff, so the gradient is the
+fused one too) finds attention written out,
+
+    softmax(where(MASK, q @ transpose(k) * s, -inf)) @ v     (or / s, or no scale; MASK
+                                                               optional, lower-triangular)
+
+as the softmax composite expands it (exp(x - stop_gradient(max(x))) / sum(...)), and puts an
+`attention` node in place of the final product. The mask is accepted when it is made of
+iotas and constants only and evaluates to tril(ones([T, T])) (checked at two sizes); the
+scale when it is a constant scalar. The written-out nodes stay only where a name still
+refers to them.
+
+`decompose` rewrites the attention nodes back into matmuls, a mask and reductions: the
+texture target's lowering (no fragment shader tiles through shared memory), and dlc.js's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import registry
+from .ir import Graph, Node, cone, make_attrs
+from .reference import evaluate
+from .simplify import Rewriter, eliminate_dead_code, rewrite
+
+ATTENTION_OPS = frozenset({"attention", "attention_lse", "attention_grad"})
+
+
+def _constant(g: Graph, i: int, dims: dict) -> np.ndarray | None:
+    """Node i's value when it is computed from constants, iotas and layout ops only (else
+    None); `dims` binds its symbolic dims."""
+    part = cone(g, [i])
+    for j in part:
+        n = g.nodes[j]
+        if n.is_leaf and n.op != "const":
+            return None
+        if not n.is_leaf and registry.get(n.op).kind not in ("elementwise", "layout"):
+            return None
+    try:
+        return evaluate(g, [i], {}, dims, dtype=np.float64)[i]
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _is_causal_mask(g: Graph, i: int, t) -> bool:
+    shape = g.nodes[i].shape
+    if tuple(shape) != (t, t):
+        return False
+    for n in (5, 7) if isinstance(t, str) else (t,):  # a symbolic T at two sizes
+        value = _constant(g, i, {t: n} if isinstance(t, str) else {})
+        if value is None or not np.array_equal(value != 0, np.tril(np.ones((n, n), dtype=bool))):
+            return False
+    return True
+
+
+def _scalar(g: Graph, i: int) -> float | None:
+    if g.nodes[i].shape != ():
+        return None
+    value = _constant(g, i, {})
+    return None if value is None else float(value)
+
+
+def _match(g: Graph, n: Node) -> tuple[int, int, int, bool, float] | None:
+    """(q, k, v, causal, scale) when matmul node `n` is written-out attention."""
+    nodes = g.nodes
+    if n.op != "matmul" or n.attr("ta") or n.attr("tb"):
+        return None
+    probs, v = n.inputs
+    div = nodes[probs]
+    if div.op != "div":
+        return None
+    e, total = div.inputs
+    tot = nodes[total]
+    if nodes[e].op != "exp" or tot.op != "sum" or tot.inputs != (e,) or not tot.attr("keepdims"):
+        return None
+    last = len(nodes[e].shape) - 1
+    if tuple(tot.attr("axes")) != (last,):
+        return None
+    sub = nodes[nodes[e].inputs[0]]
+    if sub.op != "sub":
+        return None
+    x, shifted = sub.inputs
+    stop = nodes[shifted]
+    if stop.op == "stop_gradient":
+        stop = nodes[stop.inputs[0]]
+    if stop.op != "max" or stop.inputs != (x,) or tuple(stop.attr("axes")) != (last,):
+        return None
+    causal = False
+    xs = nodes[x]
+    if xs.op == "where":
+        mask, scores, fill = xs.inputs
+        if _scalar(g, fill) != -np.inf or not _is_causal_mask(g, mask, xs.shape[-1]):
+            return None
+        causal, x, xs = True, scores, nodes[scores]
+    scale = 1.0
+    if xs.op in ("mul", "div"):
+        a, b = xs.inputs
+        s = _scalar(g, b)
+        if s is None and xs.op == "mul":
+            a, s = b, _scalar(g, a)
+        if s is None or s == 0:
+            return None
+        scale = s if xs.op == "mul" else 1.0 / s
+        x, xs = a, nodes[a]
+    if xs.op != "matmul" or xs.attr("ta"):
+        return None
+    q, kt = xs.inputs
+    if xs.attr("tb"):
+        k = kt
+    else:
+        tn = nodes[kt]
+        rank = len(tn.shape)
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        if tn.op != "transpose" or tuple(tn.attr("perm")) != swap:
+            return None
+        (k,) = tn.inputs
+    shapes = [tuple(nodes[j].shape) for j in (q, k, v)]
+    if shapes[0] != shapes[1] or shapes[0] != shapes[2] or tuple(n.shape) != shapes[0] or not np.isfinite(scale):
+        return None
+    try:
+        registry.get("attention").shape(shapes, {"causal": causal, "scale": scale})
+    except Exception:  # a head too wide or symbolic: the written-out form runs as it is
+        return None
+    return q, k, v, causal, scale
+
+
+def fuse_attention(g: Graph) -> Graph:
+    """`g` with written-out attention (see the module doc) replaced by `attention` nodes."""
+    found = {}
+    for i, n in enumerate(g.nodes):
+        m = _match(g, n) if n.op == "matmul" else None
+        if m is not None:
+            found[i] = m
+    if not found:
+        return g
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        if i not in found:
+            return rw.append(n)
+        q, k, v, causal, scale = found[i]
+        ins = tuple(rw.remap[j] for j in (q, k, v))
+        return rw.append(Node("attention", ins, n.shape, make_attrs(causal=causal, scale=scale), n.loc))
+
+    out = rewrite(g, visit)
+    return eliminate_dead_code(out, start=_first_fused(g, found))
+
+
+def _first_fused(g: Graph, found: dict) -> int:
+    """Dead code is dropped only past the first replaced product's inputs (the rest is as built)."""
+    return min(min(found[i][:3]) for i in found) + 1
+
+
+# -- the decomposition ------------------------------------------------------------------
+
+
+class _Emit:
+    def __init__(self, rw: Rewriter, loc) -> None:
+        self.rw, self.loc = rw, loc
+
+    def __call__(self, op: str, *inputs: int, **attrs) -> int:
+        shape = registry.get(op).shape([self.rw.nodes[j].shape for j in inputs], attrs)
+        return self.rw.append(Node(op, tuple(inputs), tuple(shape), make_attrs(**attrs), self.loc))
+
+    def const(self, value: float) -> int:
+        return self.rw.append(Node("const", (), (), make_attrs(shape=(), value=(float(value),)), self.loc))
+
+    def shape(self, i: int):
+        return self.rw.nodes[i].shape
+
+
+def _decompose(e: _Emit, n: Node) -> int:
+    q, k, v = n.inputs[:3]
+    shape = e.shape(q)
+    rank, t = len(shape), shape[-2]
+    last = rank - 1
+    kt = e("transpose", k, perm=(*range(rank - 2), rank - 1, rank - 2))
+    s = e("mul", e("matmul", q, kt, ta=False, tb=False), e.const(n.attr("scale")))
+    if n.attr("causal"):
+        mask = e("ge", e("iota", axis=0, shape=(t, t)), e("iota", axis=1, shape=(t, t)))
+        s = e("where", mask, s, e.const(-np.inf))
+    if n.op == "attention_grad":
+        g, lse, delta = n.inputs[3:]
+        p = e("exp", e("sub", s, e("reshape", lse, shape=(*shape[:-1], 1))))
+        if n.attr("wrt") == "v":
+            return e("matmul", p, g, ta=True, tb=False)
+        dp = e("matmul", g, v, ta=False, tb=True)
+        ds = e("mul", p, e("sub", dp, e("reshape", delta, shape=(*shape[:-1], 1))))
+        other = k if n.attr("wrt") == "q" else q
+        prod = e("matmul", ds, other, ta=n.attr("wrt") == "k", tb=False)
+        return e("mul", prod, e.const(n.attr("scale")))
+    m = e("max", s, axes=(last,), keepdims=True)
+    p = e("exp", e("sub", s, m))
+    total = e("sum", p, axes=(last,), keepdims=True)
+    if n.op == "attention_lse":
+        lse = e("add", m, e("log", total))
+        return e("reshape", lse, shape=tuple(shape[:-1]))
+    return e("div", e("matmul", p, v, ta=False, tb=False), total)
+
+
+def decompose(g: Graph) -> Graph:
+    """`g` with every attention node rewritten into matmuls, a mask and reductions."""
+    if not any(n.op in ATTENTION_OPS for n in g.nodes):
+        return g
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        if n.op not in ATTENTION_OPS:
+            return rw.append(n)
+        return _decompose(_Emit(rw, n.loc), n)
+
+    return rewrite(g, visit)

@@ -1,0 +1,194 @@
+"""Attention kernels on the compute target (ops/attention.py), FlashAttention's tiling in GLSL:
+no kernel writes or holds a T x T matrix.
+
+One work group per (leading index, block of ROWS own rows), one invocation per own row, which
+keeps that row of its operands and its output row in registers; the other side's rows stream
+through shared memory in tiles of `cols` rows (the whole group loads a tile, then each
+invocation reads all of it):
+
+- attention, attention_lse: own rows are query rows, tiles of k (and v); an online softmax
+  (running max m and sum l, the output rescaled by exp(m_old - m_new) as the max grows);
+- attention_grad wrt q: own query rows, tiles of k and v; p recomputed from the saved lse;
+- attention_grad wrt k or v: own key rows, tiles of q, g, lse and delta (FlashAttention-2's
+  dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
+  no atomics).
+
+Causal kernels skip the tiles wholly above the diagonal. Rows past T (T not a multiple of the
+block) load a clamped row, take part in every barrier, and store nothing.
+"""
+
+from __future__ import annotations
+
+from ..ir import format_shape
+from ..plan import size_of
+from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .renderer import float_lit
+
+ROWS = 64  # own rows a work group (invocations)
+TILE_FLOATS = 2048  # floats a streamed tensor's tile: two or four tiles stay within 32 KiB
+
+
+def _geometry(ctx: Context):
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    qshape = ctx.graph.nodes[node.inputs[0]].shape
+    return node, qshape[:-2], qshape[-2], int(qshape[-1])
+
+
+def tile_rows(d: int, streamed: int) -> int:
+    """Rows of a streamed tile: `streamed` row tensors of width d within 4 * TILE_FLOATS floats."""
+    return max(1, min(ROWS, (4 * TILE_FLOATS) // (streamed * d)))
+
+
+def render(ctx: Context) -> KernelSource:
+    node, lead, t_dim, d = _geometry(ctx)
+    op, wrt = node.op, node.attr("wrt")
+    causal = bool(node.attr("causal"))
+    scale = float_lit(float(node.attr("scale")))
+    q, k, v = (*node.inputs[:3], None)[:3]  # attention_lse has no v
+    g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
+    by_key = wrt in ("k", "v")  # own rows are key rows
+    streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
+    cols = tile_rows(d, len(streamed))
+    ctx.names.taken.update({"o", "lid", "blk", "bh", "T", "own", "row", "j0", "jj", "jn", "e", "dd", "end"})
+
+    epi = Emitter(ctx, anchor_value="value")
+    epi.store_outputs(Ix(flat="o"))
+    em = Emitter(ctx)
+    em.line("int blk = int(gl_WorkGroupID.x), bh = int(gl_WorkGroupID.y);")
+    em.line("int lid = int(gl_LocalInvocationID.x);")
+    em.line(f"int T = {ctx.dim(t_dim)};")
+    em.line(f"int own = blk * {ROWS} + lid;")
+    em.line("int row = bh * T + min(own, T - 1);  // a row past T loads the last one, stores nothing")
+    em.line("int own_clamped = min(own, T - 1);")
+
+    def own_row(name: str, tensor: int) -> None:
+        em.line(f"float {name}[{d}];")
+        em.open(f"for (int dd = 0; dd < {d}; dd++)")
+        em.line(f"{name}[dd] = {em.value(tensor, Ix(flat=f'(row * {d} + dd)'))};")
+        em.close()
+
+    if by_key:
+        own_row("kr", k)
+        if wrt == "k":
+            own_row("vr", v)
+    else:
+        own_row("qr", q)
+        if op == "attention_grad":
+            own_row("gr", g)
+            em.line(f"float row_lse = {em.value(lse, Ix(flat='row'))};")
+            em.line(f"float row_delta = {em.value(delta, Ix(flat='row'))};")
+    if op == "attention_lse":
+        em.line("float m = -DLC_INF, l = 0.0;")
+    else:
+        em.line(f"float acc[{d}];")
+        em.open(f"for (int dd = 0; dd < {d}; dd++)")
+        em.line("acc[dd] = 0.0;")
+        em.close()
+        if op == "attention":
+            em.line("float m = -DLC_INF, l = 0.0;")
+
+    # The streamed side's range: causal query blocks see keys up to their last row; causal key
+    # blocks see queries from their first row.
+    if by_key:
+        em.line(f"int start = {f'blk * {ROWS}' if causal else '0'}, end = T;")
+    else:
+        em.line(f"int start = 0, end = {f'min(T, (blk + 1) * {ROWS})' if causal else 'T'};")
+    em.open(f"for (int j0 = start; j0 < end; j0 += {cols})")
+    em.line("barrier();  // every invocation is done with the last tile")
+    em.open(f"for (int e = lid; e < {cols * d}; e += {ROWS})")
+    em.line(f"int srow = bh * T + min(j0 + e / {d}, T - 1), scol = e % {d};")
+    for i, t in enumerate(streamed):
+        em.line(f"tile{i}[e] = {em.value(t, Ix(flat=f'(srow * {d} + scol)'))};")
+    em.close()
+    if by_key:
+        em.open(f"if (lid < {cols})")
+        em.line("int srow = bh * T + min(j0 + lid, T - 1);")
+        em.line(f"tile_lse[lid] = {em.value(lse, Ix(flat='srow'))};")
+        if wrt == "k":
+            em.line(f"tile_delta[lid] = {em.value(delta, Ix(flat='srow'))};")
+        em.close()
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.line(f"int jn = min({cols}, end - j0);")
+    mine, theirs = ("kr", "tile0") if by_key else ("qr", "tile0")
+
+    def dot(a: str, b_tile: str) -> str:
+        em.line("float sdot = 0.0;")
+        em.open(f"for (int dd = 0; dd < {d}; dd++)")
+        em.line(f"sdot += {a}[dd] * {b_tile}[jj * {d} + dd];")
+        em.close()
+        return "sdot"
+
+    if op in ("attention", "attention_lse"):
+        em.line(f"float s[{cols}];")
+        em.line("float mt = m;")
+        em.open("for (int jj = 0; jj < jn; jj++)")
+        em.line(f"float sj = {dot(mine, theirs)} * {scale};")
+        if causal:
+            em.line("if (j0 + jj > own_clamped) sj = -DLC_INF;")
+        em.line("s[jj] = sj;")
+        em.line("mt = max(mt, sj);")
+        em.close()
+        em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
+        em.line("l *= corr;")
+        if op == "attention":
+            em.open(f"for (int dd = 0; dd < {d}; dd++)")
+            em.line("acc[dd] *= corr;")
+            em.close()
+        em.open("for (int jj = 0; jj < jn; jj++)")
+        em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
+        em.line("l += p;")
+        if op == "attention":
+            em.open(f"for (int dd = 0; dd < {d}; dd++)")
+            em.line(f"acc[dd] += p * tile1[jj * {d} + dd];")
+            em.close()
+        em.close()
+        em.line("m = mt;")
+    else:
+        em.open("for (int jj = 0; jj < jn; jj++)")
+        em.line(f"float sj = {dot(mine, theirs)} * {scale};")
+        i_row, j_row = ("j0 + jj", "own_clamped") if by_key else ("own_clamped", "j0 + jj")
+        row_lse = "tile_lse[jj]" if by_key else "row_lse"
+        masked = f"{j_row} > {i_row}"
+        em.line(f"float p = {masked + ' || ' if causal else ''}sj == -DLC_INF ? 0.0 : exp(sj - {row_lse});")
+        if wrt == "v":  # dv_j += p_ij g_i
+            em.open(f"for (int dd = 0; dd < {d}; dd++)")
+            em.line(f"acc[dd] += p * tile1[jj * {d} + dd];")
+            em.close()
+        else:  # dp_ij = g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
+            em.line("float dp = 0.0;")
+            g_src, v_src = ("tile1[jj * {d} + dd]", "vr[dd]") if by_key else ("gr[dd]", "tile1[jj * {d} + dd]")
+            em.open(f"for (int dd = 0; dd < {d}; dd++)")
+            em.line(f"dp += {g_src.format(d=d)} * {v_src.format(d=d)};")
+            em.close()
+            em.line(f"float ds = p * (dp - {'tile_delta[jj]' if by_key else 'row_delta'});")
+            em.open(f"for (int dd = 0; dd < {d}; dd++)")
+            em.line(f"acc[dd] += ds * tile0[jj * {d} + dd];")
+            em.close()
+        em.close()
+    em.close()  # the tile loop
+
+    em.line("if (own >= T) return;  // after the last barrier")
+    if op == "attention_lse":
+        em.line("epilogue(row, m + log(l));")
+    else:
+        post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k") else ""}[op]
+        em.open(f"for (int dd = 0; dd < {d}; dd++)")
+        em.line(f"epilogue(row * {d} + dd, acc[dd]{post});")
+        em.close()
+
+    shared = [f"shared float tile{i}[{cols * d}];" for i in range(len(streamed))]
+    if by_key:
+        shared.append(f"shared float tile_lse[{cols}];")
+        if wrt == "k":
+            shared.append(f"shared float tile_delta[{cols}];")
+    local = (ROWS, 1, 1)
+    what = (
+        f"{op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
+        f"[{t_dim}, {d}]: a work group per {ROWS} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
+    )
+    lines = header(ctx, what, local, shared)
+    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+    lines += ["void main() {", *em.lines, "}"]
+    grid = {"tiles": [[list(size_of((t_dim,))), ROWS], [list(size_of(lead)), 1], [[1], 1]]}
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
