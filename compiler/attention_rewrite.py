@@ -1,4 +1,4 @@
-"""Attention in and out of the fused primitives (ops/attention.py).
+"""Written-out attention into the fused primitive (ops/attention.py).
 
 `fuse_attention` (run on every model as it is built, before autodiff, so the gradient is the
 fused one too) finds attention written out,
@@ -11,9 +11,6 @@ as the softmax composite expands it (exp(x - stop_gradient(max(x))) / sum(...)),
 iotas and constants only and evaluates to tril(ones([T, T])) (checked at two sizes); the
 scale when it is a constant scalar. The written-out nodes stay only where a name still
 refers to them.
-
-`decompose` rewrites the attention nodes back into matmuls, a mask and reductions: the
-texture target's lowering (no fragment shader tiles through shared memory), and dlc.js's.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ from . import registry
 from .ir import Graph, Node, cone, make_attrs
 from .reference import evaluate
 from .simplify import Rewriter, eliminate_dead_code, rewrite
-
-ATTENTION_OPS = frozenset({"attention", "attention_lse", "attention_grad"})
 
 
 def _constant(g: Graph, i: int, dims: dict) -> np.ndarray | None:
@@ -150,63 +145,3 @@ def fuse_attention(g: Graph) -> Graph:
 def _first_fused(g: Graph, found: dict) -> int:
     """Dead code is dropped only past the first replaced product's inputs (the rest is as built)."""
     return min(min(found[i][:3]) for i in found) + 1
-
-
-# -- the decomposition ------------------------------------------------------------------
-
-
-class _Emit:
-    def __init__(self, rw: Rewriter, loc) -> None:
-        self.rw, self.loc = rw, loc
-
-    def __call__(self, op: str, *inputs: int, **attrs) -> int:
-        shape = registry.get(op).shape([self.rw.nodes[j].shape for j in inputs], attrs)
-        return self.rw.append(Node(op, tuple(inputs), tuple(shape), make_attrs(**attrs), self.loc))
-
-    def const(self, value: float) -> int:
-        return self.rw.append(Node("const", (), (), make_attrs(shape=(), value=(float(value),)), self.loc))
-
-    def shape(self, i: int):
-        return self.rw.nodes[i].shape
-
-
-def _decompose(e: _Emit, n: Node) -> int:
-    q, k, v = n.inputs[:3]
-    shape = e.shape(q)
-    rank, t = len(shape), shape[-2]
-    last = rank - 1
-    kt = e("transpose", k, perm=(*range(rank - 2), rank - 1, rank - 2))
-    s = e("mul", e("matmul", q, kt, ta=False, tb=False), e.const(n.attr("scale")))
-    if n.attr("causal"):
-        mask = e("ge", e("iota", axis=0, shape=(t, t)), e("iota", axis=1, shape=(t, t)))
-        s = e("where", mask, s, e.const(-np.inf))
-    if n.op == "attention_grad":
-        g, lse, delta = n.inputs[3:]
-        p = e("exp", e("sub", s, e("reshape", lse, shape=(*shape[:-1], 1))))
-        if n.attr("wrt") == "v":
-            return e("matmul", p, g, ta=True, tb=False)
-        dp = e("matmul", g, v, ta=False, tb=True)
-        ds = e("mul", p, e("sub", dp, e("reshape", delta, shape=(*shape[:-1], 1))))
-        other = k if n.attr("wrt") == "q" else q
-        prod = e("matmul", ds, other, ta=n.attr("wrt") == "k", tb=False)
-        return e("mul", prod, e.const(n.attr("scale")))
-    m = e("max", s, axes=(last,), keepdims=True)
-    p = e("exp", e("sub", s, m))
-    total = e("sum", p, axes=(last,), keepdims=True)
-    if n.op == "attention_lse":
-        lse = e("add", m, e("log", total))
-        return e("reshape", lse, shape=tuple(shape[:-1]))
-    return e("div", e("matmul", p, v, ta=False, tb=False), total)
-
-
-def decompose(g: Graph) -> Graph:
-    """`g` with every attention node rewritten into matmuls, a mask and reductions."""
-    if not any(n.op in ATTENTION_OPS for n in g.nodes):
-        return g
-
-    def visit(rw: Rewriter, i: int, n: Node) -> int:
-        if n.op not in ATTENTION_OPS:
-            return rw.append(n)
-        return _decompose(_Emit(rw, n.loc), n)
-
-    return rewrite(g, visit)

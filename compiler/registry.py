@@ -31,8 +31,8 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   window       conv2d, pools and their gradients
   norm         layer_norm, rms_norm and their gradients: each output row from its input row
   attention    attention, its row statistics and gradients: tiled over blocks of query or key
-               rows (the compute target); rewritten into matmuls and reductions on the texture
-               target (compiler/attention_rewrite.py)
+               rows (the compute target); a loop over the other rows per output element on
+               the texture target
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ KIND_LOWERING = {
     "norm": {"glsl-compute": "codegen/kernels_norm.py", "glsl-texture": "codegen/kernels_norm.py texture_body"},
     "attention": {
         "glsl-compute": "codegen/kernels_attention.py",
-        "glsl-texture": "attention_rewrite.py decompose (matmuls and reductions)",
+        "glsl-texture": "codegen/kernels_attention.py texture_body",
     },
     "layout": {"glsl": "an index map in codegen/glsl.py (Emitter._<op>)"},
     "leaf": {"glsl": "storage (a buffer or texture)"},

@@ -192,3 +192,66 @@ def render(ctx: Context) -> KernelSource:
     lines += ["void main() {", *em.lines, "}"]
     grid = {"tiles": [[list(size_of((t_dim,))), ROWS], [list(size_of(lead)), 1], [[1], 1]]}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+
+
+def texture_body(ctx: Context, em: Emitter) -> str:
+    """The texture target's body for output element `o`: sets `acc`, says what it computes.
+    A fragment has its own row (query row, or key row for a k or v gradient) and one column;
+    it loops over the other side's rows (the online softmax of the compute kernels, one row
+    at a time): T x D work an element, no T x T storage."""
+    node, lead, t_dim, d = _geometry(ctx)
+    op, wrt = node.op, node.attr("wrt")
+    causal = bool(node.attr("causal"))
+    scale = float_lit(float(node.attr("scale")))
+    q, k, v = (*node.inputs[:3], None)[:3]
+    g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
+    by_key = wrt in ("k", "v")
+    em.line(f"int at_T = {ctx.dim(t_dim)};")
+    if op == "attention_lse":
+        em.line("int at_row = o, at_col = 0;")
+    else:
+        em.line(f"int at_row = o / {d}, at_col = o - at_row * {d};")
+    em.line("int at_base = (at_row / at_T) * at_T, at_own = at_row - at_base;")
+    if by_key:
+        lo, hi = ("at_own" if causal else "0"), "at_T"
+    else:
+        lo, hi = "0", ("at_own + 1" if causal else "at_T")
+
+    def at(tensor: int, row: str, col: str) -> str:
+        return em.value(tensor, Ix(flat=f"(({row}) * {d} + {col})"))
+
+    def dot(a: int, a_row: str, b: int, b_row: str, var: str) -> None:
+        em.line(f"float {var} = 0.0;")
+        em.open(f"for (int at_d = 0; at_d < {d}; at_d++)")
+        em.line(f"{var} += {at(a, a_row, 'at_d')} * {at(b, b_row, 'at_d')};")
+        em.close()
+
+    em.line("float at_m = -DLC_INF, at_l = 0.0, at_acc = 0.0;")
+    em.open(f"for (int at_j = {lo}; at_j < {hi}; at_j++)")
+    em.line("int at_other = at_base + at_j;")
+    qrow, krow = ("at_other", "at_row") if by_key else ("at_row", "at_other")
+    dot(q, qrow, k, krow, "at_s")
+    em.line(f"at_s *= {scale};")
+    if op in ("attention", "attention_lse"):
+        em.line("float at_mt = max(at_m, at_s);")
+        em.line("float at_corr = at_m == at_mt ? 1.0 : exp(at_m - at_mt);")
+        em.line("float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - at_mt);")
+        em.line("at_l = at_l * at_corr + at_p;")
+        if op == "attention":
+            em.line(f"at_acc = at_acc * at_corr + at_p * {at(v, 'at_other', 'at_col')};")
+        em.line("at_m = at_mt;")
+    else:
+        em.line(f"float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - {em.value(lse, Ix(flat=qrow))});")
+        if wrt == "v":
+            em.line(f"at_acc += at_p * {at(g, 'at_other', 'at_col')};")
+        else:
+            dot(g, qrow, v, krow, "at_dp")
+            em.line(f"float at_ds = at_p * (at_dp - {em.value(delta, Ix(flat=qrow))});")
+            em.line(f"at_acc += at_ds * {at(k if wrt == 'q' else q, 'at_other', 'at_col')};")
+    em.close()
+    result = {
+        "attention": "at_acc / at_l",
+        "attention_lse": "at_m + log(at_l)",
+    }.get(op, f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
+    em.line(f"float acc = {result};")
+    return f"{op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}], one fragment per output"

@@ -10,9 +10,9 @@ concrete); s = q @ k^T * scale over each leading index, causal: key j > query i 
       wrt q: ds @ k * scale;   wrt k: ds^T @ q * scale;   wrt v: p^T @ g
 
 The gradient recomputes p from the saved row statistics (FlashAttention-2's backward), so no
-op here makes a T x T tensor on the compute target (codegen/kernels_attention.py: tiled
-kernels, an online softmax). The texture target rewrites these nodes into matmuls and
-reductions first (compiler/attention_rewrite.py: `decompose`).
+op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels with an online
+softmax on the compute target; a fragment per output element looping over the other rows on
+the texture target).
 """
 
 from __future__ import annotations
