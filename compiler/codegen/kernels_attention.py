@@ -25,7 +25,7 @@ from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
 from .renderer import float_lit
 
 ROWS = 64  # own rows a work group (invocations)
-TILE_FLOATS = 2048  # floats a streamed tensor's tile: two or four tiles stay within 32 KiB
+TILE_FLOATS = 7168  # floats of all streamed tiles together: 28 KiB, within the spec's 32 KiB
 
 
 def _geometry(ctx: Context):
@@ -35,8 +35,12 @@ def _geometry(ctx: Context):
 
 
 def tile_rows(d: int, streamed: int) -> int:
-    """Rows of a streamed tile: `streamed` row tensors of width d within 4 * TILE_FLOATS floats."""
-    return max(1, min(ROWS, (4 * TILE_FLOATS) // (streamed * d)))
+    """Rows of a streamed tile (a power of two): `streamed` row tensors of width d within
+    TILE_FLOATS floats (the k and v gradients' few row statistics fit beside them)."""
+    rows = 1
+    while rows * 2 <= min(ROWS, TILE_FLOATS // (streamed * d)):
+        rows *= 2
+    return rows
 
 
 def render(ctx: Context) -> KernelSource:
@@ -110,6 +114,13 @@ def render(ctx: Context) -> KernelSource:
     em.line("memoryBarrierShared();")
     em.line("barrier();")
     em.line(f"int jn = min({cols}, end - j0);")
+    # this row's unmasked part of the tile (causal: keys <= own query; queries >= own key)
+    if not causal:
+        em.line("int jlo = 0, jhi = jn;")
+    elif by_key:
+        em.line("int jlo = max(0, own_clamped - j0), jhi = jn;")
+    else:
+        em.line("int jlo = 0, jhi = min(jn, own_clamped + 1 - j0);")
     mine, theirs = ("kr", "tile0") if by_key else ("qr", "tile0")
 
     def dot(a: str, b_tile: str) -> str:
@@ -122,10 +133,8 @@ def render(ctx: Context) -> KernelSource:
     if op in ("attention", "attention_lse"):
         em.line(f"float s[{cols}];")
         em.line("float mt = m;")
-        em.open("for (int jj = 0; jj < jn; jj++)")
+        em.open("for (int jj = jlo; jj < jhi; jj++)")
         em.line(f"float sj = {dot(mine, theirs)} * {scale};")
-        if causal:
-            em.line("if (j0 + jj > own_clamped) sj = -DLC_INF;")
         em.line("s[jj] = sj;")
         em.line("mt = max(mt, sj);")
         em.close()
@@ -135,7 +144,7 @@ def render(ctx: Context) -> KernelSource:
             em.open(f"for (int dd = 0; dd < {d}; dd++)")
             em.line("acc[dd] *= corr;")
             em.close()
-        em.open("for (int jj = 0; jj < jn; jj++)")
+        em.open("for (int jj = jlo; jj < jhi; jj++)")
         em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
         em.line("l += p;")
         if op == "attention":
@@ -145,12 +154,10 @@ def render(ctx: Context) -> KernelSource:
         em.close()
         em.line("m = mt;")
     else:
-        em.open("for (int jj = 0; jj < jn; jj++)")
+        em.open("for (int jj = jlo; jj < jhi; jj++)")
         em.line(f"float sj = {dot(mine, theirs)} * {scale};")
-        i_row, j_row = ("j0 + jj", "own_clamped") if by_key else ("own_clamped", "j0 + jj")
         row_lse = "tile_lse[jj]" if by_key else "row_lse"
-        masked = f"{j_row} > {i_row}"
-        em.line(f"float p = {masked + ' || ' if causal else ''}sj == -DLC_INF ? 0.0 : exp(sj - {row_lse});")
+        em.line(f"float p = sj == -DLC_INF ? 0.0 : exp(sj - {row_lse});")
         if wrt == "v":  # dv_j += p_ij g_i
             em.open(f"for (int dd = 0; dd < {d}; dd++)")
             em.line(f"acc[dd] += p * tile1[jj * {d} + dd];")

@@ -76,11 +76,25 @@ def _lse(s):
     return (m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True)))[..., 0]
 
 
+def _product(a, b, causal: bool, transposed: bool = False):
+    """a @ b (a^T @ b when `transposed`) for a [..., T, T] that is 0 above the diagonal when
+    causal: the masked terms are left out, not multiplied by 0, so a NaN or inf of b at a
+    masked position does not reach the result (as the kernels, which never visit them)."""
+    at = np.swapaxes(a, -1, -2) if transposed else a
+    if not causal or np.isfinite(b).all():
+        return np.matmul(at, b)
+    out = np.empty((*at.shape[:-1], b.shape[-1]), dtype=np.result_type(a, b))
+    for i in range(at.shape[-2]):  # row i sums over b's rows <= i (a^T: >= i)
+        part = slice(i, None) if transposed else slice(0, i + 1)
+        out[..., i, :] = np.matmul(at[..., i : i + 1, part], b[..., part, :])[..., 0, :]
+    return out
+
+
 def _ref(args, attrs, dims):
     q, k, v = args
     s = scores(q, k, attrs)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
-    return np.matmul(p, v) / p.sum(axis=-1, keepdims=True)
+    return _product(p, v, attrs["causal"]) / p.sum(axis=-1, keepdims=True)
 
 
 def _lse_ref(args, attrs, dims):
@@ -90,15 +104,19 @@ def _lse_ref(args, attrs, dims):
 
 def _grad_ref(args, attrs, dims):
     q, k, v, g, lse, delta = args
-    p = np.exp(scores(q, k, attrs) - lse[..., None])
+    s = scores(q, k, attrs)
+    p = np.exp(s - lse[..., None])
+    causal = attrs["causal"]
     scale = q.dtype.type(attrs["scale"])
     wrt = attrs["wrt"]
     if wrt == "v":
-        return np.matmul(np.swapaxes(p, -1, -2), g)
+        return _product(p, g, causal, transposed=True)
     ds = p * (np.matmul(g, np.swapaxes(v, -1, -2)) - delta[..., None])
+    if causal:  # masked: no term at all (p is 0, dp may be NaN)
+        ds = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), ds, q.dtype.type(0))
     if wrt == "q":
-        return np.matmul(ds, k) * scale
-    return np.matmul(np.swapaxes(ds, -1, -2), q) * scale
+        return _product(ds, k, causal) * scale
+    return _product(ds, q, causal, transposed=True) * scale
 
 
 def _rule(e, n, y, g):
