@@ -53,11 +53,21 @@ def render(ctx: Context) -> KernelSource:
     by_key = wrt in ("k", "v")  # own rows are key rows
     streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
     cols = tile_rows(d, len(streamed))
-    ctx.names.taken.update({"o", "lid", "blk", "bh", "T", "own", "row", "j0", "jj", "jn", "e", "dd", "end"})
+    # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
+    lanes = 4 if d % 4 == 0 else 1
+    words, ty = d // lanes, "vec4" if lanes == 4 else "float"
+    zero = f"{ty}(0.0)"
+    ctx.names.taken.update({"o", "lid", "blk", "bh", "T", "own", "row", "j0", "jj", "jn", "e", "w", "end", "result"})
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
+
+    def word(tensor: int, row: str, w: str) -> str:
+        """Word w of row `row` of a [..., T, D] tensor, as a float or vec4."""
+        parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
+        return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
+
     em.line("int blk = int(gl_WorkGroupID.x), bh = int(gl_WorkGroupID.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
     em.line(f"int T = {ctx.dim(t_dim)};")
@@ -66,9 +76,9 @@ def render(ctx: Context) -> KernelSource:
     em.line("int own_clamped = min(own, T - 1);")
 
     def own_row(name: str, tensor: int) -> None:
-        em.line(f"float {name}[{d}];")
-        em.open(f"for (int dd = 0; dd < {d}; dd++)")
-        em.line(f"{name}[dd] = {em.value(tensor, Ix(flat=f'(row * {d} + dd)'))};")
+        em.line(f"{ty} {name}[{words}];")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{name}[w] = {word(tensor, 'row', 'w')};")
         em.close()
 
     if by_key:
@@ -81,15 +91,13 @@ def render(ctx: Context) -> KernelSource:
             own_row("gr", g)
             em.line(f"float row_lse = {em.value(lse, Ix(flat='row'))};")
             em.line(f"float row_delta = {em.value(delta, Ix(flat='row'))};")
-    if op == "attention_lse":
-        em.line("float m = -DLC_INF, l = 0.0;")
-    else:
-        em.line(f"float acc[{d}];")
-        em.open(f"for (int dd = 0; dd < {d}; dd++)")
-        em.line("acc[dd] = 0.0;")
+    if op != "attention_lse":
+        em.line(f"{ty} acc[{words}];")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"acc[w] = {zero};")
         em.close()
-        if op == "attention":
-            em.line("float m = -DLC_INF, l = 0.0;")
+    if op in ("attention", "attention_lse"):
+        em.line("float m = -DLC_INF, l = 0.0;")
 
     # The streamed side's range: causal query blocks see keys up to their last row; causal key
     # blocks see queries from their first row.
@@ -99,10 +107,10 @@ def render(ctx: Context) -> KernelSource:
         em.line(f"int start = 0, end = {f'min(T, (blk + 1) * {ROWS})' if causal else 'T'};")
     em.open(f"for (int j0 = start; j0 < end; j0 += {cols})")
     em.line("barrier();  // every invocation is done with the last tile")
-    em.open(f"for (int e = lid; e < {cols * d}; e += {ROWS})")
-    em.line(f"int srow = bh * T + min(j0 + e / {d}, T - 1), scol = e % {d};")
+    em.open(f"for (int e = lid; e < {cols * words}; e += {ROWS})")
+    em.line(f"int srow = bh * T + min(j0 + e / {words}, T - 1), sw = e % {words};")
     for i, t in enumerate(streamed):
-        em.line(f"tile{i}[e] = {em.value(t, Ix(flat=f'(srow * {d} + scol)'))};")
+        em.line(f"tile{i}[e] = {word(t, 'srow', 'sw')};")
     em.close()
     if by_key:
         em.open(f"if (lid < {cols})")
@@ -121,57 +129,58 @@ def render(ctx: Context) -> KernelSource:
         em.line("int jlo = max(0, own_clamped - j0), jhi = jn;")
     else:
         em.line("int jlo = 0, jhi = min(jn, own_clamped + 1 - j0);")
-    mine, theirs = ("kr", "tile0") if by_key else ("qr", "tile0")
 
-    def dot(a: str, b_tile: str) -> str:
-        em.line("float sdot = 0.0;")
-        em.open(f"for (int dd = 0; dd < {d}; dd++)")
-        em.line(f"sdot += {a}[dd] * {b_tile}[jj * {d} + dd];")
+    def tile_loop() -> None:
+        # constant bounds, so that drivers unroll it and keep s[] and the rows in registers
+        em.open(f"for (int jj = 0; jj < {cols}; jj++)")
+        em.line("if (jj >= jhi) break;")
+        em.line("if (jj < jlo) continue;")
+
+    def dot(a: str, tile: str, var: str) -> None:
+        em.line(f"float {var} = 0.0;")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{var} += dot({a}[w], {tile}[jj * {words} + w]);")
         em.close()
-        return "sdot"
 
+    def accumulate(weight: str, tile: str) -> None:
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"acc[w] += {weight} * {tile}[jj * {words} + w];")
+        em.close()
+
+    mine = "kr" if by_key else "qr"
     if op in ("attention", "attention_lse"):
         em.line(f"float s[{cols}];")
         em.line("float mt = m;")
-        em.open("for (int jj = jlo; jj < jhi; jj++)")
-        em.line(f"float sj = {dot(mine, theirs)} * {scale};")
-        em.line("s[jj] = sj;")
-        em.line("mt = max(mt, sj);")
+        tile_loop()
+        dot(mine, "tile0", "sdot")
+        em.line(f"s[jj] = sdot * {scale};")
+        em.line("mt = max(mt, s[jj]);")
         em.close()
         em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
         em.line("l *= corr;")
         if op == "attention":
-            em.open(f"for (int dd = 0; dd < {d}; dd++)")
-            em.line("acc[dd] *= corr;")
+            em.open(f"for (int w = 0; w < {words}; w++)")
+            em.line("acc[w] *= corr;")
             em.close()
-        em.open("for (int jj = jlo; jj < jhi; jj++)")
+        tile_loop()
         em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
         em.line("l += p;")
         if op == "attention":
-            em.open(f"for (int dd = 0; dd < {d}; dd++)")
-            em.line(f"acc[dd] += p * tile1[jj * {d} + dd];")
-            em.close()
+            accumulate("p", "tile1")
         em.close()
         em.line("m = mt;")
     else:
-        em.open("for (int jj = jlo; jj < jhi; jj++)")
-        em.line(f"float sj = {dot(mine, theirs)} * {scale};")
+        tile_loop()
+        dot(mine, "tile0", "sdot")
+        em.line(f"float sj = sdot * {scale};")
         row_lse = "tile_lse[jj]" if by_key else "row_lse"
         em.line(f"float p = sj == -DLC_INF ? 0.0 : exp(sj - {row_lse});")
         if wrt == "v":  # dv_j += p_ij g_i
-            em.open(f"for (int dd = 0; dd < {d}; dd++)")
-            em.line(f"acc[dd] += p * tile1[jj * {d} + dd];")
-            em.close()
+            accumulate("p", "tile1")
         else:  # dp_ij = g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
-            em.line("float dp = 0.0;")
-            g_src, v_src = ("tile1[jj * {d} + dd]", "vr[dd]") if by_key else ("gr[dd]", "tile1[jj * {d} + dd]")
-            em.open(f"for (int dd = 0; dd < {d}; dd++)")
-            em.line(f"dp += {g_src.format(d=d)} * {v_src.format(d=d)};")
-            em.close()
+            dot("vr" if by_key else "gr", "tile1", "dp")
             em.line(f"float ds = p * (dp - {'tile_delta[jj]' if by_key else 'row_delta'});")
-            em.open(f"for (int dd = 0; dd < {d}; dd++)")
-            em.line(f"acc[dd] += ds * tile0[jj * {d} + dd];")
-            em.close()
+            accumulate("ds", "tile0")
         em.close()
     em.close()  # the tile loop
 
@@ -180,11 +189,15 @@ def render(ctx: Context) -> KernelSource:
         em.line("epilogue(row, m + log(l));")
     else:
         post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k") else ""}[op]
-        em.open(f"for (int dd = 0; dd < {d}; dd++)")
-        em.line(f"epilogue(row * {d} + dd, acc[dd]{post});")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{ty} result = acc[w]{post};")
+        if lanes == 1:
+            em.line(f"epilogue(row * {d} + w, result);")
+        for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
+            em.line(f"epilogue(row * {d} + w * 4 + {c}, result.{lane});")
         em.close()
 
-    shared = [f"shared float tile{i}[{cols * d}];" for i in range(len(streamed))]
+    shared = [f"shared {ty} tile{i}[{cols * words}];" for i in range(len(streamed))]
     if by_key:
         shared.append(f"shared float tile_lse[{cols}];")
         if wrt == "k":
@@ -193,6 +206,7 @@ def render(ctx: Context) -> KernelSource:
     what = (
         f"{op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
         f"[{t_dim}, {d}]: a work group per {ROWS} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
+        f"{', vec4 words' if lanes == 4 else ''}"
     )
     lines = header(ctx, what, local, shared)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]

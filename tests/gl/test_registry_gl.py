@@ -265,6 +265,8 @@ def attention_cases() -> list[Case]:
             shapes = [(2, 70, 8)] * 4 + [(2, 70)] * 2
             out.append(Case("attention_grad", shapes, {**a, "wrt": wrt}, label=f"{c}-{wrt}-T70"))
     out.append(Case("attention", [(1, 2, 40, 64)] * 3, {"causal": True, "scale": 0.125}, label="head64"))
+    # a head of 5: rows as floats, not vec4 words
+    out.append(Case("attention", [(2, 67, 5)] * 3, {"causal": True, "scale": 0.4}, label="head5"))
     return out
 
 
