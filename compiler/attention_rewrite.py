@@ -1,4 +1,5 @@
-"""Written-out attention into the fused primitive (ops/attention.py).
+"""Written-out attention into the fused primitive (ops/attention.py), and the forward and its
+row statistics into one kernel.
 
 `fuse_attention` (run on every model as it is built, before autodiff, so the gradient is the
 fused one too) finds attention written out,
@@ -11,6 +12,10 @@ as the softmax composite expands it (exp(x - stop_gradient(max(x))) / sum(...)),
 iotas and constants only and evaluates to tril(ones([T, T])) (checked at two sizes); the
 scale when it is a constant scalar. The written-out nodes stay only where a name still
 refers to them.
+
+`pack_attention` (a simplify pass: after autodiff) finds an `attention` and an
+`attention_lse` of the same q, k and attrs (a forward and the statistics its gradient saves)
+and computes both as one `attention_packed` node, [..., T, D + 1], read through slices.
 """
 
 from __future__ import annotations
@@ -145,3 +150,38 @@ def fuse_attention(g: Graph) -> Graph:
 def _first_fused(g: Graph, found: dict) -> int:
     """Dead code is dropped only past the first replaced product's inputs (the rest is as built)."""
     return min(min(found[i][:3]) for i in found) + 1
+
+
+def pack_attention(g: Graph) -> Graph:
+    """`g` with each attention_lse that has an attention of the same q, k and attrs computed
+    by one attention_packed node with it (see the module doc)."""
+    forward = {}
+    for i, n in enumerate(g.nodes):
+        if n.op == "attention":
+            forward.setdefault((n.inputs[:2], n.attrs), i)
+    pairs = {}
+    for i, n in enumerate(g.nodes):
+        j = forward.get((n.inputs, n.attrs)) if n.op == "attention_lse" else None
+        if j is not None and j < i:
+            pairs[j] = i
+    if not pairs:
+        return g
+    lse_of = {i: j for j, i in pairs.items()}
+    packed: dict[int, int] = {}
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        if i in pairs:  # the forward: the packed node, its output columns
+            *lead, d = n.shape
+            node = Node("attention_packed", n.inputs, (*lead, d + 1), n.attrs, n.loc)
+            packed[i] = p = rw.append(node)
+            cols = make_attrs(begin=(0,) * len(n.shape), size=tuple(n.shape))
+            return rw.append(Node("slice", (p,), n.shape, cols, n.loc))
+        if i in lse_of:  # the statistics: the packed node's last column
+            p = packed[lse_of[i]]
+            *lead, d = rw.nodes[p].shape
+            col = make_attrs(begin=(*(0,) * len(lead), d - 1), size=(*lead, 1))
+            last = rw.append(Node("slice", (p,), (*lead, 1), col, n.loc))
+            return rw.append(Node("reshape", (last,), n.shape, make_attrs(shape=n.shape), n.loc))
+        return rw.append(n)
+
+    return rewrite(g, visit)

@@ -6,8 +6,9 @@ keeps that row of its operands and its output row in registers; the other side's
 through shared memory in tiles of `cols` rows (the whole group loads a tile, then each
 invocation reads all of it):
 
-- attention, attention_lse: own rows are query rows, tiles of k (and v); an online softmax
-  (running max m and sum l, the output rescaled by exp(m_old - m_new) as the max grows);
+- attention, attention_lse, attention_packed (both): own rows are query rows, tiles of k (and
+  v); an online softmax (running max m and sum l, the output rescaled by exp(m_old - m_new)
+  as the max grows);
 - attention_grad wrt q: own query rows, tiles of k and v; p recomputed from the saved lse;
 - attention_grad wrt k or v: own key rows, tiles of q, g, lse and delta (FlashAttention-2's
   dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
@@ -51,6 +52,10 @@ def render(ctx: Context) -> KernelSource:
     q, k, v = (*node.inputs[:3], None)[:3]  # attention_lse has no v
     g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
     by_key = wrt in ("k", "v")  # own rows are key rows
+    packed = op == "attention_packed"
+    if packed:  # the forward, and each row's lse after its D outputs
+        op = "attention"
+    width = d + 1 if packed else d  # of an output row
     streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
     cols = tile_rows(d, len(streamed))
     # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
@@ -192,10 +197,12 @@ def render(ctx: Context) -> KernelSource:
         em.open(f"for (int w = 0; w < {words}; w++)")
         em.line(f"{ty} result = acc[w]{post};")
         if lanes == 1:
-            em.line(f"epilogue(row * {d} + w, result);")
+            em.line(f"epilogue(row * {width} + w, result);")
         for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
-            em.line(f"epilogue(row * {d} + w * 4 + {c}, result.{lane});")
+            em.line(f"epilogue(row * {width} + w * 4 + {c}, result.{lane});")
         em.close()
+        if packed:
+            em.line(f"epilogue(row * {width} + {d}, m + log(l));")
 
     shared = [f"shared {ty} tile{i}[{cols * words}];" for i in range(len(streamed))]
     if by_key:
@@ -204,7 +211,7 @@ def render(ctx: Context) -> KernelSource:
             shared.append(f"shared float tile_delta[{cols}];")
     local = (ROWS, 1, 1)
     what = (
-        f"{op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
+        f"{node.op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
         f"[{t_dim}, {d}]: a work group per {ROWS} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
         f"{', vec4 words' if lanes == 4 else ''}"
     )
@@ -227,11 +234,15 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     q, k, v = (*node.inputs[:3], None)[:3]
     g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
     by_key = wrt in ("k", "v")
+    packed = op == "attention_packed"
+    if packed:  # the forward, and each row's lse in column D
+        op = "attention"
+    width = d + 1 if packed else d
     em.line(f"int at_T = {ctx.dim(t_dim)};")
     if op == "attention_lse":
         em.line("int at_row = o, at_col = 0;")
     else:
-        em.line(f"int at_row = o / {d}, at_col = o - at_row * {d};")
+        em.line(f"int at_row = o / {width}, at_col = min(o - at_row * {width}, {d - 1});")
     em.line("int at_base = (at_row / at_T) * at_T, at_own = at_row - at_base;")
     if by_key:
         lo, hi = ("at_own" if causal else "0"), "at_T"
@@ -271,8 +282,9 @@ def texture_body(ctx: Context, em: Emitter) -> str:
             em.line(f"at_acc += at_ds * {at(k if wrt == 'q' else q, 'at_other', 'at_col')};")
     em.close()
     result = {
-        "attention": "at_acc / at_l",
+        "attention": f"o - at_row * {width} == {d} ? at_m + log(at_l) : at_acc / at_l" if packed else "at_acc / at_l",
         "attention_lse": "at_m + log(at_l)",
     }.get(op, f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
     em.line(f"float acc = {result};")
-    return f"{op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}], one fragment per output"
+    what = f"{node.op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}]"
+    return what + ", one fragment per output"

@@ -5,11 +5,14 @@ concrete); s = q @ k^T * scale over each leading index, causal: key j > query i 
 
   attention(q, k, v)           o = softmax(s) @ v                          [..., T, D]
   attention_lse(q, k)          lse = log(sum(exp(s), -1))  (row statistics) [..., T]
+  attention_packed(q, k, v)    [o, lse] side by side: a row of o, then its lse  [..., T, D + 1]
   attention_grad(q, k, v, g, lse, delta; wrt)                               [..., T, D]
       with p = exp(s - lse), dp = g @ v^T, ds = p * (dp - delta), delta = sum(g * o, -1):
       wrt q: ds @ k * scale;   wrt k: ds^T @ q * scale;   wrt v: p^T @ g
 
-The gradient recomputes p from the saved row statistics (FlashAttention-2's backward), so no
+`attention_packed` is what a training step runs where it needs both the output and the row
+statistics (compiler/attention_rewrite.py: `pack_attention`, after autodiff): one kernel
+for both. The gradient recomputes p from the saved row statistics (FlashAttention-2's backward), so no
 op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels with an online
 softmax on the compute target; a fragment per output element looping over the other rows on
 the texture target).
@@ -47,6 +50,12 @@ def _shape(ins, attrs):
 def _lse_shape(ins, attrs):
     check_operands(*ins)
     return tuple(ins[0][:-1])
+
+
+def _packed_shape(ins, attrs):
+    check_operands(*ins)
+    q = ins[0]
+    return (*q[:-1], q[-1] + 1)
 
 
 def _grad_shape(ins, attrs):
@@ -97,6 +106,11 @@ def _ref(args, attrs, dims):
     return _product(p, v, attrs["causal"]) / p.sum(axis=-1, keepdims=True)
 
 
+def _packed_ref(args, attrs, dims):
+    q, k, _ = args
+    return np.concatenate([_ref(args, attrs, dims), _lse(scores(q, k, attrs))[..., None]], axis=-1)
+
+
 def _lse_ref(args, attrs, dims):
     q, k = args
     return _lse(scores(q, k, attrs))
@@ -144,4 +158,5 @@ register(
     )
 )
 register(OpDef("attention_lse", "attention", _lse_shape, _lse_ref, arity=2, differentiable=False))
+register(OpDef("attention_packed", "attention", _packed_shape, _packed_ref, arity=3, differentiable=False))
 register(OpDef("attention_grad", "attention", _grad_shape, _grad_ref, arity=6, differentiable=False))

@@ -96,14 +96,16 @@ def test_other_forms_are_left_alone(src):
 
 def test_char_gpt_trains_through_the_fused_op():
     """samples/char_gpt.dl, unedited: every layer's attention is the fused op, and the
-    training step stores no T x T tensor (only the named probabilities would, when fetched)."""
+    training step has no T x T tensor (only the named probabilities would, when fetched)."""
     model = dlc.compile(ROOT / "samples" / "char_gpt.dl")
     assert ops_count(model.graph, "attention") == 6
     g = simplify(differentiate(model.graph, "loss")[0])
     grads = [g.names[grad_name(p)] for p in model.graph.params]
     live = [g.nodes[i] for i in cone(g, grads)]
     assert not [n for n in live if n.shape[-2:] == ("T", "T")]
-    assert ops_count(g, "attention_grad") == 18 and ops_count(g, "attention_lse") == 6
+    assert ops_count(g, "attention_grad") == 18
+    # each forward and the row statistics its gradient saves: one node (simplify's pack_attention)
+    assert ops_count(g, "attention_packed") == 6 and ops_count(g, "attention_lse") == ops_count(g, "attention") == 0
 
 
 def ops_count(g, op: str) -> int:
@@ -124,3 +126,23 @@ def test_bad_operands_are_located_errors(call, message):
     with pytest.raises(dlc.CompileError, match=message) as info:
         dlc.compile(src)
     assert ":8:" in str(info.value) or "line 8" in str(info.value)
+
+
+def test_packing_the_forward_with_its_statistics_keeps_the_gradients():
+    """simplify computes attention and the gradient's attention_lse as one attention_packed
+    node; the gradients are those of the two nodes apart (float64 reference)."""
+    from dlc.compiler.reference import evaluate
+
+    src = HEADS + "input r: [B, 2, T, 4]\ny = attention(q, k, v, causal=true)\nloss l = sum(y * r)\n"
+    g, grads = differentiate(dlc.compile(src).graph, "l", ["q", "k", "v"])
+    assert ops_count(g, "attention_lse") == 1 and ops_count(g, "attention_packed") == 0
+    packed = simplify(g)
+    assert ops_count(packed, "attention_packed") == 1 and ops_count(packed, "attention_lse") == 0
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.normal(size=(2, 2, 9, 4)) for n in "qkvr"}
+    dims = {"B": 2, "T": 9}
+    names = [grad_name(n) for n in "qkv"]
+    want = evaluate(g, [g.names[n] for n in names], feeds, dims, np.float64)
+    got = evaluate(packed, [packed.names[n] for n in names], feeds, dims, np.float64)
+    for n in names:
+        np.testing.assert_allclose(got[packed.names[n]], want[g.names[n]], rtol=1e-12, err_msg=n)

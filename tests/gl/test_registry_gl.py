@@ -260,6 +260,8 @@ def attention_cases() -> list[Case]:
             Case("attention", [(1, 70, 8)] * 3, a, label=f"{c}-T70"),
             Case("attention", [("B", 2, "T", 8)] * 3, a, dims={"B": 2, "T": 37}, label=f"{c}-symbolic"),
             Case("attention_lse", [(2, 70, 8)] * 2, a, label=f"{c}-T70"),
+            Case("attention_packed", [(2, 70, 8)] * 3, a, label=f"{c}-T70"),
+            Case("attention_packed", [(3, 9, 5)] * 3, a, label=f"{c}-head5"),
         ]
         for wrt in ("q", "k", "v"):
             shapes = [(2, 70, 8)] * 4 + [(2, 70)] * 2
