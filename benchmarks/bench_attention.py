@@ -6,8 +6,8 @@ one process: prints a table (not a test).
 
 Rows, each the work of y = attention(q, k, v, causal=true) and its gradients dq, dk, dv for an
 upstream gradient r (torch: y.backward(r)), fp32 (PyTorch with TF32 off):
-- dlc GL fused: the `attention` op's kernels (the forward, its row logsumexp, the row
-  deltas, dq, dk and dv; the forward's output is needed for the deltas);
+- dlc GL fused: the `attention` op's kernels (the forward with its row logsumexp, the row
+  deltas, dq, dk and dv);
 - dlc GL forward only (the attention kernel alone);
 - dlc GL unfused: the written-out form (q @ k^T, mask, softmax, @ v) with the compiler's
   attention rewrite switched off, its gradient through matmuls and reductions;
