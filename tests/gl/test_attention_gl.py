@@ -68,3 +68,31 @@ def test_texture_shaders_compile_as_glsl_es_300(gl):
     for source in sources:
         log = fragment_compile_log(source)
         assert log == "", log
+
+
+@pytest.mark.parametrize("target", ["compute", "texture"])
+def test_artifact_trains_like_the_reference(gl, tmp_path, target):
+    """A compiled artifact (manifest, shaders: tiled kernels with symbolic T) run by the
+    runtime alone: its forward and SGD steps as the NumPy session's."""
+    from dlc.compiler.artifact import write_artifact
+
+    src = (
+        "input x: [B, T, 8]\ninput y: [B, T, 8]\nparam w: [8, 24] = normal(0, 0.5)\n"
+        "q, k, v = split(reshape(x @ w, [B, T, 3, 8]), [1, 1, 1], axis=2)\n"
+        "qh = transpose(q, [0, 2, 1, 3])\nkh = transpose(k, [0, 2, 1, 3])\nvh = transpose(v, [0, 2, 1, 3])\n"
+        "h = attention(qh, kh, vh, causal=true)\n"
+        "out = reshape(transpose(h, [0, 2, 1, 3]), [B, T, 8])\nloss cost = mean_squared(out, y)\n"
+    )
+    model = dlc.compile(src)
+    out = tmp_path / "att.dlc"
+    write_artifact(model, out, train_loss="cost", optimizer=dlc.SGD(0.5), target=target)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(size=(3, 70, 8)).astype(np.float32), "y": rng.normal(size=(3, 70, 8)).astype(np.float32)}
+    runner = dlc.load(out)
+    sess = dlc.Session(model, backend="numpy", seed=0)
+    sess.set_params(runner.params)
+    np.testing.assert_allclose(runner.eval("out", feeds), sess.eval("out", feeds), rtol=1e-4, atol=1e-5)
+    lr = runner.train(feeds, batch_size=3, steps=3)
+    ln = sess.train(feeds, optimizer=dlc.SGD(0.5), batch_size=3, steps=3)
+    np.testing.assert_allclose(lr, ln, rtol=1e-4)
+    runner.close()
