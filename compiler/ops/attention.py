@@ -5,17 +5,17 @@ concrete); s = q @ k^T * scale over each leading index, causal: key j > query i 
 
   attention(q, k, v)           o = softmax(s) @ v                          [..., T, D]
   attention_lse(q, k)          lse = log(sum(exp(s), -1))  (row statistics) [..., T]
-  attention_packed(q, k, v)    [o, lse] side by side: a row of o, then its lse  [..., T, D + 1]
+  attention_packed(q, k, v)    each row of o, then its lse                  [..., T, D + 1]
   attention_grad(q, k, v, g, lse, delta; wrt)                               [..., T, D]
       with p = exp(s - lse), dp = g @ v^T, ds = p * (dp - delta), delta = sum(g * o, -1):
       wrt q: ds @ k * scale;   wrt k: ds^T @ q * scale;   wrt v: p^T @ g
 
 `attention_packed` is what a training step runs where it needs both the output and the row
 statistics (compiler/attention_rewrite.py: `pack_attention`, after autodiff): one kernel
-for both. The gradient recomputes p from the saved row statistics (FlashAttention-2's backward), so no
-op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels with an online
-softmax on the compute target; a fragment per output element looping over the other rows on
-the texture target).
+for both. The gradient recomputes p from the saved row statistics (FlashAttention-2's
+backward), so no op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels
+with an online softmax on the compute target; a fragment per output element looping over
+the other rows on the texture target). Causal: the masked terms are left out, not added as 0.
 """
 
 from __future__ import annotations
