@@ -1,5 +1,6 @@
-"""Attention kernels on the compute target (ops/attention.py), FlashAttention's tiling in GLSL:
-no kernel writes or holds a T x T matrix.
+"""Attention kernels (ops/attention.py): on the compute target FlashAttention's tiling in GLSL
+(`render`), on the texture target a fragment per output (`texture_body`); no kernel writes or
+holds a T x T matrix.
 
 One work group per (leading index, block of ROWS own rows), one invocation per own row, which
 keeps that row of its operands and its output row in registers; the other side's rows stream
@@ -14,8 +15,10 @@ invocation reads all of it):
   dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
   no atomics).
 
-Causal kernels skip the tiles wholly above the diagonal. Rows past T (T not a multiple of the
-block) load a clamped row, take part in every barrier, and store nothing.
+Rows are vec4 words where D is a multiple of 4. Causal kernels skip the tiles wholly above
+the diagonal and, within a tile, each row's masked terms (left out, not added as 0: a NaN
+there stays out, as in the reference). Rows past T (T not a multiple of the block) load a
+clamped row, take part in every barrier, and store nothing.
 """
 
 from __future__ import annotations
