@@ -141,8 +141,7 @@ def render(ctx: Context) -> KernelSource:
     def tile_loop() -> None:
         # constant bounds, so that drivers unroll it and keep s[] and the rows in registers
         em.open(f"for (int jj = 0; jj < {cols}; jj++)")
-        em.line("if (jj >= jhi) break;")
-        em.line("if (jj < jlo) continue;")
+        em.line("if (jj < jlo || jj >= jhi) continue;  // masked, or past the tile's last row")
 
     def dot(a: str, tile: str, var: str) -> None:
         em.line(f"float {var} = 0.0;")
