@@ -611,7 +611,7 @@ OPERATORS = {
 
 def _load_more() -> None:
     # The functions defined in their own modules (they import this one's helpers).
-    from . import norm_functions, shape_functions  # noqa: F401
+    from . import attention_functions, norm_functions, shape_functions  # noqa: F401
 
 
 _load_more()

@@ -14,6 +14,7 @@ from dlc.runtime.dims import product as dim_product
 from dlc.runtime.errors import CompileError, Loc, did_you_mean, format_shape
 
 from . import seed_names
+from .attention_rewrite import fuse_attention
 from .builder import GraphBuilder
 from .dtypes import F32
 from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
@@ -75,7 +76,8 @@ class FrontEnd:
         self.later_defs = {s.name: s.loc for s in stmts if s.kind == "def"}
         for s in stmts:
             self.stmt(s)
-        return self.b.build()
+        # written-out attention becomes the fused op before anything differentiates it
+        return fuse_attention(self.b.build())
 
     def stmt(self, s: Stmt) -> None:
         getattr(self, "stmt_" + s.kind)(s)

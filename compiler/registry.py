@@ -30,6 +30,9 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
   matmul       (batched) matrix product
   window       conv2d, pools and their gradients
   norm         layer_norm, rms_norm and their gradients: each output row from its input row
+  attention    attention, its row statistics and gradients: tiled over blocks of query or key
+               rows (the compute target); a loop over the other rows per output element on
+               the texture target
 """
 
 from __future__ import annotations
@@ -122,6 +125,10 @@ KIND_LOWERING = {
     "matmul": {"glsl-compute": "codegen/kernels_matmul.py", "glsl-texture": "codegen/texture.py _matmul_body"},
     "window": {"glsl-compute": "codegen/kernels_window.py", "glsl-texture": "codegen/texture.py WINDOW_BODIES"},
     "norm": {"glsl-compute": "codegen/kernels_norm.py", "glsl-texture": "codegen/kernels_norm.py texture_body"},
+    "attention": {
+        "glsl-compute": "codegen/kernels_attention.py",
+        "glsl-texture": "codegen/kernels_attention.py texture_body",
+    },
     "layout": {"glsl": "an index map in codegen/glsl.py (Emitter._<op>)"},
     "leaf": {"glsl": "storage (a buffer or texture)"},
 }
@@ -241,6 +248,7 @@ def _load() -> None:
     from .ops import activations, math_ops, logic  # noqa: F401, I001  (after special: gelu calls dlc_erf)
     from .ops import integers  # noqa: F401
     from .ops import modes, random, batch_norm  # noqa: F401, I001  (training/eval, random, model state)
+    from .ops import attention  # noqa: F401
 
 
 def _complete() -> None:

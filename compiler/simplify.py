@@ -203,10 +203,17 @@ def eliminate_dead_code(g: Graph, keep: Iterable[int] | None = None, start: int 
     return rewrite(g, visit)
 
 
+def _pack_attention(g: Graph) -> Graph:
+    from .attention_rewrite import pack_attention  # (it builds on this module's Rewriter)
+
+    return pack_attention(g)
+
+
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
     simplify_algebra,
     fold_constants,
     eliminate_common_subexpressions,
+    _pack_attention,  # after CSE: a forward and its gradient's statistics found as one q, k
     eliminate_dead_code,
 )
 

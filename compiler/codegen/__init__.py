@@ -13,6 +13,7 @@ from dlc.runtime.sizes import device_limits, over_limits
 
 from ..plan import Plan
 from . import (
+    kernels_attention,
     kernels_elementwise,
     kernels_matmul,
     kernels_norm,
@@ -76,6 +77,8 @@ def _render(plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) 
         return kernels_matmul.render(ctx, o)
     if kernel.kind == "norm":
         return kernels_norm.render(ctx)
+    if kernel.kind == "attention":
+        return kernels_attention.render(ctx)
     if kernel.kind == "window":
         return kernels_window.render(ctx, o.conv, o.conv_blocking, o.conv_split)
     raise AssertionError(f"no template for {kernel.kind} kernels")

@@ -25,7 +25,7 @@ from dlc.runtime.sizes import device_limits, over_limits
 from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
 
 from ..plan import Plan, size_of
-from . import dim_index, kernels_elementwise, kernels_norm, texture_matmul
+from . import dim_index, kernels_attention, kernels_elementwise, kernels_norm, texture_matmul
 from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
 from .index import broadcast_coords
 from .kernels_reduce import BETTER, INIT, UP, geometry
@@ -140,6 +140,9 @@ def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) 
         em.anchor_value = "acc"
     elif k.kind == "norm":
         what = kernels_norm.texture_body(ctx, em)
+        em.anchor_value = "acc"
+    elif k.kind == "attention":
+        what = kernels_attention.texture_body(ctx, em)
         em.anchor_value = "acc"
     elif k.kind == "window":
         op = g.nodes[k.anchor].op

@@ -102,6 +102,10 @@ CASES: dict[str, list[tuple[tuple, dict]]] = {
     "stack": [(([arr(2, 3), arr(2, 3)],), {"axis": 1})],
     "layer_norm": [((arr(3, 5), arr(5), arr(5)), {}), ((arr(2, 3, 4), arr(3, 4), arr(3, 4)), {"axis": [1, 2]})],
     "rms_norm": [((arr(3, 5), arr(5)), {"eps": 1e-5})],
+    "attention": [
+        ((arr(2, 5, 4), arr(2, 5, 4), arr(2, 5, 4)), {}),
+        ((arr(7, 3), arr(7, 3), arr(7, 3)), {"causal": True}),
+    ],
 }
 # The registry's other elementwise functions, on their oracles' domains and keyword sets.
 for _op in registry.REGISTRY.values():

@@ -261,6 +261,19 @@ def norm_cases() -> list[Case]:
     ]
 
 
+def attention_cases() -> list[Case]:
+    out = []
+    for causal in (False, True):
+        attrs = {"causal": causal, "scale": 0.4}
+        label = "causal" if causal else "full"
+        out += [
+            Case("attention", [(2, 5, 3)] * 3, attrs, label=f"{label}-rank3"),
+            Case("attention", [(2, 2, 6, 4)] * 3, {**attrs, "scale": 0.5}, label=f"{label}-heads"),
+            Case("attention", [("B", 2, "T", 3)] * 3, attrs, dims={"B": 2, "T": 4}, label=f"{label}-symbolic"),
+        ]
+    return out
+
+
 CASES: list[Case] = (
     unary_cases()
     + binary_cases()
@@ -270,6 +283,7 @@ CASES: list[Case] = (
     + matmul_cases()
     + window_cases()
     + norm_cases()
+    + attention_cases()
 )
 
 
@@ -513,6 +527,9 @@ TORCH = {
     "avg_pool_grad": _t_avg_pool_grad,
     "gather": _oracle(registry.get("gather")),
     "pick": _oracle(registry.get("pick")),
+    "attention": lambda t, q, k, v, a, dims: t.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=a["causal"], scale=a["scale"]
+    ),
 }
 
 

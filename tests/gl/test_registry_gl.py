@@ -260,7 +260,38 @@ def norm_cases() -> list[Case]:
     return out
 
 
-CASES = elementwise_cases() + layout_cases() + reduce_cases() + matmul_cases() + window_cases() + norm_cases()
+def attention_cases() -> list[Case]:
+    """T of 70 crosses a work group's 64 rows and is no multiple of a tile's rows."""
+    out = []
+    for causal in (False, True):
+        a = {"causal": causal, "scale": 0.3}
+        c = "causal" if causal else "full"
+        out += [
+            Case("attention", [(2, 3, 5, 4)] * 3, a, label=c),
+            Case("attention", [(1, 70, 8)] * 3, a, label=f"{c}-T70"),
+            Case("attention", [("B", 2, "T", 8)] * 3, a, dims={"B": 2, "T": 37}, label=f"{c}-symbolic"),
+            Case("attention_lse", [(2, 70, 8)] * 2, a, label=f"{c}-T70"),
+            Case("attention_packed", [(2, 70, 8)] * 3, a, label=f"{c}-T70"),
+            Case("attention_packed", [(3, 9, 5)] * 3, a, label=f"{c}-head5"),
+        ]
+        for wrt in ("q", "k", "v"):
+            shapes = [(2, 70, 8)] * 4 + [(2, 70)] * 2
+            out.append(Case("attention_grad", shapes, {**a, "wrt": wrt}, label=f"{c}-{wrt}-T70"))
+    out.append(Case("attention", [(1, 2, 40, 64)] * 3, {"causal": True, "scale": 0.125}, label="head64"))
+    # a head of 5: rows as floats, not vec4 words
+    out.append(Case("attention", [(2, 67, 5)] * 3, {"causal": True, "scale": 0.4}, label="head5"))
+    return out
+
+
+CASES = (
+    elementwise_cases()
+    + layout_cases()
+    + reduce_cases()
+    + matmul_cases()
+    + window_cases()
+    + norm_cases()
+    + attention_cases()
+)
 GRAD_CASES = [c for c in CASES if c.grad and registry.get(c.op).differentiable]
 
 

@@ -401,3 +401,25 @@ def test_attention_block_with_dim_products_and_norm_kernels_matches_numpy(web_ro
         np.testing.assert_allclose(
             np.reshape(got["out"]["data"], (batch, t, 16)), sess.eval("out", x), rtol=2e-4, atol=2e-4
         )
+
+
+def test_fused_attention_runs_in_the_browser(web_root, open_export, tmp_path):
+    # the block above with its mask filled with -inf: the compiler fuses it into `attention`,
+    # which the texture target (dlc.js's) computes a fragment an output
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compiler"))
+    from test_heads import ATTENTION, attention_params
+
+    path = tmp_path / "fused.dl"
+    path.write_text(ATTENTION.replace("-1e9", "-inf"))
+    sess = reference(str(path))
+    assert any(n.op == "attention" for n in sess.model.graph.nodes)
+    sess.set_params(attention_params())
+    weights = tmp_path / "fused.weights.npz"
+    sess.save(weights)
+    page = open_export(exported(web_root, "fused", path, weights=weights))
+    for batch, t in ((2, 5), (1, 3)):
+        x = {"x": np.random.default_rng(batch).normal(size=(batch, t, 16)).astype(np.float32)}
+        got = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['out']); return {JS_OUT};", {"feeds": feed(x)})
+        np.testing.assert_allclose(
+            np.reshape(got["out"]["data"], (batch, t, 16)), sess.eval("out", x), rtol=2e-4, atol=2e-4
+        )

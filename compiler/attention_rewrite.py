@@ -1,0 +1,187 @@
+"""Written-out attention into the fused primitive (ops/attention.py), and the forward and its
+row statistics into one kernel.
+
+`fuse_attention` (run on every model as it is built, before autodiff, so the gradient is the
+fused one too) finds attention written out,
+
+    softmax(where(MASK, q @ transpose(k) * s, -inf)) @ v     (or / s, or no scale; MASK
+                                                               optional, lower-triangular)
+
+as the softmax composite expands it (exp(x - stop_gradient(max(x))) / sum(...)), and puts an
+`attention` node in place of the final product. The mask is accepted when it is made of
+iotas and constants only and evaluates to tril(ones([T, T])) (checked at two sizes); the
+scale when it is a constant scalar. The written-out nodes stay only where a name still
+refers to them.
+
+`pack_attention` (a simplify pass: after autodiff) finds an `attention` and an
+`attention_lse` of the same q, k and attrs (a forward and the statistics its gradient saves)
+and computes both as one `attention_packed` node, [..., T, D + 1], read through slices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import registry
+from .ir import Graph, Node, cone, make_attrs
+from .reference import evaluate
+from .simplify import Rewriter, eliminate_dead_code, rewrite
+
+
+def _constant(g: Graph, i: int, dims: dict) -> np.ndarray | None:
+    """Node i's value when it is computed from constants, iotas and layout ops only (else
+    None); `dims` binds its symbolic dims."""
+    part = cone(g, [i])
+    for j in part:
+        n = g.nodes[j]
+        if n.is_leaf and n.op != "const":
+            return None
+        if not n.is_leaf and registry.get(n.op).kind not in ("elementwise", "layout"):
+            return None
+    try:
+        return evaluate(g, [i], {}, dims, dtype=np.float64)[i]
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def _is_causal_mask(g: Graph, i: int, t) -> bool:
+    shape = g.nodes[i].shape
+    if tuple(shape) != (t, t):
+        return False
+    for n in (5, 7) if isinstance(t, str) else (t,):  # a symbolic T at two sizes
+        value = _constant(g, i, {t: n} if isinstance(t, str) else {})
+        if value is None or not np.array_equal(value != 0, np.tril(np.ones((n, n), dtype=bool))):
+            return False
+    return True
+
+
+def _scalar(g: Graph, i: int) -> float | None:
+    if g.nodes[i].shape != ():
+        return None
+    value = _constant(g, i, {})
+    return None if value is None else float(value)
+
+
+def _match(g: Graph, n: Node) -> tuple[int, int, int, bool, float] | None:
+    """(q, k, v, causal, scale) when matmul node `n` is written-out attention."""
+    nodes = g.nodes
+    if n.op != "matmul" or n.attr("ta") or n.attr("tb"):
+        return None
+    probs, v = n.inputs
+    div = nodes[probs]
+    if div.op != "div":
+        return None
+    e, total = div.inputs
+    tot = nodes[total]
+    if nodes[e].op != "exp" or tot.op != "sum" or tot.inputs != (e,) or not tot.attr("keepdims"):
+        return None
+    last = len(nodes[e].shape) - 1
+    if tuple(tot.attr("axes")) != (last,):
+        return None
+    sub = nodes[nodes[e].inputs[0]]
+    if sub.op != "sub":
+        return None
+    x, shifted = sub.inputs
+    stop = nodes[shifted]
+    if stop.op == "stop_gradient":
+        stop = nodes[stop.inputs[0]]
+    if stop.op != "max" or stop.inputs != (x,) or tuple(stop.attr("axes")) != (last,):
+        return None
+    causal = False
+    xs = nodes[x]
+    if xs.op == "where":
+        mask, scores, fill = xs.inputs
+        if _scalar(g, fill) != -np.inf or not _is_causal_mask(g, mask, xs.shape[-1]):
+            return None
+        causal, x, xs = True, scores, nodes[scores]
+    scale = 1.0
+    if xs.op in ("mul", "div"):
+        a, b = xs.inputs
+        s = _scalar(g, b)
+        if s is None and xs.op == "mul":
+            a, s = b, _scalar(g, a)
+        if s is None or s == 0:
+            return None
+        scale = s if xs.op == "mul" else 1.0 / s
+        x, xs = a, nodes[a]
+    if xs.op != "matmul" or xs.attr("ta"):
+        return None
+    q, kt = xs.inputs
+    if xs.attr("tb"):
+        k = kt
+    else:
+        tn = nodes[kt]
+        rank = len(tn.shape)
+        swap = (*range(rank - 2), rank - 1, rank - 2)
+        if tn.op != "transpose" or tuple(tn.attr("perm")) != swap:
+            return None
+        (k,) = tn.inputs
+    shapes = [tuple(nodes[j].shape) for j in (q, k, v)]
+    if shapes[0] != shapes[1] or shapes[0] != shapes[2] or tuple(n.shape) != shapes[0] or not np.isfinite(scale):
+        return None
+    try:
+        registry.get("attention").shape(shapes, {"causal": causal, "scale": scale})
+    except Exception:  # a head too wide or symbolic: the written-out form runs as it is
+        return None
+    return q, k, v, causal, scale
+
+
+def fuse_attention(g: Graph) -> Graph:
+    """`g` with written-out attention (see the module doc) replaced by `attention` nodes."""
+    found = {}
+    for i, n in enumerate(g.nodes):
+        m = _match(g, n) if n.op == "matmul" else None
+        if m is not None:
+            found[i] = m
+    if not found:
+        return g
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        if i not in found:
+            return rw.append(n)
+        q, k, v, causal, scale = found[i]
+        ins = tuple(rw.remap[j] for j in (q, k, v))
+        return rw.append(Node("attention", ins, n.shape, make_attrs(causal=causal, scale=scale), n.loc))
+
+    out = rewrite(g, visit)
+    return eliminate_dead_code(out, start=_first_fused(g, found))
+
+
+def _first_fused(g: Graph, found: dict) -> int:
+    """Dead code is dropped only past the first replaced product's inputs (the rest is as built)."""
+    return min(min(found[i][:3]) for i in found) + 1
+
+
+def pack_attention(g: Graph) -> Graph:
+    """`g` with each attention_lse that has an attention of the same q, k and attrs computed
+    by one attention_packed node with it (see the module doc)."""
+    forward = {}
+    for i, n in enumerate(g.nodes):
+        if n.op == "attention":
+            forward.setdefault((n.inputs[:2], n.attrs), i)
+    pairs = {}
+    for i, n in enumerate(g.nodes):
+        j = forward.get((n.inputs, n.attrs)) if n.op == "attention_lse" else None
+        if j is not None and j < i:
+            pairs[j] = i
+    if not pairs:
+        return g
+    lse_of = {i: j for j, i in pairs.items()}
+    packed: dict[int, int] = {}
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        if i in pairs:  # the forward: the packed node, its output columns
+            *lead, d = n.shape
+            node = Node("attention_packed", n.inputs, (*lead, d + 1), n.attrs, n.loc)
+            packed[i] = p = rw.append(node)
+            cols = make_attrs(begin=(0,) * len(n.shape), size=tuple(n.shape))
+            return rw.append(Node("slice", (p,), n.shape, cols, n.loc))
+        if i in lse_of:  # the statistics: the packed node's last column
+            p = packed[lse_of[i]]
+            *lead, d = rw.nodes[p].shape
+            col = make_attrs(begin=(*(0,) * len(lead), d - 1), size=(*lead, 1))
+            last = rw.append(Node("slice", (p,), (*lead, 1), col, n.loc))
+            return rw.append(Node("reshape", (last,), n.shape, make_attrs(shape=n.shape), n.loc))
+        return rw.append(n)
+
+    return rewrite(g, visit)

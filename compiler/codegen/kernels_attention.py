@@ -1,0 +1,292 @@
+"""Attention kernels (ops/attention.py): on the compute target FlashAttention's tiling in GLSL
+(`render`), on the texture target a fragment per output (`texture_body`); no kernel writes or
+holds a T x T matrix.
+
+One work group per (leading index, block of ROWS own rows), one invocation per own row, which
+keeps that row of its operands and its output row in registers; the other side's rows stream
+through shared memory in tiles of `cols` rows (the whole group loads a tile, then each
+invocation reads all of it):
+
+- attention, attention_lse, attention_packed (both): own rows are query rows, tiles of k (and
+  v); an online softmax (running max m and sum l, the output rescaled by exp(m_old - m_new)
+  as the max grows);
+- attention_grad wrt q: own query rows, tiles of k and v; p recomputed from the saved lse;
+- attention_grad wrt k or v: own key rows, tiles of q, g, lse and delta (FlashAttention-2's
+  dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
+  no atomics).
+
+Rows are vec4 words where D is a multiple of 4. Causal kernels skip the tiles wholly above
+the diagonal and, within a tile, each row's masked terms (left out, not added as 0: a NaN
+there stays out, as in the reference). Rows past T (T not a multiple of the block) load a
+clamped row, take part in every barrier, and store nothing.
+"""
+
+from __future__ import annotations
+
+from ..ir import format_shape
+from ..plan import size_of
+from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .renderer import float_lit
+
+ROWS = 64  # own rows a work group (invocations)
+TILE_FLOATS = 7168  # floats of all streamed tiles together: 28 KiB, within the spec's 32 KiB
+
+
+def _geometry(ctx: Context):
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    qshape = ctx.graph.nodes[node.inputs[0]].shape
+    return node, qshape[:-2], qshape[-2], int(qshape[-1])
+
+
+def tile_rows(d: int, streamed: int) -> int:
+    """Rows of a streamed tile (a power of two): `streamed` row tensors of width d within
+    TILE_FLOATS floats (the k and v gradients' few row statistics fit beside them)."""
+    rows = 1
+    while rows * 2 <= min(ROWS, TILE_FLOATS // (streamed * d)):
+        rows *= 2
+    return rows
+
+
+def render(ctx: Context) -> KernelSource:
+    node, lead, t_dim, d = _geometry(ctx)
+    op, wrt = node.op, node.attr("wrt")
+    causal = bool(node.attr("causal"))
+    scale = float_lit(float(node.attr("scale")))
+    q, k, v = (*node.inputs[:3], None)[:3]  # attention_lse has no v
+    g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
+    by_key = wrt in ("k", "v")  # own rows are key rows
+    packed = op == "attention_packed"
+    if packed:  # the forward, and each row's lse after its D outputs
+        op = "attention"
+    width = d + 1 if packed else d  # of an output row
+    streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
+    cols = tile_rows(d, len(streamed))
+    # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
+    lanes = 4 if d % 4 == 0 else 1
+    words, ty = d // lanes, "vec4" if lanes == 4 else "float"
+    zero = f"{ty}(0.0)"
+    ctx.names.taken.update({"o", "lid", "blk", "bh", "T", "own", "row", "j0", "jj", "jn", "e", "w", "end", "result"})
+
+    epi = Emitter(ctx, anchor_value="value")
+    epi.store_outputs(Ix(flat="o"))
+    em = Emitter(ctx)
+
+    def word(tensor: int, row: str, w: str) -> str:
+        """Word w of row `row` of a [..., T, D] tensor, as a float or vec4."""
+        parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
+        return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
+
+    em.line("int blk = int(gl_WorkGroupID.x), bh = int(gl_WorkGroupID.y);")
+    em.line("int lid = int(gl_LocalInvocationID.x);")
+    em.line(f"int T = {ctx.dim(t_dim)};")
+    em.line(f"int own = blk * {ROWS} + lid;")
+    em.line("int row = bh * T + min(own, T - 1);  // a row past T loads the last one, stores nothing")
+    em.line("int own_clamped = min(own, T - 1);")
+
+    def own_row(name: str, tensor: int) -> None:
+        em.line(f"{ty} {name}[{words}];")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{name}[w] = {word(tensor, 'row', 'w')};")
+        em.close()
+
+    if by_key:
+        own_row("kr", k)
+        if wrt == "k":
+            own_row("vr", v)
+    else:
+        own_row("qr", q)
+        if op == "attention_grad":
+            own_row("gr", g)
+            em.line(f"float row_lse = {em.value(lse, Ix(flat='row'))};")
+            em.line(f"float row_delta = {em.value(delta, Ix(flat='row'))};")
+    if op != "attention_lse":
+        em.line(f"{ty} acc[{words}];")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"acc[w] = {zero};")
+        em.close()
+    if op in ("attention", "attention_lse"):
+        em.line("float m = -DLC_INF, l = 0.0;")
+
+    # The streamed side's range: causal query blocks see keys up to their last row; causal key
+    # blocks see queries from their first row.
+    if by_key:
+        em.line(f"int start = {f'blk * {ROWS}' if causal else '0'}, end = T;")
+    else:
+        em.line(f"int start = 0, end = {f'min(T, (blk + 1) * {ROWS})' if causal else 'T'};")
+    em.open(f"for (int j0 = start; j0 < end; j0 += {cols})")
+    em.line("barrier();  // every invocation is done with the last tile")
+    em.open(f"for (int e = lid; e < {cols * words}; e += {ROWS})")
+    em.line(f"int srow = bh * T + min(j0 + e / {words}, T - 1), sw = e % {words};")
+    for i, t in enumerate(streamed):
+        em.line(f"tile{i}[e] = {word(t, 'srow', 'sw')};")
+    em.close()
+    if by_key:
+        em.open(f"if (lid < {cols})")
+        em.line("int srow = bh * T + min(j0 + lid, T - 1);")
+        em.line(f"tile_lse[lid] = {em.value(lse, Ix(flat='srow'))};")
+        if wrt == "k":
+            em.line(f"tile_delta[lid] = {em.value(delta, Ix(flat='srow'))};")
+        em.close()
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.line(f"int jn = min({cols}, end - j0);")
+    # this row's unmasked part of the tile (causal: keys <= own query; queries >= own key)
+    if not causal:
+        em.line("int jlo = 0, jhi = jn;")
+    elif by_key:
+        em.line("int jlo = max(0, own_clamped - j0), jhi = jn;")
+    else:
+        em.line("int jlo = 0, jhi = min(jn, own_clamped + 1 - j0);")
+
+    def tile_loop() -> None:
+        # constant bounds, so that drivers unroll it and keep s[] and the rows in registers
+        em.open(f"for (int jj = 0; jj < {cols}; jj++)")
+        em.line("if (jj < jlo || jj >= jhi) continue;  // masked, or past the tile's last row")
+
+    def dot(a: str, tile: str, var: str) -> None:
+        em.line(f"float {var} = 0.0;")
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{var} += dot({a}[w], {tile}[jj * {words} + w]);")
+        em.close()
+
+    def accumulate(weight: str, tile: str) -> None:
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"acc[w] += {weight} * {tile}[jj * {words} + w];")
+        em.close()
+
+    mine = "kr" if by_key else "qr"
+    if op in ("attention", "attention_lse"):
+        em.line(f"float s[{cols}];")
+        em.line("float mt = m;")
+        tile_loop()
+        dot(mine, "tile0", "sdot")
+        em.line(f"s[jj] = sdot * {scale};")
+        em.line("mt = max(mt, s[jj]);")
+        em.close()
+        em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
+        em.line("l *= corr;")
+        if op == "attention":
+            em.open(f"for (int w = 0; w < {words}; w++)")
+            em.line("acc[w] *= corr;")
+            em.close()
+        tile_loop()
+        em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
+        em.line("l += p;")
+        if op == "attention":
+            accumulate("p", "tile1")
+        em.close()
+        em.line("m = mt;")
+    else:
+        tile_loop()
+        dot(mine, "tile0", "sdot")
+        em.line(f"float sj = sdot * {scale};")
+        row_lse = "tile_lse[jj]" if by_key else "row_lse"
+        em.line(f"float p = sj == -DLC_INF ? 0.0 : exp(sj - {row_lse});")
+        if wrt == "v":  # dv_j += p_ij g_i
+            accumulate("p", "tile1")
+        else:  # dp_ij = g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
+            dot("vr" if by_key else "gr", "tile1", "dp")
+            em.line(f"float ds = p * (dp - {'tile_delta[jj]' if by_key else 'row_delta'});")
+            accumulate("ds", "tile0")
+        em.close()
+    em.close()  # the tile loop
+
+    em.line("if (own >= T) return;  // after the last barrier")
+    if op == "attention_lse":
+        em.line("epilogue(row, m + log(l));")
+    else:
+        post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k") else ""}[op]
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{ty} result = acc[w]{post};")
+        if lanes == 1:
+            em.line(f"epilogue(row * {width} + w, result);")
+        for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
+            em.line(f"epilogue(row * {width} + w * 4 + {c}, result.{lane});")
+        em.close()
+        if packed:
+            em.line(f"epilogue(row * {width} + {d}, m + log(l));")
+
+    shared = [f"shared {ty} tile{i}[{cols * words}];" for i in range(len(streamed))]
+    if by_key:
+        shared.append(f"shared float tile_lse[{cols}];")
+        if wrt == "k":
+            shared.append(f"shared float tile_delta[{cols}];")
+    local = (ROWS, 1, 1)
+    what = (
+        f"{node.op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
+        f"[{t_dim}, {d}]: a work group per {ROWS} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
+        f"{', vec4 words' if lanes == 4 else ''}"
+    )
+    lines = header(ctx, what, local, shared)
+    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+    lines += ["void main() {", *em.lines, "}"]
+    grid = {"tiles": [[list(size_of((t_dim,))), ROWS], [list(size_of(lead)), 1], [[1], 1]]}
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+
+
+def texture_body(ctx: Context, em: Emitter) -> str:
+    """The texture target's body for output element `o`: sets `acc`, says what it computes.
+    A fragment has its own row (query row, or key row for a k or v gradient) and one column;
+    it loops over the other side's rows (the online softmax of the compute kernels, one row
+    at a time): T x D work an element, no T x T storage."""
+    node, lead, t_dim, d = _geometry(ctx)
+    op, wrt = node.op, node.attr("wrt")
+    causal = bool(node.attr("causal"))
+    scale = float_lit(float(node.attr("scale")))
+    q, k, v = (*node.inputs[:3], None)[:3]
+    g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
+    by_key = wrt in ("k", "v")
+    packed = op == "attention_packed"
+    if packed:  # the forward, and each row's lse in column D
+        op = "attention"
+    width = d + 1 if packed else d
+    em.line(f"int at_T = {ctx.dim(t_dim)};")
+    if op == "attention_lse":
+        em.line("int at_row = o, at_col = 0;")
+    else:
+        em.line(f"int at_row = o / {width}, at_col = min(o - at_row * {width}, {d - 1});")
+    em.line("int at_base = (at_row / at_T) * at_T, at_own = at_row - at_base;")
+    if by_key:
+        lo, hi = ("at_own" if causal else "0"), "at_T"
+    else:
+        lo, hi = "0", ("at_own + 1" if causal else "at_T")
+
+    def at(tensor: int, row: str, col: str) -> str:
+        return em.value(tensor, Ix(flat=f"(({row}) * {d} + {col})"))
+
+    def dot(a: int, a_row: str, b: int, b_row: str, var: str) -> None:
+        em.line(f"float {var} = 0.0;")
+        em.open(f"for (int at_d = 0; at_d < {d}; at_d++)")
+        em.line(f"{var} += {at(a, a_row, 'at_d')} * {at(b, b_row, 'at_d')};")
+        em.close()
+
+    em.line("float at_m = -DLC_INF, at_l = 0.0, at_acc = 0.0;")
+    em.open(f"for (int at_j = {lo}; at_j < {hi}; at_j++)")
+    em.line("int at_other = at_base + at_j;")
+    qrow, krow = ("at_other", "at_row") if by_key else ("at_row", "at_other")
+    dot(q, qrow, k, krow, "at_s")
+    em.line(f"at_s *= {scale};")
+    if op in ("attention", "attention_lse"):
+        em.line("float at_mt = max(at_m, at_s);")
+        em.line("float at_corr = at_m == at_mt ? 1.0 : exp(at_m - at_mt);")
+        em.line("float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - at_mt);")
+        em.line("at_l = at_l * at_corr + at_p;")
+        if op == "attention":
+            em.line(f"at_acc = at_acc * at_corr + at_p * {at(v, 'at_other', 'at_col')};")
+        em.line("at_m = at_mt;")
+    else:
+        em.line(f"float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - {em.value(lse, Ix(flat=qrow))});")
+        if wrt == "v":
+            em.line(f"at_acc += at_p * {at(g, 'at_other', 'at_col')};")
+        else:
+            dot(g, qrow, v, krow, "at_dp")
+            em.line(f"float at_ds = at_p * (at_dp - {em.value(delta, Ix(flat=qrow))});")
+            em.line(f"at_acc += at_ds * {at(k if wrt == 'q' else q, 'at_other', 'at_col')};")
+    em.close()
+    result = {
+        "attention": f"o - at_row * {width} == {d} ? at_m + log(at_l) : at_acc / at_l" if packed else "at_acc / at_l",
+        "attention_lse": "at_m + log(at_l)",
+    }.get(op, f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
+    em.line(f"float acc = {result};")
+    what = f"{node.op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}]"
+    return what + ", one fragment per output"

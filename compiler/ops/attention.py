@@ -1,0 +1,162 @@
+"""Scaled dot-product attention as fused primitives (FlashAttention's split of the work).
+
+q, k and v have one shape [..., T, D] (batch and head dims leading, T may be symbolic, D
+concrete); s = q @ k^T * scale over each leading index, causal: key j > query i masked out.
+
+  attention(q, k, v)           o = softmax(s) @ v                          [..., T, D]
+  attention_lse(q, k)          lse = log(sum(exp(s), -1))  (row statistics) [..., T]
+  attention_packed(q, k, v)    each row of o, then its lse                  [..., T, D + 1]
+  attention_grad(q, k, v, g, lse, delta; wrt)                               [..., T, D]
+      with p = exp(s - lse), dp = g @ v^T, ds = p * (dp - delta), delta = sum(g * o, -1):
+      wrt q: ds @ k * scale;   wrt k: ds^T @ q * scale;   wrt v: p^T @ g
+
+`attention_packed` is what a training step runs where it needs both the output and the row
+statistics (compiler/attention_rewrite.py: `pack_attention`, after autodiff): one kernel
+for both. The gradient recomputes p from the saved row statistics (FlashAttention-2's
+backward), so no op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels
+with an online softmax on the compute target; a fragment per output element looping over
+the other rows on the texture target). Causal: the masked terms are left out, not added as 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import OpDef, Oracle, register
+from ..shapes import ShapeError, format_shape
+
+# The widest head: a kernel invocation keeps a query row and its output row in registers and
+# a work group's K/V tiles in shared memory (codegen/kernels_attention.py).
+MAX_HEAD = 128
+
+
+def check_operands(q, k, v=None) -> None:
+    """q, k (and v) of one shape [..., T, D]: D concrete, at most MAX_HEAD."""
+    if len(q) < 2:
+        raise ShapeError(f"attention's operands are [..., T, D], got q {format_shape(q)}")
+    for name, s in (("k", k), ("v", v)):
+        if s is not None and tuple(s) != tuple(q):
+            raise ShapeError(f"attention's {name} {format_shape(s)} must have q's shape {format_shape(q)}")
+    d = q[-1]
+    if isinstance(d, str) or not 1 <= d <= MAX_HEAD:
+        raise ShapeError(f"attention's head size (q's last dim) must be a number from 1 to {MAX_HEAD}, got {d}")
+
+
+def _shape(ins, attrs):
+    check_operands(*ins)
+    return tuple(ins[0])
+
+
+def _lse_shape(ins, attrs):
+    check_operands(*ins)
+    return tuple(ins[0][:-1])
+
+
+def _packed_shape(ins, attrs):
+    check_operands(*ins)
+    q = ins[0]
+    return (*q[:-1], q[-1] + 1)
+
+
+def _grad_shape(ins, attrs):
+    q, k, v, g, lse, delta = ins
+    check_operands(q, k, v)
+    if tuple(g) != tuple(q):
+        raise ShapeError(f"attention_grad's upstream {format_shape(g)} must have q's shape {format_shape(q)}")
+    for name, s in (("lse", lse), ("delta", delta)):
+        if tuple(s) != tuple(q[:-1]):
+            raise ShapeError(f"attention_grad's {name} {format_shape(s)} must be {format_shape(q[:-1])}")
+    if attrs["wrt"] not in ("q", "k", "v"):
+        raise ShapeError(f"attention_grad's wrt is q, k or v, got {attrs['wrt']!r}")
+    return tuple(q)
+
+
+def scores(q, k, attrs):
+    """s = q @ k^T * scale, masked with -inf above the diagonal when causal."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(attrs["scale"])
+    if attrs["causal"]:
+        t = q.shape[-2]
+        s = np.where(np.tril(np.ones((t, t), dtype=bool)), s, -np.inf)
+    return s
+
+
+def _lse(s):
+    m = s.max(axis=-1, keepdims=True)
+    return (m + np.log(np.exp(s - m).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def _product(a, b, causal: bool, transposed: bool = False):
+    """a @ b (a^T @ b when `transposed`) for a [..., T, T] that is 0 above the diagonal when
+    causal: the masked terms are left out, not multiplied by 0, so a NaN or inf of b at a
+    masked position does not reach the result (as the kernels, which never visit them)."""
+    at = np.swapaxes(a, -1, -2) if transposed else a
+    if not causal or np.isfinite(b).all():
+        return np.matmul(at, b)
+    out = np.empty((*at.shape[:-1], b.shape[-1]), dtype=np.result_type(a, b))
+    for i in range(at.shape[-2]):  # row i sums over b's rows <= i (a^T: >= i)
+        part = slice(i, None) if transposed else slice(0, i + 1)
+        out[..., i, :] = np.matmul(at[..., i : i + 1, part], b[..., part, :])[..., 0, :]
+    return out
+
+
+def _ref(args, attrs, dims):
+    q, k, v = args
+    s = scores(q, k, attrs)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return _product(p, v, attrs["causal"]) / p.sum(axis=-1, keepdims=True)
+
+
+def _packed_ref(args, attrs, dims):
+    q, k, _ = args
+    return np.concatenate([_ref(args, attrs, dims), _lse(scores(q, k, attrs))[..., None]], axis=-1)
+
+
+def _lse_ref(args, attrs, dims):
+    q, k = args
+    return _lse(scores(q, k, attrs))
+
+
+def _grad_ref(args, attrs, dims):
+    q, k, v, g, lse, delta = args
+    s = scores(q, k, attrs)
+    p = np.exp(s - lse[..., None])
+    causal = attrs["causal"]
+    scale = q.dtype.type(attrs["scale"])
+    wrt = attrs["wrt"]
+    if wrt == "v":
+        return _product(p, g, causal, transposed=True)
+    ds = p * (np.matmul(g, np.swapaxes(v, -1, -2)) - delta[..., None])
+    if causal:  # masked: no term at all (p is 0, dp may be NaN)
+        ds = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), ds, q.dtype.type(0))
+    if wrt == "q":
+        return _product(ds, k, causal) * scale
+    return _product(ds, q, causal, transposed=True) * scale
+
+
+def _rule(e, n, y, g):
+    q, k, v = n.inputs
+    attrs = {"causal": n.attr("causal"), "scale": n.attr("scale")}
+    lse = e("attention_lse", q, k, **attrs)
+    rank = len(e.shape(q))
+    delta = e("sum", e("mul", g, y), axes=(rank - 1,), keepdims=False)
+    return tuple(e("attention_grad", q, k, v, g, lse, delta, wrt=w, **attrs) for w in ("q", "k", "v"))
+
+
+def _torch(t, q, k, v, causal=False, scale=None):
+    return t.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+register(
+    OpDef(
+        "attention",
+        "attention",
+        _shape,
+        _ref,
+        arity=3,
+        gradient=_rule,
+        oracle=Oracle(torch=_torch, attrs=({"causal": False, "scale": 0.5}, {"causal": True, "scale": 0.5})),
+    )
+)
+register(OpDef("attention_lse", "attention", _lse_shape, _lse_ref, arity=2, differentiable=False))
+register(OpDef("attention_packed", "attention", _packed_shape, _packed_ref, arity=3, differentiable=False))
+register(OpDef("attention_grad", "attention", _grad_shape, _grad_ref, arity=6, differentiable=False))
