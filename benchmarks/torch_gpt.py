@@ -17,19 +17,20 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.c_attn = nn.Linear(c, 3 * c, bias=False)
         self.c_proj = nn.Linear(c, c, bias=False)
-        self.heads, self.dropout, self.sdpa = heads, dropout, sdpa
-        self.attn_dropout, self.resid_dropout = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.heads, self.sdpa = heads, sdpa
+        # as samples/char_gpt.dl: no dropout on the attention probabilities (nanoGPT has one)
+        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         if self.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
             mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device))
-            att = self.attn_dropout(F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1))
+            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
             y = att @ v
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c)))
 
