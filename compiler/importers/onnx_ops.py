@@ -14,11 +14,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import sym_shapes as sym
 from .onnx_model import TO_NHWC, Converter, Value, fmt_list, fmt_num, fmt_shape
 
 Handler = Callable[[Converter, object, list, dict], None]
 HANDLERS: dict[str, Handler] = {}
-FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range", "Size", "Shape")  # constants at import
+FOLDED_ONLY = ("Constant", "Size", "Shape")  # constants at import
+# ops whose handler takes a shape constant holding symbolic dims (sym_shapes) as its shape
+SYMBOLIC_SHAPE_OPS = ("Reshape", "Expand", "ConstantOfShape", "Range")
 
 
 def handler(*ops: str):
@@ -32,12 +35,6 @@ def handler(*ops: str):
 
 def supported_ops() -> list[str]:
     return sorted({*HANDLERS, *FOLDED_ONLY})
-
-
-def only_indices(graph, name: str) -> bool:
-    """Whether every use of `name` is as Gather's indices (an integer input dlc accepts)."""
-    uses = [(n.op_type, k) for n in graph.node for k, i in enumerate(n.input) if i == name]
-    return bool(uses) and all(u == ("Gather", 1) for u in uses)
 
 
 # -- driving -------------------------------------------------------------------------
@@ -68,8 +65,17 @@ def convert_node(c: Converter, node) -> None:
         return
     present = [v for v in ins if v is not None]
     if all(v.const is not None for v in present) and node.op_type not in ("Dropout",):
-        _fold(c, node, ins)
-        return
+        if any(sym.is_symbolic(v.const) for v in present):
+            results = sym.fold(c, node, ins, attrs)
+            if results is not None:
+                for name, r in zip([o for o in node.output if o], results):
+                    c.set_const(name, r, False)
+                return
+            if node.op_type not in SYMBOLIC_SHAPE_OPS:
+                raise c.fail(f"{node.op_type} of a shape holding symbolic dims cannot be computed at import")
+        else:
+            _fold(c, node, ins)
+            return
     fn = HANDLERS.get(node.op_type)
     if fn is None:
         if node.op_type in FOLDED_ONLY:
@@ -79,14 +85,11 @@ def convert_node(c: Converter, node) -> None:
 
 
 def _shape_const(c, node, x: Value, attrs) -> None:
-    if any(isinstance(d, str) for d in x.shape):
-        raise c.fail(
-            f"{node.op_type} of a tensor with a symbolic dim ({fmt_shape(x.shape)}) "
-            "cannot be folded at import; import with a fixed batch size"
-        )
-    shape = np.array(x.shape, np.int64)
+    """Shape and Size of a run-time tensor: a constant, a shape constant where x's shape
+    holds symbolic dims (sym_shapes)."""
+    shape = sym.shape_array(x.shape)
     if node.op_type == "Size":
-        c.set_const(node.output[0], np.array(np.prod(shape), np.int64), False)
+        c.set_const(node.output[0], sym.settle(np.array(sym.product(shape), dtype=object)), False)
         return
     start, end = attrs.get("start", 0), attrs.get("end", None)
     c.set_const(node.output[0], shape[start:end], False)
@@ -157,11 +160,30 @@ def _fold_bn(c, w: np.ndarray, b: np.ndarray | None, bn) -> tuple[np.ndarray, np
 # -- helpers -------------------------------------------------------------------------
 
 
-def _out_shape(c: Converter, name: str) -> tuple:
-    shape = c.shapes.get(name)
-    if shape is None:
+def _out_shape(c: Converter, name: str, known: tuple | None = None) -> tuple:
+    """The shape of the output `name`: ONNX's inferred one, its dims renamed to .dl dims. A
+    handler that computed the shape itself passes it as `known`: then the inferred shape's
+    symbolic dims (`unk__3`, or `B` where the handler found `B*T`) are taken to mean those
+    dims from here on."""
+    inferred = c.shapes.get(name)
+    if known is not None:
+        if inferred is not None and len(inferred) == len(known):
+            for d, k in zip(inferred, known):
+                if isinstance(d, str) and d not in c.dim_names and d not in c.input_dims:
+                    c.dim_names[d] = k
+        return tuple(known)
+    if inferred is None:
         raise c.fail(f"the shape of '{name}' is unknown (ONNX shape inference gave none)")
-    return tuple(d if isinstance(d, int) else c.dim_names.get(d, d) for d in shape)
+    shape = tuple(d if isinstance(d, int) else c.dim_names.get(d, d) for d in inferred)
+    unknown = [d for d in shape if isinstance(d, str) and d not in c.known_dims and not _is_product(c, d)]
+    if unknown:
+        raise c.fail(f"the shape of '{name}' has dims ONNX shape inference could not name ({', '.join(unknown)})")
+    return shape
+
+
+def _is_product(c, d: str) -> bool:
+    p = sym.Dim.parse(d)
+    return isinstance(p, int) or all(n in c.known_dims for n in p.names)
 
 
 def _one_out(c, node) -> str:
@@ -185,7 +207,7 @@ def _pick_nhwc(c, ins, out_rank: int) -> bool:
 
 def _elementwise(c, node, ins, expr: Callable[..., str]) -> None:
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, sym.broadcast(c, *[v.shape for v in ins]))
     nhwc = _pick_nhwc(c, ins, len(shape))
     c.emit(out, expr(*[c.operand(v, nhwc) for v in ins]), shape, nhwc)
 
@@ -228,6 +250,7 @@ UNARY = {
     "Sinh": "sinh({})",
     "Cosh": "cosh({})",
     "Mish": "mish({})",
+    "Not": "logical_not({})",
 }
 BINARY = {
     "Add": "({} + {})",
@@ -240,6 +263,9 @@ BINARY = {
     "LessOrEqual": "le({}, {})",
     "Greater": "gt({}, {})",
     "GreaterOrEqual": "ge({}, {})",
+    "And": "logical_and({}, {})",
+    "Or": "logical_or({}, {})",
+    "Xor": "ne(ne({}, 0.0), ne({}, 0.0))",
 }
 
 
@@ -261,6 +287,59 @@ for _op, _t in UNARY.items():
     HANDLERS[_op] = _unary(_t)
 for _op, _t in BINARY.items():
     HANDLERS[_op] = _binary(_t)
+
+
+@handler("Mod")
+def _mod(c, node, ins, attrs):
+    if attrs.get("fmod", 0):
+        raise c.fail("Mod with fmod=1 is not supported (fmod=0, the sign of the divisor, is)")
+    _elementwise(c, node, ins[:2], lambda a, b: f"mod({a}, {b})")
+
+
+@handler("Trilu")
+def _trilu(c, node, ins, attrs):
+    k = _const_ints(c, ins[1], "Trilu's k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    fn = "triu" if attrs.get("upper", 1) else "tril"
+    _elementwise(c, node, ins[:1], lambda x: f"{fn}({x}, k={k})")
+
+
+@handler("OneHot")
+def _one_hot(c, node, ins, attrs):
+    idx, depth, values = ins
+    depth, (off, on) = _const_ints(c, depth, "OneHot's depth")[0], [float(v) for v in values.const.reshape(-1)]
+    if _norm_axis(c, attrs.get("axis", -1), idx.rank + 1) != idx.rank:
+        raise c.fail("OneHot along an axis other than the last is not supported")
+    out = _one_out(c, node)
+    # ONNX counts a negative index from the end
+    x = c.data(idx)
+    i = c.temp(out + "_idx", f"int(where(lt({x}, 0.0), {x} + {fmt_num(depth)}, {x}))")
+    expr = f"one_hot({i}, {depth})"
+    if (off, on) != (0.0, 1.0):
+        expr = f"{expr} * {fmt_num(on - off)} + {fmt_num(off)}"
+    c.emit(out, expr, _out_shape(c, out, (*idx.shape, depth)))
+
+
+@handler("CumSum")
+def _cumsum(c, node, ins, attrs):
+    """A matmul with a triangle of ones along the axis (its length known at import)."""
+    x = ins[0]
+    axis = _norm_axis(c, _const_ints(c, ins[1], "CumSum's axis")[0], x.rank)
+    n = x.shape[axis]
+    if isinstance(n, str) or n > 4096:
+        raise c.fail(f"CumSum along a symbolic or longer than 4096 axis ({n}) is not supported")
+    # out[j] = sum over i of x[i] * tri[i, j]: i <= j, or i < j when exclusive
+    tri = np.triu(np.ones((n, n), np.float32), k=1 if attrs.get("exclusive", 0) else 0)
+    if attrs.get("reverse", 0):
+        tri = tri.T
+    out = _one_out(c, node)
+    t = c.declare_const(out + "_tri", tri, False)
+    perm = [*range(axis), *range(axis + 1, x.rank), axis]  # the axis last, matmul, back
+    back = [perm.index(a) for a in range(x.rank)]
+    moved = c.data(x) if axis == x.rank - 1 else f"transpose({c.data(x)}, perm={fmt_list(perm)})"
+    expr = f"matmul({moved}, {t})"
+    if axis != x.rank - 1:
+        expr = f"transpose({expr}, perm={fmt_list(back)})"
+    c.emit(out, expr, _out_shape(c, out, x.shape))
 
 
 @handler("LeakyRelu")
@@ -368,18 +447,27 @@ def _identity(c, node, ins, attrs):
     if x.const is not None:
         c.set_const(node.output[0], x.const, x.param)
         return
-    c.emit(node.output[0], x.name, x.shape, x.nhwc)
+    c.emit(node.output[0], x.name, x.shape, x.nhwc).i32 = x.i32
 
 
 @handler("Cast")
 def _cast(c, node, ins, attrs):
-    from .onnx_model import FLOAT_TYPES
+    """Among float types: the identity. ONNX's integers are held in f32 or i32 (their
+    values, exact below 2^24): from a float, `int` truncates toward zero as ONNX does; to
+    bool, `ne(x, 0)`."""
+    from .onnx_model import FLOAT_TYPES, INT_TYPES
 
-    if attrs["to"] not in FLOAT_TYPES:
-        raise c.fail(
-            f"Cast to {_type_name(attrs['to'])} is not supported: dlc computes in float32 (Cast among float types is)"
-        )
-    _identity(c, node, ins, attrs)
+    to, x = attrs["to"], ins[0]
+    src = c.types.get(node.input[0], 1)
+    out = _one_out(c, node)
+    if to in FLOAT_TYPES or (to in INT_TYPES and to != 9 and src in INT_TYPES) or (to == 9 and src == 9):
+        _identity(c, node, ins, attrs)
+    elif to == 9:
+        c.emit(out, f"ne({c.data(x)}, 0.0)", x.shape)
+    elif to in INT_TYPES:
+        c.emit(out, f"int({c.data(x)})", x.shape).i32 = True
+    else:
+        raise c.fail(f"Cast to {_type_name(to)} is not supported (float, integer and bool types are)")
 
 
 def _type_name(t):
@@ -395,29 +483,14 @@ def _type_name(t):
 def _matmul(c, node, ins, attrs):
     a, b = ins
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
-    if a.rank <= 3 and b.rank <= 3:
-        c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", shape)
-        return
-    # dlc's matmul batches over one axis: broadcast both operands' batch dims to the output's,
-    # fold them into one, multiply, and unfold.
-    if a.rank < 2 or b.rank < 2:
-        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (a rank-1 operand with a rank above 3)")
-    batch = tuple(shape[:-2])
-    if any(isinstance(d, str) for d in batch):
-        raise c.fail(
-            f"MatMul above rank 3 with symbolic batch dims {fmt_shape(batch)} is not "
-            "supported (import with a fixed batch size)"
-        )
-    n = str(math.prod(batch))
-    parts = []
-    for v, tail in ((a, a.shape[-2:]), (b, b.shape[-2:])):
-        x = c.data(v)
-        if tuple(v.shape) != batch + tuple(tail):
-            x = f"broadcast_to({x}, {fmt_shape(batch + tuple(tail))})"
-        parts.append(f"reshape({x}, [{n}, {tail[0]}, {tail[1]}])")
-    flat = c.temp(out + "_3d", f"matmul({parts[0]}, {parts[1]})")
-    c.emit(out, f"reshape({flat}, {fmt_shape(shape)})", shape)
+    shape = _out_shape(c, out, _matmul_shape(c, a.shape, b.shape))
+    c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", shape)  # any ranks, broadcast batch dims
+
+
+def _matmul_shape(c, a, b) -> tuple | None:
+    if len(a) < 2 or len(b) < 2:
+        return None
+    return (*sym.broadcast(c, a[:-2], b[:-2]), a[-2], b[-1])
 
 
 @handler("Gemm")
@@ -442,7 +515,9 @@ def _gemm(c, node, ins, attrs):
         term = c.data(bias) if beta == 1.0 else f"{fmt_num(beta)} * {c.data(bias)}"
         expr = f"{expr} + {term}"
     out = _one_out(c, node)
-    c.emit(out, expr, _out_shape(c, out))
+    rows = a.shape[1] if attrs.get("transA", 0) else a.shape[0]
+    cols = b.shape[0] if attrs.get("transB", 0) else b.shape[1]
+    c.emit(out, expr, _out_shape(c, out, (rows, cols)))
 
 
 # -- convolution and pooling ---------------------------------------------------------
@@ -781,7 +856,7 @@ def _softmax(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
     fn = "softmax" if node.op_type == "Softmax" else "log_softmax"
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, x.shape)
     if c.opset >= 13:
         axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
         if x.nhwc:
@@ -804,9 +879,9 @@ def _softmax(c, node, ins, attrs):
 # -- shape ops ----------------------------------------------------------------------
 
 
-def _reshape_to(c, node, x: Value) -> None:
+def _reshape_to(c, node, x: Value, target=None) -> None:
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, target)
     if tuple(shape) == tuple(x.shape):
         c.emit(out, c.data(x), shape)
     else:
@@ -815,7 +890,60 @@ def _reshape_to(c, node, x: Value) -> None:
 
 @handler("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _reshape(c, node, ins, attrs):
-    _reshape_to(c, node, ins[0])
+    x = ins[0]
+    target = None
+    if node.op_type == "Reshape" and ins[1].const is not None:  # 0 and -1 resolved here, symbolic dims too
+        target = sym.reshape_target(c, x.shape, ins[1].const, bool(attrs.get("allowzero", 0)))
+    elif node.op_type in ("Squeeze", "Unsqueeze"):
+        axes = _const_ints(c, ins[1], f"{node.op_type}'s axes") if len(ins) > 1 and ins[1] is not None else None
+        axes = attrs.get("axes", axes)
+        if node.op_type == "Unsqueeze":
+            target = list(x.shape)
+            for a in sorted(_norm_axis(c, a, x.rank + len(axes)) for a in axes):
+                target.insert(a, 1)
+        else:
+            drop = {_norm_axis(c, a, x.rank) for a in axes} if axes else {k for k, d in enumerate(x.shape) if d == 1}
+            target = [d for k, d in enumerate(x.shape) if k not in drop]
+    elif node.op_type == "Flatten":
+        axis = _norm_axis(c, attrs.get("axis", 1), x.rank + 1) if x.rank else 0
+        target = [sym.dl_dim(sym.product(sym.Dim.parse(d) for d in part)) for part in (x.shape[:axis], x.shape[axis:])]
+    _reshape_to(c, node, x, None if target is None else tuple(target))
+
+
+@handler("ConstantOfShape")
+def _constant_of_shape(c, node, ins, attrs):
+    """A shape holding symbolic dims (else folded): `full`."""
+    shape = sym.dl_shape(ins[0].const)
+    value = attrs.get("value")
+    v = 0.0 if value is None else float(np.asarray(_tensor(value)).reshape(-1)[0])
+    out = _one_out(c, node)
+    c.emit(out, f"full({fmt_shape(shape)}, {fmt_num(v)})", _out_shape(c, out, shape))
+
+
+def _tensor(t):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(t)
+
+
+@handler("Range")
+def _range(c, node, ins, attrs):
+    """Range with a symbolic limit (else folded): `start + arange(n) * delta`."""
+    start, limit, delta = (v.const for v in ins)
+    if sym.is_symbolic(start) or sym.is_symbolic(delta):
+        raise c.fail("Range with a symbolic start or delta is not supported")
+    start, delta = int(start), int(delta)
+    n = sym.div(sym._elementwise(c, "Sub", limit, start).item(), delta) if delta > 0 else None
+    if n is None:
+        raise c.fail(f"Range({start}, {sym.dl_shape(limit)}, {delta}) is not a whole number of steps")
+    n = sym.dl_dim(n)
+    expr = f"arange({n})"
+    if delta != 1:
+        expr = f"{expr} * {fmt_num(delta)}"
+    if start:
+        expr = f"{expr} + {fmt_num(start)}"
+    out = _one_out(c, node)
+    c.emit(out, expr, _out_shape(c, out, (n,)))
 
 
 @handler("Transpose")
@@ -827,7 +955,8 @@ def _transpose(c, node, ins, attrs):
         perm = [TO_NHWC.index(p) for p in perm]
         c.emit(out, f"transpose({x.name}, perm={fmt_list(perm)})", _out_shape(c, out))
         return
-    c.emit(out, f"transpose({c.data(x)}, perm={fmt_list(perm)})", _out_shape(c, out))
+    shape = tuple(x.shape[p] for p in perm)
+    c.emit(out, f"transpose({c.data(x)}, perm={fmt_list(perm)})", _out_shape(c, out, shape))
 
 
 @handler("Concat")
@@ -846,7 +975,10 @@ def _concat(c, node, ins, attrs):
 def _expand(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
+    target = None
+    if ins[1].const is not None:
+        target = sym.broadcast(c, x.shape, sym.dl_shape(ins[1].const))
+    shape = _out_shape(c, out, target)
     if tuple(shape) == tuple(x.shape):
         c.emit(out, c.data(x), shape)
     else:
@@ -984,7 +1116,7 @@ def _slice(c, node, ins, attrs):
             raise c.fail(f"Slice gives an empty tensor on axis {a}: dlc tensors are never empty")
         cur = _take_along(c, out, cur, shape, a, idx, st)
         shape[a] = len(idx)
-    c.emit(out, cur, _out_shape(c, out))
+    c.emit(out, cur, _out_shape(c, out, tuple(shape)))
 
 
 def _take_along(c, out: str, x: str, shape: list, axis: int, idx: list[int], step: int) -> str:
@@ -1052,7 +1184,8 @@ def _gather(c, node, ins, attrs):
     out = _one_out(c, node)
     axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
     if idx.const is None:  # an i32 input (onnx_model.py): dlc's gather (an index < 0 is out of range)
-        c.emit(out, f"gather({c.data(x)}, {c.data(idx)}, axis={axis})", _out_shape(c, out))
+        shape = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :])
+        c.emit(out, f"gather({c.data(x)}, {c.index(idx)}, axis={axis})", _out_shape(c, out, shape))
         return
     d = x.shape[axis]
     if isinstance(d, str):
@@ -1066,7 +1199,7 @@ def _gather(c, node, ins, attrs):
         begin[axis], size[axis] = i, 1
         parts.append(_slice_expr(c, x, begin, size))
     expr = parts[0] if len(parts) == 1 else f"concat([{', '.join(parts)}], axis={axis})"
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, (*x.shape[:axis], *idx.const.shape, *x.shape[axis + 1 :]))
     c.emit(out, f"reshape({expr}, {fmt_shape(shape)})", shape)
 
 
@@ -1134,10 +1267,15 @@ def _layer_norm(c, node, ins, attrs):
     eps = fmt_num(attrs.get("epsilon", 1e-5))
     axes = fmt_list(range(axis, x.rank))
     xs = c.data(x)
+    shape = _out_shape(c, out, x.shape)
+    normalized = tuple(x.shape[axis:])
+    if bias is not None and scale.shape == normalized and bias.shape == normalized:  # PyTorch's LayerNorm
+        c.emit(out, f"layer_norm({xs}, {c.data(scale)}, {c.data(bias)}, axis={axes}, eps={eps})", shape)
+        return
     m = c.temp(out + "_mean", f"mean({xs}, axis={axes}, keepdims=true)")
     d = c.temp(out + "_centered", f"{xs} - {m}")
     v = c.temp(out + "_var", f"mean(square({d}), axis={axes}, keepdims=true)")
     expr = f"{d} * rsqrt({v} + {eps}) * {c.data(scale)}"
     if bias is not None:
         expr += f" + {c.data(bias)}"
-    c.emit(out, expr, _out_shape(c, out))
+    c.emit(out, expr, shape)
