@@ -32,5 +32,5 @@ def test_words_that_start_a_statement_get_a_prefix_and_the_result_parses():
 def test_params_keep_their_state_dict_names():
     assert escape("h.0.attn.c_attn.weight", dotted=True) == "h.0.attn.c_attn.weight"
     assert escape("h.0.attn.c_attn.weight") == "h_0_attn_c_attn_weight"  # other tensors: no dots
-    assert escape("input.weight", dotted=True) == "t_input_weight"
+    assert escape("input.weight", dotted=True) == "input_weight"  # a keyword first: no dots
     assert escape("a..b", dotted=True) == "a__b"
