@@ -81,6 +81,8 @@ def fmt_num(v: float) -> str:
     if not np.isfinite(v):
         raise ValueError(f"{v} has no .dl literal")
     s = str(np.float32(v))
+    if abs(float(s)) > float(np.finfo(np.float32).max):  # float32's shortest text of its max reads beyond it
+        s = repr(v)
     return s if "." in s or "e" in s else s + ".0"
 
 
@@ -396,7 +398,7 @@ def import_onnx(
     from onnx import numpy_helper
 
     from ..lang import compile_source
-    from . import onnx_ops
+    from . import onnx_ops, onnx_rnn  # noqa: F401  (onnx_rnn registers LSTM and GRU)
 
     g = model.graph
     shapes: dict[str, tuple] = {}

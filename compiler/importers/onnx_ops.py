@@ -73,9 +73,11 @@ def convert_node(c: Converter, node) -> None:
                 return
             if node.op_type not in SYMBOLIC_SHAPE_OPS:
                 raise c.fail(f"{node.op_type} of a shape holding symbolic dims cannot be computed at import")
-        else:
+        elif not any(v.param for v in present) or node.op_type not in HANDLERS:
             _fold(c, node, ins)
             return
+        # A node reading a param is written out, not folded: the param keeps its name and
+        # trains as itself (wpe.weight, not the rows a Gather of positions took at import).
     fn = HANDLERS.get(node.op_type)
     if fn is None:
         if node.op_type in FOLDED_ONLY:

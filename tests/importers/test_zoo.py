@@ -1,0 +1,130 @@
+"""The zoo (zoo.py): tiny transformers (an encoder with embeddings, GPT-2 and BERT as
+transformers writes them) and LSTM/GRU classifiers, exported by torch.onnx.export with a
+dynamic batch, imported with `batch="B"`: they match PyTorch at another batch size (numpy
+and GL), keep their state_dict names and constants, and a few Adam steps after the import
+give the losses the same steps give in PyTorch on the original module."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import zoo  # tests/importers/zoo.py (pytest puts this folder on the path)
+
+import dlc
+
+# the TorchScript exporter warns that it is legacy and that traces hold Python values
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::Warning")
+
+# what each model's output is trained against: (number of classes, per position?)
+TARGETS = {"encoder": (5, True), "gpt2": (zoo.VOCAB, True), "bert": (3, False), "lstm": (3, False), "gru": (3, False)}
+
+
+@pytest.fixture(scope="module")
+def exported(onnx, torch, tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            path = tmp_path_factory.mktemp("zoo") / f"{name}.onnx"
+            module, example = zoo.export(torch, name, path)
+            cache[name] = (path, module, example)
+        return cache[name]
+
+    return get
+
+
+def _feeds(torch, example, batch: int, seed: int) -> dict:
+    """Inputs of another batch size than the export's (the ids in range, a padded row)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in example.items():
+        shape = (batch, *v.shape[1:])
+        if v.dtype == torch.int64:
+            high = {"input_ids": zoo.VOCAB, "ids": zoo.VOCAB, "token_type_ids": 2, "attention_mask": 2}[k]
+            out[k] = torch.randint(0, high, shape, generator=g)
+        else:
+            out[k] = torch.randn(shape, generator=g)
+    if "attention_mask" in out:
+        out["attention_mask"][:, 0] = 1
+    return out
+
+
+def _session(imported, backend, source=None):
+    model = imported.model if source is None else dlc.compile(source)
+    sess = dlc.Session(model, backend=backend)
+    sess.set_params(imported.weights)
+    return sess
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_matches_pytorch_with_a_symbolic_batch_on_numpy(name, exported, torch):
+    path, module, example = exported(name)
+    imported = dlc.import_onnx(path, batch="B")
+    assert "unk__" not in imported.source
+    for k in example:
+        assert imported.model.inputs[imported.inputs[k]][0] == "B"
+    feeds = _feeds(torch, example, 3, seed=1)
+    with torch.no_grad():
+        want = module(*feeds.values()).numpy()
+    data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
+    got = _session(imported, "numpy").eval(imported.outputs["out"], data)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("name", ["gpt2", "lstm"])
+def test_matches_pytorch_on_gl(name, exported, torch, gl):
+    path, module, example = exported(name)
+    imported = dlc.import_onnx(path, batch="B")
+    feeds = _feeds(torch, example, 1, seed=2)
+    with torch.no_grad():
+        want = module(*feeds.values()).numpy()
+    data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
+    got = _session(imported, "gl").eval(imported.outputs["out"], data)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_names_and_constants_survive_the_import(exported):
+    path, module, _ = exported("gpt2")
+    imported = dlc.import_onnx(path, batch="B")
+    src = imported.source
+    trainable = {line.split()[1].rstrip(":") for line in src.splitlines() if line.startswith("param ")}
+    # the state_dict's names; GELU's exponent 3.0, the scale and the mask value are constants
+    assert {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.1.c_attn.weight", "h.1.c_attn.bias"} <= trainable
+    assert all(imported.weights[p].size > 1 for p in trainable)
+    assert "= 3.0\n" in src
+    # the causal-mask buffer is frozen: never trained, and it does not depend on the batch
+    frozen = [line for line in src.splitlines() if line.startswith("frozen param")]
+    assert frozen and all("B" not in line for line in frozen)
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_adam_steps_after_the_import_match_pytorch(name, exported, torch, tmp_path):
+    path, module, example = exported(name)
+    imported = dlc.import_onnx(path, batch="B")
+    classes, per_position = TARGETS[name]
+    feeds = _feeds(torch, example, 4, seed=3)
+    g = torch.Generator().manual_seed(4)
+    targets = torch.randint(0, classes, (4, zoo.T) if per_position else (4,), generator=g)
+    shape = f"[B, {zoo.T}]" if per_position else "[B]"
+    source = imported.source + (
+        f"input targets: i32{shape}\nloss cost = softmax_cross_entropy({imported.outputs['out']}, targets)\n"
+    )
+    sess = _session(imported, "numpy", source)
+    data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
+    data["targets"] = targets.numpy()
+    losses = sess.train(data, optimizer=dlc.Adam(1e-2), batch_size=4, steps=3, shuffle=False)
+
+    module = copy.deepcopy(module).double().train()
+    opt = torch.optim.Adam(module.parameters(), lr=1e-2)
+    want = []
+    for _ in range(3):
+        opt.zero_grad()
+        out = module(*[v.double() if v.is_floating_point() else v for v in feeds.values()])
+        loss = torch.nn.functional.cross_entropy(out.reshape(-1, classes), targets.reshape(-1))
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(losses, want, rtol=2e-4)
