@@ -78,7 +78,9 @@ def weights_path_for(dl_path: str) -> str:
 
 def fmt_num(v: float) -> str:
     v = float(np.float32(v))
-    if not np.isfinite(v):
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if np.isnan(v):
         raise ValueError(f"{v} has no .dl literal")
     s = str(np.float32(v))
     if abs(float(s)) > float(np.finfo(np.float32).max):  # float32's shortest text of its max reads beyond it
@@ -171,8 +173,10 @@ class Converter:
         if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) and a.dtype != bool:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
         name = self.names.new(base, dotted=param)
-        if param or a.size > INLINE_LIMIT or not np.all(np.isfinite(a)):
-            self.weights[name] = np.ascontiguousarray(a, dtype=np.float32)
+        if param or a.size > INLINE_LIMIT or np.any(np.isnan(a)):
+            self.weights[name] = np.array(
+                a, dtype=np.float32, order="C"
+            )  # a scalar stays [] (not ascontiguousarray's [1])
             frozen = "frozen " if not param or self.frozen(base, name) else ""  # a constant is never trained
             self.decls.append(f"{frozen}param {name}: {fmt_shape(a.shape)}")
         elif a.ndim == 0:

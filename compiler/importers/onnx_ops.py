@@ -907,7 +907,8 @@ def _reshape(c, node, ins, attrs):
             drop = {_norm_axis(c, a, x.rank) for a in axes} if axes else {k for k, d in enumerate(x.shape) if d == 1}
             target = [d for k, d in enumerate(x.shape) if k not in drop]
     elif node.op_type == "Flatten":
-        axis = _norm_axis(c, attrs.get("axis", 1), x.rank + 1) if x.rank else 0
+        axis = attrs.get("axis", 1)
+        axis = axis + x.rank if axis < 0 else axis
         target = [sym.dl_dim(sym.product(sym.Dim.parse(d) for d in part)) for part in (x.shape[:axis], x.shape[axis:])]
     _reshape_to(c, node, x, None if target is None else tuple(target))
 
@@ -931,6 +932,8 @@ def _tensor(t):
 @handler("Range")
 def _range(c, node, ins, attrs):
     """Range with a symbolic limit (else folded): `start + arange(n) * delta`."""
+    if any(v.const is None for v in ins):
+        raise c.fail("Range's start, limit and delta must be known at import (the limit may be a symbolic dim)")
     start, limit, delta = (v.const for v in ins)
     if sym.is_symbolic(start) or sym.is_symbolic(delta):
         raise c.fail("Range with a symbolic start or delta is not supported")

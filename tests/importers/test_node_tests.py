@@ -84,4 +84,5 @@ def test_node_tests_of_the_claimed_ops(onnx):
             if case.name not in KNOWN_DIFFERENCES:
                 wrong.append(f"{case.name}: {type(e).__name__}: {str(e)[:300]}")
     assert not wrong, "\n".join(wrong)
-    assert len(passed) >= 450, (len(passed), len(refused))  # 463 with onnx 1.23
+    print(f"node tests: {len(passed)} passed, {len(refused)} refused")
+    assert len(passed) >= 510, (len(passed), len(refused))  # 518 with onnx 1.23 (463 before int inputs, RNNs)
