@@ -967,8 +967,12 @@ def _transpose(c, node, ins, attrs):
 @handler("Concat")
 def _concat(c, node, ins, attrs):
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
-    axis = _norm_axis(c, attrs["axis"], len(shape))
+    axis = _norm_axis(c, attrs["axis"], ins[0].rank)
+    along = [v.shape[axis] for v in ins]
+    known = None
+    if all(isinstance(d, int) for d in along):
+        known = (*ins[0].shape[:axis], sum(along), *ins[0].shape[axis + 1 :])
+    shape = _out_shape(c, out, known)
     if len(shape) == 4 and any(v.nhwc for v in ins):
         parts = [c.nhwc(v) for v in ins]
         c.emit(out, f"concat([{', '.join(parts)}], axis={_nhwc_axis(axis)})", shape, nhwc=True)

@@ -18,19 +18,26 @@ import dlc
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::Warning")
 
 # what each model's output is trained against: (number of classes, per position?)
-TARGETS = {"encoder": (5, True), "gpt2": (zoo.VOCAB, True), "bert": (3, False), "lstm": (3, False), "gru": (3, False)}
+TARGETS = {
+    "encoder": (5, True),
+    "gpt2": (zoo.VOCAB, True),
+    "bert": (3, False),
+    "lstm": (3, False),
+    "gru": (3, False),
+    "vit": (3, False),
+}
 
 
 @pytest.fixture(scope="module")
 def exported(onnx, torch, tmp_path_factory):
     cache = {}
 
-    def get(name):
-        if name not in cache:
+    def get(name, dynamo=False):
+        if (name, dynamo) not in cache:
             path = tmp_path_factory.mktemp("zoo") / f"{name}.onnx"
-            module, example = zoo.export(torch, name, path)
-            cache[name] = (path, module, example)
-        return cache[name]
+            module, example = zoo.export(torch, name, path, dynamo)
+            cache[name, dynamo] = (path, module, example)
+        return cache[name, dynamo]
 
     return get
 
@@ -66,6 +73,20 @@ def test_matches_pytorch_with_a_symbolic_batch_on_numpy(name, exported, torch):
     for k in example:
         assert imported.model.inputs[imported.inputs[k]][0] == "B"
     feeds = _feeds(torch, example, 3, seed=1)
+    with torch.no_grad():
+        want = module(*feeds.values()).numpy()
+    data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
+    got = _session(imported, "numpy").eval(imported.outputs["out"], data)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "lstm", "vit"])
+def test_the_dynamo_exporter_matches_pytorch_too(name, exported, torch):
+    pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript (dlc[onnx] has it)")
+    path, module, example = exported(name, dynamo=True)
+    imported = dlc.import_onnx(path, batch="B")
+    assert "unk__" not in imported.source and "s0" not in str(imported.model.inputs)
+    feeds = _feeds(torch, example, 3, seed=5)
     with torch.no_grad():
         want = module(*feeds.values()).numpy()
     data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}

@@ -161,23 +161,43 @@ def gru(torch):
     return Classifier, {"x": torch.randn(2, T, 5)}
 
 
-MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru}
+def vit(torch):
+    nn = torch.nn
+
+    class ViT(nn.Module):  # the cls token's expand(B, -1, -1) must follow the batch
+        def __init__(self):
+            super().__init__()
+            self.patch = nn.Conv2d(3, C, 4, stride=4)
+            self.cls_token = nn.Parameter(torch.randn(1, 1, C))
+            self.pos = nn.Parameter(torch.randn(1, 5, C) * 0.1)
+            layer = nn.TransformerEncoderLayer(C, HEADS, 2 * C, dropout=0.0, batch_first=True, norm_first=True)
+            self.enc = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+            self.head = nn.Linear(C, 3)
+
+        def forward(self, x):
+            p = self.patch(x).flatten(2).transpose(1, 2)
+            h = torch.cat([self.cls_token.expand(p.shape[0], -1, -1), p], dim=1) + self.pos
+            return self.head(self.enc(h)[:, 0])
+
+    return ViT, {"x": torch.randn(2, 3, 8, 8)}
 
 
-def export(torch, name: str, path) -> tuple:
+MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru, "vit": vit}
+
+
+def export(torch, name: str, path, dynamo: bool = False) -> tuple:
     """(module in eval mode, example inputs): the model exported to `path` by
-    torch.onnx.export (TorchScript) with a dynamic batch dim named B."""
+    torch.onnx.export with a dynamic batch dim named B, by the TorchScript exporter or
+    (dynamo=True, which needs onnxscript) torch.export's."""
     torch.manual_seed(0)
     cls, inputs = MODELS[name](torch)
     module = cls().eval()
     names = list(inputs)
-    torch.onnx.export(
-        module,
-        tuple(inputs.values()),
-        str(path),
-        dynamo=False,
-        input_names=names,
-        output_names=["out"],
-        dynamic_axes={**{n: {0: "B"} for n in names}, "out": {0: "B"}},
-    )
+    if dynamo:
+        batch = torch.export.Dim("B", min=1, max=64)
+        dynamic = {"dynamic_shapes": {n: {0: batch} for n in names}}
+    else:
+        dynamic = {"dynamic_axes": {**{n: {0: "B"} for n in names}, "out": {0: "B"}}}
+    args = (module, tuple(inputs.values()), str(path))
+    torch.onnx.export(*args, dynamo=dynamo, input_names=names, output_names=["out"], **dynamic)
     return module, inputs
