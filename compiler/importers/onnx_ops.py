@@ -1244,7 +1244,8 @@ def _reduce(c, node, ins, attrs):
         axes = list(range(x.rank))
     axes = sorted(_norm_axis(c, a, x.rank) for a in axes)
     keep = bool(attrs.get("keepdims", 1))
-    shape = _out_shape(c, out)
+    known = tuple(1 if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes)
+    shape = _out_shape(c, out, known)
     if x.nhwc and keep:
         a = sorted(_nhwc_axis(k) for k in axes)
         c.emit(out, REDUCE[node.op_type].format(x=x.name, a=fmt_list(a), k="true"), shape, nhwc=True)
@@ -1264,6 +1265,21 @@ def _arg(c, node, ins, attrs):
     shape = _out_shape(c, out)
     if attrs.get("keepdims", 1):
         expr = f"reshape({expr}, {fmt_shape(shape)})"
+    c.emit(out, expr, shape)
+
+
+@handler("RMSNormalization")
+def _rms_norm(c, node, ins, attrs):
+    x, scale = ins[:2]
+    out = _one_out(c, node)
+    axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+    eps = fmt_num(attrs.get("epsilon", 1e-5))
+    axes = fmt_list(range(axis, x.rank))
+    xs, shape = c.data(x), _out_shape(c, out, x.shape)
+    if scale.shape == tuple(x.shape[axis:]):  # PyTorch's RMSNorm
+        c.emit(out, f"rms_norm({xs}, {c.data(scale)}, axis={axes}, eps={eps})", shape)
+        return
+    expr = f"{xs} * rsqrt(mean(square({xs}), axis={axes}, keepdims=true) + {eps}) * {c.data(scale)}"
     c.emit(out, expr, shape)
 
 
