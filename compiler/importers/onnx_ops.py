@@ -253,6 +253,7 @@ UNARY = {
     "Cosh": "cosh({})",
     "Mish": "mish({})",
     "Not": "logical_not({})",
+    "IsNaN": "ne({0}, {0})",  # NaN alone compares unequal to itself
 }
 BINARY = {
     "Add": "({} + {})",
@@ -289,6 +290,14 @@ for _op, _t in UNARY.items():
     HANDLERS[_op] = _unary(_t)
 for _op, _t in BINARY.items():
     HANDLERS[_op] = _binary(_t)
+
+
+@handler("IsInf")
+def _is_inf(c, node, ins, attrs):
+    neg, pos = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    tests = (["eq({0}, -inf)"] if neg else []) + (["eq({0}, inf)"] if pos else [])
+    expr = " + ".join(tests) if tests else "0.0 * {0}"
+    _elementwise(c, node, ins[:1], lambda x: expr.format(x))
 
 
 @handler("Mod")
@@ -1210,6 +1219,40 @@ def _gather(c, node, ins, attrs):
     expr = parts[0] if len(parts) == 1 else f"concat([{', '.join(parts)}], axis={axis})"
     shape = _out_shape(c, out, (*x.shape[:axis], *idx.const.shape, *x.shape[axis + 1 :]))
     c.emit(out, f"reshape({expr}, {fmt_shape(shape)})", shape)
+
+
+@handler("GatherND")
+def _gather_nd(c, node, ins, attrs):
+    """data[i_0, ..., i_{k-1}] for each index tuple (indices' last axis, k long): the
+    tuple as one flat index into data's first k dims (their strides known at import), then
+    `gather` along the merged axis. A negative index counts from the end of its dim."""
+    x, idx = ins
+    if attrs.get("batch_dims", 0):
+        raise c.fail("GatherND with batch_dims is not supported")
+    k = idx.shape[-1]
+    if not isinstance(k, int) or k > x.rank:
+        raise c.fail(f"GatherND's index tuples must have a known length of at most {x.rank}, got {k}")
+    lead, rest = x.shape[:k], x.shape[k:]
+    if any(isinstance(d, str) for d in lead[1:]):
+        raise c.fail(f"GatherND over the symbolic dims {fmt_shape(lead)} is not supported (only the first)")
+    out = _one_out(c, node)
+    i = c.data(idx)
+    terms = []
+    for j, d in enumerate(lead):
+        begin, size = [0] * idx.rank, [-1] * idx.rank
+        begin[-1], size[-1] = j, 1
+        col = c.temp(
+            f"{out}_i{j}", f"reshape(slice({i}, {fmt_list(begin)}, {fmt_list(size)}), {fmt_shape(idx.shape[:-1])})"
+        )
+        if isinstance(d, int):
+            col = f"where(lt({col}, 0.0), {col} + {fmt_num(d)}, {col})"
+        stride = math.prod(lead[j + 1 :])
+        terms.append(col if stride == 1 else f"{col} * {fmt_num(stride)}")
+    flat = c.temp(f"{out}_flat", f"int({' + '.join(terms)})")
+    merged = sym.dl_dim(sym.product(sym.Dim.parse(d) for d in lead))
+    table = c.data(x) if k == 1 else f"reshape({c.data(x)}, {fmt_shape((merged, *rest))})"
+    shape = (*idx.shape[:-1], *rest)
+    c.emit(out, f"gather({table}, {flat}, axis=0)", _out_shape(c, out, shape))
 
 
 # -- reductions ---------------------------------------------------------------------

@@ -149,3 +149,60 @@ def test_adam_steps_after_the_import_match_pytorch(name, exported, torch, tmp_pa
         opt.step()
         want.append(loss.item())
     np.testing.assert_allclose(losses, want, rtol=2e-4)
+
+
+def _transformers_model(torch, name):
+    tf = pytest.importorskip("transformers", reason="transformers is optional: pip install transformers")
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 6))
+    if name == "gpt2":  # random init from a config: nothing downloads
+        cfg = tf.GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4)
+        model, inputs = tf.GPT2LMHeadModel(cfg), {"input_ids": ids}
+    else:
+        cfg = tf.BertConfig(
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=16,
+        )
+        mask = torch.ones(2, 6, dtype=torch.int64)
+        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        model = tf.BertForSequenceClassification(cfg)
+    names = list(inputs)
+
+    class Positional(torch.nn.Module):  # the exporters take positional inputs and one output
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, *args):
+            return self.m(**dict(zip(names, args)), return_dict=False)[0]
+
+    return Positional().eval(), inputs
+
+
+@pytest.mark.parametrize("name, dynamo", [("gpt2", True), ("bert", True), ("bert", False)])
+def test_transformers_models_match_pytorch(name, dynamo, onnx, torch, tmp_path):
+    if dynamo:
+        pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript (dlc[onnx] has it)")
+    module, inputs = _transformers_model(torch, name)
+    path, names = tmp_path / f"{name}.onnx", list(inputs)
+    if dynamo:
+        batch = torch.export.Dim("B", min=1, max=64)
+        dynamic = {"dynamic_shapes": (tuple({0: batch} for _ in names),)}
+    else:  # (transformers' GPT-2 does not export this way: aten::diff)
+        dynamic = {"dynamic_axes": {**{n: {0: "B"} for n in names}, "out": {0: "B"}}}
+    args = (module, tuple(inputs.values()), str(path))
+    torch.onnx.export(*args, dynamo=dynamo, input_names=names, output_names=["out"], **dynamic)
+    imported = dlc.import_onnx(path, batch="B")
+    assert "unk__" not in imported.source
+    feeds = {k: torch.cat([v, v[:1]]) for k, v in inputs.items()}  # batch 3
+    if "attention_mask" in feeds:
+        feeds["attention_mask"][2, 4:] = 0  # a padded row
+    with torch.no_grad():
+        want = module(*feeds.values()).numpy()
+    data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
+    got = _session(imported, "numpy").eval(imported.outputs["out"], data)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
