@@ -356,6 +356,9 @@ def _keep_batch_in_reshapes(model, batch: str, fixed: set[int]) -> bool:
         t = numpy_helper.from_array(new, n.input[1] + "__batch")
         model.graph.initializer.append(t)
         n.input[1] = t.name
+        for a in n.attribute:  # the 0 must mean "copy", not an empty dim (torch.export writes allowzero=1)
+            if a.name == "allowzero":
+                a.i = 0
         changed = True
     return changed
 
