@@ -1255,6 +1255,36 @@ def _gather_nd(c, node, ins, attrs):
     c.emit(out, f"gather({table}, {flat}, axis=0)", _out_shape(c, out, shape))
 
 
+@handler("GatherElements")
+def _gather_elements(c, node, ins, attrs):
+    """NumPy's take_along_axis: each output element's flat index into x (its own coords,
+    the index's value on the axis; x's strides known at import), then `gather` from the
+    flattened x. A negative index counts from the end of the axis."""
+    x, idx = ins
+    axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
+    if any(isinstance(d, str) for d in x.shape[1:]):
+        raise c.fail(f"GatherElements over the symbolic dims {fmt_shape(x.shape)} is not supported (only the first)")
+    out = _one_out(c, node)
+    shape = tuple(idx.shape)
+    i = c.data(idx)
+    if isinstance(x.shape[axis], int):
+        i = f"where(lt({i}, 0.0), {i} + {fmt_num(x.shape[axis])}, {i})"
+    terms = []
+    for k in range(x.rank):
+        stride = math.prod(x.shape[k + 1 :])
+        if k == axis:
+            coord = i
+        else:
+            if isinstance(shape[k], str) and k:
+                raise c.fail(f"GatherElements with the symbolic index dim {shape[k]} is not supported")
+            ones = [1] * x.rank
+            ones[k] = shape[k]
+            coord = f"reshape(arange({shape[k]}), {fmt_shape(ones)})"
+        terms.append(coord if stride == 1 else f"{coord} * {fmt_num(stride)}")
+    flat = c.temp(f"{out}_flat", f"int(broadcast_to({' + '.join(terms)}, {fmt_shape(shape)}))")
+    c.emit(out, f"gather(reshape({c.data(x)}, [-1]), {flat})", _out_shape(c, out, shape))
+
+
 # -- reductions ---------------------------------------------------------------------
 
 REDUCE = {
