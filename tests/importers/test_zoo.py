@@ -95,7 +95,7 @@ def test_the_dynamo_exporter_matches_pytorch_too(name, exported, torch):
 
 
 @pytest.mark.gl
-@pytest.mark.parametrize("name", ["gpt2", "lstm"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "lstm"])
 def test_matches_pytorch_on_gl(name, exported, torch, gl):
     path, module, example = exported(name)
     imported = dlc.import_onnx(path, batch="B")
