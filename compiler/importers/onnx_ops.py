@@ -200,6 +200,8 @@ def _const_ints(c, v: Value | None, what: str) -> list[int] | None:
         return None
     if v.const is None:
         raise c.fail(f"{what} must be known at import (a constant), not computed at run time")
+    if sym.is_symbolic(v.const):
+        raise c.fail(f"{what} must be known ints at import, got the dims {fmt_shape(sym.dl_shape(v.const))}")
     return [int(x) for x in np.asarray(v.const).reshape(-1)]
 
 
@@ -1102,13 +1104,31 @@ def _slice_expr(c, x: Value, begin, size) -> str:
     return f"slice({c.data(x)}, {fmt_list(begin)}, {fmt_list(size)})"
 
 
+def _slice_ends(c, x: Value, ends: Value, axes: Value | None) -> list[int]:
+    """Slice's ends; an end that is the symbolic dim of its axis (`x[:, :x.size(1)]`) is
+    the whole axis."""
+    if ends.const is None or not sym.is_symbolic(ends.const):
+        return _const_ints(c, ends, "Slice's ends")
+    flat = ends.const.reshape(-1)
+    axes_ = _const_ints(c, axes, "Slice's axes") if axes is not None else list(range(len(flat)))
+    out = []
+    for e, a in zip(flat, axes_):
+        e = sym.norm(e)
+        if isinstance(e, sym.Dim):
+            if not sym.same(e, sym.Dim.parse(x.shape[_norm_axis(c, a, x.rank)])):
+                raise c.fail(f"Slice's end {e} on axis {a} of {fmt_shape(x.shape)} is not known at import")
+            e = 2**63 - 1
+        out.append(int(e))
+    return out
+
+
 @handler("Slice")
 def _slice(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
     if c.opset >= 10:
         starts = _const_ints(c, ins[1], "Slice's starts")
-        ends = _const_ints(c, ins[2], "Slice's ends")
+        ends = _slice_ends(c, x, ins[2], ins[3] if len(ins) > 3 else None)
         axes = (
             _const_ints(c, ins[3], "Slice's axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
         )

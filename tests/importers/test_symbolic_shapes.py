@@ -111,3 +111,19 @@ def test_a_dim_that_cannot_be_computed_says_which_node(onnx):
     )
     with pytest.raises(ImportError_, match=r"node 's1' \(Add.*Add of the dims B and 1"):
         dlc.import_onnx(m, batch="B")
+
+
+def test_a_slice_to_its_own_symbolic_dim_takes_the_whole_axis(onnx):
+    from onnx import helper, numpy_helper
+
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+        helper.make_node("Slice", ["x", "zeros", "s_and_3", "axes"], ["y"]),
+        helper.make_node("Concat", ["s", "three"], ["s_and_3"], axis=0),
+    ]
+    nodes = [nodes[0], nodes[2], nodes[1]]
+    x = helper.make_tensor_value_info("x", 1, ["N", 5])
+    y = helper.make_tensor_value_info("y", 1, [None, None])
+    m = _model(nodes, [x], [y], [c("zeros", [0, 1]), c("three", [3]), c("axes", [0, 1])])
+    _check(m, {"x": np.random.default_rng(1).normal(size=(4, 5)).astype(np.float32)})
