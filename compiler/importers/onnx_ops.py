@@ -261,7 +261,6 @@ BINARY = {
     "Add": "({} + {})",
     "Sub": "({} - {})",
     "Mul": "({} * {})",
-    "Div": "({} / {})",
     "Pow": "pow({}, {})",
     "Equal": "eq({}, {})",
     "Less": "lt({}, {})",
@@ -292,6 +291,17 @@ for _op, _t in UNARY.items():
     HANDLERS[_op] = _unary(_t)
 for _op, _t in BINARY.items():
     HANDLERS[_op] = _binary(_t)
+
+
+@handler("Div")
+def _div(c, node, ins, attrs):
+    """Integer Div truncates toward zero (ONNX's and C's), held as the f32 of an int."""
+    from .onnx_model import INT_TYPES
+
+    if c.types.get(node.output[0]) in INT_TYPES:
+        _elementwise(c, node, ins[:2], lambda a, b: f"float(int({a} / {b}))")
+    else:
+        _elementwise(c, node, ins[:2], lambda a, b: f"({a} / {b})")
 
 
 @handler("IsInf")

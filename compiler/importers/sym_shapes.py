@@ -131,15 +131,26 @@ def reshape_target(c, x_shape, target, allowzero: bool) -> tuple:
         elif isinstance(t, int) and t <= 0:
             raise c.fail(f"Reshape target dim {t} is not supported (dlc tensors are never empty)")
         out.append(t)
+    total = product(Dim.parse(d) for d in x_shape)
     if unknown is not None:
         known = product(d for k, d in enumerate(out) if k != unknown)
-        rest = div(product(Dim.parse(d) for d in x_shape), known)
+        rest = div(total, known)
         if rest is None:
             raise c.fail(
                 f"Reshape of {list(x_shape)} to {list(map(dl_dim, out))}: the -1 is not a whole product of dims"
             )
         out[unknown] = rest
+    elif not same(product(out), total):  # an exporter that baked a symbolic dim into a constant
+        raise c.fail(
+            f"Reshape of {fmt(x_shape)} ({dl_dim(total)} elements) to {fmt(out)} ({dl_dim(product(out))}): "
+            "a dim the model computes is a constant in the file (the exporter traced it); import with that dim fixed",
+            list_ops=False,
+        )
     return tuple(dl_dim(d) for d in out)
+
+
+def fmt(shape) -> str:
+    return "[" + ", ".join(str(dl_dim(Dim.parse(d) if isinstance(d, str) else d)) for d in shape) + "]"
 
 
 def broadcast(c, *shapes) -> tuple:

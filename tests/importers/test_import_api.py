@@ -153,12 +153,17 @@ def test_integer_and_bool_inputs_are_i32_and_compute_exactly(onnx):
         helper.make_node("Not", ["m"], ["nm"]),
         helper.make_node("Cast", ["nm"], ["nmi"], to=7),
         helper.make_node("Mul", ["s", "nmi"], ["y"]),
+        helper.make_node("Div", ["x", "two"], ["q"]),  # integer division truncates toward zero
     ]
-    m = _model(onnx, nodes, [_vi(onnx, "x", [3], 7), _vi(onnx, "m", [3], 9)], [_vi(onnx, "y", [3], 7)])
+    two = onnx.numpy_helper.from_array(np.array(2, np.int64), "two")
+    outs = [_vi(onnx, "y", [3], 7), _vi(onnx, "q", [3], 7)]
+    m = _model(onnx, nodes, [_vi(onnx, "x", [3], 7), _vi(onnx, "m", [3], 9)], outs, [two])
     imp = dlc.import_onnx(m)
     assert "input x: i32[3]" in imp.source and "input m: i32[3]" in imp.source
     x, mask = np.array([5, -7, 1 << 20]), np.array([True, False, False])
-    np.testing.assert_array_equal(_run(imp, x=x, m=mask)["y"], np.where(mask, 0, 2 * x))
+    got = _run(imp, x=x, m=mask)
+    np.testing.assert_array_equal(got["y"], np.where(mask, 0, 2 * x))
+    np.testing.assert_array_equal(got["q"], [2, -3, 1 << 19])
 
 
 def test_an_input_of_another_element_type_says_so(onnx):

@@ -127,3 +127,16 @@ def test_a_slice_to_its_own_symbolic_dim_takes_the_whole_axis(onnx):
     y = helper.make_tensor_value_info("y", 1, [None, None])
     m = _model(nodes, [x], [y], [c("zeros", [0, 1]), c("three", [3]), c("axes", [0, 1])])
     _check(m, {"x": np.random.default_rng(1).normal(size=(4, 5)).astype(np.float32)})
+
+
+def test_a_sequence_length_the_exporter_baked_in_says_so(onnx):
+    from onnx import helper, numpy_helper
+
+    from dlc.compiler.importers.onnx_model import ImportError_
+
+    target = numpy_helper.from_array(np.array([7, 4], np.int64), "target")  # B * T traced as 7
+    x = helper.make_tensor_value_info("x", 1, ["N", "T", 4])
+    z = helper.make_tensor_value_info("z", 1, [None, None])
+    m = _model([helper.make_node("Reshape", ["x", "target"], ["z"])], [x], [z], [target])
+    with pytest.raises(ImportError_, match=r"Reshape of \[B, T, 4\] .* to \[7, 4\].*import with that dim fixed"):
+        dlc.import_onnx(m, batch="B")
