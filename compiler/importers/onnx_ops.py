@@ -1231,9 +1231,15 @@ def _gather(c, node, ins, attrs):
     x, idx = ins
     out = _one_out(c, node)
     axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
-    if idx.const is None:  # an i32 input (onnx_model.py): dlc's gather (an index < 0 is out of range)
+    if idx.const is None:  # run-time indices: dlc's gather, a negative index counted from the end
         shape = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :])
-        c.emit(out, f"gather({c.data(x)}, {c.index(idx)}, axis={axis})", _out_shape(c, out, shape))
+        d = x.shape[axis]
+        if isinstance(d, int):
+            f = c.data(idx)
+            i = c.temp(out + "_idx", f"int(where(lt({f}, 0.0), {f} + {fmt_num(d)}, {f}))")
+        else:
+            i = c.index(idx)
+        c.emit(out, f"gather({c.data(x)}, {i}, axis={axis})", _out_shape(c, out, shape))
         return
     d = x.shape[axis]
     if isinstance(d, str):
