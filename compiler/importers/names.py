@@ -26,6 +26,8 @@ def escape(name: str, dotted: bool = False) -> str:
     valid = _DOTTED if dotted else _VALID
     if valid.match(name) and name.split(".")[0] not in KEYWORDS and len(name) <= MAX_BASE:
         return name
+    if dotted and name[:1].isdigit() and _DOTTED.match("t_" + name) and len(name) + 2 <= MAX_BASE:
+        return "t_" + name  # nn.Sequential's `0.weight`
     out = re.sub(r"[^A-Za-z_0-9]", "_", name)
     if not out or out[0].isdigit() or out in KEYWORDS:
         out = "t_" + out

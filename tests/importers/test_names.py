@@ -34,3 +34,4 @@ def test_params_keep_their_state_dict_names():
     assert escape("h.0.attn.c_attn.weight") == "h_0_attn_c_attn_weight"  # other tensors: no dots
     assert escape("input.weight", dotted=True) == "input_weight"  # a keyword first: no dots
     assert escape("a..b", dotted=True) == "a__b"
+    assert escape("0.weight", dotted=True) == "t_0.weight"  # nn.Sequential's keys
