@@ -32,9 +32,6 @@ def _check(c, node, attrs, x_shape, ins):
         raise c.fail(f"{node.op_type}'s sequence_lens is not supported (every sequence is whole)")
     if node.op_type == "LSTM" and len(ins) > 7 and ins[7] is not None:
         raise c.fail("LSTM's peepholes (P) are not supported")
-    for k, what in ((1, "W"), (2, "R")):
-        if ins[k].const is None:
-            raise c.fail(f"{node.op_type}'s {what} must be an initializer")
     steps = x_shape[0]
     if isinstance(steps, str):
         raise c.fail(f"{node.op_type} over a symbolic sequence length ({steps}) is not supported")
@@ -67,15 +64,10 @@ def _rnn(c, node, ins, attrs):
     ys, hs, cs = [], [], []
     for d, way in enumerate(dirs):
         tag = f"{base}_{way}"
-        wt = c.declare_const(f"{w.onnx_name}.{d}" if len(dirs) > 1 else w.onnx_name, w.const[d].T, w.param)
-        rt = c.declare_const(f"{r.onnx_name}.{d}" if len(dirs) > 1 else r.onnx_name, r.const[d].T, r.param)
-        if b is not None and b.const is None:
-            raise c.fail(f"{op}'s B must be an initializer")
-        bias = b.const[d] if b is not None else np.zeros(2 * g * hidden, np.float32)
-        bias_p = b.param if b is not None else False
-        bname = b.onnx_name if b is not None else tag + "_b"
-        wb = c.declare_const(f"{bname}_wb{d if len(dirs) > 1 else ''}", bias[: g * hidden], bias_p)
-        rb = c.declare_const(f"{bname}_rb{d if len(dirs) > 1 else ''}", bias[g * hidden :], bias_p)
+        suffix = str(d) if len(dirs) > 1 else ""
+        wt = _transposed(c, w, d, suffix)
+        rt = _transposed(c, r, d, suffix)
+        wb, rb = _bias_halves(c, b, d, suffix, g * hidden, tag)
         state = f"[{batch}, {hidden}]"
         h = _initial(c, h0, d, f"{tag}_h", state)
         cell = _initial(c, c0, d, f"{tag}_c", state) if op == "LSTM" else None
@@ -119,6 +111,37 @@ def _rnn(c, node, ins, attrs):
         hs.append(loop_h)
         cs.append(loop_c)
     _outputs(c, node, ys, hs, cs, (steps, len(dirs), batch, hidden))
+
+
+def _transposed(c, v, d: int, suffix: str) -> str:
+    """Direction d of W or R ([dirs, gates, size]) as [size, gates]: an initializer stored so
+    under its ONNX name; one the model computes (an export without constant folding
+    reorders PyTorch's gates at run time) transposed in the .dl."""
+    if v.const is not None:
+        return c.declare_const(f"{v.onnx_name}.{suffix}" if suffix else v.onnx_name, v.const[d].T, v.param)
+    rows, cols = v.shape[1], v.shape[2]
+    x = c.data(v)
+    return c.temp(
+        f"{v.onnx_name}_t{suffix}", f"transpose(reshape(slice({x}, [{d}, 0, 0], [1, -1, -1]), [{rows}, {cols}]))"
+    )
+
+
+def _bias_halves(c, b, d: int, suffix: str, n: int, tag: str) -> tuple[str, str]:
+    """B's input and recurrent halves for direction d (zeros when B is omitted)."""
+    if b is None:
+        zeros = c.declare_const(tag + "_b", np.zeros(n, np.float32), False)
+        return zeros, zeros
+    if b.const is not None:
+        bias = b.const[d]
+        return (
+            c.declare_const(f"{b.onnx_name}_wb{suffix}", bias[:n], b.param),
+            c.declare_const(f"{b.onnx_name}_rb{suffix}", bias[n:], b.param),
+        )
+    row = c.temp(f"{b.onnx_name}_{d}", f"reshape(slice({c.data(b)}, [{d}, 0], [1, -1]), [{2 * n}])")
+    return (
+        c.temp(f"{b.onnx_name}_wb{suffix}", f"slice({row}, [0], [{n}])"),
+        c.temp(f"{b.onnx_name}_rb{suffix}", f"slice({row}, [{n}], [{n}])"),
+    )
 
 
 def _gru_candidate(c, rt, rb, hidden, tag):

@@ -107,6 +107,23 @@ def test_matches_pytorch_on_gl(name, exported, torch, gl):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "lstm"])
+def test_an_export_without_constant_folding_keeps_every_param_name(name, onnx, torch, tmp_path):
+    # the TorchScript exporter's folding renames the weights it transposes; without it the
+    # transposes (and LSTM's gate reordering) are in the model, and dlc writes them out
+    path = tmp_path / f"{name}.onnx"
+    module, example = zoo.export(torch, name, path, do_constant_folding=False)
+    imported = dlc.import_onnx(path, batch="B")
+    trainable = {line.split()[1].rstrip(":") for line in imported.source.splitlines() if line.startswith("param ")}
+    assert trainable == {k for k, _ in module.named_parameters()}
+    feeds = _feeds(torch, example, 3, seed=6)
+    with torch.no_grad():
+        want = module(*feeds.values()).numpy()
+    data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
+    got = _session(imported, "numpy").eval(imported.outputs["out"], data)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_names_and_constants_survive_the_import(exported):
     path, module, _ = exported("gpt2")
     imported = dlc.import_onnx(path, batch="B")

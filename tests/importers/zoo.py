@@ -185,7 +185,7 @@ def vit(torch):
 MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru, "vit": vit}
 
 
-def export(torch, name: str, path, dynamo: bool = False) -> tuple:
+def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
     """(module in eval mode, example inputs): the model exported to `path` by
     torch.onnx.export with a dynamic batch dim named B, by the TorchScript exporter or
     (dynamo=True, which needs onnxscript) torch.export's."""
@@ -199,5 +199,5 @@ def export(torch, name: str, path, dynamo: bool = False) -> tuple:
     else:
         dynamic = {"dynamic_axes": {**{n: {0: "B"} for n in names}, "out": {0: "B"}}}
     args = (module, tuple(inputs.values()), str(path))
-    torch.onnx.export(*args, dynamo=dynamo, input_names=names, output_names=["out"], **dynamic)
+    torch.onnx.export(*args, dynamo=dynamo, input_names=names, output_names=["out"], **dynamic, **options)
     return module, inputs
