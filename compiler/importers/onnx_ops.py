@@ -211,7 +211,7 @@ def _pick_nhwc(c, ins, out_rank: int) -> bool:
 
 def _elementwise(c, node, ins, expr: Callable[..., str]) -> None:
     out = _one_out(c, node)
-    shape = _out_shape(c, out, sym.broadcast(c, *[v.shape for v in ins]))
+    shape = _out_shape(c, out, sym.broadcast(c, *[v.shape for v in ins], strict=False))
     nhwc = _pick_nhwc(c, ins, len(shape))
     c.emit(out, expr(*[c.operand(v, nhwc) for v in ins]), shape, nhwc)
 
@@ -511,9 +511,8 @@ def _matmul(c, node, ins, attrs):
 
 
 def _matmul_shape(c, a, b) -> tuple | None:
-    if len(a) < 2 or len(b) < 2:
-        return None
-    return (*sym.broadcast(c, a[:-2], b[:-2]), a[-2], b[-1])
+    batch = sym.broadcast(c, a[:-2], b[:-2], strict=False) if len(a) >= 2 and len(b) >= 2 else None
+    return None if batch is None else (*batch, a[-2], b[-1])
 
 
 @handler("Gemm")
@@ -959,7 +958,7 @@ def _range(c, node, ins, attrs):
     if sym.is_symbolic(start) or sym.is_symbolic(delta):
         raise c.fail("Range with a symbolic start or delta is not supported")
     start, delta = int(start), int(delta)
-    n = sym.div(sym._elementwise(c, "Sub", limit, start).item(), delta) if delta > 0 else None
+    n = sym.div(sym.arith(c, "Sub", limit, start).item(), delta) if delta > 0 else None
     if n is None:
         raise c.fail(f"Range({start}, {sym.dl_shape(limit)}, {delta}) is not a whole number of steps")
     n = sym.dl_dim(n)

@@ -153,14 +153,17 @@ def fmt(shape) -> str:
     return "[" + ", ".join(str(dl_dim(Dim.parse(d) if isinstance(d, str) else d)) for d in shape) + "]"
 
 
-def broadcast(c, *shapes) -> tuple:
-    """NumPy's broadcast of dl shapes (symbolic dims must match or meet a 1)."""
+def broadcast(c, *shapes, strict: bool = True) -> tuple | None:
+    """NumPy's broadcast of dl shapes (symbolic dims must match or meet a 1); not strict:
+    None where two differently named dims meet (ONNX's inferred shape is used then)."""
     rank = max(len(s) for s in shapes)
     out = []
     for k in range(rank):
         dims = {dl_dim(Dim.parse(s[k - rank + len(s)])) for s in shapes if k - rank + len(s) >= 0}
         dims.discard(1)
         if len(dims) > 1:
+            if not strict:
+                return None
             raise c.fail(f"shapes {[list(s) for s in shapes]} do not broadcast")
         out.append(dims.pop() if dims else 1)
     return tuple(out)
@@ -177,7 +180,7 @@ def _ints(v, what, c):
     return [int(x) for x in np.asarray(v).reshape(-1)]
 
 
-def _elementwise(c, op, a, b):
+def arith(c, op, a, b):
     def one(x, y):
         x, y = norm(x), norm(y)
         if op == "Mul":
@@ -230,7 +233,7 @@ def fold(c, node, ins, attrs) -> list[np.ndarray] | None:
             return None
         return [x]
     if op in ("Mul", "Div", "Add", "Sub", "Max", "Min"):
-        return [_elementwise(c, op, vals[0], vals[1])]
+        return [arith(c, op, vals[0], vals[1])]
     if op in ("Equal", "Less", "Greater"):
         return [_compare(c, op, vals[0], vals[1])]
     if op == "Where":
