@@ -1320,6 +1320,76 @@ def _gather_elements(c, node, ins, attrs):
     c.emit(out, f"gather(reshape({c.data(x)}, [-1]), {flat})", _out_shape(c, out, shape))
 
 
+@handler("ScatterND")
+def _scatter_nd(c, node, ins, attrs):
+    """data with its slices at the index tuples replaced (reduction "add": increased) by
+    updates: the tuples as flat indices into data's first k dims (known at import), their
+    one-hot rows moving the updates there with a matmul, and a mask of the rows hit."""
+    x, idx, upd = ins
+    reduction = attrs.get("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "add"):
+        raise c.fail(f"ScatterND with reduction '{reduction}' is not supported (none and add are)")
+    k = idx.shape[-1]
+    lead, rest = x.shape[:k], x.shape[k:]
+    if not isinstance(k, int) or any(isinstance(d, str) for d in (*lead, *rest, *idx.shape)):
+        raise c.fail(f"ScatterND into {fmt_shape(x.shape)} at {fmt_shape(idx.shape)} needs dims known at import")
+    out = _one_out(c, node)
+    i, rows, size = c.data(idx), math.prod(idx.shape[:-1]), math.prod(rest)
+    terms = []
+    for j, d in enumerate(lead):
+        begin, width = [0] * idx.rank, [-1] * idx.rank
+        begin[-1], width[-1] = j, 1
+        col = f"reshape(slice({i}, {fmt_list(begin)}, {fmt_list(width)}), [{rows}])"
+        col = c.temp(f"{out}_i{j}", f"where(lt({col}, 0.0), {col} + {fmt_num(d)}, {col})")
+        stride = math.prod(lead[j + 1 :])
+        terms.append(col if stride == 1 else f"{col} * {fmt_num(stride)}")
+    n = math.prod(lead)
+    hot = c.temp(f"{out}_hot", f"transpose(one_hot(int({' + '.join(terms)}), {n}))")  # [n, rows]
+    moved = f"matmul({hot}, reshape({c.data(upd)}, [{rows}, {size}]))"
+    moved = c.temp(f"{out}_moved", f"reshape({moved}, {fmt_shape(x.shape)})")
+    if reduction == "add":
+        c.emit(out, f"{c.data(x)} + {moved}", _out_shape(c, out, x.shape))
+        return
+    hit = f"reshape(sum({hot}, axis=-1), {fmt_shape([*lead, *([1] * len(rest))])})"
+    c.emit(out, f"where(gt({hit}, 0.0), {moved}, {c.data(x)})", _out_shape(c, out, x.shape))
+
+
+@handler("TopK")
+def _top_k(c, node, ins, attrs):
+    """k rounds of argmax (argmin when largest=0), each taking the first extremum (ONNX's
+    tie rule: the lower index) and hiding it from the next; sorted either way."""
+    x = ins[0]
+    k = _const_ints(c, ins[1], "TopK's k")[0]
+    axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+    n = x.shape[axis]
+    if isinstance(n, str) or not 1 <= k <= min(n, 64):
+        raise c.fail(f"TopK with k={k} over an axis of {n} is not supported (k from 1 to 64, the axis known)")
+    base = node.output[0] or node.output[1]
+    perm = [*range(axis), *range(axis + 1, x.rank), axis]  # the axis last
+    back = [perm.index(a) for a in range(x.rank)]
+    last = c.data(x) if axis == x.rank - 1 else c.temp(base + "_last", f"transpose({c.data(x)}, perm={fmt_list(perm)})")
+    moved = [x.shape[p] for p in perm]
+    ones = [1] * (x.rank - 1)
+    pos = c.temp(base + "_pos", f"reshape(arange({n}), {fmt_shape([*ones, n])})")
+    fn, hide = ("argmax", "-inf") if attrs.get("largest", 1) else ("argmin", "inf")
+    cur, vals, idxs = last, [], []
+    for j in range(k):
+        i = c.temp(f"{base}_i{j}", f"reshape({fn}({cur}, axis=-1), {fmt_shape([*moved[:-1], 1])})")
+        hit = c.temp(f"{base}_hit{j}", f"eq({pos}, {i})")
+        vals.append(f"sum(where({hit}, {last}, 0.0), axis=-1, keepdims=true)")
+        idxs.append(i)
+        if j + 1 < k:
+            cur = c.temp(f"{base}_rest{j}", f"where({hit}, {hide}, {cur})")
+    shape = tuple([*moved[:-1], k][p] for p in back)
+    for o, parts in zip(node.output, (vals, idxs)):
+        if o:
+            expr = parts[0] if k == 1 else f"concat([{', '.join(parts)}], axis=-1)"
+            if axis != x.rank - 1:
+                expr = f"transpose({expr}, perm={fmt_list(back)})"
+            c.emit(o, expr, _out_shape(c, o, shape))
+
+
 # -- reductions ---------------------------------------------------------------------
 
 REDUCE = {
