@@ -486,34 +486,12 @@ def import_onnx(
 
 # Inputs that are not data: (op, input index); None: all of the op's inputs.
 NOT_DATA = {
-    ("Pow", 1),
-    ("Where", 0),
-    ("Reshape", 1),
-    ("Expand", 1),
-    ("Tile", 1),
-    ("Gather", 1),
-    ("Clip", 1),
-    ("Clip", 2),
-    ("Slice", 1),
-    ("Slice", 2),
-    ("Slice", 3),
-    ("Slice", 4),
-    ("Pad", 1),
-    ("Pad", 2),
-    ("Split", 1),
-    ("Squeeze", 1),
-    ("Unsqueeze", 1),
-    ("ReduceSum", 1),
-    ("Resize", 1),
-    ("Resize", 2),
-    ("Resize", 3),
-    ("Dropout", 1),
-    ("Dropout", 2),
-    ("OneHot", 1),
-    ("OneHot", 2),
-    ("CumSum", 1),
-    ("TopK", 1),
-}
+    ("Pow", 1), ("Where", 0), ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Gather", 1), ("Clip", 1), ("Clip", 2),
+    ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4), ("Pad", 1), ("Pad", 2), ("Split", 1), ("Squeeze", 1),
+    ("Unsqueeze", 1), ("ReduceSum", 1), ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Dropout", 1),
+    ("Dropout", 2), ("OneHot", 1), ("OneHot", 2), ("CumSum", 1), ("TopK", 1),
+    ("BatchNormalization", 3), ("BatchNormalization", 4),  # running statistics: never trained by gradient
+}  # fmt: skip
 NOT_DATA_OPS = {"Shape", "Size", "Range", "ConstantOfShape", "Equal", "Less", "LessOrEqual", "Greater",
                 "GreaterOrEqual", "And", "Or", "Not", "Xor", "Trilu"}  # fmt: skip
 
