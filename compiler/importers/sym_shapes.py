@@ -185,6 +185,8 @@ def arith(c, op, a, b):
         x, y = norm(x), norm(y)
         if op == "Mul":
             return mul(x, y)
+        if op == "Div" and isinstance(x, int) and isinstance(y, int) and y:
+            return abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)  # ONNX's: toward zero
         if op == "Div":
             q = div(x, y)
             if q is None:

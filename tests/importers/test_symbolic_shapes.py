@@ -38,6 +38,9 @@ def test_dim_products_multiply_divide_and_print():
     assert sym.div(sym.mul(sym.mul(b, t), 4), sym.mul(t, 2)) == sym.mul(b, 2)
     assert sym.div(b, t) is None and sym.div(sym.mul(b, 3), 2) is None
     assert sym.Dim.parse("T*B") == sym.Dim.parse("B*T")
+    obj = lambda *xs: np.array([*xs, None], dtype=object)[:-1]  # noqa: E731
+    np.testing.assert_array_equal(sym.arith(None, "Div", obj(7, -7, b), obj(2, 2, 1)), obj(3, -3, b))  # toward 0
+    np.testing.assert_array_equal(sym.arith(None, "Max", obj(b, 1), obj(1, b)), obj(b, b))
 
 
 def test_multi_head_reshape_from_computed_shapes(onnx):
