@@ -182,7 +182,29 @@ def vit(torch):
     return ViT, {"x": torch.randn(2, 3, 8, 8)}
 
 
-MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru, "vit": vit}
+def cnn(torch):
+    nn = torch.nn
+
+    class ResidualNet(nn.Module):  # resnet/mobilenet's shapes: conv, batch norm, relu6, a skip, pool, flatten
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8)
+            self.fc = nn.Linear(8, 3)
+            with torch.no_grad():
+                for bn in (self.bn1, self.bn2):
+                    bn.running_mean.uniform_(-0.5, 0.5)
+                    bn.running_var.uniform_(0.5, 2.0)
+
+        def forward(self, x):
+            h = torch.relu(self.bn1(self.conv1(x)))
+            h = h + nn.functional.relu6(self.bn2(self.conv2(h)))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+    return ResidualNet, {"x": torch.randn(2, 3, 8, 8)}
+
+
+MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru, "vit": vit, "cnn": cnn}
 
 
 def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
