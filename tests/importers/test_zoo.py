@@ -223,3 +223,11 @@ def test_transformers_models_match_pytorch(name, dynamo, onnx, torch, tmp_path):
     data = {imported.inputs[k]: v.numpy() for k, v in feeds.items()}
     got = _session(imported, "numpy").eval(imported.outputs["out"], data)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_import_names_the_i32_inputs(exported, tmp_path, dlc_cli):
+    path, _, _ = exported("bert")
+    r = dlc_cli("import", path, "-o", tmp_path / "bert.dl", "--batch", "B")
+    assert r.returncode == 0, r.stderr
+    assert "input attention_mask -> attention_mask: i32[B, 6]" in r.stdout
+    assert "input attention_mask: i32[B, 6]" in (tmp_path / "bert.dl").read_text()
