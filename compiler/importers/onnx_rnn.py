@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .onnx_model import fmt_list, fmt_shape
-from .onnx_ops import _attrs, _norm_axis, _out_shape, handler  # noqa: F401  (the registry)
+from .onnx_ops import _attrs, _out_shape, handler
 
 GATES = {"LSTM": 4, "GRU": 3}
 LOCALS = ("xt", "i", "o", "f", "cc", "xz", "xr", "xn", "hz", "hr", "hn", "z", "r", "n")  # a step's tensors
