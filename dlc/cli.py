@@ -886,7 +886,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     for kind, names in (("input", imported.inputs), ("output", imported.outputs)):
         for onnx_name, dl_name in names.items():
             shape = imported.model.graph.shape(dl_name)
-            print(f"  {kind} {onnx_name} -> {dl_name}: [{', '.join(map(str, shape))}]")
+            dtype = "i32" if imported.model.input_dtypes.get(dl_name) == "i32" and kind == "input" else ""
+            print(f"  {kind} {onnx_name} -> {dl_name}: {dtype}[{', '.join(map(str, shape))}]")
     return 0
 
 

@@ -27,7 +27,7 @@ def float_lit(v: float) -> str:
     v = float(v)
     if math.isnan(v):
         return "DLC_NAN"
-    if math.isinf(v) or abs(v) > 3.4028234e38:
+    if math.isinf(v) or abs(v) > 3.4028234663852886e38:  # above float32's max (which is finite)
         return "DLC_INF" if v > 0 else "(-DLC_INF)"
     text = repr(v)
     if "." not in text and "e" not in text:

@@ -19,12 +19,17 @@ KEYWORDS = frozenset(
 )
 MAX_BASE = MAX_NAME - 8  # room for the de-duplicating suffix
 _VALID = re.compile(r"[A-Za-z_][A-Za-z_0-9]*\Z")
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z_0-9]*(\.[A-Za-z_0-9]+)*\Z")  # a param's name: a state_dict key
 
 
-def escape(name: str) -> str:
-    """The rule without the de-duplication step."""
-    if _VALID.match(name) and name not in KEYWORDS:
-        return name[:MAX_BASE]
+def escape(name: str, dotted: bool = False) -> str:
+    """The rule without the de-duplication step; `dotted`: dots are kept (params' names,
+    PyTorch's state_dict keys) where the name is otherwise valid."""
+    valid = _DOTTED if dotted else _VALID
+    if valid.match(name) and name.split(".")[0] not in KEYWORDS and len(name) <= MAX_BASE:
+        return name
+    if dotted and name[:1].isdigit() and _DOTTED.match("t_" + name) and len(name) + 2 <= MAX_BASE:
+        return "t_" + name  # nn.Sequential's `0.weight`
     out = re.sub(r"[^A-Za-z_0-9]", "_", name)
     if not out or out[0].isdigit() or out in KEYWORDS:
         out = "t_" + out
@@ -37,8 +42,8 @@ class Names:
     def __init__(self, reserved: set[str] = frozenset()) -> None:
         self.taken: set[str] = set(reserved)
 
-    def new(self, onnx_name: str) -> str:
-        base = escape(onnx_name)
+    def new(self, onnx_name: str, dotted: bool = False) -> str:
+        base = escape(onnx_name, dotted)
         name, k = base, 2
         while name in self.taken:
             name, k = f"{base}_{k}", k + 1

@@ -42,6 +42,7 @@ class Value:
     const: np.ndarray | None = None  # the value, when known at import
     param: bool = False  # a float initializer (or made from one): a param when used as data
     onnx_name: str = ""
+    i32: bool = False  # the .dl tensor is i32 (an integer input, or int(x)); else f32
     cache: dict = field(default_factory=dict)  # layout -> .dl name of a converted copy
 
     @property
@@ -77,9 +78,13 @@ def weights_path_for(dl_path: str) -> str:
 
 def fmt_num(v: float) -> str:
     v = float(np.float32(v))
-    if not np.isfinite(v):
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if np.isnan(v):
         raise ValueError(f"{v} has no .dl literal")
     s = str(np.float32(v))
+    if abs(float(s)) > float(np.finfo(np.float32).max):  # float32's shortest text of its max reads beyond it
+        s = repr(v)
     return s if "." in s or "e" in s else s + ".0"
 
 
@@ -167,10 +172,12 @@ class Converter:
         a = np.asarray(a)
         if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) and a.dtype != bool:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
-        name = self.names.new(base)
-        if param or a.size > INLINE_LIMIT or not np.all(np.isfinite(a)):
-            self.weights[name] = np.ascontiguousarray(a, dtype=np.float32)
-            frozen = "frozen " if param and self.frozen(base, name) else ""
+        name = self.names.new(base, dotted=param)
+        if param or a.size > INLINE_LIMIT or np.any(np.isnan(a)):
+            self.weights[name] = np.array(
+                a, dtype=np.float32, order="C"
+            )  # a scalar stays [] (not ascontiguousarray's [1])
+            frozen = "frozen " if not param or self.frozen(base, name) else ""  # a constant is never trained
             self.decls.append(f"{frozen}param {name}: {fmt_shape(a.shape)}")
         elif a.ndim == 0:
             self.decls.append(f"const {name} = {fmt_num(a)}")
@@ -180,14 +187,34 @@ class Converter:
 
     # -- operands --------------------------------------------------------------
     def data(self, v: Value) -> str:
-        """v as a .dl tensor in ONNX's layout."""
+        """v as an f32 .dl tensor in ONNX's layout (ONNX's integer and bool tensors are
+        computed in f32 too: exact below 2^24; an i32 one is converted once)."""
         if v.name is None:
+            from .sym_shapes import dl_shape, is_symbolic
+
+            if is_symbolic(v.const):  # a shape holding symbolic dims, used as data
+                raise self.fail(
+                    f"'{v.onnx_name}' holds the dims {fmt_shape(dl_shape(v.const))}, used as data: "
+                    "symbolic dims are known only at run time"
+                )
             v.name = self.declare_const(v.onnx_name or "c", v.const, v.param)
+        if v.i32:
+            if "f32" not in v.cache:
+                v.cache["f32"] = self.temp(v.onnx_name + "_f32", f"float({v.name})")
+            return v.cache["f32"]
         if not v.nhwc:
             return v.name
         if "nchw" not in v.cache:
             v.cache["nchw"] = self.temp(v.onnx_name + "_nchw", f"transpose({v.name}, perm={fmt_list(TO_NCHW)})")
         return v.cache["nchw"]
+
+    def index(self, v: Value) -> str:
+        """v as an i32 .dl tensor (gather's indices)."""
+        if v.i32:
+            return v.name
+        if "i32" not in v.cache:
+            v.cache["i32"] = self.temp(v.onnx_name + "_i32", f"int({self.data(v)})")
+        return v.cache["i32"]
 
     def nhwc(self, v: Value) -> str:
         """A rank-4 v as a .dl tensor in NHWC."""
@@ -329,6 +356,9 @@ def _keep_batch_in_reshapes(model, batch: str, fixed: set[int]) -> bool:
         t = numpy_helper.from_array(new, n.input[1] + "__batch")
         model.graph.initializer.append(t)
         n.input[1] = t.name
+        for a in n.attribute:  # the 0 must mean "copy", not an empty dim (torch.export writes allowzero=1)
+            if a.name == "allowzero":
+                a.i = 0
         changed = True
     return changed
 
@@ -356,7 +386,7 @@ def _shape_of(type_proto) -> tuple | None:
 
 
 FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
-INDEX_TYPES = {6, 7}  # INT32, INT64
+INT_TYPES = {2, 3, 4, 5, 6, 7, 9, 12, 13}  # UINT8 INT8 UINT16 INT16 INT32 INT64 BOOL UINT32 UINT64
 
 
 def import_onnx(
@@ -375,7 +405,7 @@ def import_onnx(
     from onnx import numpy_helper
 
     from ..lang import compile_source
-    from . import onnx_ops
+    from . import onnx_einsum, onnx_ops, onnx_rnn  # noqa: F401  (they register their ops)
 
     g = model.graph
     shapes: dict[str, tuple] = {}
@@ -392,6 +422,8 @@ def import_onnx(
     conv = Converter(opset, names, set(outputs), at, budget)
     conv.freeze, conv.trainable = tuple(freeze), None if trainable is None else tuple(trainable)
     conv.shapes, conv.types, conv.dim_names = shapes, types, {}
+    conv.input_dims = set()  # the ONNX names of the inputs' symbolic dims
+    conv.known_dims = set()  # their .dl names: the only symbolic names a .dl shape may hold
     conv.used = {i for n in g.node for i in n.input if i} | set(outputs)
 
     # Inputs: graph inputs without an initializer.
@@ -403,21 +435,23 @@ def import_onnx(
         shape = shapes.get(i.name)
         if shape is None:
             raise ImportError_(f"{at}graph input '{i.name}' has no known shape")
+        conv.input_dims.update(d for d in shape if isinstance(d, str))
         shape = tuple(_dim_name(d, names, conv.dim_names) for d in shape)
+        conv.known_dims.update(d for d in shape if isinstance(d, str))
         et = i.type.tensor_type.elem_type
-        if et not in FLOAT_TYPES and not (et in INDEX_TYPES and onnx_ops.only_indices(g, i.name)):
+        if et not in FLOAT_TYPES and et not in INT_TYPES:
             raise ImportError_(
                 f"{at}graph input '{i.name}' has element type "
-                f"{_type_name(et)}: dlc computes in float32, and only indices "
-                "(Gather's second input) may be integers"
+                f"{_type_name(et)}: dlc's inputs are float32 or i32 (integers and bools)"
             )
         name = names.new(i.name)
-        dtype = "i32" if et in INDEX_TYPES else ""  # Gather's run-time indices: ids
+        dtype = "i32" if et in INT_TYPES else ""  # token ids, masks: fed as int32
         conv.decls.append(f"input {name}: {dtype}{fmt_shape(shape)}")
-        conv.values[i.name] = Value(shape, name, onnx_name=i.name)
+        conv.values[i.name] = Value(shape, name, onnx_name=i.name, i32=bool(dtype))
         inputs[i.name] = name
+    weights = weight_initializers(g, inits)
     for k, a in inits.items():
-        conv.set_const(k, a, param=np.issubdtype(a.dtype, np.floating))
+        conv.set_const(k, a, param=k in weights)
 
     conv.bn_after = onnx_ops.batch_norms_after_convs(list(g.node), set(outputs))
     conv.skip = set()
@@ -448,6 +482,30 @@ def import_onnx(
     except CompileError as e:  # a bug in the importer, shown with the text it wrote
         raise ImportError_(f"{at}the imported .dl does not compile: {e}") from None
     return Imported(compiled, conv.weights, source, inputs, out_names)
+
+
+# Inputs that are not data: (op, input index); None: all of the op's inputs.
+NOT_DATA = {
+    ("Pow", 1), ("Where", 0), ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Gather", 1), ("Clip", 1), ("Clip", 2),
+    ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4), ("Pad", 1), ("Pad", 2), ("Split", 1), ("Squeeze", 1),
+    ("Unsqueeze", 1), ("ReduceSum", 1), ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Dropout", 1),
+    ("Dropout", 2), ("OneHot", 1), ("OneHot", 2), ("CumSum", 1), ("TopK", 1),
+    ("BatchNormalization", 3), ("BatchNormalization", 4),  # running statistics: never trained by gradient
+}  # fmt: skip
+NOT_DATA_OPS = {"Shape", "Size", "Range", "ConstantOfShape", "Equal", "Less", "LessOrEqual", "Greater",
+                "GreaterOrEqual", "And", "Or", "Not", "Xor", "Trilu"}  # fmt: skip
+
+
+def weight_initializers(graph, inits: dict[str, np.ndarray]) -> set[str]:
+    """The initializers that become trainable params: float ones of more than one element
+    with a use as data. Exponents, scales, eps, shapes, masks and indices are constants
+    (scalars are: a scale PyTorch saved as an initializer, GELU's 3.0)."""
+    data = set()
+    for n in graph.node:
+        for k, i in enumerate(n.input):
+            if i in inits and n.op_type not in NOT_DATA_OPS and (n.op_type, k) not in NOT_DATA:
+                data.add(i)
+    return {k for k, a in inits.items() if k in data and np.issubdtype(a.dtype, np.floating) and a.size > 1}
 
 
 def _dim_name(d, names: Names, seen: dict[str, str]):

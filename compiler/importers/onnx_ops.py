@@ -14,11 +14,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import sym_shapes as sym
 from .onnx_model import TO_NHWC, Converter, Value, fmt_list, fmt_num, fmt_shape
 
 Handler = Callable[[Converter, object, list, dict], None]
 HANDLERS: dict[str, Handler] = {}
-FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range", "Size", "Shape")  # constants at import
+FOLDED_ONLY = ("Constant", "Size", "Shape")  # constants at import
+# ops whose handler takes a shape constant holding symbolic dims (sym_shapes) as its shape
+SYMBOLIC_SHAPE_OPS = ("Reshape", "Expand", "ConstantOfShape", "Range")
 
 
 def handler(*ops: str):
@@ -32,12 +35,6 @@ def handler(*ops: str):
 
 def supported_ops() -> list[str]:
     return sorted({*HANDLERS, *FOLDED_ONLY})
-
-
-def only_indices(graph, name: str) -> bool:
-    """Whether every use of `name` is as Gather's indices (an integer input dlc accepts)."""
-    uses = [(n.op_type, k) for n in graph.node for k, i in enumerate(n.input) if i == name]
-    return bool(uses) and all(u == ("Gather", 1) for u in uses)
 
 
 # -- driving -------------------------------------------------------------------------
@@ -68,8 +65,19 @@ def convert_node(c: Converter, node) -> None:
         return
     present = [v for v in ins if v is not None]
     if all(v.const is not None for v in present) and node.op_type not in ("Dropout",):
-        _fold(c, node, ins)
-        return
+        if any(sym.is_symbolic(v.const) for v in present):
+            results = sym.fold(c, node, ins, attrs)
+            if results is not None:
+                for name, r in zip([o for o in node.output if o], results):
+                    c.set_const(name, r, False)
+                return
+            if node.op_type not in SYMBOLIC_SHAPE_OPS:
+                raise c.fail(f"{node.op_type} of a shape holding symbolic dims cannot be computed at import")
+        elif not any(v.param for v in present) or node.op_type not in HANDLERS:
+            _fold(c, node, ins)
+            return
+        # A node reading a param is written out, not folded: the param keeps its name and
+        # trains as itself (wpe.weight, not the rows a Gather of positions took at import).
     fn = HANDLERS.get(node.op_type)
     if fn is None:
         if node.op_type in FOLDED_ONLY:
@@ -79,14 +87,11 @@ def convert_node(c: Converter, node) -> None:
 
 
 def _shape_const(c, node, x: Value, attrs) -> None:
-    if any(isinstance(d, str) for d in x.shape):
-        raise c.fail(
-            f"{node.op_type} of a tensor with a symbolic dim ({fmt_shape(x.shape)}) "
-            "cannot be folded at import; import with a fixed batch size"
-        )
-    shape = np.array(x.shape, np.int64)
+    """Shape and Size of a run-time tensor: a constant, a shape constant where x's shape
+    holds symbolic dims (sym_shapes)."""
+    shape = sym.shape_array(x.shape)
     if node.op_type == "Size":
-        c.set_const(node.output[0], np.array(np.prod(shape), np.int64), False)
+        c.set_const(node.output[0], sym.settle(np.array(sym.product(shape), dtype=object)), False)
         return
     start, end = attrs.get("start", 0), attrs.get("end", None)
     c.set_const(node.output[0], shape[start:end], False)
@@ -157,11 +162,30 @@ def _fold_bn(c, w: np.ndarray, b: np.ndarray | None, bn) -> tuple[np.ndarray, np
 # -- helpers -------------------------------------------------------------------------
 
 
-def _out_shape(c: Converter, name: str) -> tuple:
-    shape = c.shapes.get(name)
-    if shape is None:
+def _out_shape(c: Converter, name: str, known: tuple | None = None) -> tuple:
+    """The shape of the output `name`: ONNX's inferred one, its dims renamed to .dl dims. A
+    handler that computed the shape itself passes it as `known`: then the inferred shape's
+    symbolic dims (`unk__3`, or `B` where the handler found `B*T`) are taken to mean those
+    dims from here on."""
+    inferred = c.shapes.get(name)
+    if known is not None:
+        if inferred is not None and len(inferred) == len(known):
+            for d, k in zip(inferred, known):
+                if isinstance(d, str) and d not in c.dim_names and d not in c.input_dims:
+                    c.dim_names[d] = k
+        return tuple(known)
+    if inferred is None:
         raise c.fail(f"the shape of '{name}' is unknown (ONNX shape inference gave none)")
-    return tuple(d if isinstance(d, int) else c.dim_names.get(d, d) for d in shape)
+    shape = tuple(d if isinstance(d, int) else c.dim_names.get(d, d) for d in inferred)
+    unknown = [d for d in shape if isinstance(d, str) and d not in c.known_dims and not _is_product(c, d)]
+    if unknown:
+        raise c.fail(f"the shape of '{name}' has dims ONNX shape inference could not name ({', '.join(unknown)})")
+    return shape
+
+
+def _is_product(c, d: str) -> bool:
+    p = sym.Dim.parse(d)
+    return isinstance(p, int) or all(n in c.known_dims for n in p.names)
 
 
 def _one_out(c, node) -> str:
@@ -176,6 +200,8 @@ def _const_ints(c, v: Value | None, what: str) -> list[int] | None:
         return None
     if v.const is None:
         raise c.fail(f"{what} must be known at import (a constant), not computed at run time")
+    if sym.is_symbolic(v.const):
+        raise c.fail(f"{what} must be known ints at import, got the dims {fmt_shape(sym.dl_shape(v.const))}")
     return [int(x) for x in np.asarray(v.const).reshape(-1)]
 
 
@@ -185,7 +211,7 @@ def _pick_nhwc(c, ins, out_rank: int) -> bool:
 
 def _elementwise(c, node, ins, expr: Callable[..., str]) -> None:
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, sym.broadcast(c, *[v.shape for v in ins], strict=False))
     nhwc = _pick_nhwc(c, ins, len(shape))
     c.emit(out, expr(*[c.operand(v, nhwc) for v in ins]), shape, nhwc)
 
@@ -228,18 +254,22 @@ UNARY = {
     "Sinh": "sinh({})",
     "Cosh": "cosh({})",
     "Mish": "mish({})",
+    "Not": "logical_not({})",
+    "IsNaN": "ne({0}, {0})",  # NaN alone compares unequal to itself
 }
 BINARY = {
     "Add": "({} + {})",
     "Sub": "({} - {})",
     "Mul": "({} * {})",
-    "Div": "({} / {})",
     "Pow": "pow({}, {})",
     "Equal": "eq({}, {})",
     "Less": "lt({}, {})",
     "LessOrEqual": "le({}, {})",
     "Greater": "gt({}, {})",
     "GreaterOrEqual": "ge({}, {})",
+    "And": "logical_and({}, {})",
+    "Or": "logical_or({}, {})",
+    "Xor": "ne(ne({}, 0.0), ne({}, 0.0))",
 }
 
 
@@ -261,6 +291,78 @@ for _op, _t in UNARY.items():
     HANDLERS[_op] = _unary(_t)
 for _op, _t in BINARY.items():
     HANDLERS[_op] = _binary(_t)
+
+
+@handler("Div")
+def _div(c, node, ins, attrs):
+    """Integer Div truncates toward zero (ONNX's and C's), held as the f32 of an int."""
+    from .onnx_model import INT_TYPES
+
+    if c.types.get(node.output[0]) in INT_TYPES:
+        _elementwise(c, node, ins[:2], lambda a, b: f"float(int({a} / {b}))")
+    else:
+        _elementwise(c, node, ins[:2], lambda a, b: f"({a} / {b})")
+
+
+@handler("IsInf")
+def _is_inf(c, node, ins, attrs):
+    neg, pos = attrs.get("detect_negative", 1), attrs.get("detect_positive", 1)
+    tests = (["eq({0}, -inf)"] if neg else []) + (["eq({0}, inf)"] if pos else [])
+    expr = " + ".join(tests) if tests else "0.0 * {0}"
+    _elementwise(c, node, ins[:1], lambda x: expr.format(x))
+
+
+@handler("Mod")
+def _mod(c, node, ins, attrs):
+    if attrs.get("fmod", 0):
+        raise c.fail("Mod with fmod=1 is not supported (fmod=0, the sign of the divisor, is)")
+    _elementwise(c, node, ins[:2], lambda a, b: f"mod({a}, {b})")
+
+
+@handler("Trilu")
+def _trilu(c, node, ins, attrs):
+    k = _const_ints(c, ins[1], "Trilu's k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    fn = "triu" if attrs.get("upper", 1) else "tril"
+    _elementwise(c, node, ins[:1], lambda x: f"{fn}({x}, k={k})")
+
+
+@handler("OneHot")
+def _one_hot(c, node, ins, attrs):
+    idx, depth, values = ins
+    depth, (off, on) = _const_ints(c, depth, "OneHot's depth")[0], [float(v) for v in values.const.reshape(-1)]
+    if _norm_axis(c, attrs.get("axis", -1), idx.rank + 1) != idx.rank:
+        raise c.fail("OneHot along an axis other than the last is not supported")
+    out = _one_out(c, node)
+    # ONNX counts a negative index from the end
+    x = c.data(idx)
+    i = c.temp(out + "_idx", f"int(where(lt({x}, 0.0), {x} + {fmt_num(depth)}, {x}))")
+    expr = f"one_hot({i}, {depth})"
+    if (off, on) != (0.0, 1.0):
+        expr = f"{expr} * {fmt_num(on - off)} + {fmt_num(off)}"
+    c.emit(out, expr, _out_shape(c, out, (*idx.shape, depth)))
+
+
+@handler("CumSum")
+def _cumsum(c, node, ins, attrs):
+    """A matmul with a triangle of ones along the axis (its length known at import)."""
+    x = ins[0]
+    axis = _norm_axis(c, _const_ints(c, ins[1], "CumSum's axis")[0], x.rank)
+    n = x.shape[axis]
+    if isinstance(n, str) or n > 4096:
+        raise c.fail(f"CumSum along a symbolic or longer than 4096 axis ({n}) is not supported")
+    # out[j] = sum over i of x[i] * tri[i, j]: i <= j, or i < j when exclusive
+    tri = np.triu(np.ones((n, n), np.float32), k=1 if attrs.get("exclusive", 0) else 0)
+    if attrs.get("reverse", 0):
+        tri = tri.T
+    out = _one_out(c, node)
+    t = c.declare_const(out + "_tri", tri, False)
+    perm = [*range(axis), *range(axis + 1, x.rank), axis]  # the axis last, matmul, back
+    back = [perm.index(a) for a in range(x.rank)]
+    moved = c.data(x) if axis == x.rank - 1 else f"transpose({c.data(x)}, perm={fmt_list(perm)})"
+    expr = f"matmul({moved}, {t})"
+    if axis != x.rank - 1:
+        expr = f"transpose({expr}, perm={fmt_list(back)})"
+    c.emit(out, expr, _out_shape(c, out, x.shape))
 
 
 @handler("LeakyRelu")
@@ -368,18 +470,27 @@ def _identity(c, node, ins, attrs):
     if x.const is not None:
         c.set_const(node.output[0], x.const, x.param)
         return
-    c.emit(node.output[0], x.name, x.shape, x.nhwc)
+    c.emit(node.output[0], x.name, x.shape, x.nhwc).i32 = x.i32
 
 
 @handler("Cast")
 def _cast(c, node, ins, attrs):
-    from .onnx_model import FLOAT_TYPES
+    """Among float types: the identity. ONNX's integers are held in f32 or i32 (their
+    values, exact below 2^24): from a float, `int` truncates toward zero as ONNX does; to
+    bool, `ne(x, 0)`."""
+    from .onnx_model import FLOAT_TYPES, INT_TYPES
 
-    if attrs["to"] not in FLOAT_TYPES:
-        raise c.fail(
-            f"Cast to {_type_name(attrs['to'])} is not supported: dlc computes in float32 (Cast among float types is)"
-        )
-    _identity(c, node, ins, attrs)
+    to, x = attrs["to"], ins[0]
+    src = c.types.get(node.input[0], 1)
+    out = _one_out(c, node)
+    if to in FLOAT_TYPES or (to in INT_TYPES and to != 9 and src in INT_TYPES) or (to == 9 and src == 9):
+        _identity(c, node, ins, attrs)
+    elif to == 9:
+        c.emit(out, f"ne({c.data(x)}, 0.0)", x.shape)
+    elif to in INT_TYPES:
+        c.emit(out, f"int({c.data(x)})", x.shape).i32 = True
+    else:
+        raise c.fail(f"Cast to {_type_name(to)} is not supported (float, integer and bool types are)")
 
 
 def _type_name(t):
@@ -395,29 +506,13 @@ def _type_name(t):
 def _matmul(c, node, ins, attrs):
     a, b = ins
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
-    if a.rank <= 3 and b.rank <= 3:
-        c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", shape)
-        return
-    # dlc's matmul batches over one axis: broadcast both operands' batch dims to the output's,
-    # fold them into one, multiply, and unfold.
-    if a.rank < 2 or b.rank < 2:
-        raise c.fail(f"MatMul of ranks {a.rank} and {b.rank} is not supported (a rank-1 operand with a rank above 3)")
-    batch = tuple(shape[:-2])
-    if any(isinstance(d, str) for d in batch):
-        raise c.fail(
-            f"MatMul above rank 3 with symbolic batch dims {fmt_shape(batch)} is not "
-            "supported (import with a fixed batch size)"
-        )
-    n = str(math.prod(batch))
-    parts = []
-    for v, tail in ((a, a.shape[-2:]), (b, b.shape[-2:])):
-        x = c.data(v)
-        if tuple(v.shape) != batch + tuple(tail):
-            x = f"broadcast_to({x}, {fmt_shape(batch + tuple(tail))})"
-        parts.append(f"reshape({x}, [{n}, {tail[0]}, {tail[1]}])")
-    flat = c.temp(out + "_3d", f"matmul({parts[0]}, {parts[1]})")
-    c.emit(out, f"reshape({flat}, {fmt_shape(shape)})", shape)
+    shape = _out_shape(c, out, _matmul_shape(c, a.shape, b.shape))
+    c.emit(out, f"matmul({c.data(a)}, {c.data(b)})", shape)  # any ranks, broadcast batch dims
+
+
+def _matmul_shape(c, a, b) -> tuple | None:
+    batch = sym.broadcast(c, a[:-2], b[:-2], strict=False) if len(a) >= 2 and len(b) >= 2 else None
+    return None if batch is None else (*batch, a[-2], b[-1])
 
 
 @handler("Gemm")
@@ -442,7 +537,9 @@ def _gemm(c, node, ins, attrs):
         term = c.data(bias) if beta == 1.0 else f"{fmt_num(beta)} * {c.data(bias)}"
         expr = f"{expr} + {term}"
     out = _one_out(c, node)
-    c.emit(out, expr, _out_shape(c, out))
+    rows = a.shape[1] if attrs.get("transA", 0) else a.shape[0]
+    cols = b.shape[0] if attrs.get("transB", 0) else b.shape[1]
+    c.emit(out, expr, _out_shape(c, out, (rows, cols)))
 
 
 # -- convolution and pooling ---------------------------------------------------------
@@ -781,7 +878,7 @@ def _softmax(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
     fn = "softmax" if node.op_type == "Softmax" else "log_softmax"
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, x.shape)
     if c.opset >= 13:
         axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
         if x.nhwc:
@@ -804,9 +901,9 @@ def _softmax(c, node, ins, attrs):
 # -- shape ops ----------------------------------------------------------------------
 
 
-def _reshape_to(c, node, x: Value) -> None:
+def _reshape_to(c, node, x: Value, target=None) -> None:
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, target)
     if tuple(shape) == tuple(x.shape):
         c.emit(out, c.data(x), shape)
     else:
@@ -815,7 +912,63 @@ def _reshape_to(c, node, x: Value) -> None:
 
 @handler("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _reshape(c, node, ins, attrs):
-    _reshape_to(c, node, ins[0])
+    x = ins[0]
+    target = None
+    if node.op_type == "Reshape" and ins[1].const is not None:  # 0 and -1 resolved here, symbolic dims too
+        target = sym.reshape_target(c, x.shape, ins[1].const, bool(attrs.get("allowzero", 0)))
+    elif node.op_type in ("Squeeze", "Unsqueeze"):
+        axes = _const_ints(c, ins[1], f"{node.op_type}'s axes") if len(ins) > 1 and ins[1] is not None else None
+        axes = attrs.get("axes", axes)
+        if node.op_type == "Unsqueeze":
+            target = list(x.shape)
+            for a in sorted(_norm_axis(c, a, x.rank + len(axes)) for a in axes):
+                target.insert(a, 1)
+        else:
+            drop = {_norm_axis(c, a, x.rank) for a in axes} if axes else {k for k, d in enumerate(x.shape) if d == 1}
+            target = [d for k, d in enumerate(x.shape) if k not in drop]
+    elif node.op_type == "Flatten":
+        axis = attrs.get("axis", 1)
+        axis = axis + x.rank if axis < 0 else axis
+        target = [sym.dl_dim(sym.product(sym.Dim.parse(d) for d in part)) for part in (x.shape[:axis], x.shape[axis:])]
+    _reshape_to(c, node, x, None if target is None else tuple(target))
+
+
+@handler("ConstantOfShape")
+def _constant_of_shape(c, node, ins, attrs):
+    """A shape holding symbolic dims (else folded): `full`."""
+    shape = sym.dl_shape(ins[0].const)
+    value = attrs.get("value")
+    v = 0.0 if value is None else float(np.asarray(_tensor(value)).reshape(-1)[0])
+    out = _one_out(c, node)
+    c.emit(out, f"full({fmt_shape(shape)}, {fmt_num(v)})", _out_shape(c, out, shape))
+
+
+def _tensor(t):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(t)
+
+
+@handler("Range")
+def _range(c, node, ins, attrs):
+    """Range with a symbolic limit (else folded): `start + arange(n) * delta`."""
+    if any(v.const is None for v in ins):
+        raise c.fail("Range's start, limit and delta must be known at import (the limit may be a symbolic dim)")
+    start, limit, delta = (v.const for v in ins)
+    if sym.is_symbolic(start) or sym.is_symbolic(delta):
+        raise c.fail("Range with a symbolic start or delta is not supported")
+    start, delta = int(start), int(delta)
+    n = sym.div(sym.arith(c, "Sub", limit, start).item(), delta) if delta > 0 else None
+    if n is None:
+        raise c.fail(f"Range({start}, {sym.dl_shape(limit)}, {delta}) is not a whole number of steps")
+    n = sym.dl_dim(n)
+    expr = f"arange({n})"
+    if delta != 1:
+        expr = f"{expr} * {fmt_num(delta)}"
+    if start:
+        expr = f"{expr} + {fmt_num(start)}"
+    out = _one_out(c, node)
+    c.emit(out, expr, _out_shape(c, out, (n,)))
 
 
 @handler("Transpose")
@@ -827,14 +980,19 @@ def _transpose(c, node, ins, attrs):
         perm = [TO_NHWC.index(p) for p in perm]
         c.emit(out, f"transpose({x.name}, perm={fmt_list(perm)})", _out_shape(c, out))
         return
-    c.emit(out, f"transpose({c.data(x)}, perm={fmt_list(perm)})", _out_shape(c, out))
+    shape = tuple(x.shape[p] for p in perm)
+    c.emit(out, f"transpose({c.data(x)}, perm={fmt_list(perm)})", _out_shape(c, out, shape))
 
 
 @handler("Concat")
 def _concat(c, node, ins, attrs):
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
-    axis = _norm_axis(c, attrs["axis"], len(shape))
+    axis = _norm_axis(c, attrs["axis"], ins[0].rank)
+    along = [v.shape[axis] for v in ins]
+    known = None
+    if all(isinstance(d, int) for d in along):
+        known = (*ins[0].shape[:axis], sum(along), *ins[0].shape[axis + 1 :])
+    shape = _out_shape(c, out, known)
     if len(shape) == 4 and any(v.nhwc for v in ins):
         parts = [c.nhwc(v) for v in ins]
         c.emit(out, f"concat([{', '.join(parts)}], axis={_nhwc_axis(axis)})", shape, nhwc=True)
@@ -846,7 +1004,10 @@ def _concat(c, node, ins, attrs):
 def _expand(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
-    shape = _out_shape(c, out)
+    target = None
+    if ins[1].const is not None:
+        target = sym.broadcast(c, x.shape, sym.dl_shape(ins[1].const))
+    shape = _out_shape(c, out, target)
     if tuple(shape) == tuple(x.shape):
         c.emit(out, c.data(x), shape)
     else:
@@ -952,13 +1113,31 @@ def _slice_expr(c, x: Value, begin, size) -> str:
     return f"slice({c.data(x)}, {fmt_list(begin)}, {fmt_list(size)})"
 
 
+def _slice_ends(c, x: Value, ends: Value, axes: Value | None) -> list[int]:
+    """Slice's ends; an end that is the symbolic dim of its axis (`x[:, :x.size(1)]`) is
+    the whole axis."""
+    if ends.const is None or not sym.is_symbolic(ends.const):
+        return _const_ints(c, ends, "Slice's ends")
+    flat = ends.const.reshape(-1)
+    axes_ = _const_ints(c, axes, "Slice's axes") if axes is not None else list(range(len(flat)))
+    out = []
+    for e, a in zip(flat, axes_):
+        e = sym.norm(e)
+        if isinstance(e, sym.Dim):
+            if not sym.same(e, sym.Dim.parse(x.shape[_norm_axis(c, a, x.rank)])):
+                raise c.fail(f"Slice's end {e} on axis {a} of {fmt_shape(x.shape)} is not known at import")
+            e = 2**63 - 1
+        out.append(int(e))
+    return out
+
+
 @handler("Slice")
 def _slice(c, node, ins, attrs):
     x = ins[0]
     out = _one_out(c, node)
     if c.opset >= 10:
         starts = _const_ints(c, ins[1], "Slice's starts")
-        ends = _const_ints(c, ins[2], "Slice's ends")
+        ends = _slice_ends(c, x, ins[2], ins[3] if len(ins) > 3 else None)
         axes = (
             _const_ints(c, ins[3], "Slice's axes") if len(ins) > 3 and ins[3] is not None else list(range(len(starts)))
         )
@@ -984,7 +1163,7 @@ def _slice(c, node, ins, attrs):
             raise c.fail(f"Slice gives an empty tensor on axis {a}: dlc tensors are never empty")
         cur = _take_along(c, out, cur, shape, a, idx, st)
         shape[a] = len(idx)
-    c.emit(out, cur, _out_shape(c, out))
+    c.emit(out, cur, _out_shape(c, out, tuple(shape)))
 
 
 def _take_along(c, out: str, x: str, shape: list, axis: int, idx: list[int], step: int) -> str:
@@ -1051,8 +1230,15 @@ def _gather(c, node, ins, attrs):
     x, idx = ins
     out = _one_out(c, node)
     axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
-    if idx.const is None:  # an i32 input (onnx_model.py): dlc's gather (an index < 0 is out of range)
-        c.emit(out, f"gather({c.data(x)}, {c.data(idx)}, axis={axis})", _out_shape(c, out))
+    if idx.const is None:  # run-time indices: dlc's gather, a negative index counted from the end
+        shape = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1 :])
+        d = x.shape[axis]
+        if isinstance(d, int):
+            f = c.data(idx)
+            i = c.temp(out + "_idx", f"int(where(lt({f}, 0.0), {f} + {fmt_num(d)}, {f}))")
+        else:
+            i = c.index(idx)
+        c.emit(out, f"gather({c.data(x)}, {i}, axis={axis})", _out_shape(c, out, shape))
         return
     d = x.shape[axis]
     if isinstance(d, str):
@@ -1066,8 +1252,142 @@ def _gather(c, node, ins, attrs):
         begin[axis], size[axis] = i, 1
         parts.append(_slice_expr(c, x, begin, size))
     expr = parts[0] if len(parts) == 1 else f"concat([{', '.join(parts)}], axis={axis})"
-    shape = _out_shape(c, out)
+    shape = _out_shape(c, out, (*x.shape[:axis], *idx.const.shape, *x.shape[axis + 1 :]))
     c.emit(out, f"reshape({expr}, {fmt_shape(shape)})", shape)
+
+
+@handler("GatherND")
+def _gather_nd(c, node, ins, attrs):
+    """data[i_0, ..., i_{k-1}] for each index tuple (indices' last axis, k long): the
+    tuple as one flat index into data's first k dims (their strides known at import), then
+    `gather` along the merged axis. A negative index counts from the end of its dim."""
+    x, idx = ins
+    if attrs.get("batch_dims", 0):
+        raise c.fail("GatherND with batch_dims is not supported")
+    k = idx.shape[-1]
+    if not isinstance(k, int) or k > x.rank:
+        raise c.fail(f"GatherND's index tuples must have a known length of at most {x.rank}, got {k}")
+    lead, rest = x.shape[:k], x.shape[k:]
+    if any(isinstance(d, str) for d in lead[1:]):
+        raise c.fail(f"GatherND over the symbolic dims {fmt_shape(lead)} is not supported (only the first)")
+    out = _one_out(c, node)
+    i = c.data(idx)
+    terms = []
+    for j, d in enumerate(lead):
+        begin, size = [0] * idx.rank, [-1] * idx.rank
+        begin[-1], size[-1] = j, 1
+        col = c.temp(
+            f"{out}_i{j}", f"reshape(slice({i}, {fmt_list(begin)}, {fmt_list(size)}), {fmt_shape(idx.shape[:-1])})"
+        )
+        if isinstance(d, int):
+            col = f"where(lt({col}, 0.0), {col} + {fmt_num(d)}, {col})"
+        stride = math.prod(lead[j + 1 :])
+        terms.append(col if stride == 1 else f"{col} * {fmt_num(stride)}")
+    flat = c.temp(f"{out}_flat", f"int({' + '.join(terms)})")
+    merged = sym.dl_dim(sym.product(sym.Dim.parse(d) for d in lead))
+    table = c.data(x) if k == 1 else f"reshape({c.data(x)}, {fmt_shape((merged, *rest))})"
+    shape = (*idx.shape[:-1], *rest)
+    c.emit(out, f"gather({table}, {flat}, axis=0)", _out_shape(c, out, shape))
+
+
+@handler("GatherElements")
+def _gather_elements(c, node, ins, attrs):
+    """NumPy's take_along_axis: each output element's flat index into x (its own coords,
+    the index's value on the axis; x's strides known at import), then `gather` from the
+    flattened x. A negative index counts from the end of the axis."""
+    x, idx = ins
+    axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
+    if any(isinstance(d, str) for d in x.shape[1:]):
+        raise c.fail(f"GatherElements over the symbolic dims {fmt_shape(x.shape)} is not supported (only the first)")
+    out = _one_out(c, node)
+    shape = tuple(idx.shape)
+    i = c.data(idx)
+    if isinstance(x.shape[axis], int):
+        i = f"where(lt({i}, 0.0), {i} + {fmt_num(x.shape[axis])}, {i})"
+    terms = []
+    for k in range(x.rank):
+        stride = math.prod(x.shape[k + 1 :])
+        if k == axis:
+            coord = i
+        else:
+            if isinstance(shape[k], str) and k:
+                raise c.fail(f"GatherElements with the symbolic index dim {shape[k]} is not supported")
+            ones = [1] * x.rank
+            ones[k] = shape[k]
+            coord = f"reshape(arange({shape[k]}), {fmt_shape(ones)})"
+        terms.append(coord if stride == 1 else f"{coord} * {fmt_num(stride)}")
+    flat = c.temp(f"{out}_flat", f"int(broadcast_to({' + '.join(terms)}, {fmt_shape(shape)}))")
+    c.emit(out, f"gather(reshape({c.data(x)}, [-1]), {flat})", _out_shape(c, out, shape))
+
+
+@handler("ScatterND")
+def _scatter_nd(c, node, ins, attrs):
+    """data with its slices at the index tuples replaced (reduction "add": increased) by
+    updates: the tuples as flat indices into data's first k dims (known at import), their
+    one-hot rows moving the updates there with a matmul, and a mask of the rows hit."""
+    x, idx, upd = ins
+    reduction = attrs.get("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "add"):
+        raise c.fail(f"ScatterND with reduction '{reduction}' is not supported (none and add are)")
+    k = idx.shape[-1]
+    lead, rest = x.shape[:k], x.shape[k:]
+    if not isinstance(k, int) or any(isinstance(d, str) for d in (*lead, *rest, *idx.shape)):
+        raise c.fail(f"ScatterND into {fmt_shape(x.shape)} at {fmt_shape(idx.shape)} needs dims known at import")
+    out = _one_out(c, node)
+    i, rows, size = c.data(idx), math.prod(idx.shape[:-1]), math.prod(rest)
+    terms = []
+    for j, d in enumerate(lead):
+        begin, width = [0] * idx.rank, [-1] * idx.rank
+        begin[-1], width[-1] = j, 1
+        col = f"reshape(slice({i}, {fmt_list(begin)}, {fmt_list(width)}), [{rows}])"
+        col = c.temp(f"{out}_i{j}", f"where(lt({col}, 0.0), {col} + {fmt_num(d)}, {col})")
+        stride = math.prod(lead[j + 1 :])
+        terms.append(col if stride == 1 else f"{col} * {fmt_num(stride)}")
+    n = math.prod(lead)
+    hot = c.temp(f"{out}_hot", f"transpose(one_hot(int({' + '.join(terms)}), {n}))")  # [n, rows]
+    moved = f"matmul({hot}, reshape({c.data(upd)}, [{rows}, {size}]))"
+    moved = c.temp(f"{out}_moved", f"reshape({moved}, {fmt_shape(x.shape)})")
+    if reduction == "add":
+        c.emit(out, f"{c.data(x)} + {moved}", _out_shape(c, out, x.shape))
+        return
+    hit = f"reshape(sum({hot}, axis=-1), {fmt_shape([*lead, *([1] * len(rest))])})"
+    c.emit(out, f"where(gt({hit}, 0.0), {moved}, {c.data(x)})", _out_shape(c, out, x.shape))
+
+
+@handler("TopK")
+def _top_k(c, node, ins, attrs):
+    """k rounds of argmax (argmin when largest=0), each taking the first extremum (ONNX's
+    tie rule: the lower index) and hiding it from the next; sorted either way."""
+    x = ins[0]
+    k = _const_ints(c, ins[1], "TopK's k")[0]
+    axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+    n = x.shape[axis]
+    if isinstance(n, str) or not 1 <= k <= min(n, 64):
+        raise c.fail(f"TopK with k={k} over an axis of {n} is not supported (k from 1 to 64, the axis known)")
+    base = node.output[0] or node.output[1]
+    perm = [*range(axis), *range(axis + 1, x.rank), axis]  # the axis last
+    back = [perm.index(a) for a in range(x.rank)]
+    last = c.data(x) if axis == x.rank - 1 else c.temp(base + "_last", f"transpose({c.data(x)}, perm={fmt_list(perm)})")
+    moved = [x.shape[p] for p in perm]
+    ones = [1] * (x.rank - 1)
+    pos = c.temp(base + "_pos", f"reshape(arange({n}), {fmt_shape([*ones, n])})")
+    fn, hide = ("argmax", "-inf") if attrs.get("largest", 1) else ("argmin", "inf")
+    cur, vals, idxs = last, [], []
+    for j in range(k):
+        i = c.temp(f"{base}_i{j}", f"reshape({fn}({cur}, axis=-1), {fmt_shape([*moved[:-1], 1])})")
+        hit = c.temp(f"{base}_hit{j}", f"eq({pos}, {i})")
+        vals.append(f"sum(where({hit}, {last}, 0.0), axis=-1, keepdims=true)")
+        idxs.append(i)
+        if j + 1 < k:
+            cur = c.temp(f"{base}_rest{j}", f"where({hit}, {hide}, {cur})")
+    shape = tuple([*moved[:-1], k][p] for p in back)
+    for o, parts in zip(node.output, (vals, idxs)):
+        if o:
+            expr = parts[0] if k == 1 else f"concat([{', '.join(parts)}], axis=-1)"
+            if axis != x.rank - 1:
+                expr = f"transpose({expr}, perm={fmt_list(back)})"
+            c.emit(o, expr, _out_shape(c, o, shape))
 
 
 # -- reductions ---------------------------------------------------------------------
@@ -1102,7 +1422,8 @@ def _reduce(c, node, ins, attrs):
         axes = list(range(x.rank))
     axes = sorted(_norm_axis(c, a, x.rank) for a in axes)
     keep = bool(attrs.get("keepdims", 1))
-    shape = _out_shape(c, out)
+    known = tuple(1 if k in axes else d for k, d in enumerate(x.shape) if keep or k not in axes)
+    shape = _out_shape(c, out, known)
     if x.nhwc and keep:
         a = sorted(_nhwc_axis(k) for k in axes)
         c.emit(out, REDUCE[node.op_type].format(x=x.name, a=fmt_list(a), k="true"), shape, nhwc=True)
@@ -1125,6 +1446,21 @@ def _arg(c, node, ins, attrs):
     c.emit(out, expr, shape)
 
 
+@handler("RMSNormalization")
+def _rms_norm(c, node, ins, attrs):
+    x, scale = ins[:2]
+    out = _one_out(c, node)
+    axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+    eps = fmt_num(attrs.get("epsilon", 1e-5))
+    axes = fmt_list(range(axis, x.rank))
+    xs, shape = c.data(x), _out_shape(c, out, x.shape)
+    if scale.shape == tuple(x.shape[axis:]):  # PyTorch's RMSNorm
+        c.emit(out, f"rms_norm({xs}, {c.data(scale)}, axis={axes}, eps={eps})", shape)
+        return
+    expr = f"{xs} * rsqrt(mean(square({xs}), axis={axes}, keepdims=true) + {eps}) * {c.data(scale)}"
+    c.emit(out, expr, shape)
+
+
 @handler("LayerNormalization")
 def _layer_norm(c, node, ins, attrs):
     x, scale = ins[:2]
@@ -1134,10 +1470,15 @@ def _layer_norm(c, node, ins, attrs):
     eps = fmt_num(attrs.get("epsilon", 1e-5))
     axes = fmt_list(range(axis, x.rank))
     xs = c.data(x)
+    shape = _out_shape(c, out, x.shape)
+    normalized = tuple(x.shape[axis:])
+    if bias is not None and scale.shape == normalized and bias.shape == normalized:  # PyTorch's LayerNorm
+        c.emit(out, f"layer_norm({xs}, {c.data(scale)}, {c.data(bias)}, axis={axes}, eps={eps})", shape)
+        return
     m = c.temp(out + "_mean", f"mean({xs}, axis={axes}, keepdims=true)")
     d = c.temp(out + "_centered", f"{xs} - {m}")
     v = c.temp(out + "_var", f"mean(square({d}), axis={axes}, keepdims=true)")
     expr = f"{d} * rsqrt({v} + {eps}) * {c.data(scale)}"
     if bias is not None:
         expr += f" + {c.data(bias)}"
-    c.emit(out, expr, _out_shape(c, out))
+    c.emit(out, expr, shape)

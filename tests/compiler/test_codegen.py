@@ -77,6 +77,7 @@ def test_float_literals():
     assert float_lit(1e-8) == "1e-08"
     assert float_lit(math.inf) == "DLC_INF" and float_lit(-math.inf) == "(-DLC_INF)"
     assert float_lit(math.nan) == "DLC_NAN"
+    assert float_lit(-3.4028234663852886e38) == "(-3.4028234663852886e+38)"  # float32's min is finite (a mask value)
     assert comment("a\nb\u00e9") == "a?b?"
 
 

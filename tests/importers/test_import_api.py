@@ -145,12 +145,33 @@ def test_an_unsupported_attribute_says_what(onnx):
     assert "select_last_index=1 is not supported" in _error(onnx, m)
 
 
-def test_a_non_float_input_that_is_no_index_says_so(onnx):
+def test_integer_and_bool_inputs_are_i32_and_compute_exactly(onnx):
     from onnx import helper
 
-    m = _model(onnx, [helper.make_node("Add", ["x", "x"], ["y"])], [_vi(onnx, "x", [2], 6)], [_vi(onnx, "y", [2], 6)])
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["s"]),
+        helper.make_node("Not", ["m"], ["nm"]),
+        helper.make_node("Cast", ["nm"], ["nmi"], to=7),
+        helper.make_node("Mul", ["s", "nmi"], ["y"]),
+        helper.make_node("Div", ["x", "two"], ["q"]),  # integer division truncates toward zero
+    ]
+    two = onnx.numpy_helper.from_array(np.array(2, np.int64), "two")
+    outs = [_vi(onnx, "y", [3], 7), _vi(onnx, "q", [3], 7)]
+    m = _model(onnx, nodes, [_vi(onnx, "x", [3], 7), _vi(onnx, "m", [3], 9)], outs, [two])
+    imp = dlc.import_onnx(m)
+    assert "input x: i32[3]" in imp.source and "input m: i32[3]" in imp.source
+    x, mask = np.array([5, -7, 1 << 20]), np.array([True, False, False])
+    got = _run(imp, x=x, m=mask)
+    np.testing.assert_array_equal(got["y"], np.where(mask, 0, 2 * x))
+    np.testing.assert_array_equal(got["q"], [2, -3, 1 << 19])
+
+
+def test_an_input_of_another_element_type_says_so(onnx):
+    from onnx import helper
+
+    m = _model(onnx, [helper.make_node("Identity", ["x"], ["y"])], [_vi(onnx, "x", [2], 8)], [_vi(onnx, "y", [2], 8)])
     msg = _error(onnx, m)
-    assert "graph input 'x' has element type INT32" in msg and "float32" in msg
+    assert "graph input 'x' has element type STRING" in msg and "i32" in msg
 
 
 def test_cli_errors_exit_1_without_a_traceback(onnx, tmp_path, dlc_cli):
@@ -239,18 +260,18 @@ def _linear(onnx):
 def test_freeze_and_trainable_import_frozen_params_that_do_not_train(onnx):
     m = _linear(onnx)
     imp = dlc.import_onnx(m, batch="B", freeze=["fc.weight"])  # the ONNX name
-    assert "frozen param fc_weight: [4, 3]" in imp.source and "\nparam fc_bias: [3]" in imp.source
-    assert dlc.import_onnx(m, batch="B", freeze=["*_bias"]).source.count("frozen param") == 1  # the .dl name
+    assert "frozen param fc.weight: [4, 3]" in imp.source and "\nparam fc.bias: [3]" in imp.source
+    assert dlc.import_onnx(m, batch="B", freeze=["*.bias"]).source.count("frozen param") == 1  # a glob
     imp = dlc.import_onnx(m, batch="B", trainable=["fc.bias"])  # all but fc.bias frozen
-    assert "frozen param fc_weight" in imp.source and "frozen param fc_bias" not in imp.source
+    assert "frozen param fc.weight" in imp.source and "frozen param fc.bias" not in imp.source
     src = imp.source + "input t: [B, 3]\nloss cost = mean_squared(y, t)\n"
     s = dlc.Session(dlc.compile(src), backend="numpy")
     s.set_params(imp.weights)
     rng = np.random.default_rng(6)
     feeds = {"x": rng.normal(size=(8, 4)).astype(np.float32), "t": rng.normal(size=(8, 3)).astype(np.float32)}
     s.train(feeds, optimizer=dlc.Adam(0.1), steps=2, batch_size=8)
-    assert np.array_equal(s.params["fc_weight"], imp.weights["fc_weight"])
-    assert not np.array_equal(s.params["fc_bias"], imp.weights["fc_bias"])
+    assert np.array_equal(s.params["fc.weight"], imp.weights["fc.weight"])
+    assert not np.array_equal(s.params["fc.bias"], imp.weights["fc.bias"])
 
 
 def test_a_freeze_pattern_matching_no_param_is_refused(onnx):

@@ -27,3 +27,11 @@ def test_words_that_start_a_statement_get_a_prefix_and_the_result_parses():
     for word in ("frozen", "def", "for", "return"):
         assert escape(word) == f"t_{word}"
         dlc.compile(f"input x: [B]\n{escape(word)} = x + 1\n")
+
+
+def test_params_keep_their_state_dict_names():
+    assert escape("h.0.attn.c_attn.weight", dotted=True) == "h.0.attn.c_attn.weight"
+    assert escape("h.0.attn.c_attn.weight") == "h_0_attn_c_attn_weight"  # other tensors: no dots
+    assert escape("input.weight", dotted=True) == "input_weight"  # a keyword first: no dots
+    assert escape("a..b", dotted=True) == "a__b"
+    assert escape("0.weight", dotted=True) == "t_0.weight"  # nn.Sequential's keys
