@@ -128,7 +128,8 @@ class Product:
         from dlc.compiler.codegen import kernels_matmul
 
         head = self.compile({"device": device}).kernels[0].source.split("\n")[1]
-        found = [c for c in kernels_matmul.tuning.CLASSES if f", {c})" in head]  # "(family, class)"
+        # "(family, class)" or "(family, class, tile fitted to MxN)"
+        found = [c for c in kernels_matmul.tuning.CLASSES if f", {c})" in head or f", {c}, tile fitted" in head]
         return found[0] if found else "tile16"
 
     def compile(self, options: dict):
