@@ -77,8 +77,9 @@ SQUARE = ("4096^3", ({"a": "[4096, 4096]", "b": "[4096, 4096]"}, "a @ b", "a @ b
 VARIANTS = [
     {"blocking": (128, 256, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     {"blocking": (128, 192, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
-    {"blocking": (128, 128, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     {"blocking": (256, 128, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
+    {"blocking": (256, 64, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
+    {"blocking": (128, 64, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     {"blocking": (64, 128, 32, 4, 8, 2), "store4": True, "double_buffer": True, "warp": (4, 8)},
 ]
 

@@ -232,18 +232,22 @@ def _leaves(g: Graph, rng, dims):
 def test_fold_matmul_layouts_reads_transposed_operands_in_place():
     b = GraphBuilder()
     x = b.input("x", ("B", 5, 3))
+    x2 = b.input("x2", (5, 3))
     w = b.input("w", (4, 3))  # PyTorch's [out, in]
     k = b.input("k", ("B", 6, 3))
-    y = b.add("matmul", [x, b.add("transpose", [w], perm=(1, 0))])
+    wt = b.add("transpose", [w], perm=(1, 0))
+    y2 = b.add("matmul", [x2, wt])
+    y = b.add("matmul", [x, wt])  # a weight under batched rows: read as transposed, kept
     s = b.add("matmul", [b.add("transpose", [k], perm=(0, 2, 1)), b.add("transpose", [x], perm=(0, 2, 1))], ta=True)
-    g = named(b, y=y, s=s)
+    g = named(b, y=y, y2=y2, s=s)
     out = simplify(g)
-    assert "transpose" not in ops(out)
-    assert out.nodes[out.names["y"]].attrs == (("ta", False), ("tb", True))
+    assert ops(out).count("transpose") == 1
+    assert out.nodes[out.names["y2"]].attrs == (("ta", False), ("tb", True))
+    assert out.nodes[out.nodes[out.names["y"]].inputs[1]].op == "transpose"
     assert out.nodes[out.names["s"]].attrs == (("ta", False), ("tb", True))
     dims = {"B": 2}
     leaves = _leaves(g, np.random.default_rng(0), dims)
-    for name in ("y", "s"):
+    for name in ("y", "y2", "s"):
         np.testing.assert_allclose(value(out, name, leaves, dims), value(g, name, leaves, dims), rtol=1e-12)
 
 
