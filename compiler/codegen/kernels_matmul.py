@@ -247,9 +247,13 @@ def _fetch_fits(blk: Blocking, ta: bool, tb: bool) -> bool:
 
 def size_class(ctx: Context, which: str) -> str:
     """The table's size class of a blocked template: 'medium' takes 128-row tiles split
-    between two K-groups ("split") where there are 128 rows to fill them."""
+    between two K-groups ("split") where there are 128 rows to fill them, and the "narrow"
+    row's where the output has 64 columns."""
     if which == "medium":
-        return "split" if _sizes(ctx)[1] >= 128 else "medium"
+        _, m, n, _ = _sizes(ctx)
+        if m >= 128 and n <= 64:
+            return "narrow"  # 64 columns: taller tiles with more outputs an invocation
+        return "split" if m >= 128 else "medium"
     return which
 
 

@@ -196,3 +196,13 @@ def test_split_k_over_a_symbolic_k_by_default(gl):
     # a weight gradient: X^T G over K = B*T rows, few output tiles: K-chunks across work groups
     source = _check(None, ("K", 130), ("K", 136), True, False, dims={"K": 2500}, seed=4, atol=5e-3)
     assert "K-chunks of 1024 across work groups" in source.split("\n")[1]
+
+
+@pytest.mark.parametrize("ta", [False, True])
+def test_the_narrow_class_for_64_columns(gl, ta):
+    # attention's P @ V (and dV = P^T dY): 64 columns over 128 rows or more take the table's
+    # "narrow" row (on the H100: 128x64 tiles, 8x8 outputs an invocation)
+    options = {"device": "NVIDIA H100 80GB HBM3"}
+    source = _check(options, (2, 70, 256) if ta else (2, 256, 70), (2, 70, 64), ta, False, seed=5)
+    head = source.split("\n")[1]
+    assert "(NVIDIA H100, narrow)" in head and "128x64 tiles, 8x8 outputs" in head
