@@ -50,8 +50,10 @@ def kernel_table(sess, opt, data, b: int) -> list[dict]:
     feeds = {**data.steps(0, 1, b, 0), "$lr": np.asarray(opt.lr, np.float32)}
     dims = {"B": b, "T": data.block}
     sess.backend.step(graph, [loss], feeds, dims)
-    _, ex = sess.backend.program(graph, [loss], True, dims)
-    return per_kernel(ex, reps=3)
+    prog, ex = sess.backend.program(graph, [loss], True, dims)
+    # what each kernel is (a matmul's header names its shapes, tiles and split-K)
+    heads = {k.name: k.source.split("\n")[1].split(": ", 1)[-1] for k in prog.kernels}
+    return [{**row, "what": heads.get(row["kernel"], "")} for row in per_kernel(ex, reps=3)]
 
 
 def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False, sample: int = 0) -> dict:
@@ -214,9 +216,11 @@ def main() -> None:
             table = r["kernels"]
             total = sum(k["ms"] for k in table)
             print(f"\n{name}: {len(table)} kernels, {total:.2f} ms of GPU time a step; the 30 longest:")
-            print("| kernel | ms | share |\n| --- | --- | --- |")
+            print("| kernel | ms | share | what |\n| --- | --- | --- | --- |")
             for k in sorted(table, key=lambda k: -k["ms"])[:30]:
-                print(f"| {k['kernel']} | {k['ms']:.3f} | {k['ms'] / total:.1%} |")
+                print(f"| {k['kernel']} | {k['ms']:.3f} | {k['ms'] / total:.1%} | {k.get('what', '')[:160]} |")
+            matmuls = [k for k in table if "_matmul" in k["kernel"]]
+            print(f"products: {len(matmuls)} kernels, {sum(k['ms'] for k in matmuls):.2f} ms a step")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ BLOCKINGS = {
         (64, 64, 64, 4, 4, 4),
         (128, 128, 16, 8, 8),
     ],
+    "narrow": [(128, 64, 16, 8, 8), (256, 64, 16, 8, 8), (128, 64, 32, 8, 4, 2), (64, 64, 32, 4, 4)],
     "medium": [(64, 64, 32, 4, 4), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2)],
     "thin": [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)],
 }
@@ -128,7 +129,8 @@ class Product:
         from dlc.compiler.codegen import kernels_matmul
 
         head = self.compile({"device": device}).kernels[0].source.split("\n")[1]
-        found = [c for c in kernels_matmul.tuning.CLASSES if f", {c})" in head]  # "(family, class)"
+        # "(family, class)" or "(family, class, tile fitted to MxN)"
+        found = [c for c in kernels_matmul.tuning.CLASSES if f", {c})" in head or f", {c}, tile fitted" in head]
         return found[0] if found else "tile16"
 
     def compile(self, options: dict):
@@ -307,7 +309,7 @@ def entry_literal(family: str, device: str, best: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--small", action="store_true", help="tiny sizes: a quick check anywhere (llvmpipe too)")
-    p.add_argument("--classes", default="big,split,medium,thin,tile16", help="comma list of the classes to tune")
+    p.add_argument("--classes", default="big,split,narrow,medium,thin,tile16", help="comma list of the classes to tune")
     p.add_argument("--budget", type=float, default=210.0, help="seconds for candidates (the rest are skipped)")
     p.add_argument("--reps", type=int, help="timed repetitions of each (20; --small 3)")
     p.add_argument("--warm", type=float, help="seconds each runs before timing (0.1; --small 0.01)")

@@ -1,4 +1,5 @@
-"""Small IR -> IR passes: constant folding, algebraic identities, CSE, dead code.
+"""Small IR -> IR passes: constant folding, algebraic identities, matmul layouts (transposes
+and batch sums read into the product), CSE, dead code.
 
 Each pass is a pure function Graph -> Graph that keeps every name, loss and
 update pointing at a node of the same value. `simplify` runs them to a fixed
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import numpy as np
+
+from dlc.runtime.dims import product as dim_product
 
 from . import registry
 from .dtypes import F32
@@ -169,6 +172,94 @@ def _implicit_broadcasts(nodes: list[Node], n: Node) -> Node:
     return Node(n.op, tuple(inputs), n.shape, n.attrs, n.loc)
 
 
+# -- matmul layout ------------------------------------------------------------------
+
+
+def _swaps_last_two(n: Node) -> bool:
+    """A transpose that swaps the last two axes and keeps the others in place."""
+    if n.op != "transpose":
+        return False
+    perm, r = tuple(n.attr("perm")), len(n.shape)
+    return r >= 2 and perm == (*range(r - 2), r - 1, r - 2)
+
+
+def _use_counts(g: Graph) -> list[int]:
+    """How many times each node is read (a name or an update counts as a read)."""
+    uses = [0] * len(g.nodes)
+    for n in g.nodes:
+        for j in n.inputs:
+            uses[j] += 1
+    for i in (*g.names.values(), *(i for _, i in g.updates)):
+        uses[i] += 1
+    return uses
+
+
+def fold_matmul_layouts(g: Graph) -> Graph:
+    """Products read their operands as stored instead of through layout kernels:
+
+    - matmul(transpose(x), y) (the last two axes swapped) reads x with ta flipped (likewise
+      for y and tb): `q @ transpose(k)` needs no kernel that transposes k, nor a gradient's
+      `g @ transpose(transpose(w))` one for w; except where that would read a weight
+      transposed under batched rows (`_weight_read_transposed`);
+    - transpose(matmul(a, b)) (the last two axes) is matmul(b, a) with both flags flipped,
+      where nothing else reads the product: C^T = op(B)^T op(A)^T;
+    - sum(matmul(a, b, ta=True), over every batch axis) with a and b batched alike is one
+      matmul over K = batch * K of the operands reshaped (views): a weight gradient
+      sum_b X_b^T G_b over [B, T, C] activations is X^T G over B*T rows, not B products
+      of [C, N] summed afterwards."""
+    uses = _use_counts(g)
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        ins = [rw.nodes[j] for j in n.inputs]
+        if n.op == "matmul":
+            flags = [bool(n.attr("ta")), bool(n.attr("tb"))]
+            inputs = list(n.inputs)
+            for k, m in enumerate(ins):
+                if _swaps_last_two(m) and not _weight_read_transposed(k, not flags[k], rw.nodes[m.inputs[0]], ins):
+                    inputs[k], flags[k] = m.inputs[0], not flags[k]
+            if inputs != list(n.inputs):
+                n = Node("matmul", tuple(inputs), n.shape, make_attrs(ta=flags[0], tb=flags[1]), n.loc)
+        elif _swaps_last_two(n) and ins[0].op == "matmul" and uses[g.nodes[i].inputs[0]] == 1:
+            m = ins[0]
+            a, b = m.inputs
+            attrs = make_attrs(ta=not m.attr("tb"), tb=not m.attr("ta"))
+            n = Node("matmul", (b, a), n.shape, attrs, n.loc)
+        elif n.op == "sum" and ins[0].op == "matmul" and uses[g.nodes[i].inputs[0]] == 1:
+            folded = _fold_batch_into_k(rw, n, ins[0])
+            if folded is not None:
+                n = folded
+        return rw.append(n)
+
+    return rewrite(g, visit)
+
+
+def _weight_read_transposed(k: int, flag: bool, source: Node, ins: list[Node]) -> bool:
+    """Whether absorbing a transpose would read a matrix shared by every batch (a weight) as
+    B transposed under batched rows: measured on the H100 (benchmarks/bench_matmul_gpt.py),
+    the blocked template's [16384, 384] x W^T products ran 15-30% longer reading W as [N, K]
+    than as [K, N], and transposing W (under a megabyte) is one short kernel."""
+    return k == 1 and flag and len(source.shape) == 2 and len(ins[0].shape) >= 3
+
+
+def _fold_batch_into_k(rw: Rewriter, n: Node, m: Node) -> Node | None:
+    """sum over the batch axes of matmul(a, b, ta=True, tb=False) as one matmul over the
+    operands reshaped to [batch * K, M] and [batch * K, N] (the batch is outer to K in both
+    as stored), or None where that does not hold."""
+    if not (m.attr("ta") and not m.attr("tb")) or n.attr("keepdims"):
+        return None
+    a, b = (rw.nodes[j] for j in m.inputs)
+    lead = len(m.shape) - 2
+    if lead < 1 or tuple(n.attr("axes")) != tuple(range(lead)):
+        return None
+    if not (a.shape[:-2] == b.shape[:-2] == m.shape[:-2]):
+        return None  # an operand broadcast over the batch: no common K to fold into
+    rows = dim_product(*a.shape[:-1])
+    ra, rb = (rows, a.shape[-1]), (rows, b.shape[-1])
+    ia = rw.append(Node("reshape", (m.inputs[0],), ra, make_attrs(shape=ra), m.loc))
+    ib = rw.append(Node("reshape", (m.inputs[1],), rb, make_attrs(shape=rb), m.loc))
+    return Node("matmul", (ia, ib), n.shape, make_attrs(ta=True, tb=False), n.loc)
+
+
 # -- common subexpressions ----------------------------------------------------------
 
 
@@ -211,6 +302,7 @@ def _pack_attention(g: Graph) -> Graph:
 
 PASSES: tuple[Callable[[Graph], Graph], ...] = (
     simplify_algebra,
+    fold_matmul_layouts,
     fold_constants,
     eliminate_common_subexpressions,
     _pack_attention,  # after CSE: a forward and its gradient's statistics found as one q, k

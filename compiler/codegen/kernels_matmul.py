@@ -104,6 +104,9 @@ class Geometry:
     out_batch: tuple = ()  # the output's batch dims (NumPy's broadcast of the operands')
     a_batch: tuple = ()  # each operand's own batch dims
     b_batch: tuple = ()
+    # the output's batch dims folded into its rows (`m` is then their product with the rows):
+    # A batched, not transposed, and B one matrix for every batch (x @ W over [B, T, C])
+    folded: tuple = ()
 
 
 def geometry(ctx: Context) -> Geometry:
@@ -114,8 +117,21 @@ def geometry(ctx: Context) -> Geometry:
     ta, tb = bool(node.attr("ta")), bool(node.attr("tb"))
     out = node.shape
     k = sa[-2] if ta else sa[-1]
+    if len(out) >= 3 and not ta and all(d == 1 for d in sb[:-2]) and tuple(sa[:-2]) == tuple(out[:-2]):
+        # one [batch * M, K] x [K, N] product: the batches' rows are contiguous in A and out,
+        # so the tiles run over all of them (M = 64 rows a batch would leave tiles idle)
+        m = dim_product(*out[:-1])
+        return Geometry(a, b, ta, tb, None, m, out[-1], k, (), (), (), folded=tuple(out[:-1]))
     batch = dim_product(*out[:-2]) if len(out) >= 3 else None
     return Geometry(a, b, ta, tb, batch, out[-2], out[-1], k, tuple(out[:-2]), tuple(sa[:-2]), tuple(sb[:-2]))
+
+
+def out_coords(ctx: Context, geo: Geometry, col: str) -> tuple[str, ...]:
+    """The output's coordinates of (row, `col`) in batch bz, as GLSL, for the epilogue."""
+    if geo.folded:
+        rows = index.coord_exprs("row", geo.folded, ctx.dim)
+        return (*(c if c.isidentifier() or c.isdigit() else f"({c})" for c in rows), col)
+    return (*batch_coords(ctx, geo), "row", col) if geo.batch is not None else ("row", col)
 
 
 def batch_coords(ctx: Context, geo: Geometry) -> tuple[str, ...]:
@@ -170,11 +186,74 @@ def choose(ctx: Context, forced: str | None = None, device: str | None = None) -
 TEMPLATES = ("tile16", "thin", "medium", "big")
 
 
+SPLIT_CHUNK = 1024  # the shortest K-chunk a split-K work group sums (its partial tile is
+# written and read back once: over 1024 terms that traffic is small beside the operands')
+
+
+def split_k_chunk(ctx: Context, blk: Blocking, device: str | None = None) -> int | None:
+    """The K-chunk when this product is split across work groups, else None: a product with
+    no batch whose `blk` tiles are fewer than a wave of work groups, over a K of two chunks
+    or more at the reference binding (a weight gradient: [C, N] over K = B * T), or any K
+    past LONG_K. Chunks aim at two waves of work groups; a multiple of the K-slab."""
+    geo = geometry(ctx)
+    if geo.batch is not None:
+        return None
+    _, m, n, k = _sizes(ctx)
+    if isinstance(geo.k, int) and geo.k > LONG_K:
+        return -(-LONG_K // blk.bk) * blk.bk
+    tiles = math.ceil(m / blk.tm) * math.ceil(n / blk.tn)
+    wave = tuning.entry(device)["wave"]
+    if tiles >= wave:
+        return None
+    chunk = max(SPLIT_CHUNK, -(-k * tiles // (2 * wave)))
+    chunk = min(-(-chunk // blk.bk) * blk.bk, LONG_K)
+    return chunk if k >= 2 * chunk else None
+
+
+def fit_tile(blk: Blocking, m: int, n: int, ta: bool = False, tb: bool = False) -> Blocking:
+    """`blk` with a tile side cut to 3/4 or 1/2 (not under 64) where a fifth or more of the
+    tiles' area would be idle: 384 columns take two 192-wide tiles, not two 256-wide ones
+    (measured on the H100: 192 beat both 256 and 128 there). Only sides the template can
+    fetch with this many invocations (`_fetch_fits`)."""
+
+    def idle(size: int, tile: int) -> float:
+        tiles = -(-size // tile)
+        return (tiles * tile - size) / (tiles * tile)
+
+    def fits(b: Blocking) -> bool:
+        return b.problem() is None and _fetch_fits(b, ta, tb)
+
+    out = blk
+    for side, size in (("tn", n), ("tm", m)):
+        tile = getattr(out, side)
+        if idle(size, tile) < 0.2:
+            continue
+        trials = [dataclasses.replace(out, **{side: cut}) for cut in (tile * 3 // 4, tile // 2) if cut >= 64]
+        trials = [t for t in trials if fits(t) and idle(size, getattr(t, side)) < idle(size, tile)]
+        if trials:  # the least idle, the larger on a tie
+            out = min(trials, key=lambda t: (idle(size, getattr(t, side)), -getattr(t, side)))
+    return out
+
+
+def _fetch_fits(blk: Blocking, ta: bool, tb: bool) -> bool:
+    """Whether the template's slab fetch (`_operand`) covers each operand's slab with this
+    many invocations: a whole number of rounds, or one partial round."""
+    for tile, contiguous in ((blk.tm, ta), (blk.tn, not tb)):
+        count = tile * blk.bk // (4 if contiguous else 16)
+        if count % blk.threads and count > blk.threads:
+            return False
+    return True
+
+
 def size_class(ctx: Context, which: str) -> str:
     """The table's size class of a blocked template: 'medium' takes 128-row tiles split
-    between two K-groups ("split") where there are 128 rows to fill them."""
+    between two K-groups ("split") where there are 128 rows to fill them, and the "narrow"
+    row's where the output has 64 columns."""
     if which == "medium":
-        return "split" if _sizes(ctx)[1] >= 128 else "medium"
+        _, m, n, _ = _sizes(ctx)
+        if m >= 128 and n <= 64:
+            return "narrow"  # 64 columns: taller tiles with more outputs an invocation
+        return "split" if m >= 128 else "medium"
     return which
 
 
@@ -196,6 +275,12 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
             return which, None, ""
         cls = size_class(ctx, which)
         base, where = tuning.lookup(device, cls), f"{tuning.family(device)}, {cls}"
+        _, m, n, _ = _sizes(ctx)
+        geo = geometry(ctx)
+        fitted = fit_tile(base.blocking, m, n, geo.ta, geo.tb)
+        if fitted != base.blocking:
+            base = dataclasses.replace(base, blocking=fitted)
+            where += f", tile fitted to {m}x{n}"
     if o.prefetch is not None:
         base = dataclasses.replace(base, prefetch=bool(o.prefetch))
     if forced:
@@ -219,7 +304,7 @@ def render(ctx: Context, options: CodegenOptions | Mapping | None = None) -> Ker
     slab, red_words = _shared_words(var.blocking)
     if 16 * max(slab, red_words) > shared and where != "forced":  # below the spec's 32 KiB: 16x16 tiles fit
         return _render_tile16(ctx)
-    return _render_blocked(ctx, var, where, shared)
+    return _render_blocked(ctx, var, where, shared, split_k_chunk(ctx, var.blocking, o.device))
 
 
 def _shared_words(blk: Blocking) -> tuple[int, int]:
@@ -239,7 +324,7 @@ def _common(ctx: Context) -> tuple[Geometry, dict[str, str], list[str]]:
         at = batch_of(ctx, geo, own)
         d[which] = "0" if at == "0" else f"{at} * {size}"
     epi = Emitter(ctx, anchor_value="value")
-    coords = (*batch_coords(ctx, geo), "row", "col") if geo.batch is not None else ("row", "col")
+    coords = out_coords(ctx, geo, "col")
     epi.store_outputs(Ix(flat="o", multi=coords))
     funcs = ["void epilogue(int o, int bz, int row, int col, float value) {", *epi.lines, "}", ""]
     return geo, d, funcs
@@ -267,7 +352,7 @@ def _epilogue4(ctx: Context, geo: Geometry, d: dict) -> tuple[list[str], list[st
     for c in range(4):
         epi.anchor_value = f"value.{'xyzw'[c]}"
         col = f"(col + {c})" if c else "col"
-        coords = (*batch_coords(ctx, geo), "row", col) if geo.batch is not None else ("row", col)
+        coords = out_coords(ctx, geo, col)
         ix = Ix(flat=f"(o + {c})" if c else "o", multi=coords)
         for o in outputs:
             values[o].append(epi.value(o, ix))
@@ -379,16 +464,17 @@ def _render_tile16(ctx: Context) -> KernelSource:
 LONG_K = 16384
 
 
-def _render_blocked(ctx: Context, var: Variant, where: str = "", shared_limit: int = SHARED_LIMIT) -> KernelSource:
+def _render_blocked(
+    ctx: Context, var: Variant, where: str = "", shared_limit: int = SHARED_LIMIT, chunk: int | None = None
+) -> KernelSource:
+    """The blocked template; `chunk`: K-chunks split across work groups (split_k_chunk)."""
     geo = geometry(ctx)
-    k = geo.k
-    blk = var.blocking
-    long_k = geo.batch is None and isinstance(k, int) and k > LONG_K
-    gm_ = matmul_gemm(ctx, var.store4 and not long_k)  # split-K partials are stored one by one
-    if long_k:
-        chunk = -(-LONG_K // blk.bk) * blk.bk
+    gm_ = matmul_gemm(ctx, var.store4 and chunk is None)  # split-K partials are stored one by one
+    if chunk is not None:
         gm_ = dataclasses.replace(gm_, grid=lambda tm, tn: _grid(geo, tm, tn))
-        return render_gemm(ctx, gm_, var, split=([k], chunk), where=where, shared_limit=shared_limit)
+        return render_gemm(
+            ctx, gm_, var, split=(list(size_of((geo.k,))), chunk), where=where, shared_limit=shared_limit
+        )
     return render_gemm(ctx, gm_, var, where=where, shared_limit=shared_limit)
 
 

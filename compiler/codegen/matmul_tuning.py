@@ -8,7 +8,8 @@ names the family, size class and variant it was rendered with.
 
 Each family's entry holds `wave` (work groups that keep the device busy: fewer tiles than this
 take the smaller "split" blocking), `shared_bytes` (shared memory a work group may take) and,
-per size class ("big", "split", "medium", "thin"; see kernels_matmul.choose), a variant as a
+per size class ("big", "split", "narrow", "medium", "thin"; see kernels_matmul.choose), a
+variant as a
 plain literal: its blocking (tm, tn, bk, rm, rn[, ks[, swizzle]]) and the template's switches
 (`Variant`). `benchmarks/tune_matmul.py --emit` prints an entry in this form, measured.
 """
@@ -152,8 +153,9 @@ def _blocking(blk, where: str) -> Blocking:
 
 # -- the table ---------------------------------------------------------------------------------
 # Size classes (kernels_matmul.choose): "big" (both sides >= 128 and tiles enough for a wave),
-# "split" (>= 64 a side, 128 rows or more, too few 128x128 tiles), "medium" (>= 64 a side,
-# under 128 rows), "thin" (one side under 64 over a long K).
+# "split" (>= 64 a side, 128 rows or more, too few 128x128 tiles), "narrow" (as "split" but
+# 64 columns: attention's P @ V over heads of 64), "medium" (>= 64 a side, under 128 rows),
+# "thin" (one side under 64 over a long K).
 #
 # "default": the choices measured on the lent H200 before the tuning table
 # (benchmarks/results/h200_tune*.json): 128x128 tiles with 8x8 outputs and K-slabs of 16 for
@@ -167,6 +169,7 @@ _H200_MEASURED = {
     "shared_bytes": 49152,
     "big": {"blocking": (128, 128, 16, 8, 8)},
     "split": {"blocking": (128, 64, 32, 8, 4, 2)},
+    "narrow": {"blocking": (128, 64, 32, 8, 4, 2)},  # as "split": not measured apart
     "medium": {"blocking": (64, 64, 32, 4, 4)},
     "thin": {"blocking": (16, 16, 64, 4, 4, 16)},
 }
@@ -179,6 +182,9 @@ _H100_MEASURED = {
     "shared_bytes": 49152,
     "big": {"blocking": (128, 256, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     "split": {"blocking": (64, 128, 32, 4, 8, 2), "store4": True, "double_buffer": True, "warp": (4, 8)},
+    # benchmarks/bench_matmul_gpt.py --variants (2026-11-25): P @ V and dV of the GPT step,
+    # 384 x [256, 256] x [256, 64], 0.245 / 0.226 ms against 0.388 / 0.316 for "split"'s tiles
+    "narrow": {"blocking": (128, 64, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     "medium": {"blocking": (64, 64, 32, 4, 4)},
     "thin": {"blocking": (16, 16, 64, 4, 4, 16), "double_buffer": True},
 }
@@ -191,7 +197,7 @@ TABLE: dict[str, dict] = {
     # memory a work group there.
     "llvmpipe": {**_H200_MEASURED, "shared_bytes": 32768},
 }
-CLASSES = ("big", "split", "medium", "thin")
+CLASSES = ("big", "split", "narrow", "medium", "thin")
 FAMILIES = tuple(f for f in TABLE if f != "default")
 
 

@@ -216,3 +216,82 @@ def test_simplify_keeps_every_value_of_a_training_step(sample, opt, monkeypatch)
 def _unsimplified(graph, opt, monkeypatch, train_graph):
     monkeypatch.setattr(train_graph, "simplify", lambda g: g)
     return build_train_graph(graph, None, opt)
+
+
+# -- fold_matmul_layouts ------------------------------------------------------------------
+
+
+def _leaves(g: Graph, rng, dims):
+    from dlc.runtime.dims import bind
+
+    return {
+        g.nodes[g.names[n]].attr("name"): rng.standard_normal(bind(g.nodes[g.names[n]].shape, dims)) for n in g.inputs
+    }
+
+
+def test_fold_matmul_layouts_reads_transposed_operands_in_place():
+    b = GraphBuilder()
+    x = b.input("x", ("B", 5, 3))
+    x2 = b.input("x2", (5, 3))
+    w = b.input("w", (4, 3))  # PyTorch's [out, in]
+    k = b.input("k", ("B", 6, 3))
+    wt = b.add("transpose", [w], perm=(1, 0))
+    y2 = b.add("matmul", [x2, wt])
+    y = b.add("matmul", [x, wt])  # a weight under batched rows: read as transposed, kept
+    s = b.add("matmul", [b.add("transpose", [k], perm=(0, 2, 1)), b.add("transpose", [x], perm=(0, 2, 1))], ta=True)
+    g = named(b, y=y, y2=y2, s=s)
+    out = simplify(g)
+    assert ops(out).count("transpose") == 1
+    assert out.nodes[out.names["y2"]].attrs == (("ta", False), ("tb", True))
+    assert out.nodes[out.nodes[out.names["y"]].inputs[1]].op == "transpose"
+    assert out.nodes[out.names["s"]].attrs == (("ta", False), ("tb", True))
+    dims = {"B": 2}
+    leaves = _leaves(g, np.random.default_rng(0), dims)
+    for name in ("y", "y2", "s"):
+        np.testing.assert_allclose(value(out, name, leaves, dims), value(g, name, leaves, dims), rtol=1e-12)
+
+
+def test_fold_matmul_layouts_transposes_a_product_by_swapping_it():
+    b = GraphBuilder()
+    a, c = b.input("a", (5, 3)), b.input("c", (3, 4))
+    p = b.add("matmul", [a, c])
+    g = named(b, t=b.add("transpose", [p], perm=(1, 0)))
+    out = simplify(g)
+    assert ops(out) == ["input", "input", "matmul"]
+    n = out.nodes[out.names["t"]]
+    assert n.inputs == (out.names["c"], out.names["a"]) and n.attrs == (("ta", True), ("tb", True))
+    leaves = _leaves(g, np.random.default_rng(1), {})
+    np.testing.assert_allclose(value(out, "t", leaves), value(g, "t", leaves), rtol=1e-12)
+
+
+def test_fold_matmul_layouts_keeps_a_product_read_elsewhere():
+    b = GraphBuilder()
+    a, c = b.input("a", (5, 3)), b.input("c", (3, 4))
+    p = b.add("matmul", [a, c])
+    g = named(b, p=p, t=b.add("transpose", [p], perm=(1, 0)))
+    assert ops(simplify(g)).count("matmul") == 1  # not computed twice
+
+
+def test_fold_matmul_layouts_folds_a_batch_sum_into_k():
+    # a weight gradient: sum over B of X_b^T G_b is one product over B*T rows
+    b = GraphBuilder()
+    x, gr = b.input("x", ("B", "T", 3)), b.input("g", ("B", "T", 4))
+    p = b.add("matmul", [x, gr], ta=True)
+    g = named(b, dw=b.add("sum", [p], axes=(0,), keepdims=False))
+    out = simplify(g)
+    assert "sum" not in ops(out)
+    n = out.nodes[out.names["dw"]]
+    assert n.op == "matmul" and [out.nodes[i].shape for i in n.inputs] == [("B*T", 3), ("B*T", 4)]
+    dims = {"B": 3, "T": 5}
+    leaves = _leaves(g, np.random.default_rng(2), dims)
+    np.testing.assert_allclose(value(out, "dw", leaves, dims), value(g, "dw", leaves, dims), rtol=1e-12)
+
+
+def test_fold_matmul_layouts_leaves_sums_it_cannot_fold():
+    b = GraphBuilder()
+    x, gr, w = b.input("x", ("B", 3, "T")), b.input("g", ("B", "T", 4)), b.input("w", ("T", 4))
+    not_t = b.add("sum", [b.add("matmul", [x, gr])], axes=(0,), keepdims=False)  # A's batch is not outer to K
+    xt = b.add("transpose", [x], perm=(0, 2, 1))
+    shared = b.add("sum", [b.add("matmul", [xt, w], ta=True)], axes=(0,), keepdims=False)  # w broadcast
+    g = named(b, a=not_t, s=shared)
+    assert ops(simplify(g)).count("sum") == 2

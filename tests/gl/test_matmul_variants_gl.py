@@ -152,7 +152,9 @@ def test_the_llvmpipe_row_is_what_the_gl_backend_renders_with(gl):
     compiled, _ = backend.program(g, [y], False, {})
     backend.close()
     head = compiled.kernels[0].source.split("\n")[1]
-    assert f"({matmul_tuning.family(gl.renderer)}, split)" in head
+    assert f"({matmul_tuning.family(gl.renderer)}, split" in head
+    # 140 rows: 128-row tiles would leave the second one 12 rows of 128; 64-row tiles fit
+    assert "64x64 tiles" in head and "tile fitted to 140x136" in head
 
 
 def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
@@ -178,3 +180,29 @@ def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
         matmul_tuning.variant(row[cls])
     assert "| thin | thin (small) 300x260x10" in out and "WRONG" not in out
     assert (tmp_path / "tune_matmul.json").exists()
+
+
+@pytest.mark.parametrize("switches", [{}, {"store4": True, "double_buffer": True}])
+def test_batch_rows_folded_into_one_product(gl, switches):
+    # x @ W over [B, T, C] (W shared): one [B*T, C] product; the epilogue's coordinates
+    # (the bias add) are unfolded from the row
+    options = _options((64, 64, 16, 4, 4), switches)
+    source = _check(options, ("B", 3, 21, 20), (20, 72), False, False, dims={"B": 2})
+    assert "matmul A B: [63*B, 20] x [20, 72]" in source.split("\n")[1]
+    _check(None, ("B", 37, 20), (72, 20), False, True, dims={"B": 3})
+
+
+def test_split_k_over_a_symbolic_k_by_default(gl):
+    # a weight gradient: X^T G over K = B*T rows, few output tiles: K-chunks across work groups
+    source = _check(None, ("K", 130), ("K", 136), True, False, dims={"K": 2500}, seed=4, atol=5e-3)
+    assert "K-chunks of 1024 across work groups" in source.split("\n")[1]
+
+
+@pytest.mark.parametrize("ta", [False, True])
+def test_the_narrow_class_for_64_columns(gl, ta):
+    # attention's P @ V (and dV = P^T dY): 64 columns over 128 rows or more take the table's
+    # "narrow" row (on the H100: 128x64 tiles, 8x8 outputs an invocation)
+    options = {"device": "NVIDIA H100 80GB HBM3"}
+    source = _check(options, (2, 70, 256) if ta else (2, 256, 70), (2, 70, 64), ta, False, seed=5)
+    head = source.split("\n")[1]
+    assert "(NVIDIA H100, narrow)" in head and "128x64 tiles, 8x8 outputs" in head
