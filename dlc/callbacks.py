@@ -32,13 +32,27 @@ class Callback:
     """
 
     def on_train_begin(self, session) -> None:
-        pass
+        """Called once before the first epoch, with the Session that trains.
+
+        >>> def on_train_begin(self, session):
+        ...     self.start = dict(session.params)
+        """
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, float], session) -> bool | None:
+        """Called after each epoch (counted from 1) with its `logs` (`loss`, `val_loss`, ...);
+        returning False stops training after this epoch.
+
+        >>> def on_epoch_end(self, epoch, logs, session):
+        ...     return logs["loss"] > 0.01  # False: stop
+        """
         return None
 
     def on_train_end(self, session) -> None:
-        pass
+        """Called once after the last epoch, stopped early or not.
+
+        >>> def on_train_end(self, session):
+        ...     session.save("last.npz")
+        """
 
 
 def _better(mode: str, monitor: str) -> Callable[[float, float, float], bool]:
@@ -110,7 +124,12 @@ class EarlyStopping(Callback):
             session.set_params(self._best_params)
 
     def reason(self) -> str | None:
-        """Why the run stopped early, as a sentence; None if it did not."""
+        """Why the run stopped early, as a sentence; None if it did not.
+
+        >>> early = dlc.EarlyStopping(patience=3)
+        >>> history = sess.fit(xs, ys, epochs=100, validation_data=(xv, yv), callbacks=[early])
+        >>> early.reason()
+        """
         if self.stopped_epoch is None:
             return None
         return (
@@ -204,6 +223,13 @@ class History:
         self.epochs: list[int] = []
 
     def record(self, epoch: int, logs: Mapping[str, float]) -> None:
+        """Append one epoch's logs (what `Session.fit` does after each epoch).
+
+        >>> h = dlc.History()
+        >>> h.record(1, {"loss": 0.5})
+        >>> h.history
+        {'loss': [0.5]}
+        """
         self.epochs.append(epoch)
         for k, v in logs.items():
             self.history.setdefault(k, []).append(float(v))

@@ -451,7 +451,7 @@ def _make(fname: str):
     op.__doc__ = (
         f"{fname}({', '.join(p.name for p in fn.params)}): the language's `{fname}`, "
         "run eagerly on device arrays; gives a new Array.\n\n"
-        f"    y = dlc.ops.{fname}({', '.join(required)})" + (f"  # or {method}" if method else "")
+        f">>> y = dlc.ops.{fname}({', '.join(required)})" + (f"  # or {method}" if method else "")
     )
     return op
 
