@@ -167,7 +167,7 @@ class Array:
         """The values, read without blocking: other coroutines run while the GPU works (and
         at least once, as with the seeds' promise, even when the values are ready).
 
-        >>> values = await a.data()
+        >>> values = asyncio.run(a.data())  # or `await a.data()` in a coroutine
         """
         handle = self._live_handle()
         await asyncio.sleep(0)
@@ -370,7 +370,7 @@ def array(value: Any, backend: str | None = None) -> Array:
 def zeros(shape: ShapeLike, backend: str | None = None) -> Array:
     """A device array of zeros (`backend`: "gl", "numpy", or None: the current one).
 
-    >>> dlc.zeros([2, 3]).numpy().sum()
+    >>> float(dlc.zeros([2, 3]).numpy().sum())
     0.0
     """
     return array(np.zeros(_shape(shape), np.float32), backend)
@@ -379,7 +379,7 @@ def zeros(shape: ShapeLike, backend: str | None = None) -> Array:
 def ones(shape: ShapeLike, backend: str | None = None) -> Array:
     """A device array of ones (`backend`: "gl", "numpy", or None: the current one).
 
-    >>> dlc.ones([2, 3]).numpy().sum()
+    >>> float(dlc.ones([2, 3]).numpy().sum())
     6.0
     """
     return array(np.ones(_shape(shape), np.float32), backend)

@@ -80,7 +80,7 @@ class EarlyStopping(Callback):
     for `patience` epochs in a row (Keras's rule; 0 stops at the first); `restore_best=True`
     puts back the params of the best epoch.
 
-    >>> dlc.EarlyStopping(monitor="val_accuracy", patience=5, restore_best=True)
+    >>> early = dlc.EarlyStopping(monitor="val_accuracy", patience=5, restore_best=True)
     """
 
     def __init__(
@@ -144,7 +144,7 @@ class ModelCheckpoint(Callback):
     `restore_best=True` puts the best epoch's params back in the session when training ends
     (`path=None` then keeps them in memory only: `dlc train --keep-best`).
 
-    >>> dlc.ModelCheckpoint("best.weights.npz", monitor="val_accuracy")
+    >>> checkpoint = dlc.ModelCheckpoint("best.weights.npz", monitor="val_accuracy")
     """
 
     def __init__(
@@ -188,7 +188,7 @@ class LambdaCallback(Callback):
     """A callback from functions: `on_epoch_end(epoch, logs)` (return False to stop),
     `on_train_begin()`, `on_train_end()`.
 
-    >>> dlc.LambdaCallback(on_epoch_end=lambda epoch, logs: print(epoch, logs["loss"]))
+    >>> printer = dlc.LambdaCallback(on_epoch_end=lambda epoch, logs: print(epoch, logs["loss"]))
     """
 
     def __init__(

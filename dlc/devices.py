@@ -170,7 +170,7 @@ def open_gl_device(egl_device: int | None = None):
     `egl_device` (default: the default device's; a second context on one GPU works too).
     Use it with `with device:`; `device.close()` frees all it holds.
 
-    >>> with dlc.open_gl_device(1):  # arrays and Sessions made here live on EGL device 1
+    >>> with dlc.open_gl_device():  # arrays made here live on this context (`1`: EGL device 1)
     ...     y = dlc.ones([4]) * 2
     """
     from dlc.runtime.device import open_device

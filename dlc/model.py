@@ -84,8 +84,8 @@ class Model:
     def metrics(self) -> dict[str, Shape]:
         """The `metric NAME = EXPR` tensors (scalars reported beside the loss); named tensors too.
 
-        >>> dlc.compile("input x: [B]\nparam w: [] = 1\nloss cost = mean(w * x)\nmetric big = mean(x > 1)").metrics
-        {'big': ()}
+        >>> dlc.compile("input x: [B]\\nloss cost = mean(x)\\nmetric mae = mean(abs(x))\\n").metrics
+        {'mae': ()}
         """
         return {n: () for n in self.graph.metrics}
 

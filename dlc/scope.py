@@ -213,7 +213,7 @@ def memory() -> Memory:
     """Live arrays and bytes now (pools first what the garbage collector let go of), and
     on GL the buffers, programs and sessions behind them.
 
-    >>> dlc.memory().arrays
+    >>> used = dlc.memory()  # used.arrays, used.bytes, used.gl_buffers, ...
     """
     import sys
 

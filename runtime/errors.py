@@ -47,7 +47,7 @@ class DlcError(Exception):
     """Base of every error dlc reports to a person (exit 1, no traceback).
 
     >>> try:
-    ...     sess.fit(xs, ys, epochs=10)
+    ...     history = sess.fit(xs, ys, epochs=10)
     ... except dlc.DlcError as e:
     ...     print(e)
     """
@@ -58,7 +58,7 @@ class CompileError(DlcError):
     `line` and `column` (1-based; None when no place is known) hold the parts.
 
     >>> try:
-    ...     dlc.compile("input x: [2]\nloss l = mean(y)")
+    ...     dlc.compile("input x: [2]\\nloss l = mean(y)")
     ... except dlc.CompileError as e:
     ...     print(e.line, e.message)
     2 unknown name 'y'
@@ -99,7 +99,7 @@ class RuntimeFailure(DlcError):
     """A failure while running (a NaN loss, a missing GL context, ...).
 
     >>> try:
-    ...     dlc.gl_devices()
+    ...     devices = dlc.gl_devices()
     ... except dlc.RuntimeFailure as e:
     ...     print("no GPU:", e)
     """

@@ -71,7 +71,7 @@ class SGD(Optimizer):
     optimizer also takes `clip_norm` (clip the global gradient norm; 0: off) and `schedule`
     (a dlc.schedules one).
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.SGD(0.1, clip_norm=1.0))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.SGD(0.1, clip_norm=1.0))
     """
 
     name: ClassVar[str] = "sgd"
@@ -81,7 +81,7 @@ class SGD(Optimizer):
 class Momentum(Optimizer):
     """SGD with (heavy-ball) `momentum` (torch.optim.SGD(momentum=0.9)).
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.Momentum(0.01, momentum=0.9))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Momentum(0.01, momentum=0.9))
     """
 
     momentum: float = 0.9
@@ -92,7 +92,7 @@ class Momentum(Optimizer):
 class RMSProp(Optimizer):
     """RMSProp: divides by a running root mean square of the gradients (`decay` its rate).
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.RMSProp(0.001, decay=0.9))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.RMSProp(0.001, decay=0.9))
     """
 
     decay: float = 0.9
@@ -104,7 +104,7 @@ class RMSProp(Optimizer):
 class Adagrad(Optimizer):
     """Adagrad: divides by the root of the summed squared gradients.
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.Adagrad(0.01))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adagrad(0.01))
     """
 
     eps: float = 1e-8
@@ -115,7 +115,7 @@ class Adagrad(Optimizer):
 class Adadelta(Optimizer):
     """Adadelta (Zeiler): `rho` the decay of both running averages; lr defaults to 1.0.
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.Adadelta(rho=0.95))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adadelta(rho=0.95))
     """
 
     lr: float = 1.0
@@ -128,7 +128,7 @@ class Adadelta(Optimizer):
 class Adam(Optimizer):
     """Adam (Kingma & Ba; torch.optim.Adam) with `beta1`, `beta2` and `eps`.
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.Adam(3e-4, schedule=dlc.schedules.Cosine(decay_steps=5000)))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adam(3e-4, schedule=dlc.schedules.Cosine(decay_steps=5000)))
     """
 
     beta1: float = 0.9
@@ -144,7 +144,7 @@ class AdamW(Optimizer):
     of rank >= 2 (matrices, filters, embeddings), as nanoGPT's configure_optimizers; biases,
     norm gains and scalars do not.
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.AdamW(1e-3, weight_decay=0.1))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.AdamW(1e-3, weight_decay=0.1))
     """
 
     beta1: float = 0.9
@@ -158,7 +158,7 @@ class AdamW(Optimizer):
 class Adamax(Optimizer):
     """Adamax: Adam with the infinity norm in place of the second moment.
 
-    >>> sess.fit(xs, ys, epochs=10, optimizer=dlc.Adamax(0.002))
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adamax(0.002))
     """
 
     beta1: float = 0.9
