@@ -29,9 +29,22 @@ ShapeLike = Sequence[int] | int
 
 class Array:
     """An n-dimensional float32 array on a device. Make one with dlc.array / zeros / ones /
-    rand / randn, or as the result of an op."""
+    rand / randn, or as the result of an op; every op of `dlc.ops` is also a method.
 
-    __slots__ = ("_device", "_handle", "shape", "_nbytes", "_scope", "__weakref__")
+    >>> a = dlc.array([[1, 2], [3, 4]])
+    >>> (a @ a + 1).relu().numpy()
+    array([[ 8., 11.],
+           [16., 23.]], dtype=float32)
+    """
+
+    __slots__ = {
+        "_device": None,
+        "_handle": None,
+        "shape": "The shape, a tuple of ints.\n\n>>> dlc.zeros([2, 3]).shape\n(2, 3)",
+        "_nbytes": None,
+        "_scope": None,
+        "__weakref__": None,
+    }
 
     # numpy's operators defer to ours (np_array + dlc_array gives an Array).
     __array_ufunc__ = None
@@ -60,30 +73,65 @@ class Array:
     # -- facts -----------------------------------------------------------------------
     @property
     def size(self) -> int:
+        """The number of elements.
+
+        >>> dlc.zeros([2, 3]).size
+        6
+        """
         return self._nbytes // 4
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions (NumPy's name; `rank` is the seeds').
+
+        >>> dlc.zeros([2, 3]).ndim
+        2
+        """
         return len(self.shape)
 
     @property
     def rank(self) -> int:
+        """The number of dimensions (the seeds' name; `ndim` is NumPy's).
+
+        >>> dlc.zeros([2, 3]).rank
+        2
+        """
         return len(self.shape)
 
     @property
     def dtype(self) -> np.dtype:
+        """Always float32: device arrays hold f32.
+
+        >>> dlc.zeros([2]).dtype
+        dtype('float32')
+        """
         return np.dtype(np.float32)
 
     @property
     def nbytes(self) -> int:
+        """The bytes the values take on the device (4 per element).
+
+        >>> dlc.zeros([2, 3]).nbytes
+        24
+        """
         return self._nbytes
 
     @property
     def backend(self) -> str:
+        """The backend that holds the values: "gl" or "numpy".
+
+        >>> dlc.zeros([2], backend="numpy").backend
+        'numpy'
+        """
         return self._device.name
 
     @property
     def is_disposed(self) -> bool:
+        """Whether `dispose()` has freed the storage.
+
+        >>> dlc.zeros([2]).is_disposed
+        False
+        """
         return self._handle is None
 
     def __len__(self) -> int:
@@ -108,23 +156,39 @@ class Array:
         return self._handle
 
     def numpy(self) -> np.ndarray:
-        """The values, as a new float32 np.ndarray; blocks until the GPU has computed them."""
+        """The values, as a new float32 np.ndarray; blocks until the GPU has computed them.
+
+        >>> dlc.ones([2]).numpy()
+        array([1., 1.], dtype=float32)
+        """
         return self._device.download(self._live_handle(), self.shape)
 
     async def data(self) -> np.ndarray:
         """The values, read without blocking: other coroutines run while the GPU works (and
-        at least once, as with the seeds' promise, even when the values are ready)."""
+        at least once, as with the seeds' promise, even when the values are ready).
+
+        >>> values = asyncio.run(a.data())  # or `await a.data()` in a coroutine
+        """
         handle = self._live_handle()
         await asyncio.sleep(0)
         return await self._device.read(handle, self.shape)
 
     def item(self) -> float:
+        """The value of a one-element array, as a Python float (ValueError otherwise).
+
+        >>> dlc.array([[3]]).item()
+        3.0
+        """
         if self.size != 1:
             raise ValueError(f"item() needs an array of one element, this one is {list(self.shape)}")
         return float(self.numpy().reshape(()))
 
     def get(self, *index: int) -> float:
-        """One element (the seeds' NDArray.get); reads the array back."""
+        """One element (the seeds' NDArray.get); reads the array back.
+
+        >>> dlc.array([[1, 2], [3, 4]]).get(1, 0)
+        3.0
+        """
         return float(self.numpy()[index] if index else self.item())
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
@@ -135,6 +199,11 @@ class Array:
         return self.item()
 
     def tolist(self) -> Any:
+        """The values as nested Python lists of floats.
+
+        >>> dlc.array([[1, 2], [3, 4]]).tolist()
+        [[1.0, 2.0], [3.0, 4.0]]
+        """
         return self.numpy().tolist()
 
     def __repr__(self) -> str:
@@ -145,7 +214,10 @@ class Array:
 
     # -- memory ------------------------------------------------------------------------
     def dispose(self) -> None:
-        """Free the storage now; using the array afterwards is an error. Idempotent."""
+        """Free the storage now; using the array afterwards is an error. Idempotent.
+
+        >>> a.dispose()
+        """
         handle, self._handle = self._handle, None
         if handle is not None:
             self._device.free(handle)
@@ -163,6 +235,10 @@ class Array:
             pass
 
     def copy(self) -> Array:
+        """A new array with the same values, on the same backend.
+
+        >>> b = a.copy()
+        """
         return array(self.numpy(), backend=self.backend)
 
     # -- operators (through dlc.ops) --------------------------------------------------
@@ -224,6 +300,11 @@ class Array:
 
     @property
     def T(self) -> Array:
+        """The transpose (all axes reversed), as `transpose(a)`.
+
+        >>> dlc.array([[1, 2], [3, 4]]).T.tolist()
+        [[1.0, 3.0], [2.0, 4.0]]
+        """
         return _op("transpose", self)
 
 
@@ -274,7 +355,11 @@ def _shape(shape: ShapeLike) -> tuple[int, ...]:
 
 def array(value: Any, backend: str | None = None) -> Array:
     """A device array holding `value` (a number, nested lists, an np.ndarray or an Array),
-    as float32, on `backend` ("gl", "numpy"; default: dlc.set_backend's choice)."""
+    as float32, on `backend` ("gl", "numpy"; default: dlc.set_backend's choice).
+
+    >>> dlc.array([[1, 2], [3, 4]]).shape
+    (2, 2)
+    """
     if isinstance(value, Array):
         value = value.numpy()
     host = np.asarray(value, dtype=np.float32)
@@ -285,7 +370,7 @@ def array(value: Any, backend: str | None = None) -> Array:
 def zeros(shape: ShapeLike, backend: str | None = None) -> Array:
     """A device array of zeros (`backend`: "gl", "numpy", or None: the current one).
 
-    >>> dlc.zeros([2, 3]).numpy().sum()
+    >>> float(dlc.zeros([2, 3]).numpy().sum())
     0.0
     """
     return array(np.zeros(_shape(shape), np.float32), backend)
@@ -294,7 +379,7 @@ def zeros(shape: ShapeLike, backend: str | None = None) -> Array:
 def ones(shape: ShapeLike, backend: str | None = None) -> Array:
     """A device array of ones (`backend`: "gl", "numpy", or None: the current one).
 
-    >>> dlc.ones([2, 3]).numpy().sum()
+    >>> float(dlc.ones([2, 3]).numpy().sum())
     6.0
     """
     return array(np.ones(_shape(shape), np.float32), backend)
@@ -320,14 +405,20 @@ def _gen(seed_value: int | None) -> np.random.Generator:
 def rand(
     shape: ShapeLike, low: float = 0.0, high: float = 1.0, *, seed: int | None = None, backend: str | None = None
 ) -> Array:
-    """Uniform in [low, high) (the seeds' NDArray.randUniform)."""
+    """Uniform in [low, high) (the seeds' NDArray.randUniform).
+
+    >>> w = dlc.rand([64, 10], low=-0.1, high=0.1, seed=0)
+    """
     return array(_gen(seed).uniform(low, high, _shape(shape)), backend)
 
 
 def randn(
     shape: ShapeLike, mean: float = 0.0, std: float = 1.0, *, seed: int | None = None, backend: str | None = None
 ) -> Array:
-    """Normal with `mean` and `std` (the seeds' NDArray.randNormal)."""
+    """Normal with `mean` and `std` (the seeds' NDArray.randNormal).
+
+    >>> w = dlc.randn([64, 10], std=0.02, seed=0)
+    """
     return array(_gen(seed).normal(mean, std, _shape(shape)), backend)
 
 

@@ -10,7 +10,10 @@ from .session import Session
 def load(path: str | os.PathLike, seed: int = 0, backend: str | None = None) -> Session:
     """Open an artifact folder written by `dlc compile` as a Session on GL running its
     programs (`backend="numpy"`: its model.dl on the NumPy reference, with its params). Debug
-    mode (`dlc.set_debug`, DLC_DEBUG=1) checks its kernels as it does any Session's."""
+    mode (`dlc.set_debug`, DLC_DEBUG=1) checks its kernels as it does any Session's.
+
+    >>> sess = dlc.load("mlp_digits.dlc/")  # after `dlc compile samples/mlp_digits.dl --train`
+    """
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))):
         from .errors import DataError
 

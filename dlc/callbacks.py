@@ -32,13 +32,27 @@ class Callback:
     """
 
     def on_train_begin(self, session) -> None:
-        pass
+        """Called once before the first epoch, with the Session that trains.
+
+        >>> def on_train_begin(self, session):
+        ...     self.start = dict(session.params)
+        """
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, float], session) -> bool | None:
+        """Called after each epoch (counted from 1) with its `logs` (`loss`, `val_loss`, ...);
+        returning False stops training after this epoch.
+
+        >>> def on_epoch_end(self, epoch, logs, session):
+        ...     return logs["loss"] > 0.01  # False: stop
+        """
         return None
 
     def on_train_end(self, session) -> None:
-        pass
+        """Called once after the last epoch, stopped early or not.
+
+        >>> def on_train_end(self, session):
+        ...     session.save("last.npz")
+        """
 
 
 def _better(mode: str, monitor: str) -> Callable[[float, float, float], bool]:
@@ -66,7 +80,7 @@ class EarlyStopping(Callback):
     for `patience` epochs in a row (Keras's rule; 0 stops at the first); `restore_best=True`
     puts back the params of the best epoch.
 
-    >>> dlc.EarlyStopping(monitor="val_accuracy", patience=5, restore_best=True)
+    >>> early = dlc.EarlyStopping(monitor="val_accuracy", patience=5, restore_best=True)
     """
 
     def __init__(
@@ -110,7 +124,12 @@ class EarlyStopping(Callback):
             session.set_params(self._best_params)
 
     def reason(self) -> str | None:
-        """Why the run stopped early, as a sentence; None if it did not."""
+        """Why the run stopped early, as a sentence; None if it did not.
+
+        >>> early = dlc.EarlyStopping(patience=3)
+        >>> history = sess.fit(xs, ys, epochs=100, validation_data=(xv, yv), callbacks=[early])
+        >>> early.reason()
+        """
         if self.stopped_epoch is None:
             return None
         return (
@@ -125,7 +144,7 @@ class ModelCheckpoint(Callback):
     `restore_best=True` puts the best epoch's params back in the session when training ends
     (`path=None` then keeps them in memory only: `dlc train --keep-best`).
 
-    >>> dlc.ModelCheckpoint("best.weights.npz", monitor="val_accuracy")
+    >>> checkpoint = dlc.ModelCheckpoint("best.weights.npz", monitor="val_accuracy")
     """
 
     def __init__(
@@ -169,7 +188,7 @@ class LambdaCallback(Callback):
     """A callback from functions: `on_epoch_end(epoch, logs)` (return False to stop),
     `on_train_begin()`, `on_train_end()`.
 
-    >>> dlc.LambdaCallback(on_epoch_end=lambda epoch, logs: print(epoch, logs["loss"]))
+    >>> printer = dlc.LambdaCallback(on_epoch_end=lambda epoch, logs: print(epoch, logs["loss"]))
     """
 
     def __init__(
@@ -204,6 +223,13 @@ class History:
         self.epochs: list[int] = []
 
     def record(self, epoch: int, logs: Mapping[str, float]) -> None:
+        """Append one epoch's logs (what `Session.fit` does after each epoch).
+
+        >>> h = dlc.History()
+        >>> h.record(1, {"loss": 0.5})
+        >>> h.history
+        {'loss': [0.5]}
+        """
         self.epochs.append(epoch)
         for k, v in logs.items():
             self.history.setdefault(k, []).append(float(v))

@@ -86,7 +86,10 @@ INDEXED = {
 
 
 def set_debug(on: bool = True) -> None:
-    """Turn debug mode on or off (env DLC_DEBUG=1 turns it on at import)."""
+    """Turn debug mode on or off (env DLC_DEBUG=1 turns it on at import).
+
+    >>> dlc.set_debug(True)  # time every kernel, stop at the first NaN
+    """
     enable() if on else disable()
 
 

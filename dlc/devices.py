@@ -155,7 +155,10 @@ _gl_eager_module: Any = None
 
 def gl_devices() -> list:
     """The GL devices open now, the default one first (made here if none is yet);
-    RuntimeFailure when no OpenGL context can be made."""
+    RuntimeFailure when no OpenGL context can be made.
+
+    >>> default = dlc.gl_devices()[0]
+    """
     from dlc.runtime.device import default_device, open_devices
 
     default_device()
@@ -165,7 +168,11 @@ def gl_devices() -> list:
 def open_gl_device(egl_device: int | None = None):
     """A new GL device: its own OpenGL context, program cache and buffers, on EGL device
     `egl_device` (default: the default device's; a second context on one GPU works too).
-    Use it with `with device:`; `device.close()` frees all it holds."""
+    Use it with `with device:`; `device.close()` frees all it holds.
+
+    >>> with dlc.open_gl_device():  # arrays made here live on this context (`1`: EGL device 1)
+    ...     y = dlc.ones([4]) * 2
+    """
     from dlc.runtime.device import open_device
 
     return open_device(egl_device)
@@ -176,7 +183,10 @@ def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:
 
 
 def set_backend(name: str | None) -> None:
-    """Make new arrays on `name` ("gl" or "numpy"); None: back to the default choice."""
+    """Make new arrays on `name` ("gl" or "numpy"); None: back to the default choice.
+
+    >>> dlc.set_backend("numpy")
+    """
     global _chosen
     if name is not None and name not in _BACKENDS:
         raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
@@ -186,7 +196,11 @@ def set_backend(name: str | None) -> None:
 
 
 def get_backend() -> str:
-    """The backend new arrays go to now."""
+    """The backend new arrays go to now: "gl" or "numpy".
+
+    >>> dlc.set_backend("numpy"); dlc.get_backend()
+    'numpy'
+    """
     return get_device().name
 
 

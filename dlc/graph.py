@@ -55,19 +55,39 @@ def _call_site() -> Loc:
 
 
 class Tensor:
-    """A node of a Graph: connectivity and shape only, no data (as in the seeds)."""
+    """A node of a Graph: connectivity and shape only, no data (as in the seeds). Arithmetic
+    operators (+ - * / @ ** and unary -) add ops to its graph.
 
-    __slots__ = ("graph", "index")
+    >>> g = dlc.Graph()
+    >>> x = g.placeholder("x", ["B", 3])
+    >>> (x * 2 + 1).shape
+    ('B', 3)
+    """
+
+    __slots__ = {
+        "graph": "The Graph this tensor belongs to.\n\n>>> x.graph is g\nTrue",
+        "index": "The node's number in its graph's IR.\n\n>>> g.placeholder('x', [3]).index\n0",
+    }
 
     def __init__(self, graph: Graph, index: int):
         self.graph, self.index = graph, index
 
     @property
     def shape(self) -> Shape:
+        """Its shape, inferred as ops are added: ints and symbolic dims (strings).
+
+        >>> g.matmul(g.placeholder("x", ["B", 3]), g.variable("w", "glorot", shape=[3, 1])).shape
+        ('B', 1)
+        """
         return self.graph._b.shape(self.index)
 
     @property
     def name(self) -> str | None:
+        """The name it was given (a leaf's, `Graph.name`'s, `name=`), or None.
+
+        >>> g.placeholder("x", [3]).name
+        'x'
+        """
         for n, i in self.graph._b.names.items():
             if i == self.index:
                 return n
@@ -134,14 +154,26 @@ SEED_ALIASES = {
 
 
 class Graph:
-    """Placeholders, variables, constants and ops; `build()` gives the Model."""
+    """Placeholders, variables, constants and ops; `build()` gives the Model. Every function
+    of the language is a method (`g.matmul`, `g.relu`, ...), as are the seeds' names
+    (`g.mean_squared_cost`).
+
+    >>> g = dlc.Graph()
+    >>> x = g.placeholder("x", ["B", 3])
+    >>> y = g.name("y", g.matmul(x, g.variable("w", "glorot", shape=[3, 1])))
+    >>> cost = g.loss("cost", g.mean_squared_cost(y, g.placeholder("label", ["B", 1])))
+    >>> sess = dlc.Session(g)
+    """
 
     def __init__(self) -> None:
         self._b = GraphBuilder()
 
     # -- leaves ------------------------------------------------------------------
     def placeholder(self, name: str, shape: Sequence[int | str], dtype: str = "f32") -> Tensor:
-        """An input; `dtype="i32"` for integer ids (as `input name: i32[...]`)."""
+        """An input; `dtype="i32"` for integer ids (as `input name: i32[...]`).
+
+        >>> x = g.placeholder("x", ["B", 3])
+        """
         loc = _call_site()
         if dtype not in ("f32", "i32"):
             raise CompileError(f"placeholder '{name}': dtype must be 'f32' or 'i32', not {dtype!r}", loc)
@@ -150,7 +182,11 @@ class Graph:
     def variable(self, name: str, init: Any = None, shape: Sequence[int] | None = None) -> Tensor:
         """A trainable param: `init` is an array (its value), a number, an initializer name
         ("zeros", "ones", "glorot", "he", "normal", "uniform") or a tuple such as
-        ("normal", mean, std); with a name or None, `shape` is needed (default [])."""
+        ("normal", mean, std); with a name or None, `shape` is needed (default []).
+
+        >>> w = g.variable("w", "glorot", shape=[3, 1])
+        >>> m = g.variable("m", dlc.randn([1, 3], seed=0))
+        """
         loc = _call_site()
         if isinstance(init, (np.ndarray, list)) or hasattr(init, "numpy"):
             value = np.asarray(init.numpy() if hasattr(init, "numpy") else init, dtype=np.float32)
@@ -161,6 +197,10 @@ class Graph:
         return Tensor(self, self._leaf(lambda: self._b.param(name, shp, spec, loc), name, loc))
 
     def constant(self, value: Any, name: str | None = None) -> Tensor:
+        """A fixed value (a number, nested lists or an array), named when `name` is given.
+
+        >>> c = g.constant([1.0, 2.0])
+        """
         loc = _call_site()
         arr = np.asarray(value, dtype=np.float64)
         i = self._b.const(arr.ravel().tolist() if arr.ndim else float(arr), arr.shape, loc)
@@ -175,12 +215,18 @@ class Graph:
 
     # -- naming ------------------------------------------------------------------
     def name(self, name: str, t: Tensor) -> Tensor:
-        """Give `t` a name so it can be fetched (like `NAME = EXPR` in the language)."""
+        """Give `t` a name so it can be fetched (like `NAME = EXPR` in the language).
+
+        >>> y = g.name("y", g.matmul(x, w))
+        """
         self._b.declare(name, self._index(t, _call_site()), _call_site())
         return t
 
     def loss(self, name: str, t: Tensor) -> Tensor:
-        """Name `t` and mark it a loss that training can minimize (like `loss NAME = EXPR`)."""
+        """Name `t` and mark it a loss that training can minimize (like `loss NAME = EXPR`).
+
+        >>> cost = g.loss("cost", g.mean_squared_cost(y, label))
+        """
         loc = _call_site()
         i = self._index(t, loc)
         self._b.declare(name, i, loc)
@@ -220,7 +266,10 @@ class Graph:
         return Tensor(self, i)
 
     def argmax_equals(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
-        """1.0 where argmax(a) == argmax(b) along the last axis (the seeds' argmaxEquals)."""
+        """1.0 where argmax(a) == argmax(b) along the last axis (the seeds' argmaxEquals).
+
+        >>> correct = g.argmax_equals(logits, one_hot_labels, name="correct")
+        """
         return self._call("eq", (self._call("argmax", (a,), {}), self._call("argmax", (b,), {})), {"name": name})
 
     def __getattr__(self, attr: str):
@@ -233,6 +282,11 @@ class Graph:
 
     # -- result ------------------------------------------------------------------
     def build(self) -> Model:
+        """The graph as a dlc.Model (what dlc.compile gives for a .dl file).
+
+        >>> g.build().params
+        {'w': (3, 1)}
+        """
         model = Model(self._b.build(), path="<graph>")
         model.origin = weakref.ref(self)  # lets a seeds-style Session call check its Tensors' graph
         return model

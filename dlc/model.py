@@ -24,38 +24,69 @@ class Model:
 
     @property
     def inputs(self) -> dict[str, Shape]:
+        """Each input's name -> its shape (symbolic dims as strings).
+
+        >>> dlc.compile("samples/quadratic.dl").inputs
+        {'x': ('B',), 'y_label': ('B',)}
+        """
         return {n: self.graph.shape(n) for n in self.graph.inputs}
 
     @property
     def input_dtypes(self) -> dict[str, str]:
-        """Each input's element type, "f32" or "i32"."""
+        """Each input's element type, "f32" or "i32".
+
+        >>> dlc.compile("samples/char_gpt.dl").input_dtypes
+        {'tokens': 'i32', 'targets': 'i32'}
+        """
         return {n: self.graph.dtype(n) for n in self.graph.inputs}
 
     @property
     def params(self) -> dict[str, Shape]:
+        """Each trainable param's name -> its shape.
+
+        >>> dlc.compile("samples/quadratic.dl").params
+        {'a': (), 'b': (), 'c': ()}
+        """
         return {n: self.graph.shape(n) for n in self.graph.params}
 
     @property
     def states(self) -> dict[str, Shape]:
         """The model's state (`state NAME`, batch_norm's running statistics, the random ops'
         step counter `$step`): saved and loaded with the params. The random ops' `$seed` is
-        the session's seed, kept by checkpoints but not by weights files."""
+        the session's seed, kept by checkpoints but not by weights files.
+
+        >>> list(dlc.compile("samples/resnet_bn.dl").states)[:2]
+        ['stem.mean', 'stem.var']
+        """
         return {n: self.graph.shape(n) for n in self.graph.states if n != "$seed"}
 
     @property
     def tensors(self) -> dict[str, Shape]:
         """Every named tensor that is neither an input nor a param (losses included); not the
-        random ops' `$seed` and `$step` (fetchable by name all the same)."""
+        random ops' `$seed` and `$step` (fetchable by name all the same).
+
+        >>> dlc.compile("samples/quadratic.dl").tensors
+        {'y': ('B',), 'cost': ()}
+        """
         skip = set(self.graph.inputs) | set(self.graph.params)
         return {n: self.graph.node(n).shape for n in self.graph.names if n not in skip and not n.startswith("$")}
 
     @property
     def losses(self) -> dict[str, Shape]:
+        """Each loss's name -> its shape (a scalar: ()).
+
+        >>> dlc.compile("samples/quadratic.dl").losses
+        {'cost': ()}
+        """
         return {n: () for n in self.graph.losses}
 
     @property
     def metrics(self) -> dict[str, Shape]:
-        """The `metric NAME = EXPR` tensors (scalars reported beside the loss); named tensors too."""
+        """The `metric NAME = EXPR` tensors (scalars reported beside the loss); named tensors too.
+
+        >>> dlc.compile("input x: [B]\\nloss cost = mean(x)\\nmetric mae = mean(abs(x))\\n").metrics
+        {'mae': ()}
+        """
         return {n: () for n in self.graph.metrics}
 
     def summary(self, print_fn=print) -> None:
@@ -91,7 +122,13 @@ def read_text(path: str) -> str:
 
 
 def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
-    """Compile a .dl model from a path or from source text. Raises dlc.CompileError."""
+    """Compile a .dl model from a path or from source text (`name`: the path its errors
+    show for source text). Raises dlc.CompileError.
+
+    >>> model = dlc.compile("samples/quadratic.dl")
+    >>> model.params
+    {'a': (), 'b': (), 'c': ()}
+    """
     from dlc.compiler import compile_cache
 
     text, path = source, name or "<model>"

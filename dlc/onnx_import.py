@@ -15,7 +15,12 @@ def import_onnx(
     ONNX models"); `batch` makes the inputs' first dim that symbolic name (or that int);
     `max_const_bytes` bounds each constant folded at import and all of them together
     (default 64 MiB); `freeze` / `trainable`: globs of params to import as `frozen param` /
-    to keep trainable (all others frozen)."""
+    to keep trainable (all others frozen).
+
+    >>> imported = dlc.import_onnx("model.onnx", batch="B")
+    >>> sess = dlc.Session(imported.model)
+    >>> sess.set_params(imported.weights)
+    """
     from dlc.compiler.importers.fold_limit import DEFAULT_MAX_CONST_BYTES
     from dlc.compiler.importers.onnx_model import import_onnx as import_graph
 

@@ -446,9 +446,12 @@ def _make(fname: str):
         params.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
     op.__signature__ = inspect.Signature(params)
     op.__name__ = op.__qualname__ = fname
+    required = [p.name for p in fn.params if p.default is REQUIRED]
+    method = f"{required[0]}.{fname}({', '.join(required[1:])})" if fn.params[0].kind == "tensor" else ""
     op.__doc__ = (
         f"{fname}({', '.join(p.name for p in fn.params)}): the language's `{fname}`, "
-        "run eagerly on device arrays; gives a new Array."
+        "run eagerly on device arrays; gives a new Array.\n\n"
+        f">>> y = dlc.ops.{fname}({', '.join(required)})" + (f"  # or {method}" if method else "")
     )
     return op
 
@@ -468,7 +471,10 @@ __all__ = [
 
 def _split(x: Any, sizes, axis: int = 0) -> tuple:
     """split(x, sizes, axis): the language's `split`, run eagerly: a tuple of Arrays, one
-    `slice` each (the language function checks the arguments first, with its errors)."""
+    `slice` each (the language function checks the arguments first, with its errors).
+
+    >>> head, tail = dlc.ops.split(dlc.zeros([5, 2]), [2, 3])
+    """
     shape = tuple(np.shape(x))
     b = GraphBuilder()
     FUNCTIONS["split"].impl(b, _call_site(), b.input("x", shape), tuple(sizes), builtins.int(axis))

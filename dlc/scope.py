@@ -122,7 +122,11 @@ def _wrap(fn: F, name: str | None) -> F:
 
 def tidy(fn: F | str | None = None) -> Any:
     """`with dlc.tidy():`, `@dlc.tidy` or `@dlc.tidy()`: dispose every array made inside
-    but the returned ones and those passed to `dlc.keep`. A string names the scope."""
+    but the returned ones and those passed to `dlc.keep`. A string names the scope.
+
+    >>> with dlc.tidy():
+    ...     y = dlc.keep((x @ w).relu())  # the product is freed at the end, y is not
+    """
     if fn is None or isinstance(fn, str):
         return Scope(fn)
     if callable(fn):
@@ -132,7 +136,10 @@ def tidy(fn: F | str | None = None) -> Any:
 
 def keep(array: Any) -> Any:
     """Never dispose `array` automatically (it is then yours to `dispose()`); returns it.
-    Nested lists/tuples/dicts of arrays are kept whole."""
+    Nested lists/tuples/dicts of arrays are kept whole.
+
+    >>> w = dlc.keep(dlc.randn([3, 3]))
+    """
     for a in _arrays_in((array,)):
         if a._scope is not None:
             a._scope.untrack(a)
@@ -204,7 +211,10 @@ class Memory:
 
 def memory() -> Memory:
     """Live arrays and bytes now (pools first what the garbage collector let go of), and
-    on GL the buffers, programs and sessions behind them."""
+    on GL the buffers, programs and sessions behind them.
+
+    >>> used = dlc.memory()  # used.arrays, used.bytes, used.gl_buffers, ...
+    """
     import sys
 
     from . import ops
@@ -250,7 +260,10 @@ def memory() -> Memory:
 def set_program_cache_limit(limit: int | None) -> None:
     """Keep at most `limit` (an int >= 1) compiled GL programs and as many compiled eager ops,
     deleting the least recently used past it (now and from then on); None: back to the default,
-    256, or env DLC_PROGRAM_CACHE. Programs a live Session uses are never deleted."""
+    256, or env DLC_PROGRAM_CACHE. Programs a live Session uses are never deleted.
+
+    >>> dlc.set_program_cache_limit(64)
+    """
     from dlc.runtime.cache_limit import set_limit
 
     set_limit(limit)

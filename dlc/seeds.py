@@ -43,7 +43,10 @@ from .graph import Tensor
 class CostReduction(enum.Enum):
     """What `Session.train` in the seeds' style returns: the batch's cost summed, averaged, or
     nothing. The update always follows the average of the per-example gradients, as in the
-    seeds."""
+    seeds.
+
+    >>> cost = session.train(cost_tensor, feed_entries, batch_size, optimizer, dlc.CostReduction.MEAN)
+    """
 
     NONE = "none"
     SUM = "sum"
@@ -68,7 +71,11 @@ class InputProvider:
 
 class InCPUMemoryShuffledInputProviderBuilder:
     """Providers over parallel lists of examples, shuffled together each epoch so that the
-    i-th example of every provider stays matched (the seeds' builder of the same name)."""
+    i-th example of every provider stays matched (the seeds' builder of the same name).
+
+    >>> builder = dlc.InCPUMemoryShuffledInputProviderBuilder([inputs, labels], seed=0)
+    >>> input_provider, label_provider = builder.get_input_providers()
+    """
 
     def __init__(self, inputs: Sequence[Sequence[Any]], seed: int | None = None):
         self.inputs = [[_host(x) for x in examples] for examples in inputs]
@@ -87,6 +94,10 @@ class InCPUMemoryShuffledInputProviderBuilder:
         return self._orders[epoch]
 
     def get_input_providers(self) -> list[InputProvider]:
+        """One provider per list of examples; each `get_next_copy()` gives its next example.
+
+        >>> input_provider, label_provider = builder.get_input_providers()
+        """
         providers = []
         for examples in self.inputs:
             cursor = [0]
@@ -112,14 +123,21 @@ InMemoryShuffledInputProviderBuilder = InCPUMemoryShuffledInputProviderBuilder
 class FeedEntry:
     """Feeds `data` to placeholder `tensor`. `data`: an InputProvider; a list of per-example
     arrays; an array whose first axis is examples; or one example (used for every example of
-    a batch, as the seeds do with an NDArray)."""
+    a batch, as the seeds do with an NDArray).
+
+    >>> feeds = [dlc.FeedEntry(input_tensor, input_provider), dlc.FeedEntry(label_tensor, label_provider)]
+    """
 
     tensor: Tensor
     data: Any
     _cursor: int = field(default=0, repr=False)
 
     def examples(self, count: int, example_shape: tuple) -> np.ndarray:
-        """The next `count` examples, stacked; plain data is taken in order, cycling."""
+        """The next `count` examples, stacked; plain data is taken in order, cycling.
+
+        >>> dlc.FeedEntry(x, dlc.array([[1, 2, 3], [4, 5, 6]])).examples(3, (3,)).shape
+        (3, 3)
+        """
         data = self.data
         if hasattr(data, "get_next_copy"):
             return np.stack([_host(data.get_next_copy()) for _ in range(count)])
@@ -139,7 +157,11 @@ class FeedEntry:
         return data[idx]
 
     def value(self, shape: tuple) -> np.ndarray:
-        """The value for one evaluation (providers give their next example)."""
+        """The value for one evaluation (providers give their next example).
+
+        >>> dlc.FeedEntry(x, dlc.array([1, 2, 3])).value((3,))
+        array([1., 2., 3.], dtype=float32)
+        """
         data = self.data
         if hasattr(data, "get_next_copy"):
             return _host(data.get_next_copy())

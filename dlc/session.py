@@ -240,7 +240,11 @@ class Session:
 
     @property
     def states(self) -> dict[str, np.ndarray]:
-        """The model's state now (see `Model.states`): saved and loaded with the params."""
+        """The model's state now (see `Model.states`): saved and loaded with the params.
+
+        >>> list(dlc.Session("samples/resnet_bn.dl", backend="numpy").states)[:2]
+        ['stem.mean', 'stem.var']
+        """
         return {n: self.backend.get_leaf(n) for n in self._model_states()}
 
     def _model_states(self) -> dict[str, tuple]:
@@ -251,7 +255,10 @@ class Session:
         return self.model.states
 
     def set_states(self, values: Mapping[str, np.ndarray]) -> None:
-        """Set model state (checked whole first: names, shapes, finite values)."""
+        """Set model state (checked whole first: names, shapes, finite values).
+
+        >>> sess.set_states(other_sess.states)
+        """
         from .weights import checked_params
 
         for name, v in checked_params(values, self._model_states()).items():
@@ -331,7 +338,12 @@ class Session:
         its array; a list -> dict name -> array), by default the model's outputs that `feeds`
         suffice for, as a dict (`dlc.eval_plan.model_outputs`: its named tensors, losses aside,
         that no other named tensor reads without needing more inputs). Fed the same names as
-        float32 arrays of the same shapes as the call before, nothing is checked again."""
+        float32 arrays of the same shapes as the call before, nothing is checked again.
+
+        >>> sess = dlc.Session("samples/quadratic.dl", backend="numpy")
+        >>> sess.predict({"x": np.array([1.0, 2.0], np.float32)}, "y").shape
+        (2,)
+        """
         if fetches is None:
             key = tuple(feeds)
             fetches = self._default_fetches.get(key)

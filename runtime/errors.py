@@ -44,11 +44,25 @@ class Loc:
 
 
 class DlcError(Exception):
-    """Base of every error dlc reports to a person (exit 1, no traceback)."""
+    """Base of every error dlc reports to a person (exit 1, no traceback).
+
+    >>> try:
+    ...     history = sess.fit(xs, ys, epochs=10)
+    ... except dlc.DlcError as e:
+    ...     print(e)
+    """
 
 
 class CompileError(DlcError):
-    """A mistake in a model, located at file:line:col with the line and a caret."""
+    """A mistake in a model, located at file:line:col with the line and a caret; `message`,
+    `line` and `column` (1-based; None when no place is known) hold the parts.
+
+    >>> try:
+    ...     dlc.compile("input x: [2]\\nloss l = mean(y)")
+    ... except dlc.CompileError as e:
+    ...     print(e.line, e.message)
+    2 unknown name 'y'
+    """
 
     def __init__(self, message: str, loc: Loc | None = None):
         self.message = message
@@ -58,6 +72,10 @@ class CompileError(DlcError):
         super().__init__(self.format())
 
     def format(self) -> str:
+        """The message as `str(error)` shows it: "file:line:col: error: ..." and the caret.
+
+        >>> print(error.format())
+        """
         if self.loc is None:
             return f"error: {self.message}"
         return f"{self.loc}: error: {self.message}{self.loc.caret()}"
@@ -68,16 +86,34 @@ class UsageError(DlcError):
 
 
 class DataError(DlcError):
-    """Data that does not fit the model: names the input, the file and, for CSV, the line."""
+    """Data that does not fit the model: names the input, the file and, for CSV, the line.
+
+    >>> try:
+    ...     sess.fit(xs_of_the_wrong_shape, ys)
+    ... except dlc.DataError as e:
+    ...     print(e)
+    """
 
 
 class RuntimeFailure(DlcError):
-    """A failure while running (a NaN loss, a missing GL context, ...)."""
+    """A failure while running (a NaN loss, a missing GL context, ...).
+
+    >>> try:
+    ...     devices = dlc.gl_devices()
+    ... except dlc.RuntimeFailure as e:
+    ...     print("no GPU:", e)
+    """
 
 
 class TrainingDiverged(RuntimeFailure):
     """The loss became NaN or infinite at `step` (counted from 1); the params were put
-    back to the last ones whose loss was finite."""
+    back to the last ones whose loss was finite.
+
+    >>> try:
+    ...     sess.fit(xs, ys, epochs=10, optimizer=dlc.SGD(1e9))
+    ... except dlc.TrainingDiverged as e:
+    ...     print(e.step, e.loss)
+    """
 
     def __init__(self, step: int, loss: float):
         self.step = step

@@ -33,12 +33,20 @@ class Optimizer:
             raise DlcError(f"clip_norm must be a finite number >= 0 (0: no clipping), not {self.clip_norm!r}")
 
     def config(self) -> tuple:
-        """What the compiled step depends on: the name and every field but lr."""
+        """What the compiled step depends on: the name and every field but lr.
+
+        >>> dlc.SGD(0.1).config()
+        ('sgd', ('clip_norm', 0.0), ('schedule', None))
+        """
         return (self.name, *((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "lr"))
 
     def to_config(self) -> dict:
         """As an artifact's manifest records it (plain JSON values; no clipping and no
-        schedule are left out, so a plain optimizer reads as it always has)."""
+        schedule are left out, so a plain optimizer reads as it always has).
+
+        >>> dlc.SGD(0.1).to_config()
+        {'name': 'sgd', 'lr': 0.1}
+        """
         out = {"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}
         if not self.clip_norm:
             del out["clip_norm"]
@@ -49,23 +57,44 @@ class Optimizer:
         return out
 
     def lr_at(self, step: int) -> float:
-        """The learning rate step `step` (0 for the first) trains at."""
+        """The learning rate step `step` (0 for the first) trains at.
+
+        >>> dlc.Adam(0.001, schedule=dlc.schedules.Cosine(decay_steps=100, min_lr=1e-5)).lr_at(100)
+        1e-05
+        """
         return self.schedule.lr(self.lr, step) if self.schedule else self.lr
 
 
 @dataclass
 class SGD(Optimizer):
+    """Plain gradient descent: p -= lr * g (torch.optim.SGD without momentum). Every
+    optimizer also takes `clip_norm` (clip the global gradient norm; 0: off) and `schedule`
+    (a dlc.schedules one).
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.SGD(0.1, clip_norm=1.0))
+    """
+
     name: ClassVar[str] = "sgd"
 
 
 @dataclass
 class Momentum(Optimizer):
+    """SGD with (heavy-ball) `momentum` (torch.optim.SGD(momentum=0.9)).
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Momentum(0.01, momentum=0.9))
+    """
+
     momentum: float = 0.9
     name: ClassVar[str] = "momentum"
 
 
 @dataclass
 class RMSProp(Optimizer):
+    """RMSProp: divides by a running root mean square of the gradients (`decay` its rate).
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.RMSProp(0.001, decay=0.9))
+    """
+
     decay: float = 0.9
     eps: float = 1e-10
     name: ClassVar[str] = "rmsprop"
@@ -73,12 +102,22 @@ class RMSProp(Optimizer):
 
 @dataclass
 class Adagrad(Optimizer):
+    """Adagrad: divides by the root of the summed squared gradients.
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adagrad(0.01))
+    """
+
     eps: float = 1e-8
     name: ClassVar[str] = "adagrad"
 
 
 @dataclass
 class Adadelta(Optimizer):
+    """Adadelta (Zeiler): `rho` the decay of both running averages; lr defaults to 1.0.
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adadelta(rho=0.95))
+    """
+
     lr: float = 1.0
     rho: float = 0.95
     eps: float = 1e-6
@@ -87,6 +126,11 @@ class Adadelta(Optimizer):
 
 @dataclass
 class Adam(Optimizer):
+    """Adam (Kingma & Ba; torch.optim.Adam) with `beta1`, `beta2` and `eps`.
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adam(3e-4, schedule=dlc.schedules.Cosine(decay_steps=5000)))
+    """
+
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
@@ -98,7 +142,10 @@ class AdamW(Optimizer):
     """Adam with decoupled weight decay (Loshchilov & Hutter; torch.optim.AdamW): each step
     first shrinks a decayed param by lr * weight_decay * p. The params that decay are those
     of rank >= 2 (matrices, filters, embeddings), as nanoGPT's configure_optimizers; biases,
-    norm gains and scalars do not."""
+    norm gains and scalars do not.
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.AdamW(1e-3, weight_decay=0.1))
+    """
 
     beta1: float = 0.9
     beta2: float = 0.999
@@ -109,6 +156,11 @@ class AdamW(Optimizer):
 
 @dataclass
 class Adamax(Optimizer):
+    """Adamax: Adam with the infinity norm in place of the second moment.
+
+    >>> history = sess.fit(xs, ys, epochs=10, optimizer=dlc.Adamax(0.002))
+    """
+
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8

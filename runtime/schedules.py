@@ -13,6 +13,8 @@ lr * (t + 1) / (warmup + 1) (nanoGPT's). After it:
   decay_steps (counted from 0, warmup included), min_lr after it.
 - `Linear(decay_steps, min_lr)`: the same along a straight line.
 - `Step(step_size, gamma)`: lr * gamma ** ((t - warmup) // step_size) (PyTorch's StepLR).
+
+    optimizer = dlc.Adam(3e-4, schedule=dlc.schedules.Cosine(warmup=100, decay_steps=5000, min_lr=3e-5))
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from .errors import DlcError
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
+    """Base of the learning-rate schedules: `warmup` steps of a linear ramp, then the rule.
+
+    >>> opt = dlc.Adam(1e-3, schedule=dlc.schedules.Constant(warmup=100))
+    """
+
     warmup: int = 0
     name: ClassVar[str] = ""
 
@@ -38,26 +45,47 @@ class Schedule:
             raise DlcError(f"{type(self).__name__}: warmup must be a whole number of steps, not {self.warmup!r}")
 
     def lr(self, base: float, t: int) -> float:
-        """The learning rate of step t (0 for the first step)."""
+        """The learning rate of step t (0 for the first step).
+
+        >>> dlc.schedules.Cosine(decay_steps=100).lr(0.1, 50)
+        0.05
+        """
         if t < self.warmup:
             return base * (t + 1) / (self.warmup + 1)
         return self.after_warmup(base, t)
 
     def after_warmup(self, base: float, t: int) -> float:
+        """The rule's learning rate at step t >= warmup (`lr` adds the warmup ramp).
+
+        >>> dlc.schedules.Step(step_size=10, gamma=0.5).after_warmup(1.0, 25)
+        0.25
+        """
         return base
 
     def config(self) -> dict:
-        """As the artifact's manifest records it."""
+        """As the artifact's manifest records it.
+
+        >>> dlc.schedules.Cosine(decay_steps=100).config()
+        {'name': 'cosine', 'warmup': 0, 'decay_steps': 100, 'min_lr': 0.0}
+        """
         return {"name": self.name, **asdict(self)}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Constant(Schedule):
+    """The optimizer's lr throughout (after any warmup).
+
+    >>> dlc.schedules.Constant(warmup=3).lr(1.0, 0)
+    0.25
+    """
+
     name: ClassVar[str] = "constant"
 
 
 @dataclass(frozen=True, kw_only=True)
 class _Decay(Schedule):
+    """A decay from lr to `min_lr`, reached at step `decay_steps` (warmup included)."""
+
     decay_steps: int = 0
     min_lr: float = 0.0
 
@@ -69,12 +97,22 @@ class _Decay(Schedule):
             )
 
     def progress(self, t: int) -> float:
-        """How far the decay is, from 0 (end of warmup) to 1 (decay_steps and after)."""
+        """How far the decay is, from 0 (end of warmup) to 1 (decay_steps and after).
+
+        >>> dlc.schedules.Cosine(decay_steps=100).progress(50)
+        0.5
+        """
         return min(max((t - self.warmup) / (self.decay_steps - self.warmup), 0.0), 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cosine(_Decay):
+    """From lr down to `min_lr` along half a cosine, reached at step `decay_steps`.
+
+    >>> dlc.schedules.Cosine(decay_steps=100).lr(0.1, 50)
+    0.05
+    """
+
     name: ClassVar[str] = "cosine"
 
     def after_warmup(self, base: float, t: int) -> float:
@@ -83,6 +121,12 @@ class Cosine(_Decay):
 
 @dataclass(frozen=True, kw_only=True)
 class Linear(_Decay):
+    """From lr down to `min_lr` along a straight line, reached at step `decay_steps`.
+
+    >>> dlc.schedules.Linear(decay_steps=10).lr(1.0, 5)
+    0.5
+    """
+
     name: ClassVar[str] = "linear"
 
     def after_warmup(self, base: float, t: int) -> float:
@@ -91,6 +135,12 @@ class Linear(_Decay):
 
 @dataclass(frozen=True, kw_only=True)
 class Step(Schedule):
+    """lr * gamma ** ((t - warmup) // step_size) (PyTorch's StepLR).
+
+    >>> dlc.schedules.Step(step_size=10, gamma=0.5).lr(1.0, 25)
+    0.25
+    """
+
     step_size: int = 1
     gamma: float = 0.1
     name: ClassVar[str] = "step"
