@@ -222,7 +222,7 @@ def _graph_json(graph) -> dict:
     return {
         "nodes": nodes,
         "names": [[k, i] for k, i in graph.names.items()],
-        **{f: list(getattr(graph, f)) for f in ("inputs", "params", "states", "losses")},
+        **{f: list(getattr(graph, f)) for f in ("inputs", "params", "states", "losses", "metrics")},
         "updates": [[t, i] for t, i in graph.updates],
     }
 
@@ -271,6 +271,7 @@ def _graph_from_json(data: Any):
             raise ValueError("a malformed update")
         updates.append((target, i))
     fields = {f: _strs(data[f]) for f in ("inputs", "params", "states", "losses")}
+    fields["metrics"] = _strs(data.get("metrics", []))  # `metric NAME = EXPR`
     if any(n not in names for f in fields.values() for n in f):
         raise ValueError("a leaf or loss that is not named")
     return Graph(tuple(nodes), names, updates=tuple(updates), **fields)

@@ -330,10 +330,16 @@ def _install_methods() -> None:
 
 
 def _method(name: str, ops: Any):
-    def method(self, *args, **kwargs):
-        return ops.call(name, (self, *args), kwargs)
-
     func = getattr(ops, name)
+    if name == "split":  # several results, each a slice: dlc.ops.split, not one kernel
+
+        def method(self, *args, **kwargs):
+            return func(self, *args, **kwargs)
+    else:
+
+        def method(self, *args, **kwargs):
+            return ops.call(name, (self, *args), kwargs)
+
     method.__name__ = method.__qualname__ = name
     method.__doc__ = func.__doc__
     sig = inspect.signature(func)

@@ -298,3 +298,10 @@ def test_a_chain_never_leaves_the_gpu_until_read(gl, monkeypatch):
     s = (np.exp(h) / np.exp(h).sum(1, keepdims=True)).sum(0)
     assert z.item() == pytest.approx(float(np.mean((s - np.exp(s)) ** 2)), rel=1e-5)
     assert len(downloads) == 1
+
+
+def test_split_as_a_method_gives_its_parts(backend):
+    x = dlc.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    a, b = x.split([1, 2], axis=1)
+    np.testing.assert_array_equal(a.numpy(), [[0], [3]])
+    np.testing.assert_array_equal(b.numpy(), [[1, 2], [4, 5]])

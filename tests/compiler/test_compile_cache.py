@@ -49,6 +49,14 @@ def test_a_model_reads_back_as_it_was_compiled(cache, path):
     assert list(again.graph.names) == list(first.graph.names)
 
 
+def test_metrics_read_back(cache):
+    src = ODD + "metric err = mean(abs(x @ w - 1))\n"
+    first = dlc.compile(src)
+    again = dlc.compile(src)
+    assert first.graph.metrics == again.graph.metrics == ("err",)
+    assert again.graph == first.graph
+
+
 def test_floats_keep_their_bits(cache):
     first = dlc.compile(ODD)
     again = dlc.compile(ODD)
