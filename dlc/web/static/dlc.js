@@ -191,8 +191,17 @@ function checkProgram(m, name, p, fail) {
   const leaves = storedLeaves(m);
   const inputs = new Set(Object.keys(m.inputs));
   if (name === "train") inputs.add(LR);
-  const dims = new Set(Object.values(m.inputs).flatMap((shape) => shape.filter((d) => typeof d === "string")));
-  const dim = (d, field) => (dims.has(d) ? d : fail(field, `${show(d)} is not a dim of the model's inputs`));
+  // The symbols the inputs bind (a product dim of an input, `B*T`, binds each factor).
+  const dims = new Set(
+    Object.values(m.inputs).flatMap((shape) =>
+      shape.filter((d) => typeof d === "string").flatMap((d) => d.split("*").filter((f) => !/^[0-9]+$/.test(f))),
+    ),
+  );
+  // A dim is one of them, or a product of them and integers (`B*T`, `3*B`: runtime/dims.py).
+  const dim = (d, field) =>
+    typeof d === "string" && d.split("*").every((f) => dims.has(f) || /^[0-9]+$/.test(f))
+      ? d
+      : fail(field, `${show(d)} is not a dim of the model's inputs`);
   const size = (z, field) => {
     if (!Array.isArray(z) || !z.length || !isCount(z[0])) fail(field, `must be a size [count, dims...], not ${show(z)}`);
     z.slice(1).forEach((d, i) => dim(d, `${field}[${i + 1}]`));
