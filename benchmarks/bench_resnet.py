@@ -41,7 +41,8 @@ def main() -> None:
     import dlc
 
     path = light_model()
-    imp = dlc.import_onnx(path, batch="N", max_const_bytes=1 << 30)  # the light zoo builds its weights with ConstantOfShape
+    # the light zoo builds its weights with ConstantOfShape: raise the folding limit
+    imp = dlc.import_onnx(path, batch="N", max_const_bytes=1 << 30)
     (in_name,) = imp.inputs.values()
     (out_name,) = imp.outputs.values()
     rows = []
