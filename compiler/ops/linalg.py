@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlc.runtime.dims import product
-
 from ..registry import OpDef, register
 from ..shapes import ShapeError, broadcast, format_shape
 from .adjoint import shapes, unbroadcast
@@ -48,15 +46,7 @@ def _matmul_rule(e, n, y, g):
         da = e("matmul", b, g, ta=tb, tb=True)
     else:
         da = e("matmul", g, b, ta=False, tb=not tb)
-    if not ta and len(sb) == 2 and len(sa) > 2:
-        # A weight shared by every batch row (x @ W over [B, T, C]): its gradient is one
-        # product over all the rows, [rows, K]^T [rows, N], not a product per batch summed after
-        # (which would hold B copies of W's gradient).
-        rows = product(*sa[:-1])
-        a2 = e("reshape", a, shape=(rows, sa[-1]))
-        g2 = e("reshape", g, shape=(rows, e.shape(g)[-1]))
-        db = e("matmul", g2, a2, ta=True, tb=False) if tb else e("matmul", a2, g2, ta=True, tb=False)
-    elif tb:
+    if tb:
         db = e("matmul", g, a, ta=True, tb=ta)
     else:
         db = e("matmul", a, g, ta=not ta, tb=False)
