@@ -253,20 +253,19 @@ class FrontEnd:
             self._assign(target, loc, i)
 
     def stmt_loss(self, s: Stmt):
-        if self.frame is not self.top:
-            raise CompileError("a loss is declared at the top level, not in a def", s.loc)
-        name = self._check_new(s)
-        i = self.tensor(s.value)
-        self._bind(name, i, s.loc)
-        self.b.loss(name, i, s.value.loc)
+        self.b.loss(*self._top_level_scalar(s))
 
     def stmt_metric(self, s: Stmt):
+        self.b.metric(*self._top_level_scalar(s))
+
+    def _top_level_scalar(self, s: Stmt) -> tuple[str, int, Loc]:
+        """A `loss` or `metric` statement's name, node and the position of its expression."""
         if self.frame is not self.top:
-            raise CompileError("a metric is declared at the top level, not in a def", s.loc)
+            raise CompileError(f"a {s.kind} is declared at the top level, not in a def", s.loc)
         name = self._check_new(s)
         i = self.tensor(s.value)
         self._bind(name, i, s.loc)
-        self.b.metric(name, i, s.value.loc)
+        return name, i, s.value.loc
 
     # -- defs and loops ------------------------------------------------------
     def stmt_def(self, s: Stmt):
