@@ -206,6 +206,8 @@ class ParallelStep:
         self.shapes = [tuple(self.update.shape(p)) for p in self.trained]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         self.grad_inputs = [grad_name(p) for p in self.trained]
+        # [loss, gradients..., stop], reused every step (the update reads views of it)
+        self.fused = np.zeros(2 + sum(self.sizes), dtype=np.float32)
         self.checked = False
 
     def check(self, arrays: Mapping[str, np.ndarray], batch_size: int | None) -> None:
@@ -230,7 +232,8 @@ class ParallelStep:
         start, stop = self.world.shard(n) if dim is not None else (0, 0)
         # [loss, gradients..., stop]: the loss and gradients weighted by the shard's share, and
         # whether this rank wants to stop (summed: any rank stops all after this step).
-        fused = np.zeros(2 + sum(self.sizes), dtype=np.float32)
+        fused = self.fused
+        fused[:] = 0.0
         fused[-1] = 1.0 if self.world.stop_requested and self.world.stop_requested() else 0.0
         if dim is None:  # no batch axis: every rank computes the same whole step
             values, weight = backend.run(self.grads, self.roots, batch, bdims), 1.0 / self.world.size

@@ -28,6 +28,7 @@ from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .errors import DlcError, did_you_mean
 from .feeds import prepare
 from .optimizers import SGD, Optimizer
+from .text import TextData
 from .training import Callback, schedule, train_feeds, train_loop
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
@@ -508,8 +509,6 @@ class Session:
         """
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
-        from .text import TextData
-
         if isinstance(feeds, TextData):
             return self._train_text(
                 feeds, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, checkpoint_every
