@@ -65,3 +65,17 @@ def test_the_update_command_writes_every_file_and_deletes_stale_ones(tmp_path, m
     assert "--- expected/mlp_adam/plan.compute.txt" in out and "\n+peak temporaries:" in out
     assert main(["--update"]) == 0 and capsys.readouterr().out == "wrote expected/mlp_adam/plan.compute.txt\n"
     assert main([]) == 0 and capsys.readouterr().out == "golden files up to date\n"
+
+
+@pytest.mark.parametrize("stage", ["build", "autodiff", "optimizer", "fuse", "plan"])
+def test_dlc_compile_emit_prints_the_golden_text(stage, tmp_path, monkeypatch, capsys):
+    """The golden files are what `dlc compile --train --emit STAGE` prints (Adam's defaults;
+    the learning rate is an input of the step, so it is in no text)."""
+    from dlc import cli
+
+    (tmp_path / "mlp_adam.dl").write_text((texts.MODELS / "mlp_adam.dl").read_text())
+    monkeypatch.chdir(tmp_path)  # where a compiled folder may be written
+    argv = ["compile", "mlp_adam.dl", "--train", "--optimizer", "adam", "--batch-size", str(texts.BATCH)]
+    assert cli.main([*argv, "--emit", stage]) == 0
+    name = f"{stage}.compute" if stage in texts.TARGET_STAGES else stage
+    assert capsys.readouterr().out == texts.expected_path("mlp_adam", name).read_text(encoding="utf-8")
