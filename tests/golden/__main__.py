@@ -17,7 +17,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--update", action="store_true", help="write the expected files from the current compiler")
     parser.add_argument("--diff", action="store_true", help="without --update: print each difference")
     args = parser.parse_args(argv)
-    set_verify(True)  # as the test suite does: every graph between stages is checked
+    old = set_verify(True)  # as the test suite does: every graph between stages is checked
+    try:
+        return _compare(args.update, args.diff)
+    finally:
+        set_verify(old)
+
+
+def _compare(update: bool, show_diff: bool) -> int:
     changed = 0
     for model, name in texts.cases():
         path = texts.expected_path(model, name)
@@ -27,17 +34,17 @@ def main(argv: list[str] | None = None) -> int:
             continue
         changed += 1
         where = path.relative_to(texts.EXPECTED.parent)
-        if args.update:
+        if update:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(now, encoding="utf-8")
             print(f"{'wrote' if before is not None else 'added'} {where}")
-        elif args.diff:
+        elif show_diff:
             print(unified_diff(before or "", now, f"{model}/{name}.txt"), end="")
         else:
             print(f"{'differs' if before is not None else 'missing'}: {where}")
     for path in stale_files():
         changed += 1
-        if args.update:
+        if update:
             path.unlink()
             if not any(path.parent.iterdir()):
                 path.parent.rmdir()
@@ -46,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stale: {path.relative_to(texts.EXPECTED.parent)}")
     if not changed:
         print("golden files up to date")
-    return 1 if changed and not args.update else 0
+    return 1 if changed and not update else 0
 
 
 if __name__ == "__main__":
