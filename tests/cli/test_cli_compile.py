@@ -85,14 +85,6 @@ def test_compile_refuses_a_folder(dlc_run, tmp_path):
     assert p.returncode == 2 and "takes a .dl model" in p.stderr
 
 
-def test_emit_fuse_prints_the_training_step_grouped_into_kernels(dlc_run, models):
-    p = dlc_run("compile", "mlp_digits.dl", "--train", "--emit", "fuse", cwd=models)
-    assert p.returncode == 0, p.stderr
-    assert "=== program eval:" in p.stdout and "=== program train:" in p.stdout
-    assert "kernel k00" in p.stdout and "grad$W1" in p.stdout
-    assert "wrote" in p.stderr
-
-
 def test_emit_an_unknown_stage_is_a_usage_error_listing_the_stages(dlc_run, models):
     p = dlc_run("compile", "mlp_digits.dl", "--emit", "lower", cwd=models)
     assert p.returncode == 2
