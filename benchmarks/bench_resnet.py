@@ -3,7 +3,10 @@ imported with `dlc import`, run by dlc on GL at batch 1 and 32, against PyTorch 
 (torchvision's ResNet-50, the same architecture, cuDNN with TF32 off) and onnxruntime's CPU
 provider on the same ONNX file, in one process. Prints a markdown table of ms per batch.
 
-    python benchmarks/bench_resnet.py [--reps 10]
+    python benchmarks/bench_resnet.py [--reps 10] [--kernels]
+
+`--kernels` also prints dlc's GPU time per kind of kernel at each batch (timer queries, one
+kernel at a time) beside the wall-clock eval: what the host adds is the difference.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def light_model() -> str:
@@ -34,9 +40,31 @@ def timed(fn, reps: int) -> float:
     return 1e3 * float(np.median(times))
 
 
+def print_kernels(sess, out_name: str, batch: int) -> None:
+    """GPU ms of the eval program's kernels, by the first word of each kernel's description."""
+    from bench_gl import per_kernel
+
+    graph = sess.model.graph
+    prog, ex = sess.backend.program(graph, [graph.names[out_name]], False, {"N": batch})
+    heads = {k.name: k.source.split("\n")[1].split(": ", 1)[-1] for k in prog.kernels}
+    table = per_kernel(ex, reps=3)
+    kinds: dict[str, list[float]] = {}
+    for row in table:
+        kinds.setdefault((heads.get(row["kernel"]) or "?").split()[0].rstrip(":"), []).append(row["ms"])
+    ranked = sorted(kinds.items(), key=lambda kv: -sum(kv[1]))
+    total = sum(r["ms"] for r in table)
+    print(
+        f"batch {batch}: {len(table)} kernels, {total:.2f} GPU ms: "
+        + ", ".join(f"{w} {len(v)} / {sum(v):.2f} ms" for w, v in ranked)
+    )
+    for row in sorted(table, key=lambda r: -r["ms"])[:12]:
+        print(f"  {row['kernel']} {row['ms']:.3f} ms  {heads.get(row['kernel'], '')[:150]}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--kernels", action="store_true", help="GPU ms by kind of kernel")
     args = p.parse_args()
     import dlc
 
@@ -52,6 +80,8 @@ def main() -> None:
         x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
         ms = timed(lambda x=x: sess.eval(out_name, {in_name: x}), args.reps)
         rows.append((f"ResNet-50 batch {batch}", "dlc GL (eval: upload, kernels, read back)", ms))
+        if args.kernels:
+            print_kernels(sess, out_name, batch)
     try:
         import torch
         import torchvision
