@@ -30,8 +30,8 @@ def light_model() -> str:
 
 
 def timed(fn, reps: int) -> float:
-    fn()
-    fn()  # warm: compile, upload, caches
+    for _ in range(5):  # warm: compile, upload, caches (and the GPU's clocks: 2 were too few)
+        fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
