@@ -23,9 +23,12 @@ clamped row, take part in every barrier, and store nothing.
 
 from __future__ import annotations
 
+from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
-from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .compute import KEY, header, kernel_source
+from .glsl import Context, Emitter, Ix, KernelSource
+from .options import CodegenOptions
 from .renderer import float_lit
 
 ROWS = 64  # own rows a work group (invocations)
@@ -290,3 +293,11 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     em.line(f"float acc = {result};")
     what = f"{node.op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}]"
     return what + ", one fragment per output"
+
+
+def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
+    """The compute target's lowering of attention kernels."""
+    return render(ctx)
+
+
+registry.register_lowering("attention", KEY, lower)

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 
 from dlc.runtime.dims import product as dim_product
 
+from .. import registry
 from ..plan import eval_size, size_of
 from . import index
 from . import matmul_tuning as tuning
-from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .compute import KEY, header, kernel_source
+from .glsl import Context, Emitter, Ix, KernelSource
 from .matmul_tuning import Blocking, Variant
 from .options import CodegenOptions, codegen_options
 
@@ -888,3 +890,6 @@ def _operand(
                 lanes = ", ".join(f"{reg}.{'xyzw'[c]}" for reg, _, _ in rows)
                 stash.append(f"{guard}{shared(f'{kk} + {c}', f'{pp} / 4')} = vec4({lanes});")
     return decls, fetch, stash, regs
+
+
+registry.register_lowering("matmul", KEY, render)  # render(ctx, options)

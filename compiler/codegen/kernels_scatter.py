@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from ..ir import format_shape
 from ..plan import size_of
-from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, header, kernel_source
+from .compute import header, kernel_source
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource
 from .index import numel_known
 
 ENOUGH_INVOCATIONS = 4096  # below this many rows, columns are split into chunks

@@ -3,9 +3,8 @@
 In the manner of tinygrad's `CStyleLanguage` (and its old `GLSLLanguage` for WebGL): the
 `Emitter` (glsl.py) writes a kernel's values and index maps once, and asks its renderer how to
 read element i of a stored tensor, how to write a result, how an invocation finds its own
-element, what the version line is and which op expressions differ from the registry's. A
-target is a subclass that fills those tables (what one kernel may bind and write on each,
-for fusion, is in compiler/limits.py).
+element, what the version line is and which op expressions differ from the registry's. Each
+target (target.py) holds a subclass that fills those tables.
 
 - `GLSLCompute`: GLSL 4.30 compute shaders over std430 storage buffers (`b<k>.v[i]`).
 - `GLSLTexture`: GLSL 3.30 core fragment shaders over R32F textures (`texelFetch` from the
@@ -137,12 +136,3 @@ class GLSLESTexture(GLSLTexture):
 
 
 COMPUTE = GLSLCompute()
-
-
-def renderer_for(target: str, options: Mapping | None = None) -> Renderer:
-    """The renderer of `target` ("compute" or "texture"; option `es` picks GLSL ES 3.00)."""
-    if target == "compute":
-        return COMPUTE
-    if target == "texture":
-        return GLSLESTexture() if (options or {}).get("es") else GLSLTexture()
-    raise ValueError(f"unknown target '{target}': choose compute or texture")
