@@ -13,7 +13,9 @@ passes and their header), run by runtime/texture_executor.py.
 `TextureTarget` registers a lowering per kernel kind under `KEY` (`fn(ctx, options) ->
 TextureKernel`). Reductions, matmuls and window ops are per-output loops (a sum whose plain
 result is inf or NaN sums again with its terms times 2^-32, as on the compute target); large
-matmuls and convolutions take texture_matmul.py's packed passes. The version line is
+matmuls and convolutions take texture_matmul.py's packed passes. The loops `reduce_body` and
+`matmul_body` read and write only through the renderer: any target without shared memory
+may use them (tests/codegen/targets/compute_noshared.py does). The version line is
 `#version 330 core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es`
 option); the text writes no implicit int -> float conversion (GLSL ES refuses them).
 """
@@ -144,7 +146,7 @@ def _elementwise(ctx: Context, options: CodegenOptions) -> TextureKernel:
 
 def _reduce(ctx: Context, options: CodegenOptions) -> TextureKernel:
     if not _split(ctx):
-        return output_passes(ctx, _reduce_body, "acc_result")
+        return output_passes(ctx, reduce_body, "acc_result")
     # Tree reduction in two passes: PARTS partials per output, then one fragment per
     # output combines them (and runs the epilogue), reading them on a spare texture unit.
     unit = len(ctx.binding)
@@ -165,7 +167,7 @@ def _packs(ctx: Context, options: CodegenOptions) -> bool:
 def _matmul(ctx: Context, options: CodegenOptions) -> TextureKernel:
     if _packs(ctx, options):
         return texture_matmul.render_kernel(ctx, options.es)
-    return output_passes(ctx, _matmul_body)
+    return output_passes(ctx, matmul_body)
 
 
 def _window(ctx: Context, options: CodegenOptions) -> TextureKernel:
@@ -214,7 +216,7 @@ def _partials_pass(ctx: Context) -> str:
     n = ctx.numel(ctx.kernel.shape)
     em.own_element("p", mul(n, str(PARTS)))
     em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
-    what = _reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
+    what = reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
     em.line(ctx.renderer.store("partials", "p", "acc"))  # element p of the scratch texture
     return finish(ctx, em, None, what)
 
@@ -285,7 +287,7 @@ def _reduce_loop(ctx: Context, em: Emitter, acc: str, start: str, step: str, sca
     em.close()
 
 
-def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
+def reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
     """One fragment per output, looping over the reduced elements (acc_result = the result);
     a split reduction's first pass loops from `start` by `step`."""
     g = ctx.graph
@@ -307,7 +309,7 @@ def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -
     return f"{op} over axes {list(axes)} of {list(xshape)}, one fragment per output"
 
 
-def _matmul_body(ctx: Context, em: Emitter) -> str:
+def matmul_body(ctx: Context, em: Emitter) -> str:
     """One fragment per output: a dot product over k with texelFetch."""
     g = ctx.graph
     node = g.nodes[ctx.kernel.anchor]

@@ -1,7 +1,7 @@
 """Packed matmul and conv2d for the texture target: both operands repacked four k values a
 texel.
 
-The per-output loop of `texture._matmul_body` fetches one float per texelFetch, and every
+The per-output loop of `texture.matmul_body` fetches one float per texelFetch, and every
 fetch turns a flat index into texture coordinates with an integer division and modulo by the
 texture's width (scalarized per lane on llvmpipe; a long dependent chain on a GPU). Here a
 matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a texel):
