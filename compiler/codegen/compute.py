@@ -68,15 +68,15 @@ def group_index() -> str:
 
 
 TILE_AXES = "xyz"
+TILE = "dlc_tile"  # a tiled kernel's tile coordinates (uvec3): its templates write this, never gl_WorkGroupID
 
 
-def wrap_tiles(text: str, grid: dict) -> str:
-    """A tiled kernel (its group IDs are tile coordinates) made to run on any grid within the
-    device's group-count limits: main() first numbers its group linearly over the grid the
-    runtime dispatched, leaves when that is past the last tile, and decodes the tile's
-    coordinates into `dlc_tile`, which the text then uses in place of gl_WorkGroupID. Tile
-    counts are constants when the sizes are fixed, else `dlc_tiles_<axis>` int uniforms the
-    runtime sets."""
+def tile_lines(grid: dict) -> tuple[list[str], list[str]]:
+    """A tiled kernel (grid "tiles") made to run on any grid within the device's group-count
+    limits: (the declarations before its main(), the first lines of main()). main() numbers
+    its group linearly over the grid the runtime dispatched, leaves when that is past the last
+    tile, and decodes the tile's coordinates into `TILE`. Tile counts are constants when the
+    sizes are fixed, else `dlc_tiles_<axis>` int uniforms the runtime sets."""
     counts, decls = [], []
     for axis, (size, tile) in zip(TILE_AXES, grid["tiles"]):
         if len(size) == 1:
@@ -89,26 +89,20 @@ def wrap_tiles(text: str, grid: dict) -> str:
         "    uint dlc_linear = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y)"
         " * gl_NumWorkGroups.x + gl_WorkGroupID.x;",
         f"    if (dlc_linear >= {tx} * {ty} * {tz}) return;  // past the last tile: the group leaves",
-        f"    dlc_tile = uvec3(dlc_linear % {tx}, (dlc_linear / {tx}) % {ty}, dlc_linear / ({tx} * {ty}));",
+        f"    {TILE} = uvec3(dlc_linear % {tx}, (dlc_linear / {tx}) % {ty}, dlc_linear / ({tx} * {ty}));",
     ]
-    head, main, body = text.partition("void main() {\n")
-    if not main:
-        raise AssertionError("a tiled kernel without main()")
-    body = body.replace("gl_WorkGroupID", "dlc_tile")
-    return (
-        head
-        + "\n".join([*decls, "uvec3 dlc_tile;  // this group's tile", ""])
-        + main
-        + "\n".join(prologue)
-        + "\n"
-        + body
-    )
+    return [*decls, f"uvec3 {TILE};  // this group's tile", ""], prologue
 
 
 def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
-    """The KernelSource of a compute shader's text (a tiled grid's groups decoded first)."""
+    """The KernelSource of a compute shader's text; a tiled one gets `tile_lines` around its
+    main() line."""
     if "tiles" in grid:
-        text = wrap_tiles(text, grid)
+        head, main, body = text.partition("void main() {\n")
+        if not main or "gl_WorkGroupID" in body:
+            raise AssertionError(f"kernel {ctx.kernel.name}: a tiled kernel without main(), or reading gl_WorkGroupID")
+        decls, prologue = tile_lines(grid)
+        text = head + "\n".join(decls) + main + "\n".join(prologue) + "\n" + body
     return glsl.kernel_source(ctx, text, grid, local)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
-from .compute import KEY, header, kernel_source
+from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
@@ -79,7 +79,7 @@ def render(ctx: Context) -> KernelSource:
         parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
         return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
 
-    em.line("int blk = int(gl_WorkGroupID.x), bh = int(gl_WorkGroupID.y);")
+    em.line(f"int blk = int({TILE}.x), bh = int({TILE}.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
     em.line(f"int T = {ctx.dim(t_dim)};")
     em.line(f"int own = blk * {ROWS} + lid;")
