@@ -738,7 +738,7 @@ def scratch_words(grid: Grid, dims: Mapping[str, int]) -> int:
 
 def group_counts(grid: Grid, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
     """The work groups to dispatch for `grid` under `dims`, within `max_count` per axis."""
-    if grid.tiles is not None:  # tiled kernels decode their tile from a wrapped grid (glsl.wrap_tiles)
+    if grid.tiles is not None:  # tiled kernels decode their tile from a wrapped grid (codegen/compute.py tile_lines)
         tiles = tile_counts(grid, dims)
         if all(n <= m for n, m in zip(tiles, max_count)):
             return tiles

@@ -155,7 +155,7 @@ class ComputeTarget(Target):
 
     def _render(self, plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) -> KernelSource:
         kernel = plan.fusion.kernels[index]
-        ctx = Context(plan.fusion, plan, kernel, dims, nan_check=o.nan_flags, renderer=self.renderer(o))
+        ctx = Context(plan.fusion, plan, kernel, dims, nan_check=o.nan_flags, renderer=self.renderer(o), keys=self.keys)
         return self.template(kernel.kind)(ctx, o)
 
 

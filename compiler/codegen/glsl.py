@@ -259,6 +259,7 @@ class Context:
 
     scalars_used: dict[str, str] = field(default_factory=dict)  # uniform -> input name
     renderer: Renderer = COMPUTE  # the target: how to load, store, find the own element
+    keys: tuple[str, ...] = ("glsl-compute",)  # the target's lowering keys in the registry (target.py)
 
     def __post_init__(self) -> None:
         self.nan_flags = {}
@@ -412,7 +413,7 @@ class Emitter:
         if op.kind == "elementwise":
             expr = self._elementwise(n, ix)
         elif op.kind == "layout":
-            expr = op.lower(LAYOUT_KEY)(self, n, ix)
+            expr = op.lower(self.ctx.keys)(self, n, ix)
         else:
             raise AssertionError(f"{node.op} node %{n} cannot be evaluated inline")
         name = self.bind(key, f"n{n}", expr)
@@ -495,7 +496,7 @@ class Emitter:
         if int_glsl and all(self.g.dtypes[j] == I32 for j in node.inputs):  # ints, exactly
             return self.ctx.renderer.op(node.op, int_glsl, [self.integer(j, a) for j, a in zip(node.inputs, at)])
         args = [self.number(j, a) for j, a in zip(node.inputs, at)]
-        expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
+        expr = self.ctx.renderer.op(node.op, op.lower(self.ctx.keys), args, node.attrs)
         if "{index}" in expr:  # an op that depends on its element's position (the random ops)
             if ix.flat == VEC:
                 raise NotVectorizable(f"{node.op} reads its element's index")

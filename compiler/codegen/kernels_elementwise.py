@@ -24,7 +24,13 @@ def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelS
         try:
             return _render_vec4(
                 Context(
-                    ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index, nan_check=ctx.nan_check, renderer=ctx.renderer
+                    ctx.fusion,
+                    ctx.plan,
+                    ctx.kernel,
+                    ctx.dim_index,
+                    nan_check=ctx.nan_check,
+                    renderer=ctx.renderer,
+                    keys=ctx.keys,
                 ),
                 local,
             )

@@ -80,7 +80,7 @@ class TextureTarget(Target):
 
     def render_kernel(self, plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) -> TextureKernel:
         kernel = plan.fusion.kernels[index]
-        ctx = Context(plan.fusion, plan, kernel, dims, renderer=self.renderer(o))
+        ctx = Context(plan.fusion, plan, kernel, dims, renderer=self.renderer(o), keys=self.keys)
         return self.template(kernel.kind)(ctx, o)
 
     def render(self, name: str, plan: Plan, options: CodegenOptions) -> Rendered:
