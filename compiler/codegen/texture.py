@@ -138,7 +138,6 @@ def _elementwise(ctx: Context, options: CodegenOptions) -> TextureKernel:
     passes = []
     for o in ctx.kernel.outputs:
         em = Emitter(ctx)
-        ctx.numel(ctx.kernel.shape)
         kernels_elementwise.main_body(em, (o,))
         passes.append(TexturePass(o, finish(ctx, em, o, "elementwise")))
     return TextureKernel(_kernel_source(ctx), tuple(passes))
