@@ -122,7 +122,7 @@ class ComputeTarget(Target):
     def render(self, name: str, plan: Plan, options: CodegenOptions) -> Rendered:
         dims = dim_index(plan)
         kernels = [self.render_kernel(plan, k, dims, options) for k in range(len(plan.fusion.kernels))]
-        spec, sources = program_spec(name, plan, kernels)
+        spec, sources = program_spec(name, plan, kernels, self.runtime)
         return Rendered(spec, sources, kernels)
 
     def render_kernel(

@@ -29,8 +29,11 @@ def _is_dim(text: str) -> bool:
     return all(p.isidentifier() or p.isdigit() for p in text.split("*"))
 
 
-def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[ProgramSpec, dict[str, str]]:
-    """The program spec of planned program `p` rendered as `kernels`, and its GLSL files."""
+def program_spec(
+    name: str, p: Plan, kernels: list[KernelSource], runtime: str = "compute"
+) -> tuple[ProgramSpec, dict[str, str]]:
+    """The program spec of planned program `p` rendered as `kernels` (for the executor named
+    `runtime`: a Target's), and its GLSL files."""
     f, g = p.fusion, p.fusion.graph
     label = g.label
     made = f.producer
@@ -86,5 +89,6 @@ def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[Progr
         copies=tuple(Update(t, u) for t, u in p.copies),
         peak_bytes=p.peak_bytes(),
         format=FORMAT,
+        target=runtime,
     )
     return program, sources

@@ -87,7 +87,7 @@ class TextureTarget(Target):
         """The program spec (program.program_spec's, with this target's runtime and each
         kernel's passes) and its shader files."""
         kernels = self.kernels(plan, options)
-        spec, _ = program_spec(name, plan, [t.kernel for t in kernels])
+        spec, _ = program_spec(name, plan, [t.kernel for t in kernels], self.runtime)
         sources: dict[str, str] = {}
         texture_kernels = []
         for ks, t in zip(spec.kernels, kernels):
@@ -102,7 +102,7 @@ class TextureTarget(Target):
             texture_kernels.append(
                 replace(ks, file=None, grid=None, local_size=None, passes=tuple(passes), scratch=scratch, packed=packed)
             )
-        spec = replace(spec, target=self.runtime, kernels=tuple(texture_kernels))
+        spec = replace(spec, kernels=tuple(texture_kernels))
         return Rendered(spec, sources, [t.kernel for t in kernels])
 
 
