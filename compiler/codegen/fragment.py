@@ -44,7 +44,8 @@ def finish(ctx: Context, em: Emitter, output: int | None, what: str) -> str:
     return "\n".join(header(ctx, output, what, units)) + "\n" + main + "\n"
 
 
-def header(ctx: Context, output: int, what: str, units: list[int]) -> list[str]:
+def header(ctx: Context, output: int | None, what: str, units: list[int]) -> list[str]:
+    """A pass's lines before main(): `output` None for a pass into a scratch or packed texture."""
     g, k = ctx.graph, ctx.kernel
     r: Renderer = ctx.renderer
     lines = r.version_lines()
