@@ -33,18 +33,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .. import registry
 from ..plan import size_of
-from .glsl import (
-    LOCAL,
-    Context,
-    Emitter,
-    Ix,
-    KernelSource,
-    group_index,
-    header,
-    kernel_source,
-    numel_known,
-)
+from .compute import KEY, group_index, header, kernel_source
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, numel_known
+from .options import CodegenOptions
 
 INIT = {"sum": "0.0", "max": "(-DLC_INF)", "min": "DLC_INF", "argmax": "(-DLC_INF)", "argmin": "DLC_INF"}
 BETTER = {"max": ">", "min": "<", "argmax": ">", "argmin": "<"}
@@ -372,3 +365,11 @@ def render(ctx: Context) -> KernelSource:
         grid["split"] = [list(size_of(red_shape)), chunk]
         grid["scratch"] = 2 if arg or op == "sum" else 1  # arg: the index; sum: the scaled partial
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+
+
+def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
+    """The compute target's lowering of reduce kernels."""
+    return render(ctx)
+
+
+registry.register_lowering("reduce", KEY, lower)

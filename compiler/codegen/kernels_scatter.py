@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ..ir import format_shape
 from ..plan import size_of
-from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .compute import header, kernel_source
+from .glsl import Context, Emitter, Ix, KernelSource
 from .index import numel_known
 
 COLUMNS = 64  # columns a work group (invocations); fewer for a narrower row
