@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .glsl import PREAMBLE, Context, Emitter, KernelSource, comment, uniform_lines
+from .glsl import PREAMBLE, Context, Emitter, KernelSource, comment, prune_preamble, uniform_lines
 from .renderer import Renderer
 
 _SAMPLED = re.compile(r"\bdlc_load\(b(\d+),")
@@ -41,7 +41,8 @@ def finish(ctx: Context, em: Emitter, output: int | None, what: str) -> str:
     if _BUFFER_LOAD.search(main):  # a template wrote a load without asking the renderer
         raise AssertionError(f"kernel {ctx.kernel.name}: a storage-buffer load in a texture shader")
     units = sorted({int(m.group(1)) for m in _SAMPLED.finditer(main)})
-    return "\n".join(header(ctx, output, what, units)) + "\n" + main + "\n"
+    # only the preamble's helpers the pass uses, as on compute: less for a browser to compile
+    return prune_preamble("\n".join(header(ctx, output, what, units)) + "\n" + main + "\n")
 
 
 def header(ctx: Context, output: int | None, what: str, units: list[int]) -> list[str]:
