@@ -25,11 +25,15 @@ from dlc.runtime.manifest import LR
 from dlc.runtime.training import RunPosition
 
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
-from .errors import DlcError, did_you_mean
+from .callbacks import Callback, EpochRunner, LambdaCallback
+from .data import Data, example_inputs
+from .errors import DlcError, TrainingDiverged, did_you_mean
 from .feeds import prepare
+from .metrics import metric_tensors
 from .optimizers import SGD, Optimizer
 from .text import TextData
-from .training import Callback, schedule, train_feeds, train_loop
+from .training import Callback as StepCallback
+from .training import schedule, train_feeds, train_loop
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
@@ -354,6 +358,53 @@ class Session:
                 fetches = self._default_fetches[key] = outputs_for(self, key)
         return self.eval(fetches, feeds)
 
+    def evaluate(
+        self,
+        data: Mapping[str, np.ndarray] | Data,
+        fetches: str | Sequence[str] | None = None,
+        batch_size: int | None = None,
+    ):
+        """Fetch `fetches` over all of `data` (feeds, or a `dlc.data.Data` that `dlc.data.load_data`
+        read), `batch_size` examples at a time (None: all at once): a list (default: the model's
+        losses and metrics) -> dict name -> array, one name -> its array. Per-example fetches
+        (whose first dim is the data's example dim) are concatenated over the batches; the
+        others (a loss, an accuracy) are the mean over the batches weighted by their examples,
+        so a mean over the data is the same whatever the batch size (`dlc eval`, and training's
+        validation, run this).
+
+        >>> sess.evaluate(dict(np.load("samples/data/quadratic.npz")), ["cost"], batch_size=64)
+        {'cost': array(..., dtype=float32)}
+        """
+        if fetches is None:
+            names = [*self.model.losses, *metric_tensors(self.model).values()]
+        else:
+            names = [fetches] if isinstance(fetches, str) else list(fetches)
+        arrays = data.arrays if isinstance(data, Data) else dict(data)
+        inputs = self.model.inputs
+        per_example_inputs = example_inputs(inputs, [n for n in arrays if n in inputs])
+        counts = {len(np.asarray(arrays[n])) for n in per_example_inputs if np.ndim(arrays[n])}
+        examples = counts.pop() if len(counts) == 1 else 0  # several counts: eval refuses them whole
+        batches = Data("", arrays, {}, examples).batches(inputs, batch_size if examples else None)
+        example_dims = {inputs[n][0] for n in per_example_inputs}
+        shapes = {**inputs, **self.model.params, **self.model.tensors}
+        parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        weights: list[int] = []
+        for feeds, count in batches:
+            values = self.eval(names, feeds)
+            weights.append(count)
+            for n in names:
+                parts[n].append(np.asarray(values[n]))
+        out: dict[str, np.ndarray] = {}
+        for n in names:
+            if len(parts[n]) == 1:
+                out[n] = parts[n][0]
+            elif shapes.get(n) and shapes[n][0] in example_dims:
+                out[n] = np.concatenate(parts[n], axis=0)
+            else:  # the mean over the data: each batch's value weighted by its examples
+                w = np.asarray(weights, dtype=np.float64)
+                out[n] = np.tensordot(w / w.sum(), np.stack(parts[n]).astype(np.float64), axes=1).astype(np.float32)
+        return out[fetches] if isinstance(fetches, str) else out
+
     def _eval_plan(self, names: tuple[str, ...]):
         """The prepared eval of `names` (dlc/eval_plan.py), made on first use."""
         plan = self._eval_plans.get(names)
@@ -467,11 +518,14 @@ class Session:
         epochs: int | None = None,
         steps: int | None = None,
         shuffle: bool = True,
-        callback: Callback | None = None,
+        callback: StepCallback | None = None,
         on_epoch_end: Callable[[int], bool | None] | None = None,
         resume: bool = False,
         checkpoint: str | os.PathLike | Callable[[], object] | None = None,
         checkpoint_every: int | None = None,
+        callbacks: Sequence[Callback] = (),
+        validation_data: Mapping[str, np.ndarray] | None = None,
+        metrics: Sequence[str] | None = None,
     ) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
 
@@ -506,13 +560,88 @@ class Session:
         uninterrupted call would have (a larger `epochs` or `steps` trains on). With
         `checkpoint_every=N`, every N-th step of the run writes a checkpoint to `checkpoint`
         (a path; or a function, called then, that may call `save_checkpoint`).
+
+        `callbacks`: `dlc.Callback` objects (dlc/callbacks.py: `Progress`, `CSVLogger`, `Plot`,
+        `StopOnSignal`, `EarlyStopping`, `ModelCheckpoint`, ...), called after each step and
+        each epoch; with `validation_data` (feeds) each epoch's logs hold `val_loss` and
+        `val_NAME` for each of `metrics` (default: the model's, see `fit`), from `evaluate`.
+        Their `on_train_end` runs when the run ends or diverges (before TrainingDiverged).
+
+        >>> sess.train(data, epochs=20, validation_data=val, callbacks=[dlc.EarlyStopping(patience=2)])
         """
+        return self._run_with_callbacks(
+            feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end, resume,
+            checkpoint, checkpoint_every, callbacks, validation_data, metrics,
+        )[0]  # fmt: skip
+
+    def _run_with_callbacks(
+        self, feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end, resume,
+        checkpoint, checkpoint_every, callbacks, validation_data, metrics,
+    ) -> tuple[list[float], EpochRunner]:  # fmt: skip
+        """train()'s run with its callbacks around it: (each step's loss, the EpochRunner)."""
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
-        if isinstance(feeds, TextData):
-            return self._train_text(
-                feeds, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, checkpoint_every
-            )
+        loss_name = loss or next(iter(self.model.losses), None)
+        runner = EpochRunner(self, callbacks, self._validator(validation_data, loss_name, metrics, batch_size))
+        # checked even without validation data: a misspelt metric is said before any step
+        shown = metric_tensors(self.model, metrics) if validation_data is not None or metrics is not None else {}
+        params = {
+            "loss": loss_name,
+            "epochs": None if steps is not None else (epochs or 1),
+            "batch_size": batch_size,
+            "val_keys": ["val_loss", *(f"val_{k}" for k in shown)] if runner.validate else [],
+        }
+
+        def begin(per_epoch: int, total: int, done: int) -> None:
+            runner.begin({**params, "steps": total, "steps_per_epoch": per_epoch, "initial_step": done})
+
+        def step_hook(step: int, epoch: int, value: float, examples: int) -> bool | None:
+            go_on = runner.step_hook(step, epoch, value, examples)
+            if callback is not None and callback(step, epoch, value, examples) is False:
+                go_on = False
+            return go_on
+
+        def epoch_hook(epoch: int) -> bool | None:
+            go_on = runner.epoch_hook(epoch)
+            if on_epoch_end is not None and on_epoch_end(epoch) is False:
+                go_on = False
+            return go_on
+
+        try:
+            if isinstance(feeds, TextData):
+                losses = self._train_text(
+                    feeds, loss, optimizer, batch_size, epochs, steps, step_hook, resume, checkpoint,
+                    checkpoint_every, begin,
+                )  # fmt: skip
+            else:
+                losses = self._train_arrays(
+                    feeds, loss, optimizer, batch_size, epochs, steps, shuffle, step_hook, epoch_hook, resume,
+                    checkpoint, checkpoint_every, begin,
+                )  # fmt: skip
+        except TrainingDiverged:  # the params are the last finite step's: callbacks end with those
+            runner.end("diverged")
+            raise
+        runner.end("done")
+        return losses, runner
+
+    def _validator(self, data, loss: str | None, metrics, batch_size) -> Callable[[], dict[str, float]] | None:
+        """The epoch's validation logs over `data` (None: no data, or a data-parallel rank
+        other than 0, which leaves validating to rank 0)."""
+        if data is None or (self.parallel is not None and self.parallel.rank != 0):
+            return None
+        shown = metric_tensors(self.model, metrics)
+
+        def validate() -> dict[str, float]:
+            values = self.evaluate(data, [loss, *shown.values()], batch_size)
+            return {"val_loss": float(values[loss])} | {f"val_{k}": float(values[t]) for k, t in shown.items()}
+
+        return validate
+
+    def _train_arrays(
+        self, feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end, resume,
+        checkpoint, checkpoint_every, begin,
+    ) -> list[float]:  # fmt: skip
+        """train() over feeds of arrays: batches along their example dim, epochs or steps."""
         epochs = 1 if epochs is None else epochs
         position = self._resumed_position(optimizer) if resume else RunPosition()
         on_every = self._checkpoint_writer(checkpoint, checkpoint_every)
@@ -592,6 +721,8 @@ class Session:
                 rows=IDX if resident else None,
             )
         self._run = position  # live: a checkpoint written during the run sees where it is
+        per_epoch, total = schedule(dims[dim] if dim is not None else 1, batch_size, epochs, steps)[1:]
+        begin(per_epoch, total, position.done)
         try:
             return train_loop(
                 run_step,
@@ -664,7 +795,9 @@ class Session:
                 on_token(vocab.decode([i]) if as_text else i)
         return vocab.decode(out) if as_text else out
 
-    def _train_text(self, data, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, every):
+    def _train_text(
+        self, data, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, every, begin
+    ) -> list[float]:
         """train() over a `dlc.TextData`: `steps` steps of `batch_size` random windows (step s's
         windows fixed by the seed and s), run a chunk of steps at a time as unshuffled data."""
         if steps is None or epochs is not None:
@@ -673,6 +806,7 @@ class Session:
             raise ValueError("training on text needs a batch_size (windows a step)")
         done = self._resumed_position(optimizer).done if resume else 0
         on_every = self._checkpoint_writer(checkpoint, every)
+        begin(steps, steps, done)  # no epochs: one long one
         chunk = max(1, min(256, (1 << 22) // (batch_size * data.block)))  # steps staged at once
         losses: list[float] = []
         while done < steps:
@@ -684,15 +818,10 @@ class Session:
             def step_callback(step, epoch, value, examples, first=first):
                 return callback(first + step, 1, value, examples) if callback else None
 
-            got = self.train(
-                data.steps(first, count, batch_size, self.seed),
-                loss=loss,
-                optimizer=optimizer,
-                batch_size=batch_size,
-                steps=count,
-                shuffle=False,
-                callback=step_callback,
-            )
+            got = self._train_arrays(
+                data.steps(first, count, batch_size, self.seed), loss, optimizer, batch_size, None, count, False,
+                step_callback, None, False, None, None, lambda *run: None,
+            )  # fmt: skip
             losses += got
             done += len(got)
             optimizer = self._optimizer  # the one the chunk trained with (state and all)
@@ -730,9 +859,6 @@ class Session:
         >>> history = sess.fit(xs, ys, epochs=20, optimizer=dlc.Adam(0.1))
         >>> history.history["loss"][-1]
         """
-        from .callbacks import EpochRunner
-        from .metrics import metric_tensors
-
         inputs = list(self.model.inputs)
         if len(inputs) != 2:
             raise DlcError(
@@ -742,34 +868,22 @@ class Session:
         loss_name = loss or next(iter(self.model.losses), None)
         if loss_name is None:
             raise DlcError(f"{self.model.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
-        shown = metric_tensors(self.model, metrics)
-        validate = None
+        val_feeds = None
         if validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError("validation_data must be a pair (x_val, y_val)")
             val_feeds = dict(zip(inputs, validation_data))
+        callbacks = list(callbacks)
+        if verbose:
 
-            def validate() -> dict[str, float]:
-                values = self.eval([loss_name, *shown.values()], val_feeds)
-                return {"val_loss": float(values[loss_name])} | {f"val_{k}": float(values[t]) for k, t in shown.items()}
-
-        def report(epoch: int, logs) -> None:
-            if verbose:
+            def report(epoch: int, logs) -> None:
                 print(f"epoch {epoch}/{epochs}: " + "  ".join(f"{k} {v:.6g}" for k, v in logs.items()), flush=True)
 
-        runner = EpochRunner(self, callbacks, validate, report)
-        runner.begin()
-        self.train(
-            dict(zip(inputs, (x, y))),
-            loss=loss_name,
-            optimizer=optimizer,
-            batch_size=batch_size,
-            epochs=epochs,
-            shuffle=shuffle,
-            callback=runner.step_hook,
-            on_epoch_end=runner.epoch_hook,
-        )
-        runner.end()
+            callbacks.insert(0, LambdaCallback(on_epoch_end=report))
+        _, runner = self._run_with_callbacks(
+            dict(zip(inputs, (x, y))), loss_name, optimizer, batch_size, epochs, None, shuffle, None, None, False,
+            None, None, callbacks, val_feeds, metrics,
+        )  # fmt: skip
         if verbose and runner.stop_reason():
             print(runner.stop_reason(), flush=True)
         return runner.history
