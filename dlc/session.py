@@ -21,21 +21,36 @@ from typing import Any
 
 import numpy as np
 
-from dlc.runtime.manifest import LR
+from dlc.runtime.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from dlc.runtime.errors import DataError
+from dlc.runtime.manifest import LR, leaf_shapes
+from dlc.runtime.optimizers import from_record, optimizer_record
 from dlc.runtime.training import RunPosition
 
+from . import debug
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import Callback, EpochRunner, LambdaCallback
 from .data import Data, example_inputs
+from .deferred import GLDeferredSteps
+from .distributed import ParallelStep
 from .errors import DlcError, TrainingDiverged, did_you_mean
+from .eval_plan import EvalPlan, outputs_for
 from .feeds import prepare
+from .generate import LOGITS, check_model, generate
 from .metrics import metric_tensors
 from .optimizers import SGD, Optimizer
-from .text import TextData
+from .optional import require
+from .text import TOKENS, TextData
 from .training import Callback as StepCallback
 from .training import schedule, train_feeds, train_loop
+from .weights import checked_params, load_npz, save_npz
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
+
+
+def _compiler(module: str):
+    """dlc.compiler.MODULE, imported on first use: a session over an artifact never needs it."""
+    return require(f"dlc.compiler.{module}")
 
 
 def _seeds_style(method: Callable) -> Callable:
@@ -53,8 +68,7 @@ def _seeds_style(method: Callable) -> Callable:
             ):
                 if self._artifact is not None:
                     raise DlcError(f"{self.model.path}: a compiled artifact has no dlc.Tensor to {method.__name__}")
-                from . import seeds
-
+                seeds = require("dlc.seeds")  # the seeds' eager API: the compiler, on first use
                 return getattr(seeds, f"{method.__name__}_seeds")(self, *args, **kwargs)
         return method(self, *args, **kwargs)
 
@@ -67,9 +81,7 @@ def _open_model(model: Any) -> Any:
     if isinstance(model, (str, os.PathLike)):
         if is_artifact(model):
             return ArtifactModel(model)
-        from .model import compile
-
-        return compile(model)
+        return require("dlc.model").compile(model)
     if hasattr(model, "build") and not hasattr(model, "graph"):
         return model.build()  # a dlc.Graph
     return model
@@ -118,8 +130,6 @@ class Session:
                         f"{model.path} was compiled for the {model.target} target, not "
                         f"{target} (recompile it with --target {target})"
                     )
-                from . import debug
-
                 backend = ArtifactBackend(model.path, hook=debug.gl_hook)
                 target = None
             elif not isinstance(backend, ArtifactBackend):
@@ -131,15 +141,12 @@ class Session:
             )
         self.model = model
         if self.freeze:  # checked now: a pattern matching no param is a typo
-            from dlc.compiler.train_graph import frozen_params
-
-            frozen_params(model.graph, self.freeze)
+            _compiler("train_graph").frozen_params(model.graph, self.freeze)
         self.backend = self._make_backend(backend, target)
         # The artifact's backend answers what a model's graph answers elsewhere.
         self._artifact: ArtifactBackend | None = self.backend if isinstance(self.backend, ArtifactBackend) else None
         if self._artifact is None:
-            from dlc.compiler.initializers import initial_value
-
+            initial_value = _compiler("initializers").initial_value
             graph = model.graph
             for name in (*graph.params, *graph.states):  # model state starts at its init, as params do
                 node = graph.node(name)
@@ -178,9 +185,7 @@ class Session:
     def _make_backend(backend: Any, target: str | None):
         if isinstance(backend, ArtifactBackend):
             return backend
-        from .backends import make_backend
-
-        return make_backend(backend, target)
+        return require("dlc.backends").make_backend(backend, target)  # the compiler: not over an artifact
 
     # -- the model's names -----------------------------------------------------------------
     @property
@@ -218,9 +223,7 @@ class Session:
         """
         if self._artifact is not None:
             return self._artifact.eval_plan(list(names))[2]
-        from dlc.compiler.reference import leaf_inputs
-
-        return set(leaf_inputs(self.model.graph, self._roots(names)))
+        return set(_compiler("reference").leaf_inputs(self.model.graph, self._roots(names)))
 
     # -- params ----------------------------------------------------------------
     @property
@@ -238,8 +241,6 @@ class Session:
 
         >>> sess.set_params({"a": 3.0, "b": 2.0})
         """
-        from .weights import checked_params
-
         for name, v in checked_params(values, self.model.params).items():
             self.backend.set_leaf(name, v)
 
@@ -264,8 +265,6 @@ class Session:
 
         >>> sess.set_states(other_sess.states)
         """
-        from .weights import checked_params
-
         for name, v in checked_params(values, self._model_states()).items():
             self.backend.set_leaf(name, v)
 
@@ -276,8 +275,6 @@ class Session:
 
         >>> sess.save("quadratic.weights.npz")
         """
-        from .weights import save_npz
-
         save_npz(path, {**self.params, **self.states})
 
     def load(self, path: str | os.PathLike) -> None:
@@ -288,10 +285,6 @@ class Session:
 
         >>> sess.load("quadratic.weights.npz")
         """
-        from dlc.runtime.errors import DataError
-
-        from .weights import checked_params, load_npz
-
         states = self._model_states()
         values = load_npz(path)
         missing = [k for k in self.model.params if k not in values]
@@ -320,9 +313,7 @@ class Session:
         """The model's graph as eval runs it: dropout the identity, batch_norm by its running
         statistics, no train branch computed (compiler/modes.py)."""
         if self._eval_graph is None:
-            from dlc.compiler.modes import eval_form
-
-            self._eval_graph = eval_form(self.model.graph)
+            self._eval_graph = _compiler("modes").eval_form(self.model.graph)
         return self._eval_graph
 
     @_seeds_style
@@ -353,8 +344,6 @@ class Session:
             key = tuple(feeds)
             fetches = self._default_fetches.get(key)
             if fetches is None:
-                from .eval_plan import outputs_for
-
                 fetches = self._default_fetches[key] = outputs_for(self, key)
         return self.eval(fetches, feeds)
 
@@ -409,8 +398,6 @@ class Session:
         """The prepared eval of `names` (dlc/eval_plan.py), made on first use."""
         plan = self._eval_plans.get(names)
         if plan is None:
-            from .eval_plan import EvalPlan
-
             if len(self._eval_plans) >= 64:  # fetch lists made on the fly: keep few
                 self._eval_plans.clear()
             plan = self._eval_plans[names] = EvalPlan(self, names)
@@ -440,17 +427,15 @@ class Session:
         >>> sess.gradients(dict(np.load("samples/data/quadratic.npz")))["a"]
         """
         self._needs_graph("gradients()")
-        from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
-        from dlc.compiler.reference import leaf_inputs
-        from dlc.compiler.simplify import simplify
-
+        autodiff = _compiler("autodiff")
         graph = self.model.graph
-        loss = resolve_loss(graph, loss)
+        loss = autodiff.resolve_loss(graph, loss)
         if loss not in self._grad_graphs:
-            self._grad_graphs[loss] = simplify(differentiate(graph, loss)[0])
+            self._grad_graphs[loss] = _compiler("simplify").simplify(autodiff.differentiate(graph, loss)[0])
         gg = self._grad_graphs[loss]
-        roots = [gg.names[grad_name(p)] for p in graph.params]
-        arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(gg, roots), self.model.input_dtypes)
+        roots = [gg.names[autodiff.grad_name(p)] for p in graph.params]
+        needed = _compiler("reference").leaf_inputs(gg, roots)
+        arrays, dims = prepare(self.model.inputs, feeds, needed, self.model.input_dtypes)
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
@@ -465,20 +450,17 @@ class Session:
     def _train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None):
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
         self._needs_graph("train_graph()")
-        from dlc.compiler.autodiff import resolve_loss
-        from dlc.compiler.train_graph import build_train_graph
-
-        loss = resolve_loss(self.model.graph, loss)
+        loss = _compiler("autodiff").resolve_loss(self.model.graph, loss)
         optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
         if key not in self._train_graphs:
-            self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer, self.freeze)
+            build = _compiler("train_graph").build_train_graph
+            self._train_graphs[key] = build(self.model.graph, loss, optimizer, self.freeze)
         return self._train_graphs[key]
 
     def _init_state(self, graph, optimizer: Optimizer) -> None:
         """Optimizer state starts at its init for a new optimizer object, then persists."""
-        from dlc.compiler.initializers import initial_value
-
+        initial_value = _compiler("initializers").initial_value
         if optimizer is not self._optimizer:
             if optimizer.config() == self._restored_config:  # a restored state goes on
                 self._optimizer = optimizer
@@ -656,8 +638,7 @@ class Session:
                 (value,) = self.backend.step(program, [loss_node], batch, bdims)
                 return float(value)
         else:
-            from dlc.compiler.reference import leaf_inputs
-
+            leaf_inputs = _compiler("reference").leaf_inputs
             optimizer = self.optimizer(optimizer)
             if self.parallel is not None:
                 parallel = self._parallel_step(loss, optimizer)
@@ -688,11 +669,11 @@ class Session:
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
         if resident:
             # The data goes to the GPU once; each step uploads only its rows' indices.
-            from dlc.compiler.resident import IDX, data_name, resident_graph
-
+            resident_module = _compiler("resident")
+            IDX, data_name = resident_module.IDX, resident_module.data_name
             key = (program.losses[0], optimizer.config(), dims[dim])
             if key not in self._resident_graphs:
-                self._resident_graphs[key] = resident_graph(program, list(arrays), dim, dims[dim])
+                self._resident_graphs[key] = resident_module.resident_graph(program, list(arrays), dim, dims[dim])
             program = self._resident_graphs[key]
             loss_node = program.names[program.losses[0]]
             for name, v in arrays.items():
@@ -709,8 +690,6 @@ class Session:
             and self.loss_read_steps > 1
             and hasattr(self.backend, "step_into")
         ):
-            from .deferred import GLDeferredSteps
-
             deferred = GLDeferredSteps(
                 self.backend,
                 program,
@@ -775,9 +754,6 @@ class Session:
             vocab = dlc.text.Vocab.load("gpt.vocab.json")
             print(sess.generate("ROMEO:", 200, vocab=vocab, temperature=0.8, top_k=40))
         """
-        from .generate import LOGITS, check_model, generate
-        from .text import TOKENS
-
         check_model(self.model.inputs, self.model.tensors)
         as_text = isinstance(prompt, str)
         if as_text and vocab is None:
@@ -891,8 +867,6 @@ class Session:
     def _parallel_step(self, loss: str | None, optimizer: Optimizer):
         """The data-parallel step over `self.parallel`'s ranks for (loss, optimizer): the
         gradients of this rank's shard, all-reduced, then the update (dlc/distributed.py)."""
-        from .distributed import ParallelStep
-
         key = (loss, optimizer.config())
         if key not in self._parallel_steps:
             self._parallel_steps[key] = ParallelStep(self, loss, optimizer)
@@ -971,8 +945,6 @@ class Session:
 
         >>> sess.checkpoint().params["a"]
         """
-        from dlc.runtime.checkpoint import Checkpoint
-
         run = self._run
         rng_state = run.rng_state if run is not None and run.rng_state is not None else self._rng.bit_generator.state
         if run is not None:
@@ -990,8 +962,6 @@ class Session:
 
         >>> sess.save_checkpoint("ck.npz")
         """
-        from dlc.runtime.checkpoint import write_checkpoint
-
         write_checkpoint(path, self.checkpoint())
 
     def restore(self, path: str | os.PathLike) -> None:
@@ -1002,8 +972,6 @@ class Session:
 
         >>> sess.restore("ck.npz"); sess.train(data, epochs=10, resume=True)
         """
-        from dlc.runtime.checkpoint import read_checkpoint
-
         path = os.fspath(path)
         ckpt = read_checkpoint(path)
         optimizer = self._check_checkpoint(path, ckpt)
@@ -1019,14 +987,10 @@ class Session:
     def _state_names(self) -> list[str]:
         """The optimizer state the backend holds (moments, the step counter)."""
         if self._artifact is not None:
-            from dlc.runtime.manifest import leaf_shapes
-
             return list(leaf_shapes(self._artifact.runner.manifest)[1])
         return sorted(self._state_ready)
 
     def _optimizer_record(self) -> dict | None:
-        from dlc.runtime.optimizers import optimizer_record
-
         if self._artifact is not None:
             return dict(self.model.optimizer) if self.model.optimizer else None
         return optimizer_record(self._optimizer) if self._optimizer is not None else None
@@ -1034,9 +998,6 @@ class Session:
     def _check_checkpoint(self, path: str, ckpt) -> Optimizer | None:
         """The checkpoint's optimizer, once the checkpoint is known to fit this model (its
         params, names and shapes) and its optimizer state to fit that optimizer."""
-        from dlc.runtime.errors import DataError
-        from dlc.runtime.optimizers import from_record
-
         mine = {n: tuple(s) for n, s in self.model.params.items()}
         theirs = {n: tuple(v.shape) for n, v in ckpt.params.items()}
         if mine != theirs:
