@@ -14,7 +14,7 @@ from ..optimizers import make as make_optimizer
 from ..optional import require
 from ..runtime.errors import UsageError
 from .models import default_artifact_path, open_model, train_loss
-from .options import DEFAULT_OPTIMIZER, add_optimizer, add_output, add_train_loss, positive_int
+from .options import DEFAULT_OPTIMIZER, add_batch_size, add_optimizer, add_output, add_target, add_train_loss
 
 STAGES = STAGE_NAMES  # the compiler's stages, in order
 EMIT_CHOICES = (*STAGES, "ir", "glsl", "dot")  # then the older --emit names
@@ -51,11 +51,10 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     )
     add_train_loss(c, "add the training step for LOSS (default: the model's first loss)")
     add_optimizer(c, f"optimizer of the training step (default: {DEFAULT_OPTIMIZER}); needs --train")
-    c.add_argument("--batch-size", type=positive_int, metavar="N", help="plan for batches of N examples")
-    c.add_argument(
-        "--target",
-        choices=("compute", "texture"),
-        help="shaders to write: compute (GLSL 4.30 compute shaders) or texture "
+    add_batch_size(c, "plan for batches of N examples")
+    add_target(
+        c,
+        "shaders to write: compute (GLSL 4.30 compute shaders) or texture "
         "(GLSL 3.30 fragment shaders); default: DLC_TARGET, else compute",
     )
 

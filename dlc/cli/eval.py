@@ -13,7 +13,17 @@ from ..report import describe_array
 from ..runtime.errors import UsageError
 from ..weights import save_npz
 from .models import announce_run, check_names, needed_inputs, open_model, open_session, weights_text
-from .options import add_backend, add_debug_kernels, add_model, add_seed, add_target, apply_target, positive_int
+from .options import (
+    add_backend,
+    add_batch_size,
+    add_data,
+    add_debug_kernels,
+    add_model,
+    add_seed,
+    add_target,
+    add_weights,
+    apply_target,
+)
 
 DESCRIPTION = (
     "Evaluate named tensors over a data file. Prints each scalar fetch (its mean "
@@ -31,15 +41,13 @@ EPILOG = (
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     add_model(c)
-    c.add_argument("--data", required=True, metavar="FILE", help="input data: .npz or .csv")
+    add_data(c, "input data: .npz or .csv")
     c.add_argument(
         "--fetch", required=True, metavar="NAME[,NAME...]", help="named tensors to evaluate, separated by commas"
     )
-    c.add_argument("--weights", metavar="W.npz", help="params to use (default: the initial params for --seed)")
+    add_weights(c, "params to use (default: the initial params for --seed)")
     c.add_argument("--out", metavar="OUT.npz", help="save every fetch to this .npz")
-    c.add_argument(
-        "--batch-size", type=positive_int, metavar="N", help="evaluate N examples at a time (default: all at once)"
-    )
+    add_batch_size(c, "evaluate N examples at a time (default: all at once)")
     add_backend(c, "gl or numpy; default: gl when an OpenGL context can be made, else numpy")
     add_seed(c, "seed of the initial params when no --weights are given (default: 0)")
     add_target(c)

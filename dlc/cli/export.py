@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..web import export_web
-from .options import add_loss, add_lr, add_model, add_optimizer, add_seed, add_vocab
+from .options import add_loss, add_lr, add_model, add_optimizer, add_seed, add_vocab, add_weights
 
 DESCRIPTION = (
     "Write a folder a browser runs: index.html, the JavaScript runtime dlc.js, "
@@ -20,7 +20,7 @@ EPILOG = (
 def add_arguments(c: argparse.ArgumentParser) -> None:
     add_model(c)
     c.add_argument("--web", required=True, metavar="DIR", help="the folder to write (replaced if it is an export)")
-    c.add_argument("--weights", metavar="W.npz", help="the params (default: the artifact's, or drawn with --seed)")
+    add_weights(c, "the params (default: the artifact's, or drawn with --seed)")
     add_loss(c, "the loss the training step minimizes (default: the first)")
     add_optimizer(c, "the optimizer compiled in (default: sgd)")
     add_lr(c, "its learning rate (default: the optimizer's)")

@@ -7,7 +7,17 @@ import argparse
 from .. import text as text_data
 from ..runtime.errors import UsageError
 from .models import open_model, open_session
-from .options import add_backend, add_block, add_model, add_seed, add_target, add_vocab, apply_target, positive_int
+from .options import (
+    add_backend,
+    add_block,
+    add_model,
+    add_seed,
+    add_target,
+    add_vocab,
+    add_weights,
+    apply_target,
+    positive_int,
+)
 
 DESCRIPTION = (
     "Continue a prompt with characters sampled from the model's `logits` "
@@ -24,7 +34,7 @@ EPILOG = (
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     add_model(c)
-    c.add_argument("--weights", required=True, metavar="W.npz", help="the trained params (and W.vocab.json beside)")
+    add_weights(c, "the trained params (and W.vocab.json beside)", required=True)
     add_vocab(c, "the vocabulary file (default: beside the weights)")
     c.add_argument("--prompt", default="\n", metavar="TEXT", help="the text to continue (default: a newline)")
     c.add_argument("--tokens", type=int, default=500, metavar="N", help="characters to generate (default: 500)")

@@ -66,6 +66,18 @@ def add_model(c: argparse.ArgumentParser, metavar: str = "MODEL", help: str = MO
     c.add_argument("model", metavar=metavar, help=help)
 
 
+def add_data(c: argparse.ArgumentParser, help: str) -> None:
+    c.add_argument("--data", required=True, metavar="FILE", help=help)
+
+
+def add_weights(c: argparse.ArgumentParser, help: str, required: bool = False) -> None:
+    c.add_argument("--weights", required=required, metavar="W.npz", help=help)
+
+
+def add_batch_size(c: argparse.ArgumentParser, help: str, default: int | None = None) -> None:
+    c.add_argument("--batch-size", type=positive_int, default=default, metavar="N", help=help)
+
+
 def add_backend(c: argparse.ArgumentParser, help: str) -> None:
     c.add_argument("--backend", choices=("gl", "numpy"), help=help)
 
@@ -116,7 +128,7 @@ def add_output(c: argparse.ArgumentParser, metavar: str, help: str, required: bo
 
 
 def add_training_length(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--batch-size", type=positive_int, default=32, metavar="N", help="examples per step (default: 32)")
+    add_batch_size(c, "examples per step (default: 32)", default=32)
     g = c.add_mutually_exclusive_group()
     g.add_argument("--epochs", type=positive_int, metavar="N", help="passes over the data (default: 1)")
     g.add_argument("--steps", type=positive_int, metavar="N", help="train for N steps instead, cycling over the data")

@@ -36,6 +36,7 @@ from .options import (
     add_backend,
     add_block,
     add_checkpoints,
+    add_data,
     add_debug_kernels,
     add_freeze,
     add_loss,
@@ -72,7 +73,7 @@ EPILOG = (
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     add_model(c)
-    c.add_argument("--data", required=True, metavar="FILE", help="training data: .npz or .csv")
+    add_data(c, "training data: .npz or .csv")
     add_loss(c, "the loss to minimize (default: the first)")
     add_optimizer(c, f"{' | '.join(OPTIMIZERS)} (default: {DEFAULT_OPTIMIZER})", metavar="NAME")
     add_lr(c, "learning rate (default: the optimizer's)")
