@@ -214,6 +214,8 @@ def _train(args: argparse.Namespace, world) -> int:
                 )
             except TrainingDiverged as e:  # the session has put back the last finite params
                 diverged = e
+            finally:
+                progress.close()  # (its on_train_end did, unless the run failed: no bar left behind)
             interrupted = stop.stopped(session)
             if not lead:
                 return stop.exit_code if interrupted else 1 if diverged else 0
