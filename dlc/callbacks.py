@@ -362,6 +362,11 @@ class StepLog(Callback):
         return None
 
     def columns(self) -> list[str]:
+        """The CSV's columns: step, epoch, loss, then the validation logs' keys.
+
+        >>> log.columns()
+        ['step', 'epoch', 'loss', 'val_loss']
+        """
         return ["step", "epoch", "loss", *self.params.get("val_keys", ())]
 
 
@@ -396,6 +401,10 @@ class CSVLogger(_FileWriter):
     what = "the training log"
 
     def write(self) -> None:
+        """Write the rows so far (on_train_end does it).
+
+        >>> logger.write()
+        """
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         cols = self.columns()
@@ -427,6 +436,10 @@ class Plot(_FileWriter):
         super().__init__(path, on_error)
 
     def write(self) -> None:
+        """Draw the rows so far (on_train_end does it).
+
+        >>> plot.write()
+        """
         matplotlib = require("matplotlib", extra="plot")
         matplotlib.use("Agg")
         plt = require("matplotlib.pyplot", extra="plot")
@@ -490,13 +503,20 @@ class Progress(Callback):
         self.close()
 
     def message(self, text: str) -> None:
-        """A line above the bar (in sequence with the plain lines; before the run, as it is)."""
+        """A line above the bar (in sequence with the plain lines; before the run, as it is).
+
+        >>> progress.message("resuming from step 40")
+        """
         if self.bar is not None:
             self.bar.message(text)
         else:
             print(text, file=self.stream or sys.stdout, flush=True)
 
     def close(self) -> None:
+        """Stop the bar (on_train_end does it; again is nothing).
+
+        >>> progress.close()
+        """
         if self.bar is not None:
             self.elapsed = self.bar.elapsed
             self.bar.close()
@@ -561,13 +581,20 @@ class StopOnSignal(Callback):
         )
 
     def stopped(self, session) -> bool:
-        """Whether the run stops (in a data-parallel run: whether any rank asked)."""
+        """Whether the run stops (in a data-parallel run: whether any rank asked).
+
+        >>> stop.stopped(sess)
+        False
+        """
         world = getattr(session, "parallel", None)
         return world.stopping if world is not None else self.stop
 
     @property
     def exit_code(self) -> int:
-        """128 + the signal's number, as a shell reports a process it stopped (130: Ctrl-C)."""
+        """128 + the signal's number, as a shell reports a process it stopped (130: Ctrl-C).
+
+        >>> sys.exit(stop.exit_code if stop.stop else 0)
+        """
         return 128 + self.signal if self.signal is not None else EXIT_INTERRUPTED
 
     def on_train_begin(self, session) -> None:
