@@ -589,15 +589,20 @@ class Session:
                 go_on = False
             return go_on
 
+        # Hooks only where something listens: an epoch hook makes GL read the losses at each
+        # epoch's end, cutting the deferred windows short.
+        listening = bool(runner.callbacks) or runner.validate is not None
+        steps_hook = step_hook if listening or callback is not None else None
+        epochs_hook = epoch_hook if listening or on_epoch_end is not None else None
         try:
             if isinstance(feeds, TextData):
                 losses = self._train_text(
-                    feeds, loss, optimizer, batch_size, epochs, steps, step_hook, resume, checkpoint,
+                    feeds, loss, optimizer, batch_size, epochs, steps, steps_hook, resume, checkpoint,
                     checkpoint_every, begin,
                 )  # fmt: skip
             else:
                 losses = self._train_arrays(
-                    feeds, loss, optimizer, batch_size, epochs, steps, shuffle, step_hook, epoch_hook, resume,
+                    feeds, loss, optimizer, batch_size, epochs, steps, shuffle, steps_hook, epochs_hook, resume,
                     checkpoint, checkpoint_every, begin,
                 )  # fmt: skip
         except TrainingDiverged:  # the params are the last finite step's: callbacks end with those
