@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 
 from .. import optimizers, train_recipe, workers
 from .. import text as text_data
@@ -108,6 +109,23 @@ def run(args: argparse.Namespace) -> int:
         return _train(args, world)
 
 
+def _training_data(args: argparse.Namespace, t, needs: Callable[[list[str]], set[str]], loss: str, val_names):
+    """(the training data, the validation data or None, the TextData of a .txt corpus or None),
+    each checked whole against the model before any step; `needs(names)`: the inputs that
+    fetching `names` reads."""
+    if args.data.lower().endswith(".txt"):  # a corpus: random windows, its last 10% held out
+        if not args.steps or args.val:
+            raise UsageError("training on text draws random windows: give --steps N (its last 10% is the val data)")
+        text, val = text_data.for_model(args.data, t.inputs, t.input_dtypes, args.block, args.batch_size, args.seed)
+        return text_data.TextRun(text), val, text
+    for flag, given in (("--metric", args.metric), ("--early-stop", args.early_stop), ("--keep-best", args.keep_best)):
+        if given and not args.val:
+            raise UsageError(f"{flag} works on the validation data: give --val FILE")
+    data = load_data(args.data, t.inputs, needs([loss]), t.input_dtypes)
+    val = load_data(args.val, t.inputs, needs(val_names), t.input_dtypes) if args.val else None
+    return data, val, None
+
+
 def _train(args: argparse.Namespace, world) -> int:
     apply_target(args)
     if args.resume and args.init:
@@ -125,22 +143,7 @@ def _train(args: argparse.Namespace, world) -> int:
     # Metrics (`accuracy`, `metric.*`, --metric) are reported with the val loss, as Keras's are.
     metrics = metric_tensors(t, args.metric)
     val_names = [loss, *metrics.values()]
-    text = None
-    if args.data.lower().endswith(".txt"):  # a corpus: random windows, its last 10% held out
-        if not args.steps or args.val:
-            raise UsageError("training on text draws random windows: give --steps N (its last 10% is the val data)")
-        text, val = text_data.for_model(args.data, t.inputs, t.input_dtypes, args.block, args.batch_size, args.seed)
-        data = text_data.TextRun(text)
-    else:
-        for flag, given in (
-            ("--metric", args.metric),
-            ("--early-stop", args.early_stop),
-            ("--keep-best", args.keep_best),
-        ):
-            if given and not args.val:
-                raise UsageError(f"{flag} works on the validation data: give --val FILE")
-        data = load_data(args.data, t.inputs, needed_inputs(t, [loss], session), t.input_dtypes)
-        val = load_data(args.val, t.inputs, needed_inputs(t, val_names, session), t.input_dtypes) if args.val else None
+    data, val, text = _training_data(args, t, lambda names: needed_inputs(t, names, session), loss, val_names)
     file_errors: list[str] = []  # --log and --plot files that could not be written
 
     def file_error(flag: str, path: str):
