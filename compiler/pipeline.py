@@ -49,7 +49,7 @@ class CompiledProgram:
 
 @dataclass(frozen=True)
 class Options:
-    """How to compile a model: the training step (`optimizer`, a `dlc.optimizers` object, or
+    """How to compile a model: the training step (`optimizer`, a `dlc.runtime.optimizers` object, or
     None for no training step; `train_loss`, None for the model's first loss), the batch size the storage plan
     is made for, codegen options (`CodegenOptions`; a mapping such as `{"nan_flags": True}` is
     turned into one), and `verify`: check every

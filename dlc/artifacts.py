@@ -15,7 +15,7 @@ def load(path: str | os.PathLike, seed: int = 0, backend: str | None = None) -> 
     >>> sess = dlc.load("mlp_digits.dlc/")  # after `dlc compile samples/mlp_digits.dl --train`
     """
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))):
-        from .errors import DataError
+        from .runtime.errors import DataError
 
         raise DataError(f"{path} is not a dlc artifact: it has no manifest.json")
     return Session(path, backend=backend, seed=seed)

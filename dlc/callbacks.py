@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .errors import DlcError
+from .runtime.errors import DlcError
 
 __all__ = ["Callback", "EarlyStopping", "ModelCheckpoint", "LambdaCallback", "History", "EpochRunner"]
 
@@ -67,7 +67,7 @@ def _better(mode: str, monitor: str) -> Callable[[float, float, float], bool]:
 
 def _monitored(logs: Mapping[str, float], monitor: str, who: str) -> float:
     if monitor not in logs:
-        from .errors import did_you_mean
+        from .runtime.errors import did_you_mean
 
         hint = did_you_mean(monitor, logs)
         why = " (give validation data for val_ values)" if monitor.startswith("val_") else ""

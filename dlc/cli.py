@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import __version__, optimizers, train_recipe, workers
+from . import __version__, train_recipe, workers
 from . import text as text_data
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import EarlyStopping, EpochRunner, ModelCheckpoint
-from .errors import DataError, DlcError, TrainingDiverged, did_you_mean
 from .metrics import metric_tensors
-from .runtime.errors import UsageError
+from .runtime import optimizers
+from .runtime.errors import DataError, DlcError, TrainingDiverged, UsageError, did_you_mean
 from .runtime.manifest_files import read_artifact
+from .runtime.training import steps_per_epoch
+from .runtime.weights import write_atomic
 from .stdout_guard import guard_stdout
-from .training import steps_per_epoch
-from .weights import write_atomic
 
 OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # names, in the order --help lists them
 DEFAULT_OPTIMIZER = "sgd"  # the seeds' optimizer; --lr picks the step size
@@ -370,7 +370,7 @@ def parse_fetch(text: str) -> list[str]:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .data import load_data
     from .report import describe_array
-    from .weights import save_npz
+    from .runtime.weights import save_npz
 
     names = parse_fetch(args.fetch)
     _apply_target(args)
@@ -785,7 +785,7 @@ class CheckpointWriter:
 
     def write(self, session) -> None:
         from .runtime.checkpoint import checkpoint_arrays
-        from .weights import SaveFailed, save_or_rescue
+        from .runtime.weights import SaveFailed, save_or_rescue
 
         try:
             written, why = save_or_rescue(self.path, checkpoint_arrays(session.checkpoint()), "the checkpoint")
@@ -814,7 +814,7 @@ class CheckpointWriter:
 def _save_weights(session, path: str, checkpoints: CheckpointWriter) -> tuple[str | None, str | None]:
     """(where the params went, an error to report): `path`, or a fallback when `path` cannot
     be written; (None, how to keep them) when nothing can be."""
-    from .weights import SaveFailed, save_or_rescue
+    from .runtime.weights import SaveFailed, save_or_rescue
 
     try:
         saved, why = save_or_rescue(path, {**session.params, **session.states}, "the trained params")

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import Loc, RuntimeFailure, format_shape
+from .runtime.errors import Loc, RuntimeFailure, format_shape
 
 log = logging.getLogger("dlc.debug")
 

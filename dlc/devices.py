@@ -99,7 +99,7 @@ class GLDevice:
         self.gl_device = default_device()
         self.context = self.gl_device.context
         if not self.context.has_compute:  # eager kernels are compute shaders only
-            from dlc.errors import RuntimeFailure
+            from dlc.runtime.errors import RuntimeFailure
 
             raise RuntimeFailure(
                 f"eager arrays on gl need compute shaders; this OpenGL ({self.context.version}) has none"

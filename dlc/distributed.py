@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DlcError, RuntimeFailure
+from .runtime.errors import DlcError, RuntimeFailure
 from .runtime.manifest import LR
 from .runtime.version import __version__
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .errors import DlcError
-from .feeds import prepare
+from .runtime.errors import DlcError
+from .runtime.feeds import prepare
 
 _FLOAT32 = np.dtype(np.float32)
 _INT32 = np.dtype(np.int32)

@@ -30,8 +30,8 @@ from dlc.compiler.initializers import INITIALIZERS, default_init
 from dlc.compiler.ir import Shape, format_graph
 from dlc.runtime.dims import product as dim_product
 
-from .errors import CompileError, Loc
 from .model import Model
+from .runtime.errors import CompileError, Loc
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE_ROOT = os.path.dirname(_HERE)

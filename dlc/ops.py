@@ -43,8 +43,8 @@ from dlc.runtime import dims as dim_algebra
 
 from . import debug
 from .devices import Device, get_device
-from .errors import CompileError
 from .graph import SEED_ALIASES, _call_site, bind_args
+from .runtime.errors import CompileError
 
 # Functions made of elementwise ops alone: they may run over a flat symbolic length. The
 # language's functions that are elementwise registry ops, and clip (maximum of minimum).

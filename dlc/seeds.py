@@ -35,9 +35,9 @@ from dlc.compiler.reference import leaf_inputs
 from dlc.compiler.train_graph import build_train_graph
 from dlc.compiler.unroll import COST, COST_SUM, cost_as_loss, unroll
 
-from .errors import DataError, format_shape
-from .feeds import as_element_type, bind_dims
 from .graph import Tensor
+from .runtime.errors import DataError, format_shape
+from .runtime.feeds import as_element_type, bind_dims
 
 
 class CostReduction(enum.Enum):

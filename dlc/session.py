@@ -25,11 +25,11 @@ from dlc.runtime.manifest import LR
 from dlc.runtime.training import RunPosition
 
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
-from .errors import DlcError, did_you_mean
-from .feeds import prepare
-from .optimizers import SGD, Optimizer
+from .runtime.errors import DlcError, did_you_mean
+from .runtime.feeds import prepare
+from .runtime.optimizers import SGD, Optimizer
+from .runtime.training import Callback, schedule, train_feeds, train_loop
 from .text import TextData
-from .training import Callback, schedule, train_feeds, train_loop
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
@@ -234,7 +234,7 @@ class Session:
 
         >>> sess.set_params({"a": 3.0, "b": 2.0})
         """
-        from .weights import checked_params
+        from .runtime.weights import checked_params
 
         for name, v in checked_params(values, self.model.params).items():
             self.backend.set_leaf(name, v)
@@ -260,7 +260,7 @@ class Session:
 
         >>> sess.set_states(other_sess.states)
         """
-        from .weights import checked_params
+        from .runtime.weights import checked_params
 
         for name, v in checked_params(values, self._model_states()).items():
             self.backend.set_leaf(name, v)
@@ -272,7 +272,7 @@ class Session:
 
         >>> sess.save("quadratic.weights.npz")
         """
-        from .weights import save_npz
+        from .runtime.weights import save_npz
 
         save_npz(path, {**self.params, **self.states})
 
@@ -286,7 +286,7 @@ class Session:
         """
         from dlc.runtime.errors import DataError
 
-        from .weights import checked_params, load_npz
+        from .runtime.weights import checked_params, load_npz
 
         states = self._model_states()
         values = load_npz(path)
@@ -486,7 +486,7 @@ class Session:
         at every step. `callback(step, epoch, loss, batch_examples)` runs after
         each step (returning False stops), `on_epoch_end(epoch)` after each
         epoch (returning False stops there: early stopping, see `fit`). A NaN
-        or infinite loss raises dlc.errors.TrainingDiverged with the params of
+        or infinite loss raises dlc.TrainingDiverged with the params of
         the last finite loss restored.
 
         Over an artifact the compiled training step runs: `loss` and `optimizer` default to the

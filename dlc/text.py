@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from .runtime.errors import DataError
 
 TOKENS, TARGETS = "tokens", "targets"  # the inputs a language model declares
 MAX_TEXT_BYTES = 1 << 31  # a corpus is read whole: refuse more than 2 GiB
@@ -77,7 +77,7 @@ class Vocab:
 
     # -- files -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        from .weights import write_atomic
+        from .runtime.weights import write_atomic
 
         record = {"format": "dlc-vocab", "kind": "chars", "chars": self.chars, "block": self.block}
         text = json.dumps(record, ensure_ascii=True)

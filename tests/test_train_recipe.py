@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import DlcError
 from dlc.runtime import schedules
+from dlc.runtime.errors import DlcError
 
 torch = pytest.importorskip("torch")
 
@@ -168,7 +168,7 @@ def test_bad_recipes_are_refused():
     with pytest.raises(DlcError, match="unknown learning-rate schedule"):
         schedules.from_config({"name": "exp"})
     with pytest.raises(DlcError, match="no weight decay"):
-        dlc.optimizers.make("sgd", weight_decay=0.1)
+        dlc.runtime.optimizers.make("sgd", weight_decay=0.1)
 
 
 @pytest.mark.gl

@@ -30,7 +30,7 @@ from importlib import resources
 
 import numpy as np
 
-from dlc.errors import DataError, DlcError
+from dlc.runtime.errors import DataError, DlcError
 
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"

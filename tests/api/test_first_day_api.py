@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import CompileError, DataError
+from dlc.runtime.errors import CompileError, DataError
 
 X = np.arange(2 * 5 * 7, dtype=np.float32).reshape(2, 5, 7)
 

@@ -98,7 +98,7 @@ def test_gather_gradient_owns_rows_or_chunks_of_columns(gl, rows, axis):
 
 def test_debug_mode_names_a_gather_index_out_of_range(gl):
     from dlc import debug
-    from dlc.errors import DlcError
+    from dlc.runtime.errors import DlcError
 
     m = dlc.compile("input t: i32[B, 3]\nparam w: [7, 2]\ny = gather(w, t) * 2\n")
     s = dlc.Session(m, backend="gl", target="compute")

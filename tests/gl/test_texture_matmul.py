@@ -13,7 +13,7 @@ from gl_helpers import fragment_compile_log, matmul_graph
 import dlc
 from dlc.compiler.artifact import programs
 from dlc.compiler.codegen import texture_matmul
-from dlc.errors import DlcError
+from dlc.runtime.errors import DlcError
 
 pytestmark = pytest.mark.gl
 

@@ -65,7 +65,7 @@ def test_describe_names_the_driver_and_backend(gl_context):
 
 def test_missing_egl_device_gives_no_context_and_one_line_reason():
     code = (
-        "from dlc.errors import RuntimeFailure\n"
+        "from dlc.runtime.errors import RuntimeFailure\n"
         "from dlc.runtime.context import get_context, has_context\n"
         "from dlc.runtime.info import describe\n"
         "print(has_context())\n"

@@ -17,7 +17,7 @@ import pytest
 
 import dlc
 from dlc.compiler.artifact import write_artifact
-from dlc.errors import DlcError
+from dlc.runtime.errors import DlcError
 from dlc.runtime.manifest import FORMAT, ArtifactError, parse, validate
 from dlc.runtime.manifest_files import read_artifact
 

@@ -14,8 +14,8 @@ import pytest
 
 import dlc
 from dlc.compiler.artifact import write_artifact
-from dlc.errors import DlcError
 from dlc.runtime import manifest_files
+from dlc.runtime.errors import DlcError
 from dlc.runtime.manifest import ArtifactError, parse, validate
 from dlc.runtime.manifest_files import read_artifact, read_named_files
 
