@@ -23,12 +23,12 @@ import numpy as np
 
 from . import __version__, train_recipe, workers
 from . import text as text_data
-from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
+from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import EarlyStopping, EpochRunner, ModelCheckpoint
 from .metrics import metric_tensors
 from .runtime import optimizers
+from .runtime.artifact.files import read_artifact
 from .runtime.errors import DataError, DlcError, TrainingDiverged, UsageError, did_you_mean
-from .runtime.manifest_files import read_artifact
 from .runtime.training import steps_per_epoch
 from .runtime.weights import write_atomic
 from .stdout_guard import guard_stdout
@@ -315,12 +315,12 @@ def _artifact_module():
     import importlib
 
     try:
-        artifact = importlib.import_module("dlc.compiler.artifact")
+        artifact = importlib.import_module("dlc.compiler.emit")
     except ModuleNotFoundError as e:
-        if e.name != "dlc.compiler.artifact":
+        if e.name != "dlc.compiler.emit":
             raise
         raise DlcError(
-            "this build of dlc has no GLSL compiler (dlc.compiler.artifact is missing): cannot write an artifact"
+            "this build of dlc has no GLSL compiler (dlc.compiler.emit is missing): cannot write an artifact"
         ) from None
     return artifact
 

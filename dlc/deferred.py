@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dlc.runtime.manifest import LR
+from dlc.runtime.artifact.manifest import LR
 
 STAGES = 2  # staged row buffers: one being read by queued steps while the next is written
 

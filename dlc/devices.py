@@ -78,7 +78,7 @@ class NumpyDevice:
 
 
 class GLDevice:
-    """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.gl_eager).
+    """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.backends.gl_eager).
     They live on the process's default GL device (`dlc.runtime.device`), whichever device
     sessions use: every call makes it current first.
 
@@ -141,10 +141,10 @@ class GLDevice:
 
 
 def _gl_eager() -> Any:
-    """dlc.gl_eager, imported on first use (it imports OpenGL)."""
+    """dlc.backends.gl_eager, imported on first use (it imports OpenGL)."""
     global _gl_eager_module
     if _gl_eager_module is None:
-        from . import gl_eager
+        from .backends import gl_eager
 
         _gl_eager_module = gl_eager
     return _gl_eager_module

@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from .runtime.artifact.manifest import LR
 from .runtime.errors import DlcError, RuntimeFailure
-from .runtime.manifest import LR
 from .runtime.version import __version__
 
 # Environment variables MPI launchers set for a process's rank among those of its node

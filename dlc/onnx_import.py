@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dlc.model import Model
+from .model import Model
 
 
 def import_onnx(

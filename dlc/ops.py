@@ -133,7 +133,7 @@ def _forget(kernel: Kernel) -> None:
     from .devices import _devices
 
     if "gl" in _devices:
-        from . import gl_eager
+        from .backends import gl_eager
 
         gl_eager.drop(kernel)
 

@@ -238,8 +238,8 @@ def memory() -> Memory:
 
         stats = program_cache_stats()
         programs, program_bytes, limit = stats["programs"], stats["bytes"], stats["limit"]
-    if "dlc.backend" in sys.modules:  # GL sessions over models and artifacts
-        from dlc.backend import live_gl_backends
+    if "dlc.backends.protocol" in sys.modules:  # GL sessions over models and artifacts
+        from .backends.protocol import live_gl_backends
 
         sessions = _sessions_memory(live_gl_backends())
     return Memory(

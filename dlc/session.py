@@ -1,4 +1,4 @@
-"""Session: the one driver. It runs a model on a `dlc.backend.Backend`, holds its params and
+"""Session: the one driver. It runs a model on a `dlc.backends.protocol.Backend`, holds its params and
 optimizer state, evaluates, computes gradients and trains (seed: deeplearn.js Session).
 
 Three backends: the NumPy reference and GL over a model (`dlc.Session(model, backend=...)`),
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from dlc.runtime.manifest import LR
+from dlc.runtime.artifact.manifest import LR
 from dlc.runtime.training import RunPosition
 
-from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
+from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .runtime.errors import DlcError, did_you_mean
 from .runtime.feeds import prepare
 from .runtime.optimizers import SGD, Optimizer
@@ -80,7 +80,7 @@ def _described(optimizer: Optimizer) -> str:
 class Session:
     """`Session(model, backend=None, seed=0, target=None)`: `model` a dlc.Model, a dlc.Graph,
     a .dl path or source, or an artifact folder; `backend` "gl", "numpy", None (gl when a
-    context can be made) or a `dlc.backend.Backend` object; `target` gl's "compute" or
+    context can be made) or a `dlc.backends.protocol.Backend` object; `target` gl's "compute" or
     "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
     start) and "numpy" runs its model.dl on the reference with its params. `freeze`: globs of
     param names (`h.*.attn.*`) that train() leaves as they are, as `frozen param` does.
@@ -174,7 +174,7 @@ class Session:
     def _make_backend(backend: Any, target: str | None):
         if isinstance(backend, ArtifactBackend):
             return backend
-        from .backends import make_backend
+        from .backends.reference import make_backend
 
         return make_backend(backend, target)
 
@@ -905,7 +905,7 @@ class Session:
     def _state_names(self) -> list[str]:
         """The optimizer state the backend holds (moments, the step counter)."""
         if self._artifact is not None:
-            from dlc.runtime.manifest import leaf_shapes
+            from dlc.runtime.artifact.manifest import leaf_shapes
 
             return list(leaf_shapes(self._artifact.runner.manifest)[1])
         return sorted(self._state_ready)
@@ -973,7 +973,7 @@ class Session:
 
     # -- resources -------------------------------------------------------------------------
     def memory(self) -> dict[str, tuple[int, int]]:
-        """(count, bytes) the backend holds, by kind (see `dlc.backend.Backend.memory`).
+        """(count, bytes) the backend holds, by kind (see `dlc.backends.protocol.Backend.memory`).
 
         >>> dlc.Session("samples/quadratic.dl", backend="numpy").memory()["params"]  # (count, bytes)
         (3, 12)

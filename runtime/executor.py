@@ -21,17 +21,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dlc.runtime import dims as dim_algebra
-from dlc.runtime.device import current_device, selected_device
-from dlc.runtime.elements import storage_floats
-from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
-from dlc.runtime.program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
-from dlc.runtime.readback import Readback
-from dlc.runtime.sizes import check_bound, check_kernel
-from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
-from dlc.runtime.storage import Buffer, OutOfMemory
-from dlc.runtime.sync import Fence
+from . import dims as dim_algebra
+from .device import current_device, selected_device
+from .elements import storage_floats
+from .errors import DataError, RuntimeFailure
+from .launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
+from .program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
+from .readback import Readback
+from .sizes import check_bound, check_kernel
+from .spec import FORMAT, Grid, Kernel, ProgramSpec
+from .storage import Buffer, OutOfMemory
+from .sync import Fence
 
 PERSISTENT = ("param", "state")
 _MISSING = object()

@@ -168,7 +168,7 @@ class _CurrentFast:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        from dlc.runtime.device import current_device
+        from .device import current_device
 
         return getattr(current_device().fast, name)
 

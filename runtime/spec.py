@@ -2,10 +2,10 @@
 
 The compiler (`compiler/pipeline.py` `program_spec`, `compiler/codegen/texture.py` `program`)
 builds a `ProgramSpec`; the executors (`runtime/executor.py`, `runtime/texture_executor.py`),
-the eager arrays (`dlc/gl_eager.py`) and debug mode (`dlc/debug.py`) read the same objects.
+the eager arrays (`dlc/backends/gl_eager.py`) and debug mode (`dlc/debug.py`) read the same objects.
 manifest.json holds each program in the JSON layout below; `to_json` / `from_json` here are
 the only code that writes or reads that layout (`manifest_json` writes a whole manifest,
-`runtime/manifest.py` validates a parsed one, then `programs_from_json` types its programs).
+`runtime/artifact/manifest.py` validates a parsed one, then `programs_from_json` types its programs).
 
     slots     the storage: kind (temp, input, param, state, const), sizes as products of a
               constant and symbolic dims, the leaf's name, a const's values
@@ -271,7 +271,7 @@ class ProgramSpec:
 
     @classmethod
     def from_json(cls, p: Mapping, name: str | None = None) -> ProgramSpec:
-        """The spec from its manifest.json layout (validated first: runtime/manifest.py)."""
+        """The spec from its manifest.json layout (validated first: runtime/artifact/manifest.py)."""
         return cls(
             name=p.get("name", name or "?"),
             dims=tuple(p["dims"]),

@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 
-from dlc.runtime.context import get_context
-from dlc.runtime.device import current_device
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import GL
-from dlc.runtime.storage import Buffer
+from .context import get_context
+from .device import current_device
+from .errors import RuntimeFailure
+from .gl import GL
+from .storage import Buffer
 
 _SIGNALED = (GL.GL_ALREADY_SIGNALED, GL.GL_CONDITION_SATISFIED)
 _POLL_SLEEP_S = 0.0002  # between polls once a few bare yields did not suffice

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlc.runtime.context import get_context
-from dlc.runtime.elements import storage_floats
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import GL
-from dlc.runtime.program import ShaderError, error_line
+from .context import get_context
+from .elements import storage_floats
+from .errors import RuntimeFailure
+from .gl import GL
+from .program import ShaderError, error_line
 
 _live: dict[int, int] = {}  # texture handle -> bytes (for dlc.memory())
 

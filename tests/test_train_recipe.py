@@ -176,8 +176,8 @@ def test_artifact_keeps_its_recipe(tmp_path):
     _gl_or_skip()
     import json
 
-    from dlc.compiler.artifact import write_artifact
-    from dlc.runtime.manifest import ArtifactError, validate
+    from dlc.compiler.emit import write_artifact
+    from dlc.runtime.artifact.manifest import ArtifactError, validate
 
     model = _model(tmp_path, UNIT_GRADIENT)
     sched = schedules.Cosine(warmup=2, decay_steps=8, min_lr=0.01)

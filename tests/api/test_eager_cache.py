@@ -371,7 +371,7 @@ def test_memory_fields(backend):
 def test_an_op_of_several_kernels_runs_right_when_the_cache_holds_one(gl):
     """Linking one evicted kernel of an op must not evict another of the same op (the H100
     found softmax launching program 0 after a long test run had filled the cache)."""
-    from dlc.gl_eager import _compiled
+    from dlc.backends.gl_eager import _compiled
 
     dlc.ops.clear_cache()
     host = rng.normal(size=(3, 7)).astype(np.float32)

@@ -29,6 +29,6 @@ def gl():
 
 @pytest.fixture(scope="session")
 def backend(gl):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     return GLBackend()

@@ -113,7 +113,7 @@ def test_debug_mode_names_a_gather_index_out_of_range(gl):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_an_artifact_carries_its_i32_inputs(gl, target, tmp_path):
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
 
     m = dlc.compile(MODEL)
     write_artifact(m, tmp_path / "a", target=target)

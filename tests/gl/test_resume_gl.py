@@ -79,7 +79,7 @@ def test_checkpoints_inside_a_window_resume_to_the_same_end(gl, tmp_path):
 
 
 def test_an_artifacts_run_resumes_and_refuses_another_optimizer(gl, tmp_path):
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
     from dlc.runtime.target import choose_target
 
     out = tmp_path / "lin.dlc"

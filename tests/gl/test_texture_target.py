@@ -19,8 +19,8 @@ import pytest
 from gl_helpers import fragment_compile_log
 
 import dlc
-from dlc.compiler.artifact import programs
 from dlc.compiler.codegen.texture import VERSION_CORE, VERSION_ES
+from dlc.compiler.emit import programs
 from dlc.runtime.errors import DlcError
 
 pytestmark = pytest.mark.gl

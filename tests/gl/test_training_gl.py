@@ -92,7 +92,7 @@ def test_every_update_of_an_adam_step_is_in_place(backend):
 
 
 def test_snapshot_restore_puts_params_back(gl):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     be = GLBackend()
     be.set_leaf("w", np.arange(6, dtype=np.float32).reshape(2, 3))

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import write_artifact
+from dlc.compiler.emit import write_artifact
+from dlc.runtime.artifact.files import read_artifact
+from dlc.runtime.artifact.manifest import FORMAT, ArtifactError, parse, validate
 from dlc.runtime.errors import DlcError
-from dlc.runtime.manifest import FORMAT, ArtifactError, parse, validate
-from dlc.runtime.manifest_files import read_artifact
 
 MLP = pathlib.Path("samples/mlp_digits.dl").resolve()
 

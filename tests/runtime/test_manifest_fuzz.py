@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import write_artifact
+from dlc.compiler.emit import write_artifact
 from dlc.runtime import manifest_files
+from dlc.runtime.artifact.files import read_artifact, read_named_files
+from dlc.runtime.artifact.manifest import ArtifactError, parse, validate
 from dlc.runtime.errors import DlcError
-from dlc.runtime.manifest import ArtifactError, parse, validate
-from dlc.runtime.manifest_files import read_artifact, read_named_files
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from manifest_mutants import file_mutant, json_mutant  # noqa: E402

@@ -12,16 +12,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dlc import debug
-from dlc.backend import live_gl_backends, track_gl
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
 from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
 
+from .. import debug
+from .protocol import live_gl_backends, track_gl
+
 
 def live_backends() -> list:
-    """The live GL backends, over models and artifacts (`dlc.backend.live_gl_backends`)."""
+    """The live GL backends, over models and artifacts (`dlc.backends.protocol.live_gl_backends`)."""
     return live_gl_backends()
 
 

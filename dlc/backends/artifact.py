@@ -1,8 +1,8 @@
 """A compiled artifact under a Session: what the folder describes (`ArtifactModel`) and the
-backend that runs its fixed programs (`ArtifactBackend`, a `dlc.backend.Backend`).
+backend that runs its fixed programs (`ArtifactBackend`, a `dlc.backends.protocol.Backend`).
 
 Neither imports the compiler or lark: the programs come from the folder
-(`dlc.runtime.artifact.Runner` loads them); a Session over an artifact evaluates any named
+(`dlc.runtime.artifact.runner.Runner` loads them); a Session over an artifact evaluates any named
 tensor with the "eval" program and trains with the "train" program (its loss and optimizer
 fixed at compile time, only the learning rate fed).
 """
@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from dlc.backend import track_gl
+from dlc.runtime.artifact.manifest import LR, MANIFEST, leaf_shapes, read_manifest
 from dlc.runtime.elements import from_storage
 from dlc.runtime.errors import DataError, DlcError
-from dlc.runtime.manifest import LR, MANIFEST, leaf_shapes, read_manifest
+
+from .protocol import track_gl
 
 
 def is_artifact(path: str | os.PathLike) -> bool:
@@ -72,7 +73,7 @@ class ArtifactModel:
 
     def param_values(self) -> dict[str, np.ndarray]:
         """The params the artifact holds (params.npz), read and checked."""
-        from dlc.runtime.manifest_files import read_artifact
+        from dlc.runtime.artifact.files import read_artifact
 
         return read_artifact(self.path).params
 
@@ -90,7 +91,7 @@ class ArtifactBackend:
     name = "gl"
 
     def __init__(self, path: str | os.PathLike, hook: Callable[[], Any] | None = None):
-        from dlc.runtime.artifact import Runner
+        from dlc.runtime.artifact.runner import Runner
 
         self.runner = Runner(path, hook=hook)
         self.target = self.runner.target

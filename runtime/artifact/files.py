@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.errors import DataError
-from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
-from dlc.runtime.npzfile import NpzReader
-from dlc.runtime.spec import Kernel, programs_from_json
+from ..errors import DataError
+from ..npzfile import NpzReader
+from ..spec import Kernel, programs_from_json
+from .manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
 
 MAX_SHADER_BYTES = 1 << 20
 NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data

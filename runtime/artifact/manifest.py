@@ -9,7 +9,7 @@ of fuzzed manifests. Every problem is an `ArtifactError` naming the manifest and
 
     model.dlc/manifest.json: programs.eval.kernels[3].file: '../x' leaves the artifact folder
 
-Checking the shader texts and the .npz files against the manifest is manifest_files.py's job.
+Checking the shader texts and the .npz files against the manifest is files.py's job.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pathlib
 import re
 from collections.abc import Mapping
 
-from dlc.runtime import dims as dim_algebra
-from dlc.runtime.errors import DataError
-from dlc.runtime.sizes import MAX_NAME
-from dlc.runtime.spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
+from .. import dims as dim_algebra
+from ..errors import DataError
+from ..sizes import MAX_NAME
+from ..spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
 
 MANIFEST = "manifest.json"
 PROGRAMS = ("eval", "train")
@@ -56,7 +56,7 @@ class ArtifactError(DataError):
 def read_manifest(folder: str | os.PathLike) -> dict:
     """manifest.json of `folder`, parsed and validated (ArtifactError on any problem), its
     programs typed (`runtime.spec.ProgramSpec`)."""
-    from dlc.runtime.manifest_files import read_confined
+    from .files import read_confined
 
     folder = pathlib.Path(folder)
     where = str(folder / MANIFEST)
