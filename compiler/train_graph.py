@@ -16,6 +16,7 @@ import fnmatch
 from collections.abc import Iterable
 
 from dlc.runtime.errors import DlcError
+from dlc.runtime.spec import LR
 
 from .autodiff import differentiate, extend, grad_name, resolve_loss
 from .builder import GraphBuilder
@@ -24,8 +25,6 @@ from .modes import training_form
 from .optimizers import add_updates
 from .simplify import simplify
 from .verify import check_graph
-
-LR = "$lr"
 
 
 def build_train_graph(graph: Graph, loss: str | None, optimizer, freeze: Iterable[str] = ()) -> Graph:

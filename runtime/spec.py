@@ -28,6 +28,9 @@ from types import MappingProxyType
 from typing import Any
 
 FORMAT = 1  # the program spec and manifest layout this dlc writes and reads
+SLOT_KINDS = ("temp", "input", "param", "state", "const")
+PERSISTENT = ("param", "state")  # slots that are leaves kept across runs, not planned storage
+LR = "$lr"  # the learning rate, fed to the train program as an input
 
 Size = tuple  # (constant factor, dim name, ...): their product
 

@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .device import require_default
+from .dims import eval_size
 from .errors import DataError, RuntimeFailure
-from .executor import PERSISTENT, LeafStore, bind_shape, eval_size, outputs_info
-from .spec import FORMAT, Kernel, ProgramSpec
+from .executor import LeafStore, bind_shape, outputs_info
+from .spec import FORMAT, PERSISTENT, Kernel, ProgramSpec
 from .textures import FragmentProgram, Texture, copy, packed_layout
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)

@@ -18,12 +18,7 @@ from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
 
 from .. import debug
-from .protocol import live_gl_backends, track_gl
-
-
-def live_backends() -> list:
-    """The live GL backends, over models and artifacts (`dlc.backends.protocol.live_gl_backends`)."""
-    return live_gl_backends()
+from .protocol import track_gl
 
 
 class GLBackend:

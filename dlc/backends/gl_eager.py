@@ -30,8 +30,9 @@ import numpy as np
 from dlc.runtime.buffer_pool import pool_of
 from dlc.runtime.context import get_context
 from dlc.runtime.device import current_device
+from dlc.runtime.dims import eval_size
 from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.executor import eval_size, gpu_copy, group_counts, scratch_words
+from dlc.runtime.executor import gpu_copy, group_counts, scratch_words
 from dlc.runtime.launches import launch_now
 from dlc.runtime.program import Program, get_program, pin, unpin
 from dlc.runtime.spec import Kernel, Slot
@@ -87,11 +88,6 @@ class _Compiled:
 # Kernel -> its compiled program; dlc.ops calls `drop` when it evicts the kernel
 _compiled: dict[Any, _Compiled] = {}
 _PREPARED_DIMS = 64  # bindings of the dims kept prepared per op (a flat op sees many lengths)
-
-
-def compiled_ops() -> int:
-    """How many eager ops hold compiled programs (and maybe buffers) on the GPU."""
-    return len(_compiled)
 
 
 def drop(kernel: Any) -> None:

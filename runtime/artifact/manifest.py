@@ -24,11 +24,10 @@ from collections.abc import Mapping
 from .. import dims as dim_algebra
 from ..errors import DataError
 from ..sizes import MAX_NAME
-from ..spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
+from ..spec import FORMAT, LR, PERSISTENT, SLOT_KINDS, programs_from_json  # the layout runtime/spec.py reads and writes
 
 MANIFEST = "manifest.json"
 PROGRAMS = ("eval", "train")
-LR = "$lr"  # the learning rate, fed to the train program as an input
 
 # Bounds: generous for real models, small enough that nothing derived from them is absurd.
 MAX_MANIFEST_BYTES = 64 << 20
@@ -37,8 +36,6 @@ MAX_RANK = 32
 MAX_LEAF = 2 * MAX_NAME + 1  # a state's name: a param's name, '$', the state's ('W$m')
 MAX_BINDINGS = 64  # buffers per kernel
 MAX_LOCAL_SIZE = 1024
-SLOT_KINDS = ("temp", "input", "param", "state", "const")
-PERSISTENT = ("param", "state")
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # GLSL-safe: uniforms, dims, kernel names
 # Leaves (inputs, params, optimizer state such as 'W1$m' and '$t', '$lr'): model names, dotted

@@ -14,7 +14,7 @@ import pytest
 
 import dlc
 from dlc.compiler.emit import write_artifact
-from dlc.runtime import manifest_files
+from dlc.runtime.artifact import files as manifest_files
 from dlc.runtime.artifact.files import read_artifact, read_named_files
 from dlc.runtime.artifact.manifest import ArtifactError, parse, validate
 from dlc.runtime.errors import DlcError
