@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from dlc.runtime.artifact.manifest import LR, MANIFEST, leaf_shapes, read_manifest
+from dlc.runtime.artifact.files import read_manifest
+from dlc.runtime.artifact.manifest import LR, MANIFEST, leaf_shapes
 from dlc.runtime.elements import from_storage
 from dlc.runtime.errors import DataError, DlcError
 

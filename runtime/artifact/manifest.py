@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import pathlib
 import re
 from collections.abc import Mapping
 
 from .. import dims as dim_algebra
 from ..errors import DataError
 from ..sizes import MAX_NAME
-from ..spec import FORMAT, LR, PERSISTENT, SLOT_KINDS, programs_from_json  # the layout runtime/spec.py reads and writes
+from ..spec import FORMAT, LR, PERSISTENT, SLOT_KINDS  # the layout runtime/spec.py reads and writes
 
 MANIFEST = "manifest.json"
 PROGRAMS = ("eval", "train")
@@ -48,19 +47,6 @@ FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 class ArtifactError(DataError):
     """A compiled artifact that is malformed or tampered with: names the file and the field."""
-
-
-def read_manifest(folder: str | os.PathLike) -> dict:
-    """manifest.json of `folder`, parsed and validated (ArtifactError on any problem), its
-    programs typed (`runtime.spec.ProgramSpec`)."""
-    from .files import read_confined
-
-    folder = pathlib.Path(folder)
-    where = str(folder / MANIFEST)
-    raw = read_confined(folder, MANIFEST, MAX_MANIFEST_BYTES, where, "file")
-    data = parse(raw, where)
-    validate(data, where)
-    return programs_from_json(data)
 
 
 def parse(raw: bytes, where: str):

@@ -14,7 +14,7 @@ import pytest
 
 import dlc
 from dlc.compiler.emit import write_artifact
-from dlc.runtime.artifact.manifest import read_manifest
+from dlc.runtime.artifact.files import read_manifest
 from dlc.runtime.sizes import MAX_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
