@@ -318,7 +318,7 @@ _ops_call: Any = None  # dlc.ops.call, set once dlc.ops is imported (below)
 def _install_methods() -> None:
     """Every language function whose first parameter is a tensor becomes a method."""
     global _ops_call
-    from dlc.compiler.functions import FUNCTIONS
+    from dlc.compiler.registry import FUNCTIONS
 
     from . import ops
 

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.functions import FUNCTIONS, REQUIRED, Function, Param
+from dlc.compiler.functions import REQUIRED, Function, Param
 from dlc.compiler.initializers import INITIALIZERS, default_init
 from dlc.compiler.ir import Shape, format_graph
+from dlc.compiler.registry import FUNCTIONS
 from dlc.runtime.dims import product as dim_product
 
 from .model import Model

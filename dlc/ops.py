@@ -36,8 +36,9 @@ import numpy as np
 
 from dlc.compiler import registry
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.functions import FUNCTIONS, REQUIRED
+from dlc.compiler.functions import REQUIRED
 from dlc.compiler.ir import Graph
+from dlc.compiler.registry import FUNCTIONS
 from dlc.runtime import cache_limit as _limits
 from dlc.runtime import dims as dim_algebra
 

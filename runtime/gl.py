@@ -7,8 +7,8 @@ False. So: choose the platform, import `OpenGL.EGL`, set error checking (on only
 
 `Fast` holds raw ctypes function pointers for the launch loop (a ctypes call costs ~1.3 us
 against ~2.4 us through PyOpenGL, DESIGN.md). Each `runtime.device.Device` resolves its own
-once its context is current (a pointer may differ between contexts, as on Windows); `fast`
-here stands for the current device's.
+once its context is current (a pointer may differ between contexts, as on Windows): hot
+loops take `device.fast` of the device they run on.
 """
 
 from __future__ import annotations
@@ -161,18 +161,6 @@ class Fast:
         return object.__getattribute__(self, name)
 
 
-class _CurrentFast:
-    """`fast`: the entry points of the current device (runtime/device.py), made current.
-    Hot loops take `device.fast` of the device they run on instead."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        from .device import current_device
-
-        return getattr(current_device().fast, name)
-
-
 def _proc_address(symbol: str) -> int:
     """Address of a GL function: the GL library's export first, then the platform's lookup."""
     from OpenGL import platform
@@ -194,6 +182,4 @@ def _proc_address(symbol: str) -> int:
         return 0
 
 
-fast = _CurrentFast()
-
-__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast", "fast"]
+__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Shape
-from ..registry import Composite, OpDef, Param, register, register_composite
+from ..opdefs import Composite, OpDef, Param, register, register_composite
 from ..shapes import ShapeError, bind
 
 SEED, STEP = "$seed", "$step"
@@ -156,7 +156,7 @@ def _dropout(b, loc, x, p):
     return b.add("training", (train, x), loc)
 
 
-from ..registry import update as _update  # noqa: E402
+from ..opdefs import update as _update  # noqa: E402
 
 _update("random_uniform", params=(Param("shape", "dims"),), build=_random("random_uniform"))
 _update("random_normal", params=(Param("shape", "dims"),), build=_random("random_normal"))

@@ -74,7 +74,7 @@ def test_bad_indices_are_refused_clearly(key, error, words):
 
 
 def test_dlc_ops_exposes_only_ops():
-    from dlc.compiler.functions import FUNCTIONS
+    from dlc.compiler.registry import FUNCTIONS
 
     public = [n for n in dir(dlc.ops) if not n.startswith("_")]
     for helper in ("np", "dataclass", "inspect", "Any", "annotations", "GraphBuilder"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlc.compiler import optable, registry
-from dlc.compiler.functions import FUNCTIONS, NOT_DIFFERENTIABLE
+from dlc.compiler.registry import FUNCTIONS, NOT_DIFFERENTIABLE
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -44,7 +44,9 @@ def test_context_reports_a_usable_driver(gl_context):
 
 @pytest.mark.gl
 def test_fast_entry_points_are_resolved(gl_context):
-    from dlc.runtime.gl import fast
+    from dlc.runtime.device import current_device
+
+    fast = current_device().fast
 
     for name in ("use_program", "dispatch", "memory_barrier", "uniform1i", "uniform1f"):
         assert callable(getattr(fast, name))
