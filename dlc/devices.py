@@ -28,6 +28,9 @@ from dlc.runtime import dims as dim_algebra
 
 _BACKENDS = ("gl", "numpy")
 _devices: dict[str, Device] = {}
+# What to forget when the default GL device was closed: the eager kernel cache registers its
+# clear_cache here (dlc/eager_kernels.py; it sits above this module).
+_on_gl_reset: list = []
 _chosen: str | None = None
 
 
@@ -137,14 +140,14 @@ class GLDevice:
 
     def run(self, call: Any, handles: list[Any]) -> Any:
         self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
-        return _gl_eager().run(call, handles)
+        return gl_eager().run(call, handles)
 
 
-def _gl_eager() -> Any:
+def gl_eager() -> Any:
     """dlc.backends.gl_eager, imported on first use (it imports OpenGL)."""
     global _gl_eager_module
     if _gl_eager_module is None:
-        from .backends import gl_eager
+        from .backends import gl_eager  # lazy: it imports OpenGL
 
         _gl_eager_module = gl_eager
     return _gl_eager_module
@@ -232,12 +235,16 @@ def _forget_closed_gl() -> None:
     compiled ops held buffers of the closed device."""
     device = _devices.get("gl")
     if isinstance(device, GLDevice) and device.gl_device.closed:
-        from . import ops
-
         del _devices["gl"]
         if _devices.get("auto") is device:
             del _devices["auto"]
-        ops.clear_cache()
+        for forget in _on_gl_reset:
+            forget()
+
+
+def on_gl_reset(forget) -> None:
+    """Call `forget()` when eager arrays move to a new GL device (the old one was closed)."""
+    _on_gl_reset.append(forget)
 
 
 def flush_pending() -> None:
