@@ -25,6 +25,7 @@ ordering kernels by primary node is a valid schedule and the kernel graph has no
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -466,7 +467,6 @@ def _reaches_via_other(deps: list[set[int]], k1: int, k2: int) -> bool:
 
 def _schedule(graph: Graph, building: list[_Building], alias, literals) -> list[int]:
     """A topological order of the kernels, earliest primary node first among the ready."""
-    import heapq
 
     deps = _producers(graph, building, alias, literals)
     waiting = [len(d) for d in deps]

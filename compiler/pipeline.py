@@ -34,6 +34,7 @@ from .ir import Graph
 from .limits import capabilities
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
 from .simplify import simplify
+from .train_graph import add_optimizer, gradients_for
 from .verify import check_graph
 
 
@@ -80,17 +81,22 @@ class Work:
     programs: dict[str, CompiledProgram] = field(default_factory=dict)  # codegen
 
 
-def _parse(w: Work, o: Options) -> list[Graph]:
-    from .parser import parse
+def _front_end():
+    """(parser, lang): the front end's modules, imported by the stages that need them."""
+    from . import lang, parser  # lazy: lark; compile_program (the GL back end) needs no front end
 
-    w.statements = parse(w.source, w.path)
+    return parser, lang
+
+
+def _parse(w: Work, o: Options) -> list[Graph]:
+    parser, _ = _front_end()
+    w.statements = parser.parse(w.source, w.path)
     return []
 
 
 def _build(w: Work, o: Options) -> list[Graph]:
-    from .lang import FrontEnd
-
-    w.graph = FrontEnd().run(w.statements)
+    _, lang = _front_end()
+    w.graph = lang.FrontEnd().run(w.statements)
     return [w.graph]
 
 
@@ -102,7 +108,6 @@ def _verify(w: Work, o: Options) -> list[Graph]:
 def _autodiff(w: Work, o: Options) -> list[Graph]:
     if o.optimizer is None:
         return []
-    from .train_graph import gradients_for
 
     w.loss, w.with_grads, w.trained = gradients_for(w.graph, o.train_loss)
     return [w.with_grads]
@@ -112,7 +117,6 @@ def _optimizer(w: Work, o: Options) -> list[Graph]:
     w.graphs = {"eval": w.graph}
     if o.optimizer is None:
         return []
-    from .train_graph import add_optimizer
 
     w.graphs["train"] = add_optimizer(w.graph, w.loss, w.with_grads, w.trained, o.optimizer)
     return [w.graphs["train"]]
@@ -279,7 +283,7 @@ def render_program(name: str, storage: Plan, options: CodegenOptions | Mapping |
         raise ValueError(f"unknown target '{target}': choose compute or texture")
     options = codegen_options(options)
     if target == "texture":
-        from .codegen import texture
+        from .codegen import texture  # lazy: codegen/texture.py imports this module (a cycle its owner is breaking)
 
         rendered = texture.render(storage, options)
         spec, sources = texture.program(name, storage, rendered)

@@ -144,16 +144,18 @@ def set_pool_limit(buffers: int | None = None, nbytes: int | None = None) -> Non
     """Keep at most `buffers` freed GPU buffers and `nbytes` bytes of them for reuse by later
     eager ops, per GL device (ints >= 0; 0 keeps none; None: the default, 256 buffers and
     64 MiB); the pools are trimmed to it now."""
-    from dlc.runtime.buffer_pool import set_limits  # lazy: it imports OpenGL
-
-    set_limits(buffers, nbytes)
+    _buffer_pool().set_limits(buffers, nbytes)
 
 
 def pool_limit() -> tuple[int, int]:
     """(buffers, bytes): how much each GL device's eager buffer pool keeps at most."""
-    from dlc.runtime.buffer_pool import limits  # lazy: it imports OpenGL
+    return _buffer_pool().limits()
 
-    return limits()
+
+def _buffer_pool() -> Any:
+    from dlc.runtime import buffer_pool  # lazy: it imports OpenGL; the numpy backend has no pools
+
+    return buffer_pool
 
 
 _NUMBERS = (int, float, np.integer, np.floating)  # numbers that become uniforms

@@ -29,6 +29,7 @@ from dlc.compiler.functions import REQUIRED, Function, Param
 from dlc.compiler.initializers import INITIALIZERS, default_init
 from dlc.compiler.ir import Shape, format_graph
 from dlc.compiler.registry import FUNCTIONS
+from dlc.compiler.seed_names import suggest
 from dlc.runtime.dims import product as dim_product
 
 from .model import Model
@@ -276,8 +277,6 @@ class Graph:
     def __getattr__(self, attr: str):
         fname = SEED_ALIASES.get(attr, attr)
         if fname not in FUNCTIONS:
-            from dlc.compiler.seed_names import suggest
-
             raise AttributeError(f"Graph has no op {attr!r}{suggest(attr, FUNCTIONS)}")
         return lambda *args, **kwargs: self._call(fname, args, dict(kwargs))
 

@@ -65,7 +65,7 @@ else:
     EGL_IMPORT_ERROR = f"PyOpenGL platform is {PYOPENGL_PLATFORM or 'its default'}, not egl"
 
 OpenGL.ERROR_CHECKING = DEBUG
-from OpenGL import GL  # noqa: E402
+from OpenGL import GL, platform  # noqa: E402
 
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 
@@ -163,7 +163,6 @@ class Fast:
 
 def _proc_address(symbol: str) -> int:
     """Address of a GL function: the GL library's export first, then the platform's lookup."""
-    from OpenGL import platform
 
     library = getattr(platform.PLATFORM, "GL", None)
     if library is not None:
@@ -175,7 +174,7 @@ def _proc_address(symbol: str) -> int:
     if address:
         return int(ctypes.cast(address, ctypes.c_void_p).value or 0)
     try:  # a glfw context on a PyOpenGL platform whose lookup missed
-        import glfw
+        import glfw  # lazy: it loads libglfw, absent on headless machines
 
         return int(glfw.get_proc_address(symbol) or 0)
     except Exception:

@@ -224,7 +224,7 @@ def _parallel_compiles(device: Device) -> None:
         device.parallel_compiles = False
         if "GL_KHR_parallel_shader_compile" in device.context.extensions:
             try:
-                from OpenGL.GL.KHR.parallel_shader_compile import glMaxShaderCompilerThreadsKHR
+                from OpenGL.GL.KHR.parallel_shader_compile import glMaxShaderCompilerThreadsKHR  # lazy: an extension
 
                 glMaxShaderCompilerThreadsKHR(0xFFFFFFFF)
                 device.parallel_compiles = True

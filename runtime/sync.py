@@ -125,7 +125,7 @@ async def read_async(buffer: Buffer, count: int | None = None) -> np.ndarray:
     The values are first copied on the GPU into a staging buffer, so later launches may
     overwrite `buffer` while we wait.
     """
-    import asyncio  # here: the executor imports this module, and asyncio costs ~20 ms to import
+    import asyncio  # lazy: the executor imports this module, and asyncio costs ~20 ms to import
 
     if count is None:
         count = buffer.nbytes // 4

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from .context import get_context
 from .errors import RuntimeFailure
 
 TARGETS = ("compute", "texture")
@@ -17,7 +18,6 @@ TARGETS = ("compute", "texture")
 
 def choose_target(requested: str | None = None) -> tuple[str, str]:
     """(target, why). Raises RuntimeFailure for an unknown name, or compute without compute."""
-    from .context import get_context
 
     if requested is not None:
         source = "asked for"

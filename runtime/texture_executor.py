@@ -21,7 +21,7 @@ from .dims import eval_size
 from .errors import DataError, RuntimeFailure
 from .executor import LeafStore, bind_shape, outputs_info
 from .spec import FORMAT, PERSISTENT, Kernel, ProgramSpec
-from .textures import FragmentProgram, Texture, copy, packed_layout
+from .textures import FragmentProgram, Texture, copy, packed_layout, render_pass
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
 
@@ -185,8 +185,6 @@ class TextureExecutor:
                 self.buffers[s].upload(feeds[slot.name])
 
     def _launch(self, kernels) -> None:
-        from .textures import render_pass
-
         hook = self.hook
         before = getattr(hook, "before", None)
         dims = self._dims

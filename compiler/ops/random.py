@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlc.runtime.errors import CompileError
+
 from ..ir import Shape
 from ..opdefs import Composite, OpDef, Param, register, register_composite
 from ..shapes import ShapeError, bind
@@ -133,8 +135,6 @@ def draw(b, loc, op: str, shape: Shape) -> int:
 
 def _random(op: str):
     def build(b, loc, shape):
-        from dlc.runtime.errors import CompileError
-
         for d in shape:
             if isinstance(d, int) and d <= 0:
                 raise CompileError(f"{op}'s dims must be positive, got {d}", loc)
@@ -144,8 +144,6 @@ def _random(op: str):
 
 
 def _dropout(b, loc, x, p):
-    from dlc.runtime.errors import CompileError
-
     if not 0.0 <= p <= 1.0:
         raise CompileError(f"dropout's p is a probability in [0, 1], got {p:g}", loc)
     u = draw(b, loc, "random_uniform", b.shape(x))

@@ -6,12 +6,14 @@ the reference interpreter (`dlc.compiler.reference`), node by node in debug mode
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dlc.compiler.ir import Graph
 from dlc.compiler.reference import evaluate
+from dlc.runtime.context import get_context, has_context
 
 from .. import debug
 
@@ -99,11 +101,8 @@ def make_backend(name: str | None, target: str | None = None):
         return NumpyBackend()
     if name not in (None, "gl"):
         raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
-    from dlc.runtime.context import get_context, has_context
 
     if name is None and not has_context():
-        import sys
-
         reason = "no OpenGL context"
         try:
             get_context()
@@ -111,6 +110,6 @@ def make_backend(name: str | None, target: str | None = None):
             reason = str(e).splitlines()[0]
         print(f"dlc: {reason}; using the numpy backend", file=sys.stderr)
         return NumpyBackend()
-    from .gl import GLBackend
+    from .gl import GLBackend  # lazy: it imports OpenGL
 
     return GLBackend(target=target)
