@@ -21,9 +21,10 @@ executors. Free of GL and of the compiler.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -331,3 +332,11 @@ def programs_from_json(manifest: Mapping) -> dict:
         for n, p in manifest["programs"].items()
     }
     return {**manifest, "programs": programs}
+
+
+@functools.cache  # asked for every object of every manifest a fuzz test reads
+def required_keys(cls: type) -> tuple[str, ...]:
+    """The keys an object of `cls`'s JSON layout must have: its fields without a default, in
+    order (each field is written under its own name). The manifest's validator asks this, so
+    that which keys exist is said once, here."""
+    return tuple(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
