@@ -434,6 +434,6 @@ def _syntax_error(e: UnexpectedInput, file: str, lines: list[str]) -> CompileErr
 
 
 if __name__ == "__main__":  # `python -m dlc.compiler.parser`: rewrite the tables
-    from dlc.compiler.parser_tables import main
+    from .parser_tables import main
 
     main()
