@@ -110,7 +110,7 @@ def open_gl_device(egl_device: int | None = None):
     >>> with dlc.open_gl_device():  # arrays made here live on this context (`1`: EGL device 1)
     ...     y = dlc.ones([4]) * 2
     """
-    return gl_eager().open_device(egl_device)
+    return gl_eager().open_gl_device(egl_device)
 
 
 def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:

@@ -30,7 +30,7 @@ import numpy as np
 from dlc.compiler.pipeline import compile_program
 from dlc.runtime.buffer_pool import pool_of
 from dlc.runtime.context import get_context
-from dlc.runtime.device import current_device, default_device, open_devices
+from dlc.runtime.device import current_device, default_device, open_device, open_devices
 from dlc.runtime.dims import eval_size
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.executor import gpu_copy, group_counts, scratch_words
@@ -316,6 +316,11 @@ def gl_devices() -> list:
     """The GL devices open now, the default one first (made here if none is yet)."""
     default_device()
     return open_devices()
+
+
+def open_gl_device(egl_device: int | None = None):
+    """A new GL device on EGL device `egl_device` (default: the default device's)."""
+    return open_device(egl_device)
 
 
 def live_counts() -> tuple[int, int]:
