@@ -27,6 +27,7 @@ from typing import Any
 from dlc.runtime.dims import shape_symbols as symbols_of_shapes
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot, TensorInfo, Update
 
+from . import train_graph
 from .codegen import CodegenOptions, KernelSource, codegen_options, dim_index, render
 from .codegen.renderer import renderer_for
 from .fusion import Capabilities, Fusion, format_fusion, fuse
@@ -34,7 +35,6 @@ from .ir import Graph
 from .limits import capabilities
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
 from .simplify import simplify
-from .train_graph import add_optimizer, gradients_for
 from .verify import check_graph
 
 
@@ -109,7 +109,7 @@ def _autodiff(w: Work, o: Options) -> list[Graph]:
     if o.optimizer is None:
         return []
 
-    w.loss, w.with_grads, w.trained = gradients_for(w.graph, o.train_loss)
+    w.loss, w.with_grads, w.trained = train_graph.gradients_for(w.graph, o.train_loss)
     return [w.with_grads]
 
 
@@ -118,7 +118,7 @@ def _optimizer(w: Work, o: Options) -> list[Graph]:
     if o.optimizer is None:
         return []
 
-    w.graphs["train"] = add_optimizer(w.graph, w.loss, w.with_grads, w.trained, o.optimizer)
+    w.graphs["train"] = train_graph.add_optimizer(w.graph, w.loss, w.with_grads, w.trained, o.optimizer)
     return [w.graphs["train"]]
 
 
