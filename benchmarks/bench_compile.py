@@ -34,7 +34,7 @@ def chained_source(n: int) -> str:
 def compile_stages(n: int) -> dict:
     """Seconds of each stage compiling the chain of n products (eval and train programs)."""
     from dlc.compiler.pipeline import STAGES, Options, Work
-    from dlc.optimizers import SGD
+    from dlc.runtime.optimizers import SGD
 
     work = Work(chained_source(n), f"mlp_digits_chain{n}.dl")
     options = Options(optimizer=SGD(0.1), verify=False)

@@ -9,7 +9,7 @@ Rows:
   stubbed    the executor row with the GL entry points of the launch loop (the device's
              `fast`) swapped for a C function that does nothing: the Python loop's own cost,
              which llvmpipe's driver work (most of the rows above on it) hides
-  eager      `a + b` on 8-element GL arrays (`dlc.ops` through dlc/gl_eager.py), the result
+  eager      `a + b` on 8-element GL arrays (`dlc.ops` through dlc/backends/gl_eager.py), the result
              read by nothing and disposed: microseconds per op
   eager-stubbed  the eager row with the launch's entry points stubbed likewise
   chain      `((a + b) * c).relu()` on 8-element GL arrays in a loop, the results dropped
@@ -117,7 +117,7 @@ def stubbed_row(n: int, reps: int) -> dict:
 
 def step_row(n: int, reps: int) -> dict:
     import dlc
-    from dlc.compiler.artifact import programs
+    from dlc.compiler.emit import programs
     from dlc.runtime.executor import Executor, LeafStore
 
     model = dlc.compile("samples/quadratic.dl")

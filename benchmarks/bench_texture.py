@@ -28,7 +28,7 @@ def time_program(
     target: str, source: str, roots: list[str], feeds: dict, dims: dict, reps: int, train: bool = False
 ) -> float:
     import dlc
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
     from dlc.runtime.gl import GL
 
     model = dlc.compile(source)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from .functions import T, _fail, function
+from .opdefs import Param
 from .ops.attention import check_operands
-from .registry import Param
 from .shapes import ShapeError
 
 

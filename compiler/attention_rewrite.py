@@ -25,7 +25,7 @@ import numpy as np
 from . import registry
 from .ir import Graph, Node, cone, make_attrs
 from .reference import evaluate
-from .simplify import Rewriter, eliminate_dead_code, rewrite
+from .rewriter import Rewriter, eliminate_dead_code, rewrite
 
 
 def _constant(g: Graph, i: int, dims: dict) -> np.ndarray | None:

@@ -17,7 +17,7 @@ from dlc.runtime.errors import CompileError, did_you_mean
 from .builder import GraphBuilder
 from .gradients import Emit, rule_for
 from .ir import Graph, format_shape
-from .simplify import eliminate_dead_code
+from .rewriter import eliminate_dead_code
 
 
 def grad_name(leaf: str) -> str:

@@ -14,11 +14,11 @@ from typing import Any
 from dlc.runtime.errors import CompileError, Loc, format_shape
 from dlc.runtime.sizes import too_many
 
-from . import registry
+from . import opdefs
 from .dtypes import F32
 from .initializers import init_problem
 from .ir import Graph, Node, Shape, make_attrs
-from .shapes import ShapeError
+from .shapes import ShapeError, split_size
 
 
 class GraphBuilder:
@@ -37,7 +37,7 @@ class GraphBuilder:
 
     # -- nodes ---------------------------------------------------------------
     def add(self, op: str, inputs: tuple[int, ...] | list[int], loc: Loc | None = None, **attrs: Any) -> int:
-        opdef = registry.get(op)
+        opdef = opdefs.get(op)
         inputs = tuple(inputs)
         if opdef.arity is not None and len(inputs) != opdef.arity:
             raise CompileError(f"{op} takes {opdef.arity} inputs, got {len(inputs)}", loc)
@@ -168,3 +168,11 @@ def _flatten(v):
             yield from _flatten(x)
     else:
         yield v
+
+
+def count(b: GraphBuilder, loc, shape: Shape) -> int:
+    """The element count of `shape`: a constant, or a dim_size for symbolic dims."""
+    known, sym = split_size(shape)
+    if not sym:
+        return b.const(float(known), (), loc)
+    return b.add("dim_size", [], loc, dims=tuple(shape))

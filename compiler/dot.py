@@ -7,6 +7,11 @@ around the ops it computes (leaves stay outside: they are storage, not work).
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
+from dlc.runtime.optional import available
+
 from .ir import Graph
 
 # Fill colours by role; graphviz's X11 names.
@@ -131,10 +136,7 @@ def render(text: str, fmt: str) -> bytes:
     Python package when installed, else the dot program on PATH."""
     if fmt not in FORMATS:
         raise ValueError(f"cannot draw a '{fmt}': choose one of {', '.join(FORMATS)}")
-    try:
-        import graphviz
-    except ImportError:
-        graphviz = None
+    graphviz = available("graphviz")
     if graphviz is not None:
         try:
             return graphviz.Source(text).pipe(format=fmt)
@@ -149,9 +151,6 @@ def render(text: str, fmt: str) -> bytes:
 
 
 def _render_with_dot(text: str, fmt: str) -> bytes:
-    import shutil
-    import subprocess
-
     exe = shutil.which("dot")
     if exe is None:
         raise RenderError(f"drawing a model needs Graphviz, which is not installed: {INSTALL}")

@@ -98,16 +98,3 @@ def integer_at(*positions: int, result: str | None = None):
         return rule
 
     return make
-
-
-def element_types(graph) -> tuple[str, ...]:
-    """The element type of every node of `graph` (leaves by attr, the rest by their rules)."""
-    from . import registry
-
-    out: list[str] = []
-    for n in graph.nodes:
-        if n.is_leaf:
-            out.append(n.attr("dtype", F32))
-        else:
-            out.append(registry.get(n.op).element_type([out[j] for j in n.inputs], dict(n.attrs)))
-    return tuple(out)

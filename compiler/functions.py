@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from dlc.runtime.dims import product as dim_product
 from dlc.runtime.errors import CompileError, Loc
 
-from . import registry
-from .builder import GraphBuilder
+from . import (
+    opdefs,
+    ops,  # noqa: F401  (the primitives first: a function named after one is its front end)
+)
+from .builder import GraphBuilder, count
 from .ir import Shape
-from .registry import REQUIRED, Param  # noqa: F401  (the language's parameters, re-exported)
+from .opdefs import REQUIRED, Param  # noqa: F401  (the language's parameters, re-exported)
 from .shapes import ShapeError, broadcast, format_shape, norm_axes, norm_axis, reduced, split_size
 
 
@@ -44,16 +47,16 @@ def function(name: str, *params: Param, doc: str, group: str, differentiable: bo
     and normalizes the arguments), else a composite expanding into primitives."""
 
     def deco(fn):
-        if name in registry.REGISTRY:
-            registry.update(name, params=params, build=fn, doc=doc, group=group)
+        if name in opdefs.REGISTRY:
+            opdefs.update(name, params=params, build=fn, doc=doc, group=group)
         else:
-            registry.register_composite(registry.Composite(name, params, fn, doc, group, differentiable))
+            opdefs.register_composite(opdefs.Composite(name, params, fn, doc, group, differentiable))
         return fn
 
     return deco
 
 
-def _default_build(op: registry.OpDef):
+def _default_build(op: opdefs.OpDef):
     """A primitive's function without a front end: tensors are its inputs, the rest attrs."""
     convert = {"float": float, "int": int, "bool": bool, "str": str}
 
@@ -167,14 +170,6 @@ for _op, _doc in (("sum", "sum"), ("max", "largest element"), ("min", "smallest 
         doc=f"{_doc} over axis (all axes by default)",
         group="reductions",
     )(_reduction(_op))
-
-
-def count(b: GraphBuilder, loc, shape: Shape) -> int:
-    """The element count of `shape`: a constant, or a dim_size for symbolic dims."""
-    known, sym = split_size(shape)
-    if not sym:
-        return b.const(float(known), (), loc)
-    return b.add("dim_size", [], loc, dims=tuple(shape))
 
 
 @function(
@@ -607,24 +602,3 @@ OPERATORS = {
     ">": "gt",
     ">=": "ge",
 }
-
-
-def _load_more() -> None:
-    # The functions defined in their own modules (they import this one's helpers).
-    from . import attention_functions, norm_functions, shape_functions  # noqa: F401
-
-
-_load_more()
-
-
-def _derive() -> dict[str, Function]:
-    table = {}
-    for e in registry.language_entries():
-        impl = e.build or _default_build(e)
-        table[e.name] = Function(e.name, e.params, impl, e.differentiable, e.doc)
-    return table
-
-
-# The language's function table and its "not differentiable" list, derived from the registry.
-FUNCTIONS: dict[str, Function] = _derive()
-NOT_DIFFERENTIABLE = frozenset(name for name, f in FUNCTIONS.items() if not f.differentiable)

@@ -25,12 +25,14 @@ ordering kernels by primary node is a valid schedule and the kernel graph has no
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import registry
 from .ir import Graph, Shape, cone, format_node
+from .limits import Capabilities, capabilities
 
 STORED_LEAVES = ("input", "param", "state")
 
@@ -105,33 +107,6 @@ def _numel(shape: Shape) -> int | None:
     return math.prod(shape)
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What a target lets one kernel do, as fusion needs to know it (`limits.capabilities`
-    makes them from a device's limits, or from the spec minimums when compiling with no
-    context): `max_bindings`, the resources one shader may bind (storage blocks on compute,
-    texture units on the texture target), of which `reserve` keeps, per kernel kind, those
-    its template adds itself; stored inputs, and outputs where `outputs_bind`, take the rest.
-    `max_outputs`: the results one invocation writes together. A target whose invocation
-    writes one result (a fragment shader: one pass per output, each recomputing the kernel)
-    gets kernels of one output: a fetch or update is not written by its readers' kernel, and
-    consumers are not folded into their producer's kernel."""
-
-    max_bindings: int = 8
-    max_outputs: int = 4
-    outputs_bind: bool = True
-    reserve: tuple[tuple[str, int], ...] = ()
-
-    def budget(self, kind: str) -> int:
-        """The stored tensors a kernel of `kind` may bind."""
-        return self.max_bindings - dict(self.reserve).get(kind, 0)
-
-    def fits(self, kind: str, inputs: Iterable[int], outputs: Sequence[int]) -> bool:
-        """Whether a kernel of `kind` reading `inputs` (bases) and writing `outputs` fits."""
-        bound = set(inputs) | (set(outputs) if self.outputs_bind else set())
-        return len(bound) <= self.budget(kind) and len(outputs) <= self.max_outputs
-
-
 def fuse(
     graph: Graph,
     roots: Sequence[int],
@@ -145,8 +120,6 @@ def fuse(
     over-full kernel as far as one pass over it can, so the rounds are few, whatever the
     size of the model."""
     if caps is None:
-        from .limits import capabilities
-
         caps = capabilities("compute")
     roots, updates = tuple(roots), tuple(updates)
     multi = caps.max_outputs > 1
@@ -494,7 +467,6 @@ def _reaches_via_other(deps: list[set[int]], k1: int, k2: int) -> bool:
 
 def _schedule(graph: Graph, building: list[_Building], alias, literals) -> list[int]:
     """A topological order of the kernels, earliest primary node first among the ready."""
-    import heapq
 
     deps = _producers(graph, building, alias, literals)
     waiting = [len(d) for d in deps]

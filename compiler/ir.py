@@ -9,7 +9,7 @@ Every dim of a shape is an int or the name of a symbolic dim (bound when data is
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,15 @@ Dim = int | str
 Shape = tuple[Dim, ...]
 
 LEAF_OPS = frozenset({"input", "param", "const", "state"})
+
+# Each node's element type comes from its op's rule in the op registry, which sits above the
+# IR: the registry hands its `element_types` down when it loads (compiler/registry.py).
+_element_types: Callable[[Graph], tuple[str, ...]] | None = None
+
+
+def set_element_types(rule: Callable[[Graph], tuple[str, ...]]) -> None:
+    global _element_types
+    _element_types = rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +90,9 @@ class Graph:
     @functools.cached_property
     def dtypes(self) -> tuple[str, ...]:
         """Each node's element type, "f32" or "i32" (compiler/dtypes.py)."""
-        from .dtypes import element_types  # dtypes asks the registry, which imports this module
-
-        return element_types(self)
+        if _element_types is None:
+            raise RuntimeError("a graph's element types need the op registry: import dlc.compiler.registry")
+        return _element_types(self)
 
     def dtype(self, name: str) -> str:
         return self.dtypes[self.names[name]]

@@ -17,10 +17,11 @@ from . import seed_names
 from .attention_rewrite import fuse_attention
 from .builder import GraphBuilder
 from .dtypes import F32
-from .functions import FUNCTIONS, OPERATORS, REQUIRED, Function
+from .functions import OPERATORS, REQUIRED, Function
 from .initializers import INITIALIZERS, default_init, init_problem
 from .ir import Graph
 from .parser import BinOp, Call, Expr, ListExpr, Name, Neg, Num, Stmt, Str, parse
+from .registry import FUNCTIONS
 
 # NumPy's limit on dims (NPY_MAXDIMS is 32 before NumPy 2); it also bounds literal()'s recursion.
 MAX_LITERAL_RANK = 32

@@ -9,14 +9,41 @@ tensors one kernel may bind on the target, after the bindings codegen adds itsel
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dlc.runtime.sizes import SPEC_MINIMUMS, device_limits
 
-from .fusion import Capabilities
+__all__ = ["SPEC_MINIMUMS", "Capabilities", "capabilities", "device_limits"]
 
-__all__ = ["SPEC_MINIMUMS", "capabilities", "device_limits"]
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target lets one kernel do, as fusion needs to know it (`limits.capabilities`
+    makes them from a device's limits, or from the spec minimums when compiling with no
+    context): `max_bindings`, the resources one shader may bind (storage blocks on compute,
+    texture units on the texture target), of which `reserve` keeps, per kernel kind, those
+    its template adds itself; stored inputs, and outputs where `outputs_bind`, take the rest.
+    `max_outputs`: the results one invocation writes together. A target whose invocation
+    writes one result (a fragment shader: one pass per output, each recomputing the kernel)
+    gets kernels of one output: a fetch or update is not written by its readers' kernel, and
+    consumers are not folded into their producer's kernel."""
+
+    max_bindings: int = 8
+    max_outputs: int = 4
+    outputs_bind: bool = True
+    reserve: tuple[tuple[str, int], ...] = ()
+
+    def budget(self, kind: str) -> int:
+        """The stored tensors a kernel of `kind` may bind."""
+        return self.max_bindings - dict(self.reserve).get(kind, 0)
+
+    def fits(self, kind: str, inputs: Iterable[int], outputs: Sequence[int]) -> bool:
+        """Whether a kernel of `kind` reading `inputs` (bases) and writing `outputs` fits."""
+        bound = set(inputs) | (set(outputs) if self.outputs_bind else set())
+        return len(bound) <= self.budget(kind) and len(outputs) <= self.max_outputs
+
 
 # Bindings a kernel's template adds after its stored tensors, by kernel kind: on compute, a
 # matmul may declare vec4 views of both operands (each a storage block of its own) and a

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .builder import GraphBuilder
 from .functions import T, _axes, _fail, function
-from .registry import Param
+from .opdefs import Param
 from .shapes import format_shape
 
 

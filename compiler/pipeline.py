@@ -27,6 +27,7 @@ from typing import Any
 from dlc.runtime.dims import shape_symbols as symbols_of_shapes
 from dlc.runtime.spec import FORMAT, ProgramSpec  # noqa: F401  (FORMAT: artifact.py reads it here)
 
+from . import train_graph
 from .codegen import CodegenOptions, KernelSource, Target, codegen_options, get_target
 from .fusion import Capabilities, Fusion, format_fusion, fuse
 from .ir import Graph
@@ -47,7 +48,7 @@ class CompiledProgram:
 
 @dataclass(frozen=True)
 class Options:
-    """How to compile a model: the training step (`optimizer`, a `dlc.optimizers` object, or
+    """How to compile a model: the training step (`optimizer`, a `dlc.runtime.optimizers` object, or
     None for no training step; `train_loss`, None for the model's first loss), the batch size the storage plan
     is made for, codegen options (`CodegenOptions`; a mapping such as `{"nan_flags": True}` is
     turned into one), and `verify`: check every
@@ -78,17 +79,22 @@ class Work:
     programs: dict[str, CompiledProgram] = field(default_factory=dict)  # codegen
 
 
-def _parse(w: Work, o: Options) -> list[Graph]:
-    from .parser import parse
+def _front_end():
+    """(parser, lang): the front end's modules, imported by the stages that need them."""
+    from . import lang, parser  # lazy: lark; compile_program (the GL back end) needs no front end
 
-    w.statements = parse(w.source, w.path)
+    return parser, lang
+
+
+def _parse(w: Work, o: Options) -> list[Graph]:
+    parser, _ = _front_end()
+    w.statements = parser.parse(w.source, w.path)
     return []
 
 
 def _build(w: Work, o: Options) -> list[Graph]:
-    from .lang import FrontEnd
-
-    w.graph = FrontEnd().run(w.statements)
+    _, lang = _front_end()
+    w.graph = lang.FrontEnd().run(w.statements)
     return [w.graph]
 
 
@@ -100,9 +106,8 @@ def _verify(w: Work, o: Options) -> list[Graph]:
 def _autodiff(w: Work, o: Options) -> list[Graph]:
     if o.optimizer is None:
         return []
-    from .train_graph import gradients_for
 
-    w.loss, w.with_grads, w.trained = gradients_for(w.graph, o.train_loss)
+    w.loss, w.with_grads, w.trained = train_graph.gradients_for(w.graph, o.train_loss)
     return [w.with_grads]
 
 
@@ -110,9 +115,8 @@ def _optimizer(w: Work, o: Options) -> list[Graph]:
     w.graphs = {"eval": w.graph}
     if o.optimizer is None:
         return []
-    from .train_graph import add_optimizer
 
-    w.graphs["train"] = add_optimizer(w.graph, w.loss, w.with_grads, w.trained, o.optimizer)
+    w.graphs["train"] = train_graph.add_optimizer(w.graph, w.loss, w.with_grads, w.trained, o.optimizer)
     return [w.graphs["train"]]
 
 

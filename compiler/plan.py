@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dlc.runtime.dims import shape_symbols
+from dlc.runtime.dims import eval_size, shape_symbols
 
 from .fusion import Fusion, reads_own_element
 from .ir import Shape, format_shape
@@ -33,13 +33,6 @@ DEFAULT_BATCH = 32  # the binding of symbolic dims a plan is drawn up at, unless
 def size_of(shape: Shape) -> Size:
     known, symbolic = split_size(shape)
     return (known, *symbolic)
-
-
-def eval_size(size: Size, dims: Mapping[str, int]) -> int:
-    out = size[0]
-    for d in size[1:]:
-        out *= dims[d]
-    return out
 
 
 def format_size(size: Size) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from .ir import Graph, Node, make_attrs
 from .optimizers import ZEROS
-from .simplify import Rewriter, rewrite
+from .rewriter import Rewriter, rewrite
 from .verify import check_graph
 
 DATA = "$data$"

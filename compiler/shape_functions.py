@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .builder import GraphBuilder
 from .functions import T, _fail, function
-from .registry import Param
+from .opdefs import Param
 from .shapes import ShapeError, format_shape, norm_axis
 
 

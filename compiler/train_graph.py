@@ -16,6 +16,7 @@ import fnmatch
 from collections.abc import Iterable
 
 from dlc.runtime.errors import DlcError
+from dlc.runtime.spec import LR
 
 from .autodiff import differentiate, extend, grad_name, resolve_loss
 from .builder import GraphBuilder
@@ -25,12 +26,10 @@ from .optimizers import add_updates
 from .simplify import simplify
 from .verify import check_graph
 
-LR = "$lr"
-
 
 def build_train_graph(graph: Graph, loss: str | None, optimizer, freeze: Iterable[str] = ()) -> Graph:
     """The training step of `graph` minimizing `loss` (default: the first) with `optimizer`
-    (a `dlc.optimizers` object: `.name` and its hyper-parameters), simplified. Params declared
+    (a `dlc.runtime.optimizers` object: `.name` and its hyper-parameters), simplified. Params declared
     `frozen` or matching a glob of `freeze` keep their values (no gradient, no optimizer state).
     The step runs the graph's training form (dropout drops, batch_norm uses batch statistics)
     and applies the model's state updates too."""

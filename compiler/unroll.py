@@ -18,8 +18,8 @@ from dlc.runtime.errors import DataError
 
 from .autodiff import extend
 from .builder import GraphBuilder
-from .functions import FUNCTIONS
 from .ir import Graph, cone
+from .registry import FUNCTIONS
 
 COST = "$seeds_cost"  # the loss the seeds' step minimizes: mean of per-example costs
 COST_SUM = "$seeds_cost_sum"  # their sum, for CostReduction.SUM

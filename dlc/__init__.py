@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import CompileError, DataError, DlcError, RuntimeFailure, TrainingDiverged
+from .runtime.errors import CompileError, DataError, DlcError, RuntimeFailure, TrainingDiverged
 from .runtime.version import __version__
 
 # public name -> module that defines it
@@ -16,14 +16,14 @@ _LAZY = {
     "compile": "dlc.model",
     "Model": "dlc.model",
     "Session": "dlc.session",
-    "SGD": "dlc.optimizers",
-    "Momentum": "dlc.optimizers",
-    "RMSProp": "dlc.optimizers",
-    "Adagrad": "dlc.optimizers",
-    "Adadelta": "dlc.optimizers",
-    "Adam": "dlc.optimizers",
-    "Adamax": "dlc.optimizers",
-    "AdamW": "dlc.optimizers",
+    "SGD": "dlc.runtime.optimizers",
+    "Momentum": "dlc.runtime.optimizers",
+    "RMSProp": "dlc.runtime.optimizers",
+    "Adagrad": "dlc.runtime.optimizers",
+    "Adadelta": "dlc.runtime.optimizers",
+    "Adam": "dlc.runtime.optimizers",
+    "Adamax": "dlc.runtime.optimizers",
+    "AdamW": "dlc.runtime.optimizers",
     "schedules": "dlc.runtime.schedules",  # dlc.schedules.Cosine(...), the learning-rate schedules
     "load": "dlc.artifacts",
     # Keras-style callbacks for Session.fit (and dlc train --early-stop / --keep-best)
@@ -46,8 +46,8 @@ _LAZY = {
     "ops": "dlc.ops",
     "tidy": "dlc.scope",
     "keep": "dlc.scope",
-    "memory": "dlc.scope",
-    "set_program_cache_limit": "dlc.scope",
+    "memory": "dlc.memory_use",
+    "set_program_cache_limit": "dlc.memory_use",
     "debug": "dlc.debug",
     "set_debug": "dlc.debug",
     "set_backend": "dlc.devices",

@@ -14,6 +14,7 @@ comparisons so arrays can live in sets and dicts: use `eq` / `ne`).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import math
 from collections.abc import Sequence
@@ -21,13 +22,24 @@ from typing import Any
 
 import numpy as np
 
+from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.functions import REQUIRED
+from dlc.compiler.registry import FUNCTIONS
+from dlc.compiler.seed_names import suggest
+from dlc.runtime import dims as dim_algebra
+
+from . import debug
+from . import eager_kernels as kernels
 from . import scope as _scope
 from .devices import Device, get_device
+from .graph import _call_site, bind_args
+from .indexing import getitem
+from .runtime.errors import CompileError
 
 ShapeLike = Sequence[int] | int
 
 
-class Array:
+class Array(_scope.Tracked):
     """An n-dimensional float32 array on a device. Make one with dlc.array / zeros / ones /
     rand / randn, or as the result of an op; every op of `dlc.ops` is also a method.
 
@@ -142,9 +154,7 @@ class Array:
     def __getitem__(self, key: Any) -> Array:
         """NumPy's basic indexing (`a[0]`, `a[1:3]`, `a[:, 2]`, `a[..., ::2]`, `a[None]`),
         computed on the device: a new Array (dlc/indexing.py)."""
-        from .indexing import getitem
-
-        return getitem(self, key)
+        return getitem(self, key, call, zeros)
 
     # -- reading -----------------------------------------------------------------------
     def _live_handle(self) -> Any:
@@ -309,36 +319,189 @@ class Array:
 
 
 def _op(name: str, *args: Any) -> Array:
-    return _ops_call(name, args, {})
+    return call(name, args, {})
 
 
-_ops_call: Any = None  # dlc.ops.call, set once dlc.ops is imported (below)
+# -- running a language function on arrays ----------------------------------------------
+
+
+def call(fname: str, args: tuple, kwargs: dict) -> Any:
+    """Run language function `fname` eagerly; gives a new Array on the arguments' device."""
+    if kwargs or debug._enabled or len(args) > kernels._TENSOR_PREFIX.get(fname, -1):
+        return _call(fname, args, kwargs)
+    # A repeated call: look up what it was worked out to (`kernels._seen`), and run it.
+    sig: list = [fname]
+    handles: list = []
+    scalars: list[float] = []
+    device = None
+    for v in args:
+        if isinstance(v, Array):
+            sig.append(v.shape)
+            if v._handle is None or (device is not None and v._device is not device):
+                return _call(fname, args, kwargs)  # the full path says what is wrong
+            device = v._device
+            handles.append(v._handle)
+        elif isinstance(v, kernels._NUMBERS) and not isinstance(v, bool):
+            sig.append(None)
+            scalars.append(kernels._to_float(v))
+        else:
+            return _call(fname, args, kwargs)
+    key = tuple(sig)
+    seen = kernels._seen.get(key)
+    if seen is None or device is None:
+        return _call(fname, args, kwargs, key)
+    kernel_key, dims, shape, nbytes = seen
+    kernel = kernels._cache.get(kernel_key)
+    if kernel is None:  # evicted since
+        return _call(fname, args, kwargs, key)
+    kernels._cache.move_to_end(kernel_key)
+    return Array._wrap(device, device.run(kernels.Call(kernel, tuple(scalars), dims, shape), handles), shape, nbytes)
+
+
+def _call(fname: str, args: tuple, kwargs: dict, sig: tuple | None = None) -> Any:
+    """`call` worked out in full; `sig`: the call's key in `kernels._seen`, when it may be kept."""
+    if fname not in FUNCTIONS:
+        raise ValueError(f"dlc.ops.call: no function '{fname}'{suggest(fname, FUNCTIONS)}")
+
+    try:
+        bound = bind_args(fname, args, dict(kwargs), None)
+    except CompileError as e:
+        raise CompileError(e.message, _call_site()) from None
+
+    arrays: list[Array] = []
+    scalars: list[float] = []
+    temporaries: list[Array] = []
+
+    def tensor(v: Any) -> Any:
+        # An Array becomes an input of the kernel; a number a uniform input; other
+        # array-likes are uploaded for this call.
+        if kernels._is_number(v):
+            scalars.append(kernels._to_float(v))
+            return ("s",)
+        if not isinstance(v, Array):
+            try:
+                host = np.asarray(v, dtype=np.float32)
+            except (TypeError, ValueError):
+                raise CompileError(
+                    f"{fname} expects an array or a number, got {type(v).__name__}", _call_site()
+                ) from None
+            v = array(host, backend=arrays[0].backend if arrays else None)
+            temporaries.append(v)
+        arrays.append(v)
+        return ("a", v.shape)
+
+    parts: list[Any] = []
+    for p, v in bound:
+        if p.kind == "tensor":
+            parts.append(tensor(v))
+        elif p.kind == "tensors":
+            parts.append(tuple(tensor(t) for t in v))
+        else:
+            parts.append(kernels._hashable(v))
+
+    try:
+        device = kernels._device_of(arrays, fname)
+        flat = None if debug.enabled() else kernels._flat_shape(fname, arrays, bound)
+        symbolic: dict[tuple, tuple] = {}  # array shape -> the shape the kernel is built for
+        dims: dict[str, int] = {}
+        if flat is not None:  # every array argument of one shape: key by the flat layout
+            count = math.prod(flat)
+            vec4 = count % 4 == 0 and fname in kernels.FLAT_FUNCTIONS  # vec4 lanes need [4, N]
+            symbolic = {flat: (4, kernels.FLAT_DIM) if vec4 else (kernels.FLAT_DIM,)}
+            dims = {kernels.FLAT_DIM: count // 4 if vec4 else count}
+        elif not debug.enabled():
+            symbolic, dims = kernels._broadcast_dims(fname, arrays)
+        parts = [kernels._rename_shapes(x, symbolic) for x in parts]
+        key = (fname, *parts)
+        kernel = kernels._cache.get(key)
+        loc = None
+        if kernel is None:
+            loc = _call_site()
+            kernel = kernels._build(fname, parts, loc)
+            kernels._remember(key, kernel)
+        else:
+            kernels._cache.move_to_end(key)
+        if flat is not None and kernels.FLAT_DIM in kernel.shape:  # the arrays' shape, not [4, N]
+            shape = flat
+        else:
+            shape = dim_algebra.bind(kernel.shape, dims)
+        run = kernels.Call(kernel, tuple(scalars), dims, tuple(shape))
+        handles = [a._live_handle() for a in arrays]
+        if debug.enabled():
+            handle = debug.run_eager(device, run, handles, loc or _call_site())
+        else:
+            handle = device.run(run, handles)
+        result = Array(device, handle, run.shape)
+        if sig is not None and not temporaries:
+            if len(kernels._seen) >= kernels._SEEN_LIMIT:
+                kernels._seen.clear()
+            kernels._seen[sig] = (key, dims, run.shape, result.nbytes)
+        return result
+    finally:
+        for t in temporaries:
+            t.dispose()
+
+
+def op_function(fname: str):
+    """`dlc.ops.<fname>`: a function with the language function's signature and a doc."""
+    fn = FUNCTIONS[fname]
+
+    def op(*args: Any, **kwargs: Any):
+        return call(fname, args, kwargs)
+
+    params = []
+    for p in fn.params:
+        default = inspect.Parameter.empty if p.default is REQUIRED else p.default
+        params.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
+    op.__signature__ = inspect.Signature(params)
+    op.__name__ = op.__qualname__ = fname
+    required = [p.name for p in fn.params if p.default is REQUIRED]
+    method = f"{required[0]}.{fname}({', '.join(required[1:])})" if fn.params[0].kind == "tensor" else ""
+    op.__doc__ = (
+        f"{fname}({', '.join(p.name for p in fn.params)}): the language's `{fname}`, "
+        "run eagerly on device arrays; gives a new Array.\n\n"
+        f">>> y = dlc.ops.{fname}({', '.join(required)})" + (f"  # or {method}" if method else "")
+    )
+    return op
+
+
+def split(x: Any, sizes, axis: int = 0) -> tuple:
+    """split(x, sizes, axis): the language's `split`, run eagerly: a tuple of Arrays, one
+    `slice` each (the language function checks the arguments first, with its errors).
+
+    >>> head, tail = dlc.ops.split(dlc.zeros([5, 2]), [2, 3])
+    """
+    shape = tuple(np.shape(x))
+    b = GraphBuilder()
+    FUNCTIONS["split"].impl(b, _call_site(), b.input("x", shape), tuple(sizes), builtins.int(axis))
+    ax = builtins.int(axis) % len(shape)
+    parts, offset = [], 0
+    for s in sizes:
+        begin = [offset if k == ax else 0 for k in range(len(shape))]
+        size = [builtins.int(s) if k == ax else -1 for k in range(len(shape))]
+        parts.append(call("slice", (x, begin, size), {}))
+        offset += builtins.int(s)
+    return tuple(parts)
 
 
 def _install_methods() -> None:
     """Every language function whose first parameter is a tensor becomes a method."""
-    global _ops_call
-    from dlc.compiler.functions import FUNCTIONS
-
-    from . import ops
-
-    _ops_call = ops.call
     for name, fn in FUNCTIONS.items():
         if not fn.params or fn.params[0].kind != "tensor" or hasattr(Array, name):
             continue
-        setattr(Array, name, _method(name, ops))
+        setattr(Array, name, _method(name))
 
 
-def _method(name: str, ops: Any):
-    func = getattr(ops, name)
-    if name == "split":  # several results, each a slice: dlc.ops.split, not one kernel
+def _method(name: str):
+    func = split if name == "split" else op_function(name)  # split: several results, each a slice
+    if name == "split":
 
         def method(self, *args, **kwargs):
             return func(self, *args, **kwargs)
     else:
 
         def method(self, *args, **kwargs):
-            return ops.call(name, (self, *args), kwargs)
+            return call(name, (self, *args), kwargs)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = func.__doc__

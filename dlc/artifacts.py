@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from .runtime.errors import DataError
 from .session import Session
 
 
@@ -15,7 +16,5 @@ def load(path: str | os.PathLike, seed: int = 0, backend: str | None = None) -> 
     >>> sess = dlc.load("mlp_digits.dlc/")  # after `dlc compile samples/mlp_digits.dl --train`
     """
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "manifest.json"))):
-        from .errors import DataError
-
         raise DataError(f"{path} is not a dlc artifact: it has no manifest.json")
     return Session(path, backend=backend, seed=seed)

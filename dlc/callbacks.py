@@ -25,10 +25,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from .errors import DlcError, did_you_mean
 from .optional import require
 from .progress import TrainProgress
-from .weights import write_atomic
+from .runtime.errors import DlcError, did_you_mean
+from .runtime.weights import write_atomic
 
 __all__ = [
     "Callback",

@@ -25,8 +25,8 @@ import numpy as np
 from dlc.runtime.elements import to_int32
 from dlc.runtime.npzfile import NpzReader
 
-from .errors import DataError, format_shape
-from .feeds import _suggest, bind_dims, ignore_unknown
+from .runtime.errors import DataError, format_shape
+from .runtime.feeds import _suggest, bind_dims, ignore_unknown
 
 Shape = tuple  # of int | str
 

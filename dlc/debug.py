@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import Loc, RuntimeFailure, format_shape
+from .runtime import dims as dim_algebra
+from .runtime.errors import Loc, RuntimeFailure, format_shape
 
 log = logging.getLogger("dlc.debug")
 
@@ -163,26 +164,23 @@ class KernelTimer:
     """Times one GL launch at a time: begin() before it, end() after, in milliseconds."""
 
     def __init__(self) -> None:
-        from dlc.runtime.sync import TimerQuery
+        from dlc.runtime import gl, sync  # lazy: they import OpenGL; debug mode on numpy needs neither
 
-        self._query = TimerQuery()
+        self._gl = gl.GL
+        self._query = sync.TimerQuery()
         self._start = 0.0
 
     def begin(self) -> None:
-        from dlc.runtime.gl import GL
-
-        GL.glFinish()  # earlier work must not count
+        self._gl.glFinish()  # earlier work must not count
         self._start = time.perf_counter()
         if not _wall_clock:
             self._query.begin()
 
     def end(self) -> float:
         global _wall_clock
-        from dlc.runtime.gl import GL
-
         if not _wall_clock:
             self._query.end()
-        GL.glFinish()
+        self._gl.glFinish()
         wall = (time.perf_counter() - self._start) * 1e3
         if not _wall_clock:
             ms = self._query.elapsed_ms()
@@ -279,7 +277,7 @@ def evaluate(
     graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray], dims: Mapping[str, int], dtype: Any = np.float32
 ) -> dict[int, np.ndarray]:
     """`dlc.compiler.reference.evaluate`, timing each node and stopping at the first NaN."""
-    from dlc.compiler.reference import evaluate as reference_evaluate
+    from dlc.compiler.reference import evaluate as reference_evaluate  # lazy: an artifact's debug mode has no compiler
 
     def on_node(i: int, out: np.ndarray, seconds: float) -> None:
         n = graph.nodes[i]
@@ -347,8 +345,6 @@ class GLHook:
         ex, fusion = self.executor, self.fusion
         if fusion is None or not hasattr(ex, "slot_buffer"):
             return
-        from dlc.runtime.executor import bind_shape
-
         index = next((i for i, k in enumerate(ex.kernels) if k.name == name), None)
         g, dims = fusion.graph, dict(ex._dims or ())
         for m in fusion.kernels[index].nodes if index is not None else ():
@@ -359,9 +355,9 @@ class GLHook:
             info = ex.tensors.get(idx)
             if info is None:  # computed inline, not stored: not checked
                 continue
-            shape = bind_shape(info.shape, dims)
+            shape = dim_algebra.bind(info.shape, dims)
             ids = ex.slot_buffer(info.slot).download(int(np.prod(shape, dtype=np.int64))).view(np.int32)
-            rows = bind_shape((INDEXED[node.op](g, node),), dims)[0]
+            rows = dim_algebra.bind((INDEXED[node.op](g, node),), dims)[0]
             bad = np.flatnonzero((ids < 0) | (ids >= rows))
             if bad.size:
                 at = [int(k) for k in np.unravel_index(bad[0], shape)]
@@ -405,14 +401,12 @@ class GLHook:
         raise NaNFound(n.op, n.loc, detail)
 
     def _inputs_hold_nan(self, name: str) -> bool:
-        from dlc.runtime.executor import bind_shape
-
         ex = self.executor
         spec = next(k for k in ex.kernels if k.name == name)
         dims = dict(ex._dims or ())
         for t in spec.reads:
             info = ex.tensors[t]
-            count = int(np.prod(bind_shape(info.shape, dims), dtype=np.int64))
+            count = int(np.prod(dim_algebra.bind(info.shape, dims), dtype=np.int64))
             if np.isnan(ex.slot_buffer(info.slot).download(count)).any():
                 return True
         return False
@@ -421,8 +415,7 @@ class GLHook:
         ex, g = self.executor, self.graph
         if ex is None or g is None or self.fusion is None:
             return None  # an artifact: no IR to trace with (and no compiler to import)
-        from dlc.compiler import registry
-        from dlc.runtime.executor import bind_shape
+        from dlc.compiler import registry  # lazy: an artifact's debug mode has no compiler
 
         index = next(i for i, k in enumerate(ex.kernels) if k.name == name)
         kernel = self.fusion.kernels[index]
@@ -430,7 +423,7 @@ class GLHook:
         values: dict[int, np.ndarray] = {}
         for t in kernel.inputs:
             info = ex.tensors[t]
-            shape = bind_shape(info.shape, dims)
+            shape = dim_algebra.bind(info.shape, dims)
             values[t] = ex.slot_buffer(info.slot).download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
             if np.isnan(values[t]).any():
                 return None  # NaN came in: an earlier kernel's output, not this one's doing

@@ -15,7 +15,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dlc.runtime.manifest import LR
+from dlc.runtime.artifact.manifest import LR
+from dlc.runtime.executor import GPUFeed
+from dlc.runtime.storage import Buffer
+from dlc.runtime.sync import Fence
 
 STAGES = 2  # staged row buffers: one being read by queued steps while the next is written
 
@@ -35,8 +38,6 @@ class GLDeferredSteps:
         interval_s: float,
         rows: str | None = None,
     ):
-        from dlc.runtime.storage import Buffer
-
         self.backend, self.program, self.loss_node = backend, program, loss_node
         self.learning_rate = learning_rate
         self.capacity = int(capacity)
@@ -56,9 +57,6 @@ class GLDeferredSteps:
         batch does, shares its rows)."""
         if self.rows is None or not batches:
             return
-        from dlc.runtime.executor import GPUFeed
-        from dlc.runtime.storage import Buffer
-        from dlc.runtime.sync import Fence
 
         parts, starts, previous, total = [], [], None, 0
         for batch in batches:
@@ -96,8 +94,6 @@ class GLDeferredSteps:
         self.backend.step_into(self.program, self.loss_node, feeds, bdims, self._sink, index)
 
     def read(self, count: int) -> np.ndarray:
-        from dlc.runtime.sync import Fence
-
         self._device.activate()  # the fence goes on the steps' device
         Fence().wait()
         return self._sink.download(count)

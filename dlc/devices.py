@@ -28,6 +28,9 @@ from dlc.runtime import dims as dim_algebra
 
 _BACKENDS = ("gl", "numpy")
 _devices: dict[str, Device] = {}
+# What to forget when the default GL device was closed: the eager kernel cache registers its
+# clear_cache here (dlc/eager_kernels.py; it sits above this module).
+_on_gl_reset: list = []
 _chosen: str | None = None
 
 
@@ -77,74 +80,11 @@ class NumpyDevice:
         return np.ascontiguousarray(out, dtype=np.float32).reshape(call.shape)
 
 
-class GLDevice:
-    """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.gl_eager).
-    They live on the process's default GL device (`dlc.runtime.device`), whichever device
-    sessions use: every call makes it current first.
-
-    A freed array's buffer goes to the device's pool (runtime/buffer_pool.py) for the next
-    op's result; GL calls are made only on the thread that holds the context, and a finalizer
-    may run anywhere: `release` queues the buffer and the next call on the owning thread
-    pools it. Uploads go to fresh buffers, never pooled ones (no host write into a buffer
-    that queued kernels may still read).
-    """
-
-    name = "gl"
-
-    def __init__(self) -> None:
-        from dlc.runtime.buffer_pool import pool_of
-        from dlc.runtime.device import default_device
-
-        self._pool_of = pool_of  # kept: finalizers call `release`, where nothing is imported
-        self.gl_device = default_device()
-        self.context = self.gl_device.context
-        if not self.context.has_compute:  # eager kernels are compute shaders only
-            from dlc.errors import RuntimeFailure
-
-            raise RuntimeFailure(
-                f"eager arrays on gl need compute shaders; this OpenGL ({self.context.version}) has none"
-            )
-
-    def upload(self, value: np.ndarray) -> Any:
-        data = np.ascontiguousarray(value, dtype=np.float32)
-        buffer = self._pool_of(self.gl_device).fresh(data.nbytes)
-        buffer.upload(data)
-        return buffer
-
-    def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
-        return handle.download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
-
-    async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
-        from dlc.runtime.sync import read_async
-
-        self.gl_device.activate()
-        values = await read_async(handle, int(np.prod(shape, dtype=np.int64)))
-        return values.reshape(shape)
-
-    def free(self, handle: Any) -> None:
-        if not handle.device.closed:  # else it went with its device
-            self._pool_of(handle.device).give(handle)
-
-    def release(self, handle: Any) -> None:
-        if not handle.device.closed:
-            self._pool_of(handle.device).release(handle)
-
-    def flush(self) -> None:
-        """Pool the buffers finalizers queued (call on the GL thread)."""
-        pool = self.gl_device.pool
-        if pool is not None and not self.gl_device.closed:
-            pool.collect()
-
-    def run(self, call: Any, handles: list[Any]) -> Any:
-        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
-        return _gl_eager().run(call, handles)
-
-
-def _gl_eager() -> Any:
-    """dlc.gl_eager, imported on first use (it imports OpenGL)."""
+def gl_eager() -> Any:
+    """dlc.backends.gl_eager, imported on first use (it imports OpenGL)."""
     global _gl_eager_module
     if _gl_eager_module is None:
-        from . import gl_eager
+        from .backends import gl_eager  # lazy: it imports OpenGL
 
         _gl_eager_module = gl_eager
     return _gl_eager_module
@@ -159,10 +99,7 @@ def gl_devices() -> list:
 
     >>> default = dlc.gl_devices()[0]
     """
-    from dlc.runtime.device import default_device, open_devices
-
-    default_device()
-    return open_devices()
+    return gl_eager().gl_devices()
 
 
 def open_gl_device(egl_device: int | None = None):
@@ -173,9 +110,7 @@ def open_gl_device(egl_device: int | None = None):
     >>> with dlc.open_gl_device():  # arrays made here live on this context (`1`: EGL device 1)
     ...     y = dlc.ones([4]) * 2
     """
-    from dlc.runtime.device import open_device
-
-    return open_device(egl_device)
+    return gl_eager().open_gl_device(egl_device)
 
 
 def _bound(shape: tuple, dims: dict) -> tuple[int, ...]:
@@ -216,42 +151,43 @@ def get_device(name: str | None = None) -> Device:
             return _devices["gl"]
         if "auto" not in _devices:
             try:
-                _devices["auto"] = _devices["gl"] = GLDevice()
+                _devices["auto"] = _devices["gl"] = gl_eager().GLDevice()
             except Exception as e:  # no context: numpy, saying so once
                 print(f"dlc: no OpenGL context ({str(e).splitlines()[0]}); eager arrays use numpy", file=sys.stderr)
                 _devices["auto"] = get_device("numpy")
         return _devices["auto"]
     device = _devices.get(name)
     if device is None:
-        device = _devices[name] = GLDevice() if name == "gl" else NumpyDevice()
+        device = _devices[name] = gl_eager().GLDevice() if name == "gl" else NumpyDevice()
     return device
 
 
 def _forget_closed_gl() -> None:
     """After the default GL device was closed, eager arrays start again on a new one: its
     compiled ops held buffers of the closed device."""
-    device = _devices.get("gl")
-    if isinstance(device, GLDevice) and device.gl_device.closed:
-        from . import ops
-
+    device = _devices.get("gl")  # a GLDevice (dlc/backends/gl_eager.py) when there is one
+    if device is not None and device.gl_device.closed:
         del _devices["gl"]
         if _devices.get("auto") is device:
             del _devices["auto"]
-        ops.clear_cache()
+        for forget in _on_gl_reset:
+            forget()
+
+
+def on_gl_reset(forget) -> None:
+    """Call `forget()` when eager arrays move to a new GL device (the old one was closed)."""
+    _on_gl_reset.append(forget)
 
 
 def flush_pending() -> None:
     """Free GPU buffers of arrays the garbage collector let go of."""
     device = _devices.get("gl")
-    if isinstance(device, GLDevice):
+    if device is not None:
         device.flush()
 
 
 def gl_counts() -> tuple[int | None, int | None]:
     """GPU buffers and bytes held in all (every GL device), when eager arrays use GL."""
-    device = _devices.get("gl")
-    if not isinstance(device, GLDevice):
+    if "gl" not in _devices:
         return None, None
-    from dlc.runtime.storage import live_buffers, live_bytes
-
-    return live_buffers(), live_bytes()  # on every GL device
+    return gl_eager().live_counts()  # on every GL device

@@ -39,8 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DlcError, RuntimeFailure
-from .runtime.manifest import LR
+from dlc.compiler.autodiff import grad_name
+from dlc.compiler.reference import leaf_inputs
+from dlc.compiler.train_graph import build_split_step
+
+from .runtime.artifact.manifest import LR
+from .runtime.context import egl_device_count
+from .runtime.errors import DlcError, RuntimeFailure
+from .runtime.optional import require
 from .runtime.version import __version__
 
 # Environment variables MPI launchers set for a process's rank among those of its node
@@ -61,13 +67,7 @@ def launched_by_mpi() -> bool:
 
 
 def _mpi():
-    try:
-        from mpi4py import MPI
-    except ImportError as exc:
-        raise DlcError(
-            f"data-parallel training needs mpi4py and an MPI library ({exc}): pip install 'dlc[mpi]' (mpi4py and mpich)"
-        ) from None
-    return MPI
+    return require("mpi4py.MPI", "mpi", "data-parallel training", "mpi4py and an MPI library (mpi4py and mpich)")
 
 
 @dataclass
@@ -179,8 +179,6 @@ def init(comm=None, devices: Sequence[int] | None = None, timeout_s: float = DEF
         if devices:
             world.device = int(devices[local_rank() % len(devices)])
         else:
-            from .runtime.context import egl_device_count
-
             count = egl_device_count()
             world.device = local_rank() % count if count > 1 else None
         if world.device is not None:
@@ -193,10 +191,6 @@ class ParallelStep:
     update programs, and the step that runs them around the all-reduce."""
 
     def __init__(self, session, loss: str | None, optimizer) -> None:
-        from dlc.compiler.autodiff import grad_name
-        from dlc.compiler.reference import leaf_inputs
-        from dlc.compiler.train_graph import build_split_step
-
         self.session, self.world, self.optimizer = session, session.parallel, optimizer
         self.grads, self.update = build_split_step(session.model.graph, loss, optimizer, session.freeze)
         self.trained = list(self.update.params)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .errors import DlcError
-from .feeds import prepare
+from .runtime.errors import DlcError
+from .runtime.feeds import prepare
 
 _FLOAT32 = np.dtype(np.float32)
 _INT32 = np.dtype(np.int32)
@@ -40,12 +40,10 @@ class EvalPlan:
         if artifact is not None:
             self.program, self.roots, self.needed = artifact.eval_plan(list(names))
         else:
-            from dlc.compiler.reference import leaf_inputs
-
             session._roots(names)  # each name checked (did-you-mean)
             self.program = session._eval_program()  # dropout the identity, batch_norm's running stats
             self.roots = [self.program.names[n] for n in names]
-            self.needed = leaf_inputs(self.program, self.roots)
+            self.needed = _leaf_inputs(self.program, self.roots)
         # The last feeds accepted whole: (their names, their shapes, the dims they bind).
         self._accepted: tuple[tuple[str, ...], tuple[tuple[int, ...], ...], dict[str, int]] | None = None
 
@@ -82,12 +80,10 @@ def model_outputs(graph) -> list[str]:
     aside, that no other such tensor reads without needing more inputs (so `h` feeding
     `logits` is not one, and `prediction` stays one though `accuracy` reads it with the
     labels): the quadratic's `y`; a classifier's `probs`, `prediction` and `accuracy`."""
-    from dlc.compiler.reference import leaf_inputs
-
     named = {i: n for n, i in graph.names.items()}
     skip = {graph.names[n] for n in (*graph.inputs, *graph.params, *graph.losses)}
     candidates = [i for i in named if i not in skip]
-    needs = {i: leaf_inputs(graph, [i]) for i in candidates}
+    needs = {i: _leaf_inputs(graph, [i]) for i in candidates}
     read: set[int] = set()
     for i in candidates:
         stack, seen = list(graph.nodes[i].inputs), set()
@@ -107,17 +103,22 @@ def model_outputs(graph) -> list[str]:
 def outputs_for(session, fed: Sequence[str]) -> list[str]:
     """The outputs (`model_outputs`) that inputs `fed` suffice for; refused when none do."""
     graph = session._output_graph()
-    from dlc.compiler.reference import leaf_inputs
-
     outputs = model_outputs(graph)
     if not outputs:
         raise DlcError("the model names no tensor besides its inputs, params and losses: give predict() fetches")
     fed_set = set(fed)
-    usable = [n for n in outputs if leaf_inputs(graph, [graph.names[n]]) <= fed_set]
+    usable = [n for n in outputs if _leaf_inputs(graph, [graph.names[n]]) <= fed_set]
     if not usable:
-        need = sorted(leaf_inputs(graph, [graph.names[outputs[0]]]) - fed_set)
+        need = sorted(_leaf_inputs(graph, [graph.names[outputs[0]]]) - fed_set)
         raise DlcError(
             f"predict() computes the model's outputs ({', '.join(outputs)}), and each needs an input "
             f"not fed: feed {', '.join(repr(n) for n in need)} for '{outputs[0]}', or give fetches"
         )
     return usable
+
+
+def _leaf_inputs(graph, roots) -> set[str]:
+    """The inputs and leaves `roots` read (`dlc.compiler.reference.leaf_inputs`)."""
+    from dlc.compiler.reference import leaf_inputs  # lazy: an artifact's session runs without the compiler
+
+    return leaf_inputs(graph, roots)

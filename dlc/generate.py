@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import DataError
+from .runtime.errors import DataError
 from .text import TOKENS
 
 LOGITS = "logits"

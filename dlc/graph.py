@@ -25,13 +25,15 @@ from typing import Any
 import numpy as np
 
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.functions import FUNCTIONS, REQUIRED, Function, Param
+from dlc.compiler.functions import REQUIRED, Function, Param
 from dlc.compiler.initializers import INITIALIZERS, default_init
 from dlc.compiler.ir import Shape, format_graph
+from dlc.compiler.registry import FUNCTIONS
+from dlc.compiler.seed_names import suggest
 from dlc.runtime.dims import product as dim_product
 
-from .errors import CompileError, Loc
 from .model import Model
+from .runtime.errors import CompileError, Loc
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE_ROOT = os.path.dirname(_HERE)
@@ -275,8 +277,6 @@ class Graph:
     def __getattr__(self, attr: str):
         fname = SEED_ALIASES.get(attr, attr)
         if fname not in FUNCTIONS:
-            from dlc.compiler.seed_names import suggest
-
             raise AttributeError(f"Graph has no op {attr!r}{suggest(attr, FUNCTIONS)}")
         return lambda *args, **kwargs: self._call(fname, args, dict(kwargs))
 

@@ -82,11 +82,9 @@ def _integer(item: Any) -> int:
         ) from None
 
 
-def getitem(a: Any, key: Any) -> Any:
-    """`a[key]` as a new device array (see the module's docstring)."""
-    from . import ops
-    from .arrays import zeros
-
+def getitem(a: Any, key: Any, call: Any, zeros: Any) -> Any:
+    """`a[key]` as a new device array (see the module's docstring), made with `call` (an
+    eager call of a language function: `dlc.arrays.call`) and `zeros` (dlc.zeros)."""
     axes, out_shape = parse_index(key, a.shape)
     if any(ax.count == 0 for ax in axes):
         return zeros(out_shape, backend=a.backend)
@@ -100,18 +98,18 @@ def getitem(a: Any, key: Any) -> Any:
         y = a
         box = [(ax.count - 1) * ax.step + 1 for ax in axes]
         if any(ax.start != 0 or n != d for ax, n, d in zip(axes, box, a.shape)):
-            y = step(ops.slice(y, [ax.start for ax in axes], box))
+            y = step(call("slice", (y, [ax.start for ax in axes], box), {}))
         for k, ax in enumerate(axes):
             if ax.step > 1 and ax.count > 1:
-                y = step(_every(y, k, ax.count, ax.step, ops, zeros))
-        result = ops.reshape(y, out_shape)
+                y = step(_every(y, k, ax.count, ax.step, call, zeros))
+        result = call("reshape", (y, out_shape), {})
     finally:
         for t in made:
             t.dispose()
     return result
 
 
-def _every(y: Any, axis: int, count: int, step: int, ops: Any, zeros: Any) -> Any:
+def _every(y: Any, axis: int, count: int, step: int, call: Any, zeros: Any) -> Any:
     """Elements 0, step, 2*step, ... (`count` of them) of `y` along `axis`: pad the axis with
     zeros to count*step, split it into (count, step) and keep column 0."""
     shape = list(y.shape)
@@ -120,16 +118,16 @@ def _every(y: Any, axis: int, count: int, step: int, ops: Any, zeros: Any) -> An
     if pad:
         filler = zeros([*shape[:axis], pad, *shape[axis + 1 :]], backend=y.backend)
         parts.append(filler)
-        y = ops.concat([y, filler], axis)
+        y = call("concat", ([y, filler], axis), {})
         parts.append(y)
-    split = ops.reshape(y, [*shape[:axis], count, step, *shape[axis + 1 :]])
+    split = call("reshape", (y, [*shape[:axis], count, step, *shape[axis + 1 :]]), {})
     parts.append(split)
     begin = [0] * (len(shape) + 1)
     size = [*shape[:axis], count, 1, *shape[axis + 1 :]]
-    column = ops.slice(split, begin, size)
+    column = call("slice", (split, begin, size), {})
     parts.append(column)
     try:
-        return ops.reshape(column, [*shape[:axis], count, *shape[axis + 1 :]])
+        return call("reshape", (column, [*shape[:axis], count, *shape[axis + 1 :]]), {})
     finally:
         for t in parts:
             t.dispose()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import DlcError, did_you_mean
+from .runtime.errors import DlcError, did_you_mean
 
 PREFIX = "metric."
 

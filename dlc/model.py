@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from dlc.compiler import compile_cache
 from dlc.compiler.ir import Graph, Shape
+
+from .report import param_summary
 
 
 @dataclass
@@ -96,7 +99,6 @@ class Model:
 
         >>> dlc.compile("samples/mlp_digits.dl").summary()
         """
-        from .report import param_summary
 
         frozen = {p for p in self.graph.params if self.graph.node(p).attr("frozen")}
         print_fn(param_summary(self.params, frozen))
@@ -115,7 +117,7 @@ def read_text(path: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        from dlc.compiler.parser import decode_source
+        from dlc.compiler.parser import decode_source  # lazy: lark; dlc.Graph and the eager arrays import this module
 
         decode_source(raw, path)  # raises
         raise
@@ -129,7 +131,6 @@ def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
     >>> model.params
     {'a': (), 'b': (), 'c': ()}
     """
-    from dlc.compiler import compile_cache
 
     text, path = source, name or "<model>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".dl")):
@@ -138,7 +139,7 @@ def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
     # A model compiled before comes from dlc's compile cache on disk: no lark, no parse.
     graph = compile_cache.load_model(text, path) if compile_cache.enabled() else None
     if graph is None:
-        from dlc.compiler.lang import compile_source
+        from dlc.compiler.lang import compile_source  # lazy: lark, not needed on a compile-cache hit
 
         graph = compile_source(text, path)
         if compile_cache.enabled():

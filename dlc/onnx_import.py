@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from dlc.model import Model
+from dlc.compiler.importers.fold_limit import DEFAULT_MAX_CONST_BYTES
+from dlc.compiler.importers.onnx_model import import_onnx as import_graph
+
+from .model import Model
 
 
 def import_onnx(
@@ -21,8 +24,6 @@ def import_onnx(
     >>> sess = dlc.Session(imported.model)
     >>> sess.set_params(imported.weights)
     """
-    from dlc.compiler.importers.fold_limit import DEFAULT_MAX_CONST_BYTES
-    from dlc.compiler.importers.onnx_model import import_onnx as import_graph
 
     limit = DEFAULT_MAX_CONST_BYTES if max_const_bytes is None else max_const_bytes
     imported = import_graph(path_or_model, batch, limit, freeze, trainable)

@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
-from .errors import format_shape
+from .runtime.errors import format_shape
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -1,4 +1,4 @@
-"""Scopes for device arrays: the seeds' `math.scope` / `dl.tidy`, `keep` and memory counts.
+"""Scopes for device arrays: the seeds' `math.scope` / `dl.tidy`, `keep` and live counts.
 
     with dlc.tidy() as scope:          # a context manager ...
         y = scope.returns(f(x))        # ... y survives and moves to the enclosing scope
@@ -20,7 +20,6 @@ import functools
 import inspect
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +29,13 @@ _stack: contextvars.ContextVar[tuple[Scope, ...]] = contextvars.ContextVar("dlc_
 # Live arrays: counted here (not by walking objects) so `memory()` is cheap.
 _live_arrays = 0
 _live_bytes = 0
+
+
+class Tracked:
+    """What a scope tracks: a device array (`dlc.arrays.Array` derives from it). It has
+    `_scope` (the scope tracking it, or None) and `dispose()`."""
+
+    __slots__ = ()
 
 
 class Scope:
@@ -162,6 +168,11 @@ def register(array: Any, nbytes: int) -> None:
         scope.track(array)
 
 
+def live() -> tuple[int, int]:
+    """(arrays, bytes) live now."""
+    return _live_arrays, _live_bytes
+
+
 def unregister(array: Any, nbytes: int) -> None:
     """Called once when an array's storage is freed (dispose or garbage collection)."""
     global _live_arrays, _live_bytes
@@ -172,118 +183,9 @@ def unregister(array: Any, nbytes: int) -> None:
         scope.untrack(array)
 
 
-@dataclass(frozen=True)
-class SessionMemory:
-    """GPU buffers and bytes the live GL sessions hold, in all and by what they hold."""
-
-    sessions: int
-    buffers: int
-    bytes: int
-    params: int  # bytes of params
-    state: int  # bytes of optimizer state
-    data: int  # bytes of training data kept on the GPU
-    snapshots: int  # bytes of the copies training keeps to undo a diverged step
-    slots: int  # bytes of the programs' planned storage (temporaries, inputs, constants)
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What `dlc.memory()` reports: live device arrays and their bytes (float32); on the GL
-    backend also the GPU buffers dlc holds in all (arrays, sessions, eager scratch, staging),
-    the GL program cache (linked programs, an estimate of their driver bytes, its limit), the
-    compiled eager ops kept, and what live sessions hold (`SessionMemory`). `gl_pooled` and
-    `gl_pooled_bytes`: those of the GPU buffers (counted in `gl_buffers`, `gl_bytes`) that sit
-    freed in the eager buffer pools for reuse (runtime/buffer_pool.py; `dlc.ops.trim_pool()`
-    deletes them)."""
-
-    arrays: int
-    bytes: int
-    gl_buffers: int | None = None
-    gl_bytes: int | None = None
-    programs: int | None = None
-    program_bytes: int | None = None
-    program_cache_limit: int | None = None
-    eager_ops: int = 0
-    sessions: SessionMemory | None = None
-    gl_pooled: int | None = None
-    gl_pooled_bytes: int | None = None
-
-
-def memory() -> Memory:
-    """Live arrays and bytes now (pools first what the garbage collector let go of), and
-    on GL the buffers, programs and sessions behind them.
-
-    >>> used = dlc.memory()  # used.arrays, used.bytes, used.gl_buffers, ...
-    """
-    import sys
-
-    from . import ops
-    from .devices import flush_pending, gl_counts
-
-    flush_pending()
-    buffers, nbytes = gl_counts()
-    if buffers is None and "dlc.runtime.storage" in sys.modules:  # sessions use GL, arrays not
-        from dlc.runtime.storage import live_buffers, live_bytes
-
-        buffers, nbytes = live_buffers(), live_bytes()
-    pool_count = pool_bytes = None
-    if buffers is not None:
-        from dlc.runtime import buffer_pool
-
-        pool_count, pool_bytes = buffer_pool.pooled_buffers(), buffer_pool.pooled_bytes()
-    programs = program_bytes = limit = None
-    sessions = None
-    if "dlc.runtime.program" in sys.modules:  # GL was used: say what it holds
-        from dlc.runtime.program import program_cache_stats
-
-        stats = program_cache_stats()
-        programs, program_bytes, limit = stats["programs"], stats["bytes"], stats["limit"]
-    if "dlc.backend" in sys.modules:  # GL sessions over models and artifacts
-        from dlc.backend import live_gl_backends
-
-        sessions = _sessions_memory(live_gl_backends())
-    return Memory(
-        _live_arrays,
-        _live_bytes,
-        buffers,
-        nbytes,
-        programs,
-        program_bytes,
-        limit,
-        ops.cached_kernels(),
-        sessions,
-        pool_count,
-        pool_bytes,
-    )
-
-
-def set_program_cache_limit(limit: int | None) -> None:
-    """Keep at most `limit` (an int >= 1) compiled GL programs and as many compiled eager ops,
-    deleting the least recently used past it (now and from then on); None: back to the default,
-    256, or env DLC_PROGRAM_CACHE. Programs a live Session uses are never deleted.
-
-    >>> dlc.set_program_cache_limit(64)
-    """
-    from dlc.runtime.cache_limit import set_limit
-
-    set_limit(limit)
-
-
-def _sessions_memory(backends: list) -> SessionMemory:
-    kinds = {"params": 0, "state": 0, "data": 0, "snapshots": 0, "slots": 0}
-    count = 0
-    for backend in backends:
-        for kind, (n, b) in backend.memory().items():
-            kinds[kind] += b
-            count += n
-    return SessionMemory(len(backends), count, sum(kinds.values()), **kinds)
-
-
-def _arrays_in(value: Any) -> Iterator[Any]:
+def _arrays_in(value: Any) -> Iterator[Tracked]:
     """The arrays inside `value`: an array, or lists/tuples/dicts (nested) of them."""
-    from .arrays import Array
-
-    if isinstance(value, Array):
+    if isinstance(value, Tracked):
         yield value
     elif isinstance(value, (list, tuple)):
         for v in value:

@@ -35,9 +35,10 @@ from dlc.compiler.reference import leaf_inputs
 from dlc.compiler.train_graph import build_train_graph
 from dlc.compiler.unroll import COST, COST_SUM, cost_as_loss, unroll
 
-from .errors import DataError, format_shape
-from .feeds import as_element_type, bind_dims
+from .arrays import array
 from .graph import Tensor
+from .runtime.errors import DataError, format_shape
+from .runtime.feeds import as_element_type, bind_dims
 
 
 class CostReduction(enum.Enum):
@@ -230,7 +231,6 @@ def _node(session: Any, t: Tensor) -> int:
 
 def eval_seeds(session: Any, fetch: Tensor | Sequence[Tensor], feeds: Any = None) -> Any:
     """The seeds' `session.eval(tensor, feed_entries)`: a dlc.Array (a list for a list)."""
-    from .arrays import array
 
     graph = session.model.graph
     single = isinstance(fetch, Tensor)

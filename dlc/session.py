@@ -1,4 +1,4 @@
-"""Session: the one driver. It runs a model on a `dlc.backend.Backend`, holds its params and
+"""Session: the one driver. It runs a model on a `dlc.backends.protocol.Backend`, holds its params and
 optimizer state, evaluates, computes gradients and trains (seed: deeplearn.js Session).
 
 Three backends: the NumPy reference and GL over a model (`dlc.Session(model, backend=...)`),
@@ -21,29 +21,29 @@ from typing import Any
 
 import numpy as np
 
+from dlc.runtime.artifact.manifest import LR, leaf_shapes
 from dlc.runtime.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from dlc.runtime.errors import DataError
-from dlc.runtime.manifest import LR, leaf_shapes
 from dlc.runtime.optimizers import from_record, optimizer_record
 from dlc.runtime.training import RunPosition
 
 from . import debug
-from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
+from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import Callback, EpochRunner, LambdaCallback
 from .data import Data, example_inputs
 from .deferred import GLDeferredSteps
 from .distributed import ParallelStep
-from .errors import DlcError, TrainingDiverged, did_you_mean
 from .eval_plan import EvalPlan, outputs_for
-from .feeds import prepare
 from .generate import LOGITS, check_model, generate
 from .metrics import metric_tensors
-from .optimizers import SGD, Optimizer
 from .optional import require
+from .runtime.errors import DlcError, TrainingDiverged, did_you_mean
+from .runtime.feeds import prepare
+from .runtime.optimizers import SGD, Optimizer
+from .runtime.training import Callback as StepCallback
+from .runtime.training import schedule, train_feeds, train_loop
+from .runtime.weights import checked_params, load_npz, save_npz
 from .text import TOKENS, TextData
-from .training import Callback as StepCallback
-from .training import schedule, train_feeds, train_loop
-from .weights import checked_params, load_npz, save_npz
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
@@ -96,7 +96,7 @@ def _described(optimizer: Optimizer) -> str:
 class Session:
     """`Session(model, backend=None, seed=0, target=None)`: `model` a dlc.Model, a dlc.Graph,
     a .dl path or source, or an artifact folder; `backend` "gl", "numpy", None (gl when a
-    context can be made) or a `dlc.backend.Backend` object; `target` gl's "compute" or
+    context can be made) or a `dlc.backends.protocol.Backend` object; `target` gl's "compute" or
     "texture". Over an artifact, "gl" runs its programs (its params and optimizer state to
     start) and "numpy" runs its model.dl on the reference with its params. `freeze`: globs of
     param names (`h.*.attn.*`) that train() leaves as they are, as `frozen param` does.
@@ -185,7 +185,7 @@ class Session:
     def _make_backend(backend: Any, target: str | None):
         if isinstance(backend, ArtifactBackend):
             return backend
-        return require("dlc.backends").make_backend(backend, target)  # the compiler: not over an artifact
+        return require("dlc.backends.reference").make_backend(backend, target)  # the compiler: not over an artifact
 
     # -- the model's names -----------------------------------------------------------------
     @property
@@ -522,7 +522,7 @@ class Session:
         at every step. `callback(step, epoch, loss, batch_examples)` runs after
         each step (returning False stops), `on_epoch_end(epoch)` after each
         epoch (returning False stops there: early stopping, see `fit`). A NaN
-        or infinite loss raises dlc.errors.TrainingDiverged with the params of
+        or infinite loss raises dlc.TrainingDiverged with the params of
         the last finite loss restored.
 
         Over an artifact the compiled training step runs: `loss` and `optimizer` default to the
@@ -1053,7 +1053,7 @@ class Session:
 
     # -- resources -------------------------------------------------------------------------
     def memory(self) -> dict[str, tuple[int, int]]:
-        """(count, bytes) the backend holds, by kind (see `dlc.backend.Backend.memory`).
+        """(count, bytes) the backend holds, by kind (see `dlc.backends.protocol.Backend.memory`).
 
         >>> dlc.Session("samples/quadratic.dl", backend="numpy").memory()["params"]  # (count, bytes)
         (3, 12)

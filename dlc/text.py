@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from .data import Data
+from .runtime.errors import DataError
+from .runtime.weights import write_atomic
 
 TOKENS, TARGETS = "tokens", "targets"  # the inputs a language model declares
 MAX_TEXT_BYTES = 1 << 31  # a corpus is read whole: refuse more than 2 GiB
@@ -77,8 +79,6 @@ class Vocab:
 
     # -- files -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        from .weights import write_atomic
-
         record = {"format": "dlc-vocab", "kind": "chars", "chars": self.chars, "block": self.block}
         text = json.dumps(record, ensure_ascii=True)
         write_atomic(path, lambda f: f.write(text.encode("ascii")))
@@ -211,7 +211,6 @@ def for_model(path: str, inputs: Mapping, dtypes: Mapping, block: int | None, ba
     """`dlc train MODEL --data corpus.txt`: the text as a model of `tokens`/`targets` i32 [B, T]
     inputs sees it: (the TextData, the validation windows as a `dlc.data.Data`). The block is
     T when the model fixes it, else `block` (--block)."""
-    from .data import Data
 
     for name in (TOKENS, TARGETS):
         shape = inputs.get(name)

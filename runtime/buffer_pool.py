@@ -1,6 +1,6 @@
 """Freed eager buffers kept for reuse: one bounded pool per GL device, keyed by size class.
 
-An eager op (`dlc.ops`, dlc/gl_eager.py) writes its result to a buffer taken from the pool of
+An eager op (`dlc.ops`, dlc/backends/gl_eager.py) writes its result to a buffer taken from the pool of
 the device it runs on; when the result's array dies its buffer goes back, so `a + b` in a loop
 reuses the buffer of a result that was dropped instead of creating one (glCreateBuffers +
 glNamedBufferData, then glDeleteBuffers, through PyOpenGL: a large part of a small op's host
@@ -29,8 +29,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 
-from dlc.runtime.device import Device, current_device, open_devices
-from dlc.runtime.storage import Buffer
+from .device import Device, current_device, open_devices
+from .storage import Buffer
 
 MIN_CLASS = 64  # bytes: the smallest class (16 floats)
 DEFAULT_MAX_BUFFERS = 256

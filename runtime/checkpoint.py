@@ -20,12 +20,10 @@ import numpy as np
 from .errors import DataError
 from .npzfile import NpzReader
 from .training import RunPosition
-from .weights import save_npz
+from .weights import META, PARAM, save_npz
 
 FORMAT = "dlc checkpoint"
 VERSION = 1
-META = "meta"
-PARAM = "param/"
 STATE = "state/"
 ORDER = "order"
 

@@ -29,9 +29,10 @@ import threading
 import weakref
 from typing import Any
 
-from dlc.runtime import context as _context
-from dlc.runtime.context import GLContext
-from dlc.runtime.errors import RuntimeFailure
+from . import context as _context
+from .context import GLContext
+from .errors import RuntimeFailure
+from .gl import GL, Fast
 
 _lock = threading.Lock()
 _default: Device | None = None
@@ -46,8 +47,6 @@ class Device:
     `open_device()`; `close()` frees everything on it."""
 
     def __init__(self, ctx: GLContext):
-        from dlc.runtime.gl import Fast
-
         global _next_id
         self.context = ctx
         self.id = _next_id  # a process-unique number, for messages
@@ -131,7 +130,6 @@ class Device:
         global _default
         if self.closed:
             return
-        from dlc.runtime.gl import GL
 
         self.activate()
         for program in list(self.programs.values()):
@@ -170,8 +168,6 @@ def _leave_current() -> None:
     """Flush the device current on this thread before another context takes its place."""
     previous = getattr(_local, "device", None)
     if previous is not None and not previous.closed and previous.context._thread == threading.get_ident():
-        from dlc.runtime.gl import GL
-
         GL.glFlush()
 
 

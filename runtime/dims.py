@@ -10,7 +10,7 @@ is computed from them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 Dim = int | str
 
@@ -57,6 +57,14 @@ def value(d: Dim, dims: Mapping[str, int]) -> int:
         return d
     known, syms = factors(d)
     return known * math.prod(int(dims[s]) for s in syms)
+
+
+def eval_size(size: Sequence, dims: Mapping[str, int]) -> int:
+    """A size written as (int, dim names...), as plans and specs hold it: their product under `dims`."""
+    out = int(size[0])
+    for d in size[1:]:
+        out *= int(dims[d])
+    return out
 
 
 def bind(shape: Iterable[Dim], dims: Mapping[str, int]) -> tuple[int, ...]:

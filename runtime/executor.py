@@ -21,19 +21,19 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dlc.runtime import dims as dim_algebra
-from dlc.runtime.device import current_device, selected_device
-from dlc.runtime.elements import storage_floats
-from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
-from dlc.runtime.program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
-from dlc.runtime.readback import Readback
-from dlc.runtime.sizes import check_bound, check_kernel
-from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec
-from dlc.runtime.storage import Buffer, OutOfMemory
-from dlc.runtime.sync import Fence
+from . import dims as dim_algebra
+from .device import current_device, selected_device
+from .dims import eval_size
+from .elements import storage_floats
+from .errors import DataError, RuntimeFailure
+from .launches import Prepared, copy_calls, kernel_calls, launch_now, run_prepared
+from .program import BARRIER_BITS, get_program, get_programs, on_delete, pin, unpin
+from .readback import Readback
+from .sizes import check_bound, check_kernel
+from .spec import FORMAT, PERSISTENT, Grid, Kernel, ProgramSpec
+from .storage import Buffer, OutOfMemory
+from .sync import Fence
 
-PERSISTENT = ("param", "state")
 _MISSING = object()
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 
@@ -125,14 +125,6 @@ def gpu_copy_many(copies: Sequence[tuple[Buffer, Buffer, int | None]]) -> None:
     device.uniforms.pop(prog.handle, None)
     for fn, args in copy_calls(device.fast, prog.handle, prog.uniform_location("n"), words):
         fn(*args)
-
-
-def eval_size(size: Sequence, dims: Mapping[str, int]) -> int:
-    """A size written as [int, dim names...]: their product under `dims`."""
-    out = int(size[0])
-    for d in size[1:]:
-        out *= int(dims[d])
-    return out
 
 
 def bind_shape(shape: Sequence, dims: Mapping[str, int]) -> tuple[int, ...]:

@@ -6,6 +6,8 @@ the compiler nor lark. Shapes are tuples of ints and symbolic names.
 
 from __future__ import annotations
 
+import difflib
+import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -107,7 +109,6 @@ def ignore_unknown(
         key = (tuple(inputs), tuple(unknown), source)
         if key not in _noticed:
             _noticed.add(key)
-            import sys
 
             absent = [n for n in inputs if n not in names and (needed is None or n in needed)]
             hints = "".join(did_you_mean(k, absent) and f" ('{k}'{did_you_mean(k, absent)})" for k in unknown)
@@ -134,7 +135,6 @@ def check_missing(
 
 def _suggest(name: str, ignored: list[str]) -> str:
     """ " (the data has 'pixel': a misspelling of it?)" for an ignored name close to `name`."""
-    import difflib
 
     close = difflib.get_close_matches(name, ignored, n=1, cutoff=0.6)
     return f" (the data has '{close[0]}': a misspelling of it?)" if close else ""

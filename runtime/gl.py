@@ -7,8 +7,8 @@ False. So: choose the platform, import `OpenGL.EGL`, set error checking (on only
 
 `Fast` holds raw ctypes function pointers for the launch loop (a ctypes call costs ~1.3 us
 against ~2.4 us through PyOpenGL, DESIGN.md). Each `runtime.device.Device` resolves its own
-once its context is current (a pointer may differ between contexts, as on Windows); `fast`
-here stands for the current device's.
+once its context is current (a pointer may differ between contexts, as on Windows): hot
+loops take `device.fast` of the device they run on.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ else:
     EGL_IMPORT_ERROR = f"PyOpenGL platform is {PYOPENGL_PLATFORM or 'its default'}, not egl"
 
 OpenGL.ERROR_CHECKING = DEBUG
-from OpenGL import GL  # noqa: E402
+from OpenGL import GL, platform  # noqa: E402
 
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 
@@ -161,21 +161,8 @@ class Fast:
         return object.__getattribute__(self, name)
 
 
-class _CurrentFast:
-    """`fast`: the entry points of the current device (runtime/device.py), made current.
-    Hot loops take `device.fast` of the device they run on instead."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        from dlc.runtime.device import current_device
-
-        return getattr(current_device().fast, name)
-
-
 def _proc_address(symbol: str) -> int:
     """Address of a GL function: the GL library's export first, then the platform's lookup."""
-    from OpenGL import platform
 
     library = getattr(platform.PLATFORM, "GL", None)
     if library is not None:
@@ -187,13 +174,11 @@ def _proc_address(symbol: str) -> int:
     if address:
         return int(ctypes.cast(address, ctypes.c_void_p).value or 0)
     try:  # a glfw context on a PyOpenGL platform whose lookup missed
-        import glfw
+        import glfw  # lazy: it loads libglfw, absent on headless machines
 
         return int(glfw.get_proc_address(symbol) or 0)
     except Exception:
         return 0
 
 
-fast = _CurrentFast()
-
-__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast", "fast"]
+__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast"]

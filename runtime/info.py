@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dlc.runtime import subnormals
-from dlc.runtime.errors import RuntimeFailure
+from . import subnormals
+from .context import get_context
+from .errors import RuntimeFailure
+from .target import choose_target
 
 # Extensions worth knowing about when reading a performance report.
 _NOTABLE_EXTENSIONS = ("GL_KHR_shader_subgroup", "GL_NV_gpu_shader5", "GL_ARB_gpu_shader_int64")
@@ -11,7 +13,6 @@ _NOTABLE_EXTENSIONS = ("GL_KHR_shader_subgroup", "GL_NV_gpu_shader5", "GL_ARB_gp
 
 def describe() -> str:
     """A few `key: value` lines; never raises for a missing context (says why instead)."""
-    from dlc.runtime.context import get_context
 
     try:
         ctx = get_context()
@@ -25,7 +26,6 @@ def describe() -> str:
         where = "glfw (hidden window)"
     limits = ctx.limits
     notable = [name for name in _NOTABLE_EXTENSIONS if name in ctx.extensions]
-    from dlc.runtime.target import choose_target
 
     try:
         target, why = choose_target()

@@ -16,8 +16,8 @@ import ctypes
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from dlc.runtime.gl import GL_SHADER_STORAGE_BUFFER, Fast
-from dlc.runtime.program import BARRIER_BITS
+from .gl import GL_SHADER_STORAGE_BUFFER, Fast
+from .program import BARRIER_BITS
 
 Call = tuple[Callable, tuple]
 

@@ -20,11 +20,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dlc.runtime import binary_cache, cache_limit
-from dlc.runtime.device import Device, current_device, open_devices
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import DEBUG, GL
-from dlc.runtime.storage import Buffer
+from . import binary_cache, cache_limit
+from .device import Device, current_device, open_devices
+from .errors import RuntimeFailure
+from .gl import DEBUG, GL
+from .storage import Buffer
 
 # After a dispatch, later shaders may read what it wrote (SHADER_STORAGE) and later copies,
 # uploads and downloads see it (BUFFER_UPDATE).
@@ -50,7 +50,7 @@ _MAX_LINES_SHOWN = 80  # when the log names no line
 
 class ShaderError(RuntimeFailure):
     """A generated shader failed to compile or link: an internal dlc error (for a shader read
-    from an artifact, runtime/artifact.py says the artifact is at fault instead)."""
+    from an artifact, runtime/artifact/runner.py says the artifact is at fault instead)."""
 
     def __init__(self, message: str, name: str, log: str, line: int | None, source: str = ""):
         super().__init__(message)
@@ -224,7 +224,7 @@ def _parallel_compiles(device: Device) -> None:
         device.parallel_compiles = False
         if "GL_KHR_parallel_shader_compile" in device.context.extensions:
             try:
-                from OpenGL.GL.KHR.parallel_shader_compile import glMaxShaderCompilerThreadsKHR
+                from OpenGL.GL.KHR.parallel_shader_compile import glMaxShaderCompilerThreadsKHR  # lazy: an extension
 
                 glMaxShaderCompilerThreadsKHR(0xFFFFFFFF)
                 device.parallel_compiles = True

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dlc.runtime.device import Device
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import _proc_address
-from dlc.runtime.storage import Buffer
+from .device import Device
+from .errors import RuntimeFailure
+from .gl import _proc_address
+from .storage import Buffer
 
 _SYNC_GPU_COMMANDS_COMPLETE = 0x9117
 _SYNC_FLUSH_COMMANDS_BIT = 0x00000001

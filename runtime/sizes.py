@@ -15,11 +15,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dlc.runtime import dims as dim_algebra
-from dlc.runtime.errors import DataError, RuntimeFailure, format_shape
+from . import dims as dim_algebra
+from .errors import DataError, RuntimeFailure, format_shape
 
 if TYPE_CHECKING:  # annotations only: the front end imports this module, and spec.py is not cheap
-    from dlc.runtime.spec import ProgramSpec, TensorInfo
+    from .spec import ProgramSpec, TensorInfo
 
 MAX_ELEMENTS = 2**31 - 1  # the largest count a GLSL int index reaches
 # Characters in a name (tensor, dim): the front end refuses longer ones where they are written,

@@ -2,10 +2,10 @@
 
 The compiler (`compiler/codegen/program.py` `program_spec`, each target's `render`)
 builds a `ProgramSpec`; the executors (`runtime/executor.py`, `runtime/texture_executor.py`),
-the eager arrays (`dlc/gl_eager.py`) and debug mode (`dlc/debug.py`) read the same objects.
+the eager arrays (`dlc/backends/gl_eager.py`) and debug mode (`dlc/debug.py`) read the same objects.
 manifest.json holds each program in the JSON layout below; `to_json` / `from_json` here are
 the only code that writes or reads that layout (`manifest_json` writes a whole manifest,
-`runtime/manifest.py` validates a parsed one, then `programs_from_json` types its programs).
+`runtime/artifact/manifest.py` validates a parsed one, then `programs_from_json` types its programs).
 
     slots     the storage: kind (temp, input, param, state, const), sizes as products of a
               constant and symbolic dims, the leaf's name, a const's values
@@ -21,13 +21,17 @@ executors. Free of GL and of the compiler.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
 FORMAT = 1  # the program spec and manifest layout this dlc writes and reads
+SLOT_KINDS = ("temp", "input", "param", "state", "const")
+PERSISTENT = ("param", "state")  # slots that are leaves kept across runs, not planned storage
+LR = "$lr"  # the learning rate, fed to the train program as an input
 
 Size = tuple  # (constant factor, dim name, ...): their product
 
@@ -271,7 +275,7 @@ class ProgramSpec:
 
     @classmethod
     def from_json(cls, p: Mapping, name: str | None = None) -> ProgramSpec:
-        """The spec from its manifest.json layout (validated first: runtime/manifest.py)."""
+        """The spec from its manifest.json layout (validated first: runtime/artifact/manifest.py)."""
         return cls(
             name=p.get("name", name or "?"),
             dims=tuple(p["dims"]),
@@ -328,3 +332,11 @@ def programs_from_json(manifest: Mapping) -> dict:
         for n, p in manifest["programs"].items()
     }
     return {**manifest, "programs": programs}
+
+
+@functools.cache  # asked for every object of every manifest a fuzz test reads
+def required_keys(cls: type) -> tuple[str, ...]:
+    """The keys an object of `cls`'s JSON layout must have: its fields without a default, in
+    order (each field is written under its own name). The manifest's validator asks this, so
+    that which keys exist is said once, here."""
+    return tuple(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)

@@ -18,10 +18,10 @@ import ctypes
 
 import numpy as np
 
-from dlc.runtime.device import Device, current_device, open_devices
-from dlc.runtime.elements import storage_floats
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import GL
+from .device import Device, current_device, open_devices
+from .elements import storage_floats
+from .errors import RuntimeFailure
+from .gl import GL
 
 _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us
 # A mapped buffer's storage: read by the host through a mapping kept for the buffer's life,

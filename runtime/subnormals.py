@@ -13,8 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.device import Device, current_device
-from dlc.runtime.gl import GL
+from .device import Device, current_device
+from .gl import GL
+from .program import get_program
+from .storage import Buffer
+from .textures import FragmentProgram, Texture, render_pass
 
 TINY = np.float32(1e-40)  # subnormal
 SMALLEST_NORMAL = np.finfo(np.float32).tiny
@@ -76,9 +79,6 @@ def _kept(results: np.ndarray) -> bool:
 
 
 def _probe_compute(device: Device) -> bool:
-    from dlc.runtime.program import get_program
-    from dlc.runtime.storage import Buffer
-
     program = get_program(COMPUTE_PROBE, "dlc_subnormal_probe", device)
     buf = Buffer.from_array(np.concatenate([PROBE_INPUTS, np.zeros(2, np.float32)]), device)
     try:
@@ -92,8 +92,6 @@ def _probe_compute(device: Device) -> bool:
 
 
 def _probe_fragment() -> bool:
-    from dlc.runtime.textures import FragmentProgram, Texture, render_pass
-
     program = FragmentProgram(FRAGMENT_PROBE, "dlc_subnormal_probe")
     inputs, out = Texture(len(PROBE_INPUTS), "the subnormal probe"), Texture(2, "the subnormal probe")
     try:

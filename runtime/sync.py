@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 
-from dlc.runtime.context import get_context
-from dlc.runtime.device import current_device
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import GL
-from dlc.runtime.storage import Buffer
+from .context import get_context
+from .device import current_device
+from .errors import RuntimeFailure
+from .gl import GL
+from .storage import Buffer
 
 _SIGNALED = (GL.GL_ALREADY_SIGNALED, GL.GL_CONDITION_SATISFIED)
 _POLL_SLEEP_S = 0.0002  # between polls once a few bare yields did not suffice
@@ -125,7 +125,7 @@ async def read_async(buffer: Buffer, count: int | None = None) -> np.ndarray:
     The values are first copied on the GPU into a staging buffer, so later launches may
     overwrite `buffer` while we wait.
     """
-    import asyncio  # here: the executor imports this module, and asyncio costs ~20 ms to import
+    import asyncio  # lazy: the executor imports this module, and asyncio costs ~20 ms to import
 
     if count is None:
         count = buffer.nbytes // 4

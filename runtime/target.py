@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 
-from dlc.runtime.errors import RuntimeFailure
+from .context import get_context
+from .errors import RuntimeFailure
 
 TARGETS = ("compute", "texture")
 
 
 def choose_target(requested: str | None = None) -> tuple[str, str]:
     """(target, why). Raises RuntimeFailure for an unknown name, or compute without compute."""
-    from dlc.runtime.context import get_context
 
     if requested is not None:
         source = "asked for"

@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dlc.runtime.device import require_default
-from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size, needs, outputs_info
-from dlc.runtime.spec import FORMAT, Kernel, ProgramSpec
-from dlc.runtime.textures import FragmentProgram, Texture, copy, packed_layout
+from .device import require_default
+from .dims import eval_size
+from .errors import DataError, RuntimeFailure
+from .executor import LeafStore, bind_shape, needs, outputs_info
+from .spec import FORMAT, PERSISTENT, Kernel, ProgramSpec
+from .textures import FragmentProgram, Texture, copy, packed_layout, render_pass
 
 _SAMPLER = re.compile(r"^uniform sampler2D b(\d+);", re.MULTILINE)
 
@@ -167,8 +168,6 @@ class TextureExecutor:
                 self.buffers[s].upload(feeds[slot.name])
 
     def _launch(self, kernels) -> None:
-        from dlc.runtime.textures import render_pass
-
         hook = self.hook
         before = getattr(hook, "before", None)
         dims = self._dims

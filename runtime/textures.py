@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlc.runtime.context import get_context
-from dlc.runtime.elements import storage_floats
-from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.gl import GL
-from dlc.runtime.program import ShaderError, error_line
-
-_live: dict[int, int] = {}  # texture handle -> bytes (for dlc.memory())
-
-
-def live_textures() -> tuple[int, int]:
-    return len(_live), sum(_live.values())
+from .context import get_context
+from .elements import storage_floats
+from .errors import RuntimeFailure
+from .gl import GL
+from .program import ShaderError, error_line
 
 
 def max_texture_size() -> int:
@@ -83,7 +77,6 @@ class Texture:
             raise RuntimeFailure(
                 f"this OpenGL cannot render into {kind} textures (framebuffer status 0x{int(status):x})"
             )
-        _live[self.handle] = self.nbytes
 
     @property
     def count(self) -> int:
@@ -127,7 +120,6 @@ class Texture:
         if self.handle:
             GL.glDeleteFramebuffers(1, [self.fbo])
             GL.glDeleteTextures([self.handle])
-            _live.pop(self.handle, None)
             self.handle = 0
 
 

@@ -14,6 +14,11 @@ import numpy as np
 from .errors import DataError, DlcError
 from .npzfile import NpzReader
 
+# A checkpoint (runtime/checkpoint.py) is an .npz whose params are `param/NAME` beside `meta`:
+# load_npz reads its params as it reads a weights file's.
+META = "meta"
+PARAM = "param/"
+
 
 class SaveFailed(DlcError):
     """Nothing could be written: not the file asked for, nor any fallback."""
@@ -154,8 +159,6 @@ def _fsync_folder(folder: str) -> None:
 def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
     """Params from an .npz (or a checkpoint), read defensively; with `shapes`, checked against the model's
     params. Every refusal is a DataError that names the file."""
-    from .checkpoint import META, PARAM
-
     path = os.fspath(path)
     with NpzReader(path) as z:
         # A checkpoint's params are its `param/NAME` arrays (the rest is the run's state).

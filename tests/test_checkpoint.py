@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import DataError, DlcError
 from dlc.runtime.checkpoint import META, read_checkpoint
+from dlc.runtime.errors import DataError, DlcError
 from dlc.runtime.training import RunPosition, train_loop
 
 MODEL = """

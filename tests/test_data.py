@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dlc.data import load_data
-from dlc.errors import DataError
+from dlc.runtime.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUAD = {"x": ("B",), "y_label": ("B",)}

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from dlc.data import load_data
-from dlc.errors import DataError
-from dlc.runtime import weights  # the implementation (dlc.weights re-exports it)
-from dlc.weights import load_npz, save_npz, write_atomic
+from dlc.runtime import weights
+from dlc.runtime.errors import DataError
+from dlc.runtime.weights import load_npz, save_npz, write_atomic
 
 QUAD = {"x": ("B",), "y_label": ("B",)}
 

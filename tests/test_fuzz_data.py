@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from dlc.data import load_data
-from dlc.errors import DataError
-from dlc.weights import load_npz
+from dlc.runtime.errors import DataError
+from dlc.runtime.weights import load_npz
 
 QUAD = {"x": ("B",), "y_label": ("B",)}
 LINEAR = {"x": ("B", 3), "label": ("B",)}

@@ -54,7 +54,7 @@ def test_only_the_session_runs_a_train_loop():
 
 def test_the_other_drivers_are_gone():
     from dlc import cli, seeds
-    from dlc.runtime import artifact
+    from dlc.runtime.artifact import runner as artifact
 
     assert not hasattr(artifact.Runner, "train") and not hasattr(artifact.Runner, "eval")
     assert not hasattr(cli, "Target") and not hasattr(cli, "open_target")
@@ -65,10 +65,10 @@ def test_the_other_drivers_are_gone():
 
 
 def test_the_backend_protocol_is_what_the_backends_implement():
-    from dlc.artifact_backend import ArtifactBackend
-    from dlc.backend import Backend
-    from dlc.backends import NumpyBackend
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.artifact import ArtifactBackend
+    from dlc.backends.gl import GLBackend
+    from dlc.backends.protocol import Backend
+    from dlc.backends.reference import NumpyBackend
 
     wanted = {"set_leaf", "get_leaf", "drop_leaf", "snapshot", "restore", "run", "step", "memory", "close"}
     declared = {n for n in vars(Backend) if not n.startswith("_")}

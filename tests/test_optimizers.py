@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc import optimizers
 from dlc.compiler.train_graph import LR, build_train_graph
+from dlc.runtime import optimizers
 
 # l = mean_b(x_b . w) + 1/2 |w|^2 + s^2, so dl/dw = mean_b(x_b) + w and dl/ds = 2 s.
 MODEL = """

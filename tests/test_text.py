@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from dlc.errors import DataError
+from dlc.runtime.errors import DataError
 from dlc.text import TextData, Vocab, vocab_path
 
 TEXT = "To be, or not to be, that is the question:\n" * 20

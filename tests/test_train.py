@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import CompileError, DataError, RuntimeFailure, TrainingDiverged
+from dlc.runtime.errors import CompileError, DataError, RuntimeFailure, TrainingDiverged
 
 QUADRATIC = dict(np.load("samples/data/quadratic.npz"))
 

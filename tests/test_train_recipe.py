@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import DlcError
 from dlc.runtime import schedules
+from dlc.runtime.errors import DlcError
 
 torch = pytest.importorskip("torch")
 
@@ -168,7 +168,7 @@ def test_bad_recipes_are_refused():
     with pytest.raises(DlcError, match="unknown learning-rate schedule"):
         schedules.from_config({"name": "exp"})
     with pytest.raises(DlcError, match="no weight decay"):
-        dlc.optimizers.make("sgd", weight_decay=0.1)
+        dlc.runtime.optimizers.make("sgd", weight_decay=0.1)
 
 
 @pytest.mark.gl
@@ -176,8 +176,8 @@ def test_artifact_keeps_its_recipe(tmp_path):
     _gl_or_skip()
     import json
 
-    from dlc.compiler.artifact import write_artifact
-    from dlc.runtime.manifest import ArtifactError, validate
+    from dlc.compiler.emit import write_artifact
+    from dlc.runtime.artifact.manifest import ArtifactError, validate
 
     model = _model(tmp_path, UNIT_GRADIENT)
     sched = schedules.Cosine(warmup=2, decay_steps=8, min_lr=0.01)

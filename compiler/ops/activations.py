@@ -6,7 +6,7 @@ import numpy as np
 
 from dlc.runtime.errors import CompileError
 
-from ..registry import Oracle, Param
+from ..opdefs import Oracle, Param
 from .adjoint import chain
 from .elementwise import _sigmoid, _softplus, unary
 from .special import erf_np

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import OpDef, Oracle, register
+from ..opdefs import OpDef, Oracle, register
 from ..shapes import ShapeError, format_shape
 
 # The widest head: a kernel invocation keeps a query row and its output row in registers and

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dlc.runtime.errors import CompileError
 
-from ..registry import Composite, Param, register_composite
+from ..builder import count
+from ..opdefs import Composite, Param, register_composite
 
 
 def _state_name(b, i: int, what: str, channels, loc) -> str:
@@ -23,8 +24,6 @@ def _state_name(b, i: int, what: str, channels, loc) -> str:
 
 
 def _batch_norm(b, loc, x, gamma, beta, mean, var, momentum, eps):
-    from ..functions import count
-
     shape = b.shape(x)
     if len(shape) < 2:
         raise CompileError(f"batch_norm's x is [batch, ..., channels], got a tensor of rank {len(shape)}", loc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import INT_LOWERING, any_to_f32, floats_except
-from ..registry import OpDef, Oracle, Param, register
+from ..opdefs import OpDef, Oracle, Param, register
 from ..shapes import broadcast
 from . import trig_glsl
 from .adjoint import chain, shapes, unbroadcast

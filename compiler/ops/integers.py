@@ -19,7 +19,7 @@ import numpy as np
 from dlc.runtime.errors import CompileError, DataError
 
 from ..dtypes import F32, I32, integer_at
-from ..registry import OpDef, Oracle, Param, register, update
+from ..opdefs import OpDef, Oracle, Param, register, update
 from ..shapes import ShapeError, format_shape, norm_axis
 from .elementwise import unary
 

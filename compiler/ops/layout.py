@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import any_to_f32, same_as_input, take_rule
-from ..registry import OpDef, register
+from ..opdefs import OpDef, register
 from ..shapes import ShapeError, bind, format_shape
 from .adjoint import unbroadcast
 

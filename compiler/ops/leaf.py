@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import OpDef, register
+from ..opdefs import OpDef, register
 from ..shapes import bind
 
 

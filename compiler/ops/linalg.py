@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import OpDef, register
+from ..opdefs import OpDef, register
 from ..shapes import ShapeError, broadcast, format_shape
 from .adjoint import shapes, unbroadcast
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import any_to_f32
-from ..registry import Oracle
+from ..opdefs import Oracle
 from .elementwise import binary, unary
 
 unary(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import Oracle
+from ..opdefs import Oracle
 from . import trig_glsl
 from .adjoint import chain, shapes, unbroadcast
 from .elementwise import binary, unary

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import OpDef, Oracle, register
+from ..opdefs import OpDef, Oracle, register
 from ..shapes import broadcast
 from .adjoint import unbroadcast
 

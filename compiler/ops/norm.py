@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..registry import OpDef, register
+from ..opdefs import OpDef, register
 from ..shapes import ShapeError, format_shape
 from .adjoint import unbroadcast
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlc.runtime.errors import CompileError
+
 from ..ir import Shape
-from ..registry import Composite, OpDef, Param, register, register_composite
+from ..opdefs import Composite, OpDef, Param, register, register_composite
 from ..shapes import ShapeError, bind
 
 SEED, STEP = "$seed", "$step"
@@ -133,8 +135,6 @@ def draw(b, loc, op: str, shape: Shape) -> int:
 
 def _random(op: str):
     def build(b, loc, shape):
-        from dlc.runtime.errors import CompileError
-
         for d in shape:
             if isinstance(d, int) and d <= 0:
                 raise CompileError(f"{op}'s dims must be positive, got {d}", loc)
@@ -144,8 +144,6 @@ def _random(op: str):
 
 
 def _dropout(b, loc, x, p):
-    from dlc.runtime.errors import CompileError
-
     if not 0.0 <= p <= 1.0:
         raise CompileError(f"dropout's p is a probability in [0, 1], got {p:g}", loc)
     u = draw(b, loc, "random_uniform", b.shape(x))
@@ -156,7 +154,7 @@ def _dropout(b, loc, x, p):
     return b.add("training", (train, x), loc)
 
 
-from ..registry import update as _update  # noqa: E402
+from ..opdefs import update as _update  # noqa: E402
 
 _update("random_uniform", params=(Param("shape", "dims"),), build=_random("random_uniform"))
 _update("random_normal", params=(Param("shape", "dims"),), build=_random("random_normal"))

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..registry import Oracle
+from ..opdefs import Oracle
 from .adjoint import chain
 from .elementwise import unary
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import OpDef, register
+from ..opdefs import OpDef, register
 from ..shapes import ShapeError
 
 ONE = (1, 1)

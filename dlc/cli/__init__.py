@@ -20,9 +20,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..errors import DlcError
 from ..optional import require
-from ..runtime.errors import UsageError
+from ..runtime.errors import DlcError, UsageError
 from ..runtime.version import __version__
 from ..stdout_guard import guard_stdout
 

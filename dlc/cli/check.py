@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..artifact_backend import ArtifactModel
-from ..errors import DlcError
+from ..backends.artifact import ArtifactModel
 from ..report import model_table
-from ..runtime.manifest_files import read_artifact
+from ..runtime.artifact.files import read_artifact
+from ..runtime.errors import DlcError
 from .models import frozen_params, open_model, param_inits
 
 DESCRIPTION = (

@@ -9,10 +9,9 @@ import sys
 
 from ..compiler.dot import to_dot
 from ..compiler.pipeline import STAGE_NAMES, Options, Work, format_stage, run_stages
-from ..errors import DlcError
-from ..optimizers import make as make_optimizer
 from ..optional import require
-from ..runtime.errors import UsageError
+from ..runtime.errors import DlcError, UsageError
+from ..runtime.optimizers import make as make_optimizer
 from .models import default_artifact_path, open_model, train_loss
 from .options import DEFAULT_OPTIMIZER, add_batch_size, add_optimizer, add_output, add_target, add_train_loss
 
@@ -121,14 +120,14 @@ def model_dot(model, loss: str | None, optimizer, kernels: bool, progs=None) -> 
 
 
 def artifact_module():
-    """dlc.compiler.artifact, the artifact writer (a build of dlc may lack it)."""
+    """dlc.compiler.emit, the artifact writer (a build of dlc may lack it)."""
     try:
-        return require("dlc.compiler.artifact")
+        return require("dlc.compiler.emit")
     except ModuleNotFoundError as e:
-        if e.name != "dlc.compiler.artifact":
+        if e.name != "dlc.compiler.emit":
             raise
         raise DlcError(
-            "this build of dlc has no GLSL compiler (dlc.compiler.artifact is missing): cannot write an artifact"
+            "this build of dlc has no GLSL compiler (dlc.compiler.emit is missing): cannot write an artifact"
         ) from None
 
 

@@ -6,12 +6,11 @@ import argparse
 import os
 import sys
 
-from ..artifact_backend import ArtifactModel
+from ..backends.artifact import ArtifactModel
 from ..data import load_data
-from ..errors import DataError
 from ..report import describe_array
-from ..runtime.errors import UsageError
-from ..weights import save_npz
+from ..runtime.errors import DataError, UsageError
+from ..runtime.weights import save_npz
 from .models import announce_run, check_names, needed_inputs, open_model, open_session, weights_text
 from .options import (
     add_backend,

@@ -11,11 +11,10 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 
-from .. import optimizers
-from ..artifact_backend import ArtifactModel, is_artifact
-from ..errors import DlcError, did_you_mean
+from ..backends.artifact import ArtifactModel, is_artifact
 from ..optional import require
-from ..runtime.errors import UsageError
+from ..runtime import optimizers
+from ..runtime.errors import DlcError, UsageError, did_you_mean
 from ..session import Session
 from .options import DEFAULT_OPTIMIZER
 

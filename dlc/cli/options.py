@@ -8,7 +8,8 @@ import argparse
 import math
 import os
 
-from .. import optimizers, train_recipe
+from .. import train_recipe
+from ..runtime import optimizers
 from ..runtime.errors import UsageError
 
 OPTIMIZERS = tuple(optimizers.OPTIMIZERS)  # names, in the order --help lists them

@@ -6,10 +6,9 @@ import argparse
 import os
 
 from ..compiler.dot import FORMATS, RenderError, render
-from ..errors import DlcError
-from ..optimizers import make as make_optimizer
-from ..runtime.errors import UsageError
-from ..weights import write_atomic
+from ..runtime.errors import DlcError, UsageError
+from ..runtime.optimizers import make as make_optimizer
+from ..runtime.weights import write_atomic
 from .compile import model_dot
 from .models import open_model, train_loss
 from .options import DEFAULT_OPTIMIZER, add_output, add_train_loss

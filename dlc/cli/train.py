@@ -11,16 +11,16 @@ import os
 import sys
 from collections.abc import Callable
 
-from .. import optimizers, train_recipe, workers
 from .. import text as text_data
-from ..artifact_backend import ArtifactBackend, ArtifactModel
+from .. import train_recipe, workers
+from ..backends.artifact import ArtifactBackend, ArtifactModel
 from ..callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, Plot, Progress, StepLog, StopOnSignal
 from ..data import load_data
 from ..distributed import launched_by_mpi
-from ..errors import DataError, TrainingDiverged
 from ..metrics import metric_tensors
-from ..runtime.errors import UsageError
-from ..training import steps_per_epoch
+from ..runtime import optimizers
+from ..runtime.errors import DataError, TrainingDiverged, UsageError
+from ..runtime.training import steps_per_epoch
 from .models import (
     announce_run,
     compiled_optimizer,

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable
 
 from ..callbacks import Callback, StopOnSignal
-from ..errors import TrainingDiverged
 from ..runtime.checkpoint import checkpoint_arrays
-from ..weights import SaveFailed, save_or_rescue
+from ..runtime.errors import TrainingDiverged
+from ..runtime.weights import SaveFailed, save_or_rescue
 
 
 def default_checkpoint_path(weights_path: str) -> str:

@@ -30,7 +30,7 @@ from importlib import resources
 
 import numpy as np
 
-from dlc.errors import DataError, DlcError
+from dlc.runtime.errors import DataError, DlcError
 
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"
@@ -52,8 +52,8 @@ def export_web(
 ) -> pathlib.Path:
     """Write the web export of `model_path` into `out_dir`; returns its path."""
     from dlc import compile as compile_model
-    from dlc.compiler.artifact import manifest, programs
     from dlc.compiler.codegen.texture import TextureTargetError
+    from dlc.compiler.emit import manifest, programs
     from dlc.compiler.initializers import initial_value
     from dlc.runtime import optimizers
     from dlc.runtime.weights import checked_params, load_npz
@@ -141,10 +141,10 @@ class _Artifact:
 
 
 def _read_artifact(path: pathlib.Path) -> _Artifact:
-    """An artifact folder read as `dlc eval` reads it (runtime/manifest_files.py: the manifest
+    """An artifact folder read as `dlc eval` reads it (runtime/artifact/files.py: the manifest
     validated, the .npz files without pickles, their headers, shapes and values checked before
     use), and its model.dl confined and bounded like the rest."""
-    from dlc.runtime.manifest_files import read_artifact, read_confined
+    from dlc.runtime.artifact.files import read_artifact, read_confined
 
     if not (path / "manifest.json").is_file() or not (path / "model.dl").exists():
         raise DlcError(f"{path} is not a dlc artifact (it needs manifest.json and model.dl)")

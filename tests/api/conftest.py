@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 
 def _gl_or_skip():

@@ -7,7 +7,7 @@ import pytest
 
 import dlc
 from dlc.compiler import registry
-from dlc.compiler.functions import FUNCTIONS
+from dlc.compiler.registry import FUNCTIONS
 
 rng = np.random.default_rng(0)
 

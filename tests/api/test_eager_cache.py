@@ -371,7 +371,7 @@ def test_memory_fields(backend):
 def test_an_op_of_several_kernels_runs_right_when_the_cache_holds_one(gl):
     """Linking one evicted kernel of an op must not evict another of the same op (the H100
     found softmax launching program 0 after a long test run had filled the cache)."""
-    from dlc.gl_eager import _compiled
+    from dlc.backends.gl_eager import _compiled
 
     dlc.ops.clear_cache()
     host = rng.normal(size=(3, 7)).astype(np.float32)
@@ -416,12 +416,12 @@ def test_repeated_calls_take_the_short_path_and_still_check_their_arguments(back
     """A call seen before (same function, argument shapes and numbers' places) skips binding
     and keying; its results, and its errors for a disposed array or arrays of two backends,
     are those of the full path."""
-    from dlc import ops
+    from dlc import arrays, eager_kernels
 
-    ops._seen.clear()  # (what an earlier test saw, on either backend, would be reused)
+    eager_kernels._seen.clear()  # (what an earlier test saw, on either backend, would be reused)
     full = []
-    real = ops._call
-    monkeypatch.setattr(ops, "_call", lambda *a: full.append(a[0]) or real(*a))
+    real = arrays._call
+    monkeypatch.setattr(arrays, "_call", lambda *a: full.append(a[0]) or real(*a))
     x_host, y_host = rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=5).astype(np.float32)
     x, y = dlc.array(x_host), dlc.array(y_host)
     for i in range(5):

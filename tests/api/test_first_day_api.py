@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import CompileError, DataError
+from dlc.runtime.errors import CompileError, DataError
 
 X = np.arange(2 * 5 * 7, dtype=np.float32).reshape(2, 5, 7)
 
@@ -74,7 +74,7 @@ def test_bad_indices_are_refused_clearly(key, error, words):
 
 
 def test_dlc_ops_exposes_only_ops():
-    from dlc.compiler.functions import FUNCTIONS
+    from dlc.compiler.registry import FUNCTIONS
 
     public = [n for n in dir(dlc.ops) if not n.startswith("_")]
     for helper in ("np", "dataclass", "inspect", "Any", "annotations", "GraphBuilder"):

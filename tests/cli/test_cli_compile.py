@@ -12,8 +12,8 @@ import pytest
 import dlc
 
 ROOT = Path(__file__).resolve().parents[2]
-HAS_ARTIFACT = importlib.util.find_spec("dlc.compiler.artifact") is not None
-needs_artifact = pytest.mark.skipif(not HAS_ARTIFACT, reason="dlc.compiler.artifact not built yet")
+HAS_ARTIFACT = importlib.util.find_spec("dlc.compiler.emit") is not None
+needs_artifact = pytest.mark.skipif(not HAS_ARTIFACT, reason="dlc.compiler.emit not built yet")
 
 
 def check_artifact_outcome(p, folder: Path) -> None:

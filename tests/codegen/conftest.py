@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 
 @pytest.fixture(scope="session")

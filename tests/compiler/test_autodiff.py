@@ -11,7 +11,7 @@ from dlc.compiler import gradients
 from dlc.compiler.autodiff import differentiate, grad_name
 from dlc.compiler.initializers import initial_value
 from dlc.compiler.reference import evaluate
-from dlc.errors import CompileError
+from dlc.runtime.errors import CompileError
 
 
 def graph_of(src: str):

@@ -10,7 +10,7 @@ from pathlib import Path
 from dlc.compiler import fusion
 from dlc.compiler.pipeline import Options, Work, run_stages
 from dlc.compiler.plan import first_fit
-from dlc.optimizers import SGD
+from dlc.runtime.optimizers import SGD
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_compile import chained_source  # noqa: E402

@@ -9,7 +9,7 @@ from dlc.compiler.fusion import bound, fuse
 from dlc.compiler.lang import compile_source
 from dlc.compiler.limits import capabilities
 from dlc.compiler.train_graph import build_train_graph
-from dlc.optimizers import SGD, Adam
+from dlc.runtime.optimizers import SGD, Adam
 
 # The storage blocks NVIDIA and Mesa give a compute shader (the spec minimum is 8).
 WIDE = capabilities("compute", {"max_compute_ssbo_blocks": 16, "max_ssbo_bindings": 16})

@@ -15,9 +15,9 @@ import pytest
 
 import dlc
 from dlc.compiler import fusion
-from dlc.compiler.artifact import programs
+from dlc.compiler.emit import programs
 from dlc.compiler.limits import SPEC_MINIMUMS, capabilities, device_limits
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.sizes import check_kernel, over_limits, shared_bytes, storage_blocks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gl"))

@@ -9,7 +9,7 @@ import pytest
 
 import dlc
 from dlc.data import load_data
-from dlc.errors import DataError
+from dlc.runtime.errors import DataError
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -246,9 +246,9 @@ def test_casts_to_the_type_a_tensor_has_are_the_tensor_itself():
 def test_an_artifact_manifest_with_bad_dtypes_is_refused(tmp_path, dtypes, message):
     import json
 
-    from dlc.artifact_backend import ArtifactModel
-    from dlc.compiler.artifact import write_artifact
-    from dlc.errors import DlcError
+    from dlc.backends.artifact import ArtifactModel
+    from dlc.compiler.emit import write_artifact
+    from dlc.runtime.errors import DlcError
 
     folder = write_artifact(dlc.compile("input t: i32[B]\ny = one_hot(t, 3)\n"), tmp_path / "a")
     m = json.loads((folder / "manifest.json").read_text())

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import write_artifact
-from dlc.runtime.manifest import read_manifest
+from dlc.compiler.emit import write_artifact
+from dlc.runtime.artifact.files import read_manifest
 from dlc.runtime.sizes import MAX_NAME
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from special_values import AND_CASES, MOD_CASES, ROUND_CASES, SPECIALS, pow_inpu
 
 import dlc
 from dlc.compiler import registry
-from dlc.compiler.functions import FUNCTIONS
+from dlc.compiler.registry import FUNCTIONS
 
 rng = np.random.default_rng(0)
 

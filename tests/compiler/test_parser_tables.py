@@ -17,8 +17,8 @@ import pytest
 from dl_mutations import mutate
 
 from dlc.compiler import parser
-from dlc.errors import CompileError
 from dlc.grammar import dl_lalr
+from dlc.runtime.errors import CompileError
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*ROOT.glob("samples/*.dl"), *ROOT.glob("tests/fixtures/**/*.dl")])

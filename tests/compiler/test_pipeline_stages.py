@@ -52,7 +52,7 @@ def test_simplify_runs_once_per_program(monkeypatch):
     _work(train=False)
     assert len(calls) == 1
     calls.clear()
-    from dlc.compiler.artifact import programs
+    from dlc.compiler.emit import programs
 
     programs(dlc.compile(MLP), train_loss=None, optimizer=dlc.SGD(0.1))
     assert len(calls) == 2

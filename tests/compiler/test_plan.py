@@ -10,7 +10,7 @@ from dlc.compiler.fusion import fuse
 from dlc.compiler.lang import compile_source
 from dlc.compiler.plan import eval_size, format_plan, plan, readers_by_kernel, size_of
 from dlc.compiler.train_graph import build_train_graph
-from dlc.optimizers import Adam
+from dlc.runtime.optimizers import Adam
 
 
 def check_plan(p) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import dlc
-from dlc.compiler.artifact import programs
 from dlc.compiler.codegen.glsl import PREAMBLE, preamble_parts, pruned_preamble
+from dlc.compiler.emit import programs
 
 TOY = """\
 #define TOY_ONE 1.0

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 # The random graph generator is shared with tests/compiler.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compiler"))
@@ -29,6 +29,6 @@ def gl():
 
 @pytest.fixture(scope="session")
 def backend(gl):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     return GLBackend()

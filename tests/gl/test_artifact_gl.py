@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import emit, write_artifact
+from dlc.compiler.emit import emit, write_artifact
 from dlc.compiler.pipeline import Options, Work, format_stage, run_stages
 
 pytestmark = pytest.mark.gl
@@ -153,7 +153,7 @@ def test_accepted_mutants_run_or_fail_cleanly(gl, artifact, tmp_path):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "runtime"))
     from manifest_mutants import inert, json_mutant
 
-    from dlc.runtime.manifest import ArtifactError, parse, validate
+    from dlc.runtime.artifact.manifest import ArtifactError, parse, validate
 
     _, out = artifact
     text = (out / "manifest.json").read_text()
@@ -199,7 +199,7 @@ def test_accepted_mutants_run_or_fail_cleanly(gl, artifact, tmp_path):
 def test_a_broken_shader_names_the_artifact_the_kernel_and_the_file(gl, artifact, tmp_path):
     """A shader the driver refuses was changed after dlc compiled it: the artifact's fault,
     said as such (not as a bug in the code generator)."""
-    from dlc.runtime.manifest import ArtifactError
+    from dlc.runtime.artifact.manifest import ArtifactError
 
     _, out = artifact
     folder = tmp_path / "broken.dlc"

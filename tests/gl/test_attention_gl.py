@@ -55,7 +55,7 @@ def test_training_graph_matches_pytorch(gl, target, t, d, causal):
 
 
 def test_texture_shaders_compile_as_glsl_es_300(gl):
-    from dlc.compiler.artifact import programs
+    from dlc.compiler.emit import programs
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
@@ -74,7 +74,7 @@ def test_texture_shaders_compile_as_glsl_es_300(gl):
 def test_artifact_trains_like_the_reference(gl, tmp_path, target):
     """A compiled artifact (manifest, shaders: tiled kernels with symbolic T) run by the
     runtime alone: its forward and SGD steps as the NumPy session's."""
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
 
     src = (
         "input x: [B, T, 8]\ninput y: [B, T, 8]\nparam w: [8, 24] = normal(0, 0.5)\n"

@@ -41,7 +41,7 @@ def _graph(op, xs, ws, attrs, batch_symbolic=False):
 @pytest.mark.parametrize("geo", range(len(GEOMETRIES)))
 @pytest.mark.parametrize("op", ["conv2d", "conv2d_grad_input", "conv2d_grad_filter"])
 def test_conv_gemm_matches_reference(gl, op, geo, blocking):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     xs, ws, attrs = GEOMETRIES[geo]
     g, y, shapes = _graph(op, xs, ws, attrs)
@@ -56,7 +56,7 @@ def test_conv_gemm_matches_reference(gl, op, geo, blocking):
 
 
 def test_symbolic_batch_through_the_gemm(gl):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     xs, ws, attrs = GEOMETRIES[1]
     for op in ("conv2d", "conv2d_grad_input", "conv2d_grad_filter"):
@@ -100,7 +100,7 @@ def test_large_convs_take_the_gemm_and_small_ones_the_direct_kernel():
 def _run_twice(op, xs, ws, attrs, options, seeds=(0, 1), batch_symbolic=False, batch=None):
     """The kernel on two sets of feeds, each against the reference; then the first feeds
     again, which must give the same bits (split-K adds its partials in a fixed order)."""
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     g, y, shapes = _graph(op, xs, ws, attrs, batch_symbolic=batch_symbolic)
     backend = GLBackend(options)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import dlc
-from dlc.compiler.artifact import write_artifact
+from dlc.compiler.emit import write_artifact
 
 pytestmark = pytest.mark.gl
 

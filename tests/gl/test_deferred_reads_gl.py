@@ -44,7 +44,7 @@ def gl_session(model, window: int):
 
 
 def diverge(sess, feeds):
-    with pytest.raises(dlc.errors.TrainingDiverged) as info:
+    with pytest.raises(dlc.TrainingDiverged) as info:
         sess.train(feeds, optimizer=dlc.SGD(0.8), batch_size=50, steps=40)
     return info.value
 

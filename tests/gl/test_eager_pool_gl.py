@@ -148,7 +148,7 @@ def test_finalizers_on_another_thread_only_queue_and_the_next_op_pools(eager):
 
 def _held_by_ops() -> int:
     """Buffers the compiled eager ops keep between calls (scratch, constants)."""
-    from dlc import gl_eager
+    from dlc.backends import gl_eager
 
     return sum(len(c.scratch) + len(c.consts) + len(c.split) for c in gl_eager._compiled.values())
 

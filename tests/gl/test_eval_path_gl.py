@@ -9,8 +9,8 @@ import pytest
 
 import dlc
 from dlc import eval_plan
-from dlc.compiler.artifact import write_artifact
-from dlc.errors import DataError, DlcError
+from dlc.compiler.emit import write_artifact
+from dlc.runtime.errors import DataError, DlcError
 
 QUADRATIC = "samples/quadratic.dl"
 CLASSIFIER = """

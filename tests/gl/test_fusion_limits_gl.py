@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.gl_backend import GLBackend
+from dlc.backends.gl import GLBackend
 from dlc.runtime.sizes import SPEC_MINIMUMS, device_limits, over_limits
 
 pytestmark = pytest.mark.gl

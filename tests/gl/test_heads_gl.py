@@ -13,7 +13,7 @@ from gl_helpers import fragment_compile_log
 from test_heads import ATTENTION, attention_params, attention_torch, needs_torch, torch
 
 import dlc
-from dlc.compiler.artifact import programs, write_artifact
+from dlc.compiler.emit import programs, write_artifact
 
 pytestmark = pytest.mark.gl
 

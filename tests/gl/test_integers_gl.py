@@ -99,7 +99,7 @@ def test_gather_gradient_sums_each_row_in_blocks_of_columns(gl, rows, axis, widt
 
 def test_debug_mode_names_a_gather_index_out_of_range(gl):
     from dlc import debug
-    from dlc.errors import DlcError
+    from dlc.runtime.errors import DlcError
 
     m = dlc.compile("input t: i32[B, 3]\nparam w: [7, 2]\ny = gather(w, t) * 2\n")
     s = dlc.Session(m, backend="gl", target="compute")
@@ -114,7 +114,7 @@ def test_debug_mode_names_a_gather_index_out_of_range(gl):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_an_artifact_carries_its_i32_inputs(gl, target, tmp_path):
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
 
     m = dlc.compile(MODEL)
     write_artifact(m, tmp_path / "a", target=target)

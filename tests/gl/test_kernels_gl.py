@@ -8,7 +8,7 @@ import pytest
 from gl_helpers import matmul_graph
 from random_graphs import random_graph
 
-from dlc.backends import NumpyBackend
+from dlc.backends.reference import NumpyBackend
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.pipeline import compile_program
 from dlc.compiler.reference import evaluate
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gl
 @pytest.mark.parametrize("variant", ["tile16", "medium", "big"])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     rng = np.random.default_rng(0)
     m, k, n = 131, 21, 67  # no multiple of any tile; k spans two and a half K-slabs
@@ -42,7 +42,7 @@ def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
 
 @pytest.mark.parametrize("variant", ["tile16", "medium", "big"])
 def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     rng = np.random.default_rng(1)
     g, y = matmul_graph(("B", 9, 64), (64, 12), False, False, epilogue=False)

@@ -33,7 +33,7 @@ def _graph(a_shape, b_shape, ta, tb):
 @pytest.mark.parametrize("blocking", BLOCKINGS)
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_blockings_at_awkward_sizes(gl, blocking, ta, tb):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     rng = np.random.default_rng(0)
     m, k, n = 131, 75, 67  # no multiple of any tile; K ends inside a slab and a K-group
@@ -54,8 +54,8 @@ def test_blockings_at_awkward_sizes(gl, blocking, ta, tb):
 
 @pytest.mark.parametrize("ta", [False, True])
 def test_thin_output_over_a_long_k_takes_k_groups(gl, ta):
+    from dlc.backends.gl import GLBackend
     from dlc.compiler.pipeline import compile_program
-    from dlc.gl_backend import GLBackend
 
     rng = np.random.default_rng(1)
     m, k, n = 100, 300, 10  # a thin output, K past THIN_MIN_K and not a multiple of the slab

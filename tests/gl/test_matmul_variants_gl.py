@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gl_helpers import matmul_graph
 
-from dlc.backends import NumpyBackend
+from dlc.backends.reference import NumpyBackend
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.pipeline import compile_program
 from dlc.compiler.reference import evaluate
@@ -37,7 +37,7 @@ def _options(blocking, switches) -> dict:
 
 
 def _check(options, a_shape, b_shape, ta, tb, dims=None, epilogue=True, seed=0, atol=1e-4):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     rng = np.random.default_rng(seed)
     g, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue)
@@ -113,8 +113,8 @@ def test_split_k_across_work_groups(gl, switches):
 def test_in_place_update_keeps_scalar_stores(gl):
     """A param updated in place by the matmul's epilogue (w -= 0.1 * a^T @ d): vec4 stores
     would alias the float reads of w, so they fall back; the update matches the reference."""
+    from dlc.backends.gl import GLBackend
     from dlc.compiler.ir import Graph
-    from dlc.gl_backend import GLBackend
 
     b = GraphBuilder()
     a, d = b.input("a", (37, 24)), b.input("d", (37, 20))
@@ -144,8 +144,8 @@ def test_in_place_update_keeps_scalar_stores(gl):
 
 def test_the_llvmpipe_row_is_what_the_gl_backend_renders_with(gl):
     """The GL backend passes its context's renderer to codegen: the header names the family."""
+    from dlc.backends.gl import GLBackend
     from dlc.compiler.codegen import matmul_tuning
-    from dlc.gl_backend import GLBackend
 
     g, y = matmul_graph((140, 70), (70, 136), False, False)
     backend = GLBackend()

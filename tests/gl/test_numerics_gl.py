@@ -13,9 +13,9 @@ import pytest
 from gl_helpers import fragment_compile_log
 
 import dlc
-from dlc.compiler.artifact import programs
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.codegen import kernels_reduce, texture
+from dlc.compiler.emit import programs
 from dlc.compiler.reference import evaluate
 from dlc.runtime import subnormals
 from dlc.runtime.info import describe

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.artifact_backend import ArtifactBackend
-from dlc.backend import Backend, live_gl_backends
-from dlc.backends import NumpyBackend
-from dlc.compiler.artifact import write_artifact
-from dlc.gl_backend import GLBackend
+from dlc.backends.artifact import ArtifactBackend
+from dlc.backends.gl import GLBackend
+from dlc.backends.protocol import Backend, live_gl_backends
+from dlc.backends.reference import NumpyBackend
+from dlc.compiler.emit import write_artifact
 
 pytestmark = pytest.mark.gl
 

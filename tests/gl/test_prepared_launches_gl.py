@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import programs
 from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.emit import programs
 from dlc.compiler.pipeline import compile_program
 from dlc.runtime import executor as executor_module
 from dlc.runtime.executor import Executor, LeafStore
@@ -78,7 +78,7 @@ def test_training_steps_reuse_their_prepared_launches_and_copies(gl, monkeypatch
 
 
 def test_eager_ops_prepare_once_per_length_and_match_numpy(gl):
-    from dlc import gl_eager
+    from dlc.backends import gl_eager
 
     rng = np.random.default_rng(1)
     for n in (8, 8, 13, 8, 5000):

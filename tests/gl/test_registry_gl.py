@@ -586,7 +586,7 @@ def test_blocked_matmul_propagates_nan_and_inf(backend, m, k, n):
 def test_every_elementwise_op_compiles_as_glsl_es_300(gl):
     """Each entry's GLSL and helpers are also WebGL2's dialect (no implicit int -> float, ...):
     one model applying every elementwise function, its texture shaders compiled as ES 3.00."""
-    from dlc.compiler.artifact import programs
+    from dlc.compiler.emit import programs
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")

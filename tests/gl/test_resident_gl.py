@@ -110,7 +110,7 @@ def test_a_diverging_resident_run_restores_params_and_frees_the_data(gl):
     data = np.load("samples/data/quadratic.npz")
     feeds = {k: data[k].astype(np.float32) for k in data.files}
     before = sess.params
-    with pytest.raises(dlc.errors.TrainingDiverged) as info:
+    with pytest.raises(dlc.TrainingDiverged) as info:
         sess.train(feeds, optimizer=dlc.SGD(1e6), batch_size=8, epochs=5)
     assert all(np.all(np.isfinite(v)) for v in sess.params.values())
     if info.value.step == 1:

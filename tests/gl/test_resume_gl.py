@@ -79,7 +79,7 @@ def test_checkpoints_inside_a_window_resume_to_the_same_end(gl, tmp_path):
 
 
 def test_an_artifacts_run_resumes_and_refuses_another_optimizer(gl, tmp_path):
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
     from dlc.runtime.target import choose_target
 
     out = tmp_path / "lin.dlc"
@@ -99,5 +99,5 @@ def test_an_artifacts_run_resumes_and_refuses_another_optimizer(gl, tmp_path):
 
     sgd = tmp_path / "sgd.dlc"
     write_artifact(dlc.compile(MODEL), sgd, train_loss="cost", optimizer=dlc.SGD(0.1), batch_size=3, target=target)
-    with pytest.raises(dlc.errors.DataError, match="trains with adam.*compiled with sgd"):
+    with pytest.raises(dlc.DataError, match="trains with adam.*compiled with sgd"):
         dlc.load(sgd).restore(tmp_path / "ck.npz")

@@ -91,7 +91,7 @@ def test_deferred_steps_advance_the_counter_on_the_gpu(gl):
 
 
 def test_a_compiled_artifact_trains_with_dropout_as_the_model_does(gl, tmp_path):
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
 
     write_artifact(
         dlc.compile("samples/mlp_dropout.dl"), tmp_path / "art", train_loss="cost", optimizer=dlc.Adam(0.001)
@@ -106,7 +106,7 @@ def test_a_compiled_artifact_trains_with_dropout_as_the_model_does(gl, tmp_path)
 
 
 def test_an_eval_artifact_reads_the_models_state(gl, tmp_path):
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
 
     data = digits(20)
     sess = dlc.Session("samples/resnet_bn.dl", backend="numpy")

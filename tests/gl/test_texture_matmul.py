@@ -11,9 +11,9 @@ import pytest
 from gl_helpers import fragment_compile_log, matmul_graph
 
 import dlc
-from dlc.compiler.artifact import programs
 from dlc.compiler.codegen import texture_matmul
-from dlc.errors import DlcError
+from dlc.compiler.emit import programs
+from dlc.runtime.errors import DlcError
 
 pytestmark = pytest.mark.gl
 
@@ -22,7 +22,7 @@ M, K, N = 37, 13, 29  # K = 3 texels and a quarter: the last texel is padded
 
 @pytest.fixture(scope="module")
 def texture(gl):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     backend = GLBackend(target="texture")
     yield backend
@@ -176,7 +176,7 @@ y = tanh(x @ W)
 def test_an_artifact_runs_its_packed_passes_and_a_bad_packed_unit_is_refused(gl, tmp_path):
     import json
 
-    from dlc.compiler.artifact import write_artifact
+    from dlc.compiler.emit import write_artifact
 
     model = dlc.compile(MLP)
     out = write_artifact(model, tmp_path / "m.dlc", target="texture", seed=3)

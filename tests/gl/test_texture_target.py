@@ -19,9 +19,9 @@ import pytest
 from gl_helpers import fragment_compile_log
 
 import dlc
-from dlc.compiler.artifact import programs
 from dlc.compiler.codegen.renderer import GLSLESTexture, GLSLTexture
-from dlc.errors import DlcError
+from dlc.compiler.emit import programs
+from dlc.runtime.errors import DlcError
 
 pytestmark = pytest.mark.gl
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc import optimizers
 from dlc.compiler.train_graph import build_train_graph
+from dlc.runtime import optimizers
 
 pytestmark = pytest.mark.gl
 
@@ -92,7 +92,7 @@ def test_every_update_of_an_adam_step_is_in_place(backend):
 
 
 def test_snapshot_restore_puts_params_back(gl):
-    from dlc.gl_backend import GLBackend
+    from dlc.backends.gl import GLBackend
 
     be = GLBackend()
     be.set_leaf("w", np.arange(6, dtype=np.float32).reshape(2, 3))
@@ -108,6 +108,6 @@ def test_a_diverging_step_restores_finite_params(gl):
     sess = dlc.Session("samples/quadratic.dl", backend="gl", seed=0)
     data = np.load("samples/data/quadratic.npz")
     feeds = {k: data[k].astype(np.float32) for k in data.files}
-    with pytest.raises(dlc.errors.TrainingDiverged):
+    with pytest.raises(dlc.TrainingDiverged):
         sess.train(feeds, optimizer=dlc.SGD(1e6), batch_size=None, steps=50)
     assert all(np.all(np.isfinite(v)) for v in sess.params.values())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -44,7 +44,9 @@ def test_context_reports_a_usable_driver(gl_context):
 
 @pytest.mark.gl
 def test_fast_entry_points_are_resolved(gl_context):
-    from dlc.runtime.gl import fast
+    from dlc.runtime.device import current_device
+
+    fast = current_device().fast
 
     for name in ("use_program", "dispatch", "memory_barrier", "uniform1i", "uniform1f"):
         assert callable(getattr(fast, name))
@@ -65,7 +67,7 @@ def test_describe_names_the_driver_and_backend(gl_context):
 
 def test_missing_egl_device_gives_no_context_and_one_line_reason():
     code = (
-        "from dlc.errors import RuntimeFailure\n"
+        "from dlc.runtime.errors import RuntimeFailure\n"
         "from dlc.runtime.context import get_context, has_context\n"
         "from dlc.runtime.info import describe\n"
         "print(has_context())\n"

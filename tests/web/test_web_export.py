@@ -14,7 +14,7 @@ import pytest
 
 import dlc
 from dlc.cli import main
-from dlc.errors import DlcError
+from dlc.runtime.errors import DlcError
 from dlc.web import export_web
 
 DIGITS = "samples/mlp_digits.dl"

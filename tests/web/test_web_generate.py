@@ -17,8 +17,8 @@ import pytest
 
 import dlc
 from dlc.cli import main
-from dlc.errors import DlcError
 from dlc.generate import sample, uniform
+from dlc.runtime.errors import DlcError
 from dlc.text import TextData, Vocab, vocab_path
 from dlc.web import export_web
 

@@ -27,15 +27,18 @@ from typing import Any
 
 import numpy as np
 
+from dlc.compiler.pipeline import compile_program
 from dlc.runtime.buffer_pool import pool_of
 from dlc.runtime.context import get_context
-from dlc.runtime.device import current_device
+from dlc.runtime.device import current_device, default_device, open_device, open_devices
+from dlc.runtime.dims import eval_size
 from dlc.runtime.errors import RuntimeFailure
-from dlc.runtime.executor import eval_size, gpu_copy, group_counts, scratch_words
+from dlc.runtime.executor import gpu_copy, group_counts, scratch_words
 from dlc.runtime.launches import launch_now
 from dlc.runtime.program import Program, get_program, pin, unpin
 from dlc.runtime.spec import Kernel, Slot
-from dlc.runtime.storage import Buffer
+from dlc.runtime.storage import Buffer, live_buffers, live_bytes
+from dlc.runtime.sync import read_async
 
 
 @dataclass
@@ -87,11 +90,6 @@ class _Compiled:
 # Kernel -> its compiled program; dlc.ops calls `drop` when it evicts the kernel
 _compiled: dict[Any, _Compiled] = {}
 _PREPARED_DIMS = 64  # bindings of the dims kept prepared per op (a flat op sees many lengths)
-
-
-def compiled_ops() -> int:
-    """How many eager ops hold compiled programs (and maybe buffers) on the GPU."""
-    return len(_compiled)
 
 
 def drop(kernel: Any) -> None:
@@ -237,8 +235,6 @@ def _plan(compiled: _Compiled, call: Any, key: tuple) -> _Plan:
 
 
 def _compile(kernel: Any, dims: dict) -> _Compiled:
-    from dlc.compiler.pipeline import compile_program
-
     ctx = get_context()
     options = {"device": ctx.renderer, "limits": ctx.limits}  # the matmul tuning row and limits of this GPU
     program = compile_program(kernel.graph, [kernel.out], name=f"eager_{kernel.name}", ref_dims=dims, options=options)
@@ -255,3 +251,78 @@ def _compile(kernel: Any, dims: dict) -> _Compiled:
         elif s.kind == "temp" and i != out_slot:
             compiled.scratch[i] = Buffer(4 * max(eval_size(z, dims) for z in s.sizes))
     return compiled
+
+
+# -- the eager arrays' GL device (dlc/devices.py makes one through `dlc.devices.gl_eager()`) --
+
+
+class GLDevice:
+    """Handles are `dlc.runtime.storage.Buffer`s; kernels are compiled GLSL (dlc.backends.gl_eager).
+    They live on the process's default GL device (`dlc.runtime.device`), whichever device
+    sessions use: every call makes it current first.
+
+    A freed array's buffer goes to the device's pool (runtime/buffer_pool.py) for the next
+    op's result; GL calls are made only on the thread that holds the context, and a finalizer
+    may run anywhere: `release` queues the buffer and the next call on the owning thread
+    pools it. Uploads go to fresh buffers, never pooled ones (no host write into a buffer
+    that queued kernels may still read).
+    """
+
+    name = "gl"
+
+    def __init__(self) -> None:
+        self._pool_of = pool_of  # kept: finalizers call `release`, where nothing is imported
+        self.gl_device = default_device()
+        self.context = self.gl_device.context
+        if not self.context.has_compute:  # eager kernels are compute shaders only
+            raise RuntimeFailure(
+                f"eager arrays on gl need compute shaders; this OpenGL ({self.context.version}) has none"
+            )
+
+    def upload(self, value: np.ndarray) -> Any:
+        data = np.ascontiguousarray(value, dtype=np.float32)
+        buffer = self._pool_of(self.gl_device).fresh(data.nbytes)
+        buffer.upload(data)
+        return buffer
+
+    def download(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
+        return handle.download(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    async def read(self, handle: Any, shape: tuple[int, ...]) -> np.ndarray:
+        self.gl_device.activate()
+        values = await read_async(handle, int(np.prod(shape, dtype=np.int64)))
+        return values.reshape(shape)
+
+    def free(self, handle: Any) -> None:
+        if not handle.device.closed:  # else it went with its device
+            self._pool_of(handle.device).give(handle)
+
+    def release(self, handle: Any) -> None:
+        if not handle.device.closed:
+            self._pool_of(handle.device).release(handle)
+
+    def flush(self) -> None:
+        """Pool the buffers finalizers queued (call on the GL thread)."""
+        pool = self.gl_device.pool
+        if pool is not None and not self.gl_device.closed:
+            pool.collect()
+
+    def run(self, call: Any, handles: list[Any]) -> Any:
+        self.gl_device.activate()  # gl_eager makes its buffers and programs on the current device
+        return run(call, handles)
+
+
+def gl_devices() -> list:
+    """The GL devices open now, the default one first (made here if none is yet)."""
+    default_device()
+    return open_devices()
+
+
+def open_gl_device(egl_device: int | None = None):
+    """A new GL device on EGL device `egl_device` (default: the default device's)."""
+    return open_device(egl_device)
+
+
+def live_counts() -> tuple[int, int]:
+    """GPU buffers and bytes held in all, on every GL device."""
+    return live_buffers(), live_bytes()

@@ -1,19 +1,21 @@
 """The NumPy reference backend of a Session, and `make_backend` (a backend by name).
 
-Every backend implements `dlc.backend.Backend` (see there); this one evaluates the IR with
+Every backend implements `dlc.backends.protocol.Backend` (see there); this one evaluates the IR with
 the reference interpreter (`dlc.compiler.reference`), node by node in debug mode.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dlc.compiler.ir import Graph
 from dlc.compiler.reference import evaluate
+from dlc.runtime.context import get_context, has_context
 
-from . import debug
+from .. import debug
 
 
 def _evaluator():
@@ -88,7 +90,7 @@ class NumpyBackend:
 def make_backend(name: str | None, target: str | None = None):
     """'numpy', 'gl', or None: gl when a context can be made, else numpy with a notice.
     `target` picks gl's "compute" or "texture" target (default: runtime/target.py decides).
-    A backend object (anything implementing `dlc.backend.Backend`) is used as it is."""
+    A backend object (anything implementing `dlc.backends.protocol.Backend`) is used as it is."""
     if name is not None and not isinstance(name, str):
         if target is not None:
             raise ValueError("target is for a backend by name ('gl'), not for a backend object")
@@ -99,11 +101,8 @@ def make_backend(name: str | None, target: str | None = None):
         return NumpyBackend()
     if name not in (None, "gl"):
         raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
-    from dlc.runtime.context import get_context, has_context
 
     if name is None and not has_context():
-        import sys
-
         reason = "no OpenGL context"
         try:
             get_context()
@@ -111,6 +110,6 @@ def make_backend(name: str | None, target: str | None = None):
             reason = str(e).splitlines()[0]
         print(f"dlc: {reason}; using the numpy backend", file=sys.stderr)
         return NumpyBackend()
-    from dlc.gl_backend import GLBackend
+    from .gl import GLBackend  # lazy: it imports OpenGL
 
     return GLBackend(target=target)

@@ -12,17 +12,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dlc import debug
-from dlc.backend import live_gl_backends, track_gl
+from dlc.compiler import compile_cache
 from dlc.compiler.ir import Graph
 from dlc.runtime.context import get_context
 from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
+from dlc.runtime.target import choose_target
+from dlc.runtime.texture_executor import TextureExecutor, TextureStore
 
-
-def live_backends() -> list:
-    """The live GL backends, over models and artifacts (`dlc.backend.live_gl_backends`)."""
-    return live_gl_backends()
+from .. import debug
+from .protocol import track_gl
 
 
 class GLBackend:
@@ -30,12 +29,9 @@ class GLBackend:
 
     def __init__(self, options: Mapping | None = None, target: str | None = None) -> None:
         get_context()  # RuntimeFailure with a one-line reason when there is no GL
-        from dlc.runtime.target import choose_target
 
         self.target, self.target_reason = choose_target(target)
         if self.target == "texture":
-            from dlc.runtime.texture_executor import TextureExecutor, TextureStore
-
             self.store = TextureStore()
             self._executor_class = TextureExecutor
         else:
@@ -89,13 +85,14 @@ class GLBackend:
     def _compile(self, graph: Graph, roots: Sequence[int], training: bool, dims: dict, options: dict, cached: bool):
         """The back end's program for these fetches, from dlc's compile cache on disk when it
         holds it (compiler/compile_cache.py; not in debug mode, whose hooks need the fusion)."""
-        from dlc.compiler import compile_cache
 
         name = "train" if training else "eval"
         updates = graph.updates if training else ()
 
         def compile():
-            from dlc.compiler.pipeline import compile_program
+            from dlc.compiler.pipeline import (
+                compile_program,  # lazy: codegen, needed only when the compile cache misses
+            )
 
             return compile_program(
                 graph, roots, name=name, updates=updates, ref_dims=dims, options=options, target=self.target

@@ -9,7 +9,7 @@ of fuzzed manifests. Every problem is an `ArtifactError` naming the manifest and
 
     model.dlc/manifest.json: programs.eval.kernels[3].file: '../x' leaves the artifact folder
 
-Checking the shader texts and the .npz files against the manifest is manifest_files.py's job.
+Checking the shader texts and the .npz files against the manifest is files.py's job.
 """
 
 from __future__ import annotations
@@ -17,18 +17,30 @@ from __future__ import annotations
 import json
 import math
 import os
-import pathlib
 import re
 from collections.abc import Mapping
 
-from dlc.runtime import dims as dim_algebra
-from dlc.runtime.errors import DataError
-from dlc.runtime.sizes import MAX_NAME
-from dlc.runtime.spec import FORMAT, programs_from_json  # the layout runtime/spec.py reads and writes
+from .. import dims as dim_algebra
+from ..errors import DataError
+from ..sizes import MAX_NAME
+from ..spec import (  # the layout runtime/spec.py reads and writes
+    FORMAT,
+    LR,
+    PERSISTENT,
+    SLOT_KINDS,
+    Kernel,
+    Packed,
+    Pass,
+    PassScratch,
+    ProgramSpec,
+    Slot,
+    TensorInfo,
+    Update,
+    required_keys,
+)
 
 MANIFEST = "manifest.json"
 PROGRAMS = ("eval", "train")
-LR = "$lr"  # the learning rate, fed to the train program as an input
 
 # Bounds: generous for real models, small enough that nothing derived from them is absurd.
 MAX_MANIFEST_BYTES = 64 << 20
@@ -37,8 +49,6 @@ MAX_RANK = 32
 MAX_LEAF = 2 * MAX_NAME + 1  # a state's name: a param's name, '$', the state's ('W$m')
 MAX_BINDINGS = 64  # buffers per kernel
 MAX_LOCAL_SIZE = 1024
-SLOT_KINDS = ("temp", "input", "param", "state", "const")
-PERSISTENT = ("param", "state")
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # GLSL-safe: uniforms, dims, kernel names
 # Leaves (inputs, params, optimizer state such as 'W1$m' and '$t', '$lr'): model names, dotted
@@ -51,19 +61,6 @@ FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 class ArtifactError(DataError):
     """A compiled artifact that is malformed or tampered with: names the file and the field."""
-
-
-def read_manifest(folder: str | os.PathLike) -> dict:
-    """manifest.json of `folder`, parsed and validated (ArtifactError on any problem), its
-    programs typed (`runtime.spec.ProgramSpec`)."""
-    from dlc.runtime.manifest_files import read_confined
-
-    folder = pathlib.Path(folder)
-    where = str(folder / MANIFEST)
-    raw = read_confined(folder, MANIFEST, MAX_MANIFEST_BYTES, where, "file")
-    data = parse(raw, where)
-    validate(data, where)
-    return programs_from_json(data)
 
 
 def parse(raw: bytes, where: str):
@@ -341,7 +338,9 @@ class _Manifest:
     # -- a program spec (compiler/codegen/program.py program_spec; runtime/executor.py runs it)
     def program(self, p, name: str) -> None:
         f = f"programs.{name}"
-        self.obj(p, f, required=("format", "dims", "slots", "tensors", "roots", "kernels", "producer", "copies"))
+        # the name is the program's key; the writer always writes format and copies
+        spec_keys = tuple(k for k in required_keys(ProgramSpec) if k != "name")
+        self.obj(p, f, required=("format", *spec_keys, "copies"))
         if type(p["format"]) is not int or p["format"] != FORMAT:
             self.fail(f"{f}.format", f"program format {_show(p['format'])} is not one this dlc runs ({FORMAT})")
         if p.get("target", self.target) != self.target:
@@ -363,7 +362,7 @@ class _Manifest:
             if not re.fullmatch(r"0|[1-9][0-9]{0,9}", key):
                 self.fail(f"{f}.tensors", f"the key {_show(key)} is not a tensor id")
             g = f"{f}.tensors.{key}"
-            self.obj(info, g, required=("slot", "shape", "label"))
+            self.obj(info, g, required=required_keys(TensorInfo))
             s = self.int(info["slot"], f"{g}.slot", 0, max(len(slots) - 1, 0))
             if not slots:
                 self.fail(f"{g}.slot", "the program has no slots")
@@ -395,7 +394,7 @@ class _Manifest:
         for what in ("inplace", "copies"):
             for i, c in enumerate(self.list(p.get(what, []), f"{f}.{what}")):
                 g = f"{f}.{what}[{i}]"
-                self.obj(c, g, required=("target", "tensor"))
+                self.obj(c, g, required=required_keys(Update))
                 target = self.member(c["target"], persistent, f"{g}.target", "a param or optimizer state")
                 t = tensor(c["tensor"], f"{g}.tensor")
                 count = _count(tuple(tensors[str(t)]["shape"]))
@@ -405,7 +404,7 @@ class _Manifest:
                     )
 
     def slot(self, slot, f: str, dims, inputs) -> None:
-        self.obj(slot, f, required=("kind", "sizes"))
+        self.obj(slot, f, required=required_keys(Slot))
         kind = self.member(slot["kind"], SLOT_KINDS, f"{f}.kind", "a slot kind")
         sizes = self.list(slot["sizes"], f"{f}.sizes", 4096)
         if not sizes:
@@ -456,10 +455,9 @@ class _Manifest:
 
     def kernel(self, k, f: str, index: int, slots, dims, inputs, tensor, tensors) -> None:
         # ir, locs (and the tensors' labels) are what debug mode reports
-        launch = ("file", "grid") if self.target == "compute" else ("passes",)
-        self.obj(
-            k, f, required=("name", *launch, "slots", "uniforms", "reads", "writes", "after", "inputs", "ir", "locs")
-        )
+        launch = ("file", "grid") if self.target == "compute" else ("passes",)  # optional fields per target
+        name, *rest = required_keys(Kernel)
+        self.obj(k, f, required=(name, *launch, *rest))
         self.name(k["name"], f"{f}.name", what="a kernel name")
         ks = self.list(k["slots"], f"{f}.slots", MAX_BINDINGS)
         for i, s in enumerate(ks):
@@ -510,7 +508,7 @@ class _Manifest:
         units = []  # packed matmul operands (texture_matmul): on units after the kernel's slots
         for i, q in enumerate(self.list(k.get("packed", []), f"{f}.packed", 3)):
             g = f"{f}.packed[{i}]"
-            self.obj(q, g, required=("unit", "rows", "depth"))
+            self.obj(q, g, required=required_keys(Packed))
             units.append(self.int(q["unit"], f"{g}.unit", len(k["slots"]), MAX_BINDINGS))
             self.size(q["rows"], f"{g}.rows", dims)
             self.size(q["depth"], f"{g}.depth", dims)
@@ -521,7 +519,7 @@ class _Manifest:
             self.fail(f"{f}.passes", "a kernel renders at least one pass")
         for i, p in enumerate(passes):
             g = f"{f}.passes[{i}]"
-            self.obj(p, g, required=("file", "tensor"))
+            self.obj(p, g, required=required_keys(Pass))
             check_file_name(p["file"], f"{g}.file", self.fail)
             if not p["file"].endswith(".frag"):
                 self.fail(f"{g}.file", f"{_show(p['file'])} is not a .frag file")
@@ -534,7 +532,7 @@ class _Manifest:
             elif p["tensor"] not in writes:
                 self.fail(f"{g}.tensor", f"{_show(p['tensor'])} is not a tensor the kernel writes")
         if "scratch" in k:  # a two-pass reduction's partials texture
-            sc = self.obj(k["scratch"], f"{f}.scratch", required=("size", "unit"))
+            sc = self.obj(k["scratch"], f"{f}.scratch", required=required_keys(PassScratch))
             self.size(sc["size"], f"{f}.scratch.size", dims)
             self.int(sc["unit"], f"{f}.scratch.unit", 0, MAX_BINDINGS)
 

@@ -3,7 +3,7 @@ executor per program, NumPy and PyOpenGL only.
 
 Nothing here imports the compiler or lark: the manifest says which kernels to launch, on
 which buffers, with which uniforms and group counts (see runtime/executor.py). Feeds, batches
-and the train loop are the driver's (`dlc.Session` over `dlc.artifact_backend.ArtifactBackend`);
+and the train loop are the driver's (`dlc.Session` over `dlc.backends.artifact.ArtifactBackend`);
 this module answers what the driver asks of fixed programs: which tensor a name is, which
 inputs a fetch reads, which dims it needs, which learning rate to feed.
 """
@@ -16,12 +16,16 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from dlc.runtime.dims import shape_symbols
-from dlc.runtime.errors import DataError, DlcError, RuntimeFailure, did_you_mean
-from dlc.runtime.executor import Executor
-from dlc.runtime.manifest import FORMAT, LR, MANIFEST, ArtifactError
-from dlc.runtime.manifest_files import read_artifact
-from dlc.runtime.program import ShaderError
+from OpenGL.error import GLError
+
+from ..context import get_context
+from ..dims import shape_symbols
+from ..errors import DataError, DlcError, RuntimeFailure, did_you_mean
+from ..executor import Executor, LeafStore
+from ..program import ShaderError
+from ..texture_executor import TextureExecutor, TextureStore
+from .files import read_artifact
+from .manifest import FORMAT, LR, MANIFEST, ArtifactError
 
 __all__ = ["FORMAT", "LR", "Runner", "load"]
 
@@ -55,13 +59,8 @@ class Runner:
         self.train = m.get("train") or None
         self.target = m.get("target", "compute")  # which GL target its shaders are for
         if self.target == "texture":
-            from dlc.runtime.texture_executor import TextureStore
-
             self.store = TextureStore()
         elif self.target == "compute":
-            from dlc.runtime.context import get_context
-            from dlc.runtime.executor import LeafStore
-
             if not get_context().has_compute:
                 raise RuntimeFailure(
                     f"{self.path} was compiled for the compute target, but this "
@@ -88,8 +87,6 @@ class Runner:
             spec = self.manifest["programs"][program]
             try:
                 if self.target == "texture":
-                    from dlc.runtime.texture_executor import TextureExecutor
-
                     ex = TextureExecutor(spec, self._sources[program], self.store)
                 else:
                     ex = Executor(spec, self._sources[program], self.store, self._hook())
@@ -176,7 +173,6 @@ class Runner:
     def gpu_memory(self, program: str):
         """A buffer the driver cannot allocate (an artifact may size its buffers absurdly) as a
         dlc error naming the program, not PyOpenGL's GLError."""
-        from OpenGL.error import GLError
 
         try:
             yield

@@ -3,9 +3,9 @@
 A Session is the one driver (feeds, batches, the train loop, divergence, saving); a backend
 only stores leaves and runs programs. Three implement it:
 
-- `dlc.backends.NumpyBackend`: the NumPy reference interpreter over the IR (the oracle);
-- `dlc.gl_backend.GLBackend`: the IR compiled to GLSL on first use (compute or texture target);
-- `dlc.artifact_backend.ArtifactBackend`: the fixed programs of a compiled artifact folder.
+- `dlc.backends.reference.NumpyBackend`: the NumPy reference interpreter over the IR (the oracle);
+- `dlc.backends.gl.GLBackend`: the IR compiled to GLSL on first use (compute or texture target);
+- `dlc.backends.artifact.ArtifactBackend`: the fixed programs of a compiled artifact folder.
 
 A *program* is whatever the backend runs: an IR `Graph` for the first two, the artifact's
 program name ("eval" or "train") for the third. `roots` are what to read back: node indices

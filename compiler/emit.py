@@ -22,7 +22,9 @@ import pathlib
 import numpy as np
 
 from dlc.runtime.folders import replaced_folder
+from dlc.runtime.optimizers import make
 from dlc.runtime.spec import manifest_json
+from dlc.runtime.version import __version__
 
 from .fusion import format_fusion
 from .initializers import initial_value
@@ -37,7 +39,6 @@ def _optimizer(optimizer, train_loss):
     """The optimizer object for a training step (a name, an object, or the default SGD)."""
     if optimizer is None and train_loss is None:
         return None
-    from dlc.runtime.optimizers import make
 
     if optimizer is None:
         return make("sgd")
@@ -110,7 +111,6 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
             "batch_size": batch_size,
             "states": {s: list(step.shape(s)) for s in step.states},
         }
-    from dlc.runtime.version import __version__
 
     # The i32 inputs and tensors (the rest are f32): the runtime uploads and reads those by their bits.
     dtypes = {n: "i32" for n in (*model.inputs, *model.tensors) if n in g.names and g.dtype(n) == "i32"}

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlc.runtime.errors import DataError
-from dlc.runtime.manifest import MANIFEST, ArtifactError, check_file_name, leaf_shapes, read_manifest
-from dlc.runtime.npzfile import NpzReader
-from dlc.runtime.spec import Kernel, programs_from_json
+from ..errors import DataError
+from ..npzfile import NpzReader
+from ..spec import Kernel, programs_from_json
+from .manifest import MANIFEST, MAX_MANIFEST_BYTES, ArtifactError, check_file_name, leaf_shapes, parse, validate
 
 MAX_SHADER_BYTES = 1 << 20
 NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array data
@@ -78,6 +78,17 @@ def read_named_files(folder: pathlib.Path, m: dict) -> ArtifactFiles:
     has_state = m.get("train") or m.get("states")
     state = read_npz(folder, "state.npz", states, where, "train.states") if has_state else {}
     return ArtifactFiles(m, sources, params, initial, state)
+
+
+def read_manifest(folder: str | os.PathLike) -> dict:
+    """manifest.json of `folder`, parsed and validated (ArtifactError on any problem), its
+    programs typed (`runtime.spec.ProgramSpec`)."""
+    folder = pathlib.Path(folder)
+    where = str(folder / MANIFEST)
+    raw = read_confined(folder, MANIFEST, MAX_MANIFEST_BYTES, where, "file")
+    data = parse(raw, where)
+    validate(data, where)
+    return programs_from_json(data)
 
 
 def read_confined(folder: pathlib.Path, name: str, limit: int, where: str, field: str) -> bytes:

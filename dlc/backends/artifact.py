@@ -1,8 +1,8 @@
 """A compiled artifact under a Session: what the folder describes (`ArtifactModel`) and the
-backend that runs its fixed programs (`ArtifactBackend`, a `dlc.backend.Backend`).
+backend that runs its fixed programs (`ArtifactBackend`, a `dlc.backends.protocol.Backend`).
 
 Neither imports the compiler or lark: the programs come from the folder
-(`dlc.runtime.artifact.Runner` loads them); a Session over an artifact evaluates any named
+(`dlc.runtime.artifact.runner.Runner` loads them); a Session over an artifact evaluates any named
 tensor with the "eval" program and trains with the "train" program (its loss and optimizer
 fixed at compile time, only the learning rate fed).
 """
@@ -16,10 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from dlc.backend import track_gl
+import dlc
+from dlc.runtime.artifact.files import read_artifact, read_manifest
+from dlc.runtime.artifact.manifest import LR, MANIFEST, leaf_shapes
 from dlc.runtime.elements import from_storage
 from dlc.runtime.errors import DataError, DlcError
-from dlc.runtime.manifest import LR, MANIFEST, leaf_shapes, read_manifest
+
+from .protocol import track_gl
 
 
 def is_artifact(path: str | os.PathLike) -> bool:
@@ -56,7 +59,6 @@ class ArtifactModel:
 
     def reference_model(self):
         """The `dlc.Model` of the artifact's model.dl (to run it on the NumPy reference)."""
-        import dlc
 
         source = os.path.join(self.path, "model.dl")
         if not os.path.isfile(source):
@@ -64,7 +66,9 @@ class ArtifactModel:
                 f"{self.path}: the artifact holds no model.dl, so it runs on the gl backend "
                 "only (recompile it with `dlc compile`, or run the .dl model)"
             )
-        from dlc.compiler.parser import read_source
+        from dlc.compiler.parser import (
+            read_source,  # lazy: only the numpy backend reads model.dl; artifacts run without the compiler
+        )
 
         text = read_source(source)
         # A trailing newline makes dlc.compile take it as source text, never as a path.
@@ -72,7 +76,6 @@ class ArtifactModel:
 
     def param_values(self) -> dict[str, np.ndarray]:
         """The params the artifact holds (params.npz), read and checked."""
-        from dlc.runtime.manifest_files import read_artifact
 
         return read_artifact(self.path).params
 
@@ -90,7 +93,9 @@ class ArtifactBackend:
     name = "gl"
 
     def __init__(self, path: str | os.PathLike, hook: Callable[[], Any] | None = None):
-        from dlc.runtime.artifact import Runner
+        from dlc.runtime.artifact.runner import (
+            Runner,  # lazy: it imports OpenGL (the numpy backend and `dlc check` do not)
+        )
 
         self.runner = Runner(path, hook=hook)
         self.target = self.runner.target
