@@ -285,11 +285,12 @@ class Session:
         >>> sess.load("quadratic.weights.npz")
         """
         from dlc.runtime.errors import DataError
+        from dlc.runtime.saved_names import by_param_name
 
         from .weights import checked_params, load_npz
 
         states = self._model_states()
-        values = load_npz(path)
+        values = by_param_name(load_npz(path), {**self.model.params, **states})  # `0.weight`: saved_names
         missing = [k for k in self.model.params if k not in values]
         if missing:
             raise DataError(f"{os.fspath(path)}: param '{missing[0]}' is missing")

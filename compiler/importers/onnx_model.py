@@ -25,7 +25,7 @@ import numpy as np
 from dlc.runtime.errors import CompileError
 
 from .fold_limit import DEFAULT_MAX_CONST_BYTES, FoldBudget
-from .names import Names
+from .names import Names, saved_key
 from .onnx_checks import ImportError_, check_dims, check_file, check_model
 
 TARGET_OPSET = 13  # older models are brought here by onnx's version converter
@@ -174,9 +174,8 @@ class Converter:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
         name = self.names.new(base, dotted=param)
         if param or a.size > INLINE_LIMIT or np.any(np.isnan(a)):
-            self.weights[name] = np.array(
-                a, dtype=np.float32, order="C"
-            )  # a scalar stays [] (not ascontiguousarray's [1])
+            # saved under the ONNX name (`0.weight`), which loading maps back to `name`; a scalar stays []
+            self.weights[saved_key(base, name)] = np.array(a, dtype=np.float32, order="C")
             frozen = "frozen " if not param or self.frozen(base, name) else ""  # a constant is never trained
             self.decls.append(f"{frozen}param {name}: {fmt_shape(a.shape)}")
         elif a.ndim == 0:

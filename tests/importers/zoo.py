@@ -207,6 +207,22 @@ def cnn(torch):
 MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru, "vit": vit, "cnn": cnn}
 
 
+def feeds(torch, example, batch: int, seed: int) -> dict:
+    """Inputs of another batch size than the export's (the ids in range, a padded row)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in example.items():
+        shape = (batch, *v.shape[1:])
+        if v.dtype == torch.int64:
+            high = {"input_ids": VOCAB, "ids": VOCAB, "token_type_ids": 2, "attention_mask": 2}[k]
+            out[k] = torch.randint(0, high, shape, generator=g)
+        else:
+            out[k] = torch.randn(shape, generator=g)
+    if "attention_mask" in out:
+        out["attention_mask"][:, 0] = 1
+    return out
+
+
 def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
     """(module in eval mode, example inputs): the model exported to `path` by
     torch.onnx.export with a dynamic batch dim named B, by the TorchScript exporter or
