@@ -230,6 +230,13 @@ def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
     torch.manual_seed(0)
     cls, inputs = MODELS[name](torch)
     module = cls().eval()
+    export_module(torch, module, inputs, path, dynamo, **options)
+    return module, inputs
+
+
+def export_module(torch, module, inputs: dict, path, dynamo: bool = False, **options) -> None:
+    """torch.onnx.export of `module` on `inputs` (name -> example) with a dynamic batch dim
+    named B and one output `out`."""
     names = list(inputs)
     if dynamo:
         batch = torch.export.Dim("B", min=1, max=64)
@@ -238,4 +245,21 @@ def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
         dynamic = {"dynamic_axes": {**{n: {0: "B"} for n in names}, "out": {0: "B"}}}
     args = (module, tuple(inputs.values()), str(path))
     torch.onnx.export(*args, dynamo=dynamo, input_names=names, output_names=["out"], **dynamic, **options)
-    return module, inputs
+
+
+VISION = ("mobilenet_v2", "resnet18")  # torchvision's, random weights (nothing downloads)
+
+
+def vision(torch, torchvision, name: str):
+    """(torchvision's `name` with 10 classes in eval mode, {"x": a 32x32 batch of 2}): random
+    init, batch norm statistics that are not the identity (so that folding them shows)."""
+    torch.manual_seed(0)
+    module = getattr(torchvision.models, name)(weights=None, num_classes=10)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    return module.eval(), {"x": torch.randn(2, 3, 32, 32)}
