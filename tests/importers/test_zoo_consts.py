@@ -129,6 +129,11 @@ def test_params_keep_their_onnx_names_in_the_weights_file_and_the_patterns(seque
     assert set(imported.weights) == set(net.state_dict())
     sess.save(tmp_path / "again.npz")  # Session.save writes the .dl names; they load as well
     sess.load(tmp_path / "again.npz")
+    # `dlc export --web --weights` reads them through the same rule
+    from dlc.web import export_web
+
+    web = export_web(tmp_path / "seq.dl", tmp_path / "web", weights=tmp_path / "seq.weights.npz")
+    assert (web / "weights.bin").stat().st_size == 4 * sum(v.numel() for v in net.state_dict().values())
 
 
 def test_a_weights_file_naming_one_param_twice_is_refused(sequential):
