@@ -11,7 +11,6 @@ import copy
 import numpy as np
 import pytest
 import zoo  # tests/importers/zoo.py (pytest puts this folder on the path)
-from conftest import need
 
 import dlc
 
@@ -63,12 +62,11 @@ def dlc_name(key: str) -> str:
 
 
 @pytest.mark.gl
-def test_batch_norm_written_out_matches_onnxruntime_on_gl(exported, torch, gl):
-    ort = need("onnxruntime", 'onnxruntime is the zoo\'s oracle: pip install "dlc[test]"')
+def test_batch_norm_written_out_matches_onnxruntime_on_gl(exported, torch, onnxruntime, gl):
     path, _, inputs = exported
     imported = dlc.import_onnx(path, batch="B")
     feeds = {k: v.numpy() for k, v in zoo.feeds(torch, inputs, 2, seed=8).items()}
-    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["out"], feeds)[0]
+    want = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["out"], feeds)[0]
     sess = dlc.Session(imported.model, backend="gl")
     sess.set_params(imported.weights)
     got = sess.eval(imported.outputs["out"], {imported.inputs[k]: v for k, v in feeds.items()})

@@ -10,7 +10,6 @@ import re
 import numpy as np
 import pytest
 import zoo  # tests/importers/zoo.py (pytest puts this folder on the path)
-from conftest import need
 
 import dlc
 
@@ -20,18 +19,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::U
 EXPORTERS = {"torchscript": False, "dynamo": True}
 
 
-@pytest.fixture(scope="session")
-def ort():
-    return need("onnxruntime", 'onnxruntime is the zoo\'s oracle: pip install "dlc[test]"')
-
-
 @pytest.fixture(scope="module")
-def exported(onnx, torch, tmp_path_factory):
+def exported(request, onnx, torch, tmp_path_factory):
     cache = {}
 
     def get(name, dynamo):
         if dynamo:
-            need("onnxscript", 'torch.onnx.export(dynamo=True) needs onnxscript: pip install "dlc[onnx]"')
+            request.getfixturevalue("onnxscript")
         if (name, dynamo) not in cache:
             path = tmp_path_factory.mktemp("zoo") / f"{name}.onnx"
             module, example = zoo.export(torch, name, path, dynamo)
@@ -57,7 +51,9 @@ def _cli_import(dlc_cli, path, folder) -> tuple[str, dict]:
 
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
-def test_dlc_import_with_a_symbolic_batch_matches_onnxruntime(name, exporter, exported, torch, ort, tmp_path, dlc_cli):
+def test_dlc_import_with_a_symbolic_batch_matches_onnxruntime(
+    name, exporter, exported, torch, onnxruntime, tmp_path, dlc_cli
+):
     path, module, example = exported(name, EXPORTERS[exporter])
     dl_path, names = _cli_import(dlc_cli, path, tmp_path)
     text = dl_path.read_text()
@@ -68,18 +64,18 @@ def test_dlc_import_with_a_symbolic_batch_matches_onnxruntime(name, exporter, ex
     sess.load(tmp_path / (path.stem + ".weights.npz"))  # the saved weights, keyed by their ONNX names
     feeds = zoo.feeds(torch, example, 3, seed=11)
     got = sess.eval(names["out"], {names[k]: v.numpy() for k, v in feeds.items()})
-    np.testing.assert_allclose(got, _onnxruntime(ort, path, feeds), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, _onnxruntime(onnxruntime, path, feeds), rtol=1e-4, atol=1e-4)
     with torch.no_grad():
         np.testing.assert_allclose(got, module(*feeds.values()).numpy(), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gl
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
-def test_matches_onnxruntime_on_gl(name, exported, torch, ort, gl):
+def test_matches_onnxruntime_on_gl(name, exported, torch, onnxruntime, gl):
     path, _, example = exported(name, False)
     imported = dlc.import_onnx(path, batch="B")
     sess = dlc.Session(imported.model, backend="gl")
     sess.set_params(imported.weights)
     feeds = zoo.feeds(torch, example, 2, seed=12)
     got = sess.eval(imported.outputs["out"], {imported.inputs[k]: v.numpy() for k, v in feeds.items()})
-    np.testing.assert_allclose(got, _onnxruntime(ort, path, feeds), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, _onnxruntime(onnxruntime, path, feeds), rtol=1e-4, atol=1e-4)

@@ -13,7 +13,6 @@ import copy
 import numpy as np
 import pytest
 import zoo  # tests/importers/zoo.py (pytest puts this folder on the path)
-from conftest import need
 
 import dlc
 from dlc.compiler.importers.onnx_ops import supported_ops
@@ -35,12 +34,12 @@ def torchvision(torch):
 
 
 @pytest.fixture(scope="module")
-def exported(onnx, torch, torchvision, tmp_path_factory):
+def exported(request, onnx, torch, torchvision, tmp_path_factory):
     cache = {}
 
     def get(name, dynamo, **options):
         if dynamo:
-            need("onnxscript", 'torch.onnx.export(dynamo=True) needs onnxscript: pip install "dlc[onnx]"')
+            request.getfixturevalue("onnxscript")
         key = (name, dynamo, tuple(sorted(options.items())))
         if key not in cache:
             module, inputs = zoo.vision(torch, torchvision, name)
@@ -58,14 +57,14 @@ def _images(torch, batch: int, seed: int):
 
 @pytest.mark.parametrize("exporter", sorted(EXPORTERS))
 @pytest.mark.parametrize("name", zoo.VISION)
-def test_matches_onnxruntime_with_a_symbolic_batch(name, exporter, exported, torch, tmp_path):
-    ort = need("onnxruntime", 'onnxruntime is the zoo\'s oracle: pip install "dlc[test]"')
+def test_matches_onnxruntime_with_a_symbolic_batch(name, exporter, exported, torch, onnxruntime):
     path, module = exported(name, EXPORTERS[exporter])
     imported = dlc.import_onnx(path, batch="B")
     assert "unk__" not in imported.source
     assert imported.model.inputs[imported.inputs["x"]][0] == "B"
     x = _images(torch, 3, seed=1)
-    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(["out"], {"x": x.numpy()})[0]
+    ort = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = ort.run(["out"], {"x": x.numpy()})[0]
     sess = dlc.Session(imported.model, backend="numpy")
     sess.set_params(imported.weights)
     got = sess.eval(imported.outputs["out"], {imported.inputs["x"]: x.numpy()})
