@@ -27,6 +27,7 @@ class Names:
 
     def __init__(self, reserved: set[str] = frozenset()) -> None:
         self.taken: set[str] = set(reserved)
+        self.asked: dict[str, str] = {}  # name handed out -> the name asked for (ONNX's)
 
     def new(self, onnx_name: str, dotted: bool = False) -> str:
         base = escape(onnx_name, dotted)
@@ -34,4 +35,5 @@ class Names:
         while name in self.taken:
             name, k = f"{base}_{k}", k + 1
         self.taken.add(name)
+        self.asked[name] = onnx_name
         return name

@@ -174,8 +174,9 @@ class Converter:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
         name = self.names.new(base, dotted=param)
         if param or a.size > INLINE_LIMIT or np.any(np.isnan(a)):
-            # saved under the ONNX name (`0.weight`), which loading maps back to `name`; a scalar stays []
-            self.weights[saved_key(base, name)] = np.array(a, dtype=np.float32, order="C")
+            self.weights[name] = np.array(
+                a, dtype=np.float32, order="C"
+            )  # a scalar stays [] (not ascontiguousarray's [1])
             frozen = "frozen " if not param or self.frozen(base, name) else ""  # a constant is never trained
             self.decls.append(f"{frozen}param {name}: {fmt_shape(a.shape)}")
         elif a.ndim == 0:
@@ -480,7 +481,9 @@ def import_onnx(
         compiled = compile_source(source, "<imported>")
     except CompileError as e:  # a bug in the importer, shown with the text it wrote
         raise ImportError_(f"{at}the imported .dl does not compile: {e}") from None
-    return Imported(compiled, conv.weights, source, inputs, out_names)
+    # weights are saved under their ONNX names (`0.weight`), which loading maps back (saved_names)
+    saved = {saved_key(names.asked[n], n): a for n, a in conv.weights.items()}
+    return Imported(compiled, saved, source, inputs, out_names)
 
 
 # Inputs that are not data: (op, input index); None: all of the op's inputs.
