@@ -25,6 +25,7 @@ from dlc.runtime.artifact.manifest import LR, leaf_shapes
 from dlc.runtime.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from dlc.runtime.errors import DataError
 from dlc.runtime.optimizers import from_record, optimizer_record
+from dlc.runtime.saved_names import by_param_name
 from dlc.runtime.training import RunPosition
 
 from . import debug
@@ -286,7 +287,7 @@ class Session:
         >>> sess.load("quadratic.weights.npz")
         """
         states = self._model_states()
-        values = load_npz(path)
+        values = by_param_name(load_npz(path), {**self.model.params, **states})  # `0.weight`: saved_names
         missing = [k for k in self.model.params if k not in values]
         if missing:
             raise DataError(f"{os.fspath(path)}: param '{missing[0]}' is missing")

@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import DataError, DlcError
 from .npzfile import NpzReader
+from .saved_names import by_param_name
 
 # A checkpoint (runtime/checkpoint.py) is an .npz whose params are `param/NAME` beside `meta`:
 # load_npz reads its params as it reads a weights file's.
@@ -173,6 +174,7 @@ def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
             with np.errstate(over="ignore"):
                 out[k[len(PARAM) :] if checkpoint else k] = np.asarray(a, dtype=np.float32)
     if shapes is not None:
+        out = by_param_name(out, shapes)
         missing = [k for k in shapes if k not in out]
         if missing:
             raise DataError(f"{path}: param '{missing[0]}' is missing")
@@ -185,9 +187,10 @@ def load_npz(path, shapes: dict | None = None) -> dict[str, np.ndarray]:
 
 def checked_params(values, shapes) -> dict[str, np.ndarray]:
     """`values` as float32 arrays, refused (DataError) unless each names a param, has its
-    shape and is finite. Checked whole before anything is set, so a bad file changes nothing."""
+    shape and is finite. Checked whole before anything is set, so a bad file changes nothing.
+    A key that is an imported param's ONNX name (`0.weight`) sets that param (saved_names)."""
     out = {}
-    for name, v in values.items():
+    for name, v in by_param_name(values, shapes).items():
         if name not in shapes:
             raise DataError(f"'{name}' is not a param of the model (params: {', '.join(shapes) or 'none'})")
         v = np.asarray(v, dtype=np.float32)

@@ -25,7 +25,7 @@ import numpy as np
 from dlc.runtime.errors import CompileError
 
 from .fold_limit import DEFAULT_MAX_CONST_BYTES, FoldBudget
-from .names import Names
+from .names import Names, saved_key
 from .onnx_checks import ImportError_, check_dims, check_file, check_model
 
 TARGET_OPSET = 13  # older models are brought here by onnx's version converter
@@ -481,7 +481,9 @@ def import_onnx(
         compiled = compile_source(source, "<imported>")
     except CompileError as e:  # a bug in the importer, shown with the text it wrote
         raise ImportError_(f"{at}the imported .dl does not compile: {e}") from None
-    return Imported(compiled, conv.weights, source, inputs, out_names)
+    # weights are saved under their ONNX names (`0.weight`), which loading maps back (saved_names)
+    saved = {saved_key(names.asked[n], n): a for n, a in conv.weights.items()}
+    return Imported(compiled, saved, source, inputs, out_names)
 
 
 # Inputs that are not data: (op, input index); None: all of the op's inputs.

@@ -146,9 +146,12 @@ def batch_norms_after_convs(nodes: list, graph_outputs: set[str]) -> dict[str, o
 
 def _fold_bn(c, w: np.ndarray, b: np.ndarray | None, bn) -> tuple[np.ndarray, np.ndarray] | None:
     """(filter, bias) with the BatchNormalization `bn` folded in; None if its stats are
-    not constants (or it has more outputs in use)."""
+    not constants, its scale or shift is a trainable param (written out, it fine-tunes under
+    its own name, as in PyTorch), or it has more outputs in use."""
     stats = [c.values.get(i) for i in bn.input[1:5]]
     if any(v is None or v.const is None for v in stats) or any(o in c.used for o in bn.output[1:] if o):
+        return None
+    if any(v.param for v in stats[:2]):
         return None
     scale, shift, mean, var = (v.const.astype(np.float64) for v in stats)
     k = scale / np.sqrt(var + _attrs(bn).get("epsilon", 1e-5))
@@ -829,6 +832,8 @@ def _batch_norm(c, node, ins, attrs):
         raise c.fail("BatchNormalization with training_mode=1 is not supported (inference only)")
     if any(v.const is None for v in ins[1:5]):
         raise c.fail("BatchNormalization's scale, bias, mean and var must be constants")
+    if ins[1].param or ins[2].param:  # written out, so that they train under their names (PyTorch's)
+        return _batch_norm_trainable(c, out, ins, attrs)
     scale, shift, mean, var = (v.const.astype(np.float64) for v in ins[1:5])
     k = scale / np.sqrt(var + attrs.get("epsilon", 1e-5))
     bshape = (-1,) + (1,) * (x.rank - 2)
@@ -846,6 +851,21 @@ def _batch_norm(c, node, ins, attrs):
     )
     nhwc = x.nhwc and x.rank == 4
     c.emit(out, f"{c.operand(x, nhwc)} * {c.operand(ks, nhwc)} + {c.operand(ts, nhwc)}", _out_shape(c, out), nhwc)
+
+
+def _batch_norm_trainable(c, out, ins, attrs):
+    """`(x - mean) * inv_std * scale + shift` over the constant statistics, each [C] as
+    saved (`bn.weight`, `bn.running_mean`), broadcast along the channel axis."""
+    x, scale, shift, mean, var = ins[:5]
+    nhwc = x.nhwc and x.rank == 4
+    inv = 1.0 / np.sqrt(var.const.astype(np.float64) + attrs.get("epsilon", 1e-5))
+    inv = Value(inv.shape, const=inv.astype(np.float32), onnx_name=out + "_inv_std")
+
+    def channel(v):  # NHWC's channels are last, where [C] broadcasts; ONNX's are axis 1
+        return c.data(v) if nhwc else f"reshape({c.data(v)}, {fmt_shape(v.shape + (1,) * (x.rank - 2))})"
+
+    expr = f"({c.operand(x, nhwc)} - {channel(mean)}) * {channel(inv)} * {channel(scale)} + {channel(shift)}"
+    c.emit(out, expr, _out_shape(c, out), nhwc)
 
 
 @handler("LRN")

@@ -56,6 +56,7 @@ def export_web(
     from dlc.compiler.emit import manifest, programs
     from dlc.compiler.initializers import initial_value
     from dlc.runtime import optimizers
+    from dlc.runtime.saved_names import by_param_name
     from dlc.runtime.weights import checked_params, load_npz
 
     if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
@@ -96,7 +97,7 @@ def export_web(
     # The params: a weights file, the artifact's params.npz, or the initializers.
     saved_state: dict[str, np.ndarray] = {}
     if weights is not None:  # params, and model state where the file holds it (Session.save)
-        values = load_npz(weights)
+        values = by_param_name(load_npz(weights), {**model.params, **model.states})  # `0.weight`: saved_names
         missing = [n for n in model.params if n not in values]
         if missing:
             raise DataError(f"{weights}: param '{missing[0]}' is missing")

@@ -40,6 +40,16 @@ def torch():
 
 
 @pytest.fixture(scope="session")
+def onnxruntime():
+    return need("onnxruntime", 'the ONNX zoo\'s oracle: pip install "dlc[test]"')
+
+
+@pytest.fixture(scope="session")
+def onnxscript():
+    return need("onnxscript", 'torch.onnx.export(dynamo=True) needs it: pip install "dlc[onnx]"')
+
+
+@pytest.fixture(scope="session")
 def gl():
     from dlc.runtime.context import get_context
 

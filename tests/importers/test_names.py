@@ -35,3 +35,15 @@ def test_params_keep_their_state_dict_names():
     assert escape("input.weight", dotted=True) == "input_weight"  # a keyword first: no dots
     assert escape("a..b", dotted=True) == "a__b"
     assert escape("0.weight", dotted=True) == "t_0.weight"  # nn.Sequential's keys
+
+
+def test_weights_keep_the_onnx_name_where_reading_it_back_finds_the_param():
+    from dlc.compiler.importers.names import saved_key
+    from dlc.runtime.saved_names import by_param_name
+
+    assert saved_key("0.weight", "t_0.weight") == "0.weight"
+    assert saved_key("onnx::MatMul_12", "onnx__MatMul_12") == "onnx::MatMul_12"
+    assert saved_key("a/b", "a_b_2") == "a_b_2"  # de-duplicated: the .dl name, which reads back as itself
+    params = {"t_0.weight": (2,), "onnx__MatMul_12": (3,), "a_b_2": (1,)}
+    got = by_param_name({"0.weight": 1, "onnx::MatMul_12": 2, "a_b_2": 3, "other": 4}, params)
+    assert got == {"t_0.weight": 1, "onnx__MatMul_12": 2, "a_b_2": 3, "other": 4}  # `other`: refused by the caller

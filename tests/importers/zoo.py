@@ -207,6 +207,22 @@ def cnn(torch):
 MODELS = {"encoder": encoder, "gpt2": gpt2, "bert": bert, "lstm": lstm, "gru": gru, "vit": vit, "cnn": cnn}
 
 
+def feeds(torch, example, batch: int, seed: int) -> dict:
+    """Inputs of another batch size than the export's (the ids in range, a padded row)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in example.items():
+        shape = (batch, *v.shape[1:])
+        if v.dtype == torch.int64:
+            high = {"input_ids": VOCAB, "ids": VOCAB, "token_type_ids": 2, "attention_mask": 2}[k]
+            out[k] = torch.randint(0, high, shape, generator=g)
+        else:
+            out[k] = torch.randn(shape, generator=g)
+    if "attention_mask" in out:
+        out["attention_mask"][:, 0] = 1
+    return out
+
+
 def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
     """(module in eval mode, example inputs): the model exported to `path` by
     torch.onnx.export with a dynamic batch dim named B, by the TorchScript exporter or
@@ -214,6 +230,13 @@ def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
     torch.manual_seed(0)
     cls, inputs = MODELS[name](torch)
     module = cls().eval()
+    export_module(torch, module, inputs, path, dynamo, **options)
+    return module, inputs
+
+
+def export_module(torch, module, inputs: dict, path, dynamo: bool = False, **options) -> None:
+    """torch.onnx.export of `module` on `inputs` (name -> example) with a dynamic batch dim
+    named B and one output `out`."""
     names = list(inputs)
     if dynamo:
         batch = torch.export.Dim("B", min=1, max=64)
@@ -222,4 +245,21 @@ def export(torch, name: str, path, dynamo: bool = False, **options) -> tuple:
         dynamic = {"dynamic_axes": {**{n: {0: "B"} for n in names}, "out": {0: "B"}}}
     args = (module, tuple(inputs.values()), str(path))
     torch.onnx.export(*args, dynamo=dynamo, input_names=names, output_names=["out"], **dynamic, **options)
-    return module, inputs
+
+
+VISION = ("mobilenet_v2", "resnet18")  # torchvision's, random weights (nothing downloads)
+
+
+def vision(torch, torchvision, name: str):
+    """(torchvision's `name` with 10 classes in eval mode, {"x": a 32x32 batch of 2}): random
+    init, batch norm statistics that are not the identity (so that folding them shows)."""
+    torch.manual_seed(0)
+    module = getattr(torchvision.models, name)(weights=None, num_classes=10)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    return module.eval(), {"x": torch.randn(2, 3, 32, 32)}
