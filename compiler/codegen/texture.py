@@ -162,7 +162,11 @@ def _finish(ctx: Context, em: Emitter, output: int | None, what: str) -> str:
     if _BUFFER_LOAD.search(main):  # a template wrote a load without asking the renderer
         raise AssertionError(f"kernel {ctx.kernel.name}: a storage-buffer load in a texture shader")
     units = sorted({int(m.group(1)) for m in _SAMPLED.finditer(main)})
-    return "\n".join(_header(ctx, output, what, units)) + "\n" + main + "\n"
+    from .glsl import prune_preamble  # here, not at the top: this module's imports stay as they are
+
+    # only the helpers the pass uses: the whole preamble is most of the text, and a browser
+    # compiles (and SwiftShader translates at the first draw) every function it is given
+    return prune_preamble("\n".join(_header(ctx, output, what, units)) + "\n" + main + "\n")
 
 
 def _header(ctx: Context, output: int, what: str, units: list[int]) -> list[str]:
