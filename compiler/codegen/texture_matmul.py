@@ -246,16 +246,11 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     elif node.op == "conv2d":
         geo = _geo(ash, bsh[:2], node.attrs)
         b, oy, ox = rc
-        if _paired(ctx):  # two neighbouring pixels a fragment; the else: a last one alone
-            _paired_conv_products(ctx, em, pa, pb, quads, geo)
-            em.open("else")
         _each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
         ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
         _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js])
         em.close()
         em.close()
-        if _paired(ctx):
-            em.close()
         what = f"conv2d {list(ash)} * {list(bsh)}, {_options(node)}"
     else:  # conv2d_grad_input
         geo = _geo(node.attr("x_shape"), bsh[:2], node.attrs)
@@ -280,18 +275,10 @@ def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rb
 
 
 def _accumulate_rows(
-    em: Emitter,
-    quads: str,
-    pa: _Operand,
-    ras: list[str],
-    pb: _Operand,
-    rbs: list[str],
-    products: list,
-    masks: list[str] | None = None,
+    em: Emitter, quads: str, pa: _Operand, ras: list[str], pb: _Operand, rbs: list[str], products: list
 ) -> None:
     """acc<c> += row ras[i] of packed A times row rbs[j] of packed B for each (i, j) =
-    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q);
-    masks[c]: a condition for adding at all (a select: a skipped row's inf or NaN stays out)."""
+    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q)."""
     for side, rows, width in (("pa", ras, "pa_w"), ("pb", rbs, "pb_w")):
         for i, row in enumerate(rows):
             em.line(f"int {side}{i}_r = {row};")
@@ -303,51 +290,16 @@ def _accumulate_rows(
             v = f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
             em.line(f"vec4 {side}{i}_t = texture(b{unit}, vec2({side}{i}_u, {v}));")
     for c, (i, j) in enumerate(products):
-        if masks:
-            em.line(f"acc{c} += {masks[c]} ? pa{i}_t * pb{j}_t : vec4(0.0);")
-        else:
-            em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
+        em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
     em.close()
 
 
 def _paired(ctx: Context) -> bool:
     """Whether the products pass computes 2 rows x 2 columns a fragment: a matmul whose B is a
-    matrix (a layer's weights), so that two rows read the same columns of B, or a conv2d (two
-    neighbouring pixels read the same filter rows). 4 fetches give 16 products (5 in the 1 row x
-    4 columns pass), and fetches are what the pass costs."""
+    matrix (a layer's weights), so that two rows read the same columns of B. 4 fetches give 16
+    products (5 in the 1 row x 4 columns pass), and fetches are what the pass costs."""
     node = ctx.graph.nodes[ctx.kernel.anchor]
-    if node.op == "conv2d":
-        return True
     return node.op == "matmul" and len(ctx.graph.nodes[node.inputs[1]].shape) == 2
-
-
-def _paired_conv_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, geo: dict) -> None:
-    """Opens `if (the pixel has a partner)` and fills acc0..acc3 as `_paired_products` does, for
-    pixels rb0 and rb1 over every tap: a tap outside the image for one pixel adds nothing to
-    that pixel's outputs (a select, as the unpaired pass skips it)."""
-    g = ctx.graph
-    node = g.nodes[ctx.kernel.anchor]
-    rows_shape = tuple(node.shape[:-1])
-    R, N, co = ctx.numel(rows_shape), ctx.dim(node.shape[-1]), g.nodes[pb.tensor].shape[3]
-    em.line("int rb0 = r - r % 2, rb1 = rb0 + 1;")
-    em.open(f"if (rb1 < {R})")
-    em.line(f"int ja = min(j0 + 2 * (r % 2), {N} - 1), jb = min(j0 + 2 * (r % 2) + 1, {N} - 1);")
-    pixels = [em.coords(Ix(flat=row), rows_shape) for row in ("rb0", "rb1")]
-    em.open(f"for (int di = 0; di < {geo['KH']}; ++di)")
-    em.open(f"for (int dj = 0; dj < {geo['KW']}; ++dj)")
-    ras = []
-    for i, (b, oy, ox) in enumerate(pixels):
-        em.line(f"int iy{i} = {oy} * {geo['SH']} + di * {geo['DH']} - {geo['PT']};")
-        em.line(f"int ix{i} = {ox} * {geo['SW']} + dj * {geo['DW']} - {geo['PL']};")
-        em.line(f"bool in{i} = iy{i} >= 0 && iy{i} < {geo['H']} && ix{i} >= 0 && ix{i} < {geo['W']};")
-        ras.append(f"in{i} ? ({b} * {geo['H']} + iy{i}) * {geo['W']} + ix{i} : 0")
-    em.line("if (!in0 && !in1) continue;")
-    rbs = [f"(di * {geo['KW']} + dj) * {co} + {j}" for j in ("ja", "jb")]
-    products = [(0, 0), (0, 1), (1, 0), (1, 1)]
-    _accumulate_rows(em, quads, pa, ras, pb, rbs, products, ["in0", "in0", "in1", "in1"])
-    em.close()
-    em.close()
-    em.close()
 
 
 def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, rc: tuple, js: list) -> None:
