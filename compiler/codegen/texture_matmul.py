@@ -12,7 +12,10 @@ matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a 
 2. a products pass into a third RGBA32F texture (rows (batch, i), 4 values of j a texel):
    each fragment computes outputs j..j+3 of row i, looping q over ceil(K/4) texels with one
    fetch of A and four of B (5 fetches for 16 products, against 2 for 1 in the plain loop;
-   1.5-2x faster on llvmpipe than one output a fragment from the same packed operands);
+   1.5-2x faster on llvmpipe than one output a fragment from the same packed operands); a
+   matmul whose B is a matrix computes 2 rows x 2 columns a fragment instead (`_paired`: 4
+   fetches for 16 products), and the loops fetch with texture() at texel centres (on
+   SwiftShader both count: ~1.8x on the MLP and matmul passes);
 3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
 
 conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
@@ -218,13 +221,19 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     em.line(f"if (r >= {ctx.numel(rows_shape)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), rows_shape)
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
+    # texture() at texel centres, not texelFetch: SwiftShader (WebGL on the CPU) runs it ~1.4x faster
+    em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
     js = []
     for c in range(4):
         js.append(em.names.claim(f"j{c + 1}"))
         em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
         em.line(f"vec4 acc{c} = vec4(0.0);")
     ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-    if node.op == "matmul":
+    if node.op == "matmul" and _paired(ctx):
+        _paired_products(ctx, em, pa, pb, quads, rc, js)
+        ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
+        what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, row pairs"
+    elif node.op == "matmul":
         rows = [_matmul_rows(em, pa, pb, tuple(node.shape[:-2]), rc[:-1], rc[-1], j) for j in js]
         _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
@@ -257,15 +266,60 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
 
 def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rbs: list[str]) -> None:
     """acc<c> += row ra of packed A times row rbs[c] of packed B, c = 0..3, texel by texel."""
-    em.line(f"int pa_r = {ra};")
-    em.line(f"int pa_x = pa_r % pa_w, pa_y = (pa_r / pa_w) * {quads};")
-    for c, rb in enumerate(rbs):
-        em.line(f"int pb{c}_r = {rb};")
-        em.line(f"int pb{c}_x = pb{c}_r % pb_w, pb{c}_y = (pb{c}_r / pb_w) * {quads};")
+    _accumulate_rows(em, quads, pa, [ra], pb, rbs, [(0, c) for c in range(len(rbs))])
+
+
+def _accumulate_rows(
+    em: Emitter, quads: str, pa: _Operand, ras: list[str], pb: _Operand, rbs: list[str], products: list
+) -> None:
+    """acc<c> += row ras[i] of packed A times row rbs[j] of packed B for each (i, j) =
+    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q)."""
+    for side, rows, width in (("pa", ras, "pa_w"), ("pb", rbs, "pb_w")):
+        for i, row in enumerate(rows):
+            em.line(f"int {side}{i}_r = {row};")
+            em.line(f"float {side}{i}_u = (float({side}{i}_r % {width}) + 0.5) * {side}_inv.x;")
+            em.line(f"int {side}{i}_y = ({side}{i}_r / {width}) * {quads};")
     em.open(f"for (int q = 0; q < {quads}; ++q)")
-    em.line(f"vec4 a = texelFetch(b{pa.unit}, ivec2(pa_x, pa_y + q), 0);")
-    for c in range(len(rbs)):
-        em.line(f"acc{c} += a * texelFetch(b{pb.unit}, ivec2(pb{c}_x, pb{c}_y + q), 0);")
+    for side, rows, unit in (("pa", ras, pa.unit), ("pb", rbs, pb.unit)):
+        for i in range(len(rows)):
+            v = f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
+            em.line(f"vec4 {side}{i}_t = texture(b{unit}, vec2({side}{i}_u, {v}));")
+    for c, (i, j) in enumerate(products):
+        em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
+    em.close()
+
+
+def _paired(ctx: Context) -> bool:
+    """Whether the products pass computes 2 rows x 2 columns a fragment: a matmul whose B is a
+    matrix (a layer's weights), so that two rows read the same columns of B. 4 fetches give 16
+    products (5 in the 1 row x 4 columns pass), and fetches are what the pass costs."""
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    return node.op == "matmul" and len(ctx.graph.nodes[node.inputs[1]].shape) == 2
+
+
+def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, rc: tuple, js: list) -> None:
+    """The products of a paired matmul into acc0..acc3. The texels of rows rb = r - r % 2 and
+    rb + 1 at texel column jq hold outputs (rb, rb + 1) x (4jq, 4jq + 1) (row rb's texel) and
+    (rb, rb + 1) x (4jq + 2, 4jq + 3) (row rb + 1's), each (rb j, rb j', rb+1 j, rb+1 j'); a last
+    row without a partner keeps its own 4 columns (`_unpack_pass` reads both)."""
+    g = ctx.graph
+    node = g.nodes[ctx.kernel.anchor]
+    rows_shape, out_batch = tuple(node.shape[:-1]), tuple(node.shape[:-2])
+    R, N = ctx.numel(rows_shape), ctx.dim(node.shape[-1])
+    em.line("int rb0 = r - r % 2, rb1 = rb0 + 1;")
+    em.open(f"if (rb1 < {R})")
+    em.line(f"int ja = min(j0 + 2 * (r % 2), {N} - 1), jb = min(j0 + 2 * (r % 2) + 1, {N} - 1);")
+    ras, rbs = [], []
+    for row in ("rb0", "rb1"):
+        rrc = em.coords(Ix(flat=row), rows_shape)
+        ras.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], "ja")[0])
+    rrc = em.coords(Ix(flat="rb0"), rows_shape)
+    rbs = [_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], j)[1] for j in ("ja", "jb")]
+    _accumulate_rows(em, quads, pa, ras, pb, rbs, [(0, 0), (0, 1), (1, 0), (1, 1)])
+    em.close()
+    em.open("else")
+    rows = [_matmul_rows(em, pa, pb, out_batch, rc[:-1], rc[-1], j) for j in js]
+    _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
     em.close()
 
 
@@ -281,8 +335,16 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     oc = em.coords(Ix(flat="o"), node.shape)
     r = em.flat(Ix(multi=oc[:-1]), rows_shape)
     em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
-    em.line(f"vec4 pc = texelFetch(b{unit}, ivec2(pc_r % pc_w, (pc_r / pc_w) * {_quads(ctx, n)} + {oc[-1]} / 4), 0);")
-    em.line(f"float acc = pc[{oc[-1]} % 4];")
+    j = oc[-1]
+    if _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
+        em.line(f"int pc_b = pc_r - pc_r % 2, pc_t = pc_r, pc_c = {j} % 4;")
+        paired = f"pc_b + 1 < {ctx.numel(rows_shape)}"
+        em.line(f"if ({paired}) {{ pc_t = pc_b + pc_c / 2; pc_c = (pc_r - pc_b) * 2 + pc_c % 2; }}")
+        em.line(f"vec4 pc = texelFetch(b{unit}, ivec2(pc_t % pc_w, (pc_t / pc_w) * {_quads(ctx, n)} + {j} / 4), 0);")
+        em.line("float acc = pc[pc_c];")
+    else:
+        em.line(f"vec4 pc = texelFetch(b{unit}, ivec2(pc_r % pc_w, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4), 0);")
+        em.line(f"float acc = pc[{j} % 4];")
     em.anchor_value = "acc"
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")

@@ -145,15 +145,16 @@ def test_a_kernel_without_three_spare_texture_units_keeps_the_per_output_loop(mo
 
 
 def test_packed_shaders_read_without_dividing_per_fetch():
-    """The K loops (the products passes) fetch texels at (x, y + q): no division or modulo
-    inside, one fetch of A (x) and 4 of B (w) per 4 k."""
+    """The K loops (the products passes) fetch texels at (u, y + q): no division or modulo
+    inside; a matmul by a matrix reads 2 rows of A and 2 of B per 4 k (the loop of a last row
+    without a partner, and a conv's, one of A and 4 of B)."""
     conv = 'input x: [B, 8, 8, 4]\ninput k: [3, 3, 4, 4]\ny = conv2d(x, k, stride=1, padding="same")\n'
-    for source in ("input a: [B, 64]\ninput b: [64, 32]\nc = a @ b\n", conv):
+    for source, fetches in (("input a: [B, 64]\ninput b: [64, 32]\nc = a @ b\n", [4, 5]), (conv, [5])):
         files = programs(dlc.compile(source), target="texture")["eval"].sources
         (text,) = [t for t in files.values() if "for (int q" in t]
-        loop = text[text.index("for (int q") :]
-        loop = loop[: loop.index("}")]
-        assert "/" not in loop and "%" not in loop and loop.count("texelFetch") == 5
+        loops = [part[: part.index("}")] for part in text.split("for (int q")[1:]]
+        assert [loop.count("texture(") for loop in loops] == fetches
+        assert all("/" not in loop and "%" not in loop for loop in loops)
 
 
 def test_a_packed_operand_too_big_for_the_textures_is_refused_by_name(gl, monkeypatch):

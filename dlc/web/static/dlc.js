@@ -61,8 +61,12 @@ export class DlcError extends Error {
 
 /** Load the export in folder `url` (e.g. "." or "models/digits/"); resolves to a Model.
  * options.canvas: a canvas (or OffscreenCanvas) whose WebGL2 context to use instead of one
- * of its own. */
+ * of its own; options.onProgress({stage, done, total}): called as the shaders compile
+ * (stage "shaders") and the eval program's are first drawn (stage "warm-up"). */
 export async function load(url = ".", options = {}) {
+  if (options.onProgress !== undefined && options.onProgress !== null && typeof options.onProgress !== "function") {
+    throw new DlcError("onProgress must be a function ({stage, done, total}) => ...");
+  }
   const base = new URL(url.endsWith("/") ? url : url + "/", globalThis.location ? globalThis.location.href : undefined);
   const where = `${base}manifest.json`;
   const manifest = await fetchOk(new URL("manifest.json", base)).then((r) =>
@@ -88,7 +92,21 @@ export async function load(url = ".", options = {}) {
       sources[file] = await fetchOk(new URL(`${web.shaders}/${file}`, base)).then((r) => r.text());
     }),
   );
-  const model = new Model(new Device(options.canvas), manifest, sources, leaves);
+  const device = new Device(options.canvas);
+  try {
+    // every program of the model at once (the driver may link them in parallel), and the eval
+    // program's drawn once: the first eval then runs without building any
+    const entries = [];
+    for (const program of Object.values(manifest.programs)) {
+      for (const k of program.kernels) for (const p of k.passes) entries.push([sources[p.file], p.file]);
+    }
+    const warm = manifest.programs.eval.kernels.flatMap((k) => k.passes.map((p) => sources[p.file]));
+    await device.compileAll(entries, warm, options.onProgress || null);
+  } catch (e) {
+    device.dispose();
+    throw e;
+  }
+  const model = new Model(device, manifest, sources, leaves);
   model.vocab = vocab; // null unless the export is a language model's with its vocabulary
   return model;
 }
@@ -365,10 +383,11 @@ class Device {
     this.vao = gl.createVertexArray();
     this.vertex = this.shader(gl.VERTEX_SHADER, VERTEX, "dlc_vertex");
     this.textures = new Set();
-    this.programs = new Set();
+    this.programs = new Map(); // source -> program
     this.copyProgram = this.program(COPY, "dlc_copy");
     this.pickProgram = this.program(PICK, "dlc_pick");
     this.readFormat = null; // [format, channels] readPixels takes for an R32F framebuffer
+    this.timings = null; // Model.profile: each pass's time
   }
 
   /** (width, height) holding `count` floats: near square (a one-row texture wastes half of
@@ -456,34 +475,117 @@ class Device {
     return shader;
   }
 
-  /** A linked full-screen-triangle program around one fragment shader; sampler b<k> reads unit k. */
+  /** A linked full-screen-triangle program around one fragment shader; sampler b<k> reads unit k.
+   * One program a source text: kernels (and the eval and train programs) with the same pass share it. */
   program(source, name) {
+    return this.programs.get(source) || this.finishProgram(this.startProgram(source, name));
+  }
+
+  /** Compile and link without asking how it went (the driver may work on it in the background). */
+  startProgram(source, name) {
     const gl = this.gl;
-    const frag = this.shader(gl.FRAGMENT_SHADER, source, name);
+    const frag = gl.createShader(gl.FRAGMENT_SHADER);
+    gl.shaderSource(frag, source);
+    gl.compileShader(frag);
     const handle = gl.createProgram();
     gl.attachShader(handle, this.vertex);
     gl.attachShader(handle, frag);
     gl.linkProgram(handle);
+    return { handle, frag, source, name };
+  }
+
+  /** A started program checked (a compile or link error is a DlcError with the numbered
+   * source), its samplers set to their units and its uniforms looked up once. */
+  finishProgram({ handle, frag, source, name }) {
+    const gl = this.gl;
+    if (!gl.getProgramParameter(handle, gl.LINK_STATUS)) {
+      const compiled = gl.getShaderParameter(frag, gl.COMPILE_STATUS);
+      const log = compiled ? gl.getProgramInfoLog(handle) : gl.getShaderInfoLog(frag);
+      gl.deleteShader(frag);
+      gl.deleteProgram(handle);
+      if (compiled) throw new DlcError(`internal dlc error: the shader '${name}' does not link: ${log}`);
+      const numbered = source
+        .split("\n")
+        .map((line, i) => `${String(i + 1).padStart(4)}  ${line}`)
+        .join("\n");
+      throw new DlcError(`internal dlc error: the shader '${name}' does not compile:\n${log}\n${numbered}`);
+    }
     gl.detachShader(handle, frag);
     gl.deleteShader(frag);
-    if (!gl.getProgramParameter(handle, gl.LINK_STATUS)) {
-      throw new DlcError(`internal dlc error: the shader '${name}' does not link: ${gl.getProgramInfoLog(handle)}`);
-    }
     const units = [...source.matchAll(SAMPLER)].map((m) => Number(m[1]));
+    const locations = new Map();
+    const count = gl.getProgramParameter(handle, gl.ACTIVE_UNIFORMS);
+    for (let i = 0; i < count; i++) {
+      const info = gl.getActiveUniform(handle, i);
+      if (info) locations.set(info.name, gl.getUniformLocation(handle, info.name));
+    }
     gl.useProgram(handle);
-    for (const unit of units) gl.uniform1i(gl.getUniformLocation(handle, `b${unit}`), unit);
-    const program = { handle, name, units, locations: new Map() };
-    this.programs.add(program);
+    for (const unit of units) {
+      const loc = locations.get(`b${unit}`);
+      if (loc) gl.uniform1i(loc, unit);
+    }
+    const program = { handle, name, units, locations, rgba: /\bout\s+vec4\b/.test(source) };
+    this.programs.set(source, program);
     return program;
   }
 
-  location(program, name) {
-    let loc = program.locations.get(name);
-    if (loc === undefined) {
-      loc = this.gl.getUniformLocation(program.handle, name);
-      program.locations.set(name, loc);
+  /** Compile and link every source of `entries` ([source, name] pairs) at once, then render
+   * each of `warm` (sources) into a 1x1 texture: drivers that build a program's GPU code at its
+   * first draw (ANGLE on Vulkan and SwiftShader) build it here, not in the first eval.
+   * KHR_parallel_shader_compile: the links run in the background while this polls
+   * COMPLETION_STATUS_KHR between tasks. onProgress({stage, done, total}) as they finish. */
+  async compileAll(entries, warm = [], onProgress = null) {
+    const gl = this.gl;
+    const report = (stage, done, total) => onProgress && onProgress({ stage, done, total });
+    const todo = [];
+    const started = new Set();
+    for (const [source, name] of entries) {
+      if (this.programs.has(source) || started.has(source)) continue;
+      started.add(source);
+      todo.push(this.startProgram(source, name));
     }
-    return loc;
+    const total = todo.length;
+    report("shaders", 0, total);
+    const ext = gl.getExtension("KHR_parallel_shader_compile");
+    let pending = todo;
+    while (pending.length) {
+      const ready = ext ? pending.filter((p) => gl.getProgramParameter(p.handle, ext.COMPLETION_STATUS_KHR)) : pending.slice(0, 8);
+      for (const p of ready) this.finishProgram(p);
+      if (ready.length) {
+        const done = new Set(ready);
+        pending = pending.filter((p) => !done.has(p));
+        report("shaders", total - pending.length, total);
+      }
+      if (pending.length) await new Promise((resolve) => setTimeout(resolve, 0));
+      if (gl.isContextLost()) throw new DlcError("the WebGL2 context was lost");
+    }
+    const programs = [...new Set(warm)].map((source) => this.programs.get(source)).filter(Boolean);
+    if (!programs.length) return;
+    report("warm-up", 0, programs.length);
+    const targets = [this.texture(1, "a warm-up target"), this.texture(1, "a warm-up target", [1, 1])];
+    gl.bindTexture(gl.TEXTURE_2D, null); // no sampler reads a target
+    try {
+      for (let i = 0; i < programs.length; i += 8) {
+        for (const program of programs.slice(i, i + 8)) this.pass(program, targets[program.rgba ? 1 : 0], new Map(), {});
+        const sync = gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
+        gl.flush();
+        try {
+          await waitFor(gl, sync);
+        } finally {
+          gl.deleteSync(sync);
+        }
+        report("warm-up", Math.min(i + 8, programs.length), programs.length);
+      }
+    } finally {
+      for (const t of targets) this.deleteTexture(t);
+    }
+  }
+
+  /** A uniform's location (null: the program has no such active uniform; finishProgram looked
+   * them all up, so a pass asks the context nothing). */
+  location(program, name) {
+    const loc = program.locations.get(name);
+    return loc === undefined ? null : loc;
   }
 
   /** Run `program` over every texel of `target` (or only the texel `at`, a flat index):
@@ -501,15 +603,27 @@ class Device {
       gl.activeTexture(gl.TEXTURE0 + unit);
       gl.bindTexture(gl.TEXTURE_2D, tex.handle);
     }
+    const values = program.values || (program.values = new Map()); // the ints it holds now
     for (const [name, value] of Object.entries(ints)) {
       const loc = this.location(program, name);
-      if (loc !== null) gl.uniform1i(loc, value);
+      if (loc !== null && values.get(name) !== value) {
+        gl.uniform1i(loc, value);
+        values.set(name, value);
+      }
     }
     gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
     if (at === null) gl.viewport(0, 0, target.width, target.height);
     else gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
     gl.bindVertexArray(this.vao);
-    gl.drawArrays(gl.TRIANGLES, 0, 3);
+    if (this.timings) {
+      // a one-texel readPixels waits for the GPU (Chromium's finish() does not)
+      const wait = () => gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.FLOAT, new Float32Array(4));
+      wait(); // what came before is not this pass's time
+      const t0 = performance.now();
+      gl.drawArrays(gl.TRIANGLES, 0, 3);
+      wait();
+      this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: target.width * target.height });
+    } else gl.drawArrays(gl.TRIANGLES, 0, 3);
   }
 
   /** Copy the first `count` floats of `src` into `dst`. */
@@ -579,7 +693,7 @@ class Device {
   dispose() {
     const gl = this.gl;
     for (const tex of [...this.textures]) this.deleteTexture(tex);
-    for (const program of this.programs) gl.deleteProgram(program.handle);
+    for (const program of this.programs.values()) gl.deleteProgram(program.handle);
     this.programs.clear();
     gl.deleteShader(this.vertex);
     gl.deleteVertexArray(this.vao);
@@ -764,7 +878,7 @@ class Executor {
         throw new DlcError(`kernel ${k.name} takes number inputs, which the texture target does not`);
       }
     }
-    this.programs = this.kernels.map((k) => k.passes.map((p) => device.program(sources[p.file], `${k.name}:${p.tensor}`)));
+    this.programs = this.kernels.map((k) => k.passes.map((p) => device.program(sources[p.file], p.file)));
     this.buffers = new Map(); // slot -> texture (temps, inputs, consts)
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
     this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
@@ -979,6 +1093,18 @@ class Model {
     const values = await this.device.read(where.map(([tex, count]) => [tex, count]));
     const typed = (n, v) => (this.dtypes[n] === "i32" ? new Int32Array(v.buffer, v.byteOffset, v.length) : v);
     return Object.fromEntries(names.map((n, i) => [n, { data: typed(n, values[i]), shape: where[i][2] }]));
+  }
+
+  /** eval(feeds, fetches), each pass timed alone (waiting for the GPU before and after it: slower than
+   * eval, for finding where the time goes): resolves to {out, passes: [{pass, ms, texels}]}. */
+  async profile(feeds, fetches) {
+    this.device.timings = [];
+    try {
+      const out = await this.eval(feeds, fetches);
+      return { out, passes: this.device.timings };
+    } finally {
+      this.device.timings = null;
+    }
   }
 
   /** `dims` plus 1 for each dim that only unfed inputs bind; an error when the kernels that run
