@@ -25,9 +25,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from .optional import require
 from .progress import TrainProgress
 from .runtime.errors import DlcError, did_you_mean
+from .runtime.optional import require
 from .runtime.weights import write_atomic
 
 __all__ = [

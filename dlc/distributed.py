@@ -39,10 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from dlc.compiler.autodiff import grad_name
-from dlc.compiler.reference import leaf_inputs
-from dlc.compiler.train_graph import build_split_step
-
 from .runtime.artifact.manifest import LR
 from .runtime.context import egl_device_count
 from .runtime.errors import DlcError, RuntimeFailure
@@ -192,11 +188,14 @@ class ParallelStep:
 
     def __init__(self, session, loss: str | None, optimizer) -> None:
         self.session, self.world, self.optimizer = session, session.parallel, optimizer
-        self.grads, self.update = build_split_step(session.model.graph, loss, optimizer, session.freeze)
+        # the compiler on first use: a session over an artifact imports none of it
+        train_graph = require("dlc.compiler.train_graph")
+        grad_name = require("dlc.compiler.autodiff").grad_name
+        self.grads, self.update = train_graph.build_split_step(session.model.graph, loss, optimizer, session.freeze)
         self.trained = list(self.update.params)
         self.loss_node = self.grads.names[self.grads.losses[0]]
         self.roots = [self.loss_node, *(self.grads.names[grad_name(p)] for p in self.trained)]
-        self.needed = leaf_inputs(self.grads, self.roots)
+        self.needed = require("dlc.compiler.reference").leaf_inputs(self.grads, self.roots)
         self.shapes = [tuple(self.update.shape(p)) for p in self.trained]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         self.grad_inputs = [grad_name(p) for p in self.trained]

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TextIO
 
-from .optional import require
+from .runtime.optional import require
 
 
 class TrainProgress:

@@ -32,15 +32,14 @@ from . import debug
 from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import Callback, EpochRunner, LambdaCallback
 from .data import Data, example_inputs
-from .deferred import GLDeferredSteps
 from .distributed import ParallelStep
 from .eval_plan import EvalPlan, outputs_for
 from .generate import LOGITS, check_model, generate
 from .metrics import metric_tensors
-from .optional import require
 from .runtime.errors import DlcError, TrainingDiverged, did_you_mean
 from .runtime.feeds import prepare
 from .runtime.optimizers import SGD, Optimizer
+from .runtime.optional import require
 from .runtime.training import Callback as StepCallback
 from .runtime.training import schedule, train_feeds, train_loop
 from .runtime.weights import checked_params, load_npz, save_npz
@@ -696,7 +695,7 @@ class Session:
             and self.loss_read_steps > 1
             and hasattr(self.backend, "step_into")
         ):
-            deferred = GLDeferredSteps(
+            deferred = require("dlc.deferred").GLDeferredSteps(  # GL only: it imports the GL runtime
                 self.backend,
                 program,
                 loss_node,

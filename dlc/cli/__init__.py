@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..optional import require
 from ..runtime.errors import DlcError, UsageError
+from ..runtime.optional import require
 from ..runtime.version import __version__
 from ..stdout_guard import guard_stdout
 

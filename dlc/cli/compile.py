@@ -9,9 +9,9 @@ import sys
 
 from ..compiler.dot import to_dot
 from ..compiler.pipeline import STAGE_NAMES, Options, Work, format_stage, run_stages
-from ..optional import require
 from ..runtime.errors import DlcError, UsageError
 from ..runtime.optimizers import make as make_optimizer
+from ..runtime.optional import require
 from .models import default_artifact_path, open_model, train_loss
 from .options import DEFAULT_OPTIMIZER, add_batch_size, add_optimizer, add_output, add_target, add_train_loss
 

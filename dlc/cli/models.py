@@ -12,9 +12,9 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from ..backends.artifact import ArtifactModel, is_artifact
-from ..optional import require
 from ..runtime import optimizers
 from ..runtime.errors import DlcError, UsageError, did_you_mean
+from ..runtime.optional import require
 from ..session import Session
 from .options import DEFAULT_OPTIMIZER
 

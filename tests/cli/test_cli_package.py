@@ -69,7 +69,7 @@ def test_no_function_level_imports(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     top = {id(n) for n in tree.body}
     inner = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in top]
-    assert not inner, f"{path.name}: imports inside functions at lines {inner} (use dlc.optional.require)"
+    assert not inner, f"{path.name}: imports inside functions at lines {inner} (use dlc.runtime.optional.require)"
 
 
 def _modules_after(code: str, tmp_path) -> list[str]:
