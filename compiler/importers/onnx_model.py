@@ -405,7 +405,7 @@ def import_onnx(
     from onnx import numpy_helper
 
     from ..lang import compile_source
-    from . import onnx_einsum, onnx_ops, onnx_rnn  # noqa: F401  (they register their ops)
+    from . import onnx_einsum, onnx_handlers, onnx_ops, onnx_rnn  # noqa: F401  (they register their ops)
 
     g = model.graph
     shapes: dict[str, tuple] = {}

@@ -42,6 +42,7 @@ SHAPE_ARGS = {
     ("Pad", 1), ("Pad", 2), ("Pad", 3), ("Split", 1), ("Squeeze", 1), ("Unsqueeze", 1), ("ConstantOfShape", 0),
     ("Range", 0), ("Range", 1), ("Range", 2), ("OneHot", 1), ("OneHot", 2), ("CumSum", 1), ("Trilu", 1),
     ("Clip", 1), ("Clip", 2), ("Dropout", 1), ("Dropout", 2), ("TopK", 1),
+    ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1),
 }  # fmt: skip
 
 
@@ -49,6 +50,12 @@ def _is_data(model, name: str) -> bool:
     """An integer or bool input used as data (ids, masks, integer arithmetic): an i32 input."""
     uses = [(n.op_type, k) for n in model.graph.node for k, i in enumerate(n.input) if i == name]
     return all(u not in SHAPE_ARGS and not (u[0].startswith("Reduce") and u[1] == 1) and u[0] != "Shape" for u in uses)
+
+
+def _is_shape_arg(model, name: str) -> bool:
+    """A float input that real models hold as a constant (Resize's scales and roi)."""
+    uses = [(n.op_type, k) for n in model.graph.node for k, i in enumerate(n.input) if i == name]
+    return bool(uses) and all(u in SHAPE_ARGS for u in uses)
 
 
 def _fits_i32(a) -> bool:
@@ -65,7 +72,9 @@ def _run_case(case, numpy_helper):
     inits = {t.name for t in model.graph.initializer}
     feeds = {}
     for info, a in zip([i for i in model.graph.input if i.name not in inits], inputs):
-        if info.type.tensor_type.elem_type in FLOATS or (_is_data(model, info.name) and _fits_i32(a)):
+        if _is_shape_arg(model, info.name):
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(a), info.name))
+        elif info.type.tensor_type.elem_type in FLOATS or (_is_data(model, info.name) and _fits_i32(a)):
             feeds[info.name] = a
         else:
             model.graph.initializer.append(numpy_helper.from_array(np.asarray(a), info.name))

@@ -1,0 +1,4 @@
+"""Imports every module of ONNX op handlers beyond onnx_ops, so that each registers its
+ops in onnx_ops.HANDLERS (import_onnx imports this before converting a graph)."""
+
+from . import onnx_resize  # noqa: F401
