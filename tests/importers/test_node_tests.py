@@ -28,6 +28,10 @@ KNOWN_DIFFERENCES = {
     "test_cast_FLOAT8E5M2_to_FLOAT16",
     "test_cast_FLOAT8E5M2FNUZ_to_FLOAT",
     "test_cast_FLOAT8E5M2FNUZ_to_FLOAT16",
+    # A training graph's Dropout is dlc's `dropout`: eval (what the test runs) is the identity,
+    # and a training step draws dlc's own masks, not those of ONNX's seed.
+    "test_training_dropout",
+    "test_training_dropout_default",
 }
 FLOATS = (1, 10, 11, 16)
 
