@@ -30,6 +30,7 @@ from .onnx_checks import ImportError_, check_dims, check_file, check_model
 
 TARGET_OPSET = 13  # older models are brought here by onnx's version converter
 INLINE_LIMIT = 16  # constants with more elements become params, never inlined in the text
+INLINE_INF_LIMIT = 65536  # ... but those holding inf, up to this many (weights must be finite)
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
@@ -173,7 +174,9 @@ class Converter:
         if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) and a.dtype != bool:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
         name = self.names.new(base, dotted=param)
-        if param or a.size > INLINE_LIMIT or np.any(np.isnan(a)):
+        # weights must be finite: a constant holding inf (a -inf mask) is written in the text
+        infinite = not param and a.size <= INLINE_INF_LIMIT and np.isinf(a).any() and not np.isnan(a).any()
+        if param or (a.size > INLINE_LIMIT and not infinite) or np.any(np.isnan(a)):
             self.weights[name] = np.array(
                 a, dtype=np.float32, order="C"
             )  # a scalar stays [] (not ascontiguousarray's [1])
