@@ -108,6 +108,7 @@ def test_node_tests_of_the_claimed_ops(onnx):
     from onnx import numpy_helper
     from onnx.backend.test.loader import load_model_tests
 
+    from dlc.compiler.importers import onnx_handlers  # noqa: F401  (registers the ops beyond onnx_ops)
     from dlc.compiler.importers.onnx_model import ImportError_
     from dlc.compiler.importers.onnx_ops import supported_ops
 
@@ -120,14 +121,13 @@ def test_node_tests_of_the_claimed_ops(onnx):
             if _run_case(case, numpy_helper):
                 passed.append(case.name)
         except ImportError_ as e:
-            assert "cannot import" in str(e) or "element type" in str(e) or "shape" in str(e) or "compile" in str(e), (
-                case.name,
-                str(e),
-            )
+            why = ("cannot import", "element type", "shape", "compile", "checker refuses")  # test_mvn's Constant
+            assert any(w in str(e) for w in why), (case.name, str(e))
             refused.append(case.name)
         except Exception as e:  # a wrong value or an internal error
             if case.name not in KNOWN_DIFFERENCES:
                 wrong.append(f"{case.name}: {type(e).__name__}: {str(e)[:300]}")
     assert not wrong, "\n".join(wrong)
     print(f"node tests: {len(passed)} passed, {len(refused)} refused")
-    assert len(passed) >= 740, (len(passed), len(refused))  # 748 with onnx 1.23 (463 before int inputs, RNNs, Einsum)
+    # 1076 with onnx 1.23 (748 before Resize, the norms, Attention, CastLike; 463 before int inputs, RNNs, Einsum)
+    assert len(passed) >= 1070, (len(passed), len(refused))
