@@ -54,7 +54,8 @@ SHAPE_ARGS = {
     ("Pad", 1), ("Pad", 2), ("Pad", 3), ("Split", 1), ("Squeeze", 1), ("Unsqueeze", 1), ("ConstantOfShape", 0),
     ("Range", 0), ("Range", 1), ("Range", 2), ("OneHot", 1), ("OneHot", 2), ("CumSum", 1), ("Trilu", 1),
     ("Clip", 1), ("Clip", 2), ("Dropout", 1), ("Dropout", 2), ("TopK", 1),
-    ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1), ("CastLike", 1),
+    ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1), ("CastLike", 1), ("If", 0),
+    ("QuantizeLinear", 1), ("QuantizeLinear", 2), ("DequantizeLinear", 1), ("DequantizeLinear", 2),
 }  # fmt: skip
 
 
