@@ -1,4 +1,15 @@
 """Imports every module of ONNX op handlers beyond onnx_ops, so that each registers its
 ops in onnx_ops.HANDLERS (import_onnx imports this before converting a graph)."""
 
-from . import onnx_attention, onnx_control, onnx_conv, onnx_misc, onnx_norms, onnx_quant, onnx_resize, onnx_training  # noqa: F401
+# ruff: noqa: F401
+from . import (
+    onnx_attention,
+    onnx_control,
+    onnx_conv,
+    onnx_losses,
+    onnx_misc,
+    onnx_norms,
+    onnx_quant,
+    onnx_resize,
+    onnx_training,
+)
