@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from . import sym_shapes as sym
 from .onnx_model import INT_TYPES, fmt_num
 from .onnx_ops import _const_ints, _norm_axis, _one_out, _out_shape, handler
 
@@ -151,9 +152,7 @@ def _geometry(c, node, ins, attrs, x) -> tuple[list[int], list[float], list[tupl
         axes = [_norm_axis(c, a, r) for a in attrs.get("axes", range(r))]
         roi_v = _floats(c, ins, 1, "roi")
         scales = _floats(c, ins, 2, "scales")
-        sizes = _const_ints(c, ins[3], "Resize's sizes") if len(ins) > 3 and ins[3] is not None else None
-        if sizes is not None and not sizes:
-            sizes = None
+        sizes = _sizes(c, ins[3]) if len(ins) > 3 and ins[3] is not None else None
     if (scales is None) == (sizes is None):
         raise c.fail("exactly one of scales and sizes must be given")
     n = len(axes)
@@ -196,6 +195,13 @@ def _geometry(c, node, ins, attrs, x) -> tuple[list[int], list[float], list[tupl
     if any(isinstance(o, int) and o < 1 for o in out):
         raise c.fail(f"the output shape {out} has an empty dim: dlc tensors are never empty")
     return out, scale, roi
+
+
+def _sizes(c, v) -> list | None:
+    """Resize's sizes: ints, or a dim of the input (Shape -> Concat keeps the batch's)."""
+    if v.const is not None and sym.is_symbolic(v.const):
+        return list(sym.dl_shape(v.const)) or None
+    return _const_ints(c, v, "Resize's sizes") or None
 
 
 def _const_value(c, v, what):
