@@ -1,7 +1,8 @@
 """ONNX's normalizations beyond onnx_ops' folded BatchNormalization, LayerNormalization and
 RMSNormalization: GroupNormalization, InstanceNormalization, MeanVarianceNormalization,
 LpNormalization, LayerNormalization's Mean and InvStdDev outputs, a BatchNormalization whose
-statistics are computed at run time.
+statistics are computed at run time, and a training graph's BatchNormalization (dlc's
+`batch_norm`, its running statistics states).
 
 All are written with the language's reductions over [N, C, ...] (ONNX's layout); a
 per-channel scale or bias stays a param of its own ONNX shape ([C]: PyTorch's
@@ -127,8 +128,11 @@ def _layer_norm(c, node, ins, attrs):
 
 @handler("BatchNormalization")
 def _batch_norm(c, node, ins, attrs):
-    """Constant statistics: folded (onnx_ops); computed at run time: written out."""
-    if attrs.get("training_mode", 0) or all(v.const is not None for v in ins[1:5]):
+    """Constant statistics: folded (onnx_ops); computed at run time: written out; a
+    training graph's (training_mode): dlc's `batch_norm`."""
+    if attrs.get("training_mode", 0):
+        return _batch_norm_training(c, node, ins, attrs)
+    if all(v.const is not None for v in ins[1:5]):
         return _batch_norm_folded(c, node, ins, attrs)
     x = ins[0]
     out = _one_out(c, node)
@@ -136,3 +140,39 @@ def _batch_norm(c, node, ins, attrs):
     eps = fmt_num(attrs.get("epsilon", 1e-5))
     expr = f"({c.data(x)} - {mean}) * rsqrt({var} + {eps}) * {scale} + {shift}"
     c.emit(out, expr, _out_shape(c, out, x.shape))
+
+
+def _batch_norm_training(c, node, ins, attrs):
+    """`batch_norm` over the channels last (NHWC, or [N, C] as it is): dlc's training step
+    normalizes by the batch's statistics and updates the running ones, states here; eval
+    normalizes by the states. The states start from ONNX's running mean and var, which must
+    each hold one value (a fresh model's zeros and ones: a state's initializer is a number).
+    ONNX's momentum weighs the old statistics, dlc's the batch's: dlc's is 1 - ONNX's."""
+    x = ins[0]
+    extra = [o for o in node.output[1:] if o and o in c.used]
+    if extra:
+        raise c.fail(
+            f"output(s) {', '.join(extra)} of a training BatchNormalization are not supported: dlc's "
+            "batch_norm keeps the running statistics as states (Session.states reads them)"
+        )
+    if x.rank not in (2, 4):
+        raise c.fail(f"a training BatchNormalization needs [N, C] or [N, C, H, W] input, got {fmt_shape(x.shape)}")
+    states = []
+    for what, v in (("mean", ins[3]), ("var", ins[4])):
+        flat = None if v.const is None else np.asarray(v.const, np.float64).reshape(-1)
+        if flat is None or not np.all(flat == flat[0]):
+            raise c.fail(
+                f"a training BatchNormalization's running {what} must be a constant holding one value "
+                "(dlc's states start from a number)"
+            )
+        name = c.names.new(f"{node.output[0]}_running_{what}")
+        c.decls.append(f"state {name}: [{flat.size}] = {fmt_num(flat[0])}")
+        states.append(name)
+    momentum = fmt_num(round(1.0 - float(attrs.get("momentum", 0.9)), 7))  # the attribute is a float32
+    eps = fmt_num(attrs.get("epsilon", 1e-5))
+    xs = c.nhwc(x) if x.rank == 4 else c.data(x)
+    expr = (
+        f"batch_norm({xs}, {c.data(ins[1])}, {c.data(ins[2])}, mean={states[0]}, var={states[1]}, "
+        f"momentum={momentum}, eps={eps})"
+    )
+    c.emit(node.output[0], expr, _out_shape(c, node.output[0], x.shape), nhwc=x.rank == 4)

@@ -433,3 +433,39 @@ def test_a_training_dropout_is_dlc_dropout(onnx):
     kept = (1.0 - sess.params["w"][0]) * 512 * 0.75
     np.testing.assert_allclose(kept, np.round(kept), atol=1e-3)  # whole rows kept, scaled by 1 / 0.75
     assert 0.6 < kept.mean() / 8 < 0.9  # about 1 - ratio of them
+
+
+def test_a_training_batch_norm_is_dlc_batch_norm(onnx):
+    """BatchNormalization with training_mode=1: dlc's batch_norm. Eval normalizes by the
+    running statistics (states starting from ONNX's); a training step updates them by the
+    batch's, weighted by 1 - ONNX's momentum (PyTorch's rule: the unbiased variance)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = 3
+    node = helper.make_node(
+        "BatchNormalization", ["h", "g", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1, momentum=0.8, epsilon=1e-3
+    )
+    inits = [
+        numpy_helper.from_array(np.eye(4, c, dtype=np.float32) * 2, "w"),
+        numpy_helper.from_array(np.array([1.0, 2.0, 0.5], np.float32), "g"),
+        numpy_helper.from_array(np.array([0.0, -1.0, 1.0], np.float32), "b"),
+        numpy_helper.from_array(np.zeros(c, np.float32), "m"),
+        numpy_helper.from_array(np.ones(c, np.float32), "v"),
+    ]
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", c])],
+        inits,
+        opset=15,
+    )
+    imported = dlc.import_onnx(model)
+    assert "batch_norm(h, g, b, mean=y_running_mean, var=y_running_var, momentum=0.2" in imported.source
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    h = x @ (np.eye(4, c) * 2)
+    want = h / np.sqrt(1 + 1e-3) * [1.0, 2.0, 0.5] + [0.0, -1.0, 1.0]
+    np.testing.assert_allclose(_run(imported, x), want, rtol=1e-5, atol=1e-6)
+    sess = _session(imported, "numpy", imported.source + "loss cost = mean(y)\n")
+    sess.train({imported.inputs["x"]: x}, optimizer=dlc.SGD(0.0), batch_size=6, steps=1, shuffle=False)
+    np.testing.assert_allclose(sess.states["y_running_mean"], 0.2 * h.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.states["y_running_var"], 0.8 + 0.2 * h.var(0, ddof=1), rtol=1e-5)
