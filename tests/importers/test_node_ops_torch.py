@@ -469,3 +469,50 @@ def test_a_training_batch_norm_is_dlc_batch_norm(onnx):
     sess.train({imported.inputs["x"]: x}, optimizer=dlc.SGD(0.0), batch_size=6, steps=1, shuffle=False)
     np.testing.assert_allclose(sess.states["y_running_mean"], 0.2 * h.mean(0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(sess.states["y_running_var"], 0.8 + 0.2 * h.var(0, ddof=1), rtol=1e-5)
+
+
+def _resize_with_inf_and_nan(mode):
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = np.arange(2 * 6 * 5, dtype=np.float32).reshape(1, 2, 6, 5) / 10
+    x[0, 0, 1, 2], x[0, 1, 4, 0], x[0, 1, 2, 3] = np.inf, -np.inf, np.nan
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode)
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 9, 10])],
+        [numpy_helper.from_array(np.array([1, 1, 1.5, 2], np.float32), "s")],
+        opset=19,
+    )
+    return model, x
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_of_inf_and_nan(mode, onnx):
+    """Each output reads only its taps: an inf or NaN reaches the outputs whose taps read it.
+    ONNX's reference multiplies every tap by its weight, so it also makes NaN (0 x inf) where
+    a 0-weight tap reads an inf (next to a nearest pick), and it saturates inf to float32's
+    largest value (read back as inf here); elsewhere the values agree."""
+    from onnx.reference import ReferenceEvaluator
+
+    model, x = _resize_with_inf_and_nan(mode)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0].astype(np.float64)
+    want[np.abs(want) >= np.finfo(np.float32).max] *= np.inf
+    got = _run(dlc.import_onnx(model), x)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+    assert np.all(np.isfinite(got) | ~finite)  # non-finite only where the reference is too
+    assert np.isnan(got).any() and np.isinf(got).any()
+    if mode == "nearest":  # a copy: each non-finite input lands exactly where it is picked
+        marked = np.where(np.isnan(x), 300.0, np.where(np.isposinf(x), 100.0, np.where(np.isneginf(x), 200.0, x)))
+        picks = ReferenceEvaluator(model).run(None, {"x": marked.astype(np.float32)})[0]
+        for marker, where in ((100.0, np.isposinf), (200.0, np.isneginf), (300.0, np.isnan)):
+            np.testing.assert_array_equal(where(got), picks == marker)
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_of_inf_and_nan_on_gl_is_numpy(mode, onnx, gl):
+    model, x = _resize_with_inf_and_nan(mode)
+    imported = dlc.import_onnx(model)
+    np.testing.assert_array_equal(_run(imported, x, "gl"), _run(imported, x))
