@@ -37,6 +37,6 @@ _activation("ThresholdedRelu", "where(gt({x}, {alpha}), {x}, 0.0)", alpha=1.0)
 _activation(
     "Shrink", "where(lt({x}, -{lambd}), {x} + {bias}, where(gt({x}, {lambd}), {x} - {bias}, 0.0))", lambd=0.5, bias=0.0
 )
-_activation("Asinh", "log({x} + sqrt(square({x}) + 1.0))")
+_activation("Asinh", "(sign({x}) * log(abs({x}) + sqrt(square({x}) + 1.0)))")  # no cancellation below 0
 _activation("Acosh", "log({x} + sqrt(square({x}) - 1.0))")
 _activation("Atanh", "(0.5 * log((1.0 + {x}) / (1.0 - {x})))")

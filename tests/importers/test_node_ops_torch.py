@@ -93,6 +93,7 @@ def _nets(torch):
             ),
             "avg_pool3d_ceil": (nn.AvgPool3d(2, ceil_mode=True), (2, 5, 5, 5)),
             "max_pool2d_dilated": (nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True), (3, 7, 6)),
+            "max_pool1d_dilated": (nn.MaxPool1d(3, stride=2, padding=1, dilation=3), (3, 11)),
             "conv_transpose1d": (nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), (3, 6)),
         }
     )
@@ -108,7 +109,7 @@ NAMES = [
     *(f"interpolate_{k}" for k in ("nearest_x2", "nearest_size", "bilinear", "bilinear_corners", "bilinear_down")),
     *("interpolate_bicubic", "interpolate_bicubic_corners", "interpolate_linear_1d"),
     *("group_norm", "group_norm_1d", "instance_norm", "conv3d", "conv3d_groups", "max_pool3d", "avg_pool3d"),
-    *("avg_pool3d_ceil", "max_pool2d_dilated", "conv_transpose1d"),
+    *("avg_pool3d_ceil", "max_pool2d_dilated", "max_pool1d_dilated", "conv_transpose1d"),
 ]
 GL_NAMES = [
     "interpolate_bilinear",
@@ -259,6 +260,26 @@ def _model(nodes, inputs, outputs, inits=(), opset=23):
 
 @pytest.mark.parametrize("case", ["plain", "causal", "gqa_causal_3d", "bool_mask", "float_mask_softcap", "past_causal"])
 def test_attention_matches_pytorch_sdpa(case, onnx, torch):
+    imported, feeds, want = _attention_case(case, torch)
+    got = _session(imported, "numpy").eval(imported.outputs["y"], {imported.inputs[n]: a for n, a in feeds.items()})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if case == "plain":  # the fused kernel's case: also with PyTorch's own sdpa
+        T = torch.from_numpy
+        sdpa = torch.nn.functional.scaled_dot_product_attention(T(feeds["q"]), T(feeds["k"]), T(feeds["v"])).numpy()
+        np.testing.assert_allclose(got, sdpa, rtol=1e-4, atol=1e-5)
+        assert "attention(" in imported.source
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("case", ["plain", "causal", "gqa_causal_3d", "bool_mask"])
+def test_attention_on_gl(case, onnx, torch, gl):
+    imported, feeds, want = _attention_case(case, torch)
+    got = _session(imported, "gl").eval(imported.outputs["y"], {imported.inputs[n]: a for n, a in feeds.items()})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _attention_case(case, torch):
+    """(imported model, feeds, PyTorch's output in float64) for an Attention node."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(5)
@@ -304,8 +325,6 @@ def test_attention_matches_pytorch_sdpa(case, onnx, torch):
     y_shape = (b, t, hq * d) if case.endswith("3d") else (b, hq, t, d)
     model = _model([node], inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)])
     imported = dlc.import_onnx(model)
-    sess = _session(imported, "numpy")
-    got = sess.eval(imported.outputs["y"], {imported.inputs[n]: a for n, a in feeds.items()})
 
     T = torch.from_numpy
     kk, vv = np.concatenate([pk, k], axis=2), np.concatenate([pv, v], axis=2)
@@ -323,11 +342,7 @@ def test_attention_matches_pytorch_sdpa(case, onnx, torch):
     want = (torch.softmax(s, -1) @ T(vv).double()).numpy()
     if case.endswith("3d"):
         want = want.transpose(0, 2, 1, 3).reshape(b, t, hq * d)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    if case == "plain":  # the fused kernel's case: also with PyTorch's own sdpa
-        sdpa = torch.nn.functional.scaled_dot_product_attention(T(q), T(k), T(v)).numpy()
-        np.testing.assert_allclose(got, sdpa, rtol=1e-4, atol=1e-5)
-        assert "attention(" in imported.source
+    return imported, feeds, want
 
 
 def test_a_constant_weight_dequantize_becomes_a_frozen_param(onnx):
