@@ -46,12 +46,11 @@ def _repeat_heads(c, base: str, x: str, shape: tuple, times: int) -> tuple[str, 
 def _attention(c, node, ins, attrs):
     q, k, v = ins[:3]
     mask, past_k, past_v = (list(ins[3:6]) + [None] * 3)[:3]
-    if len(ins) > 6 and ins[6] is not None:
-        raise c.fail("Attention's nonpad_kv_seqlen is not supported")
+    nonpad = ins[6] if len(ins) > 6 else None
     if (past_k is None) != (past_v is None):
         raise c.fail("past_key and past_value must be given together")
-    if attrs.get("left_window_size", -1) >= 0 or attrs.get("right_window_size", -1) >= 0:
-        raise c.fail("Attention's sliding window is not supported")
+    if nonpad is not None and past_k is not None:
+        raise c.fail("nonpad_kv_seqlen cannot be combined with past_key/past_value")
     base = next(o for o in node.output if o)
     hq, hkv = attrs.get("q_num_heads"), attrs.get("kv_num_heads")
     qs, q_shape = _heads(c, base + "_q", q, hq, "Q")
@@ -80,8 +79,11 @@ def _attention(c, node, ins, attrs):
     causal = bool(attrs.get("is_causal", 0))
     softcap = float(attrs.get("softcap", 0.0) or 0.0)
     mode = attrs.get("qk_matmul_output_mode", 0)
+    window = attrs.get("left_window_size", -1) >= 0 or attrs.get("right_window_size", -1) >= 0
     fused = (
         mask is None
+        and nonpad is None
+        and not window
         and past == 0
         and not softcap
         and not outs[3]
@@ -96,12 +98,10 @@ def _attention(c, node, ins, attrs):
         if softcap > 0:
             s = c.temp(base + "_capped", f"{fmt_num(softcap)} * tanh({s} / {fmt_num(softcap)})")
         bias = _mask_bias(c, node, base, mask, t_kv)
+        allowed = _allowed(c, base, attrs, (b, t_q, t_kv), past, nonpad)
+        if allowed is not None:  # a where, not an added bias: a param may not hold -inf
+            bias = c.temp(base + "_bias", f"where({allowed}, {bias or 0.0}, -inf)")
         with_bias = c.temp(base + "_biased", f"{s} + {bias}") if bias else s
-        if causal:  # a where, not a bias: a param may not hold -inf
-            allowed = _causal_allowed(c, base, t_q, t_kv, past)
-            with_bias = c.temp(base + "_causal", f"where({allowed}, {with_bias}, -inf)")
-            if bias:
-                bias = c.temp(base + "_causal_bias", f"where({allowed}, {bias}, -inf)")
         p = c.temp(base + "_probs", f"softmax({with_bias}, axis=-1)")
         if bias:  # a row with no key to attend: 0, not softmax's NaN (as ONNX's reference)
             dead = c.temp(base + "_masked_row", f"eq(max({bias}, axis=-1, keepdims=true), -inf)")
@@ -149,12 +149,46 @@ def _mask_bias(c, node, base: str, mask, t_kv) -> str | None:
     return m
 
 
-def _causal_allowed(c, base: str, t_q, t_kv, past: int) -> str:
-    """1 where query i may attend key j (j <= i + past: aligned to the bottom right), else 0."""
+def _allowed(c, base: str, attrs, dims, past: int, nonpad) -> str | None:
+    """1 where query i may attend key j, else 0, as a .dl name ([Tq, Tkv], or [B, 1, Tq, Tkv]
+    with nonpad_kv_seqlen); None where every key may be attended. ONNX aligns causal and
+    sliding windows to the bottom right: query i sits at i + offset, the offset the past
+    cache's length, or each batch's nonpad_kv_seqlen - Tq; keys at or past nonpad_kv_seqlen
+    are padding."""
+    b, t_q, t_kv = dims
+    causal = bool(attrs.get("is_causal", 0))
+    left, right = attrs.get("left_window_size", -1), attrs.get("right_window_size", -1)
+    if not causal and left < 0 and right < 0 and nonpad is None:
+        return None
     if isinstance(t_q, str) or isinstance(t_kv, str):
-        raise c.fail("causal Attention with a mask, a cache or unequal lengths needs the lengths known at import")
-    allowed = np.arange(t_kv)[None, :] <= np.arange(t_q)[:, None] + past
-    return c.declare_const(base + "_allowed", allowed.astype(np.float32), False)
+        raise c.fail("causal, windowed or padded Attention with a mask or cache needs the lengths known at import")
+    if nonpad is None:  # known at import: a constant
+        diff = np.arange(t_q)[:, None] + past - np.arange(t_kv)[None, :]  # query position - key position
+        ok = np.ones((t_q, t_kv), bool)
+        if causal:
+            ok &= diff >= 0
+        if left >= 0:
+            ok &= diff <= left
+        if right >= 0:
+            ok &= -diff <= right
+        if ok.all():
+            return None
+        return c.declare_const(base + "_allowed", ok.astype(np.float32), False)
+    lengths = c.temp(base + "_nonpad", f"reshape({c.data(nonpad)}, {fmt_shape([b, 1, 1, 1])})")
+    keys = f"reshape(arange({t_kv}), {fmt_shape([1, 1, 1, t_kv])})"
+    queries = f"reshape(arange({t_q}), {fmt_shape([1, 1, t_q, 1])})"
+    diff = c.temp(base + "_diff", f"{queries} + {lengths} - {fmt_num(t_q)} - {keys}")
+    terms = [f"lt({keys}, {lengths})"]
+    if causal:
+        terms.append(f"ge({diff}, 0.0)")
+    if left >= 0:
+        terms.append(f"le({diff}, {fmt_num(left)})")
+    if right >= 0:
+        terms.append(f"le(-{diff}, {fmt_num(right)})")
+    ok = terms[0]
+    for t in terms[1:]:
+        ok = f"logical_and({ok}, {t})"
+    return c.temp(base + "_allowed", ok)
 
 
 @handler("RotaryEmbedding")
