@@ -1,11 +1,12 @@
 """Small ONNX ops written with existing functions: CastLike (Cast to the type of its second
-input) and elementwise activations (Swish, Celu, ThresholdedRelu, Shrink, Asinh, Acosh,
-Atanh)."""
+input), elementwise activations (Swish, Celu, ThresholdedRelu, Shrink, Asinh, Acosh,
+Atanh), and the forms onnx_ops refuses of ArgMax/ArgMin (select_last_index), Mod (fmod=1)
+and OneHot (an axis other than the last)."""
 
 from __future__ import annotations
 
-from .onnx_model import fmt_num
-from .onnx_ops import HANDLERS, _elementwise, handler
+from .onnx_model import fmt_list, fmt_num, fmt_shape
+from .onnx_ops import HANDLERS, _elementwise, _norm_axis, _out_shape, handler
 
 
 @handler("CastLike")
@@ -40,3 +41,60 @@ _activation(
 _activation("Asinh", "(sign({x}) * log(abs({x}) + sqrt(square({x}) + 1.0)))")  # no cancellation below 0
 _activation("Acosh", "log({x} + sqrt(square({x}) - 1.0))")
 _activation("Atanh", "(0.5 * log((1.0 + {x}) / (1.0 - {x})))")
+
+
+_arg_first = {op: HANDLERS[op] for op in ("ArgMax", "ArgMin")}
+_mod_floor = HANDLERS["Mod"]
+_one_hot_last = HANDLERS["OneHot"]
+
+
+@handler("ArgMax", "ArgMin")
+def _arg(c, node, ins, attrs):
+    """select_last_index=1: the largest position holding the extremum (ties to the last)."""
+    if not attrs.get("select_last_index", 0):
+        return _arg_first[node.op_type](c, node, ins, attrs)
+    x = ins[0]
+    out = node.output[0]
+    axis = _norm_axis(c, attrs.get("axis", 0), x.rank)
+    n = x.shape[axis]
+    if isinstance(n, str):
+        raise c.fail(f"select_last_index over the symbolic dim {n} is not supported")
+    keep = bool(attrs.get("keepdims", 1))
+    fn = "max" if node.op_type == "ArgMax" else "min"
+    xs = c.data(x)
+    best = c.temp(out + "_best", f"{fn}({xs}, axis={axis}, keepdims=true)")
+    pos = f"reshape(arange({n}), {fmt_shape([n if k == axis else 1 for k in range(x.rank)])})"
+    expr = f"max(where(eq({xs}, {best}), {pos}, -1.0), axis={axis}, keepdims={str(keep).lower()})"
+    c.emit(out, expr, _out_shape(c, out))
+
+
+@handler("Mod")
+def _mod(c, node, ins, attrs):
+    """fmod=1 (C's fmod: the sign of the dividend): the floor mod, less the divisor where
+    the two signs differ."""
+    if not attrs.get("fmod", 0):
+        return _mod_floor(c, node, ins, attrs)
+
+    def expr(a, b):
+        r = c.temp(node.output[0] + "_floor_mod", f"mod({a}, {b})")
+        return f"where(logical_and(ne({r}, 0.0), ne(sign({r}), sign({a}))), {r} - {b}, {r})"
+
+    _elementwise(c, node, ins[:2], expr)
+
+
+@handler("OneHot")
+def _one_hot(c, node, ins, attrs):
+    """Along another axis than the last: the last, then moved there."""
+    idx = ins[0]
+    axis = _norm_axis(c, attrs.get("axis", -1), idx.rank + 1)
+    if axis == idx.rank:
+        return _one_hot_last(c, node, ins, attrs)
+    from onnx import helper
+
+    out = node.output[0]
+    last = helper.make_node("OneHot", list(node.input), [out + "_last"], axis=-1)
+    depth = _out_shape(c, out)[axis]
+    c.shapes[out + "_last"] = (*idx.shape, depth)
+    _one_hot_last(c, last, ins, {**attrs, "axis": -1})
+    perm = [*range(axis), idx.rank, *range(axis, idx.rank)]
+    c.emit(out, f"transpose({c.data(c.values[out + '_last'])}, perm={fmt_list(perm)})", _out_shape(c, out))
