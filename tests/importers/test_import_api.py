@@ -138,11 +138,12 @@ def test_an_unsupported_attribute_says_what(onnx):
 
     m = _model(
         onnx,
-        [helper.make_node("ArgMax", ["x"], ["y"], select_last_index=1)],
+        [helper.make_node("Gelu", ["x"], ["y"], approximate="sigmoid")],
         [_vi(onnx, "x", [2, 3])],
-        [_vi(onnx, "y", [1, 3], 7)],
+        [_vi(onnx, "y", [2, 3])],
+        opset=20,
     )
-    assert "select_last_index=1 is not supported" in _error(onnx, m)
+    assert "Gelu approximate='sigmoid' is not supported (none, tanh)" in _error(onnx, m)
 
 
 def test_integer_and_bool_inputs_are_i32_and_compute_exactly(onnx):
