@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from . import sym_shapes as sym
-from .onnx_model import INT_TYPES, fmt_num
+from .onnx_model import INT_TYPES, TO_NHWC, fmt_num
 from .onnx_ops import _const_ints, _norm_axis, _one_out, _out_shape, handler
 
 COORD_MODES = (
@@ -158,12 +158,10 @@ def _geometry(c, node, ins, attrs, x) -> tuple[list[int], list[float], list[tupl
     n = len(axes)
     if len(sizes if sizes is not None else scales) != n:
         raise c.fail(f"{n} scales or sizes are needed (one per resized axis)")
-    if roi_v is not None and len(roi_v) != 2 * n:
-        roi_v = None if attrs["coord"] != "tf_crop_and_resize" else roi_v
-        if roi_v is not None:
-            raise c.fail(f"roi needs {2 * n} values (starts, then ends)")
-    if attrs["coord"] == "tf_crop_and_resize" and roi_v is None:
-        raise c.fail("tf_crop_and_resize needs a roi")
+    if attrs["coord"] != "tf_crop_and_resize":
+        roi_v = None  # only tf_crop_and_resize reads the roi
+    elif roi_v is None or len(roi_v) != 2 * n:
+        raise c.fail(f"tf_crop_and_resize needs a roi of {2 * n} values (starts, then ends)")
     out = [x.shape[a] for a in range(r)]
     scale = [1.0] * r
     roi = [(0.0, 1.0)] * r
@@ -249,18 +247,21 @@ def _resize(c, node, ins, attrs):
     if c.types.get(node.input[0]) in INT_TYPES and opts["mode"] != "nearest":
         raise c.fail(f"{opts['mode']} Resize of an integer tensor is not supported (nearest is)")
     sizes, scales, rois = _geometry(c, node, ins, {**attrs, **opts}, x)
-    cur, shape = c.data(x), list(x.shape)
-    for a in range(x.rank):
-        if sizes[a] == shape[a] and scales[a] == 1.0 and rois[a] == (0.0, 1.0):
-            continue  # not resized: the identity along this axis
+    resized = [a for a in range(x.rank) if (sizes[a], scales[a], rois[a]) != (x.shape[a], 1.0, (0.0, 1.0))]
+    # a conv's NHWC output is resized as it is held (H and W are axes 1 and 2 there)
+    nhwc = x.nhwc and x.rank == 4 and set(resized) <= {2, 3}
+    layout = TO_NHWC if nhwc else tuple(range(x.rank))
+    cur, shape = (x.name if nhwc else c.data(x)), list(x.shape)
+    for a in resized:
         idx, w, extrapolated = axis_taps(shape[a], sizes[a], scales[a], rois[a], opts)
         shape[a] = sizes[a]
-        cur = _apply_taps(c, f"{out}_ax{a}", cur, a, len(shape), idx, w)
+        held = layout.index(a)  # the axis in the layout the tensor is held in
+        cur = _apply_taps(c, f"{out}_ax{a}", cur, held, x.rank, idx, w)
         if extrapolated is not None:
-            mask = _along(extrapolated.astype(np.float32), a, len(shape))
+            mask = _along(extrapolated.astype(np.float32), held, x.rank)
             mask = c.declare_const(f"{out}_extrapolated{a}", mask, False)
             cur = c.temp(f"{out}_ax{a}", f"where({mask}, {fmt_num(opts['extrapolation'])}, {cur})")
-    c.emit(out, cur, _out_shape(c, out, tuple(shape)))
+    c.emit(out, cur, _out_shape(c, out, tuple(shape)), nhwc=nhwc)
 
 
 def _along(col: np.ndarray, axis: int, rank: int) -> np.ndarray:

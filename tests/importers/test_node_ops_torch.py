@@ -95,6 +95,10 @@ def _nets(torch):
             "max_pool2d_dilated": (nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True), (3, 7, 6)),
             "max_pool1d_dilated": (nn.MaxPool1d(3, stride=2, padding=1, dilation=3), (3, 11)),
             "conv_transpose1d": (nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), (3, 6)),
+            "conv_upsample_conv": (  # resized in NHWC, between two convs
+                nn.Sequential(nn.Conv2d(3, 4, 3), nn.Upsample(scale_factor=2, mode="bilinear"), nn.Conv2d(4, 2, 3)),
+                (3, 6, 5),
+            ),
         }
     )
     with torch.no_grad():  # affine parameters that are not the identity
@@ -109,9 +113,10 @@ NAMES = [
     *(f"interpolate_{k}" for k in ("nearest_x2", "nearest_size", "bilinear", "bilinear_corners", "bilinear_down")),
     *("interpolate_bicubic", "interpolate_bicubic_corners", "interpolate_linear_1d"),
     *("group_norm", "group_norm_1d", "instance_norm", "conv3d", "conv3d_groups", "max_pool3d", "avg_pool3d"),
-    *("avg_pool3d_ceil", "max_pool2d_dilated", "max_pool1d_dilated", "conv_transpose1d"),
+    *("avg_pool3d_ceil", "max_pool2d_dilated", "max_pool1d_dilated", "conv_transpose1d", "conv_upsample_conv"),
 ]
 GL_NAMES = [
+    "conv_upsample_conv",
     "interpolate_bilinear",
     "interpolate_bicubic_corners",
     "group_norm",
@@ -150,6 +155,11 @@ def test_matches_pytorch_on_numpy(name, exported):
 def test_matches_pytorch_on_gl(name, exported, gl):
     imported, x, want = exported(name)
     np.testing.assert_allclose(_run(imported, x, "gl"), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_resize_between_convs_stays_nhwc(exported):
+    imported, _, _ = exported("conv_upsample_conv")
+    assert imported.source.count("transpose(") == 2  # into NHWC once, back to NCHW for the output
 
 
 def test_conv_transpose_output_size_is_output_shape(onnx, torch, tmp_path):
