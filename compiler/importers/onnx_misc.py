@@ -1,7 +1,7 @@
 """Small ONNX ops written with existing functions: CastLike (Cast to the type of its second
 input), elementwise activations (Swish, Celu, ThresholdedRelu, Shrink, Asinh, Acosh,
-Atanh), and the forms onnx_ops refuses of ArgMax/ArgMin (select_last_index), Mod (fmod=1)
-and OneHot (an axis other than the last)."""
+Atanh), Hardmax, DepthToSpace/SpaceToDepth, BitShift, and the forms onnx_ops refuses of
+ArgMax/ArgMin (select_last_index), Mod (fmod=1) and OneHot (an axis other than the last)."""
 
 from __future__ import annotations
 
@@ -98,3 +98,58 @@ def _one_hot(c, node, ins, attrs):
     _one_hot_last(c, last, ins, {**attrs, "axis": -1})
     perm = [*range(axis), idx.rank, *range(axis, idx.rank)]
     c.emit(out, f"transpose({c.data(c.values[out + '_last'])}, perm={fmt_list(perm)})", _out_shape(c, out))
+
+
+@handler("Hardmax")
+def _hardmax(c, node, ins, attrs):
+    """1 at the first largest element along the axis, else 0: `one_hot` of `argmax`."""
+    x = ins[0]
+    out = node.output[0]
+    axis = _norm_axis(c, attrs.get("axis", -1), x.rank)
+    n = x.shape[axis]
+    if isinstance(n, str):
+        raise c.fail(f"Hardmax along the symbolic dim {n} is not supported")
+    hot = f"one_hot(int(argmax({c.data(x)}, axis={axis})), {n})"  # the axis comes out last
+    if axis != x.rank - 1:
+        perm = [*range(axis), x.rank - 1, *range(axis, x.rank - 1)]
+        hot = f"transpose({hot}, perm={fmt_list(perm)})"
+    c.emit(out, hot, _out_shape(c, out, x.shape))
+
+
+@handler("DepthToSpace", "SpaceToDepth")
+def _depth_space(c, node, ins, attrs):
+    """Blocks of channels to pixels and back: a reshape, a transpose and a reshape."""
+    x = ins[0]
+    out = node.output[0]
+    b = attrs["blocksize"]
+    if x.rank != 4 or any(isinstance(d, str) for d in x.shape[1:]):
+        raise c.fail(f"{node.op_type} needs [N, C, H, W] with C, H, W known, got {fmt_shape(x.shape)}")
+    n, ch, h, w = x.shape
+    mode = attrs.get("mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if node.op_type == "SpaceToDepth":  # DCR: the block's offsets before the channel; CRD: after
+        perm = [0, 1, 3, 5, 2, 4] if mode == "CRD" else [0, 3, 5, 1, 2, 4]
+        split, shape = [n, ch, h // b, b, w // b, b], [n, ch * b * b, h // b, w // b]
+    elif mode == "CRD":
+        split, perm, shape = [n, ch // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3], [n, ch // (b * b), h * b, w * b]
+    else:
+        split, perm, shape = [n, b, b, ch // (b * b), h, w], [0, 3, 4, 1, 5, 2], [n, ch // (b * b), h * b, w * b]
+    moved = f"transpose(reshape({c.data(x)}, {fmt_shape(split)}), perm={fmt_list(perm)})"
+    c.emit(out, f"reshape({moved}, {fmt_shape(shape)})", _out_shape(c, out, tuple(shape)))
+
+
+@handler("BitShift")
+def _bit_shift(c, node, ins, attrs):
+    """Unsigned shifts as arithmetic: x * 2^y (wrapped to 8 and 16 bits) or floor(x / 2^y),
+    exact below 2^24 as dlc's integers are. Signed shifts are refused."""
+    bits = {2: 8, 4: 16, 12: 32, 13: 64}.get(c.types.get(node.input[0]))
+    if bits is None:
+        raise c.fail("BitShift of a signed or non-integer type is not supported (unsigned integers are)")
+    left = (attrs["direction"].decode() if isinstance(attrs["direction"], bytes) else attrs["direction"]) == "LEFT"
+    if not left:
+        template = "floor({} / pow(2.0, {}))"
+    elif bits <= 16:
+        template = "mod({} * pow(2.0, {}), " + fmt_num(2.0**bits) + ")"
+    else:
+        template = "({} * pow(2.0, {}))"
+    _elementwise(c, node, ins[:2], lambda x, y: template.format(x, y))
