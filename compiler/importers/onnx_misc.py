@@ -1,12 +1,12 @@
 """Small ONNX ops written with existing functions: CastLike (Cast to the type of its second
 input), elementwise activations (Swish, Celu, ThresholdedRelu, Shrink, Asinh, Acosh,
-Atanh), Hardmax, DepthToSpace/SpaceToDepth, BitShift, and the forms onnx_ops refuses of
+Atanh), Hardmax, DepthToSpace/SpaceToDepth, BitShift, ReduceProd, and the forms onnx_ops refuses of
 ArgMax/ArgMin (select_last_index), Mod (fmod=1) and OneHot (an axis other than the last)."""
 
 from __future__ import annotations
 
 from .onnx_model import fmt_list, fmt_num, fmt_shape
-from .onnx_ops import HANDLERS, _elementwise, _norm_axis, _out_shape, handler
+from .onnx_ops import HANDLERS, REDUCE, _elementwise, _norm_axis, _out_shape, handler
 
 
 @handler("CastLike")
@@ -153,3 +153,23 @@ def _bit_shift(c, node, ins, attrs):
     else:
         template = "({} * pow(2.0, {}))"
     _elementwise(c, node, ins[:2], lambda x, y: template.format(x, y))
+
+
+# ReduceProd through onnx_ops' reductions: the product's magnitude as exp(sum(log |x|)) (a
+# zero gives exp(-inf) = 0), its sign from the parity of the negative factors; an integer
+# product is rounded back to its integer.
+REDUCE["ReduceProd"] = (
+    "exp(sum(log(abs({x})), axis={a}, keepdims={k}))"
+    " * (1.0 - 2.0 * mod(sum(lt({x}, 0.0), axis={a}, keepdims={k}), 2.0))"
+)
+_reduce = HANDLERS["ReduceSum"]
+
+
+@handler("ReduceProd")
+def _reduce_prod(c, node, ins, attrs):
+    from .onnx_model import INT_TYPES
+
+    _reduce(c, node, ins, attrs)
+    if c.types.get(node.input[0]) in INT_TYPES:
+        v = c.values[node.output[0]]
+        c.emit(node.output[0], f"round({c.data(v)})", v.shape)
