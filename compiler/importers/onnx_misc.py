@@ -1,9 +1,12 @@
 """Small ONNX ops written with existing functions: CastLike (Cast to the type of its second
 input), elementwise activations (Swish, Celu, ThresholdedRelu, Shrink, Asinh, Acosh,
-Atanh), Hardmax, DepthToSpace/SpaceToDepth, BitShift, ReduceProd, and the forms onnx_ops refuses of
+Atanh), Hardmax, DepthToSpace/SpaceToDepth, BitShift, ReduceProd, DynamicQuantizeLinear,
+EyeLike, CenterCropPad, Compress, and the forms onnx_ops refuses of
 ArgMax/ArgMin (select_last_index), Mod (fmod=1) and OneHot (an axis other than the last)."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from .onnx_model import fmt_list, fmt_num, fmt_shape
 from .onnx_ops import HANDLERS, REDUCE, _elementwise, _norm_axis, _out_shape, handler
@@ -173,3 +176,83 @@ def _reduce_prod(c, node, ins, attrs):
     if c.types.get(node.input[0]) in INT_TYPES:
         v = c.values[node.output[0]]
         c.emit(node.output[0], f"round({c.data(v)})", v.shape)
+
+
+@handler("DynamicQuantizeLinear")
+def _dynamic_quantize(c, node, ins, attrs):
+    """uint8 quantization by x's own range (0 included): scale = (max - min) / 255, the zero
+    point the rounded -min / scale, y = clip(round(x / scale) + zero point, 0, 255)."""
+    x = ins[0]
+    y, scale_out, zp_out = (list(node.output) + ["", "", ""])[:3]
+    base = y or scale_out or zp_out
+    xs = c.data(x)
+    lo = f"minimum(min({xs}), 0.0)"
+    hi = f"maximum(max({xs}), 0.0)"
+    scale = c.temp(base + "_scale", f"({hi} - {lo}) / 255.0")
+    zp = c.temp(base + "_zero_point", f"clip(round(0.0 - {lo} / {scale}), 0.0, 255.0)")
+    if y:
+        c.emit(y, f"clip(round({xs} / {scale}) + {zp}, 0.0, 255.0)", _out_shape(c, y, x.shape))
+    for o, name in ((scale_out, scale), (zp_out, zp)):
+        if o:
+            c.emit(o, name, _out_shape(c, o, ()))
+
+
+@handler("EyeLike")
+def _eye_like(c, node, ins, attrs):
+    """Ones on diagonal k of x's [rows, cols] shape: a constant (the shape is known)."""
+    x = ins[0]
+    if len(x.shape) != 2 or any(isinstance(d, str) for d in x.shape):
+        raise c.fail(f"EyeLike needs a 2-D input of known shape, got {fmt_shape(x.shape)}")
+    eye = np.eye(*x.shape, k=attrs.get("k", 0), dtype=np.float32)
+    c.set_const(node.output[0], eye, False)
+
+
+@handler("CenterCropPad")
+def _center_crop_pad(c, node, ins, attrs):
+    """Each listed axis cropped or zero-padded to its target length about its center (an
+    odd difference's extra element at the end, as ONNX's reference)."""
+    x = ins[0]
+    out = node.output[0]
+    target = [int(v) for v in np.asarray(ins[1].const if ins[1].const is not None else _fail_shape(c)).reshape(-1)]
+    axes = [_norm_axis(c, a, x.rank) for a in attrs.get("axes", range(x.rank))]
+    if len(axes) != len(target):
+        raise c.fail(f"{len(target)} target lengths for {len(axes)} axes")
+    cur, shape = c.data(x), list(x.shape)
+    for a, t in zip(axes, target):
+        d = shape[a]
+        if isinstance(d, str):
+            raise c.fail(f"CenterCropPad along the symbolic dim {d} is not supported")
+        if t < d:
+            begin, size = [0] * x.rank, [-1] * x.rank
+            begin[a], size[a] = (d - t) // 2, t
+            cur = c.temp(f"{out}_crop{a}", f"slice({cur}, {fmt_list(begin)}, {fmt_list(size)})")
+        elif t > d:
+            before, after = [0] * x.rank, [0] * x.rank
+            before[a], after[a] = (t - d) // 2, t - d - (t - d) // 2
+            cur = c.temp(f"{out}_pad{a}", f"pad({cur}, {fmt_list(before)}, {fmt_list(after)})")
+        shape[a] = t
+    c.emit(out, cur, _out_shape(c, out, tuple(shape)))
+
+
+def _fail_shape(c):
+    raise c.fail("CenterCropPad's shape must be known at import (a constant)")
+
+
+@handler("Compress")
+def _compress(c, node, ins, attrs):
+    """The slices where the condition (known at import) is true: a gather of their indices,
+    along the axis, or of the flattened input without one."""
+    x, cond = ins
+    out = node.output[0]
+    if cond.const is None:
+        raise c.fail("Compress's condition must be known at import (a constant)")
+    keep = np.flatnonzero(np.asarray(cond.const).reshape(-1))
+    if not keep.size:
+        raise c.fail("Compress keeps nothing: dlc tensors are never empty")
+    idx = f"int({c.declare_const(out + '_kept', keep.astype(np.float32), False)})"
+    if "axis" not in attrs:
+        c.emit(out, f"gather(reshape({c.data(x)}, [-1]), {idx})", _out_shape(c, out, (len(keep),)))
+        return
+    axis = _norm_axis(c, attrs["axis"], x.rank)
+    shape = [len(keep) if k == axis else d for k, d in enumerate(x.shape)]
+    c.emit(out, f"gather({c.data(x)}, {idx}, axis={axis})", _out_shape(c, out, tuple(shape)))
