@@ -43,7 +43,12 @@ def _instance_norm(c, node, ins, attrs):
     out = _one_out(c, node)
     if x.rank < 3:
         raise c.fail(f"InstanceNormalization needs [N, C, D1, ...], got {fmt_shape(x.shape)}")
-    d, _, inv = _normalize(c, out, c.data(x), range(2, x.rank), attrs.get("epsilon", 1e-5))
+    eps = attrs.get("epsilon", 1e-5)
+    if x.nhwc:  # a conv's output, normalized as it is held: channels last, [C] broadcasts
+        d, _, inv = _normalize(c, out, x.name, [1, 2], eps)
+        c.emit(out, f"{d} * {inv} * {c.data(scale)} + {c.data(bias)}", _out_shape(c, out, x.shape), nhwc=True)
+        return
+    d, _, inv = _normalize(c, out, c.data(x), range(2, x.rank), eps)
     expr = f"{d} * {inv} * {per_channel(c, scale, x.rank)} + {per_channel(c, bias, x.rank)}"
     c.emit(out, expr, _out_shape(c, out, x.shape))
 

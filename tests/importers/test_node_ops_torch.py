@@ -95,6 +95,10 @@ def _nets(torch):
             "max_pool2d_dilated": (nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True), (3, 7, 6)),
             "max_pool1d_dilated": (nn.MaxPool1d(3, stride=2, padding=1, dilation=3), (3, 11)),
             "conv_transpose1d": (nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), (3, 6)),
+            "conv_instance_norm": (  # normalized in NHWC, after a conv
+                nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True), nn.ReLU(), nn.Conv2d(4, 2, 1)),
+                (3, 6, 5),
+            ),
             "conv_upsample_conv": (  # resized in NHWC, between two convs
                 nn.Sequential(nn.Conv2d(3, 4, 3), nn.Upsample(scale_factor=2, mode="bilinear"), nn.Conv2d(4, 2, 3)),
                 (3, 6, 5),
@@ -114,9 +118,11 @@ NAMES = [
     *("interpolate_bicubic", "interpolate_bicubic_corners", "interpolate_linear_1d"),
     *("group_norm", "group_norm_1d", "instance_norm", "conv3d", "conv3d_groups", "max_pool3d", "avg_pool3d"),
     *("avg_pool3d_ceil", "max_pool2d_dilated", "max_pool1d_dilated", "conv_transpose1d", "conv_upsample_conv"),
+    "conv_instance_norm",
 ]
 GL_NAMES = [
     "conv_upsample_conv",
+    "conv_instance_norm",
     "interpolate_bilinear",
     "interpolate_bicubic_corners",
     "group_norm",
@@ -157,9 +163,10 @@ def test_matches_pytorch_on_gl(name, exported, gl):
     np.testing.assert_allclose(_run(imported, x, "gl"), want, rtol=1e-4, atol=1e-5)
 
 
-def test_a_resize_between_convs_stays_nhwc(exported):
-    imported, _, _ = exported("conv_upsample_conv")
-    assert imported.source.count("transpose(") == 2  # into NHWC once, back to NCHW for the output
+def test_a_resize_or_instance_norm_between_convs_stays_nhwc(exported):
+    for name in ("conv_upsample_conv", "conv_instance_norm"):
+        imported, _, _ = exported(name)
+        assert imported.source.count("transpose(") == 2  # into NHWC once, back to NCHW for the output
 
 
 def test_conv_transpose_output_size_is_output_shape(onnx, torch, tmp_path):
