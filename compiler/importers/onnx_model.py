@@ -60,6 +60,7 @@ class Imported:
     source: str
     inputs: dict[str, str]  # ONNX graph input -> .dl input
     outputs: dict[str, str]  # ONNX graph output -> .dl tensor
+    states: dict[str, np.ndarray] = field(default_factory=dict)  # a training BatchNormalization's
 
     def save(self, dl_path: str | os.PathLike, weights_path: str | os.PathLike | None = None) -> str:
         """Write the .dl text and the weights (default: MODEL.weights.npz beside it)."""
@@ -68,7 +69,7 @@ class Imported:
         dl_path = os.fspath(dl_path)
         weights_path = weights_path or weights_path_for(dl_path)
         write_atomic(dl_path, lambda f: f.write(self.source.encode("utf-8")))
-        write_atomic(os.fspath(weights_path), lambda f: np.savez(f, **self.weights))
+        write_atomic(os.fspath(weights_path), lambda f: np.savez(f, **self.weights, **self.states))
         return os.fspath(weights_path)
 
 
@@ -115,6 +116,7 @@ class Converter:
         self.decls: list[str] = []
         self.lines: list[str] = []
         self.weights: dict[str, np.ndarray] = {}
+        self.states: dict[str, np.ndarray] = {}  # `state` name -> its initial value
         self.graph_outputs = graph_outputs
         self.node = None  # the node being converted, for errors
         self.freeze: tuple[str, ...] = ()  # globs: params written `frozen param`
@@ -484,7 +486,7 @@ def import_onnx(
         compiled = compile_source(source, "<imported>")
     except CompileError as e:  # a bug in the importer, shown with the text it wrote
         raise ImportError_(f"{at}the imported .dl does not compile: {e}") from None
-    return Imported(compiled, conv.weights, source, inputs, out_names)
+    return Imported(compiled, conv.weights, source, inputs, out_names, conv.states)
 
 
 # Inputs that are not data: (op, input index); None: all of the op's inputs.

@@ -150,8 +150,8 @@ def _batch_norm(c, node, ins, attrs):
 def _batch_norm_training(c, node, ins, attrs):
     """`batch_norm` over the channels last (NHWC, or [N, C] as it is): dlc's training step
     normalizes by the batch's statistics and updates the running ones, states here; eval
-    normalizes by the states. The states start from ONNX's running mean and var, which must
-    each hold one value (a fresh model's zeros and ones: a state's initializer is a number).
+    normalizes by the states. The states start from ONNX's running mean and var: the
+    import's `states` (in the weights file `dlc import` writes; `Session.set_states`).
     ONNX's momentum weighs the old statistics, dlc's the batch's: dlc's is 1 - ONNX's."""
     x = ins[0]
     extra = [o for o in node.output[1:] if o and o in c.used]
@@ -164,14 +164,11 @@ def _batch_norm_training(c, node, ins, attrs):
         raise c.fail(f"a training BatchNormalization needs [N, C] or [N, C, H, W] input, got {fmt_shape(x.shape)}")
     states = []
     for what, v in (("mean", ins[3]), ("var", ins[4])):
-        flat = None if v.const is None else np.asarray(v.const, np.float64).reshape(-1)
-        if flat is None or not np.all(flat == flat[0]):
-            raise c.fail(
-                f"a training BatchNormalization's running {what} must be a constant holding one value "
-                "(dlc's states start from a number)"
-            )
+        if v.const is None or v.rank != 1 or not np.all(np.isfinite(v.const)):
+            raise c.fail(f"a training BatchNormalization's running {what} must be a finite [C] constant")
         name = c.names.new(f"{node.output[0]}_running_{what}")
-        c.decls.append(f"state {name}: [{flat.size}] = {fmt_num(flat[0])}")
+        c.decls.append(f"state {name}: [{v.shape[0]}] = {'0.0' if what == 'mean' else '1.0'}")
+        c.states[name] = np.asarray(v.const, np.float32)
         states.append(name)
     momentum = fmt_num(round(1.0 - float(attrs.get("momentum", 0.9)), 7))  # the attribute is a float32
     eps = fmt_num(attrs.get("epsilon", 1e-5))

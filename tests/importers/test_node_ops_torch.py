@@ -467,10 +467,11 @@ def test_a_training_dropout_is_dlc_dropout(onnx):
     assert 0.6 < kept.mean() / 8 < 0.9  # about 1 - ratio of them
 
 
-def test_a_training_batch_norm_is_dlc_batch_norm(onnx):
+def test_a_training_batch_norm_is_dlc_batch_norm(onnx, tmp_path):
     """BatchNormalization with training_mode=1: dlc's batch_norm. Eval normalizes by the
-    running statistics (states starting from ONNX's); a training step updates them by the
-    batch's, weighted by 1 - ONNX's momentum (PyTorch's rule: the unbiased variance)."""
+    running statistics (states starting from ONNX's: the import's `states`, also in the
+    weights file it saves); a training step updates them by the batch's, weighted by
+    1 - ONNX's momentum (PyTorch's rule: the unbiased variance)."""
     from onnx import TensorProto, helper, numpy_helper
 
     c = 3
@@ -481,8 +482,8 @@ def test_a_training_batch_norm_is_dlc_batch_norm(onnx):
         numpy_helper.from_array(np.eye(4, c, dtype=np.float32) * 2, "w"),
         numpy_helper.from_array(np.array([1.0, 2.0, 0.5], np.float32), "g"),
         numpy_helper.from_array(np.array([0.0, -1.0, 1.0], np.float32), "b"),
-        numpy_helper.from_array(np.zeros(c, np.float32), "m"),
-        numpy_helper.from_array(np.ones(c, np.float32), "v"),
+        numpy_helper.from_array(np.array([0.5, -1.0, 0.0], np.float32), "m"),
+        numpy_helper.from_array(np.array([1.0, 4.0, 0.25], np.float32), "v"),
     ]
     model = _model(
         [helper.make_node("MatMul", ["x", "w"], ["h"]), node],
@@ -495,12 +496,21 @@ def test_a_training_batch_norm_is_dlc_batch_norm(onnx):
     assert "batch_norm(h, g, b, mean=y_running_mean, var=y_running_var, momentum=0.2" in imported.source
     x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
     h = x @ (np.eye(4, c) * 2)
-    want = h / np.sqrt(1 + 1e-3) * [1.0, 2.0, 0.5] + [0.0, -1.0, 1.0]
-    np.testing.assert_allclose(_run(imported, x), want, rtol=1e-5, atol=1e-6)
+    mean, var = np.array([0.5, -1.0, 0.0]), np.array([1.0, 4.0, 0.25])
+    want = (h - mean) / np.sqrt(var + 1e-3) * [1.0, 2.0, 0.5] + [0.0, -1.0, 1.0]
+    sess = _session(imported, "numpy")
+    sess.set_states(imported.states)
+    np.testing.assert_allclose(sess.eval("y", {imported.inputs["x"]: x}), want, rtol=1e-5, atol=1e-6)
     sess = _session(imported, "numpy", imported.source + "loss cost = mean(y)\n")
+    sess.set_states(imported.states)
     sess.train({imported.inputs["x"]: x}, optimizer=dlc.SGD(0.0), batch_size=6, steps=1, shuffle=False)
-    np.testing.assert_allclose(sess.states["y_running_mean"], 0.2 * h.mean(0), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(sess.states["y_running_var"], 0.8 + 0.2 * h.var(0, ddof=1), rtol=1e-5)
+    np.testing.assert_allclose(sess.states["y_running_mean"], 0.8 * mean + 0.2 * h.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sess.states["y_running_var"], 0.8 * var + 0.2 * h.var(0, ddof=1), rtol=1e-5)
+    # the weights file `save` writes holds the states too: Session.load sets them
+    weights = imported.save(tmp_path / "bn.dl")
+    sess = _session(imported, "numpy")
+    sess.load(weights)
+    np.testing.assert_allclose(sess.states["y_running_var"], var, rtol=1e-6)
 
 
 def _resize_with_inf_and_nan(mode):
