@@ -6,6 +6,7 @@ from . import (
     onnx_attention,
     onnx_control,
     onnx_conv,
+    onnx_grid_sample,
     onnx_losses,
     onnx_misc,
     onnx_norms,

@@ -1,6 +1,7 @@
-"""The ops of compiler/importers/onnx_{resize,norms,conv,attention,quant,control,training}.py
-against PyTorch (torch.onnx.export of F.interpolate, GroupNorm, InstanceNorm, Conv3d, the
-3-D and dilated pools, ConvTranspose with output_size) on numpy and GL, a fine-tune of a
+"""The ops of compiler/importers/onnx_{resize,norms,conv,attention,grid_sample,quant,control,
+training}.py against PyTorch (torch.onnx.export of F.interpolate, GroupNorm, InstanceNorm,
+Conv3d, the 3-D and dilated pools, ConvTranspose with output_size; GridSample against
+F.grid_sample) on numpy and GL, a fine-tune of a
 GroupNorm + Resize model (3 Adam steps match PyTorch's), and hand-built graphs for what
 exporters write less often (Attention against PyTorch's scaled_dot_product_attention, a
 constant-weight DequantizeLinear, If with a constant condition, a training Dropout)."""
@@ -558,3 +559,45 @@ def test_resize_of_inf_and_nan_on_gl_is_numpy(mode, onnx, gl):
     model, x = _resize_with_inf_and_nan(mode)
     imported = dlc.import_onnx(model)
     np.testing.assert_array_equal(_run(imported, x, "gl"), _run(imported, x))
+
+
+def _grid_sample_case(mode, padding, align, torch):
+    """(imported GridSample, feeds, F.grid_sample's output) for a 2 x 3 x 5 x 6 input."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(2, 3, 5, 6)).astype(np.float32)
+    reach = 1.0 if (mode, padding) == ("bicubic", "border") else 1.4  # beyond 1: outside the image
+    grid = rng.uniform(-reach, reach, size=(2, 4, 7, 2)).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=align)
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 6])]
+        + [helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 4, 7, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 7])],
+        opset=16,
+    )
+    imported = dlc.import_onnx(model)
+    want = torch.nn.functional.grid_sample(
+        torch.from_numpy(x), torch.from_numpy(grid), mode=mode, padding_mode=padding, align_corners=bool(align)
+    ).numpy()
+    return imported, {imported.inputs["x"]: x, imported.inputs["g"]: grid}, want
+
+
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_matches_pytorch(mode, padding, align, onnx, torch):
+    """GridSample against F.grid_sample, points outside the image included, except bicubic
+    with border padding: ONNX clamps such a point's coordinate before taking its 4 x 4 taps,
+    PyTorch clamps each tap (the node tests check ONNX's way)."""
+    imported, feeds, want = _grid_sample_case(mode, padding, align, torch)
+    got = _session(imported, "numpy").eval(imported.outputs["y"], feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("case", [("bilinear", "zeros", 0), ("bicubic", "reflection", 1), ("nearest", "border", 0)])
+def test_grid_sample_on_gl(case, onnx, torch, gl):
+    imported, feeds, want = _grid_sample_case(*case, torch)
+    np.testing.assert_allclose(_session(imported, "gl").eval(imported.outputs["y"], feeds), want, rtol=1e-4, atol=1e-5)
