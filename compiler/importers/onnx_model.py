@@ -30,6 +30,7 @@ from .onnx_checks import ImportError_, check_dims, check_file, check_model
 
 TARGET_OPSET = 13  # older models are brought here by onnx's version converter
 INLINE_LIMIT = 16  # constants with more elements become params, never inlined in the text
+INLINE_INF_LIMIT = 65536  # ... but those holding inf, up to this many (weights must be finite)
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
@@ -59,6 +60,7 @@ class Imported:
     source: str
     inputs: dict[str, str]  # ONNX graph input -> .dl input
     outputs: dict[str, str]  # ONNX graph output -> .dl tensor
+    states: dict[str, np.ndarray] = field(default_factory=dict)  # a training BatchNormalization's
 
     def save(self, dl_path: str | os.PathLike, weights_path: str | os.PathLike | None = None) -> str:
         """Write the .dl text and the weights (default: MODEL.weights.npz beside it)."""
@@ -67,7 +69,7 @@ class Imported:
         dl_path = os.fspath(dl_path)
         weights_path = weights_path or weights_path_for(dl_path)
         write_atomic(dl_path, lambda f: f.write(self.source.encode("utf-8")))
-        write_atomic(os.fspath(weights_path), lambda f: np.savez(f, **self.weights))
+        write_atomic(os.fspath(weights_path), lambda f: np.savez(f, **self.weights, **self.states))
         return os.fspath(weights_path)
 
 
@@ -114,6 +116,7 @@ class Converter:
         self.decls: list[str] = []
         self.lines: list[str] = []
         self.weights: dict[str, np.ndarray] = {}
+        self.states: dict[str, np.ndarray] = {}  # `state` name -> its initial value
         self.graph_outputs = graph_outputs
         self.node = None  # the node being converted, for errors
         self.freeze: tuple[str, ...] = ()  # globs: params written `frozen param`
@@ -173,7 +176,9 @@ class Converter:
         if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer) and a.dtype != bool:
             raise self.fail(f"constant '{base}' has element type {a.dtype}, which is not a number")
         name = self.names.new(base, dotted=param)
-        if param or a.size > INLINE_LIMIT or np.any(np.isnan(a)):
+        # weights must be finite: a constant holding inf (a -inf mask) is written in the text
+        infinite = not param and a.size <= INLINE_INF_LIMIT and np.isinf(a).any() and not np.isnan(a).any()
+        if param or (a.size > INLINE_LIMIT and not infinite) or np.any(np.isnan(a)):
             self.weights[name] = np.array(
                 a, dtype=np.float32, order="C"
             )  # a scalar stays [] (not ascontiguousarray's [1])
@@ -405,7 +410,7 @@ def import_onnx(
     from onnx import numpy_helper
 
     from ..lang import compile_source
-    from . import onnx_einsum, onnx_ops, onnx_rnn  # noqa: F401  (they register their ops)
+    from . import onnx_einsum, onnx_handlers, onnx_ops, onnx_rnn  # noqa: F401  (they register their ops)
 
     g = model.graph
     shapes: dict[str, tuple] = {}
@@ -483,7 +488,7 @@ def import_onnx(
         raise ImportError_(f"{at}the imported .dl does not compile: {e}") from None
     # weights are saved under their ONNX names (`0.weight`), which loading maps back (saved_names)
     saved = {saved_key(names.asked[n], n): a for n, a in conv.weights.items()}
-    return Imported(compiled, saved, source, inputs, out_names)
+    return Imported(compiled, saved, source, inputs, out_names, conv.states)
 
 
 # Inputs that are not data: (op, input index); None: all of the op's inputs.

@@ -64,7 +64,7 @@ def convert_node(c: Converter, node) -> None:
         _shape_const(c, node, ins[0], attrs)
         return
     present = [v for v in ins if v is not None]
-    if all(v.const is not None for v in present) and node.op_type not in ("Dropout",):
+    if all(v.const is not None for v in present) and node.op_type not in ("Dropout", "If"):
         if any(sym.is_symbolic(v.const) for v in present):
             results = sym.fold(c, node, ins, attrs)
             if results is not None:

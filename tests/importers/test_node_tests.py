@@ -20,6 +20,8 @@ import dlc
 # Casts from 8-bit float inputs (and to bfloat16) round differently from float32.
 KNOWN_DIFFERENCES = {
     "test_cast_FLOAT_to_BFLOAT16",
+    "test_castlike_FLOAT_to_BFLOAT16",
+    "test_castlike_FLOAT_to_BFLOAT16_expanded",
     "test_cast_FLOAT8E4M3FN_to_FLOAT",
     "test_cast_FLOAT8E4M3FN_to_FLOAT16",
     "test_cast_FLOAT8E4M3FNUZ_to_FLOAT",
@@ -28,6 +30,18 @@ KNOWN_DIFFERENCES = {
     "test_cast_FLOAT8E5M2_to_FLOAT16",
     "test_cast_FLOAT8E5M2FNUZ_to_FLOAT",
     "test_cast_FLOAT8E5M2FNUZ_to_FLOAT16",
+    # A training graph's Dropout is dlc's `dropout`: eval (what the test runs) is the identity,
+    # and a training step draws dlc's own masks, not those of ONNX's seed.
+    "test_training_dropout",
+    "test_training_dropout_default",
+    # The reference computes these in bfloat16 (8 bits of mantissa each step); dlc in f32.
+    "test_attention_4d_causal_bf16",
+    "test_attention_4d_attn_mask_causal_bf16",
+    "test_attention_3d_causal_bf16",
+    "test_attention_4d_padded_kv_bf16",
+    "test_attention_4d_causal_padded_kv_bf16",
+    "test_celu_bfloat16",
+    "test_celu_bfloat16_expanded",
 }
 FLOATS = (1, 10, 11, 16)
 
@@ -42,6 +56,9 @@ SHAPE_ARGS = {
     ("Pad", 1), ("Pad", 2), ("Pad", 3), ("Split", 1), ("Squeeze", 1), ("Unsqueeze", 1), ("ConstantOfShape", 0),
     ("Range", 0), ("Range", 1), ("Range", 2), ("OneHot", 1), ("OneHot", 2), ("CumSum", 1), ("Trilu", 1),
     ("Clip", 1), ("Clip", 2), ("Dropout", 1), ("Dropout", 2), ("TopK", 1),
+    ("Resize", 1), ("Resize", 2), ("Resize", 3), ("Upsample", 1), ("CastLike", 1), ("If", 0),
+    ("QuantizeLinear", 1), ("QuantizeLinear", 2), ("DequantizeLinear", 1), ("DequantizeLinear", 2),
+    ("CenterCropPad", 1), ("Compress", 1),
 }  # fmt: skip
 
 
@@ -49,6 +66,13 @@ def _is_data(model, name: str) -> bool:
     """An integer or bool input used as data (ids, masks, integer arithmetic): an i32 input."""
     uses = [(n.op_type, k) for n in model.graph.node for k, i in enumerate(n.input) if i == name]
     return all(u not in SHAPE_ARGS and not (u[0].startswith("Reduce") and u[1] == 1) and u[0] != "Shape" for u in uses)
+
+
+def _is_shape_arg(model, name: str) -> bool:
+    """A float input that real models hold as a constant (Resize's scales and roi), or one
+    no node reads (CastLike's expanded form leaves its `like` unused)."""
+    uses = [(n.op_type, k) for n in model.graph.node for k, i in enumerate(n.input) if i == name]
+    return all(u in SHAPE_ARGS for u in uses)
 
 
 def _fits_i32(a) -> bool:
@@ -65,7 +89,9 @@ def _run_case(case, numpy_helper):
     inits = {t.name for t in model.graph.initializer}
     feeds = {}
     for info, a in zip([i for i in model.graph.input if i.name not in inits], inputs):
-        if info.type.tensor_type.elem_type in FLOATS or (_is_data(model, info.name) and _fits_i32(a)):
+        if _is_shape_arg(model, info.name):
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(a), info.name))
+        elif info.type.tensor_type.elem_type in FLOATS or (_is_data(model, info.name) and _fits_i32(a)):
             feeds[info.name] = a
         else:
             model.graph.initializer.append(numpy_helper.from_array(np.asarray(a), info.name))
@@ -86,6 +112,7 @@ def test_node_tests_of_the_claimed_ops(onnx):
     from onnx import numpy_helper
     from onnx.backend.test.loader import load_model_tests
 
+    from dlc.compiler.importers import onnx_handlers  # noqa: F401  (registers the ops beyond onnx_ops)
     from dlc.compiler.importers.onnx_model import ImportError_
     from dlc.compiler.importers.onnx_ops import supported_ops
 
@@ -98,14 +125,14 @@ def test_node_tests_of_the_claimed_ops(onnx):
             if _run_case(case, numpy_helper):
                 passed.append(case.name)
         except ImportError_ as e:
-            assert "cannot import" in str(e) or "element type" in str(e) or "shape" in str(e) or "compile" in str(e), (
-                case.name,
-                str(e),
-            )
+            why = ("cannot import", "element type", "shape", "compile", "checker refuses")  # test_mvn's Constant
+            assert any(w in str(e) for w in why), (case.name, str(e))
             refused.append(case.name)
         except Exception as e:  # a wrong value or an internal error
             if case.name not in KNOWN_DIFFERENCES:
                 wrong.append(f"{case.name}: {type(e).__name__}: {str(e)[:300]}")
     assert not wrong, "\n".join(wrong)
     print(f"node tests: {len(passed)} passed, {len(refused)} refused")
-    assert len(passed) >= 740, (len(passed), len(refused))  # 748 with onnx 1.23 (463 before int inputs, RNNs, Einsum)
+    # 1298 with onnx 1.23 (748 before Resize, the norms, Attention, the losses, CastLike, 3-D and
+    # dilated pools, quantization; 463 before int inputs, RNNs, Einsum)
+    assert len(passed) >= 1290, (len(passed), len(refused))

@@ -1,0 +1,16 @@
+"""Imports every module of ONNX op handlers beyond onnx_ops, so that each registers its
+ops in onnx_ops.HANDLERS (import_onnx imports this before converting a graph)."""
+
+# ruff: noqa: F401
+from . import (
+    onnx_attention,
+    onnx_control,
+    onnx_conv,
+    onnx_grid_sample,
+    onnx_losses,
+    onnx_misc,
+    onnx_norms,
+    onnx_quant,
+    onnx_resize,
+    onnx_training,
+)
