@@ -20,6 +20,7 @@ anything else is a miss, and the file is removed. `DLC_COMPILE_CACHE=0` turns bo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -299,3 +300,48 @@ def store_model(text: str, path: str, graph) -> None:
         _store_json("models", model_key(text, path), {"graph": _graph_json(graph)})
     except (_Unstable, TypeError, ValueError):
         pass
+
+
+# -- training steps ---------------------------------------------------------------------------
+
+
+def train_graph(graph, loss: str | None, optimizer, freeze: Sequence[str] = ()):
+    """`compiler.train_graph.build_train_graph(graph, loss, optimizer, freeze)`, read from the
+    cache when this model, loss, optimizer config and freeze list made it before: a warm start
+    then skips autodiff and simplify (and their imports). An optimizer config with no stable
+    text is built every time."""
+    key = None
+    if enabled():
+        try:
+            frozen = [freeze] if isinstance(freeze, str) else [str(f) for f in freeze]
+            config = json.dumps([loss, _encode(_plain(optimizer.config())), frozen], allow_nan=False)
+            graph_text = json.dumps(_graph_json(graph), separators=(",", ":"), allow_nan=False)
+            key = _key("train", graph_text, config)
+        except (_Unstable, TypeError, ValueError):
+            key = None
+    if key is not None:
+        data = _load_json("train", key)
+        if data is not None:
+            try:
+                return _graph_from_json(data["graph"])
+            except Exception:  # untrusted: whatever does not read back is a miss
+                binary_cache.forget(key, "train")
+    from .train_graph import build_train_graph
+
+    step = build_train_graph(graph, loss, optimizer, freeze)
+    if key is not None:
+        try:
+            _store_json("train", key, {"graph": _graph_json(step)})
+        except (_Unstable, TypeError, ValueError):
+            pass
+    return step
+
+
+def _plain(v: Any) -> Any:
+    """An optimizer config with its schedule (a frozen dataclass, e.g. `Cosine(decay_steps=100,
+    ...)`) as its repr, which names every field exactly."""
+    if type(v) is tuple:
+        return tuple(_plain(x) for x in v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type) and v.__dataclass_params__.frozen:
+        return f"{type(v).__module__}.{v!r}"
+    return v

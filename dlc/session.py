@@ -415,7 +415,7 @@ class Session:
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
         self._needs_graph("train_graph()")
         from dlc.compiler.autodiff import resolve_loss
-        from dlc.compiler.train_graph import build_train_graph
+        from dlc.compiler.compile_cache import train_graph as build_train_graph  # cached on disk
 
         loss = resolve_loss(self.model.graph, loss)
         optimizer = self.optimizer(optimizer)
