@@ -644,8 +644,7 @@ class Session:
             vocab = dlc.text.Vocab.load("gpt.vocab.json")
             print(sess.generate("ROMEO:", 200, vocab=vocab, temperature=0.8, top_k=40))
         """
-        from .generate import LOGITS, check_model, generate
-        from .text import TOKENS
+        from .generate import check_model, generate, logits_of
 
         check_model(self.model.inputs, self.model.tensors)
         as_text = isinstance(prompt, str)
@@ -657,7 +656,7 @@ class Session:
             raise ValueError("give block= (the longest context the model takes; a vocab file from dlc train holds it)")
         out = []
         for i in generate(
-            lambda context: self.eval(LOGITS, {TOKENS: context}), ids, tokens, block, temperature, top_k, seed
+            logits_of(self, min(block, len(ids) + tokens - 1)), ids, tokens, block, temperature, top_k, seed
         ):
             out.append(i)
             if on_token is not None:
