@@ -76,8 +76,9 @@ def gpt_source(size: str) -> tuple[str, int]:
 
 
 def generate_rows(size: str, reps: int) -> list[dict]:
-    import dlc
     from bench_launch import _stubbed_entry_points
+
+    import dlc
 
     text, block = gpt_source(size)
     model = dlc.compile(text)
@@ -110,7 +111,7 @@ ROWS = ("import", "first-step", "generate")
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma list of {', '.join(ROWS)}")
-    ap.add_argument("--reps", type=int, default=5, help="processes (import) or generations (generate) to take the median of")
+    ap.add_argument("--reps", type=int, default=5, help="processes (import) or generations (generate): the median")
     ap.add_argument("--batch", type=int, default=64, help="the first step's MLP batch (64)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of the cold/warm first-step processes (1)")
     ap.add_argument("--gpt", choices=sorted(GPTS), default="tiny", help="the char GPT's size for the generate rows")
@@ -128,7 +129,8 @@ def main(argv=None) -> int:
         else:
             got = generate_rows(args.gpt, args.reps)
         for row in got:
-            print(json.dumps(row) if args.json else f"| {row['row']} | {row.get('impl', 'dlc GL')} | {row['ms']:.4g} | {row['note']} |", flush=True)
+            cells = (row["row"], row.get("impl", "dlc GL"), f"{row['ms']:.4g}", row["note"])
+            print(json.dumps(row) if args.json else f"| {' | '.join(cells)} |", flush=True)
     return 0
 
 
