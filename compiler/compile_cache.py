@@ -228,6 +228,21 @@ def _graph_json(graph) -> dict:
     }
 
 
+def _entry(graph) -> dict:
+    """A graph as a models/ or train/ entry holds it: with each node's element type, so that
+    the graph read back needs no op registry (a warm start then imports no op module)."""
+    return {"graph": _graph_json(graph), "dtypes": list(graph.dtypes)}
+
+
+def _graph_of(data: Any):
+    """The graph of an entry `_entry` wrote, its element types set when they read back whole."""
+    graph = _graph_from_json(data["graph"])
+    dtypes = data.get("dtypes")
+    if type(dtypes) is list and len(dtypes) == len(graph.nodes) and all(d in ("f32", "i32") for d in dtypes):
+        graph.__dict__["dtypes"] = tuple(dtypes)  # Graph.dtypes is a cached_property: filled here
+    return graph
+
+
 def _strs(v: Any) -> tuple[str, ...]:
     if type(v) is not list or not all(type(x) is str for x in v):
         raise ValueError("not a list of names")
@@ -289,7 +304,7 @@ def load_model(text: str, path: str):
     if data is None:
         return None
     try:
-        return _graph_from_json(data["graph"])
+        return _graph_of(data)
     except Exception:  # untrusted: whatever does not read back is a miss
         binary_cache.forget(key, "models")
         return None
@@ -297,7 +312,7 @@ def load_model(text: str, path: str):
 
 def store_model(text: str, path: str, graph) -> None:
     try:
-        _store_json("models", model_key(text, path), {"graph": _graph_json(graph)})
+        _store_json("models", model_key(text, path), _entry(graph))
     except (_Unstable, TypeError, ValueError):
         pass
 
@@ -323,7 +338,7 @@ def train_graph(graph, loss: str | None, optimizer, freeze: Sequence[str] = ()):
         data = _load_json("train", key)
         if data is not None:
             try:
-                return _graph_from_json(data["graph"])
+                return _graph_of(data)
             except Exception:  # untrusted: whatever does not read back is a miss
                 binary_cache.forget(key, "train")
     from .train_graph import build_train_graph
@@ -331,10 +346,38 @@ def train_graph(graph, loss: str | None, optimizer, freeze: Sequence[str] = ()):
     step = build_train_graph(graph, loss, optimizer, freeze)
     if key is not None:
         try:
-            _store_json("train", key, {"graph": _graph_json(step)})
+            _store_json("train", key, _entry(step))
         except (_Unstable, TypeError, ValueError):
             pass
     return step
+
+
+def resident_graph(step, inputs: Sequence[str], dim: str, examples: int):
+    """`compiler.resident.resident_graph(step, inputs, dim, examples)` (the step reading its
+    batch from data kept on the GPU), read from the cache when this step made it before."""
+    key = None
+    if enabled():
+        try:
+            graph_text = json.dumps(_graph_json(step), separators=(",", ":"), allow_nan=False)
+            key = _key("resident", graph_text, json.dumps([[str(i) for i in inputs], str(dim), int(examples)]))
+        except (_Unstable, TypeError, ValueError):
+            key = None
+    if key is not None:
+        data = _load_json("train", key)
+        if data is not None:
+            try:
+                return _graph_of(data)
+            except Exception:  # untrusted: whatever does not read back is a miss
+                binary_cache.forget(key, "train")
+    from .resident import resident_graph as build
+
+    out = build(step, inputs, dim, examples)
+    if key is not None:
+        try:
+            _store_json("train", key, _entry(out))
+        except (_Unstable, TypeError, ValueError):
+            pass
+    return out
 
 
 def _plain(v: Any) -> Any:

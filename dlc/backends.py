@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dlc.compiler.ir import Graph
-from dlc.compiler.reference import evaluate
 
 from . import debug
 
 
 def _evaluator():
     """Debug mode evaluates node by node, timing each and stopping at the first NaN."""
+    from dlc.compiler.reference import evaluate
+
     return debug.evaluate if debug.enabled() else evaluate
 
 

@@ -559,7 +559,8 @@ class Session:
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
         if resident:
             # The data goes to the GPU once; each step uploads only its rows' indices.
-            from dlc.compiler.resident import IDX, data_name, resident_graph
+            from dlc.compiler.compile_cache import resident_graph  # cached on disk
+            from dlc.compiler.resident import IDX, data_name
 
             key = (program.losses[0], optimizer.config(), dims[dim])
             if key not in self._resident_graphs:

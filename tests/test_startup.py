@@ -1,6 +1,7 @@
 """Start-up (issue 24 item 2): `import dlc` loads nothing heavy, and a warm process (dlc's
 compile cache and program binaries on disk) reaches its first training step without the
-parser, autodiff, fusion, codegen or a single shader compile, with the values of a cold one.
+parser, autodiff, the op registry, fusion, codegen or a single shader compile, with the
+values of a cold one.
 Checked through sys.modules and link counts, never through time."""
 
 from __future__ import annotations
@@ -71,7 +72,21 @@ def test_a_training_step_reads_back_as_it_was_built(cache, path):
     again = compile_cache.train_graph(graph, None, opt)  # read back
     assert first == built and again == built
     assert format_graph(again) == format_graph(built)
+    assert again.__dict__["dtypes"] == built.dtypes  # read back, not worked out by the op registry
     assert list(again.names) == list(built.names) and again.updates == built.updates
+
+
+def test_a_resident_step_reads_back_as_it_was_built(cache):
+    from dlc.compiler.resident import resident_graph
+
+    graph = dlc.compile(str(ROOT / "samples/mlp_digits.dl")).graph
+    step = build_train_graph(graph, None, dlc.Adam(1e-3))
+    built = resident_graph(step, ["pixels", "labels"], "B", 100)
+    assert compile_cache.resident_graph(step, ["pixels", "labels"], "B", 100) == built  # stored
+    assert compile_cache.resident_graph(step, ["pixels", "labels"], "B", 100) == built  # read back
+    other = compile_cache.resident_graph(step, ["pixels", "labels"], "B", 200)  # another key
+    assert other == resident_graph(step, ["pixels", "labels"], "B", 200) and other != built
+    assert len(list((cache / "train").iterdir())) == 2
 
 
 def test_the_step_key_holds_loss_optimizer_and_freeze(cache):
@@ -83,6 +98,19 @@ def test_the_step_key_holds_loss_optimizer_and_freeze(cache):
     assert len(list((cache / "train").iterdir())) == 4
     assert "W1" not in dict(step.updates) and "W2" in dict(step.updates)
     assert step == build_train_graph(graph, None, dlc.SGD(0.1), ["W1"])
+
+
+def test_element_types_that_do_not_fit_are_worked_out_again(cache):
+    graph = dlc.compile(str(ROOT / "samples/mlp_digits.dl")).graph
+    opt = dlc.SGD(0.1)
+    built = compile_cache.train_graph(graph, None, opt)
+    (entry,) = (cache / "train").iterdir()
+    key = entry.stem
+    data = compile_cache._load_json("train", key)
+    for dtypes in (["f64"] * len(built.nodes), ["f32"], "f32", None):
+        compile_cache._store_json("train", key, {"graph": data["graph"], "dtypes": dtypes})
+        again = compile_cache.train_graph(graph, None, opt)
+        assert "dtypes" not in again.__dict__ and again.dtypes == built.dtypes
 
 
 @pytest.mark.parametrize("damage", [b"", b"garbage", None])
@@ -117,7 +145,7 @@ FIRST_STEP = textwrap.dedent("""
     sess = dlc.Session(model, backend=sys.argv[2], seed=0)
     history = sess.train(data, optimizer=dlc.Adam(1e-3), batch_size=32, steps=2, shuffle=False)
     stages = ("lark", "dlc.compiler.parser", "dlc.compiler.train_graph", "dlc.compiler.pipeline",
-              "dlc.compiler.fusion", "dlc.compiler.codegen")
+              "dlc.compiler.fusion", "dlc.compiler.codegen", "dlc.compiler.registry", "dlc.compiler.gradients")
     print(json.dumps({"losses": [float(v) for v in history],
                       "imported": [m for m in stages if m in sys.modules],
                       "links": dict(program.link_counts)}))
@@ -142,7 +170,7 @@ def test_a_warm_first_step_skips_every_compiler_stage_and_every_shader_compile(t
         assert done.returncode == 0, done.stderr
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     cold, warm, numpy_run = runs
-    assert {"lark", "dlc.compiler.train_graph", "dlc.compiler.codegen"} <= set(cold["imported"])
+    assert {"lark", "dlc.compiler.train_graph", "dlc.compiler.registry"} <= set(cold["imported"])
     assert cold["links"].get("compiled", 0) > 0
     assert warm["imported"] == []
     assert warm["links"].get("compiled", 0) == 0 and warm["links"].get("from_disk", 0) > 0
