@@ -316,7 +316,7 @@ class Session:
         """The model's graph as eval runs it: dropout the identity, batch_norm by its running
         statistics, no train branch computed (compiler/modes.py)."""
         if self._eval_graph is None:
-            from dlc.compiler.modes import eval_form
+            from dlc.compiler.compile_cache import eval_form  # its element types cached on disk
 
             self._eval_graph = eval_form(self.model.graph)
         return self._eval_graph

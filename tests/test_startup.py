@@ -176,3 +176,51 @@ def test_a_warm_first_step_skips_every_compiler_stage_and_every_shader_compile(t
     assert warm["links"].get("compiled", 0) == 0 and warm["links"].get("from_disk", 0) > 0
     assert warm["losses"] == cold["losses"]
     assert warm["losses"] == pytest.approx(numpy_run["losses"], rel=1e-4)
+
+
+def test_the_eval_form_keeps_its_element_types(cache):
+    from dlc.compiler.modes import eval_form
+
+    graph = dlc.compile(str(ROOT / "samples/mlp_dropout.dl")).graph
+    built = eval_form(graph)
+    assert built is not graph  # dropout: a rewritten graph
+    first = compile_cache.eval_form(graph)  # stored
+    again = compile_cache.eval_form(graph)  # its element types read back
+    assert first == again == built and again.__dict__["dtypes"] == built.dtypes
+    plain = dlc.compile(str(ROOT / "samples/quadratic.dl")).graph
+    assert compile_cache.eval_form(plain) is plain  # nothing to rewrite: nothing stored
+    assert len(list((cache / "train").iterdir())) == 1
+
+
+GENERATE = textwrap.dedent("""
+    import json, re, sys
+    import dlc
+    from dlc.runtime import program
+    text = open(sys.argv[1]).read()
+    for name, value in (("BLOCK", 16), ("L", 1), ("H", 2), ("D", 4), ("C", 8)):
+        text = re.sub(rf"^const {name} = \\d+", f"const {name} = {value}", text, flags=re.M)
+    sess = dlc.Session(dlc.compile(text, name="gpt.dl"), backend="gl", seed=0)
+    ids = sess.generate([1, 2], 20, block=16, temperature=0.8, top_k=5, seed=3)
+    stages = ("lark", "dlc.compiler.parser", "dlc.compiler.pipeline", "dlc.compiler.codegen",
+              "dlc.compiler.registry")
+    print(json.dumps({"ids": ids, "imported": [m for m in stages if m in sys.modules],
+                      "links": dict(program.link_counts)}))
+""")
+
+
+@pytest.mark.gl
+def test_a_warm_generation_skips_every_compiler_stage(tmp_path):
+    env = {**os.environ, "DLC_CACHE_DIR": str(tmp_path / "cache"), "DLC_COMPILE_CACHE": "1"}
+    env["DLC_PROGRAM_BINARY_CACHE"] = "1"
+    env.pop("DLC_VERIFY_IR", None)
+    runs = []
+    for _ in range(2):
+        done = _run(GENERATE, str(ROOT / "samples/char_gpt.dl"), env=env, cwd=tmp_path)
+        if done.returncode != 0 and "no OpenGL context" in done.stderr:
+            pytest.skip(done.stderr.strip().splitlines()[-1])
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert {"lark", "dlc.compiler.registry", "dlc.compiler.codegen"} <= set(cold["imported"])
+    assert warm["imported"] == [] and warm["links"].get("compiled", 0) == 0
+    assert warm["ids"] == cold["ids"] and len(warm["ids"]) == 20
