@@ -221,6 +221,11 @@ def main() -> None:
                 print(f"| {k['kernel']} | {k['ms']:.3f} | {k['ms'] / total:.1%} | {k.get('what', '')[:160]} |")
             matmuls = [k for k in table if "_matmul" in k["kernel"]]
             print(f"products: {len(matmuls)} kernels, {sum(k['ms'] for k in matmuls):.2f} ms a step")
+            kinds: dict[str, list[float]] = {}  # by the first word of each kernel's description
+            for k in table:
+                kinds.setdefault((k.get("what") or "?").split()[0].rstrip(":"), []).append(k["ms"])
+            ranked = sorted(kinds.items(), key=lambda kv: -sum(kv[1]))
+            print("by kind: " + ", ".join(f"{w} {len(v)} / {sum(v):.2f} ms" for w, v in ranked))
 
 
 if __name__ == "__main__":

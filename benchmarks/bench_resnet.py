@@ -1,9 +1,15 @@
-"""ResNet-50 inference (issue 13's benchmark, not a test): the onnx wheel's light ResNet-50
-imported with `dlc import`, run by dlc on GL at batch 1 and 32, against PyTorch eager
-(torchvision's ResNet-50, the same architecture, cuDNN with TF32 off) and onnxruntime's CPU
-provider on the same ONNX file, in one process. Prints a markdown table of ms per batch.
+"""ResNet-50 inference and a training step (issues 13 and 24's benchmark, not a test): the
+onnx wheel's light ResNet-50 imported with `dlc import`, run by dlc on GL at batch 1 and 32,
+against PyTorch eager (torchvision's ResNet-50, the same architecture, cuDNN with TF32 off)
+and onnxruntime's CPU provider on the same ONNX file, in one process; then one SGD step at
+batch 32 of the imported model fine-tuned with a cross-entropy on its output (its batch
+norms imported as constant affine maps, so PyTorch's module runs its batch norms in eval
+mode too), against the same step in PyTorch. Prints a markdown table of ms per batch.
 
-    python benchmarks/bench_resnet.py [--reps 10]
+    python benchmarks/bench_resnet.py [--reps 10] [--kernels] [--no-train]
+
+`--kernels` also prints dlc's GPU time per kind of kernel at each batch (timer queries, one
+kernel at a time) beside the wall-clock eval: what the host adds is the difference.
 """
 
 from __future__ import annotations
@@ -11,9 +17,12 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def light_model() -> str:
@@ -24,8 +33,8 @@ def light_model() -> str:
 
 
 def timed(fn, reps: int) -> float:
-    fn()
-    fn()  # warm: compile, upload, caches
+    for _ in range(5):  # warm: compile, upload, caches (and the GPU's clocks: 2 were too few)
+        fn()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -34,9 +43,73 @@ def timed(fn, reps: int) -> float:
     return 1e3 * float(np.median(times))
 
 
+def print_kernels(sess, out_name: str, batch: int) -> None:
+    """GPU ms of the eval program's kernels, by the first word of each kernel's description."""
+    from bench_gl import per_kernel
+
+    graph = sess.model.graph
+    prog, ex = sess.backend.program(graph, [graph.names[out_name]], False, {"N": batch})
+    heads = {k.name: k.source.split("\n")[1].split(": ", 1)[-1] for k in prog.kernels}
+    table = per_kernel(ex, reps=3)
+    kinds: dict[str, list[float]] = {}
+    for row in table:
+        kinds.setdefault((heads.get(row["kernel"]) or "?").split()[0].rstrip(":"), []).append(row["ms"])
+    ranked = sorted(kinds.items(), key=lambda kv: -sum(kv[1]))
+    total = sum(r["ms"] for r in table)
+    print(
+        f"batch {batch}: {len(table)} kernels, {total:.2f} GPU ms: "
+        + ", ".join(f"{w} {len(v)} / {sum(v):.2f} ms" for w, v in ranked)
+    )
+    for row in sorted(table, key=lambda r: -r["ms"])[:12]:
+        print(f"  {row['kernel']} {row['ms']:.3f} ms  {heads.get(row['kernel'], '')[:150]}")
+
+
+def train_rows(imp, in_name: str, out_name: str, reps: int, batch: int = 32) -> list[tuple]:
+    """One SGD step (lr 1e-3) at `batch` of the imported model under a cross-entropy on its
+    output, dlc on GL and PyTorch eager, the images and labels on the host each step."""
+    import dlc
+
+    source = imp.source + f"input label: i32[N]\nloss cost = softmax_cross_entropy({out_name}, label)\n"
+    sess = dlc.Session(dlc.compile(source), backend="gl")
+    sess.set_params(imp.weights)
+    rng = np.random.default_rng(0)
+    feeds = {in_name: rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
+    feeds["label"] = rng.integers(0, 1000, batch).astype(np.int32)
+    opt = dlc.SGD(1e-3)
+    name = f"ResNet-50 training step, batch {batch}"
+    rows = [
+        (
+            name,
+            "dlc GL (SGD, host in)",
+            timed(lambda: sess.train(feeds, optimizer=opt, batch_size=batch, steps=1, shuffle=False), reps),
+        )
+    ]
+    try:
+        import torch
+        import torchvision
+
+        net = torchvision.models.resnet50().cuda().eval()  # batch norm as constant affine maps
+        topt = torch.optim.SGD(net.parameters(), lr=1e-3)
+        x, y = torch.from_numpy(feeds[in_name]), torch.from_numpy(feeds["label"]).long()
+
+        def step():
+            topt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(net(x.cuda()), y.cuda())
+            loss.backward()
+            topt.step()
+            return loss.item()
+
+        rows.append((name, "PyTorch eager (SGD, host in)", timed(step, reps)))
+    except Exception as e:  # noqa: BLE001 - a missing comparison is reported, not fatal
+        print(f"PyTorch training row skipped: {type(e).__name__}: {e}")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--kernels", action="store_true", help="GPU ms by kind of kernel")
+    p.add_argument("--no-train", action="store_true", help="leave out the training-step rows")
     args = p.parse_args()
     import dlc
 
@@ -52,6 +125,8 @@ def main() -> None:
         x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
         ms = timed(lambda x=x: sess.eval(out_name, {in_name: x}), args.reps)
         rows.append((f"ResNet-50 batch {batch}", "dlc GL (eval: upload, kernels, read back)", ms))
+        if args.kernels:
+            print_kernels(sess, out_name, batch)
     try:
         import torch
         import torchvision
@@ -93,6 +168,8 @@ def main() -> None:
             )
     except Exception as e:  # noqa: BLE001
         print(f"onnxruntime rows skipped: {type(e).__name__}: {e}")
+    if not args.no_train:
+        rows += train_rows(imp, in_name, out_name, args.reps)
     print("| row | impl | ms |\n|---|---|---|")
     for r, impl, ms in rows:
         print(f"| {r} | {impl} | {ms:.3f} |")

@@ -25,13 +25,11 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from dlc.runtime.dims import shape_symbols as symbols_of_shapes
-from dlc.runtime.spec import FORMAT, Grid, Kernel, ProgramSpec, Slot, TensorInfo, Update
+from dlc.runtime.spec import FORMAT, ProgramSpec  # noqa: F401  (FORMAT: artifact.py reads it here)
 
-from .codegen import CodegenOptions, KernelSource, codegen_options, dim_index, render
-from .codegen.renderer import renderer_for
+from .codegen import CodegenOptions, KernelSource, Target, codegen_options, get_target
 from .fusion import Capabilities, Fusion, format_fusion, fuse
 from .ir import Graph
-from .limits import capabilities
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
 from .simplify import simplify
 from .verify import check_graph
@@ -60,7 +58,7 @@ class Options:
     batch_size: int | None = None
     codegen: CodegenOptions | Mapping | None = None
     verify: bool | None = None
-    target: str = "compute"  # "compute" or "texture" (compile_program)
+    target: str | Target = "compute"  # "compute", "texture" or a codegen Target (compile_program)
 
 
 @dataclass
@@ -257,95 +255,24 @@ def compile_program(
     updates: Iterable[tuple[str, int]] = (),
     ref_dims: Mapping[str, int] | None = None,
     options: CodegenOptions | Mapping | None = None,
-    target: str = "compute",
+    target: str | Target = "compute",
 ) -> CompiledProgram:
     """Fuse, plan and render the work of fetching `roots` (and applying `updates`) for
-    `target`: "compute" (GLSL 4.30 compute shaders) or "texture" (codegen/texture.py)."""
+    `target`: "compute" (GLSL 4.30 compute shaders), "texture" (codegen/texture.py) or a
+    codegen Target object (codegen/target.py)."""
     caps = _capabilities(target, options)
     return render_program(name, plan(fuse(graph, roots, updates, caps=caps), ref_dims), options, target)
 
 
-def _capabilities(target: str, options: CodegenOptions | Mapping | None) -> Capabilities:
+def _capabilities(target: str | Target, options: CodegenOptions | Mapping | None) -> Capabilities:
     """What one kernel may do on `target` of the device the options name (its `limits`; none:
     the spec minimums, so an artifact compiled offline runs on any conforming device)."""
-    renderer_for(target, options)  # refuses an unknown target
-    o = codegen_options(options)
-    return capabilities(target, o.limits, o.nan_flags)
+    return get_target(target).capabilities(codegen_options(options))
 
 
-def render_program(name: str, storage: Plan, options: CodegenOptions | Mapping | None, target: str) -> CompiledProgram:
+def render_program(
+    name: str, storage: Plan, options: CodegenOptions | Mapping | None, target: str | Target
+) -> CompiledProgram:
     """The codegen stage for one planned program and target."""
-    if target not in ("compute", "texture"):
-        raise ValueError(f"unknown target '{target}': choose compute or texture")
-    options = codegen_options(options)
-    if target == "texture":
-        from .codegen import texture
-
-        rendered = texture.render(storage, options)
-        spec, sources = texture.program(name, storage, rendered)
-        kernels = [t.kernel for t in rendered]
-    else:
-        kernels = render(storage, options)
-        spec, sources = program_spec(name, storage, kernels)
-    return CompiledProgram(name, storage.fusion, storage, kernels, spec, sources)
-
-
-def program_spec(name: str, p: Plan, kernels: list[KernelSource]) -> tuple[ProgramSpec, dict[str, str]]:
-    """The program spec of planned program `p` rendered as `kernels`, and its GLSL files."""
-    f, g = p.fusion, p.fusion.graph
-    label = g.label
-    made = f.producer
-    sources: dict[str, str] = {}
-    kernel_specs = []
-    for k, ks in zip(f.kernels, kernels):
-        file = f"{name}_{ks.name}.glsl"
-        sources[file] = ks.source
-        bases = [f.base(i) for i in k.inputs]
-        kernel_specs.append(
-            Kernel(
-                name=ks.name,
-                file=file,
-                kind=k.kind,
-                slots=tuple(ks.slots),
-                uniforms=ks.uniforms,
-                scalars=ks.scalars,  # eager numbers only
-                grid=Grid.from_json(ks.grid),
-                local_size=tuple(ks.local_size),
-                reads=tuple(k.inputs),
-                writes=tuple(k.outputs),
-                after=tuple(sorted({made[b] for b in bases if b in made})),
-                inputs=tuple(sorted({g.nodes[b].attr("name") for b in bases if g.nodes[b].op == "input"})),
-                ir=tuple(ks.ir),
-                locs=tuple(tuple(x) if x else None for x in ks.locs),
-                nan_flags=tuple(ks.nan_flags),
-            )
-        )
-    slots = tuple(
-        Slot(
-            s.kind,
-            tuple(tuple(z) for z in s.sizes),
-            s.name,
-            tuple(g.nodes[s.node].attr("value")) if s.kind == "const" else None,
-        )
-        for s in p.slots
-    )
-    tensors = {t: TensorInfo(s, tuple(g.nodes[t].shape), label(t)) for t, s in sorted(p.slot_of.items())}
-    fetch: dict[str, int] = {}
-    for r in f.roots:
-        fetch.setdefault(label(r), r)
-    program = ProgramSpec(
-        name=name,
-        dims=tuple(dim_index(p)),  # in uniform order
-        ref_dims=p.ref_dims,
-        slots=slots,
-        tensors=tensors,
-        roots=tuple(f.roots),
-        fetch=fetch,
-        producer={t: made[f.base(t)] for t in p.slot_of if f.base(t) in made},
-        kernels=tuple(kernel_specs),
-        inplace=tuple(Update(t, u) for t, u in p.inplace),
-        copies=tuple(Update(t, u) for t, u in p.copies),
-        peak_bytes=p.peak_bytes(),
-        format=FORMAT,
-    )
-    return program, sources
+    rendered = get_target(target).render(name, storage, codegen_options(options))
+    return CompiledProgram(name, storage.fusion, storage, rendered.kernels, rendered.spec, rendered.sources)

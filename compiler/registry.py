@@ -5,11 +5,12 @@ A primitive op (an `OpDef`, one kind of IR node) holds:
     when the function does more than add the node, e.g. checks or normalizes arguments),
   - its shape rule and NumPy reference (`shape`, `ref`),
   - its gradient rule (`gradient`; None where the op is not differentiable),
-  - its lowering per codegen target (`lowering`, keyed by target name: "glsl" serves both GLSL
-    targets, a target's own key ("glsl-compute", "glsl-texture") overrides it; an elementwise
-    op's value is a GLSL expression over a, b, c and {attrs}, other kinds name their kernel
-    template), plus the GLSL helper functions its expression calls (`helpers`, appended to the
-    codegen preamble),
+  - its lowering per codegen target (`lower(target)`): an elementwise op's is a GLSL
+    expression over a, b, c and {attrs} (`lowering`, keyed by target: "glsl" serves every GLSL
+    target, a target's own key such as "glsl-texture" overrides it); every other kind's is a
+    callable that the codegen targets register here (`register_lowering`, keyed by (kind or
+    op, target): a kernel template, or a layout op's index map), plus the GLSL helper
+    functions its expression calls (`helpers`, appended to the codegen preamble),
   - its test oracle (`oracle`: a float64 closed form, a PyTorch equivalent and the input domain
     to sample).
 A composite (a `Composite`: mean, softmax, the costs, gelu's tanh form ...) is a language
@@ -38,7 +39,7 @@ Kinds (codegen and fusion ask `op.kind`, never list ops):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,19 +120,19 @@ class Oracle:
 
 # -- entries --------------------------------------------------------------------------------
 
-# What a kernel kind lowers to, where an entry names nothing itself: the template module.
-KIND_LOWERING = {
-    "reduce": {"glsl-compute": "codegen/kernels_reduce.py", "glsl-texture": "codegen/texture.py _reduce_body"},
-    "matmul": {"glsl-compute": "codegen/kernels_matmul.py", "glsl-texture": "codegen/texture.py _matmul_body"},
-    "window": {"glsl-compute": "codegen/kernels_window.py", "glsl-texture": "codegen/texture.py WINDOW_BODIES"},
-    "norm": {"glsl-compute": "codegen/kernels_norm.py", "glsl-texture": "codegen/kernels_norm.py texture_body"},
-    "attention": {
-        "glsl-compute": "codegen/kernels_attention.py",
-        "glsl-texture": "codegen/kernels_attention.py texture_body",
-    },
-    "layout": {"glsl": "an index map in codegen/glsl.py (Emitter._<op>)"},
-    "leaf": {"glsl": "storage (a buffer or texture)"},
-}
+# The lowerings that are code, not one GLSL expression: (kind or op name, target key) -> a
+# callable. Codegen's modules register them as they load (kernel templates per kind, the
+# layout ops' index maps per op); `OpDef.lower` finds an op's own before its kind's. The
+# callable's signature is its target's (codegen/target.py).
+LOWERINGS: dict[tuple[str, str], Callable] = {}
+
+
+def register_lowering(what: str, target: str, fn: Callable) -> Callable:
+    """Lower kind (or op) `what` on target key `target` with `fn`; returns fn."""
+    if (what, target) in LOWERINGS:
+        raise ValueError(f"a lowering of {what!r} for {target!r} is registered twice")
+    LOWERINGS[what, target] = fn
+    return fn
 
 
 @dataclass(frozen=True)
@@ -154,14 +155,24 @@ class OpDef:
     dtype: Callable[[str], Callable[..., str]] | None = None
 
     def __post_init__(self):
-        if not self.lowering and self.kind in KIND_LOWERING:
-            object.__setattr__(self, "lowering", dict(KIND_LOWERING[self.kind]))
         if self.kind == "elementwise" and self.lower("glsl-compute") is None:
             raise ValueError(f"elementwise op {self.name!r} has no GLSL lowering")
 
-    def lower(self, target: str) -> str | None:
-        """The lowering for `target` ("glsl-compute", "glsl-texture"): its own key, else "glsl"."""
-        return self.lowering.get(target, self.lowering.get("glsl"))
+    def lower(self, target: str | Sequence[str]) -> str | Callable | None:
+        """The lowering for target key `target` (or the first of several keys that has one,
+        most specific first; "glsl", every GLSL target's, last): an elementwise op's GLSL
+        expression, else the callable registered for the op, else for its kind
+        (`register_lowering`)."""
+        keys = (target,) if isinstance(target, str) else tuple(target)
+        if self.kind == "elementwise":
+            found = next((self.lowering[k] for k in keys if k in self.lowering), None)
+            return found if found is not None else self.lowering.get("glsl")
+        _load_lowerings()
+        for k in (*keys, "glsl"):
+            fn = LOWERINGS.get((self.name, k)) or LOWERINGS.get((self.kind, k))
+            if fn is not None:
+                return fn
+        return None
 
     def element_type(self, ins: list[str], attrs: Mapping[str, Any]) -> str:
         """The result's element type for operands of types `ins` (dtypes.ElementTypeError if
@@ -249,6 +260,11 @@ def _load() -> None:
     from .ops import integers  # noqa: F401
     from .ops import modes, random, batch_norm  # noqa: F401, I001  (training/eval, random, model state)
     from .ops import attention  # noqa: F401
+
+
+def _load_lowerings() -> None:
+    # Codegen registers the lowerings that are code as it loads (it imports this module).
+    from . import codegen  # noqa: F401
 
 
 def _complete() -> None:

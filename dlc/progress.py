@@ -11,6 +11,8 @@ import sys
 import time
 from typing import TextIO
 
+from .optional import require
+
 
 class TrainProgress:
     def __init__(
@@ -26,17 +28,16 @@ class TrainProgress:
         self._bar = None
         self._task = None
         if self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(
-                TextColumn("[bold]{task.fields[epoch]}"),
-                BarColumn(),
-                TextColumn("step {task.completed}/{task.fields[of]}"),
-                TextColumn("loss [cyan]{task.fields[loss]}"),
-                TextColumn("{task.fields[speed]}"),
-                TimeElapsedColumn(),
-                console=Console(file=self.stream),
+            # rich only for a terminal's bar: a run to a log file never imports it
+            bars, console = require("rich.progress"), require("rich.console")
+            self._bar = bars.Progress(
+                bars.TextColumn("[bold]{task.fields[epoch]}"),
+                bars.BarColumn(),
+                bars.TextColumn("step {task.completed}/{task.fields[of]}"),
+                bars.TextColumn("loss [cyan]{task.fields[loss]}"),
+                bars.TextColumn("{task.fields[speed]}"),
+                bars.TimeElapsedColumn(),
+                console=console.Console(file=self.stream),
                 transient=False,
             )
             self._task = self._bar.add_task(

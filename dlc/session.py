@@ -21,17 +21,36 @@ from typing import Any
 
 import numpy as np
 
-from dlc.runtime.manifest import LR
+from dlc.runtime.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from dlc.runtime.errors import DataError
+from dlc.runtime.manifest import LR, leaf_shapes
+from dlc.runtime.optimizers import from_record, optimizer_record
 from dlc.runtime.training import RunPosition
 
+from . import debug
 from .artifact_backend import ArtifactBackend, ArtifactModel, is_artifact
-from .errors import DlcError, did_you_mean
+from .callbacks import Callback, EpochRunner, LambdaCallback
+from .data import Data, example_inputs
+from .deferred import GLDeferredSteps
+from .distributed import ParallelStep
+from .errors import DlcError, TrainingDiverged, did_you_mean
+from .eval_plan import EvalPlan, outputs_for
 from .feeds import prepare
+from .generate import check_model, generate, logits_of
+from .metrics import metric_tensors
 from .optimizers import SGD, Optimizer
+from .optional import require
 from .text import TextData
-from .training import Callback, schedule, train_feeds, train_loop
+from .training import Callback as StepCallback
+from .training import schedule, train_feeds, train_loop
+from .weights import checked_params, load_npz, save_npz
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
+
+
+def _compiler(module: str):
+    """dlc.compiler.MODULE, imported on first use: a session over an artifact never needs it."""
+    return require(f"dlc.compiler.{module}")
 
 
 def _seeds_style(method: Callable) -> Callable:
@@ -49,8 +68,7 @@ def _seeds_style(method: Callable) -> Callable:
             ):
                 if self._artifact is not None:
                     raise DlcError(f"{self.model.path}: a compiled artifact has no dlc.Tensor to {method.__name__}")
-                from . import seeds
-
+                seeds = require("dlc.seeds")  # the seeds' eager API: the compiler, on first use
                 return getattr(seeds, f"{method.__name__}_seeds")(self, *args, **kwargs)
         return method(self, *args, **kwargs)
 
@@ -63,9 +81,7 @@ def _open_model(model: Any) -> Any:
     if isinstance(model, (str, os.PathLike)):
         if is_artifact(model):
             return ArtifactModel(model)
-        from .model import compile
-
-        return compile(model)
+        return require("dlc.model").compile(model)
     if hasattr(model, "build") and not hasattr(model, "graph"):
         return model.build()  # a dlc.Graph
     return model
@@ -114,8 +130,6 @@ class Session:
                         f"{model.path} was compiled for the {model.target} target, not "
                         f"{target} (recompile it with --target {target})"
                     )
-                from . import debug
-
                 backend = ArtifactBackend(model.path, hook=debug.gl_hook)
                 target = None
             elif not isinstance(backend, ArtifactBackend):
@@ -127,15 +141,12 @@ class Session:
             )
         self.model = model
         if self.freeze:  # checked now: a pattern matching no param is a typo
-            from dlc.compiler.train_graph import frozen_params
-
-            frozen_params(model.graph, self.freeze)
+            _compiler("train_graph").frozen_params(model.graph, self.freeze)
         self.backend = self._make_backend(backend, target)
         # The artifact's backend answers what a model's graph answers elsewhere.
         self._artifact: ArtifactBackend | None = self.backend if isinstance(self.backend, ArtifactBackend) else None
         if self._artifact is None:
-            from dlc.compiler.initializers import initial_value
-
+            initial_value = _compiler("initializers").initial_value
             graph = model.graph
             for name in (*graph.params, *graph.states):  # model state starts at its init, as params do
                 node = graph.node(name)
@@ -174,9 +185,7 @@ class Session:
     def _make_backend(backend: Any, target: str | None):
         if isinstance(backend, ArtifactBackend):
             return backend
-        from .backends import make_backend
-
-        return make_backend(backend, target)
+        return require("dlc.backends").make_backend(backend, target)  # the compiler: not over an artifact
 
     # -- the model's names -----------------------------------------------------------------
     @property
@@ -214,9 +223,7 @@ class Session:
         """
         if self._artifact is not None:
             return self._artifact.eval_plan(list(names))[2]
-        from dlc.compiler.reference import leaf_inputs
-
-        return set(leaf_inputs(self.model.graph, self._roots(names)))
+        return set(_compiler("reference").leaf_inputs(self.model.graph, self._roots(names)))
 
     # -- params ----------------------------------------------------------------
     @property
@@ -234,8 +241,6 @@ class Session:
 
         >>> sess.set_params({"a": 3.0, "b": 2.0})
         """
-        from .weights import checked_params
-
         for name, v in checked_params(values, self.model.params).items():
             self.backend.set_leaf(name, v)
 
@@ -260,8 +265,6 @@ class Session:
 
         >>> sess.set_states(other_sess.states)
         """
-        from .weights import checked_params
-
         for name, v in checked_params(values, self._model_states()).items():
             self.backend.set_leaf(name, v)
 
@@ -272,8 +275,6 @@ class Session:
 
         >>> sess.save("quadratic.weights.npz")
         """
-        from .weights import save_npz
-
         save_npz(path, {**self.params, **self.states})
 
     def load(self, path: str | os.PathLike) -> None:
@@ -284,10 +285,6 @@ class Session:
 
         >>> sess.load("quadratic.weights.npz")
         """
-        from dlc.runtime.errors import DataError
-
-        from .weights import checked_params, load_npz
-
         states = self._model_states()
         values = load_npz(path)
         missing = [k for k in self.model.params if k not in values]
@@ -316,9 +313,7 @@ class Session:
         """The model's graph as eval runs it: dropout the identity, batch_norm by its running
         statistics, no train branch computed (compiler/modes.py)."""
         if self._eval_graph is None:
-            from dlc.compiler.compile_cache import eval_form  # its element types cached on disk
-
-            self._eval_graph = eval_form(self.model.graph)
+            self._eval_graph = _compiler("compile_cache").eval_form(self.model.graph)  # types cached on disk
         return self._eval_graph
 
     @_seeds_style
@@ -349,17 +344,60 @@ class Session:
             key = tuple(feeds)
             fetches = self._default_fetches.get(key)
             if fetches is None:
-                from .eval_plan import outputs_for
-
                 fetches = self._default_fetches[key] = outputs_for(self, key)
         return self.eval(fetches, feeds)
+
+    def evaluate(
+        self,
+        data: Mapping[str, np.ndarray] | Data,
+        fetches: str | Sequence[str] | None = None,
+        batch_size: int | None = None,
+    ):
+        """Fetch `fetches` over all of `data` (feeds, or a `dlc.data.Data` that `dlc.data.load_data`
+        read), `batch_size` examples at a time (None: all at once): a list (default: the model's
+        losses and metrics) -> dict name -> array, one name -> its array. Per-example fetches
+        (whose first dim is the data's example dim) are concatenated over the batches; the
+        others (a loss, an accuracy) are the mean over the batches weighted by their examples,
+        so a mean over the data is the same whatever the batch size (`dlc eval`, and training's
+        validation, run this).
+
+        >>> sess.evaluate(dict(np.load("samples/data/quadratic.npz")), ["cost"], batch_size=64)
+        {'cost': array(..., dtype=float32)}
+        """
+        if fetches is None:
+            names = [*self.model.losses, *metric_tensors(self.model).values()]
+        else:
+            names = [fetches] if isinstance(fetches, str) else list(fetches)
+        arrays = data.arrays if isinstance(data, Data) else dict(data)
+        inputs = self.model.inputs
+        per_example_inputs = example_inputs(inputs, [n for n in arrays if n in inputs])
+        counts = {len(np.asarray(arrays[n])) for n in per_example_inputs if np.ndim(arrays[n])}
+        examples = counts.pop() if len(counts) == 1 else 0  # several counts: eval refuses them whole
+        batches = Data("", arrays, {}, examples).batches(inputs, batch_size if examples else None)
+        example_dims = {inputs[n][0] for n in per_example_inputs}
+        shapes = {**inputs, **self.model.params, **self.model.tensors}
+        parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        weights: list[int] = []
+        for feeds, count in batches:
+            values = self.eval(names, feeds)
+            weights.append(count)
+            for n in names:
+                parts[n].append(np.asarray(values[n]))
+        out: dict[str, np.ndarray] = {}
+        for n in names:
+            if len(parts[n]) == 1:
+                out[n] = parts[n][0]
+            elif shapes.get(n) and shapes[n][0] in example_dims:
+                out[n] = np.concatenate(parts[n], axis=0)
+            else:  # the mean over the data: each batch's value weighted by its examples
+                w = np.asarray(weights, dtype=np.float64)
+                out[n] = np.tensordot(w / w.sum(), np.stack(parts[n]).astype(np.float64), axes=1).astype(np.float32)
+        return out[fetches] if isinstance(fetches, str) else out
 
     def _eval_plan(self, names: tuple[str, ...]):
         """The prepared eval of `names` (dlc/eval_plan.py), made on first use."""
         plan = self._eval_plans.get(names)
         if plan is None:
-            from .eval_plan import EvalPlan
-
             if len(self._eval_plans) >= 64:  # fetch lists made on the fly: keep few
                 self._eval_plans.clear()
             plan = self._eval_plans[names] = EvalPlan(self, names)
@@ -389,17 +427,15 @@ class Session:
         >>> sess.gradients(dict(np.load("samples/data/quadratic.npz")))["a"]
         """
         self._needs_graph("gradients()")
-        from dlc.compiler.autodiff import differentiate, grad_name, resolve_loss
-        from dlc.compiler.reference import leaf_inputs
-        from dlc.compiler.simplify import simplify
-
+        autodiff = _compiler("autodiff")
         graph = self.model.graph
-        loss = resolve_loss(graph, loss)
+        loss = autodiff.resolve_loss(graph, loss)
         if loss not in self._grad_graphs:
-            self._grad_graphs[loss] = simplify(differentiate(graph, loss)[0])
+            self._grad_graphs[loss] = _compiler("simplify").simplify(autodiff.differentiate(graph, loss)[0])
         gg = self._grad_graphs[loss]
-        roots = [gg.names[grad_name(p)] for p in graph.params]
-        arrays, dims = prepare(self.model.inputs, feeds, leaf_inputs(gg, roots), self.model.input_dtypes)
+        roots = [gg.names[autodiff.grad_name(p)] for p in graph.params]
+        needed = _compiler("reference").leaf_inputs(gg, roots)
+        arrays, dims = prepare(self.model.inputs, feeds, needed, self.model.input_dtypes)
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
 
@@ -414,20 +450,17 @@ class Session:
     def _train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None):
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
         self._needs_graph("train_graph()")
-        from dlc.compiler.autodiff import resolve_loss
-        from dlc.compiler.compile_cache import train_graph as build_train_graph  # cached on disk
-
-        loss = resolve_loss(self.model.graph, loss)
+        loss = _compiler("autodiff").resolve_loss(self.model.graph, loss)
         optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
         if key not in self._train_graphs:
-            self._train_graphs[key] = build_train_graph(self.model.graph, loss, optimizer, self.freeze)
+            build = _compiler("compile_cache").train_graph  # build_train_graph, cached on disk
+            self._train_graphs[key] = build(self.model.graph, loss, optimizer, self.freeze)
         return self._train_graphs[key]
 
     def _init_state(self, graph, optimizer: Optimizer) -> None:
         """Optimizer state starts at its init for a new optimizer object, then persists."""
-        from dlc.compiler.initializers import initial_value
-
+        initial_value = _compiler("initializers").initial_value
         if optimizer is not self._optimizer:
             if optimizer.config() == self._restored_config:  # a restored state goes on
                 self._optimizer = optimizer
@@ -467,11 +500,14 @@ class Session:
         epochs: int | None = None,
         steps: int | None = None,
         shuffle: bool = True,
-        callback: Callback | None = None,
+        callback: StepCallback | None = None,
         on_epoch_end: Callable[[int], bool | None] | None = None,
         resume: bool = False,
         checkpoint: str | os.PathLike | Callable[[], object] | None = None,
         checkpoint_every: int | None = None,
+        callbacks: Sequence[Callback] = (),
+        validation_data: Mapping[str, np.ndarray] | None = None,
+        metrics: Sequence[str] | None = None,
     ) -> list[float]:
         """Minimize `loss` (default: the model's first) over `feeds`; return each step's loss.
 
@@ -506,13 +542,93 @@ class Session:
         uninterrupted call would have (a larger `epochs` or `steps` trains on). With
         `checkpoint_every=N`, every N-th step of the run writes a checkpoint to `checkpoint`
         (a path; or a function, called then, that may call `save_checkpoint`).
+
+        `callbacks`: `dlc.Callback` objects (dlc/callbacks.py: `Progress`, `CSVLogger`, `Plot`,
+        `StopOnSignal`, `EarlyStopping`, `ModelCheckpoint`, ...), called after each step and
+        each epoch; with `validation_data` (feeds) each epoch's logs hold `val_loss` and
+        `val_NAME` for each of `metrics` (default: the model's, see `fit`), from `evaluate`.
+        Their `on_train_end` runs when the run ends or diverges (before TrainingDiverged).
+
+        >>> sess.train(data, epochs=20, validation_data=val, callbacks=[dlc.EarlyStopping(patience=2)])
         """
+        return self._run_with_callbacks(
+            feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end, resume,
+            checkpoint, checkpoint_every, callbacks, validation_data, metrics,
+        )[0]  # fmt: skip
+
+    def _run_with_callbacks(
+        self, feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end, resume,
+        checkpoint, checkpoint_every, callbacks, validation_data, metrics,
+    ) -> tuple[list[float], EpochRunner]:  # fmt: skip
+        """train()'s run with its callbacks around it: (each step's loss, the EpochRunner)."""
         if epochs is not None and steps is not None:
             raise ValueError(f"give epochs or steps, not both (got epochs={epochs}, steps={steps})")
-        if isinstance(feeds, TextData):
-            return self._train_text(
-                feeds, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, checkpoint_every
-            )
+        loss_name = loss or next(iter(self.model.losses), None)
+        runner = EpochRunner(self, callbacks, self._validator(validation_data, loss_name, metrics, batch_size))
+        # checked even without validation data: a misspelt metric is said before any step
+        shown = metric_tensors(self.model, metrics) if validation_data is not None or metrics is not None else {}
+        params = {
+            "loss": loss_name,
+            "epochs": None if steps is not None else (epochs or 1),
+            "batch_size": batch_size,
+            "val_keys": ["val_loss", *(f"val_{k}" for k in shown)] if runner.validate else [],
+        }
+
+        def begin(per_epoch: int, total: int, done: int) -> None:
+            runner.begin({**params, "steps": total, "steps_per_epoch": per_epoch, "initial_step": done})
+
+        def step_hook(step: int, epoch: int, value: float, examples: int) -> bool | None:
+            go_on = runner.step_hook(step, epoch, value, examples)
+            if callback is not None and callback(step, epoch, value, examples) is False:
+                go_on = False
+            return go_on
+
+        def epoch_hook(epoch: int) -> bool | None:
+            go_on = runner.epoch_hook(epoch)
+            if on_epoch_end is not None and on_epoch_end(epoch) is False:
+                go_on = False
+            return go_on
+
+        # Hooks only where something listens: an epoch hook makes GL read the losses at each
+        # epoch's end, cutting the deferred windows short.
+        listening = bool(runner.callbacks) or runner.validate is not None
+        steps_hook = step_hook if listening or callback is not None else None
+        epochs_hook = epoch_hook if listening or on_epoch_end is not None else None
+        try:
+            if isinstance(feeds, TextData):
+                losses = self._train_text(
+                    feeds, loss, optimizer, batch_size, epochs, steps, steps_hook, resume, checkpoint,
+                    checkpoint_every, begin,
+                )  # fmt: skip
+            else:
+                losses = self._train_arrays(
+                    feeds, loss, optimizer, batch_size, epochs, steps, shuffle, steps_hook, epochs_hook, resume,
+                    checkpoint, checkpoint_every, begin,
+                )  # fmt: skip
+        except TrainingDiverged:  # the params are the last finite step's: callbacks end with those
+            runner.end("diverged")
+            raise
+        runner.end("done")
+        return losses, runner
+
+    def _validator(self, data, loss: str | None, metrics, batch_size) -> Callable[[], dict[str, float]] | None:
+        """The epoch's validation logs over `data` (None: no data, or a data-parallel rank
+        other than 0, which leaves validating to rank 0)."""
+        if data is None or (self.parallel is not None and self.parallel.rank != 0):
+            return None
+        shown = metric_tensors(self.model, metrics)
+
+        def validate() -> dict[str, float]:
+            values = self.evaluate(data, [loss, *shown.values()], batch_size)
+            return {"val_loss": float(values[loss])} | {f"val_{k}": float(values[t]) for k, t in shown.items()}
+
+        return validate
+
+    def _train_arrays(
+        self, feeds, loss, optimizer, batch_size, epochs, steps, shuffle, callback, on_epoch_end, resume,
+        checkpoint, checkpoint_every, begin,
+    ) -> list[float]:  # fmt: skip
+        """train() over feeds of arrays: batches along their example dim, epochs or steps."""
         epochs = 1 if epochs is None else epochs
         position = self._resumed_position(optimizer) if resume else RunPosition()
         on_every = self._checkpoint_writer(checkpoint, checkpoint_every)
@@ -527,8 +643,7 @@ class Session:
                 (value,) = self.backend.step(program, [loss_node], batch, bdims)
                 return float(value)
         else:
-            from dlc.compiler.reference import leaf_inputs
-
+            leaf_inputs = _compiler("reference").leaf_inputs
             optimizer = self.optimizer(optimizer)
             if self.parallel is not None:
                 parallel = self._parallel_step(loss, optimizer)
@@ -559,12 +674,12 @@ class Session:
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
         if resident:
             # The data goes to the GPU once; each step uploads only its rows' indices.
-            from dlc.compiler.compile_cache import resident_graph  # cached on disk
-            from dlc.compiler.resident import IDX, data_name
-
+            resident_module = _compiler("resident")
+            IDX, data_name = resident_module.IDX, resident_module.data_name
             key = (program.losses[0], optimizer.config(), dims[dim])
             if key not in self._resident_graphs:
-                self._resident_graphs[key] = resident_graph(program, list(arrays), dim, dims[dim])
+                cached = _compiler("compile_cache").resident_graph  # resident_graph, cached on disk
+                self._resident_graphs[key] = cached(program, list(arrays), dim, dims[dim])
             program = self._resident_graphs[key]
             loss_node = program.names[program.losses[0]]
             for name, v in arrays.items():
@@ -581,8 +696,6 @@ class Session:
             and self.loss_read_steps > 1
             and hasattr(self.backend, "step_into")
         ):
-            from .deferred import GLDeferredSteps
-
             deferred = GLDeferredSteps(
                 self.backend,
                 program,
@@ -593,6 +706,8 @@ class Session:
                 rows=IDX if resident else None,
             )
         self._run = position  # live: a checkpoint written during the run sees where it is
+        per_epoch, total = schedule(dims[dim] if dim is not None else 1, batch_size, epochs, steps)[1:]
+        begin(per_epoch, total, position.done)
         try:
             return train_loop(
                 run_step,
@@ -645,8 +760,6 @@ class Session:
             vocab = dlc.text.Vocab.load("gpt.vocab.json")
             print(sess.generate("ROMEO:", 200, vocab=vocab, temperature=0.8, top_k=40))
         """
-        from .generate import check_model, generate, logits_of
-
         check_model(self.model.inputs, self.model.tensors)
         as_text = isinstance(prompt, str)
         if as_text and vocab is None:
@@ -664,7 +777,9 @@ class Session:
                 on_token(vocab.decode([i]) if as_text else i)
         return vocab.decode(out) if as_text else out
 
-    def _train_text(self, data, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, every):
+    def _train_text(
+        self, data, loss, optimizer, batch_size, epochs, steps, callback, resume, checkpoint, every, begin
+    ) -> list[float]:
         """train() over a `dlc.TextData`: `steps` steps of `batch_size` random windows (step s's
         windows fixed by the seed and s), run a chunk of steps at a time as unshuffled data."""
         if steps is None or epochs is not None:
@@ -673,6 +788,7 @@ class Session:
             raise ValueError("training on text needs a batch_size (windows a step)")
         done = self._resumed_position(optimizer).done if resume else 0
         on_every = self._checkpoint_writer(checkpoint, every)
+        begin(steps, steps, done)  # no epochs: one long one
         chunk = max(1, min(256, (1 << 22) // (batch_size * data.block)))  # steps staged at once
         losses: list[float] = []
         while done < steps:
@@ -684,15 +800,10 @@ class Session:
             def step_callback(step, epoch, value, examples, first=first):
                 return callback(first + step, 1, value, examples) if callback else None
 
-            got = self.train(
-                data.steps(first, count, batch_size, self.seed),
-                loss=loss,
-                optimizer=optimizer,
-                batch_size=batch_size,
-                steps=count,
-                shuffle=False,
-                callback=step_callback,
-            )
+            got = self._train_arrays(
+                data.steps(first, count, batch_size, self.seed), loss, optimizer, batch_size, None, count, False,
+                step_callback, None, False, None, None, lambda *run: None,
+            )  # fmt: skip
             losses += got
             done += len(got)
             optimizer = self._optimizer  # the one the chunk trained with (state and all)
@@ -730,9 +841,6 @@ class Session:
         >>> history = sess.fit(xs, ys, epochs=20, optimizer=dlc.Adam(0.1))
         >>> history.history["loss"][-1]
         """
-        from .callbacks import EpochRunner
-        from .metrics import metric_tensors
-
         inputs = list(self.model.inputs)
         if len(inputs) != 2:
             raise DlcError(
@@ -742,34 +850,22 @@ class Session:
         loss_name = loss or next(iter(self.model.losses), None)
         if loss_name is None:
             raise DlcError(f"{self.model.path}: the model has no loss to train: add a statement 'loss NAME = EXPR'")
-        shown = metric_tensors(self.model, metrics)
-        validate = None
+        val_feeds = None
         if validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError("validation_data must be a pair (x_val, y_val)")
             val_feeds = dict(zip(inputs, validation_data))
+        callbacks = list(callbacks)
+        if verbose:
 
-            def validate() -> dict[str, float]:
-                values = self.eval([loss_name, *shown.values()], val_feeds)
-                return {"val_loss": float(values[loss_name])} | {f"val_{k}": float(values[t]) for k, t in shown.items()}
-
-        def report(epoch: int, logs) -> None:
-            if verbose:
+            def report(epoch: int, logs) -> None:
                 print(f"epoch {epoch}/{epochs}: " + "  ".join(f"{k} {v:.6g}" for k, v in logs.items()), flush=True)
 
-        runner = EpochRunner(self, callbacks, validate, report)
-        runner.begin()
-        self.train(
-            dict(zip(inputs, (x, y))),
-            loss=loss_name,
-            optimizer=optimizer,
-            batch_size=batch_size,
-            epochs=epochs,
-            shuffle=shuffle,
-            callback=runner.step_hook,
-            on_epoch_end=runner.epoch_hook,
-        )
-        runner.end()
+            callbacks.insert(0, LambdaCallback(on_epoch_end=report))
+        _, runner = self._run_with_callbacks(
+            dict(zip(inputs, (x, y))), loss_name, optimizer, batch_size, epochs, None, shuffle, None, None, False,
+            None, None, callbacks, val_feeds, metrics,
+        )  # fmt: skip
         if verbose and runner.stop_reason():
             print(runner.stop_reason(), flush=True)
         return runner.history
@@ -777,8 +873,6 @@ class Session:
     def _parallel_step(self, loss: str | None, optimizer: Optimizer):
         """The data-parallel step over `self.parallel`'s ranks for (loss, optimizer): the
         gradients of this rank's shard, all-reduced, then the update (dlc/distributed.py)."""
-        from .distributed import ParallelStep
-
         key = (loss, optimizer.config())
         if key not in self._parallel_steps:
             self._parallel_steps[key] = ParallelStep(self, loss, optimizer)
@@ -857,8 +951,6 @@ class Session:
 
         >>> sess.checkpoint().params["a"]
         """
-        from dlc.runtime.checkpoint import Checkpoint
-
         run = self._run
         rng_state = run.rng_state if run is not None and run.rng_state is not None else self._rng.bit_generator.state
         if run is not None:
@@ -876,8 +968,6 @@ class Session:
 
         >>> sess.save_checkpoint("ck.npz")
         """
-        from dlc.runtime.checkpoint import write_checkpoint
-
         write_checkpoint(path, self.checkpoint())
 
     def restore(self, path: str | os.PathLike) -> None:
@@ -888,8 +978,6 @@ class Session:
 
         >>> sess.restore("ck.npz"); sess.train(data, epochs=10, resume=True)
         """
-        from dlc.runtime.checkpoint import read_checkpoint
-
         path = os.fspath(path)
         ckpt = read_checkpoint(path)
         optimizer = self._check_checkpoint(path, ckpt)
@@ -905,14 +993,10 @@ class Session:
     def _state_names(self) -> list[str]:
         """The optimizer state the backend holds (moments, the step counter)."""
         if self._artifact is not None:
-            from dlc.runtime.manifest import leaf_shapes
-
             return list(leaf_shapes(self._artifact.runner.manifest)[1])
         return sorted(self._state_ready)
 
     def _optimizer_record(self) -> dict | None:
-        from dlc.runtime.optimizers import optimizer_record
-
         if self._artifact is not None:
             return dict(self.model.optimizer) if self.model.optimizer else None
         return optimizer_record(self._optimizer) if self._optimizer is not None else None
@@ -920,9 +1004,6 @@ class Session:
     def _check_checkpoint(self, path: str, ckpt) -> Optimizer | None:
         """The checkpoint's optimizer, once the checkpoint is known to fit this model (its
         params, names and shapes) and its optimizer state to fit that optimizer."""
-        from dlc.runtime.errors import DataError
-        from dlc.runtime.optimizers import from_record
-
         mine = {n: tuple(s) for n, s in self.model.params.items()}
         theirs = {n: tuple(v.shape) for n, v in ckpt.params.items()}
         if mine != theirs:

@@ -3,7 +3,8 @@ data-parallel training (dlc/distributed.py holds the training itself).
 
 `--workers N` on one machine starts `mpiexec -n N` over the same command (without
 `--workers`); a `dlc train` that an MPI launcher started (`mpiexec`, `srun`) joins its world:
-rank 0 prints, validates, checkpoints and saves, the other ranks train silently.
+rank 0 prints, validates, checkpoints and saves, the other ranks train silently. Its flags are
+declared with the other shared ones, in dlc/cli/options.py.
 """
 
 from __future__ import annotations
@@ -13,37 +14,14 @@ import shutil
 import subprocess
 import sys
 
+from . import distributed
 from .runtime.errors import UsageError
-
-
-def add_arguments(c: argparse.ArgumentParser, positive_int) -> None:
-    g = c.add_argument_group("several GPUs (data parallel over MPI; see README 'Several GPUs and machines')")
-    g.add_argument(
-        "--workers",
-        type=positive_int,
-        metavar="N",
-        help="train on N processes of this machine through mpiexec (pip install 'dlc[mpi]')",
-    )
-    g.add_argument(
-        "--devices",
-        metavar="I,J,...",
-        help="EGL devices the ranks of a node use, by local rank (default: local rank mod the device count)",
-    )
-    g.add_argument(
-        "--rank-timeout",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="stop every rank when one waits this long for the others (default: 120)",
-    )
 
 
 def launch(args: argparse.Namespace) -> int | None:
     """With --workers N > 1 outside an MPI job: run the command again under `mpiexec -n N`
     and return its exit code; else None (train here)."""
-    from .distributed import launched_by_mpi
-
-    if not args.workers or args.workers == 1 or launched_by_mpi():
+    if not args.workers or args.workers == 1 or distributed.launched_by_mpi():
         return None
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:
@@ -66,8 +44,6 @@ def _without_workers(argv: list[str]) -> list[str]:
 
 def world_for(args: argparse.Namespace):
     """The data-parallel world when an MPI launcher started this process with others, else None."""
-    from . import distributed
-
     if not distributed.launched_by_mpi():
         if args.devices:
             raise UsageError("--devices picks the ranks' devices: it needs --workers N or an MPI launcher")

@@ -262,6 +262,30 @@ class LeafStore:
 Hook = Callable[[str, list], None]
 
 
+def needs(spec: ProgramSpec, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
+    """The kernels of `spec` to run for `fetch` (all of them for a step), in schedule order,
+    and the inputs they and the fetched tensors read (both targets' executors)."""
+    kernels = list(range(len(spec.kernels))) if step else needed_kernels(spec, fetch)
+    names = {n for k in kernels for n in spec.kernels[k].inputs}
+    for t in fetch:
+        slot = spec.slots[spec.tensors[t].slot]
+        if slot.kind == "input":
+            names.add(slot.name)
+    return kernels, names
+
+
+def needed_kernels(spec: ProgramSpec, fetch: Sequence[int]) -> list[int]:
+    """The kernels that `fetch` depends on, in schedule order."""
+    want: set[int] = set()
+    stack = [spec.producer[t] for t in fetch if t in spec.producer]
+    while stack:
+        k = stack.pop()
+        if k not in want:
+            want.add(k)
+            stack.extend(spec.kernels[k].after)
+    return sorted(want)
+
+
 class Executor:
     """Runs one program spec (a `ProgramSpec`) against a LeafStore.
 
@@ -297,7 +321,6 @@ class Executor:
         weakref.finalize(self, _release_pins, self.programs)
         self.slots = spec.slots
         self.tensors = spec.tensors
-        self.producer = spec.producer
         self._all = list(range(len(self.kernels)))
         self._inputs = tuple((s, slot.name) for s, slot in enumerate(self.slots) if slot.kind == "input")
         self._needs: dict[tuple, tuple[list[int], set[str]]] = {}
@@ -446,28 +469,8 @@ class Executor:
         key = (tuple(fetch), step)
         found = self._needs.get(key)
         if found is None:
-            kernels = self._all if step else self.needed_kernels(fetch)
-            found = self._needs[key] = (kernels, self.needed_inputs(fetch, kernels))
+            found = self._needs[key] = needs(self.spec, fetch, step)
         return found
-
-    def needed_kernels(self, fetch: Sequence[int]) -> list[int]:
-        """The kernels that `fetch` depends on, in schedule order."""
-        want: set[int] = set()
-        stack = [self.producer[t] for t in fetch if t in self.producer]
-        while stack:
-            k = stack.pop()
-            if k not in want:
-                want.add(k)
-                stack.extend(self.kernels[k].after)
-        return sorted(want)
-
-    def needed_inputs(self, fetch: Sequence[int], kernels: Sequence[int]) -> set[str]:
-        names = {n for k in kernels for n in self.kernels[k].inputs}
-        for t in fetch:
-            slot = self.slots[self.tensors[t].slot]
-            if slot.kind == "input":
-                names.add(slot.name)
-        return names
 
     def run(
         self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], fetch: Sequence[int], *, step: bool = False
@@ -735,7 +738,7 @@ def scratch_words(grid: Grid, dims: Mapping[str, int]) -> int:
 
 def group_counts(grid: Grid, dims: Mapping[str, int], max_count: Sequence[int]) -> tuple[int, int, int]:
     """The work groups to dispatch for `grid` under `dims`, within `max_count` per axis."""
-    if grid.tiles is not None:  # tiled kernels decode their tile from a wrapped grid (glsl.wrap_tiles)
+    if grid.tiles is not None:  # tiled kernels decode their tile from a wrapped grid (codegen/compute.py tile_lines)
         tiles = tile_counts(grid, dims)
         if all(n <= m for n, m in zip(tiles, max_count)):
             return tiles

@@ -338,7 +338,7 @@ class _Manifest:
             if k != "name":
                 self.number(x, f"train.optimizer.schedule.{k}")
 
-    # -- a program spec (compiler/pipeline.py program_spec; runtime/executor.py runs it) ---
+    # -- a program spec (compiler/codegen/program.py program_spec; runtime/executor.py runs it)
     def program(self, p, name: str) -> None:
         f = f"programs.{name}"
         self.obj(p, f, required=("format", "dims", "slots", "tensors", "roots", "kernels", "producer", "copies"))

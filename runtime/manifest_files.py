@@ -158,7 +158,7 @@ def check_shader(text: str, kernel: Kernel, fail) -> None:
     for u in kernel.uniforms:
         if declared.get(u) != "int":
             fail(f"uniforms.{u}", f"'{kernel.file}' declares no uniform int {u}")
-    # Tile counts of a wrapped grid are set by the runtime from the grid (glsl.wrap_tiles).
+    # Tile counts of a wrapped grid are set by the runtime from the grid (codegen/compute.py tile_lines).
     runtime_set = {f"dlc_tiles_{axis}" for axis in "xyz"} if kernel.grid.tiles is not None else set()
     for name, kind in declared.items():
         if name in runtime_set and kind == "int":

@@ -1,6 +1,6 @@
 """The program spec: everything the runtime needs to run one compiled program, typed.
 
-The compiler (`compiler/pipeline.py` `program_spec`, `compiler/codegen/texture.py` `program`)
+The compiler (`compiler/codegen/program.py` `program_spec`, each target's `render`)
 builds a `ProgramSpec`; the executors (`runtime/executor.py`, `runtime/texture_executor.py`),
 the eager arrays (`dlc/gl_eager.py`) and debug mode (`dlc/debug.py`) read the same objects.
 manifest.json holds each program in the JSON layout below; `to_json` / `from_json` here are

@@ -18,7 +18,7 @@ import numpy as np
 
 from dlc.runtime.device import require_default
 from dlc.runtime.errors import DataError, RuntimeFailure
-from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size, outputs_info
+from dlc.runtime.executor import PERSISTENT, LeafStore, bind_shape, eval_size, needs, outputs_info
 from dlc.runtime.spec import FORMAT, Kernel, ProgramSpec
 from dlc.runtime.textures import FragmentProgram, Texture, copy, packed_layout
 
@@ -76,7 +76,6 @@ class TextureExecutor:
                 program.units = [int(u) for u in _SAMPLER.findall(program.source)]
         self.slots = spec.slots
         self.tensors = spec.tensors
-        self.producer = spec.producer
         self.buffers: dict[int, Texture] = {}
         self._spare: dict[tuple[int, int], list[Texture]] = {}
         self._scratch: dict[int, Texture] = {}  # kernel -> its partials (split reductions)
@@ -133,23 +132,7 @@ class TextureExecutor:
 
     def needs(self, fetch: Sequence[int], step: bool = False) -> tuple[list[int], set[str]]:
         """The kernels to run for `fetch` (all for a step) and the inputs they read."""
-        kernels = list(range(len(self.kernels))) if step else self._needed_kernels(fetch)
-        names = {n for k in kernels for n in self.kernels[k].inputs}
-        for t in fetch:
-            slot = self.slots[self.tensors[t].slot]
-            if slot.kind == "input":
-                names.add(slot.name)
-        return kernels, names
-
-    def _needed_kernels(self, fetch: Sequence[int]) -> list[int]:
-        want: set[int] = set()
-        stack = [self.producer[t] for t in fetch if t in self.producer]
-        while stack:
-            k = stack.pop()
-            if k not in want:
-                want.add(k)
-                stack.extend(self.kernels[k].after)
-        return sorted(want)
+        return needs(self.spec, fetch, step)
 
     def run(
         self, feeds: Mapping[str, np.ndarray], dims: Mapping[str, int], fetch: Sequence[int], *, step: bool = False

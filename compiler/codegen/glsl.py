@@ -1,4 +1,4 @@
-"""GLSL rendering shared by every kernel template, of both targets.
+"""GLSL rendering shared by every kernel template, of every GLSL target.
 
 A kernel is rendered from its fused IR by an `Emitter`, which evaluates a node at an index
 into a GLSL temporary: elementwise ops by the registry's GLSL expression, layout ops as index
@@ -8,8 +8,8 @@ value is held as its bits in a float (`intBitsToFloat`) and read through `number
 `integer` where an op computes with it. Results are cached per
 (node, index), so a value used twice is computed once. Indexes are `Ix` values: a flat index,
 coordinates, or both. What differs between targets (loads, stores, the invocation's own
-element, the version line) the Emitter asks its context's renderer (renderer.py); the compute
-target's header and launch helpers live here too.
+element, the version line) the Emitter asks its context's renderer (renderer.py); each
+target's header is its own (compute.py, fragment.py).
 
 Naming: buffers are `b<binding>` (one per storage slot), symbolic dims are `dim<k>` int
 uniforms, temporaries are `n<node>`: no user name reaches GLSL except inside comments, and
@@ -29,7 +29,7 @@ from dlc.runtime import dims as dim_algebra
 from .. import registry
 from ..dtypes import I32, INT_LOWERING
 from ..fusion import Fusion, Kernel
-from ..ir import Graph, Shape, format_node, format_shape
+from ..ir import Graph, Shape, format_node
 from ..plan import Plan, Size, size_of
 from . import index
 from .index import Ix, add, mul, numel_known
@@ -37,7 +37,6 @@ from .renderer import COMPUTE, Renderer, float_lit
 
 __all__ = ["Ix", "add", "float_lit", "mul", "numel_known"]  # re-exported for the templates
 
-GLSL_VERSION = COMPUTE.version
 LOCAL = 256  # invocations per work group for one-thread-per-element kernels
 
 PREAMBLE = """\
@@ -209,8 +208,6 @@ def prune_preamble(source: str) -> str:
 
 _UNSAFE = re.compile(r"[^ -~]|\\")
 
-OVERRIDES = COMPUTE.code_for_op  # GLSL used instead of the registry's (renderer.py says why)
-
 
 def comment(text: str) -> str:
     """Text made safe for a `//` comment: printable ASCII, no backslash (line splice)."""
@@ -262,6 +259,7 @@ class Context:
 
     scalars_used: dict[str, str] = field(default_factory=dict)  # uniform -> input name
     renderer: Renderer = COMPUTE  # the target: how to load, store, find the own element
+    keys: tuple[str, ...] = ("glsl-compute",)  # the target's lowering keys in the registry (target.py)
 
     def __post_init__(self) -> None:
         self.nan_flags = {}
@@ -415,7 +413,7 @@ class Emitter:
         if op.kind == "elementwise":
             expr = self._elementwise(n, ix)
         elif op.kind == "layout":
-            expr = getattr(self, "_" + node.op)(n, ix)
+            expr = op.lower(self.ctx.keys)(self, n, ix)
         else:
             raise AssertionError(f"{node.op} node %{n} cannot be evaluated inline")
         name = self.bind(key, f"n{n}", expr)
@@ -498,7 +496,7 @@ class Emitter:
         if int_glsl and all(self.g.dtypes[j] == I32 for j in node.inputs):  # ints, exactly
             return self.ctx.renderer.op(node.op, int_glsl, [self.integer(j, a) for j, a in zip(node.inputs, at)])
         args = [self.number(j, a) for j, a in zip(node.inputs, at)]
-        expr = self.ctx.renderer.op(node.op, op.glsl, args, node.attrs)
+        expr = self.ctx.renderer.op(node.op, op.lower(self.ctx.keys), args, node.attrs)
         if "{index}" in expr:  # an op that depends on its element's position (the random ops)
             if ix.flat == VEC:
                 raise NotVectorizable(f"{node.op} reads its element's index")
@@ -523,7 +521,8 @@ class Emitter:
         key = ("row", i, rows)
         return self.cached(key) or self.bind(key, f"n{n}row", f"clamp({i}, 0, {self.ctx.dim(rows)} - 1)", "int")
 
-    # layout ops: each maps this node's index to its input's, then reads the input there
+    # layout ops: each maps this node's index to its input's, then reads the input there (the
+    # registry's lowering of each: INDEX_MAPS below)
     def _reshape(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
         return self.value(node.inputs[0], Ix(flat=self.flat(ix, node.shape)))
@@ -663,38 +662,6 @@ def source_name(loc) -> str:
     return os.path.basename(loc.file)
 
 
-def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Sequence[str] = ()) -> list[str]:
-    """Version, the comment listing the IR, work group size, buffers and uniforms."""
-    g, k = ctx.graph, ctx.kernel
-    lines = [*ctx.renderer.version_lines(), f"// kernel {k.name}: {comment(kind_line)}", "// implements:"]
-    for n, text in zip(k.nodes, ctx.ir_lines):
-        where = g.nodes[n].loc
-        at = f"  ({source_name(where)}:{where.line})" if where else ""
-        lines.append("//   " + comment(text + at))
-    lx, ly, lz = local
-    lines.append(f"layout(local_size_x = {lx}, local_size_y = {ly}, local_size_z = {lz}) in;")
-    slot_tensors: dict[int, list[int]] = {}
-    for t in (*k.inputs, *k.outputs):
-        slot_tensors.setdefault(ctx.plan.slot_of[t], []).append(t)
-    for slot, b in sorted(ctx.binding.items(), key=lambda kv: kv[1]):
-        r, w = slot in ctx.read_slots, slot in ctx.write_slots
-        qual = "restrict readonly " if r and not w else "restrict writeonly " if w and not r else ""
-        what = ", ".join(f"{g.label(t)} {format_shape(g.nodes[t].shape)}" for t in slot_tensors[slot])
-        member = "vec4 v[];" if slot in ctx.vec_slots else "float v[];"
-        decl = f"layout(std430, binding = {b}) {qual}buffer B{b} {{ {member} }} b{b};"
-        lines.append(f"{decl}  // {comment(what)}")
-    if ctx.nan_flags:
-        binding = len(ctx.binding) + ctx.scratch_buffers  # the executor binds them in this order
-        lines.append(
-            f"layout(std430, binding = {binding}) buffer DLCNaN {{ float f[]; }} dlc_nan;  // debug mode: NaN flags"
-        )
-    lines += uniform_lines(ctx)
-    lines.extend(extra)
-    lines.append("")
-    lines.append(PREAMBLE)
-    return lines
-
-
 def uniform_lines(ctx: Context) -> list[str]:
     """The uniforms of both targets: symbolic dims (`dim<k>`) and eager numbers (`scalar<n>`)."""
     lines = [
@@ -703,59 +670,9 @@ def uniform_lines(ctx: Context) -> list[str]:
     return lines + [f"uniform float {u};  // {comment(name)}" for u, name in sorted(ctx.scalars_used.items())]
 
 
-def global_index() -> str:
-    """This invocation's element for one-thread-per-element compute kernels (renderer.py)."""
-    return COMPUTE.global_index()
-
-
-def group_index() -> str:
-    """This work group's number on a 3D grid of groups (compute kernels)."""
-    return COMPUTE.group_index()
-
-
-TILE_AXES = "xyz"
-
-
-def wrap_tiles(text: str, grid: dict) -> str:
-    """A tiled kernel (its group IDs are tile coordinates) made to run on any grid within the
-    device's group-count limits: main() first numbers its group linearly over the grid the
-    runtime dispatched, leaves when that is past the last tile, and decodes the tile's
-    coordinates into `dlc_tile`, which the text then uses in place of gl_WorkGroupID. Tile
-    counts are constants when the sizes are fixed, else `dlc_tiles_<axis>` int uniforms the
-    runtime sets."""
-    counts, decls = [], []
-    for axis, (size, tile) in zip(TILE_AXES, grid["tiles"]):
-        if len(size) == 1:
-            counts.append(f"{-(-int(size[0]) // int(tile))}u")
-        else:
-            counts.append(f"uint(dlc_tiles_{axis})")
-            decls.append(f"uniform int dlc_tiles_{axis};  // tiles along {axis}, set by the runtime")
-    tx, ty, tz = counts
-    prologue = [
-        "    uint dlc_linear = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y)"
-        " * gl_NumWorkGroups.x + gl_WorkGroupID.x;",
-        f"    if (dlc_linear >= {tx} * {ty} * {tz}) return;  // past the last tile: the group leaves",
-        f"    dlc_tile = uvec3(dlc_linear % {tx}, (dlc_linear / {tx}) % {ty}, dlc_linear / ({tx} * {ty}));",
-    ]
-    head, main, body = text.partition("void main() {\n")
-    if not main:
-        raise AssertionError("a tiled kernel without main()")
-    body = body.replace("gl_WorkGroupID", "dlc_tile")
-    return (
-        head
-        + "\n".join([*decls, "uvec3 dlc_tile;  // this group's tile", ""])
-        + main
-        + "\n".join(prologue)
-        + "\n"
-        + body
-    )
-
-
 def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, int]) -> KernelSource:
     g, k = ctx.graph, ctx.kernel
     text = prune_preamble(text)
-    if "tiles" in grid:
-        text = wrap_tiles(text, grid)
     slots = tuple(s for s, _ in sorted(ctx.binding.items(), key=lambda kv: kv[1]))
     uniforms = {f"dim{ctx.dim_index[d]}": d for d in sorted(ctx.dims_used, key=lambda d: ctx.dim_index[d])}
     locs = tuple(
@@ -764,3 +681,24 @@ def kernel_source(ctx: Context, text: str, grid: dict, local: tuple[int, int, in
     )
     flags = tuple(sorted(ctx.nan_flags, key=ctx.nan_flags.get))
     return KernelSource(k.name, text, slots, uniforms, grid, local, ctx.ir_lines, locs, dict(ctx.scalars_used), flags)
+
+
+# The layout ops' lowering, for every GLSL target: an index map each (Emitter.value calls it).
+LAYOUT_KEY = "glsl"
+INDEX_MAPS = {
+    "reshape": Emitter._reshape,
+    "broadcast_to": Emitter._broadcast_to,
+    "transpose": Emitter._transpose,
+    "slice": Emitter._slice,
+    "pad": Emitter._pad,
+    "concat": Emitter._concat,
+    "one_hot": Emitter._one_hot,
+    "iota": Emitter._iota,
+    "take": Emitter._take,
+    "gather": Emitter._gather,
+    "gather_grad": Emitter._gather_grad,
+    "pick": Emitter._pick,
+}
+for _op, _index_map in INDEX_MAPS.items():
+    registry.register_lowering(_op, LAYOUT_KEY, _index_map)
+registry.register_lowering("leaf", LAYOUT_KEY, Emitter.load)  # a stored tensor: read where it is

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
-from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable, header, kernel_source
+from . import kernels_scatter
+from .compute import KEY, header, kernel_source
+from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable
+from .options import CodegenOptions
 
 LANES = "xyzw"
 
@@ -20,7 +24,13 @@ def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelS
         try:
             return _render_vec4(
                 Context(
-                    ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index, nan_check=ctx.nan_check, renderer=ctx.renderer
+                    ctx.fusion,
+                    ctx.plan,
+                    ctx.kernel,
+                    ctx.dim_index,
+                    nan_check=ctx.nan_check,
+                    renderer=ctx.renderer,
+                    keys=ctx.keys,
                 ),
                 local,
             )
@@ -69,3 +79,14 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
         header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation", (LOCAL, 1, 1)) + body
     )
     return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL}, (LOCAL, 1, 1))
+
+
+def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
+    """The compute target's lowering of elementwise kernels: a scatter's rows (kernels_scatter)
+    or one invocation per element (vec4s where the options allow)."""
+    if kernels_scatter.owns_rows(ctx):
+        return kernels_scatter.render(ctx)
+    return render(ctx, allow_vec4=options.vec4, local=options.elementwise_local)
+
+
+registry.register_lowering("elementwise", KEY, lower)

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 
 from dlc.runtime.dims import product as dim_product
 
+from .. import registry
 from ..plan import eval_size, size_of
 from . import index
 from . import matmul_tuning as tuning
-from .glsl import Context, Emitter, Ix, KernelSource, header, kernel_source
+from .compute import KEY, TILE, header, kernel_source
+from .glsl import Context, Emitter, Ix, KernelSource
 from .matmul_tuning import Blocking, Variant
 from .options import CodegenOptions, codegen_options
 
@@ -435,8 +437,8 @@ def _render_tile16(ctx: Context) -> KernelSource:
     main = [
         "void main() {",
         "    int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);",
-        "    int n0 = int(gl_WorkGroupID.x) * 16, m0 = int(gl_WorkGroupID.y) * 16;",
-        "    int bz = int(gl_WorkGroupID.z);",
+        f"    int n0 = int({TILE}.x) * 16, m0 = int({TILE}.y) * 16;",
+        f"    int bz = int({TILE}.z);",
         "    int row = m0 + ly, col = n0 + lx;",
         "    float acc = 0.0;",
         f"    for (int k0 = 0; k0 < {K}; k0 += 16) {{",
@@ -595,15 +597,12 @@ def render_gemm(
         )
     else:
         add(f"    int tx = t % {tx_count}, ty = t / {tx_count};")
-    add(f"    int n0 = int(gl_WorkGroupID.x) * {blk.tn}, m0 = int(gl_WorkGroupID.y) * {blk.tm};")
+    add(f"    int n0 = int({TILE}.x) * {blk.tn}, m0 = int({TILE}.y) * {blk.tm};")
     if split is None:
-        add("    int bz = int(gl_WorkGroupID.z);")
+        add(f"    int bz = int({TILE}.z);")
         k_end = K
     else:
-        add(
-            f"    int bz = 0, kz = int(gl_WorkGroupID.z), k_end = min({K}, (kz + 1) * {split[1]});"
-            "  // this group's K-chunk"
-        )
+        add(f"    int bz = 0, kz = int({TILE}.z), k_end = min({K}, (kz + 1) * {split[1]});  // this group's K-chunk")
         k_end = "k_end"
     # acc<i>_<j>: row i of this invocation's block, columns 4j..4j+3 (plain variables, so
     # they stay in registers)
@@ -738,7 +737,7 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     gn = blk.rn // 4
     nx, ny, nz = (_tile_count(grid, a) for a in range(3))
     area = blk.tm * blk.tn
-    add(f"    int tile = int(gl_WorkGroupID.y) * {nx} + int(gl_WorkGroupID.x);")
+    add(f"    int tile = int({TILE}.y) * {nx} + int({TILE}.x);")
     add(f"    int parts = {nx} * {ny} + tile * {nz} * {area};  // this tile's partials")
     add("    if (ks == 0) {" if blk.ks > 1 else "    {")
     for i in range(blk.rm):
@@ -888,3 +887,6 @@ def _operand(
                 lanes = ", ".join(f"{reg}.{'xyzw'[c]}" for reg, _, _ in rows)
                 stash.append(f"{guard}{shared(f'{kk} + {c}', f'{pp} / 4')} = vec4({lanes});")
     return decls, fetch, stash, regs
+
+
+registry.register_lowering("matmul", KEY, render)  # render(ctx, options)

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import math
 
+from .. import registry
 from ..ir import format_shape
 from ..ops.norm import row_axes
 from ..plan import size_of
-from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, group_index, header, kernel_source
+from .compute import KEY, group_index, header, kernel_source
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource
+from .options import CodegenOptions
 from .renderer import float_lit
 
 
@@ -152,3 +155,11 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     _stats(ctx, em, "nm_row")
     em.line(f"float acc = {_element(ctx, em, 'nm_row', 'nm_col')};")
     return _what(ctx, "one fragment per output")
+
+
+def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
+    """The compute target's lowering of norm kernels."""
+    return render(ctx)
+
+
+registry.register_lowering("norm", KEY, lower)

@@ -7,10 +7,13 @@ windows that touch the element). Geometry follows `compiler/ops/window.py` (Tens
 
 from __future__ import annotations
 
+from .. import registry
 from ..ops.window import dilation, window_geometry
 from ..plan import size_of
 from . import kernels_conv
-from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, header, kernel_source
+from .compute import KEY, header, kernel_source
+from .glsl import LOCAL, Context, Emitter, Ix, KernelSource
+from .options import CodegenOptions
 
 
 def render(
@@ -23,14 +26,14 @@ def render(
     if kernels_conv.applies(node, conv):
         x_shape = node.attr("x_shape") if node.op == "conv2d_grad_input" else g.nodes[node.inputs[0]].shape
         k = (node.attr("w_shape") if node.op == "conv2d_grad_filter" else g.nodes[node.inputs[1]].shape)[:2]
-        out = kernels_conv.render(ctx, node, _geo(x_shape, k, node.attrs), conv, conv_blocking, conv_split)
+        out = kernels_conv.render(ctx, node, geometry(x_shape, k, node.attrs), conv, conv_blocking, conv_split)
         if out is not None:
             return out
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
     em.own_element("o", ctx.numel(node.shape))
-    what = _BODIES[node.op](ctx, em, node)
+    what = BODIES[node.op](ctx, em, node)
     em.line("epilogue(o, acc);")
     lines = header(ctx, what, (LOCAL, 1, 1))
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
@@ -39,7 +42,7 @@ def render(
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, (LOCAL, 1, 1))
 
 
-def _geo(x_shape, k, attrs) -> dict:
+def geometry(x_shape, k, attrs) -> dict:
     attrs = dict(attrs)
     oh, ow, pt, pl = window_geometry(x_shape, k, attrs)
     (sh, sw), (dh, dw) = attrs["stride"], dilation(attrs)
@@ -69,12 +72,12 @@ def _conv2d(ctx: Context, em: Emitter, node) -> str:
     g = ctx.graph
     x, w = node.inputs
     xs, ws = g.nodes[x].shape, g.nodes[w].shape
-    p = _geo(xs, ws[:2], node.attrs)
+    p = geometry(xs, ws[:2], node.attrs)
     ci, co = ws[2], ws[3]  # ci: input channels per group
     b, oy, ox, c = _coords(em, node.shape)
     X, Wb = ctx.buf(x), ctx.buf(w)
     em.line("float acc = 0.0;")
-    _each_tap(em, p, oy, ox)
+    each_tap(em, p, oy, ox)
     first = f" + ({c} / {co // p['G']}) * {ci}" if p["G"] > 1 else ""
     em.line(f"int xb = (({b} * {p['H']} + iy) * {p['W']} + ix) * {ci * p['G']}{first};")
     em.line(f"int wb = (di * {p['KW']} + dj) * {ci * co} + {c};")
@@ -82,7 +85,7 @@ def _conv2d(ctx: Context, em: Emitter, node) -> str:
     em.line(f"for (int k = 0; k < {ci}; ++k) acc += {xv} * {wv};")
     em.close()
     em.close()
-    return f"conv2d {list(xs)} * {list(ws)}, {_options(node)}"
+    return f"conv2d {list(xs)} * {list(ws)}, {describe_options(node)}"
 
 
 def _conv2d_grad_input(ctx: Context, em: Emitter, node) -> str:
@@ -90,21 +93,21 @@ def _conv2d_grad_input(ctx: Context, em: Emitter, node) -> str:
     dy, w = node.inputs
     ws = g.nodes[w].shape
     xs = node.attr("x_shape")
-    p = _geo(xs, ws[:2], node.attrs)
+    p = geometry(xs, ws[:2], node.attrs)
     ci, co = ws[2], ws[3]
     og = co // p["G"]  # outputs per group: input channel c feeds outputs [g * og, g * og + og)
     b, y, xx, c = _coords(em, node.shape)
     DY, Wb = ctx.buf(dy), ctx.buf(w)
     em.line("float acc = 0.0;")
     grp = f"({c} / {ci})" if p["G"] > 1 else "0"
-    _each_window_touching(em, p, y, xx)
+    each_window_touching(em, p, y, xx)
     em.line(f"int db = (({b} * {p['OH']} + oy) * {p['OW']} + ox) * {co} + {grp} * {og};")
     cg = f"{c} % {ci}" if p["G"] > 1 else c  # c's index inside its group
     em.line(f"int wb = ((di * {p['KW']} + dj) * {ci} + {cg}) * {co} + {grp} * {og};")
     em.line(f"for (int k = 0; k < {og}; ++k) acc += {ctx.load(DY, 'db + k')} * {ctx.load(Wb, 'wb + k')};")
     em.close()
     em.close()
-    return f"conv2d gradient for the input {list(xs)}, filter {list(ws)}, {_options(node)}"
+    return f"conv2d gradient for the input {list(xs)}, filter {list(ws)}, {describe_options(node)}"
 
 
 def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
@@ -112,7 +115,7 @@ def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
     x, dy = node.inputs
     xs = g.nodes[x].shape
     ws = node.attr("w_shape")
-    p = _geo(xs, ws[:2], node.attrs)
+    p = geometry(xs, ws[:2], node.attrs)
     di, dj, c, k = _coords(em, node.shape)
     X, DY = ctx.buf(x), ctx.buf(dy)
     ci, co = ws[2], ws[3]
@@ -131,14 +134,14 @@ def _conv2d_grad_filter(ctx: Context, em: Emitter, node) -> str:
     em.close()
     em.close()
     em.close()
-    return f"conv2d gradient for the filter {list(ws)}, input {list(xs)}, {_options(node)}"
+    return f"conv2d gradient for the filter {list(ws)}, input {list(xs)}, {describe_options(node)}"
 
 
 def _pool(ctx: Context, em: Emitter, node) -> str:
     g = ctx.graph
     x = node.inputs[0]
     xs = g.nodes[x].shape
-    p = _geo(xs, node.attr("size"), node.attrs)
+    p = geometry(xs, node.attr("size"), node.attrs)
     b, oy, ox, c = _coords(em, node.shape)
     X = ctx.buf(x)
     C = xs[3]
@@ -146,7 +149,7 @@ def _pool(ctx: Context, em: Emitter, node) -> str:
     em.line(f"float acc = {'(-DLC_INF)' if is_max else '0.0'};")
     if not is_max:
         em.line("float count = 0.0;")
-    _each_tap(em, p, oy, ox)
+    each_tap(em, p, oy, ox)
     v = ctx.load(X, f"(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}")
     if is_max:
         em.line(f"float v = {v};")
@@ -159,7 +162,7 @@ def _pool(ctx: Context, em: Emitter, node) -> str:
     if not is_max:
         whole = node.attr("count_include_pad", False)
         em.line(f"acc /= {float(p['KH'] * p['KW'])};" if whole else "acc /= count;")
-    return f"{node.op} {list(node.attr('size'))} over {list(xs)}, {_options(node)}"
+    return f"{node.op} {list(node.attr('size'))} over {list(xs)}, {describe_options(node)}"
 
 
 def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
@@ -168,15 +171,15 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     g = ctx.graph
     x, dy = node.inputs
     xs = g.nodes[x].shape
-    p = _geo(xs, node.attr("size"), node.attrs)
+    p = geometry(xs, node.attr("size"), node.attrs)
     b, y, xx, c = _coords(em, node.shape)
     X, DY = ctx.buf(x), ctx.buf(dy)
     C = xs[3]
     em.line("float acc = 0.0;")
-    _each_window_touching(em, p, y, xx)
+    each_window_touching(em, p, y, xx)
     em.line("float best = -DLC_INF;")
     em.line("int by = -1, bx = -1;")
-    _each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
+    each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
     xat = f"(({b} * {p['H']} + iy) * {p['W']} + ix) * {C} + {c}"
     em.line(f"float v = {ctx.load(X, xat)};")
     em.line("if (v > best || by < 0 || (dlc_isnan(v) && !dlc_isnan(best))) { best = v; by = iy; bx = ix; }")
@@ -192,12 +195,12 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
 def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
     dy = node.inputs[0]
     xs = node.attr("x_shape")
-    p = _geo(xs, node.attr("size"), node.attrs)
+    p = geometry(xs, node.attr("size"), node.attrs)
     b, y, xx, c = _coords(em, node.shape)
     DY = ctx.buf(dy)
     C = xs[3]
     em.line("float acc = 0.0;")
-    _each_window_touching(em, p, y, xx)
+    each_window_touching(em, p, y, xx)
     # The window's count of unpadded positions, as the forward pool divided by.
     if node.attr("count_include_pad", False):
         em.line(f"float count = {float(p['KH'] * p['KW'])};")
@@ -214,7 +217,7 @@ def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:
     return f"avg_pool gradient {list(node.attr('size'))} for {list(xs)}"
 
 
-def _each_tap(em: Emitter, p: dict, oy: str, ox: str, taps: tuple[str, str] = ("di", "dj")) -> None:
+def each_tap(em: Emitter, p: dict, oy: str, ox: str, taps: tuple[str, str] = ("di", "dj")) -> None:
     """Open loops (counters `taps`) over the unpadded positions (iy, ix) of output (oy, ox)'s
     window."""
     di, dj = taps
@@ -226,7 +229,7 @@ def _each_tap(em: Emitter, p: dict, oy: str, ox: str, taps: tuple[str, str] = ("
     em.line(f"if (ix < 0 || ix >= {p['W']}) continue;")
 
 
-def _each_window_touching(em: Emitter, p: dict, y: str, x: str) -> None:
+def each_window_touching(em: Emitter, p: dict, y: str, x: str) -> None:
     """Open loops over the outputs (oy, ox) whose window holds input (y, x), at tap (di, dj)."""
     em.open(f"for (int di = 0; di < {p['KH']}; ++di)")
     em.line(f"int ty = {y} + {p['PT']} - di * {p['DH']};")
@@ -240,7 +243,7 @@ def _each_window_touching(em: Emitter, p: dict, y: str, x: str) -> None:
     em.line(f"if (ox >= {p['OW']}) continue;")
 
 
-def _options(node) -> str:
+def describe_options(node) -> str:
     """The node's geometry as the kernel's description says it."""
     a = dict(node.attrs)
     pad = a["padding"]
@@ -253,7 +256,7 @@ def _options(node) -> str:
     return ", ".join(out)
 
 
-_BODIES = {
+BODIES = {
     "conv2d": _conv2d,
     "conv2d_grad_input": _conv2d_grad_input,
     "conv2d_grad_filter": _conv2d_grad_filter,
@@ -262,3 +265,11 @@ _BODIES = {
     "max_pool_grad": _max_pool_grad,
     "avg_pool_grad": _avg_pool_grad,
 }
+
+
+def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
+    """The compute target's lowering of window kernels."""
+    return render(ctx, options.conv, options.conv_blocking, options.conv_split)
+
+
+registry.register_lowering("window", KEY, lower)

@@ -3,9 +3,9 @@
 In the manner of tinygrad's `CStyleLanguage` (and its old `GLSLLanguage` for WebGL): the
 `Emitter` (glsl.py) writes a kernel's values and index maps once, and asks its renderer how to
 read element i of a stored tensor, how to write a result, how an invocation finds its own
-element, what the version line is and which op expressions differ from the registry's. A
-target is a subclass that fills those tables (what one kernel may bind and write on each,
-for fusion, is in compiler/limits.py).
+element and what the version line is (an op's expression is the registry's lowering for the
+target's keys: a target that needs another writes it there). Each target (target.py) holds a
+subclass that fills those tables.
 
 - `GLSLCompute`: GLSL 4.30 compute shaders over std430 storage buffers (`b<k>.v[i]`).
 - `GLSLTexture`: GLSL 3.30 core fragment shaders over R32F textures (`texelFetch` from the
@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from typing import ClassVar
 
 
@@ -44,10 +43,6 @@ class Renderer(ABC):
     target: ClassVar[str]
     version: ClassVar[str]  # the version line
     prefix: ClassVar[tuple[str, ...]] = ()  # lines right after it (precision qualifiers)
-    # GLSL the code generator uses instead of the registry's, with the reason beside each.
-    code_for_op: ClassVar[Mapping[str, str]] = {
-        "tanh": "dlc_tanh(a)",  # the builtin is slow on NVIDIA; dlc_tanh is one exp
-    }
     helpers: ClassVar[str] = ""  # target functions after the preamble (kept only when used)
 
     def version_lines(self) -> list[str]:
@@ -55,9 +50,9 @@ class Renderer(ABC):
 
     def op(self, name: str, glsl: str, args: list[str], attrs: tuple = ()) -> str:
         """The expression of elementwise op `name` over `args` (operands a, b, c of its GLSL
-        template `glsl`, or of this target's `code_for_op`); numeric attrs fill `{attr}`."""
+        template `glsl`, the registry's lowering for this target); numeric attrs fill `{attr}`."""
         names = dict(zip("abc", args))
-        expr = _OPERAND.sub(lambda m: names[m.group(0)], self.code_for_op.get(name, glsl))
+        expr = _OPERAND.sub(lambda m: names[m.group(0)], glsl)
         for k, v in attrs:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 expr = expr.replace("{" + k + "}", float_lit(v))
@@ -137,12 +132,3 @@ class GLSLESTexture(GLSLTexture):
 
 
 COMPUTE = GLSLCompute()
-
-
-def renderer_for(target: str, options: Mapping | None = None) -> Renderer:
-    """The renderer of `target` ("compute" or "texture"; option `es` picks GLSL ES 3.00)."""
-    if target == "compute":
-        return COMPUTE
-    if target == "texture":
-        return GLSLESTexture() if (options or {}).get("es") else GLSLTexture()
-    raise ValueError(f"unknown target '{target}': choose compute or texture")

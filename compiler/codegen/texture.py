@@ -1,4 +1,4 @@
-"""The `glsl-texture` target: each kernel output rendered by a fragment shader into a float texture.
+"""The texture target: each kernel output rendered by a fragment shader into a float texture.
 
 For GL without compute shaders (macOS's 4.1, WebGL2): one fragment computes one output element.
 Every storage slot is a 2D R32F texture holding the slot's floats row-major from the flat index
@@ -7,101 +7,195 @@ texture computes element `y * dlc_width + x`. The same fusion (with this target'
 capabilities: one output a kernel), plan, `Emitter` and index algebra as the compute target are
 used; the `GLSLTexture` renderer (renderer.py) makes a load `dlc_load(b<k>, i)` (a `texelFetch`,
 `b<k>` a sampler on texture unit k), a store `dlc_out = v`, and the own element the fragment's.
-A kernel with several outputs renders one pass (one shader) per output.
+A kernel with several outputs renders one pass (one shader) per output (fragment.py: the
+passes and their header), run by runtime/texture_executor.py.
 
-Reductions, matmuls and window ops are per-output loops (a sum whose plain result is inf or NaN
-sums again with its terms times 2^-32, as on the compute target). The version line is `#version 330
-core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es` option); the text writes
-no implicit int -> float conversion (GLSL ES refuses them).
+`TextureTarget` registers a lowering per kernel kind under `KEY` (`fn(ctx, options) ->
+TextureKernel`). Reductions, matmuls and window ops are per-output loops (a sum whose plain
+result is inf or NaN sums again with its terms times 2^-32, as on the compute target); large
+matmuls and convolutions take texture_matmul.py's packed passes. The loops `reduce_body` and
+`matmul_body` read and write only through the renderer: any target without shared memory
+may use them (tests/codegen/targets/compute_noshared.py does). The version line is
+`#version 330 core`, or `#version 300 es` with `precision highp` for WebGL2 (the `es`
+option); the text writes no implicit int -> float conversion (GLSL ES refuses them).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from dlc.runtime.sizes import device_limits, over_limits
-from dlc.runtime.spec import Packed, Pass, PassScratch, ProgramSpec
+from dlc.runtime.spec import Packed, Pass, PassScratch
 
+from .. import registry
+from ..fusion import Capabilities
+from ..limits import capabilities
 from ..plan import Plan, size_of
-from . import dim_index, kernels_attention, kernels_elementwise, kernels_norm, texture_matmul
-from .glsl import PREAMBLE, Context, Emitter, Ix, KernelSource, comment, kernel_source, mul, numel_known, uniform_lines
+from . import kernels_attention, kernels_elementwise, kernels_norm, kernels_window, texture_matmul
+from .fragment import TextureKernel, TexturePass, finish
+from .glsl import Context, Emitter, Ix, KernelSource, kernel_source, mul, numel_known
 from .index import broadcast_coords
 from .kernels_reduce import BETTER, INIT, UP, geometry
-from .kernels_window import _BODIES as WINDOW_BODIES
-from .options import codegen_options
+from .options import CodegenOptions, codegen_options
+from .program import dim_index, program_spec
 from .renderer import GLSLESTexture, GLSLTexture, Renderer
+from .target import Rendered, Target, TargetError, register_target
 
-VERSION_CORE = GLSLTexture.version
-VERSION_ES = GLSLESTexture.version
-ES_PRECISION = GLSLESTexture.prefix
-LOAD = GLSLTexture.helpers
+__all__ = ["TEXTURE", "TextureKernel", "TexturePass", "TextureTarget", "TextureTargetError"]
 
-_SAMPLED = re.compile(r"\bdlc_load\(b(\d+),")
-_BUFFER_LOAD = re.compile(r"\bb\d+\.v\[")  # a compute-target load: never in a texture shader
-
-
-class TextureTargetError(Exception):
-    """A kernel the texture target cannot render (names the op and the target)."""
-
+KEY = "glsl-texture"  # this target's lowerings in the registry
+TextureTargetError = TargetError  # a kernel the texture target cannot render (names the op)
 
 SPLIT = 1024  # a sum/max/min over more (or a symbolic number of) elements runs in two passes
 PARTS = 64  # partial results per output in the first of them
 RESCAN = 65535 - 2 * PARTS  # a split sum that overflowed sums its parts again up to this size
 
 
-@dataclass(frozen=True)
-class TexturePass:
-    tensor: int | None  # the output this pass writes; None: the partials of a split reduction
-    source: str
-    into: int | None = None  # renders the packed texture on this unit (texture_matmul)
+class TextureTarget(Target):
+    """GLSL 3.30 core (or ES 3.00: the `es` option) fragment shaders over float textures."""
+
+    name = "texture"
+    runtime = "texture"
+    keys = (KEY,)
+
+    def renderer(self, options: CodegenOptions) -> Renderer:
+        return GLSLESTexture() if options.es else GLSLTexture()
+
+    def capabilities(self, options: CodegenOptions) -> Capabilities:
+        return capabilities("texture", options.limits, options.nan_flags)
+
+    def kernels(self, plan: Plan, options: CodegenOptions | Mapping | None = None) -> list[TextureKernel]:
+        """Every kernel of the plan as its passes, in schedule order."""
+        o = codegen_options(options)
+        dims = dim_index(plan)
+        limits = device_limits(o.limits)
+        rendered = [self.render_kernel(plan, k, dims, o) for k in range(len(plan.fusion.kernels))]
+        for t in rendered:  # fusion kept each within the device's texture units (compiler/limits.py)
+            for p in t.passes:
+                why = over_limits(p.source, None, limits, fragment=True)
+                if why:
+                    raise ValueError(f"internal dlc error: kernel '{t.kernel.name}' {why}")
+        return rendered
+
+    def render_kernel(self, plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) -> TextureKernel:
+        kernel = plan.fusion.kernels[index]
+        ctx = Context(plan.fusion, plan, kernel, dims, renderer=self.renderer(o), keys=self.keys)
+        return self.template(kernel.kind)(ctx, o)
+
+    def render(self, name: str, plan: Plan, options: CodegenOptions) -> Rendered:
+        """The program spec (program.program_spec's, with this target's runtime and each
+        kernel's passes) and its shader files."""
+        kernels = self.kernels(plan, options)
+        spec, _ = program_spec(name, plan, [t.kernel for t in kernels], self.runtime)
+        sources: dict[str, str] = {}
+        texture_kernels = []
+        for ks, t in zip(spec.kernels, kernels):
+            passes = []
+            for p in t.passes:
+                what = f"pack{p.into}" if p.into is not None else "partials" if p.tensor is None else p.tensor
+                file = f"{name}_{ks.name}_{what}.frag"
+                sources[file] = p.source
+                passes.append(Pass(file, p.tensor, p.into))
+            scratch = None if t.scratch is None else PassScratch(tuple(t.scratch["size"]), t.scratch["unit"])
+            packed = tuple(Packed(q["unit"], tuple(q["rows"]), tuple(q["depth"]), q["label"]) for q in t.packed)
+            texture_kernels.append(
+                replace(ks, file=None, grid=None, local_size=None, passes=tuple(passes), scratch=scratch, packed=packed)
+            )
+        spec = replace(spec, kernels=tuple(texture_kernels))
+        return Rendered(spec, sources, [t.kernel for t in kernels])
 
 
-@dataclass(frozen=True)
-class TextureKernel:
-    """A rendered kernel: what `program_spec` needs (`kernel`, its source empty) and its passes."""
+TEXTURE = register_target(TextureTarget())
 
-    kernel: KernelSource
-    passes: tuple[TexturePass, ...]
-    scratch: dict | None = None  # {"size": [int, dims...], "unit": k}: the partials' texture
-    packed: tuple = ()  # texture_matmul's RGBA textures: {"unit", "rows", "depth", "label"} each
+# -- the lowerings: fn(ctx, options) -> TextureKernel --------------------------------------
+
+Body = Callable[[Context, Emitter], str]  # writes output o's `acc` (or its anchor), says what
 
 
-def render(plan: Plan, options: Mapping | None = None) -> list[TextureKernel]:
-    dims = dim_index(plan)
-    opts = codegen_options(options)
-    packed = True if opts.packed is None else bool(opts.packed)  # texture_matmul's packed passes
-    limits = device_limits(opts.limits)
-    rendered = [render_kernel(plan, k, dims, opts.es, packed) for k in range(len(plan.fusion.kernels))]
-    for t in rendered:  # fusion kept each within the device's texture units (compiler/limits.py)
-        for p in t.passes:
-            why = over_limits(p.source, None, limits, fragment=True)
-            if why:
-                raise ValueError(f"internal dlc error: kernel '{t.kernel.name}' {why}")
-    return rendered
+def _kernel_source(ctx: Context) -> KernelSource:
+    """The kernel's KernelSource for the spec (no text: its passes are the shaders)."""
+    return kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
 
 
-def render_kernel(
-    plan: Plan, index: int, dims: Mapping[str, int], es: bool = False, packed: bool = True
-) -> TextureKernel:
-    kernel = plan.fusion.kernels[index]
-    ctx = Context(plan.fusion, plan, kernel, dims, renderer=GLSLESTexture() if es else GLSLTexture())
-    if packed and texture_matmul.applies(ctx):
-        return texture_matmul.render_kernel(ctx, es)
+def _output_pass(ctx: Context, output: int, body: Body, anchor: str = "acc") -> str:
+    """Output `output`'s pass: fragment o runs `body`, whose result `anchor` the epilogue reads."""
+    em = Emitter(ctx)
+    em.own_element("o", ctx.numel(ctx.kernel.shape))
+    what = body(ctx, em)
+    em.anchor_value = anchor
+    em.store_outputs(Ix(flat="o"), (output,))
+    return finish(ctx, em, output, what)
+
+
+def output_passes(ctx: Context, body: Body, anchor: str = "acc") -> TextureKernel:
+    """A kernel of one pass per output, each fragment running `body` for its element."""
+    passes = tuple(TexturePass(o, _output_pass(ctx, o, body, anchor)) for o in ctx.kernel.outputs)
+    return TextureKernel(_kernel_source(ctx), passes)
+
+
+def _elementwise(ctx: Context, options: CodegenOptions) -> TextureKernel:
     passes = []
-    scratch = None
-    if _split(ctx):
-        # Tree reduction in two passes: PARTS partials per output, then one fragment per
-        # output combines them (and runs the epilogue), reading them on a spare texture unit.
-        unit = len(ctx.binding)
-        size = size_of(ctx.graph.nodes[kernel.anchor].shape)
-        scratch = {"size": [size[0] * PARTS, *size[1:]], "unit": unit}
-        passes.append(TexturePass(None, _render_pass(ctx, None)))
-    for o in kernel.outputs:
-        passes.append(TexturePass(o, _render_pass(ctx, o, scratch)))
-    ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
-    return TextureKernel(ks, tuple(passes), scratch)
+    for o in ctx.kernel.outputs:
+        em = Emitter(ctx)
+        kernels_elementwise.main_body(em, (o,))
+        passes.append(TexturePass(o, finish(ctx, em, o, "elementwise")))
+    return TextureKernel(_kernel_source(ctx), tuple(passes))
+
+
+def _reduce(ctx: Context, options: CodegenOptions) -> TextureKernel:
+    if not _split(ctx):
+        return output_passes(ctx, reduce_body, "acc_result")
+    # Tree reduction in two passes: PARTS partials per output, then one fragment per
+    # output combines them (and runs the epilogue), reading them on a spare texture unit.
+    unit = len(ctx.binding)
+    size = size_of(ctx.graph.nodes[ctx.kernel.anchor].shape)
+    scratch = {"size": [size[0] * PARTS, *size[1:]], "unit": unit}
+    passes = [TexturePass(None, _partials_pass(ctx))]
+    for o in ctx.kernel.outputs:
+        passes.append(TexturePass(o, _output_pass(ctx, o, lambda ctx, em: _combine_body(ctx, em, unit))))
+    return TextureKernel(_kernel_source(ctx), tuple(passes), scratch)
+
+
+def _packs(ctx: Context, options: CodegenOptions) -> bool:
+    """Whether this matmul or conv takes texture_matmul's packed passes (the `packed` option
+    on, None meaning on)."""
+    return options.packed is not False and texture_matmul.applies(ctx)
+
+
+def _matmul(ctx: Context, options: CodegenOptions) -> TextureKernel:
+    if _packs(ctx, options):
+        return texture_matmul.render_kernel(ctx, options.es)
+    return output_passes(ctx, matmul_body)
+
+
+def _window(ctx: Context, options: CodegenOptions) -> TextureKernel:
+    if _packs(ctx, options):
+        return texture_matmul.render_kernel(ctx, options.es)
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    body = kernels_window.BODIES.get(node.op)
+    if body is None:
+        raise TextureTargetError(f"the texture target has no kernel for op '{node.op}'")
+    return output_passes(ctx, lambda ctx, em: body(ctx, em, node))
+
+
+def _norm(ctx: Context, options: CodegenOptions) -> TextureKernel:
+    return output_passes(ctx, kernels_norm.texture_body)
+
+
+def _attention(ctx: Context, options: CodegenOptions) -> TextureKernel:
+    return output_passes(ctx, kernels_attention.texture_body)
+
+
+for _kind, _lower in (
+    ("elementwise", _elementwise),
+    ("reduce", _reduce),
+    ("matmul", _matmul),
+    ("window", _window),
+    ("norm", _norm),
+    ("attention", _attention),
+):
+    registry.register_lowering(_kind, KEY, _lower)
 
 
 def _split(ctx: Context) -> bool:
@@ -115,79 +209,15 @@ def _split(ctx: Context) -> bool:
     return reduced is None or reduced > SPLIT
 
 
-def _render_pass(ctx: Context, output: int | None, scratch: dict | None = None) -> str:
-    k, g = ctx.kernel, ctx.graph
+def _partials_pass(ctx: Context) -> str:
+    """The first pass of a split reduction: fragment p = o * PARTS + part."""
     em = Emitter(ctx)
-    n = ctx.numel(k.shape)
-    if output is None:  # the partials of a split reduction: fragment p = o * PARTS + part
-        em.own_element("p", mul(n, str(PARTS)))
-        em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
-        what = _reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
-        em.line(ctx.renderer.store("partials", "p", "acc"))  # element p of the scratch texture
-        return _finish(ctx, em, None, what)
-    if k.kind == "elementwise":
-        kernels_elementwise.main_body(em, (output,))
-        return _finish(ctx, em, output, "elementwise")
-    em.own_element("o", n)
-    if scratch is not None:
-        what = _combine_body(ctx, em, scratch["unit"])
-        em.anchor_value = "acc"
-    elif k.kind == "reduce":
-        what = _reduce_body(ctx, em)
-        em.anchor_value = "acc_result"
-    elif k.kind == "matmul":
-        what = _matmul_body(ctx, em)
-        em.anchor_value = "acc"
-    elif k.kind == "norm":
-        what = kernels_norm.texture_body(ctx, em)
-        em.anchor_value = "acc"
-    elif k.kind == "attention":
-        what = kernels_attention.texture_body(ctx, em)
-        em.anchor_value = "acc"
-    elif k.kind == "window":
-        op = g.nodes[k.anchor].op
-        body = WINDOW_BODIES.get(op)
-        if body is None:
-            raise TextureTargetError(f"the texture target has no kernel for op '{op}'")
-        what = body(ctx, em, g.nodes[k.anchor])
-        em.anchor_value = "acc"
-    else:
-        raise TextureTargetError(f"the texture target has no kernel for {k.kind} kernels")
-    em.store_outputs(Ix(flat="o"), (output,))
-    return _finish(ctx, em, output, what)
-
-
-def _finish(ctx: Context, em: Emitter, output: int | None, what: str) -> str:
-    main = "\n".join(["void main() {", *em.lines, "}"])
-    if _BUFFER_LOAD.search(main):  # a template wrote a load without asking the renderer
-        raise AssertionError(f"kernel {ctx.kernel.name}: a storage-buffer load in a texture shader")
-    units = sorted({int(m.group(1)) for m in _SAMPLED.finditer(main)})
-    return "\n".join(_header(ctx, output, what, units)) + "\n" + main + "\n"
-
-
-def _header(ctx: Context, output: int, what: str, units: list[int]) -> list[str]:
-    g, k = ctx.graph, ctx.kernel
-    r: Renderer = ctx.renderer
-    lines = r.version_lines()
-    out = "partials" if output is None else f"output {g.label(output)}"
-    lines += [f"// kernel {k.name}, {comment(out)}: {comment(what)}", "// implements:"]
-    lines += ["//   " + comment(text) for text in ctx.ir_lines]
-    slot_of = {b: s for s, b in ctx.binding.items()}
-    for u in units:
-        if u not in slot_of:
-            lines.append(f"uniform sampler2D b{u};  // the partial results")
-            continue
-        names = ", ".join(g.label(t) for t in k.inputs if ctx.plan.slot_of.get(t) == slot_of[u])
-        lines.append(f"uniform sampler2D b{u};  // {comment(names)}")
-    lines += uniform_lines(ctx)
-    lines += [
-        "uniform int dlc_width;  // the output texture's width",
-        "layout(location = 0) out float dlc_out;",
-        "",
-        PREAMBLE,
-        r.helpers,
-    ]
-    return lines
+    n = ctx.numel(ctx.kernel.shape)
+    em.own_element("p", mul(n, str(PARTS)))
+    em.line(f"int o = p / {PARTS}, part = p % {PARTS};")
+    what = reduce_body(ctx, em, "part", str(PARTS)) + f", {PARTS} partials per output"
+    em.line(ctx.renderer.store("partials", "p", "acc"))  # element p of the scratch texture
+    return finish(ctx, em, None, what)
 
 
 def _combine_body(ctx: Context, em: Emitter, unit: int) -> str:
@@ -256,7 +286,7 @@ def _reduce_loop(ctx: Context, em: Emitter, acc: str, start: str, step: str, sca
     em.close()
 
 
-def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
+def reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -> str:
     """One fragment per output, looping over the reduced elements (acc_result = the result);
     a split reduction's first pass loops from `start` by `step`."""
     g = ctx.graph
@@ -278,7 +308,7 @@ def _reduce_body(ctx: Context, em: Emitter, start: str = "0", step: str = "1") -
     return f"{op} over axes {list(axes)} of {list(xshape)}, one fragment per output"
 
 
-def _matmul_body(ctx: Context, em: Emitter) -> str:
+def matmul_body(ctx: Context, em: Emitter) -> str:
     """One fragment per output: a dot product over k with texelFetch."""
     g = ctx.graph
     node = g.nodes[ctx.kernel.anchor]
@@ -301,26 +331,3 @@ def _matmul_body(ctx: Context, em: Emitter) -> str:
     em.line(f"acc += {av} * {bv};")
     em.close()
     return f"matmul {list(ash)}{'^T' if ta else ''} @ {list(bsh)}{'^T' if tb else ''}, one fragment per output"
-
-
-def program(name: str, plan: Plan, kernels: list[TextureKernel]) -> tuple[ProgramSpec, dict[str, str]]:
-    """The program spec (as `pipeline.program_spec`, with target "texture" and each kernel's
-    passes) and its shader files."""
-    from ..pipeline import program_spec
-
-    spec, _ = program_spec(name, plan, [t.kernel for t in kernels])
-    sources: dict[str, str] = {}
-    texture_kernels = []
-    for ks, t in zip(spec.kernels, kernels):
-        passes = []
-        for p in t.passes:
-            what = f"pack{p.into}" if p.into is not None else "partials" if p.tensor is None else p.tensor
-            file = f"{name}_{ks.name}_{what}.frag"
-            sources[file] = p.source
-            passes.append(Pass(file, p.tensor, p.into))
-        scratch = None if t.scratch is None else PassScratch(tuple(t.scratch["size"]), t.scratch["unit"])
-        packed = tuple(Packed(q["unit"], tuple(q["rows"]), tuple(q["depth"]), q["label"]) for q in t.packed)
-        texture_kernels.append(
-            replace(ks, file=None, grid=None, local_size=None, passes=tuple(passes), scratch=scratch, packed=packed)
-        )
-    return replace(spec, target="texture", kernels=tuple(texture_kernels)), sources

@@ -1,7 +1,7 @@
 """Packed matmul and conv2d for the texture target: both operands repacked four k values a
 texel.
 
-The per-output loop of `texture._matmul_body` fetches one float per texelFetch, and every
+The per-output loop of `texture.matmul_body` fetches one float per texelFetch, and every
 fetch turns a flat index into texture coordinates with an integer division and modulo by the
 texture's width (scalarized per lane on llvmpipe; a long dependent chain on a GPU). Here a
 matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a texel):
@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from ..plan import size_of
 from . import index
+from .fragment import TextureKernel, TexturePass, finish
 from .glsl import Context, Emitter, Ix, comment, kernel_source, numel_known
-from .kernels_window import _each_tap, _each_window_touching, _geo, _options
+from .kernels_window import describe_options, each_tap, each_window_touching, geometry
 
 # Below these (known sizes) the per-output loop is as fast: too little to pack, or too few
 # products for two more passes to pay (measured on llvmpipe).
@@ -135,9 +136,7 @@ def _conv_grad_input_operands(ctx: Context, node, unit: int) -> tuple[_Operand, 
 
 
 def render_kernel(ctx: Context, es: bool):
-    """The kernel's pack passes and its output passes (a `texture.TextureKernel`)."""
-    from .texture import TextureKernel, TexturePass
-
+    """The kernel's pack passes and its output passes (a `fragment.TextureKernel`)."""
     k = ctx.kernel
     node = ctx.graph.nodes[k.anchor]
     unit = len(ctx.binding)  # the packed textures take the units after the kernel's slots
@@ -172,8 +171,6 @@ def _quads(ctx: Context, depth) -> str:
 def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     """Operand p's packed texture: row r down column r % width, texel q of it at
     ((r / width) * quads + q), holding k = 4q..4q+3 (zeros past the depth)."""
-    from .texture import _finish
-
     g = ctx.graph
     em = Emitter(ctx)
     quads = _quads(ctx, depth)
@@ -191,7 +188,7 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     em.line(f"dlc_out4 = vec4({', '.join(values)});")
     shape = list(g.nodes[p.tensor].shape)
     what = f"pack {p.name} = {g.label(p.tensor)} {shape}: 4 values of k a texel, row r down a column"
-    text = _finish(ctx, em, None, what)
+    text = finish(ctx, em, None, what)
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     return text.replace(", partials: ", f", {comment('packed ' + p.name)}: ", 1)
 
@@ -211,8 +208,6 @@ def _matmul_rows(
 def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) -> str:
     """Fragment (row r, texel jq) of the products texture: outputs j = 4jq..4jq+3 of output
     row r (the output's coordinates but the last), from one fetch of A and four of B per 4 k."""
-    from .texture import _finish
-
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
@@ -235,26 +230,26 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
     elif node.op == "conv2d":
-        geo = _geo(ash, bsh[:2], node.attrs)
+        geo = geometry(ash, bsh[:2], node.attrs)
         b, oy, ox = rc
-        _each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
+        each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
         ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
         _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js])
         em.close()
         em.close()
-        what = f"conv2d {list(ash)} * {list(bsh)}, {_options(node)}"
+        what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
     else:  # conv2d_grad_input
-        geo = _geo(node.attr("x_shape"), bsh[:2], node.attrs)
+        geo = geometry(node.attr("x_shape"), bsh[:2], node.attrs)
         b, y, x = rc
-        _each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
+        each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
         ra = f"({b} * {geo['OH']} + oy) * {geo['OW']} + ox"
         _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[2]} + {j}" for j in js])
         em.close()
         em.close()
-        what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {_options(node)}"
+        what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {describe_options(node)}"
     sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
     em.line(f"dlc_out4 = vec4({sums});")
-    text = _finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
+    text = finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     text = text.replace(", partials: ", ", the products: ", 1)
     return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
@@ -277,8 +272,6 @@ def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rb
 def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     """One fragment per output element: its product from the products texture, then the
     epilogue."""
-    from .texture import _finish
-
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
@@ -293,7 +286,7 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     em.anchor_value = "acc"
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
-    text = _finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
+    text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
     decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
 

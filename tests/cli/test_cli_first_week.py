@@ -55,7 +55,7 @@ def test_outputs_land_in_the_working_folder(dlc_run, tmp_path):
 def test_compile_says_when_it_replaces_a_different_artifact(dlc_run, models):
     p = dlc_run("compile", "quadratic.dl", "--train", "--optimizer", "adam", cwd=models)
     assert p.returncode == 0 and "warning" not in p.stderr
-    p = dlc_run("compile", "quadratic.dl", "--emit", "glsl", cwd=models)
+    p = dlc_run("compile", "quadratic.dl", "--emit", "glsl", "-o", "quadratic.dlc", cwd=models)
     assert p.returncode == 0, p.stderr
     assert (
         "warning: quadratic.dlc held a training artifact of quadratic.dl (adam, loss cost); "

@@ -113,16 +113,16 @@ def test_a_signal_ignored_at_the_start_stays_ignored(models):
 
 
 def test_checkpoint_every_n_steps_and_at_the_end(models, monkeypatch, capsys):
-    import dlc.weights
+    from dlc.cli import train_outputs
 
-    real, written = dlc.weights.save_or_rescue, []
+    real, written = train_outputs.save_or_rescue, []
 
     def recording(path, arrays, what):
         if "meta" in arrays:
             written.append((path, json.loads(arrays["meta"].tobytes())["run"]["done"]))
         return real(path, arrays, what)
 
-    monkeypatch.setattr(dlc.weights, "save_or_rescue", recording)
+    monkeypatch.setattr(train_outputs, "save_or_rescue", recording)  # what dlc train writes with
     status, _, err = run_main(models, monkeypatch, capsys, "--checkpoint-every", 9, "--save", "a.npz")
     assert status == 0, err
     assert written == [("a.ckpt.npz", 9), ("a.ckpt.npz", 18), ("a.ckpt.npz", 27), ("a.ckpt.npz", 30)]

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dlc
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "samples" / "data"
 QUAD = DATA / "quadratic.npz"
@@ -371,3 +373,26 @@ def test_freeze_keeps_matching_params_bitwise_and_saves_them(dlc_run, tmp_path):
     )
     assert p.returncode == 0, p.stderr
     assert "model.poly.a = 0.25" in p.stdout
+
+
+def test_a_log_that_cannot_be_written_loses_no_params(dlc_run, models):
+    (models / "a_file").write_text("")
+    args = ["train", "quadratic.dl", "--data", QUAD, "--steps", 5, "--backend", "numpy", "--save", "w.npz"]
+    p = dlc_run(*args, "--log", "a_file/log.csv", cwd=models)
+    assert p.returncode == 1
+    assert "error: cannot write a_file/log.csv (--log): " in p.stderr and "Traceback" not in p.stderr
+    assert "weights saved to w.npz" in p.stdout
+    assert set(np.load(models / "w.npz")) == {"a", "b", "c"}
+
+
+def test_the_summary_val_line_is_evaluate_over_the_val_file(dlc_run, models):
+    args = ["train", "quadratic.dl", "--data", QUAD, "--val", QUAD, "--epochs", 2, "--batch-size", 48]
+    p = dlc_run(*args, "--backend", "numpy", "--save", "w.npz", "--log", "log.csv", cwd=models)
+    assert p.returncode == 0, p.stderr
+    sess = dlc.Session(models / "quadratic.dl", backend="numpy")
+    sess.load(models / "w.npz")
+    want = float(sess.evaluate(dict(np.load(QUAD)), "cost"))
+    line = next(x for x in p.stdout.splitlines() if x.startswith("  val ("))
+    assert float(line.rsplit(" ", 1)[1]) == pytest.approx(want, rel=1e-5)
+    rows = read_log(models / "log.csv")
+    assert float(rows[-1]["val_loss"]) == pytest.approx(want, rel=1e-5)  # the last epoch's, same params

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlc.compiler.builder import GraphBuilder
-from dlc.compiler.fusion import bound, format_fusion, fuse
+from dlc.compiler.fusion import bound, fuse
 from dlc.compiler.lang import compile_source
 from dlc.compiler.limits import capabilities
 from dlc.compiler.train_graph import build_train_graph
@@ -130,13 +130,6 @@ def test_reshape_to_a_matmul_is_a_view():
     f = fuse(b.build(), [y])
     assert f.alias == {r: x}
     assert len(f.kernels) == 1 and set(f.kernels[0].inputs) == {w, r}
-
-
-def test_format_lists_each_kernel_with_its_ir():
-    f = fused("input x: [B, 5]\nparam W: [5, 3]\ny = relu(x @ W)\n", "y")
-    text = format_fusion(f)
-    assert "kernel k00_matmul_relu (matmul) -> y" in text
-    assert "matmul(x, W" in text and "# line 3" in text
 
 
 @pytest.mark.parametrize("src", ["input x: [3]\ny = x\n", "param p: [2, 2] = ones\ny = p\n"])

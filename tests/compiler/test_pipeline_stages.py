@@ -1,5 +1,5 @@
-"""The compiler as named stages: each one's output, verification between them, simplify once
-per program, and `dlc compile --emit STAGE`."""
+"""The compiler as named stages: their order, verification between them, simplify once per
+program. What each stage prints is in tests/golden (the whole text of every stage)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dlc
 from dlc import cli
 from dlc.compiler import pipeline, verify
 from dlc.compiler.ir import Graph
-from dlc.compiler.pipeline import STAGE_NAMES, Options, Work, format_stage, run_stages
+from dlc.compiler.pipeline import STAGE_NAMES, Options, Work, run_stages
 
 MLP = Path(__file__).resolve().parents[2] / "samples" / "mlp_digits.dl"
 
@@ -24,28 +24,6 @@ def _work(train: bool = True, **kw) -> Work:
 def test_stage_names_in_order_and_the_cli_lists_the_same():
     assert STAGE_NAMES == ("parse", "build", "verify", "autodiff", "optimizer", "simplify", "fuse", "plan", "codegen")
     assert cli.STAGES == STAGE_NAMES
-
-
-@pytest.mark.parametrize("stage", STAGE_NAMES)
-def test_every_stage_prints_what_it_made(stage):
-    w = _work()
-    text = format_stage(w, stage)
-    want = {
-        "parse": ["Stmt('input', 'pixels'", "Stmt('param', 'W1'", "BinOp('@'"],
-        "build": ["graph {", "pixels = input : [B, 64]"],
-        "verify": ["graph {", "# verified:"],
-        "autodiff": ["grad$W1", "d cost / d param: W1 -> %"],
-        "optimizer": ["$lr = input", "W1$m"],
-        "simplify": ["=== program eval ===", "=== program train ==="],
-        "fuse": ["=== program train:", "kernel k00", "(matmul)"],
-        "plan": ["plan (at B=32)", "peak"],
-        "codegen": ["#version 430", "// ----- train_k00"],
-    }[stage]
-    for piece in want:
-        assert piece in text, (stage, piece)
-    # The stages tell apart: autodiff has no updates yet, the optimizer has them.
-    if stage == "autodiff":
-        assert "$lr" not in text
 
 
 def test_the_train_step_is_built_from_the_unsimplified_model_and_simplified_once():

@@ -89,6 +89,8 @@ def test_large_convs_take_the_gemm_and_small_ones_the_direct_kernel():
     for op in ("conv2d", "conv2d_grad_input", "conv2d_grad_filter"):
         assert "implicit GEMM" in _kernel_line(op, *big), op
         assert "implicit GEMM" not in _kernel_line(op, *big, options={"conv": "direct"}), op
+    deep = ((1, 7, 7, 128), (3, 3, 128, 64), {"stride": (1, 1), "padding": "same"})  # few rows, wide and deep
+    assert "implicit GEMM" in _kernel_line("conv2d", *deep)
     small = ((2, 5, 5, 3), (3, 3, 3, 4), {"stride": (1, 1), "padding": "same"})
     assert "implicit GEMM" not in _kernel_line("conv2d", *small)
     grouped = ((2, 9, 9, 8), (3, 3, 4, 8), {"stride": (1, 1), "padding": "same", "groups": 2})
@@ -171,3 +173,14 @@ def test_the_cnn_steps_slow_kernels_take_thin_tiles_and_split_k():
     for xs, ws in (((256, 28, 28, 1), (5, 5, 1, 32)), ((256, 14, 14, 32), (5, 5, 32, 64))):
         line = _kernel_line("conv2d_grad_filter", xs, ws, same)
         assert "K-chunks" in line, line
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_grad_input"])
+def test_a_deep_stage_at_batch_one_takes_the_split_gemm(gl, op):
+    # ResNet's last stage at batch 1 has 49 output rows: 64-row tiles, part idle, and K split
+    # across work groups, chosen automatically; planned for a symbolic batch of 1, run at 1 and 3
+    xs, ws, attrs = (1, 7, 7, 64), (3, 3, 64, 64), {"stride": (1, 1), "padding": "same"}
+    line = _kernel_line(op, xs, ws, attrs)
+    assert "implicit GEMM" in line and "K-chunks" in line, line
+    _run_twice(op, xs, ws, attrs, {})
+    _run_twice(op, xs, ws, attrs, {}, batch_symbolic=True, batch=3)

@@ -79,16 +79,17 @@ def test_an_embedding_model_trains_as_on_the_reference(gl, target):
     np.testing.assert_allclose(s.eval("cost", feeds), ref.eval("cost", feeds), rtol=1e-4)
 
 
-@pytest.mark.parametrize("rows, axis", [(4100, 0), (5, 1), (3, 0)])
-def test_gather_gradient_owns_rows_or_chunks_of_columns(gl, rows, axis):
-    # Compute target: a row an invocation when rows are many (4100), else chunks of columns;
-    # axis 1 has a leading dim before the rows. Ids repeat, so rows sum several positions.
-    shape = (rows, 6) if axis == 0 else (2, rows, 6)
+@pytest.mark.parametrize("rows, axis, width, n", [(4100, 0, 6, 7), (5, 1, 6, 7), (3, 0, 6, 7), (70, 0, 130, 100)])
+def test_gather_gradient_sums_each_row_in_blocks_of_columns(gl, rows, axis, width, n):
+    # Compute target: a work group a row and a block of columns, the indices in tiles through
+    # shared memory. Axis 1 has a leading dim before the rows; width 130 takes three blocks
+    # (the last partial) and 200 positions take four tiles. Ids repeat, so rows sum several.
+    shape = (rows, width) if axis == 0 else (2, rows, width)
     src = f"input t: i32[N, 2]\ninput u: {list(shape)}\nparam table: {list(shape)}\n"
     src += f"loss cost = sum(gather(table, t, axis={axis}) * gather(u, t, axis={axis}))\n"
     m = dlc.compile(src)
     rng = np.random.default_rng(rows)
-    feeds = {"t": rng.integers(0, rows, size=(7, 2)), "u": rng.normal(size=shape)}
+    feeds = {"t": rng.integers(0, rows, size=(n, 2)), "u": rng.normal(size=shape)}
     feeds["t"][3] = feeds["t"][0]
     want = dlc.Session(m, backend="numpy").gradients(feeds)["table"]
     got = dlc.Session(m, backend="gl", target="compute").gradients(feeds)["table"]

@@ -20,7 +20,7 @@ from gl_helpers import fragment_compile_log
 
 import dlc
 from dlc.compiler.artifact import programs
-from dlc.compiler.codegen.texture import VERSION_CORE, VERSION_ES
+from dlc.compiler.codegen.renderer import GLSLESTexture, GLSLTexture
 from dlc.errors import DlcError
 
 pytestmark = pytest.mark.gl
@@ -95,7 +95,7 @@ def test_suite_passes_on_the_texture_target_without_compute(gl, suite):
 
 def test_every_shader_version_line_is_330_core_or_300_es():
     model = dlc.compile(CONV)
-    for es, version in ((False, VERSION_CORE), (True, VERSION_ES)):
+    for es, version in ((False, GLSLTexture.version), (True, GLSLESTexture.version)):
         progs = programs(model, train_loss="cost", optimizer=dlc.Adam(0.01), target="texture", options={"es": es})
         sources = [text for p in progs.values() for text in p.sources.values()]
         assert sources
