@@ -11,11 +11,10 @@ Forward nodes keep their indices; the gradient of leaf `p` is named `grad$p`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dlc.runtime.errors import CompileError, did_you_mean
 
-from .builder import GraphBuilder
-from .gradients import Emit, rule_for
 from .ir import Graph, format_shape
 from .rewriter import eliminate_dead_code
 
@@ -26,6 +25,8 @@ def grad_name(leaf: str) -> str:
 
 def extend(g: Graph) -> GraphBuilder:
     """A builder holding a copy of `g`, to append nodes to (its consts are shared)."""
+    from .builder import GraphBuilder
+
     b = GraphBuilder()
     b.nodes = list(g.nodes)
     b.dtypes = list(g.dtypes)
@@ -60,6 +61,9 @@ def differentiate(g: Graph, loss: str | None = None, wrt: Sequence[str] | None =
     not depend on gets zeros. Raises CompileError for a differentiable op with
     no gradient rule, naming the op and its source position.
     """
+    from .gradients import Emit, rule_for  # here: resolve_loss alone needs none of it
+    from .simplify import eliminate_dead_code
+
     loss = resolve_loss(g, loss)
     wrt = list(g.params if wrt is None else wrt)
     for name in wrt:

@@ -20,6 +20,7 @@ anything else is a miss, and the file is removed. `DLC_COMPILE_CACHE=0` turns bo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -227,6 +228,21 @@ def _graph_json(graph) -> dict:
     }
 
 
+def _entry(graph) -> dict:
+    """A graph as a models/ or train/ entry holds it: with each node's element type, so that
+    the graph read back needs no op registry (a warm start then imports no op module)."""
+    return {"graph": _graph_json(graph), "dtypes": list(graph.dtypes)}
+
+
+def _graph_of(data: Any):
+    """The graph of an entry `_entry` wrote, its element types set when they read back whole."""
+    graph = _graph_from_json(data["graph"])
+    dtypes = data.get("dtypes")
+    if type(dtypes) is list and len(dtypes) == len(graph.nodes) and all(d in ("f32", "i32") for d in dtypes):
+        graph.__dict__["dtypes"] = tuple(dtypes)  # Graph.dtypes is a cached_property: filled here
+    return graph
+
+
 def _strs(v: Any) -> tuple[str, ...]:
     if type(v) is not list or not all(type(x) is str for x in v):
         raise ValueError("not a list of names")
@@ -288,7 +304,7 @@ def load_model(text: str, path: str):
     if data is None:
         return None
     try:
-        return _graph_from_json(data["graph"])
+        return _graph_of(data)
     except Exception:  # untrusted: whatever does not read back is a miss
         binary_cache.forget(key, "models")
         return None
@@ -296,6 +312,108 @@ def load_model(text: str, path: str):
 
 def store_model(text: str, path: str, graph) -> None:
     try:
-        _store_json("models", model_key(text, path), {"graph": _graph_json(graph)})
+        _store_json("models", model_key(text, path), _entry(graph))
     except (_Unstable, TypeError, ValueError):
         pass
+
+
+# -- training steps ---------------------------------------------------------------------------
+
+
+def train_graph(graph, loss: str | None, optimizer, freeze: Sequence[str] = ()):
+    """`compiler.train_graph.build_train_graph(graph, loss, optimizer, freeze)`, read from the
+    cache when this model, loss, optimizer config and freeze list made it before: a warm start
+    then skips autodiff and simplify (and their imports). An optimizer config with no stable
+    text is built every time."""
+    key = None
+    if enabled():
+        try:
+            frozen = [freeze] if isinstance(freeze, str) else [str(f) for f in freeze]
+            config = json.dumps([loss, _encode(_plain(optimizer.config())), frozen], allow_nan=False)
+            graph_text = json.dumps(_graph_json(graph), separators=(",", ":"), allow_nan=False)
+            key = _key("train", graph_text, config)
+        except (_Unstable, TypeError, ValueError):
+            key = None
+    if key is not None:
+        data = _load_json("train", key)
+        if data is not None:
+            try:
+                return _graph_of(data)
+            except Exception:  # untrusted: whatever does not read back is a miss
+                binary_cache.forget(key, "train")
+    from .train_graph import build_train_graph
+
+    step = build_train_graph(graph, loss, optimizer, freeze)
+    if key is not None:
+        try:
+            _store_json("train", key, _entry(step))
+        except (_Unstable, TypeError, ValueError):
+            pass
+    return step
+
+
+def resident_graph(step, inputs: Sequence[str], dim: str, examples: int):
+    """`compiler.resident.resident_graph(step, inputs, dim, examples)` (the step reading its
+    batch from data kept on the GPU), read from the cache when this step made it before."""
+    key = None
+    if enabled():
+        try:
+            graph_text = json.dumps(_graph_json(step), separators=(",", ":"), allow_nan=False)
+            key = _key("resident", graph_text, json.dumps([[str(i) for i in inputs], str(dim), int(examples)]))
+        except (_Unstable, TypeError, ValueError):
+            key = None
+    if key is not None:
+        data = _load_json("train", key)
+        if data is not None:
+            try:
+                return _graph_of(data)
+            except Exception:  # untrusted: whatever does not read back is a miss
+                binary_cache.forget(key, "train")
+    from .resident import resident_graph as build
+
+    out = build(step, inputs, dim, examples)
+    if key is not None:
+        try:
+            _store_json("train", key, _entry(out))
+        except (_Unstable, TypeError, ValueError):
+            pass
+    return out
+
+
+def eval_form(graph):
+    """`compiler.modes.eval_form(graph)` (dropout the identity, batch_norm by its running
+    statistics), read from the cache with its element types when this graph made it before,
+    so that a warm eval, predict or generate asks no op registry either."""
+    from .modes import eval_form as build
+
+    out = build(graph)
+    if out is graph or not enabled() or "dtypes" in out.__dict__:
+        return out
+    try:
+        key = _key("eval", json.dumps(_graph_json(graph), separators=(",", ":"), allow_nan=False))
+    except (_Unstable, TypeError, ValueError):
+        return out
+    data = _load_json("train", key)
+    if data is not None:
+        try:
+            cached = _graph_of(data)
+            if cached == out:  # the rewrite is cheap: made again, only its element types are read
+                return cached
+        except Exception:  # untrusted: whatever does not read back is a miss
+            pass
+        binary_cache.forget(key, "train")
+    try:
+        _store_json("train", key, _entry(out))
+    except (_Unstable, TypeError, ValueError):
+        pass
+    return out
+
+
+def _plain(v: Any) -> Any:
+    """An optimizer config with its schedule (a frozen dataclass, e.g. `Cosine(decay_steps=100,
+    ...)`) as its repr, which names every field exactly."""
+    if type(v) is tuple:
+        return tuple(_plain(x) for x in v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type) and v.__dataclass_params__.frozen:
+        return f"{type(v).__module__}.{v!r}"
+    return v

@@ -10,8 +10,6 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from . import registry
-from .dtypes import I32, INT_LOWERING
 from .ir import Graph, cone
 
 
@@ -32,6 +30,9 @@ def evaluate(
 
     `on_node(i, value, seconds)`, if given, sees each computed node as it is made (debug mode
     times nodes and stops at the first NaN with it)."""
+    from . import registry
+    from .dtypes import I32, INT_LOWERING
+
     values: dict[int, np.ndarray] = {}
     dims = dict(dims)
     types = graph.dtypes

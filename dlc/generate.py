@@ -59,16 +59,37 @@ def sample(logits: np.ndarray, temperature: float, top_k: int | None, u: float) 
         return int(np.argmax(logits))
     logits = logits / temperature
     if top_k is not None and top_k < logits.size:
-        kth = np.sort(logits)[-top_k]
+        kth = np.partition(logits, -top_k)[-top_k]  # the k-th largest, as a full sort finds it
         logits = np.where(logits < kth, -np.inf, logits)
     p = np.exp(logits - logits.max())
-    total = 0.0
     target = u * p.sum()
-    for i, q in enumerate(p):  # in id order, as dlc.js adds them
-        total += q
-        if total > target:
-            return i
+    # The running sum in id order, as dlc.js adds them: cumsum adds one after another (no
+    # pairwise split), so its sums are the loop's to the bit.
+    passed = np.cumsum(p) > target
+    first = int(passed.argmax())
+    if passed[first]:
+        return first
     return int(np.flatnonzero(p)[-1])
+
+
+def logits_of(session, longest: int) -> Callable[[np.ndarray], np.ndarray]:
+    """`run` for `generate` over a Session: `ids [1, t] -> logits [1, t, V]` through its eval
+    plan of `logits` (the int32 window passes the plan's fast path: no checks per token). On
+    the GPU its first call runs a forward of the `longest` context `generate` will feed
+    first: that sizes every buffer (the program's slots and the readback) for it, so the
+    growing context of the first steps allocates nothing."""
+    plan = session._eval_plan((LOGITS,))
+    sized = session.backend.name != "gl"
+
+    def run(context: np.ndarray) -> np.ndarray:
+        nonlocal sized
+        if not sized:
+            sized = True
+            if longest > context.shape[1]:
+                plan({TOKENS: np.zeros((1, longest), dtype=np.int32)})
+        return plan({TOKENS: context})[0]
+
+    return run
 
 
 def generate(
@@ -87,10 +108,20 @@ def generate(
         raise ValueError(f"temperature must be >= 0 and top_k >= 1, not {temperature} and {top_k}")
     if len(prompt) == 0:
         raise DataError("generation needs a prompt of at least one token")
-    ids = list(prompt)
+    # The context window, kept in one int32 buffer: each step writes the new id in place (and
+    # shifts the window by one once it is full) instead of making a new array from a list.
+    # `run` gets a [1, t] view of it, which the eval plan uploads as it is.
+    prompt = [int(i) for i in prompt][-block:]
+    window = np.zeros((1, block), dtype=np.int32)
+    t = len(prompt)
+    window[0, :t] = prompt
     for step in range(tokens):
-        context = np.asarray([ids[-block:]], dtype=np.int32)
-        logits = run(context)
+        logits = run(window[:, :t])
         nxt = sample(logits[0, -1], temperature, top_k, uniform(seed, step))
-        ids.append(nxt)
+        if t == block:
+            window[0, :-1] = window[0, 1:]  # overlapping: NumPy copies as memmove does
+            window[0, -1] = nxt
+        else:
+            window[0, t] = nxt
+            t += 1
         yield nxt

@@ -34,7 +34,7 @@ from .callbacks import Callback, EpochRunner, LambdaCallback
 from .data import Data, example_inputs
 from .distributed import ParallelStep
 from .eval_plan import EvalPlan, outputs_for
-from .generate import LOGITS, check_model, generate
+from .generate import check_model, generate, logits_of
 from .metrics import metric_tensors
 from .runtime.errors import DlcError, TrainingDiverged, did_you_mean
 from .runtime.feeds import prepare
@@ -43,7 +43,7 @@ from .runtime.optional import require
 from .runtime.training import Callback as StepCallback
 from .runtime.training import schedule, train_feeds, train_loop
 from .runtime.weights import checked_params, load_npz, save_npz
-from .text import TOKENS, TextData
+from .text import TextData
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
@@ -313,7 +313,7 @@ class Session:
         """The model's graph as eval runs it: dropout the identity, batch_norm by its running
         statistics, no train branch computed (compiler/modes.py)."""
         if self._eval_graph is None:
-            self._eval_graph = _compiler("modes").eval_form(self.model.graph)
+            self._eval_graph = _compiler("compile_cache").eval_form(self.model.graph)  # types cached on disk
         return self._eval_graph
 
     @_seeds_style
@@ -454,7 +454,7 @@ class Session:
         optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
         if key not in self._train_graphs:
-            build = _compiler("train_graph").build_train_graph
+            build = _compiler("compile_cache").train_graph  # build_train_graph, cached on disk
             self._train_graphs[key] = build(self.model.graph, loss, optimizer, self.freeze)
         return self._train_graphs[key]
 
@@ -678,7 +678,8 @@ class Session:
             IDX, data_name = resident_module.IDX, resident_module.data_name
             key = (program.losses[0], optimizer.config(), dims[dim])
             if key not in self._resident_graphs:
-                self._resident_graphs[key] = resident_module.resident_graph(program, list(arrays), dim, dims[dim])
+                cached = _compiler("compile_cache").resident_graph  # resident_graph, cached on disk
+                self._resident_graphs[key] = cached(program, list(arrays), dim, dims[dim])
             program = self._resident_graphs[key]
             loss_node = program.names[program.losses[0]]
             for name, v in arrays.items():
@@ -769,7 +770,7 @@ class Session:
             raise ValueError("give block= (the longest context the model takes; a vocab file from dlc train holds it)")
         out = []
         for i in generate(
-            lambda context: self.eval(LOGITS, {TOKENS: context}), ids, tokens, block, temperature, top_k, seed
+            logits_of(self, min(block, len(ids) + tokens - 1)), ids, tokens, block, temperature, top_k, seed
         ):
             out.append(i)
             if on_token is not None:

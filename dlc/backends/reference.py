@@ -20,6 +20,8 @@ from .. import debug
 
 def _evaluator():
     """Debug mode evaluates node by node, timing each and stopping at the first NaN."""
+    from dlc.compiler.reference import evaluate
+
     return debug.evaluate if debug.enabled() else evaluate
 
 
