@@ -11,22 +11,18 @@ Forward nodes keep their indices; the gradient of leaf `p` is named `grad$p`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from dlc.runtime.errors import CompileError, did_you_mean
+from dlc.runtime.errors import CompileError
 
+from .builder import GraphBuilder
+from .grad_names import grad_name, resolve_loss
+from .gradients import Emit, rule_for
 from .ir import Graph, format_shape
 from .rewriter import eliminate_dead_code
 
 
-def grad_name(leaf: str) -> str:
-    return f"grad${leaf}"
-
-
 def extend(g: Graph) -> GraphBuilder:
     """A builder holding a copy of `g`, to append nodes to (its consts are shared)."""
-    from .builder import GraphBuilder
-
     b = GraphBuilder()
     b.nodes = list(g.nodes)
     b.dtypes = list(g.dtypes)
@@ -39,21 +35,6 @@ def extend(g: Graph) -> GraphBuilder:
     return b
 
 
-def resolve_loss(g: Graph, loss: str | None) -> str:
-    """The loss to differentiate: `loss`, or the model's first `loss` statement."""
-    if loss is None:
-        if not g.losses:
-            raise CompileError("the model has no loss to differentiate: add a statement `loss NAME = EXPR`")
-        return g.losses[0]
-    if loss not in g.names:
-        hint = did_you_mean(loss, list(g.losses) or list(g.names))
-        raise CompileError(f"no tensor named '{loss}' in the model{hint}")
-    shape = g.shape(loss)
-    if shape != ():
-        raise CompileError(f"'{loss}' cannot be a loss: it must be a scalar, but its shape is {format_shape(shape)}")
-    return loss
-
-
 def differentiate(g: Graph, loss: str | None = None, wrt: Sequence[str] | None = None) -> tuple[Graph, dict[str, int]]:
     """Append d loss / d leaf for each leaf named in `wrt` (default: every param).
 
@@ -61,9 +42,6 @@ def differentiate(g: Graph, loss: str | None = None, wrt: Sequence[str] | None =
     not depend on gets zeros. Raises CompileError for a differentiable op with
     no gradient rule, naming the op and its source position.
     """
-    from .gradients import Emit, rule_for  # here: resolve_loss alone needs none of it
-    from .simplify import eliminate_dead_code
-
     loss = resolve_loss(g, loss)
     wrt = list(g.params if wrt is None else wrt)
     for name in wrt:

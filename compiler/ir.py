@@ -163,3 +163,8 @@ def cone(graph: Graph, roots: Iterable[int]) -> list[int]:
             seen.add(i)
             stack.extend(graph.nodes[i].inputs)
     return sorted(seen)
+
+
+def leaf_inputs(graph: Graph, roots: Iterable[int]) -> set[str]:
+    """Names of the `input` leaves that `roots` depend on."""
+    return {graph.nodes[i].attr("name") for i in cone(graph, roots) if graph.nodes[i].op == "input"}

@@ -10,12 +10,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from .ir import Graph, cone
-
-
-def leaf_inputs(graph: Graph, roots: Iterable[int]) -> set[str]:
-    """Names of the `input` leaves that `roots` depend on."""
-    return {graph.nodes[i].attr("name") for i in cone(graph, roots) if graph.nodes[i].op == "input"}
+from . import registry
+from .dtypes import I32, INT_LOWERING
+from .ir import Graph, cone, leaf_inputs  # noqa: F401  (leaf_inputs: asked for here too)
 
 
 def evaluate(
@@ -30,9 +27,6 @@ def evaluate(
 
     `on_node(i, value, seconds)`, if given, sees each computed node as it is made (debug mode
     times nodes and stops at the first NaN with it)."""
-    from . import registry
-    from .dtypes import I32, INT_LOWERING
-
     values: dict[int, np.ndarray] = {}
     dims = dict(dims)
     types = graph.dtypes

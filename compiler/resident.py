@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from .ir import Graph, Node, make_attrs
 from .optimizers import ZEROS
+from .resident_names import IDX, data_name
 from .rewriter import Rewriter, rewrite
 from .verify import check_graph
-
-DATA = "$data$"
-IDX = "$idx"
-
-
-def data_name(name: str) -> str:
-    """The state leaf that holds all of input `name`'s examples."""
-    return DATA + name
 
 
 def resident_graph(step: Graph, inputs: Sequence[str], dim: str, examples: int) -> Graph:
     """`step` with every input in `inputs` (each led by symbolic `dim`, its other dims concrete)
     gathered by `$idx` from a state leaf of `examples` rows."""
-    from .optimizers import ZEROS  # here: a warm start takes IDX and data_name alone
-    from .simplify import rewrite
-    from .verify import check_graph
 
     batched = set(inputs)
     idx: int | None = None

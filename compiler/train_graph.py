@@ -18,8 +18,9 @@ from collections.abc import Iterable
 from dlc.runtime.errors import DlcError
 from dlc.runtime.spec import LR
 
-from .autodiff import differentiate, extend, grad_name, resolve_loss
+from .autodiff import differentiate, extend
 from .builder import GraphBuilder
+from .grad_names import grad_name, resolve_loss
 from .ir import Graph, cone
 from .modes import training_form
 from .optimizers import add_updates

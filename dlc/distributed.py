@@ -190,12 +190,12 @@ class ParallelStep:
         self.session, self.world, self.optimizer = session, session.parallel, optimizer
         # the compiler on first use: a session over an artifact imports none of it
         train_graph = require("dlc.compiler.train_graph")
-        grad_name = require("dlc.compiler.autodiff").grad_name
+        grad_name = require("dlc.compiler.grad_names").grad_name
         self.grads, self.update = train_graph.build_split_step(session.model.graph, loss, optimizer, session.freeze)
         self.trained = list(self.update.params)
         self.loss_node = self.grads.names[self.grads.losses[0]]
         self.roots = [self.loss_node, *(self.grads.names[grad_name(p)] for p in self.trained)]
-        self.needed = require("dlc.compiler.reference").leaf_inputs(self.grads, self.roots)
+        self.needed = require("dlc.compiler.ir").leaf_inputs(self.grads, self.roots)
         self.shapes = [tuple(self.update.shape(p)) for p in self.trained]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         self.grad_inputs = [grad_name(p) for p in self.trained]

@@ -20,6 +20,7 @@ import numpy as np
 
 from .runtime.errors import DlcError
 from .runtime.feeds import prepare
+from .runtime.optional import require
 
 _FLOAT32 = np.dtype(np.float32)
 _INT32 = np.dtype(np.int32)
@@ -118,7 +119,6 @@ def outputs_for(session, fed: Sequence[str]) -> list[str]:
 
 
 def _leaf_inputs(graph, roots) -> set[str]:
-    """The inputs and leaves `roots` read (`dlc.compiler.reference.leaf_inputs`)."""
-    from dlc.compiler.reference import leaf_inputs  # lazy: an artifact's session runs without the compiler
-
-    return leaf_inputs(graph, roots)
+    """The inputs and leaves `roots` read (`dlc.compiler.ir.leaf_inputs`; the IR module on first use:
+    an artifact's session runs without the compiler)."""
+    return require("dlc.compiler.ir").leaf_inputs(graph, roots)

@@ -427,14 +427,15 @@ class Session:
         >>> sess.gradients(dict(np.load("samples/data/quadratic.npz")))["a"]
         """
         self._needs_graph("gradients()")
-        autodiff = _compiler("autodiff")
+        names = _compiler("grad_names")
         graph = self.model.graph
-        loss = autodiff.resolve_loss(graph, loss)
+        loss = names.resolve_loss(graph, loss)
         if loss not in self._grad_graphs:
-            self._grad_graphs[loss] = _compiler("simplify").simplify(autodiff.differentiate(graph, loss)[0])
+            differentiated = _compiler("autodiff").differentiate(graph, loss)[0]
+            self._grad_graphs[loss] = _compiler("simplify").simplify(differentiated)
         gg = self._grad_graphs[loss]
-        roots = [gg.names[autodiff.grad_name(p)] for p in graph.params]
-        needed = _compiler("reference").leaf_inputs(gg, roots)
+        roots = [gg.names[names.grad_name(p)] for p in graph.params]
+        needed = _compiler("ir").leaf_inputs(gg, roots)
         arrays, dims = prepare(self.model.inputs, feeds, needed, self.model.input_dtypes)
         values = self.backend.run(gg, roots, arrays, dims)
         return {p: np.asarray(v, dtype=np.float32) for p, v in zip(graph.params, values)}
@@ -450,7 +451,7 @@ class Session:
     def _train_graph(self, loss: str | None = None, optimizer: Optimizer | None = None):
         """The compiled training step for `loss` and `optimizer`'s config (cached)."""
         self._needs_graph("train_graph()")
-        loss = _compiler("autodiff").resolve_loss(self.model.graph, loss)
+        loss = _compiler("grad_names").resolve_loss(self.model.graph, loss)
         optimizer = self.optimizer(optimizer)
         key = (loss, optimizer.config())
         if key not in self._train_graphs:
@@ -643,7 +644,7 @@ class Session:
                 (value,) = self.backend.step(program, [loss_node], batch, bdims)
                 return float(value)
         else:
-            leaf_inputs = _compiler("reference").leaf_inputs
+            leaf_inputs = _compiler("ir").leaf_inputs
             optimizer = self.optimizer(optimizer)
             if self.parallel is not None:
                 parallel = self._parallel_step(loss, optimizer)
@@ -674,7 +675,7 @@ class Session:
         resident = self._resident(arrays, dims, dim, batch_size, epochs, steps)
         if resident:
             # The data goes to the GPU once; each step uploads only its rows' indices.
-            resident_module = _compiler("resident")
+            resident_module = _compiler("resident_names")
             IDX, data_name = resident_module.IDX, resident_module.data_name
             key = (program.losses[0], optimizer.config(), dims[dim])
             if key not in self._resident_graphs:

@@ -46,7 +46,7 @@ def test_import_dlc_loads_nothing_heavy():
 
 
 def test_dlc_names_resolve_on_first_use():
-    code = "import sys, dlc; dlc.Adam; print('dlc.optimizers' in sys.modules, 'OpenGL' in sys.modules)"
+    code = "import sys, dlc; dlc.Adam; print('dlc.runtime.optimizers' in sys.modules, 'OpenGL' in sys.modules)"
     done = _run(code, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]

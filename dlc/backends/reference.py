@@ -12,17 +12,16 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dlc.compiler.ir import Graph
-from dlc.compiler.reference import evaluate
 from dlc.runtime.context import get_context, has_context
+from dlc.runtime.optional import require
 
 from .. import debug
 
 
 def _evaluator():
-    """Debug mode evaluates node by node, timing each and stopping at the first NaN."""
-    from dlc.compiler.reference import evaluate
-
-    return debug.evaluate if debug.enabled() else evaluate
+    """Debug mode evaluates node by node, timing each and stopping at the first NaN. The NumPy
+    interpreter on first use: a GL session's warm start never needs the op registry it reads."""
+    return debug.evaluate if debug.enabled() else require("dlc.compiler.reference").evaluate
 
 
 class NumpyBackend:

@@ -101,7 +101,7 @@ def needed_inputs(model, names: Iterable[str], session=None) -> set[str]:
     an artifact (its eval program's kernels)."""
     if isinstance(model, ArtifactModel):
         return session.needed_inputs(list(names))
-    reference = require("dlc.compiler.reference")
+    reference = require("dlc.compiler.ir")
     return set(reference.leaf_inputs(model.graph, [model.graph.names[n] for n in names]))
 
 
