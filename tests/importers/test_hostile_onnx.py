@@ -246,7 +246,7 @@ def test_without_the_onnx_package_the_import_says_how_to_install_it(onnx, tmp_pa
         timeout=120,
     )
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert 'importing ONNX models needs the onnx package: pip install "dlc[onnx]"' in r.stderr
+    assert "importing ONNX models needs onnx, which is not installed: pip install 'dlc[onnx]'" in r.stderr
     assert "internal error" not in r.stderr
 
 
