@@ -26,7 +26,7 @@ from dlc.runtime.errors import CompileError
 from dlc.runtime.weights import write_atomic
 
 from ..lang import compile_source
-from . import onnx_einsum, onnx_handlers, onnx_ops, onnx_rnn  # noqa: F401  (they register their ops)
+from . import onnx_handlers, onnx_ops  # noqa: F401  (onnx_handlers: the handler modules register their ops)
 from .fold_limit import DEFAULT_MAX_CONST_BYTES, FoldBudget
 from .names import Names, saved_key
 from .onnx_checks import ImportError_, check_dims, check_file, check_model

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 from . import sym_shapes as sym
 from .onnx_converter import TO_NHWC, Converter, Value, fmt_list, fmt_num, fmt_shape
-from .onnx_registry import FOLDED_ONLY, HANDLERS, handler, supported_ops  # noqa: F401  (handler modules and tests use them from here)
+from .onnx_registry import FOLDED_ONLY, HANDLERS, handler, supported_ops  # noqa: F401  (also used from here)
 from .onnx_types import FLOAT_TYPES, INT_TYPES, type_name
 
 # ops whose handler takes a shape constant holding symbolic dims (sym_shapes) as its shape
