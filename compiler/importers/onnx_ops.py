@@ -588,7 +588,7 @@ def _one_d(handler_2d):
         x = ins[0]
         if x.rank != 3:
             return handler_2d(c, node, ins, attrs)
-            n, ch, length = x.shape
+        n, ch, length = x.shape
         x4 = Value(
             (n, ch, 1, length),
             c.temp(x.onnx_name + "_2d", f"reshape({c.data(x)}, {fmt_shape((n, ch, 1, length))})"),
