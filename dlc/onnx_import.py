@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dlc.compiler.importers.fold_limit import DEFAULT_MAX_CONST_BYTES
-from dlc.compiler.importers.onnx_model import import_onnx as import_graph
+from dlc.runtime.optional import require
 
 from .model import Model
 
@@ -25,6 +24,7 @@ def import_onnx(
     >>> sess.set_params(imported.weights)
     """
 
-    limit = DEFAULT_MAX_CONST_BYTES if max_const_bytes is None else max_const_bytes
-    imported = import_graph(path_or_model, batch, limit, freeze, trainable)
+    require("onnx", extra="onnx", why="importing ONNX models")  # the importer's modules import it
+    importer = require("dlc.compiler.importers.onnx_model")  # the compiler and onnx: on first use
+    imported = importer.import_onnx(path_or_model, batch, max_const_bytes, freeze, trainable)
     return dataclasses.replace(imported, model=Model(imported.model, imported.source, "<imported>"))

@@ -6,6 +6,9 @@ are computed; one output, and all folded outputs of an import together, may hold
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper, numpy_helper, shape_inference
+
+from .onnx_types import shape_of
 
 DEFAULT_MAX_CONST_BYTES = 64 * 2**20
 SMALL_INPUT = 4096  # constant inputs up to this many elements are given to shape inference
@@ -64,8 +67,6 @@ def _bytes(shape, elem_type: int) -> int | None:
 
 
 def _itemsize(elem_type: int) -> int:
-    from onnx import helper
-
     try:
         return helper.tensor_dtype_to_np_dtype(elem_type).itemsize
     except (KeyError, ValueError, TypeError):
@@ -73,10 +74,6 @@ def _itemsize(elem_type: int) -> int:
 
 
 def _infer_node(c, node, ins) -> tuple[dict, dict]:
-    from onnx import helper, numpy_helper, shape_inference
-
-    from .onnx_model import _shape_of
-
     inputs, inits = [], []
     for name, v in zip(node.input, ins):
         if v is None:
@@ -93,4 +90,4 @@ def _infer_node(c, node, ins) -> tuple[dict, dict]:
     except Exception:  # onnx's inference raises many types; unknown sizes are refused above
         return {}, {}
     vis = [*inferred.value_info, *inferred.output]
-    return {v.name: _shape_of(v.type) for v in vis}, {v.name: v.type.tensor_type.elem_type for v in vis}
+    return {v.name: shape_of(v.type) for v in vis}, {v.name: v.type.tensor_type.elem_type for v in vis}

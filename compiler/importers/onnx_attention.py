@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_model import fmt_num, fmt_shape
+from .onnx_converter import fmt_num, fmt_shape
 from .onnx_ops import _out_shape, handler
 
 MAX_FUSED_HEAD = 128  # compiler/ops/attention.py's widest head

@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
 from dlc.runtime.errors import DlcError
 
@@ -24,8 +27,6 @@ class ImportError_(DlcError):
 
 def max_opset() -> int:
     """The newest opset of the default domain the installed onnx package knows."""
-    import onnx
-
     return onnx.defs.onnx_opset_version()
 
 
@@ -43,8 +44,6 @@ def check_model(model, where: str, base_dir: str | None) -> None:
     """Everything the importer relies on, in order: a graph with nodes or outputs, an opset
     in range, initializers whose data match their shapes (external data loaded only from
     inside `base_dir`), no negative dims, then onnx's full check."""
-    import onnx
-
     g = model.graph
     if not g.node and not g.output:
         raise ImportError_(f"{where}: the model has no graph (no nodes and no outputs)")
@@ -86,8 +85,6 @@ def check_dims(model, where: str) -> None:
 def check_initializer(t, where: str, base_dir: str | None) -> bool:
     """The initializer's data hold exactly the elements its dims declare, external data
     included (a file inside `base_dir` only). True when its data are external (not read yet)."""
-    from onnx import TensorProto
-
     what = f"{where}: initializer '{t.name}'"
     dims = list(t.dims)
     if any(d < 0 for d in dims):
@@ -109,8 +106,6 @@ def check_initializer(t, where: str, base_dir: str | None) -> bool:
         if len(t.raw_data) != need:
             raise ImportError_(f"{what} declares {declared}, {need} bytes, but holds {len(t.raw_data)} bytes of data")
         return False
-    from onnx import helper
-
     field = helper.tensor_dtype_to_field(t.data_type)
     have = len(getattr(t, field))
     need = count * (2 if t.data_type in COMPLEX_TYPES else 1)
@@ -120,16 +115,12 @@ def check_initializer(t, where: str, base_dir: str | None) -> bool:
 
 
 def _itemsize(data_type: int) -> int:
-    from onnx import helper
-
     return helper.tensor_dtype_to_np_dtype(data_type).itemsize
 
 
 def _check_external(t, what: str, declared: str, need: int, base_dir: str | None) -> None:
     """An external initializer's file lies inside the model's folder and holds exactly the
     declared bytes at its offset."""
-    from onnx.external_data_helper import ExternalDataInfo
-
     if base_dir is None:
         raise ImportError_(f"{what} keeps its data in an external file; import the model from its file")
     info = ExternalDataInfo(t)
@@ -160,8 +151,6 @@ def _check_external(t, what: str, declared: str, need: int, base_dir: str | None
 
 def _load_external(t, where: str, base_dir: str) -> None:
     """Read a checked external initializer's bytes into it."""
-    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
-
     what, loc = f"{where}: initializer '{t.name}'", ExternalDataInfo(t).location
     try:
         load_external_data_for_tensor(t, os.path.realpath(base_dir))

@@ -5,8 +5,10 @@ outputs. A condition computed at run time is refused: the .dl has no branches.""
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
 from .onnx_ops import convert_node, handler
+from .onnx_types import shape_of
 
 
 @handler("If")
@@ -27,12 +29,8 @@ def _if(c, node, ins, attrs):
 
 def _convert_graph(c, graph) -> None:
     """The subgraph's initializers, shapes and nodes, into the converter."""
-    from onnx import numpy_helper
-
-    from .onnx_model import _shape_of
-
     for vi in [*graph.value_info, *graph.output]:
-        s = _shape_of(vi.type)
+        s = shape_of(vi.type)
         if s is not None:
             c.shapes.setdefault(vi.name, s)
         c.types.setdefault(vi.name, vi.type.tensor_type.elem_type)

@@ -16,7 +16,7 @@ import itertools
 
 import numpy as np
 
-from .onnx_model import fmt_list, fmt_num, fmt_shape
+from .onnx_converter import fmt_list, fmt_num, fmt_shape
 from .onnx_ops import HANDLERS, _one_out, _out_shape, _take_along
 
 _conv_2d = HANDLERS["Conv"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import string
 
 from . import sym_shapes as sym
-from .onnx_model import fmt_list, fmt_shape
+from .onnx_converter import fmt_list, fmt_shape
 from .onnx_ops import _one_out, _out_shape, handler
 
 

@@ -11,7 +11,7 @@ clamped pixel (border) or its reflection (reflection).
 
 from __future__ import annotations
 
-from .onnx_model import fmt_num, fmt_shape
+from .onnx_converter import fmt_num, fmt_shape
 from .onnx_ops import _out_shape, handler
 
 MODES = {"bilinear": "linear", "linear": "linear", "nearest": "nearest", "bicubic": "cubic", "cubic": "cubic"}

@@ -10,7 +10,7 @@ not ignored without weights), as ONNX. SoftmaxCrossEntropyLoss is the same over
 
 from __future__ import annotations
 
-from .onnx_model import fmt_num, fmt_shape
+from .onnx_converter import fmt_num, fmt_shape
 from .onnx_ops import _out_shape, handler
 
 

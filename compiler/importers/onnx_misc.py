@@ -7,9 +7,11 @@ ArgMax/ArgMin (select_last_index), Mod (fmod=1) and OneHot (an axis other than t
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
-from .onnx_model import fmt_list, fmt_num, fmt_shape
+from .onnx_converter import fmt_list, fmt_num, fmt_shape
 from .onnx_ops import HANDLERS, REDUCE, _elementwise, _norm_axis, _out_shape, handler
+from .onnx_types import INT_TYPES
 
 
 @handler("CastLike")
@@ -17,8 +19,6 @@ def _cast_like(c, node, ins, attrs):
     target = ins[1]
     to = c.types.get(node.input[1])
     if not to and target.const is not None:
-        from onnx import helper
-
         to = helper.np_dtype_to_tensor_dtype(target.const.dtype)
     if not to:
         raise c.fail(f"the element type of '{node.input[1]}' is unknown")
@@ -92,8 +92,6 @@ def _one_hot(c, node, ins, attrs):
     axis = _norm_axis(c, attrs.get("axis", -1), idx.rank + 1)
     if axis == idx.rank:
         return _one_hot_last(c, node, ins, attrs)
-    from onnx import helper
-
     out = node.output[0]
     last = helper.make_node("OneHot", list(node.input), [out + "_last"], axis=-1)
     depth = _out_shape(c, out)[axis]
@@ -170,8 +168,6 @@ _reduce = HANDLERS["ReduceSum"]
 
 @handler("ReduceProd")
 def _reduce_prod(c, node, ins, attrs):
-    from .onnx_model import INT_TYPES
-
     _reduce(c, node, ins, attrs)
     if c.types.get(node.input[0]) in INT_TYPES:
         v = c.values[node.output[0]]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_model import fmt_list, fmt_num, fmt_shape
+from .onnx_converter import fmt_list, fmt_num, fmt_shape
 from .onnx_ops import HANDLERS, _norm_axis, _one_out, _out_shape, handler
 
 _layer_norm_y = HANDLERS["LayerNormalization"]

@@ -13,36 +13,22 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from . import sym_shapes as sym
-from .onnx_model import TO_NHWC, Converter, Value, fmt_list, fmt_num, fmt_shape
+from .onnx_converter import TO_NHWC, Converter, Value, fmt_list, fmt_num, fmt_shape
+from .onnx_registry import FOLDED_ONLY, HANDLERS, handler, supported_ops  # noqa: F401  (also used from here)
+from .onnx_types import FLOAT_TYPES, INT_TYPES, type_name
 
-Handler = Callable[[Converter, object, list, dict], None]
-HANDLERS: dict[str, Handler] = {}
-FOLDED_ONLY = ("Constant", "Size", "Shape")  # constants at import
 # ops whose handler takes a shape constant holding symbolic dims (sym_shapes) as its shape
 SYMBOLIC_SHAPE_OPS = ("Reshape", "Expand", "ConstantOfShape", "Range")
-
-
-def handler(*ops: str):
-    def deco(fn):
-        for op in ops:
-            HANDLERS[op] = fn
-        return fn
-
-    return deco
-
-
-def supported_ops() -> list[str]:
-    return sorted({*HANDLERS, *FOLDED_ONLY})
 
 
 # -- driving -------------------------------------------------------------------------
 
 
 def _attrs(node) -> dict:
-    from onnx import helper
-
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -98,9 +84,6 @@ def _shape_const(c, node, x: Value, attrs) -> None:
 
 
 def _fold(c, node, ins) -> None:
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
     feeds, inputs = {}, []
     for name, v in zip(node.input, ins):
         if v is not None:
@@ -299,8 +282,6 @@ for _op, _t in BINARY.items():
 @handler("Div")
 def _div(c, node, ins, attrs):
     """Integer Div truncates toward zero (ONNX's and C's), held as the f32 of an int."""
-    from .onnx_model import INT_TYPES
-
     if c.types.get(node.output[0]) in INT_TYPES:
         _elementwise(c, node, ins[:2], lambda a, b: f"float(int({a} / {b}))")
     else:
@@ -481,8 +462,6 @@ def _cast(c, node, ins, attrs):
     """Among float types: the identity. ONNX's integers are held in f32 or i32 (their
     values, exact below 2^24): from a float, `int` truncates toward zero as ONNX does; to
     bool, `ne(x, 0)`."""
-    from .onnx_model import FLOAT_TYPES, INT_TYPES
-
     to, x = attrs["to"], ins[0]
     src = c.types.get(node.input[0], 1)
     out = _one_out(c, node)
@@ -493,13 +472,7 @@ def _cast(c, node, ins, attrs):
     elif to in INT_TYPES:
         c.emit(out, f"int({c.data(x)})", x.shape).i32 = True
     else:
-        raise c.fail(f"Cast to {_type_name(to)} is not supported (float, integer and bool types are)")
-
-
-def _type_name(t):
-    from onnx import TensorProto
-
-    return TensorProto.DataType.Name(t)
+        raise c.fail(f"Cast to {type_name(to)} is not supported (float, integer and bool types are)")
 
 
 # -- linear algebra ------------------------------------------------------------------
@@ -615,8 +588,6 @@ def _one_d(handler_2d):
         x = ins[0]
         if x.rank != 3:
             return handler_2d(c, node, ins, attrs)
-        from onnx import helper
-
         n, ch, length = x.shape
         x4 = Value(
             (n, ch, 1, length),
@@ -964,8 +935,6 @@ def _constant_of_shape(c, node, ins, attrs):
 
 
 def _tensor(t):
-    from onnx import numpy_helper
-
     return numpy_helper.to_array(t)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_model import fmt_num, fmt_shape
+from .onnx_converter import fmt_num, fmt_shape
 from .onnx_ops import _norm_axis, _one_out, _out_shape, handler
 
 # ONNX element type -> the integer range QuantizeLinear saturates to

@@ -17,8 +17,9 @@ import math
 import numpy as np
 
 from . import sym_shapes as sym
-from .onnx_model import INT_TYPES, TO_NHWC, fmt_num
+from .onnx_converter import TO_NHWC, fmt_num
 from .onnx_ops import _const_ints, _norm_axis, _one_out, _out_shape, handler
+from .onnx_types import INT_TYPES
 
 COORD_MODES = (
     "half_pixel",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_model import fmt_list, fmt_shape
+from .onnx_converter import fmt_list, fmt_shape
 from .onnx_ops import _attrs, _out_shape, handler
 
 GATES = {"LSTM": 4, "GRU": 3}

@@ -8,7 +8,7 @@ cannot be read: it exists only inside a training step.
 
 from __future__ import annotations
 
-from .onnx_model import fmt_num
+from .onnx_converter import fmt_num
 from .onnx_ops import HANDLERS, _out_shape, handler
 
 _dropout_inference = HANDLERS["Dropout"]

@@ -9,12 +9,19 @@ beside PyPI's (CUDA) torch, so beside torch's CPU build they skip, saying so."""
 from __future__ import annotations
 
 import copy
+import importlib.util
+import os
 
 import numpy as np
 import pytest
 import zoo  # tests/importers/zoo.py (pytest puts this folder on the path)
 
 import dlc
+
+# the importer's modules import onnx: without it they skip (CI, DLC_REQUIRE_ONNX=1: fail), as conftest's
+if importlib.util.find_spec("onnx") is None and not os.environ.get("DLC_REQUIRE_ONNX"):
+    pytest.skip('onnx is not installed (pip install "dlc[onnx]")', allow_module_level=True)
+
 from dlc.compiler.importers.onnx_ops import supported_ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::Warning")
