@@ -12,8 +12,7 @@ import time
 
 import numpy as np
 
-from .context import get_context
-from .device import current_device
+from .device import current_device, get_context
 from .errors import RuntimeFailure
 from .gl import GL
 from .storage import Buffer

@@ -14,7 +14,7 @@ import numpy as np
 
 from dlc.compiler import compile_cache
 from dlc.compiler.ir import Graph
-from dlc.runtime.context import get_context
+from dlc.runtime.device import get_context
 from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
 from dlc.runtime.target import choose_target

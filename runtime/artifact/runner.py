@@ -18,7 +18,7 @@ from typing import Any
 
 from OpenGL.error import GLError
 
-from ..context import get_context
+from ..device import get_context
 from ..dims import shape_symbols
 from ..errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from ..executor import Executor, LeafStore
