@@ -27,10 +27,7 @@ PENDING = (
     "dlc/callbacks.py",
     "dlc/progress.py",
     "dlc/workers.py",
-    "dlc/web/",
-    "runtime/context.py",
     "runtime/binary_cache.py",
-    "compiler/compile_cache.py",
     "compiler/codegen/",
     "compiler/importers/",
 )
