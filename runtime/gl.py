@@ -20,6 +20,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from dlc.runtime.optional import require
+
 DEBUG = os.environ.get("DLC_DEBUG", "") == "1"
 
 
@@ -174,8 +176,7 @@ def _proc_address(symbol: str) -> int:
     if address:
         return int(ctypes.cast(address, ctypes.c_void_p).value or 0)
     try:  # a glfw context on a PyOpenGL platform whose lookup missed
-        import glfw  # lazy: it loads libglfw, absent on headless machines
-
+        glfw = require("glfw")  # it loads libglfw, absent on headless machines
         return int(glfw.get_proc_address(symbol) or 0)
     except Exception:
         return 0
