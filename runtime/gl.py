@@ -68,6 +68,7 @@ else:
 
 OpenGL.ERROR_CHECKING = DEBUG
 from OpenGL import GL, platform  # noqa: E402
+from OpenGL.error import GLError  # noqa: E402  (for modules that must not import OpenGL first)
 
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 
@@ -182,4 +183,4 @@ def _proc_address(symbol: str) -> int:
         return 0
 
 
-__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast"]
+__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast", "GLError"]

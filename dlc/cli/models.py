@@ -135,7 +135,7 @@ def run_line(session, weights: str) -> str:
     backend = getattr(impl, "name", "gl")  # an artifact runs on gl
     target = "compute"
     if backend == "gl":
-        device = require("dlc.runtime.context").get_context().renderer  # GL only for a gl run
+        device = require("dlc.runtime.device").get_context().renderer  # GL only for a gl run
         target = getattr(impl, "target", None) or "compute"  # texture where chosen or forced
     else:
         device = "CPU (NumPy reference)"
