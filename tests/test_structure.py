@@ -202,3 +202,17 @@ def test_the_scan_finds_a_cycle_and_a_lazy_import(tmp_path):
     edges, lazy = scan(tmp_path)
     assert cycles(edges) == [["dlc.runtime.a", "dlc.runtime.b"]]
     assert [(f, n) for f, n, _ in lazy] == [("runtime/b.py", 2), ("runtime/c.py", 2)]
+
+
+def test_only_runtime_gl_imports_opengl_at_module_level():
+    """runtime/gl.py sets PYOPENGL_PLATFORM (EGL) before PyOpenGL first loads: a module that
+    imported OpenGL itself ahead of it would pin PyOpenGL to GLX, and EGL would find no device."""
+    bad = []
+    for name, path in modules().items():
+        if name == "dlc.runtime.gl":
+            continue
+        for node, in_function in import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not in_function and any(n == "OpenGL" or n.startswith("OpenGL.") for n in names):
+                bad.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    assert not bad, "import OpenGL through dlc.runtime.gl: " + ", ".join(bad)
