@@ -68,7 +68,7 @@ def gl_program(source: str, grads: bool):
     from dlc.compiler.autodiff import differentiate, grad_name
     from dlc.compiler.pipeline import compile_program
     from dlc.compiler.simplify import simplify
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
     from dlc.runtime.executor import Executor, LeafStore
 
     g = dlc.compile(source).graph
@@ -98,7 +98,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     feeds = {n: rng.normal(size=(b, h, t, d)).astype(np.float32) for n in "qkvr"}
 
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     ctx = get_context()
     print(f"attention forward + backward, q, k, v [{b}, {h}, {t}, {d}] causal, fp32; GL: {ctx.renderer}")

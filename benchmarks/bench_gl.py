@@ -171,7 +171,7 @@ def get_torch(skip: set[str]):
 def gl_program(source: str, options=None):
     import dlc
     from dlc.compiler.pipeline import compile_program
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
     from dlc.runtime.executor import Executor, LeafStore
 
     model = dlc.compile(source)
@@ -602,7 +602,7 @@ def main(argv=None) -> int:
     reps = args.reps or (5 if small else 20)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
 
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     ctx = get_context()
     torch, torch_device = get_torch(skip)

@@ -200,7 +200,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="one JSON object per row")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"which rows, comma-separated (of {', '.join(ROWS)})")
     args = ap.parse_args()
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     ctx = get_context()
     print(f"# {ctx.renderer if hasattr(ctx, 'renderer') else 'GL'}")

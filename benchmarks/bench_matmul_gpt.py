@@ -96,7 +96,7 @@ def dlc_row(name, inputs, expr, dims, feeds, ref, reps, options=None) -> dict:
     import dlc
     from dlc.compiler.pipeline import compile_program
     from dlc.compiler.simplify import simplify
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
     from dlc.runtime.executor import Executor, LeafStore
 
     g = simplify(dlc.compile(source(inputs, expr, dims)).graph)

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     n, m, batch = (1 << 20, 256, 64) if a.small else (1 << 24, 2048, 1024)
     cb, hw, ci = (8, 28, 16) if a.small else (32, 56, 64)
     rng = np.random.default_rng(0)
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     ctx = get_context()
     print(f"{ctx.renderer} ({ctx.version}); median of {a.reps} runs, ms")

@@ -323,7 +323,7 @@ def main(argv=None) -> int:
     bench_gl.WARM_S = args.warm if args.warm is not None else (0.01 if args.small else 0.1)
 
     from dlc.compiler.codegen import matmul_tuning as tuning
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     ctx = get_context()
     device = ctx.renderer

@@ -27,7 +27,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dlc.runtime import binary_cache
+from dlc.runtime import binary_cache, spec
+from dlc.runtime.errors import Loc
+from dlc.runtime.optional import require
+from dlc.runtime.spec import ProgramSpec
+from dlc.runtime.version import __version__
+
+from . import modes
+from .ir import Graph, Node
 
 FORMAT = 1  # of the payloads below; binary_cache's header keeps it
 _ROOT = os.path.dirname(os.path.abspath(__file__))  # the compiler package
@@ -43,9 +50,6 @@ def code_stamp() -> str:
     program spec (names, sizes, modification times): changes when any of them does."""
     global _stamp
     if _stamp is None:
-        from dlc.runtime import spec
-        from dlc.runtime.version import __version__
-
         h = hashlib.sha256(f"dlc {__version__} format {FORMAT}".encode())
         grammar = os.path.join(os.path.dirname(_ROOT), "grammar")
         for folder in (_ROOT, grammar):
@@ -132,8 +136,6 @@ def program_key(
 
 def load_program(key: str):
     """(ProgramSpec, sources) stored under `key`, or None."""
-    from dlc.runtime.spec import ProgramSpec
-
     data = _load_json("compiled", key)
     if data is None:
         return None
@@ -250,10 +252,6 @@ def _strs(v: Any) -> tuple[str, ...]:
 
 
 def _graph_from_json(data: Any):
-    from dlc.runtime.errors import Loc
-
-    from .ir import Graph, Node
-
     nodes = []
     for index, raw in enumerate(data["nodes"]):
         op, inputs, shape, attrs, loc = raw
@@ -341,9 +339,8 @@ def train_graph(graph, loss: str | None, optimizer, freeze: Sequence[str] = ()):
                 return _graph_of(data)
             except Exception:  # untrusted: whatever does not read back is a miss
                 binary_cache.forget(key, "train")
-    from .train_graph import build_train_graph
-
-    step = build_train_graph(graph, loss, optimizer, freeze)
+    # the registry on a miss only: a warm start asks none
+    step = require("dlc.compiler.train_graph").build_train_graph(graph, loss, optimizer, freeze)
     if key is not None:
         try:
             _store_json("train", key, _entry(step))
@@ -369,9 +366,7 @@ def resident_graph(step, inputs: Sequence[str], dim: str, examples: int):
                 return _graph_of(data)
             except Exception:  # untrusted: whatever does not read back is a miss
                 binary_cache.forget(key, "train")
-    from .resident import resident_graph as build
-
-    out = build(step, inputs, dim, examples)
+    out = require("dlc.compiler.resident").resident_graph(step, inputs, dim, examples)  # on a miss only
     if key is not None:
         try:
             _store_json("train", key, _entry(out))
@@ -384,9 +379,7 @@ def eval_form(graph):
     """`compiler.modes.eval_form(graph)` (dropout the identity, batch_norm by its running
     statistics), read from the cache with its element types when this graph made it before,
     so that a warm eval, predict or generate asks no op registry either."""
-    from .modes import eval_form as build
-
-    out = build(graph)
+    out = modes.eval_form(graph)
     if out is graph or not enabled() or "dtypes" in out.__dict__:
         return out
     try:

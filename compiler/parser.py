@@ -19,7 +19,9 @@ from lark.exceptions import UnexpectedEOF, VisitError
 from lark.visitors import Transformer_NonRecursive
 
 from dlc.runtime.errors import CompileError, Loc
+from dlc.runtime.optional import available
 from dlc.runtime.sizes import MAX_NAME
+from dlc.runtime.source_text import decode_source, read_source  # noqa: F401  (the parser's API too)
 
 # -- AST -------------------------------------------------------------------------
 
@@ -140,9 +142,8 @@ def build_lark(grammar: str) -> Lark:
 def _load_tables(key: str) -> Lark | None:
     """The parser from the shipped tables, or None when they are missing, were made from
     another grammar, options or lark, or lark cannot load them (its loader is not public API)."""
-    try:
-        from dlc.grammar import dl_lalr  # lazy: generated tables that may be missing or stale
-    except ImportError:
+    dl_lalr = available("dlc.grammar.dl_lalr")
+    if dl_lalr is None:
         return None
     if getattr(dl_lalr, "KEY", None) != key:
         return None
@@ -370,29 +371,6 @@ def source_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-
-
-def read_source(path: str) -> str:
-    """The text of the model file `path`; bytes that are not UTF-8 are a CompileError at
-    their line and column (OSError is the caller's)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    return decode_source(raw, path)
-
-
-def decode_source(raw: bytes, file: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        before = raw[: e.start].decode("utf-8")  # valid up to the bad byte
-        line = before.count("\n") + 1
-        start = before.rfind("\n") + 1
-        column = len(before) - start + 1
-        end = raw.find(b"\n", e.start)
-        text = raw[len(before[:start].encode("utf-8")) : end if end >= 0 else len(raw)]
-        loc = Loc(file, line, column, text.decode("utf-8", errors="replace"))
-        bad = " ".join(f"0x{b:02X}" for b in raw[e.start : e.end])
-        raise CompileError(f"the file is not UTF-8 text: {bad} cannot be decoded ({e.reason})", loc) from None
 
 
 def parse(text: str, file: str = "<model>") -> list[Stmt]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from dlc.runtime.dims import shape_symbols as symbols_of_shapes
+from dlc.runtime.optional import require
 from dlc.runtime.spec import FORMAT, ProgramSpec  # noqa: F401  (FORMAT: artifact.py reads it here)
 
 from . import train_graph
@@ -80,10 +81,9 @@ class Work:
 
 
 def _front_end():
-    """(parser, lang): the front end's modules, imported by the stages that need them."""
-    from . import lang, parser  # lazy: lark; compile_program (the GL back end) needs no front end
-
-    return parser, lang
+    """(parser, lang): the front end's modules, imported by the stages that need them (lark:
+    compile_program, the GL back end, needs no front end)."""
+    return require("dlc.compiler.parser"), require("dlc.compiler.lang")
 
 
 def _parse(w: Work, o: Options) -> list[Graph]:

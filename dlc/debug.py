@@ -34,6 +34,7 @@ import numpy as np
 
 from .runtime import dims as dim_algebra
 from .runtime.errors import Loc, RuntimeFailure, format_shape
+from .runtime.optional import require
 
 log = logging.getLogger("dlc.debug")
 
@@ -164,10 +165,9 @@ class KernelTimer:
     """Times one GL launch at a time: begin() before it, end() after, in milliseconds."""
 
     def __init__(self) -> None:
-        from dlc.runtime import gl, sync  # lazy: they import OpenGL; debug mode on numpy needs neither
-
-        self._gl = gl.GL
-        self._query = sync.TimerQuery()
+        # OpenGL on first use: debug mode on numpy needs none
+        self._gl = require("dlc.runtime.gl").GL
+        self._query = require("dlc.runtime.sync").TimerQuery()
         self._start = 0.0
 
     def begin(self) -> None:
@@ -277,7 +277,7 @@ def evaluate(
     graph: Any, roots: Iterable[int], leaves: Mapping[str, np.ndarray], dims: Mapping[str, int], dtype: Any = np.float32
 ) -> dict[int, np.ndarray]:
     """`dlc.compiler.reference.evaluate`, timing each node and stopping at the first NaN."""
-    from dlc.compiler.reference import evaluate as reference_evaluate  # lazy: an artifact's debug mode has no compiler
+    reference_evaluate = require("dlc.compiler.reference").evaluate  # an artifact's debug mode has no compiler
 
     def on_node(i: int, out: np.ndarray, seconds: float) -> None:
         n = graph.nodes[i]
@@ -415,7 +415,7 @@ class GLHook:
         ex, g = self.executor, self.graph
         if ex is None or g is None or self.fusion is None:
             return None  # an artifact: no IR to trace with (and no compiler to import)
-        from dlc.compiler import registry  # lazy: an artifact's debug mode has no compiler
+        registry = require("dlc.compiler.registry")  # an artifact's debug mode has no compiler
 
         index = next(i for i, k in enumerate(ex.kernels) if k.name == name)
         kernel = self.fusion.kernels[index]

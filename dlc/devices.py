@@ -25,6 +25,7 @@ import numpy as np
 
 from dlc.compiler.reference import evaluate
 from dlc.runtime import dims as dim_algebra
+from dlc.runtime.optional import require
 
 _BACKENDS = ("gl", "numpy")
 _devices: dict[str, Device] = {}
@@ -82,15 +83,7 @@ class NumpyDevice:
 
 def gl_eager() -> Any:
     """dlc.backends.gl_eager, imported on first use (it imports OpenGL)."""
-    global _gl_eager_module
-    if _gl_eager_module is None:
-        from .backends import gl_eager  # lazy: it imports OpenGL
-
-        _gl_eager_module = gl_eager
-    return _gl_eager_module
-
-
-_gl_eager_module: Any = None
+    return require("dlc.backends.gl_eager")
 
 
 def gl_devices() -> list:

@@ -33,6 +33,7 @@ from dlc.compiler.builder import GraphBuilder
 from dlc.compiler.ir import Graph
 from dlc.compiler.registry import FUNCTIONS
 from dlc.runtime import cache_limit as _limits
+from dlc.runtime.optional import require
 
 from . import devices
 from .devices import Device, get_device
@@ -153,9 +154,7 @@ def pool_limit() -> tuple[int, int]:
 
 
 def _buffer_pool() -> Any:
-    from dlc.runtime import buffer_pool  # lazy: it imports OpenGL; the numpy backend has no pools
-
-    return buffer_pool
+    return require("dlc.runtime.buffer_pool")  # it imports OpenGL; the numpy backend has no pools
 
 
 _NUMBERS = (int, float, np.integer, np.floating)  # numbers that become uniforms

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from dlc.compiler import compile_cache
 from dlc.compiler.ir import Graph, Shape
+from dlc.runtime.optional import require
+from dlc.runtime.source_text import read_source
 
 from .report import param_summary
 
@@ -109,20 +111,6 @@ class Model:
         )
 
 
-def read_text(path: str) -> str:
-    """The text of model file `path`; bytes that are not UTF-8 are a CompileError at their
-    line and column (the parser's `decode_source`, imported only then: it imports lark)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        from dlc.compiler.parser import decode_source  # lazy: lark; dlc.Graph and the eager arrays import this module
-
-        decode_source(raw, path)  # raises
-        raise
-
-
 def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
     """Compile a .dl model from a path or from source text (`name`: the path its errors
     show for source text). Raises dlc.CompileError.
@@ -135,13 +123,12 @@ def compile(source: str | os.PathLike, *, name: str | None = None) -> Model:
     text, path = source, name or "<model>"
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source and source.endswith(".dl")):
         path = os.fspath(source)
-        text = read_text(path)
+        text = read_source(path)
     # A model compiled before comes from dlc's compile cache on disk: no lark, no parse.
     graph = compile_cache.load_model(text, path) if compile_cache.enabled() else None
     if graph is None:
-        from dlc.compiler.lang import compile_source  # lazy: lark, not needed on a compile-cache hit
-
-        graph = compile_source(text, path)
+        # lark and the front end on a miss only (the start-up-heavy compiler)
+        graph = require("dlc.compiler.lang").compile_source(text, path)
         if compile_cache.enabled():
             compile_cache.store_model(text, path, graph)
     return Model(graph, text, path)

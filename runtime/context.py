@@ -26,10 +26,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlc.runtime.errors import RuntimeFailure
+from dlc.runtime.optional import require
 
 MIN_VERSION = (4, 3)  # compute shaders and shader storage buffers (the compute target)
 TEXTURE_VERSION = (3, 3)  # fragment shaders over float textures (the texture target)
 INSTALL_HINT = "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU driver"
+
+
+def _gl():
+    """dlc.runtime.gl (PyOpenGL, with its EGL binding), imported on first use."""
+    return require("dlc.runtime.gl")
+
+
+def _glfw():
+    """glfw (loads libglfw, absent on many headless machines), imported on first use."""
+    return require("glfw")
+
 
 # EGL display -> contexts alive on it: eglTerminate would end them all, so the last one does it
 _display_users: dict[int, int] = {}
@@ -62,8 +74,7 @@ class GLContext:
         """Make this context current on the calling thread."""
         h = self._handles
         if self.platform == "egl":
-            from dlc.runtime.gl import EGL
-
+            EGL = _gl().EGL
             try:  # PyOpenGL's EGL checks errors itself: a refusal may raise
                 ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
             except Exception:
@@ -71,8 +82,7 @@ class GLContext:
             if not ok:
                 raise RuntimeFailure("the OpenGL context is current on another thread")
         else:
-            import glfw
-
+            glfw = _glfw()
             glfw.make_context_current(h["window"])
         self._thread = threading.get_ident()
 
@@ -80,12 +90,10 @@ class GLContext:
         """Destroy the context (and everything made in it); it must not be used again."""
         h = self._handles
         if self.platform == "egl":
-            from dlc.runtime.gl import EGL
-
+            EGL = _gl().EGL
             _egl_destroy(EGL, h)
         else:
-            import glfw
-
+            glfw = _glfw()
             if _address(glfw.get_current_context()) == _address(h["window"]):
                 glfw.make_context_current(None)
             glfw.destroy_window(h["window"])
@@ -96,31 +104,12 @@ class GLContext:
         """Detach the context from the calling thread so another thread can take it."""
         h = self._handles
         if self.platform == "egl":
-            from dlc.runtime.gl import EGL
-
+            EGL = _gl().EGL
             EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
         else:
-            import glfw
-
+            glfw = _glfw()
             glfw.make_context_current(None)
         self._thread = 0
-
-
-def get_context() -> GLContext:
-    """The current device's GL context, current on the calling thread; RuntimeFailure when
-    none can be made (see runtime/device.py for which device is current)."""
-    from dlc.runtime.device import current_device
-
-    return current_device().context
-
-
-def has_context() -> bool:
-    """True when a GL context can be made (makes it); never raises."""
-    try:
-        get_context()
-        return True
-    except Exception:
-        return False
 
 
 def create_context(egl_device: int | None = None, platform: str | None = None) -> GLContext:
@@ -204,21 +193,18 @@ def _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT):
 def egl_device_count() -> int:
     """How many EGL devices this machine has (0 without EGL's device platform); makes no
     context (data-parallel ranks pick theirs from it before any is made)."""
-    from dlc.runtime import gl  # imports OpenGL: not at module level (`dlc --help` must not)
-
+    gl = _gl()
     if gl.EGL is None:
         return 0
     try:
-        from OpenGL.EGL.EXT.device_base import EGLDeviceEXT, eglQueryDevicesEXT
-
-        return len(_query_egl_devices(gl.EGL, EGLDeviceEXT, eglQueryDevicesEXT))
+        ext = require("OpenGL.EGL.EXT.device_base")
+        return len(_query_egl_devices(gl.EGL, ext.EGLDeviceEXT, ext.eglQueryDevicesEXT))
     except Exception:
         return 0
 
 
 def _create_egl(egl_device: int | None = None) -> GLContext:
-    from dlc.runtime import gl
-
+    gl = _gl()
     if gl.PYOPENGL_PLATFORM not in ("", "egl"):
         raise _NoContext(
             f"PYOPENGL_PLATFORM={gl.PYOPENGL_PLATFORM} rules out EGL (unset it, or set it to egl)",
@@ -228,13 +214,13 @@ def _create_egl(egl_device: int | None = None) -> GLContext:
         raise _NoContext(f"EGL is not available ({gl.EGL_IMPORT_ERROR})")
     EGL = gl.EGL
     try:
-        from OpenGL.EGL.EXT.device_base import EGLDeviceEXT, eglQueryDevicesEXT
-        from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
-        from OpenGL.EGL.EXT.platform_device import EGL_PLATFORM_DEVICE_EXT
+        device_base = require("OpenGL.EGL.EXT.device_base")
+        get_platform_display = require("OpenGL.EGL.EXT.platform_base").eglGetPlatformDisplayEXT
+        platform_device = require("OpenGL.EGL.EXT.platform_device").EGL_PLATFORM_DEVICE_EXT
     except Exception as exc:
         raise _NoContext(f"EGL lacks the device platform ({exc})") from exc
 
-    devices = _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT)
+    devices = _query_egl_devices(EGL, device_base.EGLDeviceEXT, device_base.eglQueryDevicesEXT)
     n = len(devices)
     if n == 0:
         raise _NoContext("EGL found no device")
@@ -254,7 +240,7 @@ def _create_egl(egl_device: int | None = None) -> GLContext:
     reasons = []
     for index in candidates:
         try:
-            handles = _egl_context_on(EGL, eglGetPlatformDisplayEXT(EGL_PLATFORM_DEVICE_EXT, devices[index], None))
+            handles = _egl_context_on(EGL, get_platform_display(platform_device, devices[index], None))
             ctx = _describe("egl", index, handles)
             ctx.device_count = n
             return ctx
@@ -363,10 +349,10 @@ def _address(handle: Any) -> int:
 
 def _create_glfw() -> GLContext:
     try:
-        import glfw
+        glfw = _glfw()
     except Exception as exc:
         raise _NoContext(f"glfw is not importable ({exc})") from exc
-    from dlc.runtime import gl
+    gl = _gl()
 
     try:
         if not glfw.init():
@@ -404,7 +390,7 @@ def _create_glfw() -> GLContext:
 
 
 def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) -> GLContext:
-    from dlc.runtime.gl import GL
+    GL = _gl().GL
 
     def text(name: int) -> str:
         value = GL.glGetString(name)

@@ -229,6 +229,21 @@ def current_device() -> Device:
     return device.activate()
 
 
+def get_context() -> GLContext:
+    """The current device's GL context, current on the calling thread; RuntimeFailure when
+    none can be made."""
+    return current_device().context
+
+
+def has_context() -> bool:
+    """True when a GL context can be made (makes it); never raises."""
+    try:
+        get_context()
+        return True
+    except Exception:
+        return False
+
+
 def require_default(device: Device, what: str) -> None:
     """Refuse `what` on a device other than the default (code whose GL objects do not yet
     remember their device: made current by someone else, they would use the wrong context)."""

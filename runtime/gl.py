@@ -20,6 +20,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from dlc.runtime.optional import require
+
 DEBUG = os.environ.get("DLC_DEBUG", "") == "1"
 
 
@@ -66,6 +68,7 @@ else:
 
 OpenGL.ERROR_CHECKING = DEBUG
 from OpenGL import GL, platform  # noqa: E402
+from OpenGL.error import GLError  # noqa: E402  (for modules that must not import OpenGL first)
 
 GL_SHADER_STORAGE_BUFFER = 0x90D2
 
@@ -174,11 +177,10 @@ def _proc_address(symbol: str) -> int:
     if address:
         return int(ctypes.cast(address, ctypes.c_void_p).value or 0)
     try:  # a glfw context on a PyOpenGL platform whose lookup missed
-        import glfw  # lazy: it loads libglfw, absent on headless machines
-
+        glfw = require("glfw")  # it loads libglfw, absent on headless machines
         return int(glfw.get_proc_address(symbol) or 0)
     except Exception:
         return 0
 
 
-__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast"]
+__all__ = ["DEBUG", "EGL", "EGL_IMPORT_ERROR", "GL", "PYOPENGL_PLATFORM", "Fast", "GLError"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import subnormals
-from .context import get_context
+from .device import get_context
 from .errors import RuntimeFailure
 from .target import choose_target
 

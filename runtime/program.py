@@ -24,6 +24,7 @@ from . import binary_cache, cache_limit
 from .device import Device, current_device, open_devices
 from .errors import RuntimeFailure
 from .gl import DEBUG, GL
+from .optional import require
 from .storage import Buffer
 
 # After a dispatch, later shaders may read what it wrote (SHADER_STORAGE) and later copies,
@@ -224,9 +225,7 @@ def _parallel_compiles(device: Device) -> None:
         device.parallel_compiles = False
         if "GL_KHR_parallel_shader_compile" in device.context.extensions:
             try:
-                from OpenGL.GL.KHR.parallel_shader_compile import glMaxShaderCompilerThreadsKHR  # lazy: an extension
-
-                glMaxShaderCompilerThreadsKHR(0xFFFFFFFF)
+                require("OpenGL.GL.KHR.parallel_shader_compile").glMaxShaderCompilerThreadsKHR(0xFFFFFFFF)
                 device.parallel_compiles = True
             except Exception:  # an entry point the driver does not have after all
                 while GL.glGetError() != GL.GL_NO_ERROR:

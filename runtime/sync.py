@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
-from .context import get_context
-from .device import current_device
+from .device import current_device, get_context
 from .errors import RuntimeFailure
 from .gl import GL
+from .optional import require
 from .storage import Buffer
 
 _SIGNALED = (GL.GL_ALREADY_SIGNALED, GL.GL_CONDITION_SATISFIED)
@@ -125,7 +125,7 @@ async def read_async(buffer: Buffer, count: int | None = None) -> np.ndarray:
     The values are first copied on the GPU into a staging buffer, so later launches may
     overwrite `buffer` while we wait.
     """
-    import asyncio  # lazy: the executor imports this module, and asyncio costs ~20 ms to import
+    asyncio = require("asyncio")  # the executor imports this module, and asyncio costs ~20 ms
 
     if count is None:
         count = buffer.nbytes // 4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .context import get_context
+from .device import get_context
 from .errors import RuntimeFailure
 
 TARGETS = ("compute", "texture")

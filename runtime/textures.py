@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import get_context
+from .device import get_context
 from .elements import storage_floats
 from .errors import RuntimeFailure
 from .gl import GL

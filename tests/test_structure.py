@@ -13,26 +13,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"dlc": "dlc", "compiler": "dlc.compiler", "runtime": "dlc.runtime", "grammar": "dlc.grammar"}
 MAX_LAZY = 20
-# Files other branches own today (start-up time, the CLI, codegen): their
-# function-level imports are counted and reported, and only they may still lack a reason.
-PENDING = (
-    "dlc/__init__.py",
-    "dlc/cli/",
-    "dlc/session.py",
-    "dlc/callbacks.py",
-    "dlc/progress.py",
-    "dlc/workers.py",
-    "dlc/web/",
-    "runtime/context.py",
-    "runtime/binary_cache.py",
-    "compiler/compile_cache.py",
-    "compiler/codegen/",
-)
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -146,10 +129,6 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def pending(file: str) -> bool:
-    return any(file == p or (p.endswith("/") and file.startswith(p)) for p in PENDING)
-
-
 def per_file(lazy) -> dict[str, int]:
     counts: dict[str, int] = {}
     for file, _, _ in lazy:
@@ -157,41 +136,23 @@ def per_file(lazy) -> dict[str, int]:
     return counts
 
 
-def module_file(module: str, known: dict[str, Path]) -> str:
-    return known[module].relative_to(ROOT).as_posix()
-
-
 def test_no_import_cycle_inside_a_package():
-    known = modules()
     edges, _ = scan()
-    # the imports of files other branches own are theirs to fix (test below)
-    mine = {m: targets for m, targets in edges.items() if not pending(module_file(m, known))}
-    found = cycles(mine)
+    found = cycles(edges)
     assert not found, "import cycles (move what they share into a module below them):\n" + "\n".join(
         " <-> ".join(c) for c in found
     )
 
 
-def test_no_import_cycle_through_the_files_other_branches_own():
-    edges, _ = scan()
-    found = cycles(edges)
-    if found:
-        pytest.xfail("other branches pending: " + "; ".join(" <-> ".join(c) for c in found))
-
-
 def test_every_function_level_import_says_why_it_is_lazy():
     _, lazy = scan()
-    bad = [f"{f}:{n}: {t}" for f, n, t in lazy if "# lazy:" not in t and not pending(f)]
+    bad = [f"{f}:{n}: {t}" for f, n, t in lazy if "# lazy:" not in t]
     assert not bad, "function-level imports without `# lazy: why` (move them to module level):\n" + "\n".join(bad)
 
 
 def test_function_level_imports_are_few():
     _, lazy = scan()
-    mine = [x for x in lazy if not pending(x[0])]
-    assert len(mine) < MAX_LAZY, f"{len(mine)} function-level imports: {per_file(mine)}"
-    if len(lazy) >= MAX_LAZY:
-        theirs = per_file([x for x in lazy if pending(x[0])])
-        pytest.xfail(f"other branches pending: {len(lazy)} function-level imports in all, {theirs}")
+    assert len(lazy) < MAX_LAZY, f"{len(lazy)} function-level imports: {per_file(lazy)}"
 
 
 def test_the_scan_finds_a_cycle_and_a_lazy_import(tmp_path):
@@ -204,3 +165,17 @@ def test_the_scan_finds_a_cycle_and_a_lazy_import(tmp_path):
     edges, lazy = scan(tmp_path)
     assert cycles(edges) == [["dlc.runtime.a", "dlc.runtime.b"]]
     assert [(f, n) for f, n, _ in lazy] == [("runtime/b.py", 2), ("runtime/c.py", 2)]
+
+
+def test_only_runtime_gl_imports_opengl_at_module_level():
+    """runtime/gl.py sets PYOPENGL_PLATFORM (EGL) before PyOpenGL first loads: a module that
+    imported OpenGL itself ahead of it would pin PyOpenGL to GLX, and EGL would find no device."""
+    bad = []
+    for name, path in modules().items():
+        if name == "dlc.runtime.gl":
+            continue
+        for node, in_function in import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if not in_function and any(n == "OpenGL" or n.startswith("OpenGL.") for n in names):
+                bad.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    assert not bad, "import OpenGL through dlc.runtime.gl: " + ", ".join(bad)

@@ -108,7 +108,7 @@ def test_session_trains_on_text_and_generates_the_same_on_gl_and_numpy(tmp_path)
     texts = []
     for backend in ("numpy", "gl"):
         if backend == "gl":
-            from dlc.runtime.context import get_context
+            from dlc.runtime.device import get_context
 
             try:
                 get_context()

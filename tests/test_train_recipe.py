@@ -32,7 +32,7 @@ loss l = sum(w)
 
 
 def _gl_or_skip():
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     try:
         get_context()

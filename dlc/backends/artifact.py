@@ -21,6 +21,8 @@ from dlc.runtime.artifact.files import read_artifact, read_manifest
 from dlc.runtime.artifact.manifest import LR, MANIFEST, leaf_shapes
 from dlc.runtime.elements import from_storage
 from dlc.runtime.errors import DataError, DlcError
+from dlc.runtime.optional import require
+from dlc.runtime.source_text import read_source
 
 from .protocol import track_gl
 
@@ -66,10 +68,6 @@ class ArtifactModel:
                 f"{self.path}: the artifact holds no model.dl, so it runs on the gl backend "
                 "only (recompile it with `dlc compile`, or run the .dl model)"
             )
-        from dlc.compiler.parser import (
-            read_source,  # lazy: only the numpy backend reads model.dl; artifacts run without the compiler
-        )
-
         text = read_source(source)
         # A trailing newline makes dlc.compile take it as source text, never as a path.
         return dlc.compile(text if text.endswith("\n") else text + "\n", name=source)
@@ -93,11 +91,8 @@ class ArtifactBackend:
     name = "gl"
 
     def __init__(self, path: str | os.PathLike, hook: Callable[[], Any] | None = None):
-        from dlc.runtime.artifact.runner import (
-            Runner,  # lazy: it imports OpenGL (the numpy backend and `dlc check` do not)
-        )
-
-        self.runner = Runner(path, hook=hook)
+        # OpenGL on first use: the numpy backend and `dlc check` never load it
+        self.runner = require("dlc.runtime.artifact.runner").Runner(path, hook=hook)
         self.target = self.runner.target
         m = self.runner.manifest  # the tensors read back as int32 (manifest "dtypes")
         self._i32 = {m["names"][n] for n in m.get("dtypes", {}) if n in m["names"]}

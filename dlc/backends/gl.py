@@ -14,9 +14,10 @@ import numpy as np
 
 from dlc.compiler import compile_cache
 from dlc.compiler.ir import Graph
-from dlc.runtime.context import get_context
+from dlc.runtime.device import get_context
 from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
+from dlc.runtime.optional import require
 from dlc.runtime.target import choose_target
 from dlc.runtime.texture_executor import TextureExecutor, TextureStore
 
@@ -90,11 +91,8 @@ class GLBackend:
         updates = graph.updates if training else ()
 
         def compile():
-            from dlc.compiler.pipeline import (
-                compile_program,  # lazy: codegen, needed only when the compile cache misses
-            )
-
-            return compile_program(
+            # codegen, needed only when the compile cache misses
+            return require("dlc.compiler.pipeline").compile_program(
                 graph, roots, name=name, updates=updates, ref_dims=dims, options=options, target=self.target
             )
 

@@ -29,8 +29,7 @@ import numpy as np
 
 from dlc.compiler.pipeline import compile_program
 from dlc.runtime.buffer_pool import pool_of
-from dlc.runtime.context import get_context
-from dlc.runtime.device import current_device, default_device, open_device, open_devices
+from dlc.runtime.device import current_device, default_device, get_context, open_device, open_devices
 from dlc.runtime.dims import eval_size
 from dlc.runtime.errors import RuntimeFailure
 from dlc.runtime.executor import gpu_copy, group_counts, scratch_words

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dlc.compiler.ir import Graph
-from dlc.runtime.context import get_context, has_context
 from dlc.runtime.optional import require
 
 from .. import debug
@@ -103,14 +102,13 @@ def make_backend(name: str | None, target: str | None = None):
     if name not in (None, "gl"):
         raise ValueError(f"unknown backend {name!r}: use 'gl' or 'numpy'")
 
-    if name is None and not has_context():
+    device = require("dlc.runtime.device")  # OpenGL on first use: a numpy session never loads it
+    if name is None and not device.has_context():
         reason = "no OpenGL context"
         try:
-            get_context()
+            device.get_context()
         except Exception as e:  # the cached one-line reason
             reason = str(e).splitlines()[0]
         print(f"dlc: {reason}; using the numpy backend", file=sys.stderr)
         return NumpyBackend()
-    from .gl import GLBackend  # lazy: it imports OpenGL
-
-    return GLBackend(target=target)
+    return require("dlc.backends.gl").GLBackend(target=target)

@@ -15,6 +15,7 @@ from ..backends.artifact import ArtifactModel, is_artifact
 from ..runtime import optimizers
 from ..runtime.errors import DlcError, UsageError, did_you_mean
 from ..runtime.optional import require
+from ..runtime.source_text import read_source
 from ..session import Session
 from .options import DEFAULT_OPTIMIZER
 
@@ -65,7 +66,7 @@ def _model_module():
 
 def read_model_source(path: str) -> str:
     try:
-        return _model_module().read_text(path)  # bytes that are not UTF-8: a CompileError at their line:col
+        return read_source(path)  # bytes that are not UTF-8: a CompileError at their line:col
     except FileNotFoundError:
         raise DlcError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -134,7 +135,7 @@ def run_line(session, weights: str) -> str:
     backend = getattr(impl, "name", "gl")  # an artifact runs on gl
     target = "compute"
     if backend == "gl":
-        device = require("dlc.runtime.context").get_context().renderer  # GL only for a gl run
+        device = require("dlc.runtime.device").get_context().renderer  # GL only for a gl run
         target = getattr(impl, "target", None) or "compute"  # texture where chosen or forced
     else:
         device = "CPU (NumPy reference)"

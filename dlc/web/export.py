@@ -30,7 +30,19 @@ from importlib import resources
 
 import numpy as np
 
+from dlc.compiler.codegen.texture import TextureTargetError
+from dlc.compiler.emit import manifest, programs
+from dlc.compiler.initializers import initial_value
+from dlc.generate import check_model
+from dlc.model import compile as compile_model
+from dlc.runtime import optimizers
+from dlc.runtime.artifact.files import read_artifact, read_confined
 from dlc.runtime.errors import DataError, DlcError
+from dlc.runtime.folders import replaced_folder
+from dlc.runtime.saved_names import by_param_name
+from dlc.runtime.spec import manifest_json
+from dlc.runtime.weights import checked_params, load_npz
+from dlc.text import Vocab, vocab_path
 
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"
@@ -51,13 +63,6 @@ def export_web(
     vocab: str | os.PathLike | None = None,
 ) -> pathlib.Path:
     """Write the web export of `model_path` into `out_dir`; returns its path."""
-    from dlc import compile as compile_model
-    from dlc.compiler.codegen.texture import TextureTargetError
-    from dlc.compiler.emit import manifest, programs
-    from dlc.compiler.initializers import initial_value
-    from dlc.runtime import optimizers
-    from dlc.runtime.saved_names import by_param_name
-    from dlc.runtime.weights import checked_params, load_npz
 
     if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise DlcError(f"lr must be a positive number, not {lr!r}")  # the manifest is JSON: no NaN
@@ -145,8 +150,6 @@ def _read_artifact(path: pathlib.Path) -> _Artifact:
     """An artifact folder read as `dlc eval` reads it (runtime/artifact/files.py: the manifest
     validated, the .npz files without pickles, their headers, shapes and values checked before
     use), and its model.dl confined and bounded like the rest."""
-    from dlc.runtime.artifact.files import read_artifact, read_confined
-
     if not (path / "manifest.json").is_file() or not (path / "model.dl").exists():
         raise DlcError(f"{path} is not a dlc artifact (it needs manifest.json and model.dl)")
     files = read_artifact(path)
@@ -173,9 +176,6 @@ def _text_vocab(data: dict, weights, vocab):
     """The vocabulary of a language model: `vocab`, else `W.vocab.json` beside the weights
     (None when there is none), read as `dlc generate` reads it and checked against the model:
     one character per logit, and the block generation crops the context to."""
-    from dlc.generate import check_model
-    from dlc.text import Vocab, vocab_path
-
     if vocab is None and (weights is None or not vocab_path(weights).is_file()):
         return None
     where = vocab if vocab is not None else vocab_path(weights)
@@ -210,9 +210,6 @@ def _page_kind(data: dict) -> str:
 
 def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None, vocab=None) -> pathlib.Path:
     """Write the folder beside its destination, then move it into place (never half a folder)."""
-    from dlc.runtime.folders import replaced_folder
-    from dlc.runtime.spec import manifest_json
-
     with replaced_folder(out, "a dlc web export", DlcError) as tmp:
         (tmp / SHADERS).mkdir()
         for prog in progs.values():

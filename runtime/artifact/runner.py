@@ -16,12 +16,11 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from OpenGL.error import GLError
-
-from ..context import get_context
+from ..device import get_context
 from ..dims import shape_symbols
 from ..errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from ..executor import Executor, LeafStore
+from ..gl import GLError  # not OpenGL.error: runtime/gl.py picks PyOpenGL's platform (EGL) first
 from ..program import ShaderError
 from ..texture_executor import TextureExecutor, TextureStore
 from .files import read_artifact

@@ -8,7 +8,7 @@ from dlc.runtime.errors import RuntimeFailure
 
 
 def _gl_or_skip():
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     try:
         get_context()

@@ -33,7 +33,7 @@ def small_source(**sizes) -> str:
 
 def _gl_or_skip(backend):
     if backend == "gl":
-        from dlc.runtime.context import get_context
+        from dlc.runtime.device import get_context
 
         try:
             get_context()

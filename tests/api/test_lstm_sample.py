@@ -54,7 +54,7 @@ def torch_run(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
 )
 def test_lstm_trains_as_pytorch(backend, target):
     if backend == "gl":
-        from dlc.runtime.context import has_context
+        from dlc.runtime.device import has_context
 
         if not has_context():
             pytest.skip("no OpenGL context")

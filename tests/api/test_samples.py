@@ -14,7 +14,7 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 def run(script: str, backend: str) -> list[str]:
     if backend == "gl":
-        from dlc.runtime.context import has_context
+        from dlc.runtime.device import has_context
 
         if not has_context():
             pytest.skip("no OpenGL context")

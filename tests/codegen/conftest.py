@@ -10,7 +10,7 @@ from dlc.runtime.errors import RuntimeFailure
 
 @pytest.fixture(scope="session")
 def gl():
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     try:
         return get_context()

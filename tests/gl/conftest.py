@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compiler")
 
 @pytest.fixture(scope="session")
 def gl():
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     try:
         return get_context()

@@ -72,7 +72,7 @@ def _backend(which: str) -> GLBackend:
 
 def _assert_within(backend: GLBackend, limits) -> None:
     """Every shader of every program the backend compiled fits `limits`."""
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     limits = device_limits(limits or get_context().limits)
     checked = 0

@@ -60,7 +60,7 @@ def _no_compute_env(**extra) -> dict:
 
 def test_mesa_env_removes_compute_and_dlc_chooses_texture(gl):
     code = (
-        "from dlc.runtime.context import get_context\n"
+        "from dlc.runtime.device import get_context\n"
         "from dlc.runtime.target import choose_target\n"
         "from dlc.runtime.gl import GL\n"
         "ctx = get_context()\n"

@@ -51,7 +51,7 @@ def onnxscript():
 
 @pytest.fixture(scope="session")
 def gl():
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     try:
         return get_context()

@@ -58,7 +58,7 @@ def test_ranks_train_as_one_process_numpy(tmp_path, ranks, optimizer):
 @pytest.mark.gl
 def test_two_gl_ranks_train_as_one_process(tmp_path):
     _need_mpi()
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
     from dlc.runtime.errors import RuntimeFailure
 
     try:

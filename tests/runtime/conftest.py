@@ -10,7 +10,7 @@ from dlc.runtime.errors import RuntimeFailure
 @pytest.fixture(scope="session")
 def gl_context():
     """The process's GL context, or a skip saying what is missing."""
-    from dlc.runtime.context import get_context
+    from dlc.runtime.device import get_context
 
     try:
         return get_context()

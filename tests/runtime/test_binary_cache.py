@@ -18,7 +18,7 @@ from dlc.runtime import binary_cache
 PROBE = r"""
 import json, os, numpy as np
 from dlc.runtime import program, storage
-from dlc.runtime.context import get_context
+from dlc.runtime.device import get_context
 get_context()
 src = '''#version 430
 // COMMENT

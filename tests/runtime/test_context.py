@@ -22,7 +22,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.gl
 def test_context_reports_a_usable_driver(gl_context):
-    from dlc.runtime.context import get_context, has_context
+    from dlc.runtime.device import get_context, has_context
 
     ctx = gl_context
     assert get_context() is ctx and has_context()
@@ -68,7 +68,7 @@ def test_describe_names_the_driver_and_backend(gl_context):
 def test_missing_egl_device_gives_no_context_and_one_line_reason():
     code = (
         "from dlc.runtime.errors import RuntimeFailure\n"
-        "from dlc.runtime.context import get_context, has_context\n"
+        "from dlc.runtime.device import get_context, has_context\n"
         "from dlc.runtime.info import describe\n"
         "print(has_context())\n"
         "try:\n"

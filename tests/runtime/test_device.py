@@ -208,8 +208,7 @@ def test_closing_a_device_frees_its_objects_and_leaves_the_other(default, second
 
 
 def test_with_a_device_selects_it_and_gives_back_the_previous(default, second):
-    from dlc.runtime.context import get_context
-    from dlc.runtime.device import current_device
+    from dlc.runtime.device import current_device, get_context
     from dlc.runtime.storage import Buffer
 
     assert current_device() is default

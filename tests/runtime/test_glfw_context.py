@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gl
 SCRIPT = """
 import numpy as np
 import dlc
-from dlc.runtime.context import get_context
+from dlc.runtime.device import get_context
 ctx = get_context()
 print("platform", ctx.platform)
 sess = dlc.Session(dlc.compile("input x: [N]\\nout = relu(x) * 2 + 1\\n"), backend="gl")
