@@ -24,7 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dlc.runtime import binary_cache, spec
@@ -332,21 +332,10 @@ def train_graph(graph, loss: str | None, optimizer, freeze: Sequence[str] = ()):
             key = _key("train", graph_text, config)
         except (_Unstable, TypeError, ValueError):
             key = None
-    if key is not None:
-        data = _load_json("train", key)
-        if data is not None:
-            try:
-                return _graph_of(data)
-            except Exception:  # untrusted: whatever does not read back is a miss
-                binary_cache.forget(key, "train")
     # the registry on a miss only: a warm start asks none
-    step = require("dlc.compiler.train_graph").build_train_graph(graph, loss, optimizer, freeze)
-    if key is not None:
-        try:
-            _store_json("train", key, _entry(step))
-        except (_Unstable, TypeError, ValueError):
-            pass
-    return step
+    return _cached_graph(
+        key, lambda: require("dlc.compiler.train_graph").build_train_graph(graph, loss, optimizer, freeze)
+    )
 
 
 def resident_graph(step, inputs: Sequence[str], dim: str, examples: int):
@@ -359,6 +348,11 @@ def resident_graph(step, inputs: Sequence[str], dim: str, examples: int):
             key = _key("resident", graph_text, json.dumps([[str(i) for i in inputs], str(dim), int(examples)]))
         except (_Unstable, TypeError, ValueError):
             key = None
+    return _cached_graph(key, lambda: require("dlc.compiler.resident").resident_graph(step, inputs, dim, examples))
+
+
+def _cached_graph(key: str | None, build: Callable[[], Any]):
+    """The graph the cache holds under `key` (None: not cacheable), else `build()`, stored."""
     if key is not None:
         data = _load_json("train", key)
         if data is not None:
@@ -366,7 +360,7 @@ def resident_graph(step, inputs: Sequence[str], dim: str, examples: int):
                 return _graph_of(data)
             except Exception:  # untrusted: whatever does not read back is a miss
                 binary_cache.forget(key, "train")
-    out = require("dlc.compiler.resident").resident_graph(step, inputs, dim, examples)  # on a miss only
+    out = build()
     if key is not None:
         try:
             _store_json("train", key, _entry(out))
