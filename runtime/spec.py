@@ -15,6 +15,10 @@ the only code that writes or reads that layout (`manifest_json` writes a whole m
               the kernels it runs after, the inputs it reads, its IR lines and their locations
     inplace / copies   the training step's updates (param or state <- tensor)
 
+The dataclasses' annotations are the layout's schema: `check_json` checks a parsed program's
+keys and field types against them (an optional field's null is its absence, in `from_json`
+too), and the manifest validator adds only what a type cannot say.
+
 All dataclasses are frozen and their mappings read-only: one spec may be shared by many
 executors. Free of GL and of the compiler.
 """
@@ -23,8 +27,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -64,9 +71,9 @@ class Grid:
     @classmethod
     def from_json(cls, g: Mapping) -> Grid:
         scratch = int(g.get("scratch", 0))
-        if "tiles" in g:
+        if g.get("tiles") is not None:  # null, as the checker reads it, is absence
             return cls(tiles=tuple((_size(z), int(t)) for z, t in g["tiles"]), scratch=scratch)
-        split = (_size(g["split"][0]), int(g["split"][1])) if "split" in g else None
+        split = (_size(g["split"][0]), int(g["split"][1])) if g.get("split") is not None else None
         return cls(flat=_size(g["flat"]), per_group=int(g["per_group"]), split=split, scratch=scratch)
 
     def to_json(self) -> dict:
@@ -88,7 +95,8 @@ class Pass:
 
     file: str
     tensor: int | None
-    into: int | None = None  # renders the kernel's packed texture on this unit (texture_matmul)
+    # renders the kernel's packed texture on this unit (texture_matmul)
+    into: int | None = field(default=None, metadata={"is": "a packed unit of the kernel (tensor null)"})
 
     def to_json(self) -> dict:
         out = {"file": self.file, "tensor": self.tensor}
@@ -134,7 +142,7 @@ class Kernel:
     after: tuple[int, ...]  # the kernels whose outputs it reads
     inputs: tuple[str, ...]  # the program inputs it reads
     ir: tuple[str, ...]  # the IR lines it implements (debug mode reports them)
-    locs: tuple[tuple | None, ...]  # (file, line, column) of each, or None
+    locs: tuple[tuple[str, int, int] | None, ...]  # (file, line, column) of each, or None
     kind: str | None = None  # what fusion made it (elementwise, matmul, ...)
     file: str | None = None  # compute: its GLSL file
     grid: Grid | None = None  # compute
@@ -151,6 +159,7 @@ class Kernel:
 
     @classmethod
     def from_json(cls, k: Mapping) -> Kernel:
+        scratch = k.get("scratch")
         return cls(
             name=k["name"],
             slots=tuple(int(s) for s in k["slots"]),
@@ -163,12 +172,12 @@ class Kernel:
             locs=tuple(tuple(x) if x else None for x in k["locs"]),
             kind=k.get("kind"),
             file=k.get("file"),
-            grid=Grid.from_json(k["grid"]) if "grid" in k else None,
-            local_size=tuple(k["local_size"]) if "local_size" in k else None,
+            grid=Grid.from_json(k["grid"]) if k.get("grid") is not None else None,
+            local_size=tuple(k["local_size"]) if k.get("local_size") is not None else None,
             scalars=k.get("scalars", {}),
             nan_flags=tuple(k.get("nan_flags", ())),
             passes=tuple(Pass(p["file"], p["tensor"], p.get("into")) for p in k.get("passes", ())),
-            scratch=PassScratch(_size(k["scratch"]["size"]), int(k["scratch"]["unit"])) if "scratch" in k else None,
+            scratch=PassScratch(_size(scratch["size"]), int(scratch["unit"])) if scratch is not None else None,
             packed=tuple(
                 Packed(int(q["unit"]), _size(q["rows"]), _size(q["depth"]), q.get("label", ""))
                 for q in k.get("packed", ())
@@ -266,7 +275,7 @@ class ProgramSpec:
     copies: tuple[Update, ...] = ()  # updates copied after the kernels
     ref_dims: Mapping[str, int] = field(default_factory=dict)  # the dims the plan was sized for
     target: str = "compute"  # "compute" or "texture"
-    peak_bytes: int | None = None
+    peak_bytes: Mapping[str, int] | None = None  # bytes of temporaries planned and with no reuse, of leaves by kind
     format: int = FORMAT
 
     def __post_init__(self) -> None:
@@ -340,3 +349,90 @@ def required_keys(cls: type) -> tuple[str, ...]:
     order (each field is written under its own name). The manifest's validator asks this, so
     that which keys exist is said once, here."""
     return tuple(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING)
+
+
+def json_kind(v) -> str:
+    """A JSON value's kind, for messages."""
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
+
+
+def show(v) -> str:
+    """A value, shortened for a message."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_json(v, cls: type, where: str, fail: Callable[[str, str], None], required=None) -> dict:
+    """Check that parsed JSON `v` is an object of `cls`'s layout, and so every spec object inside
+    it: each has its required keys (`required_keys`; `required` overrides them for `v` itself)
+    and each field it has is of the field's annotated type. A field's metadata "is" words its
+    type error as what the field is. Unknown keys are left alone; ranges, lengths and cross
+    references are the caller's. `fail(field, problem)` raises."""
+    if not isinstance(v, dict):
+        fail(where, f"must be an object, not {json_kind(v)}")
+    for key in required_keys(cls) if required is None else required:
+        if key not in v:
+            fail(where, f"the key '{key}' is missing")
+    for key, hint, what in _json_fields(cls):
+        if key in v:
+            _check_type(v[key], hint, f"{where}.{key}", fail if what is None else _as_what(fail, v[key], what))
+    return v
+
+
+@functools.cache
+def _json_fields(cls: type) -> tuple[tuple[str, Any, str | None], ...]:
+    """(JSON key, resolved annotation, metadata "is") of each field of `cls`, in order."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], f.metadata.get("is")) for f in fields(cls))
+
+
+def _as_what(fail, v, what: str):
+    return lambda field, problem: fail(field, f"{show(v)} is not {what}")
+
+
+def _check_type(v, hint, where: str, fail) -> None:
+    """`v` is JSON of the Python type `hint`: tuples are lists, Mappings and dataclasses
+    objects (an int-keyed Mapping has its keys as strings, which the caller checks)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return
+        (hint,) = [a for a in args if a is not type(None)]  # the spec's unions are `X | None`
+        _check_type(v, hint, where, fail)
+    elif is_dataclass(hint):
+        check_json(v, hint, where, fail)
+    elif origin is Mapping:
+        if not isinstance(v, dict):
+            fail(where, f"must be an object, not {json_kind(v)}")
+        for key, x in v.items():
+            _check_type(x, args[1], f"{where}.{key if len(key) <= 60 else key[:57] + '...'}", fail)
+    elif hint is tuple or origin is tuple:
+        if not isinstance(v, list):
+            fail(where, f"must be a list, not {json_kind(v)}")
+        if args and args[-1] is Ellipsis:  # tuple[X, ...]
+            for i, x in enumerate(v):
+                _check_type(x, args[0], f"{where}[{i}]", fail)
+        elif args:  # tuple[X, Y]: a list of exactly these
+            if len(v) != len(args):
+                fail(where, f"has {len(v)} entries, not {len(args)}")
+            for i, (x, a) in enumerate(zip(v, args)):
+                _check_type(x, a, f"{where}[{i}]", fail)
+    elif hint is int:
+        if type(v) is not int:
+            fail(where, f"must be an integer, not {json_kind(v)}")
+    elif hint is float:
+        if type(v) not in (int, float) or not math.isfinite(v):
+            fail(where, f"must be a finite number, not {show(v)}")
+    elif hint is str:
+        if not isinstance(v, str):
+            fail(where, f"must be a string, not {json_kind(v)}")
+    else:
+        raise TypeError(f"{where}: the spec's type {hint} has no JSON layout")

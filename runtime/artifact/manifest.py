@@ -2,12 +2,27 @@
 
 An artifact folder is untrusted input: it may be old, hand-edited, truncated or hostile.
 `read_manifest` reads manifest.json (bounded, confined to the folder), parses it strictly and
-`validate`s it against the schema below: types, ranges, and every cross reference the runtime
-follows (slot indices, tensor ids, kernel indices, dim and uniform names, leaf names, file
-names). It touches no GL and reads no other file, so it is cheap enough to run on thousands
-of fuzzed manifests. Every problem is an `ArtifactError` naming the manifest and the field:
+`validate`s it. It touches no GL and reads no other file, so it is cheap enough to run on
+thousands of fuzzed manifests. Every problem is an `ArtifactError` naming the manifest and the
+field:
 
     model.dlc/manifest.json: programs.eval.kernels[3].file: '../x' leaves the artifact folder
+
+Derived from the typed program spec (runtime/spec.py `check_json`, run on each program first):
+every program object's required keys and the type of every field it has (int, finite number,
+string, list of X, [X, Y] of fixed length, object, null for an optional field), walking into
+the spec objects inside it (slots, tensors, kernels, grids, passes, updates), so that the
+schema of a program is said once, by its dataclasses' annotations.
+
+Hand-written here, because a type cannot say them:
+  - the manifest's own top level (inputs, params, states, names, losses, train), which is no
+    spec dataclass;
+  - ranges (slot and kernel indices, element counts, work-group sizes), size limits (list and
+    string lengths, MAX_*), the format version;
+  - names: identifiers, dim names and canonical dim products, leaf names, file names confined
+    to the folder (`check_file_name`);
+  - cross references the runtime follows: tensor ids, slots that must hold their tensors,
+    kernels' bindings, `after`, inputs and uniforms, updates' targets, the target's own fields.
 
 Checking the shader texts and the .npz files against the manifest is files.py's job.
 """
@@ -28,16 +43,12 @@ from ..spec import (  # the layout runtime/spec.py reads and writes
     LR,
     PERSISTENT,
     SLOT_KINDS,
-    Kernel,
-    Packed,
-    Pass,
-    PassScratch,
     ProgramSpec,
-    Slot,
-    TensorInfo,
-    Update,
+    check_json,
     required_keys,
 )
+from ..spec import json_kind as _what
+from ..spec import show as _show
 
 MANIFEST = "manifest.json"
 PROGRAMS = ("eval", "train")
@@ -96,24 +107,7 @@ def validate(m, where: str) -> None:
     _Manifest(where).check(m)
 
 
-# -- the checks --------------------------------------------------------------------------------
-def _show(v) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _what(v) -> str:
-    return {
-        dict: "an object",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        type(None): "null",
-    }.get(type(v), type(v).__name__)
-
-
+# -- the checks ---------------------------------------------------------------------------------
 class _Manifest:
     """One validation: `where` is the manifest's path for messages."""
 
@@ -125,6 +119,10 @@ class _Manifest:
         raise ArtifactError(f"{self.where}: {field}: {problem}")
 
     # -- typed fields ----------------------------------------------------------------------
+    def typed(self, v, cls: type, field: str, required=None) -> dict:
+        """An object of the spec's dataclass `cls`: its keys and field types, derived (spec.py)."""
+        return check_json(v, cls, field, self.fail, required)
+
     def obj(self, v, field: str, required=(), optional=()) -> dict:
         if not isinstance(v, dict):
             self.fail(field, f"must be an object, not {_what(v)}")
@@ -340,8 +338,8 @@ class _Manifest:
         f = f"programs.{name}"
         # the name is the program's key; the writer always writes format and copies
         spec_keys = tuple(k for k in required_keys(ProgramSpec) if k != "name")
-        self.obj(p, f, required=("format", *spec_keys, "copies"))
-        if type(p["format"]) is not int or p["format"] != FORMAT:
+        self.typed(p, ProgramSpec, f, required=("format", *spec_keys, "copies"))
+        if p["format"] != FORMAT:
             self.fail(f"{f}.format", f"program format {_show(p['format'])} is not one this dlc runs ({FORMAT})")
         if p.get("target", self.target) != self.target:
             self.fail(f"{f}.target", f"{_show(p['target'])} is not the artifact's target '{self.target}'")
@@ -351,8 +349,6 @@ class _Manifest:
         for i, d in enumerate(dims):
             self.name(d, f"{f}.dims[{i}]", what="a dim name")
         dims = set(dims)
-        if "ref_dims" in p:
-            self.obj(p["ref_dims"], f"{f}.ref_dims")
         inputs = self.leaves["input"] | ({LR} if name == "train" else set())
         slots = self.list(p["slots"], f"{f}.slots")
         for s, slot in enumerate(slots):
@@ -362,7 +358,6 @@ class _Manifest:
             if not re.fullmatch(r"0|[1-9][0-9]{0,9}", key):
                 self.fail(f"{f}.tensors", f"the key {_show(key)} is not a tensor id")
             g = f"{f}.tensors.{key}"
-            self.obj(info, g, required=required_keys(TensorInfo))
             s = self.int(info["slot"], f"{g}.slot", 0, max(len(slots) - 1, 0))
             if not slots:
                 self.fail(f"{g}.slot", "the program has no slots")
@@ -394,7 +389,6 @@ class _Manifest:
         for what in ("inplace", "copies"):
             for i, c in enumerate(self.list(p.get(what, []), f"{f}.{what}")):
                 g = f"{f}.{what}[{i}]"
-                self.obj(c, g, required=required_keys(Update))
                 target = self.member(c["target"], persistent, f"{g}.target", "a param or optimizer state")
                 t = tensor(c["tensor"], f"{g}.tensor")
                 count = _count(tuple(tensors[str(t)]["shape"]))
@@ -404,7 +398,6 @@ class _Manifest:
                     )
 
     def slot(self, slot, f: str, dims, inputs) -> None:
-        self.obj(slot, f, required=required_keys(Slot))
         kind = self.member(slot["kind"], SLOT_KINDS, f"{f}.kind", "a slot kind")
         sizes = self.list(slot["sizes"], f"{f}.sizes", 4096)
         if not sizes:
@@ -426,9 +419,7 @@ class _Manifest:
                 if z != [have]:
                     self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not the {have} elements of {kind} '{slot['name']}'")
         if kind == "const":
-            values = self.list(slot.get("values"), f"{f}.values", MAX_ELEMENTS)
-            for i, v in enumerate(values):
-                self.number(v, f"{f}.values[{i}]")
+            values = self.list(slot.get("values"), f"{f}.values", MAX_ELEMENTS)  # finite numbers (typed)
             for i, z in enumerate(sizes):
                 if len(z) > 1 or z[0] > len(values):
                     self.fail(f"{f}.sizes[{i}]", f"{_show(z)} is not within the {len(values)} values of the const")
@@ -456,8 +447,7 @@ class _Manifest:
     def kernel(self, k, f: str, index: int, slots, dims, inputs, tensor, tensors) -> None:
         # ir, locs (and the tensors' labels) are what debug mode reports
         launch = ("file", "grid") if self.target == "compute" else ("passes",)  # optional fields per target
-        name, *rest = required_keys(Kernel)
-        self.obj(k, f, required=(name, *launch, *rest))
+        self.obj(k, f, required=launch)
         self.name(k["name"], f"{f}.name", what="a kernel name")
         ks = self.list(k["slots"], f"{f}.slots", MAX_BINDINGS)
         for i, s in enumerate(ks):
@@ -472,9 +462,8 @@ class _Manifest:
             self.grid(k["grid"], f"{f}.grid", dims)
         else:
             self.passes(k, f, dims)
-        if "local_size" in k:
-            ls = self.list(k["local_size"], f"{f}.local_size", 3)
-            for i, v in enumerate(ls):
+        if k.get("local_size") is not None:  # (null: none, as for every optional field)
+            for i, v in enumerate(self.list(k["local_size"], f"{f}.local_size", 3)):
                 self.int(v, f"{f}.local_size[{i}]", 1, MAX_LOCAL_SIZE)
         for what in ("reads", "writes"):
             for i, t in enumerate(self.list(k[what], f"{f}.{what}")):
@@ -492,11 +481,9 @@ class _Manifest:
             self.member(n, inputs, f"{f}.inputs[{i}]", "an input of the artifact")
         for i, line in enumerate(self.list(k["ir"], f"{f}.ir")):
             self.str(line, f"{f}.ir[{i}]")
-        for i, loc in enumerate(self.list(k["locs"], f"{f}.locs")):
+        for i, loc in enumerate(self.list(k["locs"], f"{f}.locs")):  # typed: null or [file, line, column]
             if loc is not None:
                 g = f"{f}.locs[{i}]"
-                if not isinstance(loc, list) or len(loc) != 3:
-                    self.fail(g, "must be null or [file, line, column]")
                 self.str(loc[0], f"{g}[0]", 4096)
                 self.int(loc[1], f"{g}[1]")
                 self.int(loc[2], f"{g}[2]")
@@ -508,7 +495,6 @@ class _Manifest:
         units = []  # packed matmul operands (texture_matmul): on units after the kernel's slots
         for i, q in enumerate(self.list(k.get("packed", []), f"{f}.packed", 3)):
             g = f"{f}.packed[{i}]"
-            self.obj(q, g, required=required_keys(Packed))
             units.append(self.int(q["unit"], f"{g}.unit", len(k["slots"]), MAX_BINDINGS))
             self.size(q["rows"], f"{g}.rows", dims)
             self.size(q["depth"], f"{g}.depth", dims)
@@ -519,49 +505,43 @@ class _Manifest:
             self.fail(f"{f}.passes", "a kernel renders at least one pass")
         for i, p in enumerate(passes):
             g = f"{f}.passes[{i}]"
-            self.obj(p, g, required=required_keys(Pass))
             check_file_name(p["file"], f"{g}.file", self.fail)
             if not p["file"].endswith(".frag"):
                 self.fail(f"{g}.file", f"{_show(p['file'])} is not a .frag file")
-            if "into" in p:  # renders a packed matmul operand
-                if type(p["into"]) is not int or p["into"] not in units or p["tensor"] is not None:
+            if p.get("into") is not None:  # renders a packed matmul operand
+                if p["into"] not in units or p["tensor"] is not None:
                     self.fail(f"{g}.into", f"{_show(p['into'])} is not a packed unit of the kernel (tensor null)")
             elif p["tensor"] is None:
-                if "scratch" not in k:
+                if k.get("scratch") is None:
                     self.fail(f"{g}.tensor", "null (partials) needs the kernel's 'scratch'")
             elif p["tensor"] not in writes:
                 self.fail(f"{g}.tensor", f"{_show(p['tensor'])} is not a tensor the kernel writes")
-        if "scratch" in k:  # a two-pass reduction's partials texture
-            sc = self.obj(k["scratch"], f"{f}.scratch", required=required_keys(PassScratch))
+        if k.get("scratch") is not None:  # a two-pass reduction's partials texture
+            sc = k["scratch"]
             self.size(sc["size"], f"{f}.scratch.size", dims)
             self.int(sc["unit"], f"{f}.scratch.unit", 0, MAX_BINDINGS)
 
     def grid(self, g, f: str, dims) -> None:
         self.obj(g, f)
-        if "tiles" in g:
+        if g.get("tiles") is not None:
             tiles = self.list(g["tiles"], f"{f}.tiles", 3)
             if len(tiles) != 3:
                 self.fail(f"{f}.tiles", f"has {len(tiles)} entries, not 3 (x, y, z)")
-            for i, t in enumerate(tiles):
-                self.list(t, f"{f}.tiles[{i}]", 2)
-                if len(t) != 2:
-                    self.fail(f"{f}.tiles[{i}]", "must be [size, tile]")
+            for i, t in enumerate(tiles):  # typed: [size, tile]
                 self.size(t[0], f"{f}.tiles[{i}][0]", dims)
                 self.int(t[1], f"{f}.tiles[{i}][1]", 1)
             if "scratch" in g:  # a split-K GEMM's partial tiles (kernels_matmul._split_k)
                 self.int(g["scratch"], f"{f}.scratch", 1, 1)
-        elif "flat" in g:
+        elif g.get("flat") is not None:
             self.obj(g, f, required=("per_group",))
             self.size(g["flat"], f"{f}.flat", dims)
             self.int(g["per_group"], f"{f}.per_group", 1)
-            if "split" in g:  # a long reduction cut into chunks (kernels_reduce)
-                split = self.list(g["split"], f"{f}.split", 2)
-                if len(split) != 2:
-                    self.fail(f"{f}.split", "must be [size, chunk]")
+            if g.get("split") is not None:  # a long reduction cut into chunks (kernels_reduce)
+                split = g["split"]  # typed: [size, chunk]
                 self.size(split[0], f"{f}.split[0]", dims)
                 self.int(split[1], f"{f}.split[1]", 1)
             if "scratch" in g:  # words per (output, chunk) of the split's scratch buffer
-                if "split" not in g:
+                if g.get("split") is None:
                     self.fail(f"{f}.scratch", "needs 'split'")
                 self.int(g["scratch"], f"{f}.scratch", 1, 2)
         else:

@@ -475,3 +475,17 @@ def test_every_key_the_typed_spec_requires_is_checked(pristine, tmp_path):
         )
         with pytest.raises(ArtifactError, match=re.escape(f"{field}: the key '{key}' is missing")):
             validate(broken, "manifest.json")
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("passes", [{"file": 3}], r"kernels\[0\]\.passes\[0\]: the key 'tensor' is missing"),
+        ("scratch", {"size": [4], "unit": "0"}, r"kernels\[0\]\.scratch\.unit: must be an integer, not a string"),
+        ("nan_flags", [0.5], r"kernels\[0\]\.nan_flags\[0\]: must be an integer, not a number"),
+    ],
+)
+def test_fields_the_target_does_not_use_are_typed_too(art, key, value, match):
+    # a compute kernel's texture fields: the runtime's reader (spec.Kernel.from_json) reads them
+    edit(art, _set(["programs", "eval", "kernels", 0, key], value))
+    refused(art, match)
