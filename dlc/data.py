@@ -27,6 +27,7 @@ from dlc.runtime.npzfile import NpzReader
 
 from .runtime.errors import DataError, format_shape
 from .runtime.feeds import _suggest, bind_dims, ignore_unknown
+from .runtime.source_text import utf8_position
 
 Shape = tuple  # of int | str
 
@@ -208,8 +209,7 @@ def _csv_text(path: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        line, column = utf8_position(raw, e.start)
         raise DataError(
             f"{path}:{line}: byte 0x{raw[e.start]:02x} at column {column} is not "
             "UTF-8 text: a CSV data file must be UTF-8"

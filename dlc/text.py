@@ -25,6 +25,7 @@ import numpy as np
 
 from .data import Data
 from .runtime.errors import DataError
+from .runtime.source_text import utf8_position
 from .runtime.weights import write_atomic
 
 TOKENS, TARGETS = "tokens", "targets"  # the inputs a language model declares
@@ -199,8 +200,7 @@ def read_text(path: str | os.PathLike) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        line, col = utf8_position(raw, e.start)
         raise DataError(f"{path}:{line}:{col}: not UTF-8 text (byte 0x{raw[e.start]:02x})") from None
 
 

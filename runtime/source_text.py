@@ -15,16 +15,21 @@ def read_source(path: str) -> str:
     return decode_source(raw, path)
 
 
+def utf8_position(raw: bytes, start: int) -> tuple[int, int]:
+    """The line and column (in characters, from 1) of byte `start` of `raw`, which is valid
+    UTF-8 before it: where a decoder stopped. Every reader of text files names a bad byte so."""
+    before = raw[:start].decode("utf-8", errors="replace")
+    return before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
+
+
 def decode_source(raw: bytes, file: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        before = raw[: e.start].decode("utf-8")  # valid up to the bad byte
-        line = before.count("\n") + 1
-        start = before.rfind("\n") + 1
-        column = len(before) - start + 1
+        line, column = utf8_position(raw, e.start)
+        first = raw.rfind(b"\n", 0, e.start) + 1
         end = raw.find(b"\n", e.start)
-        text = raw[len(before[:start].encode("utf-8")) : end if end >= 0 else len(raw)]
+        text = raw[first : end if end >= 0 else len(raw)]
         loc = Loc(file, line, column, text.decode("utf-8", errors="replace"))
         bad = " ".join(f"0x{b:02X}" for b in raw[e.start : e.end])
         raise CompileError(f"the file is not UTF-8 text: {bad} cannot be decoded ({e.reason})", loc) from None
