@@ -1,5 +1,5 @@
-"""The training recipe's command-line options (`dlc train`): weight decay, gradient clipping
-and the learning-rate schedule, turned into the optimizer's fields."""
+"""The training recipe's command-line options (`dlc train`; declared in dlc/cli/options.py): weight decay,
+gradient clipping and the learning-rate schedule, turned into the optimizer's fields."""
 
 from __future__ import annotations
 
@@ -11,40 +11,6 @@ from .runtime.errors import DlcError, UsageError
 from .runtime.optimizers import Optimizer, make
 
 LR_DECAYS = ("constant", "cosine", "linear", "step")
-
-
-def add_arguments(c: argparse.ArgumentParser, positive_float, positive_int) -> None:
-    g = c.add_argument_group("training recipe (compiled into the step; see README 'Training recipe')")
-    g.add_argument(
-        "--weight-decay",
-        type=float,
-        metavar="X",
-        help="adamw's decoupled weight decay of params of rank >= 2 (default: 0.01)",
-    )
-    g.add_argument(
-        "--clip-norm", type=positive_float, metavar="X", help="clip the gradients to this global L2 norm first"
-    )
-    g.add_argument(
-        "--lr-decay",
-        type=str.lower,
-        choices=LR_DECAYS,
-        metavar="KIND",
-        help=f"learning-rate schedule: {' | '.join(LR_DECAYS)} (default: constant)",
-    )
-    g.add_argument(
-        "--warmup", type=int, default=0, metavar="N", help="ramp the learning rate up over the first N steps"
-    )
-    g.add_argument(
-        "--decay-steps",
-        type=positive_int,
-        metavar="N",
-        help="cosine/linear: the step at which the rate reaches --min-lr (default: the run's last step)",
-    )
-    g.add_argument("--min-lr", type=float, default=0.0, metavar="X", help="cosine/linear: the final rate (default: 0)")
-    g.add_argument(
-        "--step-size", type=positive_int, metavar="N", help="step: multiply the rate by --gamma every N steps"
-    )
-    g.add_argument("--gamma", type=float, default=0.1, metavar="G", help="step: the factor (default: 0.1)")
 
 
 def optimizer_options(args: argparse.Namespace, total_steps: int) -> dict:

@@ -136,8 +136,38 @@ def add_training_length(c: argparse.ArgumentParser) -> None:
 
 
 def add_recipe(c: argparse.ArgumentParser) -> None:
-    """Weight decay, clipping and the learning-rate schedule (declared by dlc.train_recipe)."""
-    train_recipe.add_arguments(c, positive_float, positive_int)
+    """Weight decay, clipping and the learning-rate schedule (dlc.train_recipe reads them)."""
+    g = c.add_argument_group("training recipe (compiled into the step; see README 'Training recipe')")
+    g.add_argument(
+        "--weight-decay",
+        type=float,
+        metavar="X",
+        help="adamw's decoupled weight decay of params of rank >= 2 (default: 0.01)",
+    )
+    g.add_argument(
+        "--clip-norm", type=positive_float, metavar="X", help="clip the gradients to this global L2 norm first"
+    )
+    g.add_argument(
+        "--lr-decay",
+        type=str.lower,
+        choices=train_recipe.LR_DECAYS,
+        metavar="KIND",
+        help=f"learning-rate schedule: {' | '.join(train_recipe.LR_DECAYS)} (default: constant)",
+    )
+    g.add_argument(
+        "--warmup", type=int, default=0, metavar="N", help="ramp the learning rate up over the first N steps"
+    )
+    g.add_argument(
+        "--decay-steps",
+        type=positive_int,
+        metavar="N",
+        help="cosine/linear: the step at which the rate reaches --min-lr (default: the run's last step)",
+    )
+    g.add_argument("--min-lr", type=float, default=0.0, metavar="X", help="cosine/linear: the final rate (default: 0)")
+    g.add_argument(
+        "--step-size", type=positive_int, metavar="N", help="step: multiply the rate by --gamma every N steps"
+    )
+    g.add_argument("--gamma", type=float, default=0.1, metavar="G", help="step: the factor (default: 0.1)")
 
 
 def add_workers(c: argparse.ArgumentParser) -> None:
