@@ -21,18 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from dlc.runtime.artifact.manifest import LR, leaf_shapes
-from dlc.runtime.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from dlc.runtime.errors import DataError
 from dlc.runtime.optimizers import from_record, optimizer_record
 from dlc.runtime.saved_names import by_param_name
+from dlc.runtime.spec import LR
 from dlc.runtime.training import RunPosition
 
 from . import debug
 from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import Callback, EpochRunner, LambdaCallback
 from .data import Data, example_inputs
-from .distributed import ParallelStep
 from .eval_plan import EvalPlan, outputs_for
 from .generate import check_model, generate, logits_of
 from .metrics import metric_tensors
@@ -46,6 +44,12 @@ from .runtime.weights import checked_params, load_npz, save_npz
 from .text import TextData
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
+
+
+def _checkpoints():
+    """dlc.runtime.checkpoint on first use: most sessions never save one, and it keeps the
+    import of a Session light (start-up)."""
+    return require("dlc.runtime.checkpoint")
 
 
 def _compiler(module: str):
@@ -876,7 +880,7 @@ class Session:
         gradients of this rank's shard, all-reduced, then the update (dlc/distributed.py)."""
         key = (loss, optimizer.config())
         if key not in self._parallel_steps:
-            self._parallel_steps[key] = ParallelStep(self, loss, optimizer)
+            self._parallel_steps[key] = require("dlc.distributed").ParallelStep(self, loss, optimizer)  # MPI runs only
         step = self._parallel_steps[key]
         self._init_state(step.update, optimizer)
         return step
@@ -962,14 +966,14 @@ class Session:
         model_graph = None if self._artifact is not None else self.model.graph
         states.update({n: self.backend.get_leaf(n) for n in (model_graph.states if model_graph else ())})
         states.update(self.states)
-        return Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
+        return _checkpoints().Checkpoint(self.params, states, self._optimizer_record(), rng_state, run)
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Write a checkpoint (an .npz, atomically): what `restore` needs to go on exactly.
 
         >>> sess.save_checkpoint("ck.npz")
         """
-        write_checkpoint(path, self.checkpoint())
+        _checkpoints().write_checkpoint(path, self.checkpoint())
 
     def restore(self, path: str | os.PathLike) -> None:
         """Put back a checkpoint: params, optimizer state (the next train() with no optimizer,
@@ -980,7 +984,7 @@ class Session:
         >>> sess.restore("ck.npz"); sess.train(data, epochs=10, resume=True)
         """
         path = os.fspath(path)
-        ckpt = read_checkpoint(path)
+        ckpt = _checkpoints().read_checkpoint(path)
         optimizer = self._check_checkpoint(path, ckpt)
         self.set_params(ckpt.params)
         for name, value in ckpt.states.items():
@@ -994,7 +998,7 @@ class Session:
     def _state_names(self) -> list[str]:
         """The optimizer state the backend holds (moments, the step counter)."""
         if self._artifact is not None:
-            return list(leaf_shapes(self._artifact.runner.manifest)[1])
+            return list(require("dlc.runtime.artifact.manifest").leaf_shapes(self._artifact.runner.manifest)[1])
         return sorted(self._state_ready)
 
     def _optimizer_record(self) -> dict | None:
