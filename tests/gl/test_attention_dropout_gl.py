@@ -3,9 +3,13 @@ small sizes): the training step's forward and q, k, v gradients (the forward pac
 row statistics, the three gradient kernels recomputing the mask) on both targets against
 the NumPy reference, causal and not; the fused form drops what the written-out form drops
 on GL too; the texture shaders compile as GLSL ES 3.00; a Session trains alike on GL and
-NumPy (a new mask each step). (NumPy oracles: tests/compiler/test_attention_dropout.py.)"""
+NumPy (a new mask each step), samples/char_gpt.dl with its dropout too. (NumPy oracles:
+tests/compiler/test_attention_dropout.py.)"""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,3 +144,23 @@ def test_session_trains_like_numpy(gl, target):
     ln = np_sess.train(data, optimizer=dlc.SGD(0.5), batch_size=2, steps=3)
     np.testing.assert_allclose(lg, ln, rtol=1e-4)
     assert len(set(np.round(ln, 6))) == 3
+
+
+def test_char_gpt_with_its_dropout_trains_alike_on_gl_and_numpy(gl):
+    """samples/char_gpt.dl at a tiny size, dropout 0.2 kept (attention's fused): AdamW steps
+    give NumPy's losses on GL (the same masks drawn on both)."""
+    from dlc.text import TextData
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "samples" / "char_gpt.dl").read_text()
+    for name, value in {"BLOCK": 16, "L": 2, "H": 2, "D": 8, "C": 16}.items():
+        text, n = re.subn(rf"^const {name} = [0-9.]+", f"const {name} = {value}", text, flags=re.M)
+        assert n == 1, name
+    m = dlc.compile(text)
+    assert sum(n.attr("dropout") is not None for n in m.graph.nodes if n.op == "attention") == 2
+    data = TextData(root / "samples" / "data" / "shakespeare.txt", block=16)
+    losses = []
+    for backend in ("gl", "numpy"):
+        sess = dlc.Session(m, backend=backend, seed=0)
+        losses.append(sess.train(data, optimizer=dlc.AdamW(3e-3), batch_size=3, steps=4))
+    np.testing.assert_allclose(losses[0], losses[1], rtol=2e-4)
