@@ -15,7 +15,7 @@ refers to them.
 
 `dropout(softmax(...), p) @ v`, as the dropout composite expands it (ops/random.py:
 training(probs * (ge(random_uniform, p) * 1/(1-p)), probs)), becomes
-training(attention with dropout p and the draw's key and $seed/$step, attention): the
+training(attention with dropout p, the draw's key and [$seed, $step], attention): the
 training step drops the same probabilities the written-out form would (ops/attention.py),
 eval drops none.
 
@@ -184,9 +184,12 @@ def fuse_attention(g: Graph) -> Graph:
         if drop is None or drop[2] == 0.0:  # dropout(x, 0) is x
             return rw.append(plain)
         seed, step, p, key = drop
-        attrs = make_attrs(causal=causal, scale=scale, dropout=p, key=key)
-        train = rw.append(Node("attention", (*ins, rw.remap[seed], rw.remap[step]), n.shape, attrs, n.loc))
         loc = g.nodes[g.nodes[i].inputs[0]].loc  # the dropout's
+        one = make_attrs(shape=(1,))
+        pair = [rw.append(Node("reshape", (rw.remap[c],), (1,), one, loc)) for c in (seed, step)]
+        counters = rw.append(Node("concat", tuple(pair), (2,), make_attrs(axis=0), loc))
+        attrs = make_attrs(causal=causal, scale=scale, dropout=p, key=key)
+        train = rw.append(Node("attention", (*ins, counters), n.shape, attrs, n.loc))
         return rw.append(Node("training", (train, rw.append(plain)), n.shape, (), loc))
 
     out = rewrite(g, visit)

@@ -61,8 +61,8 @@ def _dropout(ctx: Context, em: Emitter, node) -> Callable[[str], str] | None:
     if p is None:
         return None
     ctx.names.taken.update(_DROP_NAMES)
-    seed, step = node.inputs[-2:]
-    em.line(f"float drop_seed = {em.value(seed, Ix(flat='0'))}, drop_step = {em.value(step, Ix(flat='0'))};")
+    counters = node.inputs[-1]  # [$seed, $step]
+    em.line(f"float drop_seed = {em.value(counters, Ix(flat='0'))}, drop_step = {em.value(counters, Ix(flat='1'))};")
     key, keep, scale = float_lit(float(node.attr("key"))), float_lit(float(p)), float_lit(keep_scale(p))
     return lambda index: f"dlc_random_uniform(drop_seed, drop_step, {key}, {index}) >= {keep} ? {scale} : 0.0"
 

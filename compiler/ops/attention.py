@@ -17,14 +17,15 @@ backward), so no op here makes a T x T tensor (codegen/kernels_attention.py: til
 with an online softmax on the compute target; a fragment per output element looping over
 the other rows on the texture target). Causal: the masked terms are left out, not added as 0.
 
-Dropout on the probabilities (attrs `dropout` p and `key`, two more inputs: the `$seed` and
-`$step` states): attention and attention_packed compute o = sum_j p_ij w_ij v_j with
-w = m / (1 - p), m_ij the keep bit the unfused `dropout` (ops/random.py) draws for element
-(b..., i, j) of a [..., T, T] tensor, at its flat index, under the op's key; the row
-statistics (l, lse) sum the unmasked exp. attention_grad (FlashAttention-2 with dropout)
-takes dp = w * (g @ v^T) and dv = (p * w)^T @ g; delta = sum(g * o, -1) still holds. The
-kernels recompute w from the hash: no T x T mask is stored. compiler/attention_rewrite.py
-makes these nodes from `dropout(softmax(...), p) @ v`, as a `training` node's train input.
+Dropout on the probabilities (attrs `dropout` p and `key`; one more input, the counters
+[$seed, $step] as one tensor, so that a gradient kernel binds 8 buffers, GL's minimum):
+attention and attention_packed compute o = sum_j p_ij w_ij v_j with w = m / (1 - p), m_ij
+the keep bit the unfused `dropout` (ops/random.py) draws for element (b..., i, j) of a
+[..., T, T] tensor, at its flat index, under the op's key; the row statistics (l, lse) sum
+the unmasked exp. attention_grad (FlashAttention-2 with dropout) takes dp = w * (g @ v^T)
+and dv = (p * w)^T @ g; delta = sum(g * o, -1) still holds. The kernels recompute w from
+the hash: no T x T mask is stored. compiler/attention_rewrite.py makes these nodes from
+`dropout(softmax(...), p) @ v`, as a `training` node's train input.
 """
 
 from __future__ import annotations
@@ -64,14 +65,14 @@ def dropout_attrs(attrs) -> dict:
 
 
 def _operands(ins, attrs, arity: int) -> list:
-    """The first `arity` input shapes, after checking the dropout inputs (the $seed and $step
-    scalars) are there exactly when the attrs ask for dropout."""
-    want = arity + (2 if "dropout" in attrs else 0)
+    """The first `arity` input shapes, after checking the dropout input (the counters
+    [$seed, $step]) is there exactly when the attrs ask for dropout."""
+    want = arity + (1 if "dropout" in attrs else 0)
     if len(ins) != want:
         raise ShapeError(f"attention takes {want} inputs with these attrs, got {len(ins)}")
     if "dropout" in attrs:
-        if any(tuple(s) != () for s in ins[arity:]):
-            raise ShapeError("attention's dropout seed and step are scalars")
+        if tuple(ins[arity]) != (2,):
+            raise ShapeError(f"attention's dropout counters are [$seed, $step], [2], got {format_shape(ins[arity])}")
         if not 0.0 <= attrs["dropout"] <= 1.0:
             raise ShapeError(f"attention's dropout is a probability in [0, 1], got {attrs['dropout']}")
     return list(ins[:arity])
@@ -121,7 +122,7 @@ def dropout_weights(q, extra, attrs):
     flat index) kept when >= p, as ops/random.py's `dropout` (p compared as float32)."""
     if "dropout" not in attrs:
         return None
-    seed, step = (float(np.asarray(a).reshape(())) for a in extra)
+    seed, step = (float(c) for c in np.asarray(extra[0]).reshape(2))
     shape = (*q.shape[:-1], q.shape[-2])
     u = uniform_from_bits(random_bits(seed, step, attrs["key"], int(np.prod(shape)))).reshape(shape)
     return np.where(u >= attrs["dropout"], keep_scale(attrs["dropout"]), 0.0).astype(q.dtype)
@@ -186,7 +187,7 @@ def _grad_ref(args, attrs, dims):
 
 
 def _rule(e, n, y, g):
-    q, k, v, *extra = n.inputs  # extra: dropout's $seed and $step (no gradient)
+    q, k, v, *extra = n.inputs  # extra: dropout's counters (no gradient)
     attrs = {"causal": n.attr("causal"), "scale": n.attr("scale")}
     lse = e("attention_lse", q, k, **attrs)  # the row statistics: dropout does not change them
     rank = len(e.shape(q))
@@ -206,7 +207,7 @@ register(
         "attention",
         _shape,
         _ref,
-        arity=None,  # q, k, v (and $seed, $step with dropout)
+        arity=None,  # q, k, v (and [$seed, $step] with dropout)
         gradient=_rule,
         oracle=Oracle(torch=_torch, attrs=({"causal": False, "scale": 0.5}, {"causal": True, "scale": 0.5})),
     )

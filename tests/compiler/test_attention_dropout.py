@@ -79,7 +79,10 @@ def test_the_rewrite_makes_a_dropout_attention_for_training_and_a_plain_one_for_
     (draw,) = [n for n in plain.nodes if n.op == "random_uniform"]
     assert train.op == ev.op == "attention"
     assert train.attr("dropout") == pytest.approx(P) and train.attr("key") == draw.attr("key")
-    assert [fused.nodes[i].attr("name") for i in train.inputs[3:]] == ["$seed", "$step"]
+    (counters,) = (fused.nodes[i] for i in train.inputs[3:])  # [$seed, $step], one tensor
+    assert counters.op == "concat" and counters.shape == (2,)
+    names = [fused.nodes[fused.nodes[i].inputs[0]].attr("name") for i in counters.inputs]
+    assert names == ["$seed", "$step"]
     assert ev.attr("dropout") is None and len(ev.inputs) == 3
     # nothing T x T is left: the draw went with the written-out product
     assert not [n for n in fused.nodes if n.shape[-2:] == ("T", "T") and n.op not in ("iota", "broadcast_to")]
@@ -175,7 +178,7 @@ def test_training_step_packs_the_dropout_forward_with_its_statistics():
     g, _ = differentiate(training_form(fused), "l", ["q", "k", "v"])
     packed = simplify(g)
     (node,) = [n for n in packed.nodes if n.op == "attention_packed"]
-    assert node.attr("dropout") == pytest.approx(P) and len(node.inputs) == 5
+    assert node.attr("dropout") == pytest.approx(P) and len(node.inputs) == 4
     assert not [n for n in packed.nodes if n.op in ("attention", "attention_lse")]
     assert sum(n.op == "attention_grad" and n.attr("dropout") is not None for n in packed.nodes) == 3
     f = feeds(4.0)
@@ -194,13 +197,28 @@ def test_all_dropped_gives_zeros():
 @pytest.mark.parametrize(
     "inputs, attrs, message",
     [
-        (5, {}, "takes 3 inputs"),
-        (3, {"dropout": 0.2, "key": 1}, "takes 5 inputs"),
-        (5, {"dropout": 1.5, "key": 1}, "a probability in \\[0, 1\\]"),
+        ("qkvc", {}, "takes 3 inputs"),
+        ("qkv", {"dropout": 0.2, "key": 1}, "takes 4 inputs"),
+        ("qkvc", {"dropout": 1.5, "key": 1}, "a probability in \\[0, 1\\]"),
+        ("qkvs", {"dropout": 0.2, "key": 1}, "counters are \\[\\$seed, \\$step\\], \\[2\\], got \\[\\]"),
     ],
 )
 def test_bad_dropout_operands_are_refused(inputs, attrs, message):
     b = GraphBuilder()
-    ids = [b.input(n, (2, 5, 4)) for n in "qkv"] + [b.input(n, ()) for n in ("s", "t")]
+    ids = {n: b.input(n, (2, 5, 4)) for n in "qkv"} | {"c": b.input("c", (2,)), "s": b.input("s", ())}
     with pytest.raises(dlc.CompileError, match=message):
-        b.add("attention", ids[:inputs], causal=False, scale=0.5, **attrs)
+        b.add("attention", [ids[n] for n in inputs], causal=False, scale=0.5, **attrs)
+
+
+@pytest.mark.parametrize("target", ["compute", "texture"])
+def test_training_step_fits_the_gl_minimum_limits(target):
+    """Compiled for no device in particular (an artifact: GL's minimum of 8 storage blocks a
+    compute shader), a step with attention dropout fits: the counters are one input."""
+    from dlc.compiler.emit import programs
+
+    src = "param w: [4] = ones\n" + source(True)
+    for n in "qkv":  # each a function of the param: all three gradients
+        src = src.replace(f"input {n}: [B, 2, T, 4]\n", f"input {n}0: [B, 2, T, 4]\n{n} = {n}0 * w\n")
+    compiled = programs(dlc.compile(src), target=target, train_loss="l", optimizer=dlc.SGD(0.1))
+    sources = [s for p in compiled.values() for s in p.sources.values()]
+    assert sum("attention_grad" in s and "dlc_random_uniform" in s for s in sources) == 3
