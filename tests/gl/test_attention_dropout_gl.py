@@ -4,7 +4,7 @@ row statistics, the three gradient kernels recomputing the mask) on both targets
 the NumPy reference, causal and not; the fused form drops what the written-out form drops
 on GL too; the texture shaders compile as GLSL ES 3.00; a Session trains alike on GL and
 NumPy (a new mask each step), samples/char_gpt.dl with its dropout too, and so does a compiled
-artifact run by the runtime alone. (NumPy oracles:
+artifact run by the runtime alone; NaN and inf as NumPy. (NumPy oracles:
 tests/compiler/test_attention_dropout.py.)"""
 
 from __future__ import annotations
@@ -186,3 +186,23 @@ def test_artifact_trains_like_the_reference(gl, tmp_path, target):
     ln = sess.train(data, optimizer=dlc.SGD(0.5), batch_size=2, steps=3)
     np.testing.assert_allclose(lr, ln, rtol=1e-4)
     runner.close()
+
+
+@pytest.mark.parametrize("target", ["compute", "texture"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_nan_and_inf_as_numpy(gl, target, causal):
+    """An inf in v reaches a row as inf or NaN (0 * inf where its probability is dropped), a
+    NaN in k its rows' every output; causal rows before them see neither: as in NumPy."""
+    t, d = 9, 4
+    g = training_form(model(d, causal).graph)
+    f = feeds(t, d, 2.0)
+    f["v"][0, 0, 5, 1] = np.inf
+    f["k"][1, 1, 3, 2] = np.nan
+    y = g.names["y"]
+    (got,) = backend_with(target, f).run(g, [y], {n: f[n] for n in "qkv"}, {"B": 2, "T": t})
+    with np.errstate(invalid="ignore"):  # 0 * inf
+        want = evaluate(g, [y], f, {"B": 2, "T": t})[y]
+    assert np.isnan(want).any() and np.isinf(want).any() and np.isfinite(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    close(got, want, "specials")
