@@ -12,17 +12,17 @@ import contextlib
 
 import numpy as np
 import pytest
+import torch
 from state_oracles import uniforms
 
 import dlc
 from dlc.compiler import lang
 from dlc.compiler.autodiff import differentiate, grad_name
 from dlc.compiler.builder import GraphBuilder
+from dlc.compiler.emit import programs
 from dlc.compiler.modes import eval_form, training_form
 from dlc.compiler.reference import evaluate
 from dlc.compiler.simplify import simplify
-
-torch = pytest.importorskip("torch")
 
 P = 0.3
 SCORES = {  # scale 0.5 both ways
@@ -160,9 +160,7 @@ def test_gradients_match_central_differences_at_a_fixed_step(causal):
             up[n], down[n] = f[n].copy(), f[n].copy()
             up[n][idx] += h
             down[n][idx] -= h
-            num[idx] = (
-                evaluate(g, [loss], up, dims, np.float64)[loss] - evaluate(g, [loss], down, dims, np.float64)[loss]
-            ) / (2 * h)
+            num[idx] = (at(up) - at(down)) / (2 * h)
         np.testing.assert_allclose(got[i], num, rtol=1e-5, atol=1e-7, err_msg=n)
     # and autodiff of the written-out form
     gp, gradsp = differentiate(training_form(plain), "l", ["q", "k", "v"])
@@ -214,8 +212,6 @@ def test_bad_dropout_operands_are_refused(inputs, attrs, message):
 def test_training_step_fits_the_gl_minimum_limits(target):
     """Compiled for no device in particular (an artifact: GL's minimum of 8 storage blocks a
     compute shader), a step with attention dropout fits: the counters are one input."""
-    from dlc.compiler.emit import programs
-
     src = "param w: [4] = ones\n" + source(True)
     for n in "qkv":  # each a function of the param: all three gradients
         src = src.replace(f"input {n}: [B, 2, T, 4]\n", f"input {n}0: [B, 2, T, 4]\n{n} = {n}0 * w\n")
