@@ -121,11 +121,13 @@ def test_texture_shaders_compile_as_glsl_es_300(gl):
 
     if "GL_ARB_ES3_compatibility" not in gl.extensions:
         pytest.skip("this GL compiles no GLSL ES 3.00")
-    src = "param w: [4] = normal(0, 1)\n" + MODEL.format(D=4, scores=CAUSAL).replace("@ v", "@ (v * w)")
+    src = "param w: [4] = normal(0, 1)\n" + MODEL.format(D=4, scores=CAUSAL)
+    for n in "qkv":  # each a function of the param: the three gradients' shaders
+        src = src.replace(f"input {n}: [B, 2, T, 4]\n", f"input {n}0: [B, 2, T, 4]\n{n} = {n}0 * w\n")
     options = {"es": True}
     compiled = programs(dlc.compile(src), target="texture", options=options, train_loss="l", optimizer=dlc.SGD(0.1))
     sources = [s for p in compiled.values() for s in p.sources.values()]
-    assert any("attention_grad" in s and "dlc_random_uniform" in s for s in sources)
+    assert sum("attention_grad" in s and "dlc_random_uniform" in s for s in sources) == 3
     for source in sources:
         log = fragment_compile_log(source)
         assert log == "", log
