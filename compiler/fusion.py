@@ -13,7 +13,8 @@ elementwise or layout arithmetic evaluated per output element:
   (`relu(x @ W + b)` is one kernel); their operands are read from storage.
 
 The pass walks the nodes from the outputs back. A node is inlined when all its readers sit in
-one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
+one kernel (or it is trivially cheap to recompute: a dim size, a value made from scalars
+alone such as a dropout mask, or a layout view of a leaf or of an anchor's stored result);
 otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
 extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape
 (where the target's kernels may write several results: `Capabilities`, from the device's
@@ -223,6 +224,7 @@ def _fuse(
         for j in graph.nodes[i].inputs:
             readers[j].append(i)
 
+    generated = _from_scalars(graph, order)
     must = set(want)  # stored because someone outside the kernels needs the values
     forced: set[int] = set()  # stored because an alias (reshape view) reads their storage
     storage: dict[int, str] = {}
@@ -263,14 +265,17 @@ def _fuse(
             continue
         if kind in ("elementwise", "layout"):
             # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar
-            # (Adam's bias corrections), a layout view of a leaf.
+            # (Adam's bias corrections), a value made from scalars alone (a dropout mask,
+            # redrawn from its hash in the backward kernel rather than kept from the forward),
+            # a layout view of a leaf or of an anchor's result (stored anyway).
             cheap = (
                 node.op == "dim_size"
                 or (kind == "elementwise" and _numel(node.shape) == 1)
+                or n in generated
                 or (
                     kind == "layout"
                     and node.op not in ("concat", "one_hot")
-                    and all(graph.nodes[j].is_leaf for j in node.inputs)
+                    and all(graph.nodes[j].is_leaf or _is_anchor(graph, j) for j in node.inputs)
                 )
             )
             # gather_grad loops over its indices: stored in a kernel of its own, where the compute
@@ -353,6 +358,27 @@ def _fuse(
         )
     assert all(i in storage for i in in_work)
     return Fusion(graph, roots, updates, tuple(kernels), storage, producer, alias, frozenset(literals), ident)
+
+
+def _is_anchor(graph: Graph, n: int) -> bool:
+    return not graph.nodes[n].is_leaf and kind_of(graph, n) not in ("elementwise", "layout")
+
+
+def _from_scalars(graph: Graph, order: Sequence[int]) -> set[int]:
+    """The elementwise nodes (of more than one element) whose value depends on scalars alone:
+    random draws from the seed and step, masks and scales made of them. Recomputing one in
+    each kernel that reads it costs its arithmetic; storing it costs a tensor kept alive from
+    the forward pass to the backward."""
+    out: set[int] = set()
+    for n in order:  # inputs first
+        node = graph.nodes[n]
+        if node.is_leaf or node.op in ("gather_grad",) or kind_of(graph, n) != "elementwise":
+            continue
+        if _numel(node.shape) != 1 and all(
+            j in out or graph.nodes[j].op == "dim_size" or _numel(graph.nodes[j].shape) == 1 for j in node.inputs
+        ):
+            out.add(n)
+    return out
 
 
 def _stored_inputs(graph: Graph, b: _Building, literals: set[int]) -> set[int]:
