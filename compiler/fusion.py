@@ -21,7 +21,9 @@ extra output when it must be stored anyway (a fetch or an update) and has that k
 limits through compiler/limits.py). A kernel that would bind more stored tensors than the
 device allows is cut (`fuse`), so every kernel fits the device it is compiled for.
 Each kernel then computes only ancestors of its *primary* node (the one that started it), so
-ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
+ordering kernels by primary node is a valid schedule and the kernel graph has no cycles. The
+schedule (`_schedule`) follows that order except where a ready kernel frees at least what it
+writes: it runs first, so the backward pass drops each activation as soon as it can.
 """
 
 from __future__ import annotations
@@ -333,7 +335,7 @@ def _fuse(
     if multi:
         _merge_consumers(graph, building, alias, literals, ident, split, caps)
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
-    ranked = _schedule(graph, building, alias, literals)
+    ranked = _schedule(graph, building, alias, literals, must)
     kernels: list[Kernel] = []
     producer: dict[int, int] = {}
     for index, k in enumerate(ranked):
@@ -491,27 +493,65 @@ def _reaches_via_other(deps: list[set[int]], k1: int, k2: int) -> bool:
     return False
 
 
-def _schedule(graph: Graph, building: list[_Building], alias, literals) -> list[int]:
-    """A topological order of the kernels, earliest primary node first among the ready."""
-
+def _schedule(graph: Graph, building: list[_Building], alias, literals, keep: set[int]) -> list[int]:
+    """A topological order of the kernels that keeps stored tensors alive briefly: among the
+    ready kernels, first those that free at least the bytes they write (the last reader of
+    an activation: a weight gradient), most freed first, then the earliest primary node.
+    `keep`: tensors stored to the end (fetches, updates), never freed."""
     deps = _producers(graph, building, alias, literals)
     waiting = [len(d) for d in deps]
     users: list[list[int]] = [[] for _ in building]
     for k, d in enumerate(deps):
         for p in d:
             users[p].append(k)
-    ready = [(building[k].primary, k) for k in range(len(building)) if not waiting[k]]
-    heapq.heapify(ready)
+    reads = [{_base(alias, j) for j in _stored_inputs(graph, b, literals)} for b in building]
+    made = {o for b in building for o in b.outputs} - keep
+    readers: dict[int, list[int]] = {}  # stored tensor (freed when read) -> its reading kernels
+    for k, r in enumerate(reads):
+        for j in r & made:
+            readers.setdefault(j, []).append(k)
+    left = {j: len(ks) for j, ks in readers.items()}  # kernels still to read it
+    size = {o: _elements(graph.nodes[o].shape) for b in building for o in b.outputs}
+
+    def rank(k: int) -> tuple[bool, int, int]:
+        grows = sum(size[o] for o in building[k].outputs) - sum(size[j] for j in reads[k] if left.get(j) == 1)
+        return grows > 0, min(grows, 0), building[k].primary
+
+    ranks: dict[int, tuple] = {}  # ready kernel -> its rank now (the heap may hold stale ones)
+    heap: list[tuple[tuple, int]] = []
+
+    def offer(k: int) -> None:
+        ranks[k] = rank(k)
+        heapq.heappush(heap, (ranks[k], k))
+
+    for k in range(len(building)):
+        if not waiting[k]:
+            offer(k)
     out: list[int] = []
-    while ready:
-        _, k = heapq.heappop(ready)
+    while heap:
+        r, k = heapq.heappop(heap)
+        if ranks.get(k) != r:
+            continue  # ranked again since, or done
+        del ranks[k]
         out.append(k)
+        for j in reads[k]:
+            if j in left:
+                left[j] -= 1
+                if left[j] == 1:  # its last reader now frees it
+                    for u in readers[j]:
+                        if u in ranks:
+                            offer(u)
         for u in users[k]:
             waiting[u] -= 1
             if not waiting[u]:
-                heapq.heappush(ready, (building[u].primary, u))
+                offer(u)
     assert len(out) == len(building), "kernel graph has a cycle"
     return out
+
+
+def _elements(shape: Shape) -> int:
+    """Elements of `shape`, a symbolic dim counted as 64 (the order needs only which is larger)."""
+    return math.prod(64 if isinstance(d, str) else d for d in shape)
 
 
 def kernel_name(graph: Graph, index: int, nodes: Sequence[int], anchor: int | None) -> str:
