@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from . import registry
 from .ir import Graph, Shape, cone, format_node
 from .limits import Capabilities, capabilities
+from .remat import backward_start
 
 STORED_LEAVES = ("input", "param", "state")
 
@@ -333,7 +334,7 @@ def _fuse(
         start(kind, n, anchor=n)
 
     if multi:
-        _merge_consumers(graph, building, alias, literals, ident, split, caps)
+        _merge_consumers(graph, building, alias, literals, ident, split, caps, backward_start(graph))
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
     ranked = _schedule(graph, building, alias, literals, must)
     kernels: list[Kernel] = []
@@ -402,14 +403,19 @@ def _producers(graph: Graph, building: list[_Building], alias: dict[int, int], l
     return deps
 
 
-def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split, caps: Capabilities) -> None:
+def _merge_consumers(
+    graph: Graph, building: list, alias, literals, ident, split, caps: Capabilities, backward: int | None
+) -> None:
     """Fold an elementwise kernel into the kernel that makes its input, when it reads that
     input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
     also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
     lies between the two (that would make a cycle), when either was cut out of an over-full
-    kernel (`split`, see fuse: folding the cut back in would refill it), or when the two
-    together would bind more than `caps` allow. The kernels' dependencies are kept up to
-    date as kernels merge, so a pass costs one look at each kernel."""
+    kernel (`split`, see fuse: folding the cut back in would refill it), when the two
+    together would bind more than `caps` allow, or when a backward kernel (node `backward` on)
+    would join a forward one and spare it no result (other kernels read all it reads from the
+    forward kernel): its result would then be kept from the forward pass to the
+    backward, which is what compiler/remat.py's copies avoid. The kernels' dependencies are
+    kept up to date as kernels merge, so a pass costs one look at each kernel."""
     deps = _producers(graph, building, alias, literals)
     users: list[set[int]] = [set() for _ in building]
     for k, d in enumerate(deps):
@@ -434,6 +440,11 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split
                     continue  # read through a view
                 if not all(reads_own_element(graph, ident, c, b2.shape) for c, j in reads if j in made):
                     continue
+                if backward is not None and b1.primary < backward < b2.primary:
+                    shared = {j for _, j in reads if j in made}
+                    elsewhere = set().union(*(_stored_inputs(graph, building[u], literals) for u in users[k1] - {k2}))
+                    if shared <= elsewhere:
+                        continue  # the forward kernel would write one more value kept for the backward
                 nodes, outputs = b1.nodes | b2.nodes, b1.outputs + b2.outputs
                 merged = _Building(b1.kind, b1.primary, b1.shape, b1.anchor, nodes, outputs)
                 inputs = {_base(alias, j) for j in _stored_inputs(graph, merged, literals)}
