@@ -34,11 +34,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import registry
+from .grad_names import backward_start
 from .ir import Graph, Shape, cone, format_node
 from .limits import Capabilities, capabilities
-from .remat import backward_start
 
 STORED_LEAVES = ("input", "param", "state")
+NOT_VIEWS = ("concat", "one_hot", "gather_grad")  # layout ops that are no index map of their inputs
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ def _fuse(
         for j in graph.nodes[i].inputs:
             readers[j].append(i)
 
-    generated = _from_scalars(graph, order)
+    free = recomputed_where_read(graph, order)
     must = set(want)  # stored because someone outside the kernels needs the values
     forced: set[int] = set()  # stored because an alias (reshape view) reads their storage
     storage: dict[int, str] = {}
@@ -274,10 +275,10 @@ def _fuse(
             cheap = (
                 node.op == "dim_size"
                 or (kind == "elementwise" and _numel(node.shape) == 1)
-                or n in generated
+                or n in free
                 or (
                     kind == "layout"
-                    and node.op not in ("concat", "one_hot")
+                    and node.op not in NOT_VIEWS
                     and all(graph.nodes[j].is_leaf or _is_anchor(graph, j) for j in node.inputs)
                 )
             )
@@ -367,21 +368,24 @@ def _is_anchor(graph: Graph, n: int) -> bool:
     return not graph.nodes[n].is_leaf and kind_of(graph, n) not in ("elementwise", "layout")
 
 
-def _from_scalars(graph: Graph, order: Sequence[int]) -> set[int]:
-    """The elementwise nodes (of more than one element) whose value depends on scalars alone:
-    random draws from the seed and step, masks and scales made of them. Recomputing one in
-    each kernel that reads it costs its arithmetic; storing it costs a tensor kept alive from
-    the forward pass to the backward."""
-    out: set[int] = set()
-    for n in order:  # inputs first
+def recomputed_where_read(graph: Graph, order: Sequence[int]) -> set[int]:
+    """Nodes (of `order`, inputs first) recomputed in each kernel that reads them, never stored
+    for their own sake: elementwise values of more than one element made from scalars alone
+    (random draws from the seed and step, dropout masks: their arithmetic costs less than
+    keeping them from the forward pass to the backward), and layout views of leaves."""
+    scalar_made: set[int] = set()  # elementwise values of scalars alone
+    views: set[int] = set()
+    for n in order:
         node = graph.nodes[n]
-        if node.is_leaf or node.op in ("gather_grad",) or kind_of(graph, n) != "elementwise":
+        if node.is_leaf:
             continue
-        if _numel(node.shape) != 1 and all(
-            j in out or graph.nodes[j].op == "dim_size" or _numel(graph.nodes[j].shape) == 1 for j in node.inputs
-        ):
-            out.add(n)
-    return out
+        kind = kind_of(graph, n)
+        if kind == "elementwise" and _numel(node.shape) != 1:
+            if all(j in scalar_made or _numel(graph.nodes[j].shape) == 1 for j in node.inputs):
+                scalar_made.add(n)
+        elif kind == "layout" and node.op not in NOT_VIEWS and all(graph.nodes[j].is_leaf for j in node.inputs):
+            views.add(n)
+    return scalar_made | views
 
 
 def _stored_inputs(graph: Graph, b: _Building, literals: set[int]) -> set[int]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 from . import registry
-from .grad_names import grad_name
+from .fusion import recomputed_where_read
+from .grad_names import backward_start
 from .ir import Graph, Node
 from .rewriter import Rewriter
 
@@ -28,7 +29,6 @@ from .rewriter import Rewriter
 _CHEAP_KINDS = ("elementwise", "layout")
 _CHEAP_NORMS = ("layer_norm", "rms_norm")
 _NEVER = ("reshape", "gather_grad")  # a view (no storage of its own); a loop over indices
-_NOT_VIEWS = ("concat", "one_hot", "gather_grad")  # layout ops fusion does not recompute in each reader
 
 
 def rematerialize(g: Graph) -> Graph:
@@ -60,41 +60,25 @@ def rematerialize(g: Graph) -> Graph:
     return rw.graph()
 
 
-def backward_start(g: Graph) -> int | None:
-    """The loss node of a gradient graph (its backward's readers come after it), else None."""
-    if not g.losses or not any(grad_name(p) in g.names for p in g.params):
-        return None
-    return g.names[g.losses[0]]
-
-
 def _to_copy(g: Graph, boundary: int) -> set[int]:
     """The forward nodes to copy: cheap, read by the forward and by the backward, and made from
     values the backward has anyway: leaves, scalars, values it reads itself, other copies, and
-    values made from scalars alone (dropout masks) or views of leaves, which fusion recomputes
-    where they are read (compiler/fusion.py)."""
+    what fusion recomputes wherever it is read (dropout masks, views of leaves)."""
     late_read: set[int] = set()
     early_read: set[int] = set()
     for i, n in enumerate(g.nodes):
         for j in n.inputs:
             (late_read if i > boundary else early_read).add(j)
+    free = recomputed_where_read(g, range(boundary))
     out: set[int] = set()
-    from_scalars: set[int] = set()
-
-    def scalar(j: int) -> bool:
-        return _elements(g.nodes[j]) == 1
 
     def available(j: int) -> bool:
-        return g.nodes[j].is_leaf or scalar(j) or j in late_read or j in out or j in from_scalars
+        return g.nodes[j].is_leaf or _elements(g.nodes[j]) == 1 or j in late_read or j in out or j in free
 
     for i, n in enumerate(g.nodes[:boundary]):
-        if n.is_leaf or scalar(i):
+        if n.is_leaf or _elements(n) == 1 or i in free:
             continue
-        kind = registry.get(n.op).kind
-        if kind == "elementwise" and all(scalar(j) or j in from_scalars for j in n.inputs):
-            from_scalars.add(i)
-        elif kind == "layout" and n.op not in _NOT_VIEWS and all(g.nodes[j].is_leaf for j in n.inputs):
-            from_scalars.add(i)  # a view of a leaf (zeros([C]) broadcast), recomputed where read
-        elif _cheap(n) and i in late_read and i in early_read and all(available(j) for j in n.inputs):
+        if _cheap(n) and i in late_read and i in early_read and all(available(j) for j in n.inputs):
             out.add(i)
     return out
 
