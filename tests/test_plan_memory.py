@@ -36,6 +36,7 @@ def gpt_source(**consts) -> str:
     [
         (2, 2, 16, 32, 8),
         (3, 4, 8, 16, 16),
+        (6, 6, 64, 256, 64),  # nanoGPT's shakespeare_char (benchmarks/bench_gpt.py): planned on the host
     ],
 )
 def test_gpt_training_step_plan_is_within_its_closed_form(L, H, D, T, B):
