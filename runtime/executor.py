@@ -469,7 +469,7 @@ class Executor:
     ) -> list[np.ndarray]:
         """Upload feeds, run the launches `fetch` needs (all of them and the updates when
         `step`), return the fetched tensors."""
-        self.prepare(dims)
+        self.prepare(dims)  # makes the device current: nothing below activates it again
         kernels, inputs = self.needs(fetch, step)
         self._upload(feeds, inputs)
         self._launch(kernels)
@@ -516,6 +516,7 @@ class Executor:
 
     def launch(self, kernels: Sequence[int] | None = None) -> None:
         """Dispatch `kernels` (default: all) on the data already in place; no sync."""
+        self.device.activate()
         self._launch(self._all if kernels is None else kernels)
 
     def _upload(self, feeds: Mapping[str, object], names: set[str], keep: bool = False) -> None:
@@ -567,7 +568,7 @@ class Executor:
             if len(self._subsets) > 64:  # lists made by callers, not `needs`: keep few
                 self._subsets.clear()
             launches = self._subsets[id(kernels)] = (kernels, self._with_barriers(kernels))
-        run_prepared(self.device.activate().fast, launches[1], self.device.uniforms)
+        run_prepared(self.device.fast, launches[1], self.device.uniforms)  # current: see prepare
 
     def _with_barriers(self, kernels: Sequence[int]) -> tuple[Prepared, ...]:
         """The launches of `kernels` with a barrier only where one is needed: before a kernel
@@ -624,13 +625,13 @@ class Executor:
             sources = tuple((buffer.handle, math.prod(shape)) for buffer, shape in zip(buffers, shapes))
             if len(self._reads) > 16:  # fetch lists alternate little in practice
                 self._reads.clear()
-            found = self._reads[key] = (stamp, sources, shapes)
-        _, sources, shapes = found
-        readback = self._readback_for(sum(n for _, n in sources))
+            found = self._reads[key] = (stamp, sources, tuple(shapes), sum(n for _, n in sources))
+        _, sources, shapes, floats = found
+        readback = self._readback_for(floats)
         if readback is None:
             dims = dict(self._dims or ())
             return [self._download(t, dims) for t in fetch]
-        return [v.reshape(shape) for v, shape in zip(readback.read(sources), shapes)]
+        return readback.read(sources, shapes)
 
     def _readback_for(self, floats: int) -> Readback | None:
         """The readback buffer, grown to hold `floats` (None: the driver cannot map one)."""
