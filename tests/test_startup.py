@@ -294,3 +294,25 @@ def test_a_warm_generation_skips_every_compiler_stage(tmp_path):
     assert {"lark", "dlc.compiler.registry", "dlc.compiler.codegen"} <= set(cold["imported"])
     assert warm["imported"] == [] and warm["links"].get("compiled", 0) == 0
     assert warm["ids"] == cold["ids"] and len(warm["ids"]) == 20
+
+
+@pytest.mark.parametrize("offered", [{"GL_KHR_parallel_shader_compile"}, {"GL_ARB_parallel_shader_compile"}, set()])
+def test_a_cold_start_asks_for_every_compiler_thread_the_driver_offers(monkeypatch, offered):
+    """Background compiles through the KHR extension, or the ARB one where only that is
+    offered (NVIDIA's drivers), asked for once; nothing where neither is offered."""
+    from types import SimpleNamespace
+
+    from dlc.runtime import program
+
+    calls = []
+
+    def extension(name):
+        vendor = name.split(".")[2]
+        return SimpleNamespace(**{f"glMaxShaderCompilerThreads{vendor}": lambda n: calls.append((vendor, n))})
+
+    monkeypatch.setattr(program, "require", extension)
+    device = SimpleNamespace(parallel_compiles=None, context=SimpleNamespace(extensions=frozenset(offered)))
+    program._parallel_compiles(device)
+    program._parallel_compiles(device)
+    want = [(next(iter(offered)).split("_")[1], 0xFFFFFFFF)] if offered else []
+    assert calls == want and device.parallel_compiles is bool(offered)
