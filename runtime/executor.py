@@ -519,7 +519,7 @@ class Executor:
                 buffer.upload(value)
                 held[s] = None
         run_prepared(self.device.fast, launches, self.device.uniforms)
-        return readback.read(sources, shapes)
+        return readback.read_current(sources, shapes)  # current: prepare made it so
 
     def step_into(
         self, feeds: Mapping[str, object], dims: Mapping[str, int], loss: int, sink: Buffer, index: int

@@ -84,10 +84,14 @@ class Readback:
     def read(self, sources: Sequence[tuple[int, int]], shapes: Sequence[tuple] | None = None) -> list[np.ndarray]:
         """Copies of `count` floats from the start of each (buffer handle, count), in one wait;
         each given its shape in `shapes` where given."""
+        self.buffer.device.activate()
+        return self.read_current(sources, shapes)
+
+    def read_current(self, sources: Sequence[tuple[int, int]], shapes: Sequence[tuple] | None = None) -> list:
+        """`read` where the caller has made the buffer's device current (an executor's run)."""
         if not self.buffer.handle:
             raise RuntimeFailure("internal dlc error: reading through a deleted readback buffer")
         copy, target, at, floats = self._copy, self.buffer.handle, 0, self.floats
-        self.buffer.device.activate()
         for handle, count in sources:
             end = at + count
             if end > floats:
