@@ -35,6 +35,7 @@ from .storage import Buffer, OutOfMemory
 from .sync import Fence
 
 _MISSING = object()
+_STORED = (np.dtype(np.float32), np.dtype(np.int32))  # written to GL as they are (int32 by its bits)
 SNAPSHOTS = 3  # training keeps the last two snapshots; a third is being written
 
 # Each device's `uniforms`: GL program handle -> uniform values last set on it (programs are
@@ -490,7 +491,8 @@ class Executor:
     def _bind_eval(self, fetch: Sequence[int]) -> tuple | None:
         """What `run` without a step does for `fetch` at the binding prepared, worked out once:
         (the binding's launch list, its token; the input slots to write as (slot, name,
-        buffer); the launches with their barriers; the reads; the readback buffer). None
+        buffer); the launches with their barriers; the reads; the readback buffer; the raw
+        glNamedBufferSubData where the driver has direct state access). None
         where the driver cannot map a readback (each fetch is then downloaded)."""
         kernels, inputs = self.needs(fetch, False)
         sources, shapes, floats = self._read_plan(fetch)
@@ -498,15 +500,18 @@ class Executor:
         if readback is None:
             return None
         uploads = tuple((s, name, self.buffers[s]) for s, name in self._inputs if name in inputs)
+        fast = self.device.fast
+        write = fast.buffer_sub_data if fast._resolved and self.device.context.has_dsa else None
         launches = self._with_barriers(kernels)
         if len(self._evals) > 16:  # fetch lists alternate little in practice
             self._evals.clear()
-        bound = self._evals[tuple(fetch)] = (self._launches, uploads, launches, (sources, shapes), readback)
+        reads = (sources, shapes)
+        bound = self._evals[tuple(fetch)] = (self._launches, uploads, launches, reads, readback, write)
         return bound
 
     def _run_bound(self, feeds: Mapping[str, np.ndarray], bound: tuple) -> list[np.ndarray]:
         """`run` of a `_bind_eval` result: write the inputs, launch, read in one wait."""
-        _, uploads, launches, (sources, shapes), readback = bound
+        _, uploads, launches, (sources, shapes), readback, write = bound
         if uploads:
             if self._in_flight:  # see step_into: no host write while queued steps may read
                 Fence().wait()
@@ -516,7 +521,16 @@ class Executor:
                 value = feeds.get(name, _MISSING)
                 if value is _MISSING:
                     raise DataError(f"input '{name}' is missing")
-                buffer.upload(value)
+                if (
+                    write is not None
+                    and type(value) is np.ndarray
+                    and value.dtype in _STORED
+                    and value.flags.c_contiguous
+                    and value.nbytes <= buffer.nbytes
+                ):  # as GL stores it, and it fits (the feeds were checked): its memory written as it is
+                    write(buffer.handle, 0, value.nbytes, value.ctypes.data)
+                else:
+                    buffer.upload(value)
                 held[s] = None
         run_prepared(self.device.fast, launches, self.device.uniforms)
         return readback.read_current(sources, shapes)  # current: prepare made it so
