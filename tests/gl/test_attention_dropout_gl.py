@@ -99,7 +99,7 @@ def test_training_step_matches_the_reference(gl, target, t, d, causal):
             close(a, want[r], f"{name} at step {step}")
 
 
-@pytest.mark.parametrize("t, d, causal, tile", [(70, 8, True, 256), (37, 5, False, None), (21, 64, True, 3584)])
+@pytest.mark.parametrize("t, d, causal, tile", [(70, 8, True, 256), (37, 5, False, 64), (21, 16, True, 256)])
 def test_unrolled_kernels_match_the_reference(gl, t, d, causal, tile):
     """The codegen options attention_unroll (tile rows and row words written out) and
     attention_tile (the streamed tiles' floats) give the same forward and gradients."""
