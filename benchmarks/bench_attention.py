@@ -4,6 +4,7 @@ one process: prints a table (not a test).
     python benchmarks/bench_attention.py            # nanoGPT shakespeare_char: q, k, v [64, 6, 256, 64]
     python benchmarks/bench_attention.py --small    # a quick run anywhere (Mesa llvmpipe too)
     python benchmarks/bench_attention.py --dropout 0.2   # also with dropout on the probabilities
+    python benchmarks/bench_attention.py --options '{"attention_unroll": true}'   # codegen options
 
 Rows, each the work of y = attention(q, k, v, causal=true) and its gradients dq, dk, dv for an
 upstream gradient r (torch: y.backward(r)), fp32 (PyTorch with TF32 off):
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -50,6 +52,7 @@ input r: [{B}, {H}, {T}, {D}]
 y = softmax(where(tril(ones([{T}, {T}])), q @ transpose(k, [0, 1, 3, 2]) / sqrt({D}), -inf)) @ v
 loss l = sum(y * r)
 """
+OPTIONS: dict = {}  # --options: codegen options of dlc's programs (compiler/codegen/options.py)
 DROPPED = WRITTEN_OUT.replace("y = softmax(", "y = dropout(softmax(").replace("-inf)) @ v", "-inf)), {P}) @ v")
 
 
@@ -88,7 +91,7 @@ def gl_program(source: str, grads: bool, training: bool = False):
         roots = [g.names[grad_name(n)] for n in ("q", "k", "v")]
     else:
         roots = [g.names["y"]]
-    prog = compile_program(g, roots, options={"device": get_context().renderer})
+    prog = compile_program(g, roots, options={"device": get_context().renderer, **OPTIONS})
     return prog, Executor(prog.spec, prog.sources, store), roots
 
 
@@ -99,7 +102,9 @@ def main() -> None:
     p.add_argument("--reps", type=int, help="timed repetitions (20; --small 3)")
     p.add_argument("--skip", default="", help="comma list of: unfused, torch")
     p.add_argument("--dropout", type=float, help="also time dropout P on the probabilities (fused)")
+    p.add_argument("--options", default="{}", help="codegen options for dlc's programs, as JSON")
     args = p.parse_args()
+    OPTIONS.update(json.loads(args.options))
     skip = set(filter(None, args.skip.split(",")))
     shape = args.shape or ("2,2,64,16" if args.small else "64,6,256,64")
     b, h, t, d = (int(x) for x in shape.split(","))

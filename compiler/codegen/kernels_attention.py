@@ -42,10 +42,16 @@ from .renderer import float_lit
 _DROP_NAMES = {"drop_seed", "drop_step", "drop_w"}
 
 ROWS = 64  # own rows a work group (invocations)
-# Floats of all streamed tiles together: 7 KiB. Small tiles leave shared memory for more
+# Floats of all streamed tiles together: 3.5 KiB. Small tiles leave shared memory for more
 # resident work groups: on the H100, fwd + bwd of [64, 6, 256, 64] took 3.36 ms with 28 KiB
-# tiles, 2.36 with 14 KiB and 2.04 with 7 KiB (3.5 KiB: no better).
-TILE_FLOATS = 1792
+# tiles, 2.36 with 14 KiB and 2.04 with 7 KiB (loops); written out (UNROLL_MAX), 1.91 with
+# 14 KiB, 1.48 with 7 and 1.44 with 3.5.
+TILE_FLOATS = 896
+# The loops over a tile's rows and a row's words are written out (constant array indices,
+# so the rows stay in registers: 2.04 -> 1.44 ms above) where a tile holds at most this
+# many words; past it (narrow heads as floats: 64 rows of 5) the text would swamp the
+# shader compiler (llvmpipe took minutes).
+UNROLL_MAX = 128
 
 
 def _geometry(ctx: Context):
@@ -76,10 +82,10 @@ def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS) -> int:
     return rows
 
 
-def render(ctx: Context, unroll: bool = False, tile_floats: int | None = None) -> KernelSource:
+def render(ctx: Context, unroll: bool | None = None, tile_floats: int | None = None) -> KernelSource:
     """`unroll`: the loops over a tile's rows and a row's words written out, so every array
-    index is a constant (drivers then keep the rows in registers); `tile_floats`: the
-    streamed tiles' size (TILE_FLOATS)."""
+    index is a constant (drivers then keep the rows in registers); None: where a tile holds
+    UNROLL_MAX words or fewer. `tile_floats`: the streamed tiles' size (TILE_FLOATS)."""
     node, lead, t_dim, d = _geometry(ctx)
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
@@ -96,6 +102,8 @@ def render(ctx: Context, unroll: bool = False, tile_floats: int | None = None) -
     # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
     lanes = 4 if d % 4 == 0 else 1
     words, ty = d // lanes, "vec4" if lanes == 4 else "float"
+    if unroll is None:
+        unroll = cols * words <= UNROLL_MAX
     zero = f"{ty}(0.0)"
     ctx.names.taken.update({"o", "lid", "blk", "bh", "T", "own", "row", "j0", "jj", "jn", "e", "w", "end", "result"})
 
@@ -357,7 +365,7 @@ def texture_body(ctx: Context, em: Emitter) -> str:
 
 def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     """The compute target's lowering of attention kernels."""
-    return render(ctx, bool(options.attention_unroll), options.attention_tile)
+    return render(ctx, options.attention_unroll, options.attention_tile)
 
 
 registry.register_lowering("attention", KEY, lower)
