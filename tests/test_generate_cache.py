@@ -1,0 +1,130 @@
+"""Generation's key/value cache (compiler/decode.py, ops/kv_cache.py, dlc/generate.py): the
+decode step's logits are the full forward's (the NumPy reference in float64), a model that
+mixes positions along T is refused with the reason, and cached and uncached generation draw
+the same ids, past the block too."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import dlc
+from dlc import generate as gen
+from dlc.compiler.decode import POS, NotIncremental, decode_graph
+from dlc.compiler.reference import evaluate
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def tiny_gpt(block: int = 16, layers: int = 2) -> str:
+    text = (ROOT / "samples/char_gpt.dl").read_text()
+    for name, value in (("BLOCK", block), ("L", layers), ("H", 2), ("D", 4), ("C", 8), ("V", 11)):
+        text = re.sub(rf"^const {name} = \d+", f"const {name} = {value}", text, flags=re.M)
+    return text
+
+
+def random_leaves(graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Params large enough that attention's weights are far from uniform."""
+    rng = np.random.default_rng(seed)
+    return {p: rng.normal(0, 0.6, graph.node(p).shape) for p in graph.params}
+
+
+def full_logits(graph, leaves, ids) -> np.ndarray:
+    root = graph.names["logits"]
+    feeds = {**leaves, "tokens": np.asarray([ids], np.int32)}
+    return evaluate(graph, [root], feeds, {"B": 1, "T": len(ids)}, dtype=np.float64)[root][0]
+
+
+def decode_steps(decoder, leaves, ids, chunks) -> list[np.ndarray]:
+    """The decode step fed `ids` in chunks of the given sizes; the last logits of each."""
+    g = decoder.graph
+    state = {name: np.zeros([1 if isinstance(d, str) else d for d in shape]) for name, shape in decoder.caches}
+    targets = [i for _, i in g.updates]
+    out, pos = [], 0
+    for n in chunks:
+        new = np.asarray([ids[pos : pos + n]], np.int32)
+        feeds = {**leaves, **state, "tokens": new, POS: np.array([pos], np.int32)}
+        values = evaluate(g, [decoder.logits, *targets], feeds, {"B": 1, "T": n}, dtype=np.float64)
+        state = {name: values[i] for name, i in g.updates}
+        out.append(values[decoder.logits][0])
+        pos += n
+    return out
+
+
+def test_decode_logits_are_the_full_forwards():
+    model = dlc.compile(tiny_gpt())
+    graph = dlc.Session(model, backend="numpy", seed=0)._eval_program()
+    decoder = decode_graph(graph, 16)
+    assert len(decoder.caches) == 4  # a k and a v cache per layer
+    leaves = random_leaves(graph)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 11, 16).tolist()
+    full = full_logits(graph, leaves, ids)
+    assert np.std(full) > 0.1  # not a model whose logits ignore the context
+    chunks = [5, 1, 1, 3, 1, 5]  # a prefill, single steps, a chunk, up to the block
+    ends = np.cumsum(chunks) - 1
+    got = decode_steps(decoder, leaves, ids, chunks)
+    for end, logits in zip(ends, got):
+        # position `end` of a forward over the first end + 1 ids (causal: the same as of all 16)
+        np.testing.assert_allclose(logits, full[end], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(logits, full_logits(graph, leaves, ids[: end + 1])[-1], rtol=1e-12, atol=1e-12)
+
+
+REFUSED = {
+    "a sum over T": ("logits = x + sum(x, axis=1, keepdims=true)", "reduces over T"),
+    "a mean over T": ("logits = x - mean(x, axis=1, keepdims=true)", "reduces over T"),
+    "attention that is not causal": (
+        "q = reshape(x, [B, 1, T, 11])\nlogits = reshape(softmax(q @ transpose(q, [0, 1, 3, 2])) @ q, [B, T, 11])",
+        "is not causal",
+    ),
+    "a second input": ("input bias: [B, T, 11]\nlogits = x + bias", "input 'bias'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_model_that_mixes_positions_is_refused_and_generates_as_before(case):
+    body, reason = REFUSED[case]
+    source = f"input tokens: i32[B, T]\nparam emb: [11, 11] = normal(0, 1)\nx = gather(emb, tokens)\n{body}\n"
+    model = dlc.compile(source)
+    sess = dlc.Session(model, backend="numpy", seed=0)
+    with pytest.raises(NotIncremental, match=reason):
+        decode_graph(sess._eval_program(), 8)
+    cache, why = gen.KVCache.of(sess, 8)
+    assert cache is None and reason in why
+    if case != "a second input":  # generation feeds tokens alone: that model cannot generate
+        ids = sess.generate([1, 2], 12, block=8, temperature=0.9, seed=5)
+        assert ids == sess.generate([1, 2], 12, block=8, temperature=0.9, seed=5, cache=False)
+
+
+def test_cached_generation_draws_the_uncached_ids_past_the_block():
+    sess = dlc.Session(dlc.compile(tiny_gpt()), backend="numpy", seed=0)
+    for name, value in random_leaves(sess._eval_program(), 3).items():
+        sess.backend.set_leaf(name, value)
+    assert gen.KVCache.of(sess, 16)[0] is not None
+    for prompt in ([4], [1, 2, 3], list(range(11)) * 2):  # one id, a few, more than the block
+        kw = dict(block=16, temperature=0.8, top_k=6, seed=11)
+        cached = sess.generate(prompt, 40, **kw)
+        assert cached == sess.generate(prompt, 40, cache=False, **kw)
+        assert len(set(cached)) > 3  # a varied text, not one id repeated
+    assert not any(name.startswith("$kv") for name in sess.backend.leaves)  # the caches are freed
+
+
+def test_the_cache_feeds_the_new_ids_and_prefills_past_the_block():
+    fed = []
+
+    class Recorder:
+        def __call__(self, ids, pos):
+            fed.append((pos, ids[0].tolist()))
+            logits = np.zeros(7, np.float32)
+            logits[int(ids.sum() + pos) % 7] = 5.0
+            return logits
+
+    out = list(gen.generate(None, [5, 6], 8, 4, temperature=0.5, seed=3, cache=Recorder()))
+    ids = [5, 6, *out]
+    assert fed[0] == (0, [5, 6])  # the prompt in one call
+    assert fed[1] == (2, [ids[2]]) and fed[2] == (3, [ids[3]])  # then one id at its position
+    for step in range(3, 8):  # the window is full: a prefill of the last 4 ids each step
+        assert fed[step] == (0, ids[step - 2 : step + 2])
