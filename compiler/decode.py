@@ -5,8 +5,10 @@ i32[B, T]`) into one that takes only the new tokens, at positions [pos, pos + T)
 i32 [1] input), and gives the logits of the last of them ([B, V]):
 
 - each causal `attention(q, k, v)` writes its new k and v rows into caches [..., block, D]
-  (states `$kv<i>.k`, `$kv<i>.v`, updated by the step: `cache_write`) and attends over them
-  (`attention_cached`: query i sees the cached rows up to pos + i), ops/kv_cache.py;
+  (states `$kv<i>.k`, `$kv<i>.v`, updated by the step) and attends over them
+  (`attention_cached`, ops/kv_cache.py: query i sees the cached rows up to pos + i). The
+  write is `where(row in [pos, pos + T), gather(new, row - pos), cache)`: elementwise in the
+  cache, so GL writes it in place (compiler/plan.py), with no copy after the step;
 - each `iota` counting positions along T (a position embedding's `int(arange(T))`) counts
   from pos.
 
@@ -68,6 +70,23 @@ def decode_graph(g: Graph, block: int, fetch: str = "logits", tokens: str = "tok
 
     pos = len(nodes)
     nodes.append(Node("input", (), (1,), make_attrs(name=POS, dtype="i32", shape=(1,))))
+    first = add("float", (pos,))  # [1]
+    count = add("dim_size", (), dims=(t,))  # T: the new positions
+    rows: dict[int, tuple[int, int]] = {}  # cache length -> (each row's new row, whether it is new)
+
+    def write(cache: int, new: int, loc) -> int:
+        size = nodes[cache].shape[-2]
+        if size not in rows:
+            zero = add("const", (), shape=(), value=(0.0,))
+            at = add("sub", (add("iota", (), shape=(size,), axis=0), first))  # row - pos
+            last = add("sub", (count, add("const", (), shape=(), value=(1.0,))))
+            fresh = add("logical_and", (add("ge", (at, zero)), add("lt", (at, count))))
+            index = add("int", (add("maximum", (add("minimum", (at, last)), zero)),))
+            rows[size] = (index, add("reshape", (fresh,), shape=(size, 1)))
+        index, fresh = rows[size]
+        moved = add("gather", (new, index), loc, axis=len(nodes[new].shape) - 2)
+        return add("where", (fresh, moved, cache), loc)
+
     for i in cone(g, [root]):
         n = g.nodes[i]
         axis[i] = time_axis(g, i, axis, t, tokens)
@@ -83,16 +102,20 @@ def decode_graph(g: Graph, block: int, fetch: str = "logits", tokens: str = "tok
             written = []
             for name, new in ((f"$kv{len(caches) // 2}.k", k), (f"$kv{len(caches) // 2}.v", v)):
                 nodes.append(Node("state", (), shape, make_attrs(name=name, init=("zeros",), shape=shape), n.loc))
-                written.append(add("cache_write", (len(nodes) - 1, new, pos), n.loc))
+                written.append(write(len(nodes) - 1, new, n.loc))
                 caches.append((name, shape))
                 updates.append((name, written[-1]))
             remap[i] = add("attention_cached", (q, *written, pos), n.loc, scale=n.attr("scale"))
         else:
+            if n.op == "matmul" and _transposed_leaf(g, n.inputs[1]) and not n.attr("tb"):
+                # x @ transpose(W): the matmul reads W transposed, and no kernel transposes W
+                # again each step (a param does not change between steps)
+                ins = (ins[0], remap[g.nodes[n.inputs[1]].inputs[0]])
+                n = Node(n.op, ins, n.shape, make_attrs(**{**dict(n.attrs), "tb": True}), n.loc)
             nodes.append(Node(n.op, ins, n.shape, n.attrs, n.loc))
             remap[i] = len(nodes) - 1
     # only the last new position's logits: gather(logits, T - 1) along T's axis
-    last = add("dim_size", (), dims=(t,))
-    last = add("int", (add("sub", (last, add("const", (), shape=(), value=(1.0,)))),))
+    last = add("int", (add("sub", (count, add("const", (), shape=(), value=(1.0,)))),))
     out = add("gather", (remap[root], last), axis=axis[root])
     names = {name: remap[i] for name, i in g.names.items() if i in remap}
     names.update({fetch: out, POS: pos, **{name: i for name, i in updates}})
@@ -170,6 +193,15 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
         if table is None and idx is not None and n.attr("axis") + idx == out:
             return out
     raise NotIncremental(f"{n.op}{where} mixes positions along T")
+
+
+def _transposed_leaf(g: Graph, i: int) -> bool:
+    """Whether node i is a transpose of a leaf's last two axes (a weight read as W^T)."""
+    n = g.nodes[i]
+    if n.op != "transpose" or not g.nodes[n.inputs[0]].is_leaf:
+        return False
+    rank = len(n.shape)
+    return tuple(n.attr("perm")) == (*range(rank - 2), rank - 1, rank - 2)
 
 
 def _matmul_keeps(g: Graph, n: Node, ins: list[int | None], out: int) -> bool:

@@ -1,7 +1,6 @@
-"""The key/value cache's GLSL (ops/kv_cache.py): cache_write's index map (both targets) and
-attention_cached's kernels.
+"""attention_cached's kernels (ops/kv_cache.py).
 
-attention_cached on the compute target: one work group per (leading index, new query row),
+On the compute target: one work group per (leading index, new query row),
 KEYS invocations splitting the keys that row sees (0 .. p + i) between them, each with its
 own online softmax (running max m, sum l and output row, rescaled as the max grows), then
 merged through shared memory: the group's max M, l = sum l_t exp(m_t - M), each output word
@@ -16,27 +15,13 @@ from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
 from .compute import KEY, TILE, header, kernel_source
-from .glsl import LAYOUT_KEY, Context, Emitter, Ix, KernelSource
+from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY
 from .texture import TextureKernel, output_passes
 
 KEYS = 32  # invocations a work group, splitting one query row's keys
-
-
-def _cache_write(em: Emitter, n: int, ix: Ix) -> str:
-    """Element ix of the written cache: the new row's where its row is in [p, p + n), else the
-    cache's (the new rows read at a clamped row, never past their buffer)."""
-    node = em.g.nodes[n]
-    cache, new, pos = node.inputs
-    c = em.coords(ix, node.shape)
-    rows = em.ctx.dim(em.g.nodes[new].shape[-2])
-    p = em.integer(pos, Ix(flat="0"))
-    r = em.bind(("kv_row", n, c[-2]), f"n{n}r", f"{c[-2]} - {p}", "int")
-    fresh = em.value(new, Ix(multi=(*c[:-2], f"clamp({r}, 0, {rows} - 1)", c[-1])))
-    old = em.value(cache, Ix(multi=c))
-    return f"(({r} >= 0 && {r} < {rows}) ? {fresh} : {old})"
 
 
 def _geometry(ctx: Context):
@@ -179,6 +164,5 @@ def lower_texture(ctx: Context, options: CodegenOptions) -> TextureKernel:
     return output_passes(ctx, texture_body)
 
 
-registry.register_lowering("cache_write", LAYOUT_KEY, _cache_write)
 registry.register_lowering("cached_attention", KEY, lower)
 registry.register_lowering("cached_attention", TEXTURE_KEY, lower_texture)

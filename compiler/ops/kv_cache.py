@@ -1,19 +1,18 @@
-"""A key/value cache for incremental decoding (compiler/decode.py): the new rows written into
-the cache, and causal attention of the new queries over the cached rows.
+"""Attention over a key/value cache, for incremental decoding (compiler/decode.py).
 
-The caches are [..., S, D] (S: the longest context), the new rows [..., n, D] at absolute
-positions [p, p + n), p the i32 scalar `pos` ([1]) fed with them:
+The caches are [..., S, D] (S: the longest context) and hold the keys and values of
+positions [0, p + n) once the step has written its n new rows (p, the i32 `pos` [1], is the
+position of the first):
 
-  cache_write(cache, new, pos)               the cache with rows [p, p + n) replaced by new
-  attention_cached(q, kc, vc, pos; scale)    o = softmax(q kc^T * scale) vc, query i (at
-                                             position p + i) seeing keys j <= p + i only
+  attention_cached(q, kc, vc, pos; scale)    o = softmax(q kc^T * scale) vc over the new
+                                             queries q [..., n, D], query i (at position
+                                             p + i) seeing keys j <= p + i only
 
-Rows past p + n are never read, so a cache holds what an earlier sequence left there
-without harm. Causal attention of a whole sequence is attention_cached at p = 0 over the
-cache just written with it: the same numbers (the masked terms are left out, not added as 0).
-On GL, cache_write is a layout op (each element from the cache or the new rows), and
-attention_cached a kernel of its own (codegen/kernels_kv_cache.py). Neither is a language
-function or differentiable: only the decode pass makes them.
+Rows past p + n are never read, so a cache may hold what an earlier sequence left there.
+Causal attention of a whole sequence is attention_cached at p = 0 over a cache just written
+with its keys and values: the same numbers (the masked terms are left out, not added as 0).
+On GL it is a kernel of its own (codegen/kernels_kv_cache.py). It is no language function
+and not differentiable: only the decode pass makes it.
 """
 
 from __future__ import annotations
@@ -33,14 +32,6 @@ def _check_pos(pos) -> None:
         raise ShapeError(f"a cache's position is one i32 number, shape [1], got {format_shape(pos)}")
 
 
-def _write_shape(ins, attrs):
-    cache, new, pos = ins
-    _check_pos(pos)
-    if len(cache) < 2 or len(new) != len(cache) or tuple(new[:-2]) != tuple(cache[:-2]) or new[-1] != cache[-1]:
-        raise ShapeError(f"cache_write's new rows {format_shape(new)} must be [..., n, D] of {format_shape(cache)}")
-    return tuple(cache)
-
-
 def _attention_shape(ins, attrs):
     q, kc, vc, pos = ins
     _check_pos(pos)
@@ -54,25 +45,12 @@ def _attention_shape(ins, attrs):
     return tuple(q)
 
 
-def _start(pos, n: int, rows: int, op: str) -> int:
-    p = int(np.asarray(pos).reshape(-1)[0])
-    if p < 0 or p + n > rows:
-        raise DataError(f"{op}: rows [{p}, {p + n}) do not fit a cache of {rows} rows")
-    return p
-
-
-def _write(args, attrs, dims):
-    cache, new, pos = args
-    p = _start(pos, new.shape[-2], cache.shape[-2], "cache_write")
-    out = np.array(cache, dtype=np.result_type(cache, new))
-    out[..., p : p + new.shape[-2], :] = new
-    return out
-
-
 def _attention(args, attrs, dims):
     q, kc, vc, pos = args
     n = q.shape[-2]
-    p = _start(pos, n, kc.shape[-2], "attention_cached")
+    p = int(np.asarray(pos).reshape(-1)[0])
+    if p < 0 or p + n > kc.shape[-2]:
+        raise DataError(f"attention_cached: rows [{p}, {p + n}) do not fit a cache of {kc.shape[-2]} rows")
     scale = q.dtype.type(attrs["scale"])
     k, v = kc[..., : p + n, :], vc[..., : p + n, :]
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale  # [..., n, p + n]
@@ -86,7 +64,6 @@ def _attention(args, attrs, dims):
     return out / e.sum(axis=-1, keepdims=True)
 
 
-register(OpDef("cache_write", "layout", _write_shape, _write, arity=3, differentiable=False, dtype=integer_at(2)))
 register(
     OpDef(
         "attention_cached",
