@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -84,11 +86,14 @@ REFUSED = {
 }
 
 
+SOURCE = "input tokens: i32[B, T]\nparam emb: [11, 11] = normal(0, 1)\nx = gather(emb, tokens)\n{body}\n"
+REFUSED_SOURCE = SOURCE.format(body=REFUSED["a sum over T"][0])
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_a_model_that_mixes_positions_is_refused_and_generates_as_before(case):
     body, reason = REFUSED[case]
-    source = f"input tokens: i32[B, T]\nparam emb: [11, 11] = normal(0, 1)\nx = gather(emb, tokens)\n{body}\n"
-    model = dlc.compile(source)
+    model = dlc.compile(SOURCE.format(body=body))
     sess = dlc.Session(model, backend="numpy", seed=0)
     with pytest.raises(NotIncremental, match=reason):
         decode_graph(sess._eval_program(), 8)
@@ -128,3 +133,29 @@ def test_the_cache_feeds_the_new_ids_and_prefills_past_the_block():
     assert fed[1] == (2, [ids[2]]) and fed[2] == (3, [ids[3]])  # then one id at its position
     for step in range(3, 8):  # the window is full: a prefill of the last 4 ids each step
         assert fed[step] == (0, ids[step - 2 : step + 2])
+
+
+def _dlc(*args):
+    return subprocess.run([sys.executable, "-m", "dlc", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_dlc_generate_says_why_there_is_no_cache_and_no_cache_gives_the_same_text(tmp_path):
+    vocab = dlc.text.Vocab("abcdefghijk", block=8)
+    runs = {}
+    for name, source in (("gpt", tiny_gpt(8)), ("pooled", REFUSED_SOURCE)):
+        model = tmp_path / f"{name}.dl"
+        model.write_text(source)
+        sess = dlc.Session(dlc.compile(source), backend="numpy", seed=0)
+        for leaf, value in random_leaves(sess._eval_program(), 4).items():
+            sess.backend.set_leaf(leaf, value)
+        sess.save(tmp_path / f"{name}.npz")
+        vocab.save(tmp_path / f"{name}.vocab.json")
+        args = [str(model), "--weights", str(tmp_path / f"{name}.npz"), "--prompt", "abc", "--tokens", "20",
+                "--seed", "3", "--backend", "numpy"]  # fmt: skip
+        runs[name] = [_dlc("generate", *args, *flag) for flag in ([], ["--no-cache"])]
+    for cached, plain in runs.values():
+        assert cached.returncode == 0 and plain.returncode == 0, cached.stderr + plain.stderr
+        assert cached.stdout == plain.stdout and len(cached.stdout.strip()) == 23
+    assert "no KV cache" not in runs["gpt"][0].stderr
+    assert "no KV cache: sum (line 4) reduces over T" in runs["pooled"][0].stderr
+    assert "no KV cache" not in runs["pooled"][1].stderr
