@@ -40,10 +40,18 @@ class NotIncremental(DlcError):
 
 
 @dataclass(frozen=True)
-class Decoder:
-    graph: Graph  # inputs `tokens` [B, T] (the new ids) and `$pos` [1]; states: the caches
+class Step:
+    graph: Graph  # input `tokens` [B, T] (the new ids; the cached step also `$pos` [1])
     logits: int  # node: the logits of the last new position, [B, V]
+
+
+@dataclass(frozen=True)
+class Decoder:
+    step: Step  # T new ids at positions [pos, pos + T): writes them into the caches, reads them
+    window: Step  # a whole window from position 0, no cache: the steps past the block
+    constants: Graph  # the `hoisted` states from the params (its updates), once a generation
     caches: tuple[tuple[str, Shape], ...]  # (state, shape) of each cache, B symbolic
+    hoisted: tuple[tuple[str, Shape], ...]  # (state, shape): the weights a matmul reads transposed
     block: int  # rows of each cache: the longest context
 
 
@@ -56,74 +64,113 @@ def decode_graph(g: Graph, block: int, fetch: str = "logits", tokens: str = "tok
         raise NotIncremental(f"'{tokens}' needs a symbolic length, not {t}")
     if POS in g.names:
         raise NotIncremental(f"the model names a tensor '{POS}'")
-    root = g.names[fetch]
+    cached = _Rewrite(g, t, tokens, block, cached=True)
+    step = cached.run(fetch)
+    window = _Rewrite(g, t, tokens, block, cached=False).run(fetch)
     nodes: list[Node] = []
-    remap: dict[int, int] = {}
-    axis: dict[int, int | None] = {}
-    caches: list[tuple[str, Shape]] = []
-    updates: list[tuple[str, int]] = []
+    updates = []
+    for name, transpose in cached.hoisted.items():  # each weight transposed, into its state
+        node = g.nodes[transpose]
+        nodes += [g.nodes[node.inputs[0]], Node("transpose", (len(nodes),), node.shape, node.attrs, node.loc)]
+        nodes.append(Node("state", (), node.shape, make_attrs(name=name, init=("zeros",), shape=node.shape)))
+        updates.append((name, len(nodes) - 2))
+    names = {n.attr("name"): i for i, n in enumerate(nodes) if n.is_leaf}
+    params = tuple(n.attr("name") for n in nodes if n.op == "param")
+    constants = Graph(tuple(nodes), names, (), params, tuple(cached.hoisted), (), tuple(updates))
+    hoisted = tuple((name, g.nodes[i].shape) for name, i in cached.hoisted.items())
+    return Decoder(step, window, constants, tuple(cached.caches), hoisted, block)
 
-    def add(op: str, ins: tuple[int, ...], loc=None, **attrs) -> int:
-        shape = registry.get(op).shape([nodes[j].shape for j in ins], attrs)
-        nodes.append(Node(op, ins, tuple(shape), make_attrs(**attrs), loc))
-        return len(nodes) - 1
 
-    pos = len(nodes)
-    nodes.append(Node("input", (), (1,), make_attrs(name=POS, dtype="i32", shape=(1,))))
-    first = add("float", (pos,))  # [1]
-    count = add("dim_size", (), dims=(t,))  # T: the new positions
-    rows: dict[int, tuple[int, int]] = {}  # cache length -> (each row's new row, whether it is new)
+class _Rewrite:
+    """One rewrite of g's logits: `cached`, the decode step (attention over the caches, from
+    `$pos`); else the window step (attention as it is, from position 0). Both read the last
+    position's logits only, and matmuls read hoisted transposed weights."""
 
-    def write(cache: int, new: int, loc) -> int:
-        size = nodes[cache].shape[-2]
-        if size not in rows:
-            zero = add("const", (), shape=(), value=(0.0,))
-            at = add("sub", (add("iota", (), shape=(size,), axis=0), first))  # row - pos
-            last = add("sub", (count, add("const", (), shape=(), value=(1.0,))))
-            fresh = add("logical_and", (add("ge", (at, zero)), add("lt", (at, count))))
-            index = add("int", (add("maximum", (add("minimum", (at, last)), zero)),))
-            rows[size] = (index, add("reshape", (fresh,), shape=(size, 1)))
-        index, fresh = rows[size]
-        moved = add("gather", (new, index), loc, axis=len(nodes[new].shape) - 2)
-        return add("where", (fresh, moved, cache), loc)
+    def __init__(self, g: Graph, t: str, tokens: str, block: int, cached: bool):
+        self.g, self.t, self.tokens, self.block, self.cached = g, t, tokens, block, cached
+        self.nodes: list[Node] = []
+        self.caches: list[tuple[str, Shape]] = []
+        self.updates: list[tuple[str, int]] = []
+        self.hoisted: dict[str, int] = {}  # state -> the transpose node of g it holds
+        self.count = self.add("dim_size", (), dims=(t,))  # T: the new positions
+        self._rows: dict[int, tuple[int, int]] = {}  # cache length -> (each row's new row, whether new)
+        if cached:
+            self.pos = self.leaf("input", POS, (1,), dtype="i32")
+            self.first = self.add("float", (self.pos,))  # [1]
 
-    for i in cone(g, [root]):
-        n = g.nodes[i]
-        axis[i] = time_axis(g, i, axis, t, tokens)
-        ins = tuple(remap[j] for j in n.inputs)
-        if n.op == "iota" and axis[i] is not None and n.attr("axis") == axis[i]:
-            counted = len(nodes)
-            nodes.append(Node(n.op, ins, n.shape, n.attrs, n.loc))
-            remap[i] = add("add", (counted, add("float", (pos,), n.loc)), n.loc)
-        elif n.op == "attention":
-            q, k, v = ins
-            *lead, _, d = n.shape
-            shape = (*lead, block, d)
-            written = []
-            for name, new in ((f"$kv{len(caches) // 2}.k", k), (f"$kv{len(caches) // 2}.v", v)):
-                nodes.append(Node("state", (), shape, make_attrs(name=name, init=("zeros",), shape=shape), n.loc))
-                written.append(write(len(nodes) - 1, new, n.loc))
-                caches.append((name, shape))
-                updates.append((name, written[-1]))
-            remap[i] = add("attention_cached", (q, *written, pos), n.loc, scale=n.attr("scale"))
-        else:
-            if n.op == "matmul" and _transposed_leaf(g, n.inputs[1]) and not n.attr("tb"):
-                # x @ transpose(W): the matmul reads W transposed, and no kernel transposes W
-                # again each step (a param does not change between steps)
-                ins = (ins[0], remap[g.nodes[n.inputs[1]].inputs[0]])
-                n = Node(n.op, ins, n.shape, make_attrs(**{**dict(n.attrs), "tb": True}), n.loc)
-            nodes.append(Node(n.op, ins, n.shape, n.attrs, n.loc))
-            remap[i] = len(nodes) - 1
-    # only the last new position's logits: gather(logits, T - 1) along T's axis
-    last = add("int", (add("sub", (count, add("const", (), shape=(), value=(1.0,)))),))
-    out = add("gather", (remap[root], last), axis=axis[root])
-    names = {name: remap[i] for name, i in g.names.items() if i in remap}
-    names.update({fetch: out, POS: pos, **{name: i for name, i in updates}})
-    for name, _ in caches:
-        names[name] = next(j for j, n in enumerate(nodes) if n.op == "state" and n.attr("name") == name)
-    params = tuple(p for p in g.params if p in names)
-    graph = Graph(tuple(nodes), names, (tokens, POS), params, tuple(c for c, _ in caches), (), tuple(updates))
-    return Decoder(graph, out, tuple(caches), block)
+    def add(self, op: str, ins: tuple[int, ...], loc=None, **attrs) -> int:
+        shape = registry.get(op).shape([self.nodes[j].shape for j in ins], attrs)
+        self.nodes.append(Node(op, ins, tuple(shape), make_attrs(**attrs), loc))
+        return len(self.nodes) - 1
+
+    def leaf(self, op: str, name: str, shape: Shape, loc=None, **attrs) -> int:
+        self.nodes.append(Node(op, (), shape, make_attrs(name=name, shape=shape, **attrs), loc))
+        return len(self.nodes) - 1
+
+    def copy(self, n: Node, ins: tuple[int, ...], **attrs) -> int:
+        self.nodes.append(Node(n.op, ins, n.shape, make_attrs(**{**dict(n.attrs), **attrs}), n.loc))
+        return len(self.nodes) - 1
+
+    def write(self, cache: int, new: int, loc) -> int:
+        """The cache with rows [pos, pos + T) replaced by `new`'s rows."""
+        size = self.nodes[cache].shape[-2]
+        if size not in self._rows:
+            zero = self.add("const", (), shape=(), value=(0.0,))
+            at = self.add("sub", (self.add("iota", (), shape=(size,), axis=0), self.first))  # row - pos
+            last = self.add("sub", (self.count, self.add("const", (), shape=(), value=(1.0,))))
+            fresh = self.add("logical_and", (self.add("ge", (at, zero)), self.add("lt", (at, self.count))))
+            index = self.add("int", (self.add("maximum", (self.add("minimum", (at, last)), zero)),))
+            self._rows[size] = (index, self.add("reshape", (fresh,), shape=(size, 1)))
+        index, fresh = self._rows[size]
+        moved = self.add("gather", (new, index), loc, axis=len(self.nodes[new].shape) - 2)
+        return self.add("where", (fresh, moved, cache), loc)
+
+    def run(self, fetch: str) -> Step:
+        g = self.g
+        root = g.names[fetch]
+        remap: dict[int, int] = {}
+        axis: dict[int, int | None] = {}
+        for i in cone(g, [root]):
+            n = g.nodes[i]
+            axis[i] = time_axis(g, i, axis, self.t, self.tokens)
+            ins = tuple(remap[j] for j in n.inputs)
+            if n.op == "iota" and axis[i] is not None and n.attr("axis") == axis[i] and self.cached:
+                remap[i] = self.add("add", (self.copy(n, ins), self.add("float", (self.pos,))), n.loc)
+            elif n.op == "attention" and self.cached:
+                remap[i] = self.attention(n, ins)
+            elif n.op == "matmul" and _transposed_leaf(g, n.inputs[1]) and not n.attr("tb"):
+                # x @ transpose(W): W^T is computed once a generation (`constants`), not a step
+                weight = g.nodes[n.inputs[1]]
+                name = f"$kv.{g.nodes[weight.inputs[0]].attr('name')}.T"
+                self.hoisted[name] = n.inputs[1]
+                remap[i] = self.copy(n, (ins[0], self.leaf("state", name, weight.shape, init=("zeros",))))
+            else:
+                remap[i] = self.copy(n, ins)
+        # only the last new position's logits: gather(logits, T - 1) along T's axis
+        last = self.add("int", (self.add("sub", (self.count, self.add("const", (), shape=(), value=(1.0,)))),))
+        out = self.add("gather", (remap[root], last), axis=axis[root])
+        names = {n.attr("name"): j for j, n in enumerate(self.nodes) if n.is_leaf and n.op != "const"}
+        names.update({name: remap[i] for name, i in g.names.items() if i in remap and name not in names})
+        names[fetch] = out
+        inputs = (self.tokens, POS) if self.cached else (self.tokens,)
+        states = tuple(n.attr("name") for n in self.nodes if n.op == "state")
+        params = tuple(n.attr("name") for n in self.nodes if n.op == "param")
+        graph = Graph(tuple(self.nodes), names, inputs, params, states, (), tuple(self.updates))
+        return Step(graph, out)
+
+    def attention(self, n: Node, ins: tuple[int, ...]) -> int:
+        """Causal attention of the new rows over the caches, once they hold them."""
+        q, k, v = ins
+        *lead, _, d = n.shape
+        shape = (*lead, self.block, d)
+        layer = len(self.caches) // 2
+        written = []
+        for name, new in ((f"$kv{layer}.k", k), (f"$kv{layer}.v", v)):
+            cache = self.leaf("state", name, shape, n.loc, init=("zeros",))
+            written.append(self.write(cache, new, n.loc))
+            self.caches.append((name, shape))
+            self.updates.append((name, written[-1]))
+        return self.add("attention_cached", (q, *written, self.pos), n.loc, scale=n.attr("scale"))
 
 
 def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str) -> int | None:

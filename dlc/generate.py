@@ -102,20 +102,21 @@ def logits_of(session, longest: int) -> Callable[[np.ndarray], np.ndarray]:
 
 
 class KVCache:
-    """A session's decode step (compiler/decode.py) with its caches as backend leaves:
+    """A session's decode steps (compiler/decode.py) with their caches as backend leaves:
     `cache(ids [1, n], pos) -> logits [V]` of the last of n new ids at positions [pos, pos + n),
-    the caches holding positions [0, pos) (written by earlier calls) and then [0, pos + n).
-    `KVCache.of(session, block)` is the session's (built once), or None with the reason."""
+    the caches holding positions [0, pos) (written by earlier calls) and then [0, pos + n); a
+    whole window (n = block) runs the window step, which needs no cache (the next step
+    slides the window: a whole window again). `KVCache.of(session, block)` is the session's
+    (built once), or None with the reason."""
 
     def __init__(self, session, block: int):
         decode = require("dlc.compiler.decode")
         self.decoder = decode.decode_graph(session._eval_program(), block)
         self.backend = session.backend
-        graph = self.decoder.graph
-        self._roots = [self.decoder.logits]
+        self.block = block
         self._pos = np.zeros(1, dtype=np.int32)
         self._feeds: dict[str, np.ndarray] = {TOKENS: self._pos, decode.POS: self._pos}
-        batch, self._length = graph.node(TOKENS).shape
+        batch, self._length = self.decoder.step.graph.node(TOKENS).shape
         self._dims = {self._length: 1, **({batch: 1} if isinstance(batch, str) else {})}
         self._sized = session.backend.name != "gl"
 
@@ -134,23 +135,34 @@ class KVCache:
         return found[key]
 
     def start(self, longest: int) -> None:
-        """Empty caches; on the GPU, a first step of `longest` new ids sizes every buffer, so
+        """Empty caches and the weights read transposed, from the params as they are now; on
+        the GPU, first steps of the most new ids each step will take size every buffer, so
         that no later step allocates."""
-        for name, shape in self.decoder.caches:
-            self.backend.set_leaf(name, np.zeros([1 if isinstance(d, str) else d for d in shape], np.float32))
+        d = self.decoder
+        for name, shape in (*d.caches, *d.hoisted):
+            self.backend.set_leaf(name, np.zeros([1 if isinstance(x, str) else x for x in shape], np.float32))
+        if d.hoisted:
+            self.backend.step(d.constants, [], {}, {})
         if not self._sized:
             self._sized = True
-            self(np.zeros((1, longest), dtype=np.int32), 0)
+            for n in {min(longest, self.block - 1), longest}:
+                if n >= 1:
+                    self(np.zeros((1, n), dtype=np.int32), 0)
 
     def __call__(self, ids: np.ndarray, pos: int) -> np.ndarray:
         self._pos[0] = pos
         self._feeds[TOKENS] = ids
-        self._dims[self._length] = ids.shape[1]
-        return self.backend.step(self.decoder.graph, self._roots, self._feeds, self._dims)[0][0]
+        self._dims[self._length] = n = ids.shape[1]
+        if n == self.block:
+            window = self.decoder.window
+            return self.backend.run(window.graph, (window.logits,), self._feeds, self._dims)[0][0]
+        step = self.decoder.step
+        return self.backend.step(step.graph, (step.logits,), self._feeds, self._dims)[0][0]
 
     def close(self) -> None:
-        """Free the caches' storage (the compiled step stays for the next generation)."""
-        for name, _ in self.decoder.caches:
+        """Free the caches' and the transposed weights' storage (the compiled steps stay for
+        the next generation)."""
+        for name, _ in (*self.decoder.caches, *self.decoder.hoisted):
             self.backend.drop_leaf(name)
 
 

@@ -40,18 +40,26 @@ def full_logits(graph, leaves, ids) -> np.ndarray:
     return evaluate(graph, [root], feeds, {"B": 1, "T": len(ids)}, dtype=np.float64)[root][0]
 
 
+def with_constants(decoder, leaves) -> dict[str, np.ndarray]:
+    """The leaves and the weights the decode steps read transposed."""
+    c = decoder.constants
+    values = evaluate(c, [i for _, i in c.updates], leaves, {}, dtype=np.float64)
+    return {**leaves, **{name: values[i] for name, i in c.updates}}
+
+
 def decode_steps(decoder, leaves, ids, chunks) -> list[np.ndarray]:
     """The decode step fed `ids` in chunks of the given sizes; the last logits of each."""
-    g = decoder.graph
+    g = decoder.step.graph
+    leaves = with_constants(decoder, leaves)
     state = {name: np.zeros([1 if isinstance(d, str) else d for d in shape]) for name, shape in decoder.caches}
     targets = [i for _, i in g.updates]
     out, pos = [], 0
     for n in chunks:
         new = np.asarray([ids[pos : pos + n]], np.int32)
         feeds = {**leaves, **state, "tokens": new, POS: np.array([pos], np.int32)}
-        values = evaluate(g, [decoder.logits, *targets], feeds, {"B": 1, "T": n}, dtype=np.float64)
+        values = evaluate(g, [decoder.step.logits, *targets], feeds, {"B": 1, "T": n}, dtype=np.float64)
         state = {name: values[i] for name, i in g.updates}
-        out.append(values[decoder.logits][0])
+        out.append(values[decoder.step.logits][0])
         pos += n
     return out
 
@@ -61,6 +69,7 @@ def test_decode_logits_are_the_full_forwards():
     graph = dlc.Session(model, backend="numpy", seed=0)._eval_program()
     decoder = decode_graph(graph, 16)
     assert len(decoder.caches) == 4  # a k and a v cache per layer
+    assert len(decoder.hoisted) == 9  # the weights read as W^T: 4 a layer and the head's
     leaves = random_leaves(graph)
     rng = np.random.default_rng(1)
     ids = rng.integers(0, 11, 16).tolist()
@@ -73,6 +82,10 @@ def test_decode_logits_are_the_full_forwards():
         # position `end` of a forward over the first end + 1 ids (causal: the same as of all 16)
         np.testing.assert_allclose(logits, full[end], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(logits, full_logits(graph, leaves, ids[: end + 1])[-1], rtol=1e-12, atol=1e-12)
+    window = decoder.window  # a whole window from position 0, with no cache
+    feeds = {**with_constants(decoder, leaves), "tokens": np.asarray([ids], np.int32)}
+    got = evaluate(window.graph, [window.logits], feeds, {"B": 1, "T": 16}, dtype=np.float64)[window.logits]
+    np.testing.assert_allclose(got[0], full[-1], rtol=1e-12, atol=1e-12)
 
 
 REFUSED = {
@@ -114,7 +127,7 @@ def test_cached_generation_draws_the_uncached_ids_past_the_block():
         cached = sess.generate(prompt, 40, **kw)
         assert cached == sess.generate(prompt, 40, cache=False, **kw)
         assert len(set(cached)) > 3  # a varied text, not one id repeated
-    assert not any(name.startswith("$kv") for name in sess.backend.leaves)  # the caches are freed
+    assert not any(name.startswith("$kv") for name in sess.backend.leaves)  # caches and W^T freed
 
 
 def test_the_cache_feeds_the_new_ids_and_prefills_past_the_block():

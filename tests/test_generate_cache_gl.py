@@ -42,6 +42,7 @@ def test_each_steps_logits_are_the_full_forwards(target):
         got = cache(ids[None, pos : pos + n], pos)
         pos += n
         np.testing.assert_allclose(got, full[pos - 1], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(cache(ids[None], 0), full[-1], rtol=1e-4, atol=1e-4)  # the window step
     cache.close()
 
 
