@@ -27,12 +27,18 @@ from dataclasses import dataclass
 
 from dlc.runtime.dims import factors
 from dlc.runtime.errors import DlcError
+from dlc.runtime.optional import require
 
-from . import registry
 from .ir import Graph, Node, Shape, cone, make_attrs
 
 POS = "$pos"  # the input: the position of the first new token
 FLOAT_KINDS = ("elementwise", "norm")
+
+
+def _op(name: str):
+    """The registry's entry (the registry on first use: compile_cache imports this module, and
+    a warm generation reads the decode steps from its cache without the registry)."""
+    return require("dlc.compiler.registry").get(name)
 
 
 class NotIncremental(DlcError):
@@ -99,7 +105,7 @@ class _Rewrite:
             self.first = self.add("float", (self.pos,))  # [1]
 
     def add(self, op: str, ins: tuple[int, ...], loc=None, **attrs) -> int:
-        shape = registry.get(op).shape([self.nodes[j].shape for j in ins], attrs)
+        shape = _op(op).shape([self.nodes[j].shape for j in ins], attrs)
         self.nodes.append(Node(op, ins, tuple(shape), make_attrs(**attrs), loc))
         return len(self.nodes) - 1
 
@@ -195,7 +201,7 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
         raise NotIncremental(f"{n.op}{where} counts the positions (a mean over T?)")
     if all(a is None for a in ins):
         return out  # the same at every position (iota's positions: the pass offsets them)
-    kind = registry.get(n.op).kind
+    kind = _op(n.op).kind
     if n.op == "attention":
         if not n.attr("causal"):
             raise NotIncremental(f"attention{where} is not causal: a position sees later ones")

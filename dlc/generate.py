@@ -109,14 +109,14 @@ class KVCache:
     slides the window: a whole window again). `KVCache.of(session, block)` is the session's
     (built once), or None with the reason."""
 
-    def __init__(self, session, block: int):
-        decode = require("dlc.compiler.decode")
-        self.decoder = decode.decode_graph(session._eval_program(), block)
+    def __init__(self, session, decoder):
+        self.decoder = decoder
         self.backend = session.backend
-        self.block = block
+        self.block = decoder.block
         self._pos = np.zeros(1, dtype=np.int32)
-        self._feeds: dict[str, np.ndarray] = {TOKENS: self._pos, decode.POS: self._pos}
-        batch, self._length = self.decoder.step.graph.node(TOKENS).shape
+        self._tokens, pos = decoder.step.graph.inputs  # the new ids, the first one's position
+        self._feeds: dict[str, np.ndarray] = {self._tokens: self._pos, pos: self._pos}
+        batch, self._length = decoder.step.graph.node(self._tokens).shape
         self._dims = {self._length: 1, **({batch: 1} if isinstance(batch, str) else {})}
         self._sized = session.backend.name != "gl"
 
@@ -126,12 +126,11 @@ class KVCache:
         if session._artifact is not None:
             return None, "a compiled artifact keeps no model graph to derive a decode step from"
         found = _caches.setdefault(session, {})
-        key = (id(session._eval_program()), block)
-        if key not in found:
-            try:
-                found[key] = (KVCache(session, block), "")
-            except require("dlc.compiler.decode").NotIncremental as e:
-                found[key] = (None, str(e))
+        graph = session._eval_program()
+        key = (id(graph), block)
+        if key not in found:  # the decode steps from dlc's cache on disk when it holds them
+            decoder, why = require("dlc.compiler.compile_cache").decode_form(graph, block)
+            found[key] = (None if decoder is None else KVCache(session, decoder), why)
         return found[key]
 
     def start(self, longest: int) -> None:
@@ -151,7 +150,7 @@ class KVCache:
 
     def __call__(self, ids: np.ndarray, pos: int) -> np.ndarray:
         self._pos[0] = pos
-        self._feeds[TOKENS] = ids
+        self._feeds[self._tokens] = ids
         self._dims[self._length] = n = ids.shape[1]
         if n == self.block:
             window = self.decoder.window

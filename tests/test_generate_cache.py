@@ -15,6 +15,7 @@ import pytest
 
 import dlc
 from dlc import generate as gen
+from dlc.compiler import compile_cache
 from dlc.compiler.decode import POS, NotIncremental, decode_graph
 from dlc.compiler.reference import evaluate
 
@@ -172,3 +173,19 @@ def test_dlc_generate_says_why_there_is_no_cache_and_no_cache_gives_the_same_tex
     assert "no KV cache" not in runs["gpt"][0].stderr
     assert "no KV cache: sum (line 4) reduces over T" in runs["pooled"][0].stderr
     assert "no KV cache" not in runs["pooled"][1].stderr
+
+
+def test_the_decode_steps_read_back_from_the_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DLC_COMPILE_CACHE", "1")
+    for source in (tiny_gpt(), REFUSED_SOURCE):
+        graph = dlc.Session(dlc.compile(source), backend="numpy", seed=0)._eval_program()
+        made = compile_cache.decode_form(graph, 16)  # built, and stored
+        again = compile_cache.decode_form(graph, 16)  # read back
+        assert again == made and (made[0] is None) == (source == REFUSED_SOURCE)
+        if made[0] is not None:
+            assert again[0] is not made[0] and again[0].step.graph.__dict__["dtypes"] == made[0].step.graph.dtypes
+    for entry in (tmp_path / "cache").rglob("*"):
+        if entry.is_file():
+            entry.write_bytes(b"not an entry")  # untrusted: a miss, built again
+    assert compile_cache.decode_form(graph, 16) == made
