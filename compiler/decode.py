@@ -100,6 +100,8 @@ class _Rewrite:
         self.hoisted: dict[str, int] = {}  # state -> the transpose node of g it holds
         self.count = self.add("dim_size", (), dims=(t,))  # T: the new positions
         self._rows: dict[int, tuple[int, int]] = {}  # cache length -> (each row's new row, whether new)
+        self._last: int | None = None  # [T - 1], i32: the last position
+        self._rows_of: dict[int, int] = {}  # node -> its last row
         if cached:
             self.pos = self.leaf("input", POS, (1,), dtype="i32")
             self.first = self.add("float", (self.pos,))  # [1]
@@ -136,10 +138,16 @@ class _Rewrite:
         root = g.names[fetch]
         remap: dict[int, int] = {}
         axis: dict[int, int | None] = {}
-        for i in cone(g, [root]):
-            n = g.nodes[i]
+        part = cone(g, [root])
+        for i in part:
             axis[i] = time_axis(g, i, axis, self.t, self.tokens)
+        last = _last_row_only(g, part, root, axis)
+        for i in part:
+            n = g.nodes[i]
             ins = tuple(remap[j] for j in n.inputs)
+            if i in last:  # computed at the last position only: its inputs' last rows
+                ins = tuple(self.last_row(j, axis[a]) if a not in last and axis[a] is not None else j
+                            for a, j in zip(n.inputs, ins))  # fmt: skip
             if n.op == "iota" and axis[i] is not None and n.attr("axis") == axis[i] and self.cached:
                 remap[i] = self.add("add", (self.copy(n, ins), self.add("float", (self.pos,))), n.loc)
             elif n.op == "attention" and self.cached:
@@ -149,12 +157,21 @@ class _Rewrite:
                 weight = g.nodes[n.inputs[1]]
                 name = f"$kv.{g.nodes[weight.inputs[0]].attr('name')}.T"
                 self.hoisted[name] = n.inputs[1]
-                remap[i] = self.copy(n, (ins[0], self.leaf("state", name, weight.shape, init=("zeros",))))
+                ins = (ins[0], self.leaf("state", name, weight.shape, init=("zeros",)))
+                remap[i] = self.add(n.op, ins, n.loc, **dict(n.attrs)) if i in last else self.copy(n, ins)
+            elif i in last:  # T is 1 in its shape and attrs
+                attrs = {k: _one_row(v, self.t) if k in ("shape", "size") else v for k, v in n.attrs}
+                remap[i] = self.add(n.op, ins, n.loc, **attrs)
             else:
                 remap[i] = self.copy(n, ins)
-        # only the last new position's logits: gather(logits, T - 1) along T's axis
-        last = self.add("int", (self.add("sub", (self.count, self.add("const", (), shape=(), value=(1.0,)))),))
-        out = self.add("gather", (remap[root], last), axis=axis[root])
+        # only the last new position's logits: those computed there alone (a view without
+        # the axis of one row), or gather(logits, T - 1) along T's axis
+        if root in last:
+            shape = tuple(d for k, d in enumerate(self.nodes[remap[root]].shape) if k != axis[root])
+            out = self.add("reshape", (remap[root],), shape=shape)
+        else:
+            index = self.add("int", (self.last_index(),))
+            out = self.add("gather", (remap[root], index), axis=axis[root])
         names = {n.attr("name"): j for j, n in enumerate(self.nodes) if n.is_leaf and n.op != "const"}
         names.update({name: remap[i] for name, i in g.names.items() if i in remap and name not in names})
         names[fetch] = out
@@ -163,6 +180,20 @@ class _Rewrite:
         params = tuple(n.attr("name") for n in self.nodes if n.op == "param")
         graph = Graph(tuple(self.nodes), names, inputs, params, states, (), tuple(self.updates))
         return Step(graph, out)
+
+    def last_index(self) -> int:
+        """T - 1, as a float scalar."""
+        return self.add("sub", (self.count, self.add("const", (), shape=(), value=(1.0,))))
+
+    def last_row(self, x: int, axis: int) -> int:
+        """x's last position along `axis`, the axis kept (of size 1)."""
+        if self._last is None:
+            # elementwise of one element: each kernel reading it computes it inline
+            minus_one = self.add("const", (), shape=(1,), value=(-1.0,))
+            self._last = self.add("int", (self.add("add", (minus_one, self.count)),))
+        if x not in self._rows_of:
+            self._rows_of[x] = self.add("gather", (x, self._last), axis=axis)
+        return self._rows_of[x]
 
     def attention(self, n: Node, ins: tuple[int, ...]) -> int:
         """Causal attention of the new rows over the caches, once they hold them."""
@@ -197,6 +228,8 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
         return out
     if n.is_leaf:
         return out
+    if n.op in RANDOM:
+        raise NotIncremental(f"{n.op}{where} draws by element: a step's elements are not the whole forward's")
     if n.op == "dim_size" and any(t in factors(d)[1] for d in n.attr("dims")):
         raise NotIncremental(f"{n.op}{where} counts the positions (a mean over T?)")
     if all(a is None for a in ins):
@@ -246,6 +279,34 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
         if table is None and idx is not None and n.attr("axis") + idx == out:
             return out
     raise NotIncremental(f"{n.op}{where} mixes positions along T")
+
+
+RANDOM = ("random_uniform", "random_normal")  # elementwise, but each element's draw is its index's
+ROW_OPS = frozenset({"transpose", "reshape", "slice", "broadcast_to"})  # of their kinds, those kept row by row
+
+
+def _last_row_only(g: Graph, part: list[int], root: int, axis: dict[int, int | None]) -> set[int]:
+    """The nodes that need computing at the last position only: those along T whose every
+    reader (the root's: its last position) is one of them, of an op that computes each
+    position from that position alone without knowing which it is (not an iota, nor
+    attention, which reads every earlier row): after the last attention, the rest of the
+    model (the final MLP, norm and head) runs on one row, not T."""
+    readers: dict[int, list[int]] = {i: [] for i in part}
+    for i in part:
+        for j in g.nodes[i].inputs:
+            readers[j].append(i)
+    out: set[int] = set()
+    for i in reversed(part):
+        n = g.nodes[i]
+        kind = _op(n.op).kind
+        row_wise = kind in ("elementwise", "matmul", "norm", "reduce") or n.op in ROW_OPS
+        if axis[i] is not None and row_wise and all(c in out for c in readers[i]):
+            out.add(i)
+    return out
+
+
+def _one_row(dims: tuple, t: str) -> tuple:
+    return tuple(1 if d == t else d for d in dims)
 
 
 def _transposed_leaf(g: Graph, i: int) -> bool:

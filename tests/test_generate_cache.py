@@ -97,6 +97,7 @@ REFUSED = {
         "is not causal",
     ),
     "a second input": ("input bias: [B, T, 11]\nlogits = x + bias", "input 'bias'"),
+    "random numbers": ("logits = x + random_normal([T, 11])", "draws by element"),
 }
 
 
