@@ -4,8 +4,8 @@
 i32[B, T]`) into one that takes only the new tokens, at positions [pos, pos + T) (`$pos`, an
 i32 [1] input), and gives the logits of the last of them ([B, V]):
 
-- each causal `attention(q, k, v)` writes its new k and v rows into caches [..., block, D]
-  (states `$kv<i>.k`, `$kv<i>.v`, updated by the step) and attends over them
+- each causal `attention(q, k, v)` writes its new k and v rows into a cache [2, ..., block,
+  D] (keys, then values: the state `$kv<i>`, updated by the step) and attends over it
   (`attention_cached`, ops/kv_cache.py: query i sees the cached rows up to pos + i). The
   write is `where(row in [pos, pos + T), gather(new, row - pos), cache)`: elementwise in the
   cache, so GL writes it in place (compiler/plan.py), with no copy after the step;
@@ -196,18 +196,19 @@ class _Rewrite:
         return self._rows_of[x]
 
     def attention(self, n: Node, ins: tuple[int, ...]) -> int:
-        """Causal attention of the new rows over the caches, once they hold them."""
+        """Causal attention of the new rows over the layer's cache, once it holds them: keys
+        and values stacked, [2, ..., block, D], so one kernel writes both."""
         q, k, v = ins
-        *lead, _, d = n.shape
-        shape = (*lead, self.block, d)
-        layer = len(self.caches) // 2
-        written = []
-        for name, new in ((f"$kv{layer}.k", k), (f"$kv{layer}.v", v)):
-            cache = self.leaf("state", name, shape, n.loc, init=("zeros",))
-            written.append(self.write(cache, new, n.loc))
-            self.caches.append((name, shape))
-            self.updates.append((name, written[-1]))
-        return self.add("attention_cached", (q, *written, self.pos), n.loc, scale=n.attr("scale"))
+        *lead, t, d = n.shape
+        name = f"$kv{len(self.caches)}"
+        shape = (2, *lead, self.block, d)
+        cache = self.leaf("state", name, shape, n.loc, init=("zeros",))
+        one = (1, *lead, t, d)
+        new = self.add("concat", tuple(self.add("reshape", (x,), shape=one) for x in (k, v)), n.loc, axis=0)
+        written = self.write(cache, new, n.loc)
+        self.caches.append((name, shape))
+        self.updates.append((name, written))
+        return self.add("attention_cached", (q, written, self.pos), n.loc, scale=n.attr("scale"))
 
 
 def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str) -> int | None:

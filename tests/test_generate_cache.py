@@ -69,7 +69,7 @@ def test_decode_logits_are_the_full_forwards():
     model = dlc.compile(tiny_gpt())
     graph = dlc.Session(model, backend="numpy", seed=0)._eval_program()
     decoder = decode_graph(graph, 16)
-    assert len(decoder.caches) == 4  # a k and a v cache per layer
+    assert len(decoder.caches) == 2  # a cache of keys and values per layer
     assert len(decoder.hoisted) == 9  # the weights read as W^T: 4 a layer and the head's
     leaves = random_leaves(graph)
     rng = np.random.default_rng(1)

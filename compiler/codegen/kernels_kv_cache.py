@@ -26,19 +26,19 @@ KEYS = 32  # invocations a work group, splitting one query row's keys
 
 def _geometry(ctx: Context):
     node = ctx.graph.nodes[ctx.kernel.anchor]
-    q, kc, _, pos = node.inputs
+    q, kv, pos = node.inputs
     qshape = ctx.graph.nodes[q].shape
-    rows = int(ctx.graph.nodes[kc].shape[-2])
+    rows = int(ctx.graph.nodes[kv].shape[-2])
     return node, qshape[:-2], qshape[-2], int(qshape[-1]), rows, pos
 
 
 def render(ctx: Context) -> KernelSource:
     node, lead, n_dim, d, rows, pos = _geometry(ctx)
-    q, kc, vc, _ = node.inputs
+    q, kv, _ = node.inputs
     scale = float_lit(float(node.attr("scale")))
     lanes = 4 if d % 4 == 0 else 1
     words, ty = d // lanes, "vec4" if lanes == 4 else "float"
-    ctx.names.taken.update({"o", "lid", "qi", "bh", "n", "p", "qrow", "last", "j", "krow", "w", "t", "result"})
+    ctx.names.taken.update({"o", "lid", "qi", "bh", "n", "p", "qrow", "last", "j", "krow", "vrow", "w", "t", "result"})
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
@@ -64,10 +64,10 @@ def render(ctx: Context) -> KernelSource:
     em.close()
     em.line("float m = -DLC_INF, l = 0.0;")
     em.open(f"for (int j = lid; j <= last; j += {KEYS})")
-    em.line(f"int krow = bh * {rows} + j;")
+    em.line(f"int krow = bh * {rows} + j, vrow = krow + {ctx.numel(lead)} * {rows};  // kv[0], kv[1]")
     em.line("float s = 0.0;")
     em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"s += dot(qr[w], {word(kc, 'krow', 'w')});")
+    em.line(f"s += dot(qr[w], {word(kv, 'krow', 'w')});")
     em.close()
     em.line(f"s *= {scale};")
     em.line("float mt = max(m, s);")
@@ -75,7 +75,7 @@ def render(ctx: Context) -> KernelSource:
     em.line("float pj = s == -DLC_INF ? 0.0 : exp(s - mt);")
     em.line("l = l * corr + pj;")
     em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"acc[w] = acc[w] * corr + pj * {word(vc, 'krow', 'w')};")
+    em.line(f"acc[w] = acc[w] * corr + pj * {word(kv, 'vrow', 'w')};")
     em.close()
     em.line("m = mt;")
     em.close()
@@ -126,7 +126,7 @@ def render(ctx: Context) -> KernelSource:
 def texture_body(ctx: Context, em: Emitter) -> str:
     """Output element o: its query row's online softmax over the keys it sees, one at a time."""
     node, lead, n_dim, d, rows, pos = _geometry(ctx)
-    q, kc, vc, _ = node.inputs
+    q, kv, _ = node.inputs
     scale = float_lit(float(node.attr("scale")))
     em.line(f"int kv_n = {ctx.dim(n_dim)};")
     em.line(f"int kv_row = o / {d}, kv_col = o - kv_row * {d};")
@@ -135,19 +135,19 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     em.line(f"int kv_last = min(kv_p + kv_i, {rows - 1});")
     em.line("float kv_m = -DLC_INF, kv_l = 0.0, kv_acc = 0.0;")
     em.open("for (int kv_j = 0; kv_j <= kv_last; kv_j++)")
-    em.line(f"int kv_krow = kv_bh * {rows} + kv_j;")
+    em.line(f"int kv_krow = kv_bh * {rows} + kv_j, kv_vrow = kv_krow + {ctx.numel(lead)} * {rows};")
     em.line("float kv_s = 0.0;")
     em.open(f"for (int kv_d = 0; kv_d < {d}; kv_d++)")
     qv = em.value(q, Ix(flat=f"(kv_row * {d} + kv_d)"))
-    kv = em.value(kc, Ix(flat=f"(kv_krow * {d} + kv_d)"))
-    em.line(f"kv_s += {qv} * {kv};")
+    kd = em.value(kv, Ix(flat=f"(kv_krow * {d} + kv_d)"))
+    em.line(f"kv_s += {qv} * {kd};")
     em.close()
     em.line(f"kv_s *= {scale};")
     em.line("float kv_mt = max(kv_m, kv_s);")
     em.line("float kv_corr = kv_m == kv_mt ? 1.0 : exp(kv_m - kv_mt);")
     em.line("float kv_pj = kv_s == -DLC_INF ? 0.0 : exp(kv_s - kv_mt);")
     em.line("kv_l = kv_l * kv_corr + kv_pj;")
-    em.line(f"kv_acc = kv_acc * kv_corr + kv_pj * {em.value(vc, Ix(flat=f'(kv_krow * {d} + kv_col)'))};")
+    em.line(f"kv_acc = kv_acc * kv_corr + kv_pj * {em.value(kv, Ix(flat=f'(kv_vrow * {d} + kv_col)'))};")
     em.line("kv_m = kv_mt;")
     em.close()
     em.line("float acc = kv_acc / kv_l;")

@@ -283,9 +283,9 @@ def attention_cases() -> list[Case]:
     # a head of 5: rows as floats, not vec4 words
     out.append(Case("attention", [(2, 67, 5)] * 3, {"causal": True, "scale": 0.4}, label="head5"))
     # n new queries over a cache of 70 rows from a position past 32 keys (ops/kv_cache.py)
-    cached = ["normal"] * 3 + ["position"]
+    cached = ["normal"] * 2 + ["position"]
     for lead, n, d, dims in (((2, 3), 1, 8, {}), ((2, 3), 3, 8, {}), (("B", 2), "T", 5, {"B": 2, "T": 4})):
-        shapes = [(*lead, n, d), (*lead, 70, d), (*lead, 70, d), (1,)]
+        shapes = [(*lead, n, d), (2, *lead, 70, d), (1,)]
         out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims=dims, label=f"new{n}-head{d}"))
     return out
 
