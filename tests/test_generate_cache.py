@@ -15,7 +15,7 @@ import pytest
 
 import dlc
 from dlc import generate as gen
-from dlc.compiler import compile_cache
+from dlc.compiler import compile_cache, registry
 from dlc.compiler.decode import POS, NotIncremental, decode_graph
 from dlc.compiler.reference import evaluate
 
@@ -190,3 +190,16 @@ def test_the_decode_steps_read_back_from_the_compile_cache(tmp_path, monkeypatch
         if entry.is_file():
             entry.write_bytes(b"not an entry")  # untrusted: a miss, built again
     assert compile_cache.decode_form(graph, 16) == made
+
+
+@pytest.mark.parametrize("n,pos", [(1, 0), (1, 9), (4, 0), (3, 5)])
+def test_attention_cached_is_torchs_attention_over_the_cached_rows(n, pos):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(n * 10 + pos)
+    q, kv = rng.normal(size=(2, 3, n, 8)), rng.normal(size=(2, 2, 3, 12, 8))
+    kv[:, :, :, pos + n :] = np.nan  # rows past the new ones: never read
+    got = registry.get("attention_cached").ref([q, kv, np.array([pos], np.int32)], {"scale": 0.4}, {})
+    seen = torch.arange(pos + n)[None, :] <= (pos + torch.arange(n))[:, None]
+    k, v = (torch.from_numpy(kv[i, :, :, : pos + n]) for i in (0, 1))
+    want = torch.nn.functional.scaled_dot_product_attention(torch.from_numpy(q), k, v, attn_mask=seen, scale=0.4)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
