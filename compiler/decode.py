@@ -254,7 +254,8 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
         if all(aligned(j, a) for j, a in zip(n.inputs, ins)):
             return out
     elif kind == "reduce":
-        if ins[0] not in tuple(n.attr("axes")):
+        axes = n.attr("axes")
+        if ins[0] not in ((n.attr("axis"),) if axes is None else tuple(axes)):  # argmax: one axis
             return out
     elif kind == "matmul":
         if _matmul_keeps(g, n, ins, out):

@@ -105,6 +105,18 @@ SOURCE = "input tokens: i32[B, T]\nparam emb: [11, 11] = normal(0, 1)\nx = gathe
 REFUSED_SOURCE = SOURCE.format(body=REFUSED["a sum over T"][0])
 
 
+def test_position_wise_ops_pass_and_compute_the_full_forwards_last_row():
+    body = "logits = x * reshape(float(argmax(x, axis=-1)), [B, T, 1]) + sum(x * x, axis=-1, keepdims=true)"
+    graph = dlc.Session(dlc.compile(SOURCE.format(body=body)), backend="numpy", seed=0)._eval_program()
+    decoder = decode_graph(graph, 8)
+    assert decoder.caches == ()  # no attention: nothing to cache, each position alone
+    leaves = random_leaves(graph)
+    ids = [3, 1, 4, 1, 5, 9]
+    got = decode_steps(decoder, leaves, ids, [4, 1, 1])
+    for end, logits in zip((3, 4, 5), got):
+        np.testing.assert_allclose(logits, full_logits(graph, leaves, ids)[end], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_a_model_that_mixes_positions_is_refused_and_generates_as_before(case):
     body, reason = REFUSED[case]
