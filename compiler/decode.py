@@ -248,10 +248,13 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
     def aligned(j: int, a: int | None) -> bool:  # broadcasting aligns trailing axes
         return a is None or a + len(n.shape) - len(g.nodes[j].shape) == out
 
-    if kind in FLOAT_KINDS or n.op in ("broadcast_to", "one_hot", "pick"):
+    if kind in FLOAT_KINDS or n.op == "broadcast_to":
         if kind == "norm" and out in tuple(n.attr("axes")):
             raise NotIncremental(f"{n.op}{where} normalizes over T")
         if all(aligned(j, a) for j, a in zip(n.inputs, ins)):
+            return out
+    elif n.op in ("one_hot", "pick"):  # a last axis added (one_hot) or taken away (pick)
+        if all(a is None or a == out for a in ins):
             return out
     elif kind == "reduce":
         axes = n.attr("axes")

@@ -107,6 +107,7 @@ REFUSED_SOURCE = SOURCE.format(body=REFUSED["a sum over T"][0])
 
 def test_position_wise_ops_pass_and_compute_the_full_forwards_last_row():
     body = "logits = x * reshape(float(argmax(x, axis=-1)), [B, T, 1]) + sum(x * x, axis=-1, keepdims=true)"
+    body += " + one_hot(tokens, 11)"
     graph = dlc.Session(dlc.compile(SOURCE.format(body=body)), backend="numpy", seed=0)._eval_program()
     decoder = decode_graph(graph, 8)
     assert decoder.caches == ()  # no attention: nothing to cache, each position alone
