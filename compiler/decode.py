@@ -12,6 +12,13 @@ i32 [1] input), and gives the logits of the last of them ([B, V]):
 - each `iota` counting positions along T (a position embedding's `int(arange(T))`) counts
   from pos.
 
+It also makes the window step (the whole context from position 0, attention as the model
+has it, no cache: past the block every step is one, as nanoGPT crops the context and the
+positions shift) and, for both, keeps them lean: each `x @ transpose(W)` of a param reads
+W^T from a state that `constants` fills once a generation (no transpose kernel a step), and
+the nodes after the last attention that only the last position's logits need (the final
+block's projection and MLP, the norm, the head) run on that one row.
+
 That is the same computation exactly when every other op is position-wise along T: each
 position's value depends on that position's values only (elementwise ops, matmuls and norms
 over other axes, layout ops that keep T an axis of its own, reductions over other axes).
@@ -152,7 +159,7 @@ class _Rewrite:
                 remap[i] = self.add("add", (self.copy(n, ins), self.add("float", (self.pos,))), n.loc)
             elif n.op == "attention" and self.cached:
                 remap[i] = self.attention(n, ins)
-            elif n.op == "matmul" and _transposed_leaf(g, n.inputs[1]) and not n.attr("tb"):
+            elif n.op == "matmul" and _transposed_param(g, n.inputs[1]) and not n.attr("tb"):
                 # x @ transpose(W): W^T is computed once a generation (`constants`), not a step
                 weight = g.nodes[n.inputs[1]]
                 name = f"$kv.{g.nodes[weight.inputs[0]].attr('name')}.T"
@@ -314,10 +321,10 @@ def _one_row(dims: tuple, t: str) -> tuple:
     return tuple(1 if d == t else d for d in dims)
 
 
-def _transposed_leaf(g: Graph, i: int) -> bool:
-    """Whether node i is a transpose of a leaf's last two axes (a weight read as W^T)."""
+def _transposed_param(g: Graph, i: int) -> bool:
+    """Whether node i is a transpose of a param's last two axes (a weight read as W^T)."""
     n = g.nodes[i]
-    if n.op != "transpose" or not g.nodes[n.inputs[0]].is_leaf:
+    if n.op != "transpose" or g.nodes[n.inputs[0]].op != "param":
         return False
     rank = len(n.shape)
     return tuple(n.attr("perm")) == (*range(rank - 2), rank - 1, rank - 2)
