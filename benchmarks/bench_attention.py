@@ -3,12 +3,15 @@ one process: prints a table (not a test).
 
     python benchmarks/bench_attention.py            # nanoGPT shakespeare_char: q, k, v [64, 6, 256, 64]
     python benchmarks/bench_attention.py --small    # a quick run anywhere (Mesa llvmpipe too)
+    python benchmarks/bench_attention.py --dropout 0.2   # also with dropout on the probabilities
 
 Rows, each the work of y = attention(q, k, v, causal=true) and its gradients dq, dk, dv for an
 upstream gradient r (torch: y.backward(r)), fp32 (PyTorch with TF32 off):
 - dlc GL fused: the `attention` op's kernels (the forward with its row logsumexp, the row
   deltas, dq, dk and dv);
 - dlc GL forward only (the attention kernel alone);
+- with --dropout P: dlc GL fused with dropout P on the probabilities (a training step's
+  kernels, the mask recomputed from the hash in each) and PyTorch SDPA with dropout_p=P;
 - dlc GL unfused: the written-out form (q @ k^T, mask, softmax, @ v) with the compiler's
   attention rewrite switched off, its gradient through matmuls and reductions;
 - PyTorch SDPA (the backend it picks for fp32 on the device at hand) and PyTorch's written-out
@@ -47,6 +50,7 @@ input r: [{B}, {H}, {T}, {D}]
 y = softmax(where(tril(ones([{T}, {T}])), q @ transpose(k, [0, 1, 3, 2]) / sqrt({D}), -inf)) @ v
 loss l = sum(y * r)
 """
+DROPPED = WRITTEN_OUT.replace("y = softmax(", "y = dropout(softmax(").replace("-inf)) @ v", "-inf)), {P}) @ v")
 
 
 @contextlib.contextmanager
@@ -62,23 +66,30 @@ def rewrite_off():
         lang.fuse_attention = saved
 
 
-def gl_program(source: str, grads: bool):
-    """The compiled program fetching dq, dk, dv (grads) or y, and its executor."""
+def gl_program(source: str, grads: bool, training: bool = False):
+    """The compiled program fetching dq, dk, dv (grads) or y, and its executor; `training`:
+    of the model's training form (dropout drops), its random counters set."""
     import dlc
     from dlc.compiler.autodiff import differentiate, grad_name
+    from dlc.compiler.modes import training_form
     from dlc.compiler.pipeline import compile_program
     from dlc.compiler.simplify import simplify
     from dlc.runtime.device import get_context
     from dlc.runtime.executor import Executor, LeafStore
 
     g = dlc.compile(source).graph
+    store = LeafStore()
+    if training:
+        g = training_form(g)
+        store.set("$seed", np.array(1234.0, np.float32))
+        store.set("$step", np.array(7.0, np.float32))
     if grads:
         g = simplify(differentiate(g, "l", ["q", "k", "v"])[0])
         roots = [g.names[grad_name(n)] for n in ("q", "k", "v")]
     else:
         roots = [g.names["y"]]
     prog = compile_program(g, roots, options={"device": get_context().renderer})
-    return prog, Executor(prog.spec, prog.sources, LeafStore()), roots
+    return prog, Executor(prog.spec, prog.sources, store), roots
 
 
 def main() -> None:
@@ -87,6 +98,7 @@ def main() -> None:
     p.add_argument("--shape", help="B,H,T,D (default 64,6,256,64; --small 2,2,64,16)")
     p.add_argument("--reps", type=int, help="timed repetitions (20; --small 3)")
     p.add_argument("--skip", default="", help="comma list of: unfused, torch")
+    p.add_argument("--dropout", type=float, help="also time dropout P on the probabilities (fused)")
     args = p.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     shape = args.shape or ("2,2,64,16" if args.small else "64,6,256,64")
@@ -112,6 +124,10 @@ def main() -> None:
     _, fex, _ = gl_program(FUSED.format(**sizes), grads=False)
     fex.upload(feeds, {})
     rows.append(("dlc GL fused, forward only", bench_gl.gl_gpu_ms(fex.launch, reps), "1 kernel"))
+    if args.dropout is not None:
+        _, dex, _ = gl_program(DROPPED.format(**sizes, P=args.dropout), grads=True, training=True)
+        dex.upload(feeds, {})
+        rows.append((f"dlc GL fused, dropout {args.dropout:g}", bench_gl.gl_gpu_ms(dex.launch, reps), ""))
     if "unfused" not in skip:
         with rewrite_off():
             unfused, uex, _ = gl_program(WRITTEN_OUT.format(**sizes), grads=True)
@@ -145,6 +161,10 @@ def main() -> None:
         err = max(float(np.abs(np.asarray(a) - tq[n].grad.cpu().numpy()).max()) for n, a in zip("qkv", got))
         print(f"max |dlc - torch| over dq, dk, dv: {err:.3g}")
         rows.append((f"PyTorch SDPA ({dev}: {device})", bench_gl.torch_gpu_ms(torch, fused_t, reps), ""))
+        if args.dropout is not None:
+            p = args.dropout
+            dropped_t = step(lambda: sdpa(tq["q"], tq["k"], tq["v"], dropout_p=p, is_causal=True))
+            rows.append((f"PyTorch SDPA, dropout {p:g}", bench_gl.torch_gpu_ms(torch, dropped_t, reps), ""))
         rows.append((f"PyTorch written out ({dev})", bench_gl.torch_gpu_ms(torch, math_t, reps), ""))
 
     kernel_rows = bench_gl.per_kernel(ex)  # where the fused step's time goes (GPU timer queries)

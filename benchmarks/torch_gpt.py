@@ -18,7 +18,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(c, 3 * c, bias=False)
         self.c_proj = nn.Linear(c, c, bias=False)
         self.heads, self.sdpa = heads, sdpa
-        # as samples/char_gpt.dl: no dropout on the attention probabilities (nanoGPT has one)
+        self.attn_dropout = nn.Dropout(dropout)  # on the probabilities, as nanoGPT and samples/char_gpt.dl
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
@@ -26,11 +26,12 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         if self.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
             mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device))
-            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+            att = self.attn_dropout(F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1))
             y = att @ v
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c)))
 

@@ -13,9 +13,15 @@ iotas and constants only and evaluates to tril(ones([T, T])) (checked at two siz
 scale when it is a constant scalar. The written-out nodes stay only where a name still
 refers to them.
 
+`dropout(softmax(...), p) @ v`, as the dropout composite expands it (ops/random.py:
+training(probs * (ge(random_uniform, p) * 1/(1-p)), probs)), becomes
+training(attention with dropout p, the draw's key and [$seed, $step], attention): the
+training step drops the same probabilities the written-out form would (ops/attention.py),
+eval drops none.
+
 `pack_attention` (a simplify pass: after autodiff) finds an `attention` and an
-`attention_lse` of the same q, k and attrs (a forward and the statistics its gradient saves)
-and computes both as one `attention_packed` node, [..., T, D + 1], read through slices.
+`attention_lse` of the same q, k, causal and scale (a forward and the statistics its gradient
+saves) and computes both as one `attention_packed` node, [..., T, D + 1], read through slices.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 
 from . import registry
 from .ir import Graph, Node, cone, make_attrs
+from .ops.attention import keep_scale
 from .reference import evaluate
 from .rewriter import Rewriter, eliminate_dead_code, rewrite
 
@@ -62,12 +69,44 @@ def _scalar(g: Graph, i: int) -> float | None:
     return None if value is None else float(value)
 
 
-def _match(g: Graph, n: Node) -> tuple[int, int, int, bool, float] | None:
-    """(q, k, v, causal, scale) when matmul node `n` is written-out attention."""
+def _dropout(g: Graph, i: int) -> tuple[int, tuple] | None:
+    """(the probabilities x, (seed, step, p, key)) when node i is dropout(x, p) as the
+    composite builds it: training(x * (ge(random_uniform(seed, step), p) * s), x)."""
+    nodes = g.nodes
+    if nodes[i].op != "training":
+        return None
+    train, x = nodes[i].inputs
+    dropped = nodes[train]
+    if dropped.op != "mul" or dropped.inputs[0] != x or nodes[dropped.inputs[1]].op != "mul":
+        return None
+    keep, s = nodes[dropped.inputs[1]].inputs
+    if nodes[keep].op != "ge":
+        return None
+    u, p = nodes[keep].inputs
+    draw = nodes[u]
+    if draw.op != "random_uniform" or tuple(draw.attr("shape")) != tuple(nodes[x].shape):
+        return None
+    p, s = _scalar(g, p), _scalar(g, s)
+    # p is the float32 threshold, s was made from p as given: equal to float32's rounding
+    if p is None or s is None or not 0.0 <= p <= 1.0 or not np.isclose(s, keep_scale(p), rtol=1e-6, atol=0.0):
+        return None
+    seed, step = draw.inputs
+    return x, (seed, step, p, draw.attr("key"))
+
+
+def _match(g: Graph, n: Node) -> tuple[int, int, int, bool, float, tuple | None] | None:
+    """(q, k, v, causal, scale, dropout) when matmul node `n` is written-out attention;
+    dropout is (seed, step, p, key) where its probabilities are dropped, else None."""
     nodes = g.nodes
     if n.op != "matmul" or n.attr("ta") or n.attr("tb"):
         return None
     probs, v = n.inputs
+    drop = None
+    if nodes[probs].op == "training":
+        found = _dropout(g, probs)
+        if found is None:
+            return None
+        probs, drop = found
     div = nodes[probs]
     if div.op != "div":
         return None
@@ -123,7 +162,7 @@ def _match(g: Graph, n: Node) -> tuple[int, int, int, bool, float] | None:
         registry.get("attention").shape(shapes, {"causal": causal, "scale": scale})
     except Exception:  # a head too wide or symbolic: the written-out form runs as it is
         return None
-    return q, k, v, causal, scale
+    return q, k, v, causal, scale, drop
 
 
 def fuse_attention(g: Graph) -> Graph:
@@ -139,9 +178,19 @@ def fuse_attention(g: Graph) -> Graph:
     def visit(rw: Rewriter, i: int, n: Node) -> int:
         if i not in found:
             return rw.append(n)
-        q, k, v, causal, scale = found[i]
+        q, k, v, causal, scale, drop = found[i]
         ins = tuple(rw.remap[j] for j in (q, k, v))
-        return rw.append(Node("attention", ins, n.shape, make_attrs(causal=causal, scale=scale), n.loc))
+        plain = Node("attention", ins, n.shape, make_attrs(causal=causal, scale=scale), n.loc)
+        if drop is None or drop[2] == 0.0:  # dropout(x, 0) is x
+            return rw.append(plain)
+        seed, step, p, key = drop
+        loc = g.nodes[g.nodes[i].inputs[0]].loc  # the dropout's
+        one = make_attrs(shape=(1,))
+        pair = [rw.append(Node("reshape", (rw.remap[c],), (1,), one, loc)) for c in (seed, step)]
+        counters = rw.append(Node("concat", tuple(pair), (2,), make_attrs(axis=0), loc))
+        attrs = make_attrs(causal=causal, scale=scale, dropout=p, key=key)
+        train = rw.append(Node("attention", (*ins, counters), n.shape, attrs, n.loc))
+        return rw.append(Node("training", (train, rw.append(plain)), n.shape, (), loc))
 
     out = rewrite(g, visit)
     return eliminate_dead_code(out, start=_first_fused(g, found))
@@ -157,8 +206,9 @@ def pack_attention(g: Graph) -> Graph:
     by one attention_packed node with it (see the module doc)."""
     forward = {}
     for i, n in enumerate(g.nodes):
-        if n.op == "attention":
-            forward.setdefault((n.inputs[:2], n.attrs), i)
+        if n.op == "attention":  # its statistics' attrs: dropout changes none of them
+            stats = make_attrs(causal=n.attr("causal"), scale=n.attr("scale"))
+            forward.setdefault((n.inputs[:2], stats), i)
     pairs = {}
     for i, n in enumerate(g.nodes):
         j = forward.get((n.inputs, n.attrs)) if n.op == "attention_lse" else None

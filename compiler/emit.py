@@ -19,9 +19,8 @@ from __future__ import annotations
 import os
 import pathlib
 
-import numpy as np
-
 from dlc.runtime.folders import replaced_folder
+from dlc.runtime.npzfile import write_npz
 from dlc.runtime.optimizers import make
 from dlc.runtime.spec import manifest_json
 from dlc.runtime.version import __version__
@@ -158,12 +157,12 @@ def write_artifact(
         for prog in progs.values():
             for file, text in prog.sources.items():
                 (tmp / file).write_text(text, encoding="ascii")
-        np.savez(tmp / "params.npz", **params)
+        write_npz(tmp / "params.npz", params)
         if "train" in progs or g.states:  # the training step's state, or the model's alone
             step = progs["train"].fusion.graph if "train" in progs else g
-            np.savez(
+            write_npz(
                 tmp / "state.npz",
-                **{s: initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s) for s in step.states},
+                {s: initial_value(step.node(s).attr("init"), step.node(s).shape, seed, s) for s in step.states},
             )
         if model.source:
             (tmp / "model.dl").write_text(model.source, encoding="utf-8")

@@ -1,4 +1,6 @@
-"""Reading `.npz` files as untrusted input: data files and weight files.
+"""Reading `.npz` files as untrusted input: data files and weight files; and writing them
+(`write_npz`: np.savez takes its arrays as keywords, so an array named `file` or
+`allow_pickle`, a param's name as good as any, made it fail).
 
 np.load trusts what it reads: a header claiming 10^12 elements allocates them
 (MemoryError), random bytes are taken for a pickle (and answered with advice to
@@ -136,3 +138,12 @@ class NpzReader:
                 "is damaged or truncated"
             )
         return tuple(shape), dtype
+
+
+def write_npz(file, arrays: dict[str, np.ndarray]) -> None:
+    """`arrays` into an uncompressed .npz at `file` (a path or a binary file), one `NAME.npy`
+    member each, as np.savez writes them, under any names; never a pickle."""
+    with zipfile.ZipFile(file, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                npy.write_array(member, np.asanyarray(value), allow_pickle=False)

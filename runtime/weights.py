@@ -12,7 +12,7 @@ from typing import BinaryIO
 import numpy as np
 
 from .errors import DataError, DlcError
-from .npzfile import NpzReader
+from .npzfile import NpzReader, write_npz
 from .saved_names import by_param_name
 
 # A checkpoint (runtime/checkpoint.py) is an .npz whose params are `param/NAME` beside `meta`:
@@ -26,7 +26,7 @@ class SaveFailed(DlcError):
 
 
 def save_npz(path, arrays: dict[str, np.ndarray]) -> None:
-    write_atomic(path, lambda f: np.savez(f, **arrays))
+    write_atomic(path, lambda f: write_npz(f, arrays))
 
 
 def fallback_paths(path) -> list[str]:

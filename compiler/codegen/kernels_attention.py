@@ -15,6 +15,10 @@ invocation reads all of it):
   dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
   no atomics).
 
+Dropout (ops/attention.py): each term's weight w = m / (1 - p), m from the random ops' hash of
+the probability's flat index in the [..., T, T] tensor (dlc_random_uniform, as the unfused
+dropout draws it), recomputed wherever a kernel visits the term.
+
 Rows are vec4 words where D is a multiple of 4. Causal kernels skip the tiles wholly above
 the diagonal and, within a tile, each row's masked terms (left out, not added as 0: a NaN
 there stays out, as in the reference). Rows past T (T not a multiple of the block) load a
@@ -23,13 +27,19 @@ clamped row, take part in every barrier, and store nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .. import registry
 from ..ir import format_shape
+from ..ops.attention import keep_scale
 from ..plan import size_of
 from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
+
+# names the dropout code declares (both targets)
+_DROP_NAMES = {"drop_seed", "drop_step", "drop_w"}
 
 ROWS = 64  # own rows a work group (invocations)
 # Floats of all streamed tiles together: 7 KiB. Small tiles leave shared memory for more
@@ -42,6 +52,19 @@ def _geometry(ctx: Context):
     node = ctx.graph.nodes[ctx.kernel.anchor]
     qshape = ctx.graph.nodes[node.inputs[0]].shape
     return node, qshape[:-2], qshape[-2], int(qshape[-1])
+
+
+def _dropout(ctx: Context, em: Emitter, node) -> Callable[[str], str] | None:
+    """Where `node` drops probabilities: declares its seed and step, and returns the GLSL of
+    w (m / (1 - p)) for a flat index expression of the [..., T, T] probabilities; else None."""
+    p = node.attr("dropout")
+    if p is None:
+        return None
+    ctx.names.taken.update(_DROP_NAMES)
+    counters = node.inputs[-1]  # [$seed, $step]
+    em.line(f"float drop_seed = {em.value(counters, Ix(flat='0'))}, drop_step = {em.value(counters, Ix(flat='1'))};")
+    key, keep, scale = float_lit(float(node.attr("key"))), float_lit(float(p)), float_lit(keep_scale(p))
+    return lambda index: f"dlc_random_uniform(drop_seed, drop_step, {key}, {index}) >= {keep} ? {scale} : 0.0"
 
 
 def tile_rows(d: int, streamed: int) -> int:
@@ -105,6 +128,7 @@ def render(ctx: Context) -> KernelSource:
             own_row("gr", g)
             em.line(f"float row_lse = {em.value(lse, Ix(flat='row'))};")
             em.line(f"float row_delta = {em.value(delta, Ix(flat='row'))};")
+    weight = _dropout(ctx, em, node)
     if op != "attention_lse":
         em.line(f"{ty} acc[{words}];")
         em.open(f"for (int w = 0; w < {words}; w++)")
@@ -179,6 +203,8 @@ def render(ctx: Context) -> KernelSource:
         em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
         em.line("l += p;")
         if op == "attention":
+            if weight is not None:  # this query row's probability of key j0 + jj
+                em.line(f"p *= {weight('(bh * T + own_clamped) * T + j0 + jj')};")
             accumulate("p", "tile1")
         em.close()
         em.line("m = mt;")
@@ -188,10 +214,15 @@ def render(ctx: Context) -> KernelSource:
         em.line(f"float sj = sdot * {scale};")
         row_lse = "tile_lse[jj]" if by_key else "row_lse"
         em.line(f"float p = sj == -DLC_INF ? 0.0 : exp(sj - {row_lse});")
-        if wrt == "v":  # dv_j += p_ij g_i
-            accumulate("p", "tile1")
-        else:  # dp_ij = g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
+        if weight is not None:  # the probability (query i, key j)'s flat index
+            i, j = ("j0 + jj", "own_clamped") if by_key else ("own_clamped", "j0 + jj")
+            em.line(f"float drop_w = {weight(f'(bh * T + {i}) * T + {j}')};")
+        if wrt == "v":  # dv_j += p_ij w_ij g_i
+            accumulate("p" if weight is None else "(p * drop_w)", "tile1")
+        else:  # dp_ij = w_ij g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
             dot("vr" if by_key else "gr", "tile1", "dp")
+            if weight is not None:
+                em.line("dp *= drop_w;")
             em.line(f"float ds = p * (dp - {'tile_delta[jj]' if by_key else 'row_delta'});")
             accumulate("ds", "tile0")
         em.close()
@@ -266,26 +297,33 @@ def texture_body(ctx: Context, em: Emitter) -> str:
         em.line(f"{var} += {at(a, a_row, 'at_d')} * {at(b, b_row, 'at_d')};")
         em.close()
 
+    weight = _dropout(ctx, em, node)
     em.line("float at_m = -DLC_INF, at_l = 0.0, at_acc = 0.0;")
     em.open(f"for (int at_j = {lo}; at_j < {hi}; at_j++)")
     em.line("int at_other = at_base + at_j;")
     qrow, krow = ("at_other", "at_row") if by_key else ("at_row", "at_other")
     dot(q, qrow, k, krow, "at_s")
     em.line(f"at_s *= {scale};")
+    if weight is not None:  # the probability (qrow, krow)'s flat index
+        em.line(f"float drop_w = {weight(f'({qrow}) * at_T + ({krow}) - at_base')};")
     if op in ("attention", "attention_lse"):
         em.line("float at_mt = max(at_m, at_s);")
         em.line("float at_corr = at_m == at_mt ? 1.0 : exp(at_m - at_mt);")
         em.line("float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - at_mt);")
         em.line("at_l = at_l * at_corr + at_p;")
         if op == "attention":
-            em.line(f"at_acc = at_acc * at_corr + at_p * {at(v, 'at_other', 'at_col')};")
+            w = "at_p" if weight is None else "(at_p * drop_w)"
+            em.line(f"at_acc = at_acc * at_corr + {w} * {at(v, 'at_other', 'at_col')};")
         em.line("at_m = at_mt;")
     else:
         em.line(f"float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - {em.value(lse, Ix(flat=qrow))});")
         if wrt == "v":
-            em.line(f"at_acc += at_p * {at(g, 'at_other', 'at_col')};")
+            w = "at_p" if weight is None else "(at_p * drop_w)"
+            em.line(f"at_acc += {w} * {at(g, 'at_other', 'at_col')};")
         else:
             dot(g, qrow, v, krow, "at_dp")
+            if weight is not None:
+                em.line("at_dp *= drop_w;")
             em.line(f"float at_ds = at_p * (at_dp - {em.value(delta, Ix(flat=qrow))});")
             em.line(f"at_acc += at_ds * {at(k if wrt == 'q' else q, 'at_other', 'at_col')};")
     em.close()

@@ -26,6 +26,7 @@ fused epilogue (bias, relu, ...) sees flat output positions as the direct kernel
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from ..plan import eval_size, size_of
 from . import kernels_matmul as mm
@@ -46,12 +47,18 @@ def render(
     ctx: Context, node, p: dict, variant: str | None = None, blocking: tuple | None = None, split: int | None = None
 ) -> KernelSource | None:
     """The GEMM kernel, or None when the sizes suit the direct kernel better (auto choice).
-    `blocking` forces a blocked shape, `split` a split-K chunk (0: none)."""
+    `blocking` forces a blocked shape (a tuple) or a whole variant (a dict of the matmul
+    table's form: a blocking and switches), `split` a split-K chunk (0: none)."""
     gemm, rows, k_shape = _GEMMS[node.op](ctx, node, p)
     dims = ctx.plan.ref_dims
     m = eval_size(size_of(rows), dims)
     n = int(gemm.N)
     k = eval_size(size_of(k_shape), dims)
+    if isinstance(blocking, Mapping):
+        var = mm.tuning.variant(blocking, "codegen option conv_blocking")
+        split = _split_chunk(node.op, var.blocking, m, n, k) if split is None else split
+        chunk = -(-split // var.blocking.bk) * var.blocking.bk if split else 0
+        return mm.render_gemm(ctx, gemm, var, split=(list(size_of(k_shape)), chunk) if split else None)
     if blocking is not None:
         blk = mm.Blocking(*blocking)
     else:

@@ -26,7 +26,7 @@ class CodegenOptions:
     limits: Mapping | None = None  # the device's limits (a context's); None: the spec minimums (limits.py)
     matmul_variant: Mapping | None = None  # matmul switches forced over the table's choice
     conv: str | None = None  # conv2d: "gemm" or "direct"; None: chosen by shape
-    conv_blocking: tuple | None = None  # conv as implicit GEMM: its blocking
+    conv_blocking: tuple | Mapping | None = None  # conv as implicit GEMM: its blocking, or a variant
     conv_split: int | None = None  # conv filter gradient: split-K chunk
 
     def with_(self, **changes: Any) -> CodegenOptions:

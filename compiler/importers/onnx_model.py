@@ -23,6 +23,7 @@ import onnx
 from onnx import numpy_helper, shape_inference, version_converter
 
 from dlc.runtime.errors import CompileError
+from dlc.runtime.npzfile import write_npz
 from dlc.runtime.weights import write_atomic
 
 from ..lang import compile_source
@@ -52,7 +53,7 @@ class Imported:
         dl_path = os.fspath(dl_path)
         weights_path = weights_path or weights_path_for(dl_path)
         write_atomic(dl_path, lambda f: f.write(self.source.encode("utf-8")))
-        write_atomic(os.fspath(weights_path), lambda f: np.savez(f, **self.weights, **self.states))
+        write_atomic(os.fspath(weights_path), lambda f: write_npz(f, {**self.weights, **self.states}))
         return os.fspath(weights_path)
 
 

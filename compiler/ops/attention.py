@@ -16,6 +16,16 @@ for both. The gradient recomputes p from the saved row statistics (FlashAttentio
 backward), so no op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels
 with an online softmax on the compute target; a fragment per output element looping over
 the other rows on the texture target). Causal: the masked terms are left out, not added as 0.
+
+Dropout on the probabilities (attrs `dropout` p and `key`; one more input, the counters
+[$seed, $step] as one tensor, so that a gradient kernel binds 8 buffers, GL's minimum):
+attention and attention_packed compute o = sum_j p_ij w_ij v_j with w = m / (1 - p), m_ij
+the keep bit the unfused `dropout` (ops/random.py) draws for element (b..., i, j) of a
+[..., T, T] tensor, at its flat index, under the op's key; the row statistics (l, lse) sum
+the unmasked exp. attention_grad (FlashAttention-2 with dropout) takes dp = w * (g @ v^T)
+and dv = (p * w)^T @ g; delta = sum(g * o, -1) still holds. The kernels recompute w from
+the hash: no T x T mask is stored. compiler/attention_rewrite.py makes these nodes from
+`dropout(softmax(...), p) @ v`, as a `training` node's train input.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import numpy as np
 
 from ..opdefs import OpDef, Oracle, register
 from ..shapes import ShapeError, format_shape
+from .random import random_bits, uniform_from_bits
 
 # The widest head: a kernel invocation keeps a query row and its output row in registers and
 # a work group's K/V tiles in shared memory (codegen/kernels_attention.py).
@@ -42,8 +53,33 @@ def check_operands(q, k, v=None) -> None:
         raise ShapeError(f"attention's head size (q's last dim) must be a number from 1 to {MAX_HEAD}, got {d}")
 
 
+def keep_scale(p: float) -> float:
+    """The factor a kept probability is scaled by: 1 / (1 - p) (0 when all are dropped)."""
+    return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+
+
+def dropout_attrs(attrs) -> dict:
+    """The dropout attrs of a node's `attrs` (a mapping or a Node's pairs): {} when it drops nothing."""
+    attrs = dict(attrs)
+    return {"dropout": attrs["dropout"], "key": attrs["key"]} if "dropout" in attrs else {}
+
+
+def _operands(ins, attrs, arity: int) -> list:
+    """The first `arity` input shapes, after checking the dropout input (the counters
+    [$seed, $step]) is there exactly when the attrs ask for dropout."""
+    want = arity + (1 if "dropout" in attrs else 0)
+    if len(ins) != want:
+        raise ShapeError(f"attention takes {want} inputs with these attrs, got {len(ins)}")
+    if "dropout" in attrs:
+        if tuple(ins[arity]) != (2,):
+            raise ShapeError(f"attention's dropout counters are [$seed, $step], [2], got {format_shape(ins[arity])}")
+        if not 0.0 <= attrs["dropout"] <= 1.0:
+            raise ShapeError(f"attention's dropout is a probability in [0, 1], got {attrs['dropout']}")
+    return list(ins[:arity])
+
+
 def _shape(ins, attrs):
-    check_operands(*ins)
+    check_operands(*_operands(ins, attrs, 3))
     return tuple(ins[0])
 
 
@@ -53,13 +89,13 @@ def _lse_shape(ins, attrs):
 
 
 def _packed_shape(ins, attrs):
-    check_operands(*ins)
+    check_operands(*_operands(ins, attrs, 3))
     q = ins[0]
     return (*q[:-1], q[-1] + 1)
 
 
 def _grad_shape(ins, attrs):
-    q, k, v, g, lse, delta = ins
+    q, k, v, g, lse, delta = _operands(ins, attrs, 6)
     check_operands(q, k, v)
     if tuple(g) != tuple(q):
         raise ShapeError(f"attention_grad's upstream {format_shape(g)} must have q's shape {format_shape(q)}")
@@ -78,6 +114,18 @@ def scores(q, k, attrs):
         t = q.shape[-2]
         s = np.where(np.tril(np.ones((t, t), dtype=bool)), s, -np.inf)
     return s
+
+
+def dropout_weights(q, extra, attrs):
+    """w_ij = m_ij / (1 - p) for each probability, [..., T, T] (None without dropout): the
+    uniform the unfused dropout draws for element (b..., i, j) of a [..., T, T] tensor (its
+    flat index) kept when >= p, as ops/random.py's `dropout` (p compared as float32)."""
+    if "dropout" not in attrs:
+        return None
+    seed, step = (float(c) for c in np.asarray(extra[0]).reshape(2))
+    shape = (*q.shape[:-1], q.shape[-2])
+    u = uniform_from_bits(random_bits(seed, step, attrs["key"], int(np.prod(shape)))).reshape(shape)
+    return np.where(u >= attrs["dropout"], keep_scale(attrs["dropout"]), 0.0).astype(q.dtype)
 
 
 def _lse(s):
@@ -100,14 +148,15 @@ def _product(a, b, causal: bool, transposed: bool = False):
 
 
 def _ref(args, attrs, dims):
-    q, k, v = args
+    q, k, v = args[:3]
     s = scores(q, k, attrs)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
-    return _product(p, v, attrs["causal"]) / p.sum(axis=-1, keepdims=True)
+    w = dropout_weights(q, args[3:], attrs)
+    return _product(p if w is None else p * w, v, attrs["causal"]) / p.sum(axis=-1, keepdims=True)
 
 
 def _packed_ref(args, attrs, dims):
-    q, k, _ = args
+    q, k = args[:2]
     return np.concatenate([_ref(args, attrs, dims), _lse(scores(q, k, attrs))[..., None]], axis=-1)
 
 
@@ -117,15 +166,19 @@ def _lse_ref(args, attrs, dims):
 
 
 def _grad_ref(args, attrs, dims):
-    q, k, v, g, lse, delta = args
+    q, k, v, g, lse, delta = args[:6]
     s = scores(q, k, attrs)
     p = np.exp(s - lse[..., None])
     causal = attrs["causal"]
     scale = q.dtype.type(attrs["scale"])
     wrt = attrs["wrt"]
-    if wrt == "v":
-        return _product(p, g, causal, transposed=True)
-    ds = p * (np.matmul(g, np.swapaxes(v, -1, -2)) - delta[..., None])
+    w = dropout_weights(q, args[6:], attrs)
+    if wrt == "v":  # dv = (p * w)^T @ g
+        return _product(p if w is None else p * w, g, causal, transposed=True)
+    dp = np.matmul(g, np.swapaxes(v, -1, -2))
+    if w is not None:  # the gradient reaching p through the mask
+        dp = dp * w
+    ds = p * (dp - delta[..., None])
     if causal:  # masked: no term at all (p is 0, dp may be NaN)
         ds = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), ds, q.dtype.type(0))
     if wrt == "q":
@@ -134,12 +187,14 @@ def _grad_ref(args, attrs, dims):
 
 
 def _rule(e, n, y, g):
-    q, k, v = n.inputs
+    q, k, v, *extra = n.inputs  # extra: dropout's counters (no gradient)
     attrs = {"causal": n.attr("causal"), "scale": n.attr("scale")}
-    lse = e("attention_lse", q, k, **attrs)
+    lse = e("attention_lse", q, k, **attrs)  # the row statistics: dropout does not change them
     rank = len(e.shape(q))
     delta = e("sum", e("mul", g, y), axes=(rank - 1,), keepdims=False)
-    return tuple(e("attention_grad", q, k, v, g, lse, delta, wrt=w, **attrs) for w in ("q", "k", "v"))
+    drop = dropout_attrs(n.attrs)
+    grads = (e("attention_grad", q, k, v, g, lse, delta, *extra, wrt=w, **attrs, **drop) for w in ("q", "k", "v"))
+    return (*grads, *(None for _ in extra))
 
 
 def _torch(t, q, k, v, causal=False, scale=None):
@@ -152,11 +207,11 @@ register(
         "attention",
         _shape,
         _ref,
-        arity=3,
+        arity=None,  # q, k, v (and [$seed, $step] with dropout)
         gradient=_rule,
         oracle=Oracle(torch=_torch, attrs=({"causal": False, "scale": 0.5}, {"causal": True, "scale": 0.5})),
     )
 )
 register(OpDef("attention_lse", "attention", _lse_shape, _lse_ref, arity=2, differentiable=False))
-register(OpDef("attention_packed", "attention", _packed_shape, _packed_ref, arity=3, differentiable=False))
-register(OpDef("attention_grad", "attention", _grad_shape, _grad_ref, arity=6, differentiable=False))
+register(OpDef("attention_packed", "attention", _packed_shape, _packed_ref, differentiable=False))
+register(OpDef("attention_grad", "attention", _grad_shape, _grad_ref, differentiable=False))

@@ -13,6 +13,7 @@ import pytest
 import dlc
 from dlc.compiler.autodiff import differentiate, grad_name
 from dlc.compiler.ir import cone
+from dlc.compiler.modes import eval_form, training_form
 from dlc.compiler.simplify import simplify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,15 +96,21 @@ def test_other_forms_are_left_alone(src):
 
 
 def test_char_gpt_trains_through_the_fused_op():
-    """samples/char_gpt.dl, unedited: every layer's attention is the fused op, and the
+    """samples/char_gpt.dl, unedited: every layer's attention is the fused op, with its
+    dropout in the training form (tests/compiler/test_attention_dropout.py), and the
     training step has no T x T tensor (only the named probabilities would, when fetched)."""
     model = dlc.compile(ROOT / "samples" / "char_gpt.dl")
-    assert ops_count(model.graph, "attention") == 6
-    g = simplify(differentiate(model.graph, "loss")[0])
+    train = training_form(model.graph)
+    dropping = [n for n in train.nodes if n.op == "attention" and n.attr("dropout") is not None]
+    evaluated = simplify(eval_form(model.graph))  # eval: the attention without dropout, no random draw
+    assert len(dropping) == 6 and ops_count(evaluated, "attention") == 6
+    assert not [n for n in evaluated.nodes if n.attr("dropout") is not None or n.op == "random_uniform"]
+    g = simplify(differentiate(train, "loss")[0])
     grads = [g.names[grad_name(p)] for p in model.graph.params]
     live = [g.nodes[i] for i in cone(g, grads)]
     assert not [n for n in live if n.shape[-2:] == ("T", "T")]
     assert ops_count(g, "attention_grad") == 18
+    assert all(n.attr("dropout") is not None for n in g.nodes if n.op == "attention_grad")
     # each forward and the row statistics its gradient saves: one node (simplify's pack_attention)
     assert ops_count(g, "attention_packed") == 6 and ops_count(g, "attention_lse") == ops_count(g, "attention") == 0
 

@@ -19,7 +19,13 @@ GEOMETRIES = [
     ((3, 6, 6, 4), (2, 2, 4, 8), {"stride": (2, 2), "padding": "valid"}),
     ((1, 5, 6, 5), (3, 3, 5, 4), {"stride": (1, 2), "padding": (0, 2, 1, 1), "dilation": (1, 2)}),
 ]
-BLOCKINGS = [None, (16, 16, 64, 4, 4, 16), (128, 64, 16, 8, 4, 1, False)]
+BLOCKINGS = [
+    None,
+    (16, 16, 64, 4, 4, 16),
+    (128, 64, 16, 8, 4, 1, False),
+    # a whole variant of the matmul table's form: double-buffered slabs, warp tiles
+    {"blocking": (64, 64, 16, 4, 4), "double_buffer": True, "warp": (4, 8)},
+]
 
 
 def _graph(op, xs, ws, attrs, batch_symbolic=False):

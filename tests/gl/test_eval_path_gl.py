@@ -146,3 +146,23 @@ def test_predict_of_an_imported_model_matches_onnx_reference(gl):
         got = sess.predict({imported.inputs["x"]: x}, imported.outputs["probs"])
         _close(got, reference.run(None, {"x": x})[0])
     sess.close()
+
+
+def test_an_eval_program_is_planned_per_class_of_batch_size(gl):
+    """Batch 1 and batch 32 each get a program planned at their own size (its tiles chosen
+    there); sizes of one class share it; values match NumPy either way; training keeps one."""
+    from dlc.backends.gl import batch_class
+
+    assert [batch_class(n) for n in (1, 2, 15, 16, 127, 128, 1023, 1024)] == [0, 1, 1, 2, 2, 3, 3, 4]
+    gl_sess, ref = _pair(CLASSIFIER, seed=3)
+    rng = np.random.default_rng(2)
+    for n, programs in ((1, 1), (32, 2), (20, 2), (1, 2), (5, 3)):
+        pixels = rng.normal(size=(n, 4)).astype(np.float32)
+        _close(gl_sess.eval("probs", {"pixels": pixels}), ref.eval("probs", {"pixels": pixels}))
+        assert len(gl_sess.backend._programs) == programs, n
+    for n in (8, 3):
+        labels = rng.integers(0, 3, n).astype(np.float32)
+        feeds = {"pixels": rng.normal(size=(n, 4)).astype(np.float32), "labels": labels}
+        gl_sess.train(feeds, batch_size=n, steps=1, optimizer=dlc.SGD(0.1))
+    assert len(gl_sess.backend._programs) == 4  # one training program for batches 8 and 3
+    gl_sess.close()
