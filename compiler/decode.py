@@ -246,6 +246,8 @@ def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str
     if n.op == "attention":
         if not n.attr("causal"):
             raise NotIncremental(f"attention{where} is not causal: a position sees later ones")
+        if n.attr("dropout") or len(n.inputs) != 3:  # (eval drops none: only a train graph has it)
+            raise NotIncremental(f"attention{where} drops probabilities by element")
         if any(a != len(n.shape) - 2 for a in ins):
             raise NotIncremental(f"attention{where} attends over an axis other than T")
         return out
