@@ -148,17 +148,26 @@ class _Rewrite:
         part = cone(g, [root])
         for i in part:
             axis[i] = time_axis(g, i, axis, self.t, self.tokens)
-        last = _last_row_only(g, part, root, axis)
+        readers = _readers(g, part)
+        last = _last_row_only(g, part, readers, axis)
         for i in part:
             n = g.nodes[i]
             ins = tuple(remap[j] for j in n.inputs)
+            if i in remap:  # a transpose the attention before it wrote its output in
+                continue
             if i in last:  # computed at the last position only: its inputs' last rows
                 ins = tuple(self.last_row(j, axis[a]) if a not in last and axis[a] is not None else j
                             for a, j in zip(n.inputs, ins))  # fmt: skip
             if n.op == "iota" and axis[i] is not None and n.attr("axis") == axis[i] and self.cached:
                 remap[i] = self.add("add", (self.copy(n, ins), self.add("float", (self.pos,))), n.loc)
             elif n.op == "attention" and self.cached:
-                remap[i] = self.attention(n, ins)
+                # [B, H, T, D] read only as [B, T, H, D] (heads together, for the projection):
+                # the attention writes it so, and no kernel transposes it
+                (reader,) = readers[i] if len(readers[i]) == 1 else (None,)
+                swaps = reader is not None and reader not in last and _swaps_rows_and_heads(g.nodes[reader])
+                remap[i] = self.attention(n, ins, rows_first=swaps)
+                if swaps:
+                    remap[reader] = remap[i]
             elif n.op == "matmul" and _transposed_param(g, n.inputs[1]) and not n.attr("tb"):
                 # x @ transpose(W): W^T is computed once a generation (`constants`), not a step
                 weight = g.nodes[n.inputs[1]]
@@ -202,7 +211,7 @@ class _Rewrite:
             self._rows_of[x] = self.add("gather", (x, self._last), axis=axis)
         return self._rows_of[x]
 
-    def attention(self, n: Node, ins: tuple[int, ...]) -> int:
+    def attention(self, n: Node, ins: tuple[int, ...], rows_first: bool) -> int:
         """Causal attention of the new rows over the layer's cache, once it holds them: keys
         and values stacked, [2, ..., block, D], so one kernel writes both."""
         q, k, v = ins
@@ -215,7 +224,10 @@ class _Rewrite:
         written = self.write(cache, new, n.loc)
         self.caches.append((name, shape))
         self.updates.append((name, written))
-        return self.add("attention_cached", (q, written, self.pos), n.loc, scale=n.attr("scale"))
+        scale = n.attr("scale")
+        if rows_first:
+            return self.add("attention_cached", (q, written, self.pos), n.loc, scale=scale, rows_first=True)
+        return self.add("attention_cached", (q, written, self.pos), n.loc, scale=scale)
 
 
 def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str) -> int | None:
@@ -299,16 +311,28 @@ RANDOM = ("random_uniform", "random_normal")  # elementwise, but each element's 
 ROW_OPS = frozenset({"transpose", "reshape", "slice", "broadcast_to"})  # of their kinds, those kept row by row
 
 
-def _last_row_only(g: Graph, part: list[int], root: int, axis: dict[int, int | None]) -> set[int]:
+def _readers(g: Graph, part: list[int]) -> dict[int, list[int]]:
+    """Node -> the nodes of `part` that read it."""
+    readers: dict[int, list[int]] = {i: [] for i in part}
+    for i in part:
+        for j in g.nodes[i].inputs:
+            readers[j].append(i)
+    return readers
+
+
+def _swaps_rows_and_heads(n: Node) -> bool:
+    """Whether n transposes [..., H, T, D] to [..., T, H, D]."""
+    rank = len(n.shape)
+    swap = (*range(rank - 3), rank - 2, rank - 3, rank - 1)
+    return n.op == "transpose" and rank >= 3 and tuple(n.attr("perm")) == swap
+
+
+def _last_row_only(g: Graph, part: list[int], readers: dict[int, list[int]], axis: dict[int, int | None]) -> set[int]:
     """The nodes that need computing at the last position only: those along T whose every
     reader (the root's: its last position) is one of them, of an op that computes each
     position from that position alone without knowing which it is (not an iota, nor
     attention, which reads every earlier row): after the last attention, the rest of the
     model (the final MLP, norm and head) runs on one row, not T."""
-    readers: dict[int, list[int]] = {i: [] for i in part}
-    for i in part:
-        for j in g.nodes[i].inputs:
-            readers[j].append(i)
     out: set[int] = set()
     for i in reversed(part):
         n = g.nodes[i]

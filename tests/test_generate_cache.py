@@ -216,3 +216,6 @@ def test_attention_cached_is_torchs_attention_over_the_cached_rows(n, pos):
     k, v = (torch.from_numpy(kv[i, :, :, : pos + n]) for i in (0, 1))
     want = torch.nn.functional.scaled_dot_product_attention(torch.from_numpy(q), k, v, attn_mask=seen, scale=0.4)
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+    rows_first = {"scale": 0.4, "rows_first": True}
+    got = registry.get("attention_cached").ref([q, kv, np.array([pos], np.int32)], rows_first, {})
+    np.testing.assert_allclose(got, want.numpy().transpose(0, 2, 1, 3), rtol=1e-12, atol=1e-12)

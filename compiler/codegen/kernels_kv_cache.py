@@ -24,6 +24,17 @@ from .texture import TextureKernel, output_passes
 KEYS = 32  # invocations a work group, splitting one query row's keys
 
 
+def _out_index(ctx: Context, node, lead, n: str, row: str, col: str) -> str:
+    """The flat output index of (query row `row` = lead index * n + i, column `col`): as is,
+    or with the last lead axis and n swapped (`rows_first`)."""
+    d = int(ctx.graph.nodes[node.inputs[0]].shape[-1])
+    if not node.attr("rows_first"):
+        return f"{row} * {d} + {col}"
+    heads = ctx.dim(lead[-1])
+    # row = (outer * H + h) * n + i  ->  ((outer * n + i) * H + h)
+    return f"((({row}) / ({heads} * {n}) * {n} + ({row}) % {n}) * {heads} + (({row}) / {n}) % {heads}) * {d} + {col}"
+
+
 def _geometry(ctx: Context):
     node = ctx.graph.nodes[ctx.kernel.anchor]
     q, kv, pos = node.inputs
@@ -38,7 +49,8 @@ def render(ctx: Context) -> KernelSource:
     scale = float_lit(float(node.attr("scale")))
     lanes = 4 if d % 4 == 0 else 1
     words, ty = d // lanes, "vec4" if lanes == 4 else "float"
-    ctx.names.taken.update({"o", "lid", "qi", "bh", "n", "p", "qrow", "last", "j", "krow", "vrow", "w", "t", "result"})
+    names = ("o", "lid", "qi", "bh", "n", "p", "qrow", "orow", "last", "j", "krow", "vrow", "w", "t", "result")
+    ctx.names.taken.update(names)
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
@@ -100,10 +112,11 @@ def render(ctx: Context) -> KernelSource:
     em.line(f"sum += (kv_m[t] == top ? 1.0 : exp(kv_m[t] - top)) * kv_acc[t * {words} + w];")
     em.close()
     em.line(f"{ty} result = sum / total;")
+    em.line(f"int orow = {_out_index(ctx, node, lead, 'n', 'qrow', '0')};  // the row's first output")
     if lanes == 1:
-        em.line(f"epilogue(qrow * {d} + w, result);")
+        em.line("epilogue(orow + w, result);")
     for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
-        em.line(f"epilogue(qrow * {d} + w * 4 + {c}, result.{lane});")
+        em.line(f"epilogue(orow + w * 4 + {c}, result.{lane});")
     em.close()
 
     shared = [
@@ -130,6 +143,10 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     scale = float_lit(float(node.attr("scale")))
     em.line(f"int kv_n = {ctx.dim(n_dim)};")
     em.line(f"int kv_row = o / {d}, kv_col = o - kv_row * {d};")
+    if node.attr("rows_first"):  # o's row is (outer * n + i) * H + h: back to (outer * H + h) * n + i
+        heads = ctx.dim(lead[-1])
+        outer, head, i = f"kv_row / ({heads} * kv_n)", f"kv_row % {heads}", f"(kv_row / {heads}) % kv_n"
+        em.line(f"kv_row = (({outer}) * {heads} + {head}) * kv_n + {i};")
     em.line("int kv_bh = kv_row / kv_n, kv_i = kv_row - kv_bh * kv_n;")
     em.line(f"int kv_p = {em.integer(pos, Ix(flat='0'))};")
     em.line(f"int kv_last = min(kv_p + kv_i, {rows - 1});")

@@ -6,7 +6,10 @@ of the first):
 
   attention_cached(q, kv, pos; scale)    o = softmax(q k^T * scale) v, k = kv[0], v = kv[1],
                                          over the new queries q [..., n, D], query i (at
-                                         position p + i) seeing keys j <= p + i only
+                                         position p + i) seeing keys j <= p + i only;
+                                         `rows_first`: o with its last lead axis and n
+                                         swapped, [..., n, H, D] (the heads of each row
+                                         together, as a projection over them reads them)
 
 Rows past p + n are never read, so a cache may hold what an earlier sequence left there.
 Causal attention of a whole sequence is attention_cached at p = 0 over a cache just written
@@ -41,6 +44,10 @@ def _attention_shape(ins, attrs):
     d = q[-1]
     if isinstance(d, str) or not 1 <= d <= MAX_HEAD or isinstance(kv[-2], str):
         raise ShapeError(f"attention_cached needs a head size of 1 to {MAX_HEAD} and a cache of known length")
+    if attrs.get("rows_first"):
+        if len(q) < 3:
+            raise ShapeError(f"attention_cached's rows_first needs a lead axis to swap, got q {format_shape(q)}")
+        return (*q[:-3], q[-2], q[-3], d)
     return tuple(q)
 
 
@@ -60,7 +67,8 @@ def _attention(args, attrs, dims):
     for i in range(n):  # row i sums over its own keys only: a NaN in a masked value stays out
         keys = slice(0, p + i + 1)
         out[..., i, :] = np.matmul(e[..., i : i + 1, keys], v[..., keys, :])[..., 0, :]
-    return out / e.sum(axis=-1, keepdims=True)
+    out /= e.sum(axis=-1, keepdims=True)
+    return np.swapaxes(out, -3, -2) if attrs.get("rows_first") else out
 
 
 register(

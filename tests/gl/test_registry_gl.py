@@ -287,6 +287,8 @@ def attention_cases() -> list[Case]:
     for lead, n, d, dims in (((2, 3), 1, 8, {}), ((2, 3), 3, 8, {}), (("B", 2), "T", 5, {"B": 2, "T": 4})):
         shapes = [(*lead, n, d), (2, *lead, 70, d), (1,)]
         out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims=dims, label=f"new{n}-head{d}"))
+        rows = {"scale": 0.3, "rows_first": True}  # out [..., n, H, D]
+        out.append(Case("attention_cached", shapes, rows, cached, dims=dims, label=f"new{n}-head{d}-rows-first"))
     return out
 
 
