@@ -18,6 +18,7 @@ from dlc import generate as gen
 from dlc.compiler import compile_cache, registry
 from dlc.compiler.decode import POS, NotIncremental, decode_graph
 from dlc.compiler.reference import evaluate
+from dlc.compiler.verify import check_graph
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -69,6 +70,8 @@ def test_decode_logits_are_the_full_forwards():
     model = dlc.compile(tiny_gpt())
     graph = dlc.Session(model, backend="numpy", seed=0)._eval_program()
     decoder = decode_graph(graph, 16)
+    for made in (decoder.step.graph, decoder.window.graph, decoder.constants):
+        check_graph(made)  # the IR checker's rules: each node's shape is its op's rule's
     assert len(decoder.caches) == 2  # a cache of keys and values per layer
     assert len(decoder.hoisted) == 9  # the weights read as W^T: 4 a layer and the head's
     leaves = random_leaves(graph)
