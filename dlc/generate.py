@@ -133,10 +133,11 @@ class KVCache:
             found[key] = (None if decoder is None else KVCache(session, decoder), why)
         return found[key]
 
-    def start(self, longest: int) -> None:
-        """Empty caches and the weights read transposed, from the params as they are now; on
-        the GPU, first steps of the most new ids each step will take size every buffer, so
-        that no later step allocates."""
+    def start(self, prompt: int, longest: int) -> None:
+        """Empty caches and the weights read transposed, from the params as they are now. On
+        the GPU, for a generation from `prompt` ids whose context grows to `longest`, a first
+        run of each step at the most new ids it will take sizes every buffer, so that no later
+        step allocates."""
         d = self.decoder
         for name, shape in (*d.caches, *d.hoisted):
             self.backend.set_leaf(name, np.zeros([1 if isinstance(x, str) else x for x in shape], np.float32))
@@ -144,9 +145,9 @@ class KVCache:
             self.backend.step(d.constants, [], {}, {})
         if not self._sized:
             self._sized = True
-            for n in {min(longest, self.block - 1), longest}:
-                if n >= 1:
-                    self(np.zeros((1, n), dtype=np.int32), 0)
+            prefill = min(prompt, self.block)
+            for n in {prefill if prefill < self.block else 1, longest if longest == self.block else 1}:
+                self(np.zeros((1, n), dtype=np.int32), 0)
 
     def __call__(self, ids: np.ndarray, pos: int) -> np.ndarray:
         self._pos[0] = pos

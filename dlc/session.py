@@ -782,7 +782,7 @@ class Session:
         run = None if kv is not None else logits_of(self, longest)
         out = []
         if kv is not None:
-            kv.start(longest)
+            kv.start(len(ids), longest)
         try:
             for i in generate(run, ids, tokens, block, temperature, top_k, seed, kv):
                 out.append(i)

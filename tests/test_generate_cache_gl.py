@@ -36,7 +36,7 @@ def test_each_steps_logits_are_the_full_forwards(target):
     leaves = {p: ref.backend.get_leaf(p).astype(np.float64) for p in graph.params}
     ids = np.random.default_rng(2).integers(0, 11, 16).astype(np.int32)
     full = full_logits(graph, leaves, ids.tolist())
-    cache.start(9)
+    cache.start(9, 16)
     pos = 0
     for n in (9, 1, 1, 5):  # a prefill, two steps, a chunk that fills the block
         got = cache(ids[None, pos : pos + n], pos)
