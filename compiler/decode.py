@@ -106,6 +106,7 @@ class _Rewrite:
         self.updates: list[tuple[str, int]] = []
         self.hoisted: dict[str, int] = {}  # state -> the transpose node of g it holds
         self.count = self.add("dim_size", (), dims=(t,))  # T: the new positions
+        self.one = self.add("const", (), shape=(), value=(1.0,))
         self._rows: dict[int, tuple[int, int]] = {}  # cache length -> (each row's new row, whether new)
         self._last: int | None = None  # [T - 1], i32: the last position
         self._rows_of: dict[int, int] = {}  # node -> its last row
@@ -156,16 +157,18 @@ class _Rewrite:
             if i in remap:  # a transpose the attention before it wrote its output in
                 continue
             if i in last:  # computed at the last position only: its inputs' last rows
-                ins = tuple(self.last_row(j, axis[a]) if a not in last and axis[a] is not None else j
+                rows = n.inputs[:1] if n.op == "attention" else n.inputs  # (an attention's query)
+                ins = tuple(self.last_row(j, axis[a]) if a in rows and a not in last and axis[a] is not None else j
                             for a, j in zip(n.inputs, ins))  # fmt: skip
             if n.op == "iota" and axis[i] is not None and n.attr("axis") == axis[i] and self.cached:
                 remap[i] = self.add("add", (self.copy(n, ins), self.add("float", (self.pos,))), n.loc)
-            elif n.op == "attention" and self.cached:
+            elif n.op == "attention" and (self.cached or i in last):
                 # [B, H, T, D] read only as [B, T, H, D] (heads together, for the projection):
                 # the attention writes it so, and no kernel transposes it
                 (reader,) = readers[i] if len(readers[i]) == 1 else (None,)
-                swaps = reader is not None and reader not in last and _swaps_rows_and_heads(g.nodes[reader])
-                remap[i] = self.attention(n, ins, rows_first=swaps)
+                swaps = reader is not None and (reader in last) == (i in last)
+                swaps = swaps and _swaps_rows_and_heads(g.nodes[reader])
+                remap[i] = self.attention(n, ins, rows_first=swaps, last=i in last)
                 if swaps:
                     remap[reader] = remap[i]
             elif n.op == "matmul" and _transposed_param(g, n.inputs[1]) and not n.attr("tb"):
@@ -211,23 +214,31 @@ class _Rewrite:
             self._rows_of[x] = self.add("gather", (x, self._last), axis=axis)
         return self._rows_of[x]
 
-    def attention(self, n: Node, ins: tuple[int, ...], rows_first: bool) -> int:
+    def attention(self, n: Node, ins: tuple[int, ...], rows_first: bool, last: bool) -> int:
         """Causal attention of the new rows over the layer's cache, once it holds them: keys
-        and values stacked, [2, ..., block, D], so one kernel writes both."""
+        and values stacked, [2, ..., block, D], so one kernel writes both. `last`: of the
+        last new row only (q's last row), over the cache or, with no cache (the window
+        step), over the new keys and values themselves."""
         q, k, v = ins
         *lead, t, d = n.shape
-        name = f"$kv{len(self.caches)}"
-        shape = (2, *lead, self.block, d)
-        cache = self.leaf("state", name, shape, n.loc, init=("zeros",))
         one = (1, *lead, t, d)
-        new = self.add("concat", tuple(self.add("reshape", (x,), shape=one) for x in (k, v)), n.loc, axis=0)
-        written = self.write(cache, new, n.loc)
-        self.caches.append((name, shape))
-        self.updates.append((name, written))
+        kv = self.add("concat", tuple(self.add("reshape", (x,), shape=one) for x in (k, v)), n.loc, axis=0)
+        pos = self.pos if self.cached else None
+        if self.cached:
+            name = f"$kv{len(self.caches)}"
+            shape = (2, *lead, self.block, d)
+            cache = self.leaf("state", name, shape, n.loc, init=("zeros",))
+            kv = self.write(cache, kv, n.loc)
+            self.caches.append((name, shape))
+            self.updates.append((name, kv))
+        if last:  # the last row's position: pos + T - 1 (the window's: T - 1)
+            start = self.first if self.cached else self.add("const", (), shape=(1,), value=(0.0,))
+            last_row = self.add("add", (start, self.add("sub", (self.count, self.one))))
+            pos = self.add("int", (last_row,))
         scale = n.attr("scale")
         if rows_first:
-            return self.add("attention_cached", (q, written, self.pos), n.loc, scale=scale, rows_first=True)
-        return self.add("attention_cached", (q, written, self.pos), n.loc, scale=scale)
+            return self.add("attention_cached", (q, kv, pos), n.loc, scale=scale, rows_first=True)
+        return self.add("attention_cached", (q, kv, pos), n.loc, scale=scale)
 
 
 def time_axis(g: Graph, i: int, axis: dict[int, int | None], t: str, tokens: str) -> int | None:
@@ -330,15 +341,20 @@ def _swaps_rows_and_heads(n: Node) -> bool:
 def _last_row_only(g: Graph, part: list[int], readers: dict[int, list[int]], axis: dict[int, int | None]) -> set[int]:
     """The nodes that need computing at the last position only: those along T whose every
     reader (the root's: its last position) is one of them, of an op that computes each
-    position from that position alone without knowing which it is (not an iota, nor
-    attention, which reads every earlier row): after the last attention, the rest of the
-    model (the final MLP, norm and head) runs on one row, not T."""
+    position from that position alone without knowing which it is (not an iota), or an
+    attention (its last query then reads every earlier key and value, which stay whole):
+    the last attention and the rest of the model (the final projection, MLP, norm and head)
+    run on one row, not T."""
     out: set[int] = set()
+    keys: set[int] = set()  # the keys and values of an attention computed for its last query
     for i in reversed(part):
         n = g.nodes[i]
-        kind = _op(n.op).kind
-        row_wise = kind in ("elementwise", "matmul", "norm", "reduce") or n.op in ROW_OPS
-        if axis[i] is not None and row_wise and all(c in out for c in readers[i]):
+        if axis[i] is None or i in keys or not all(c in out for c in readers[i]):
+            continue
+        if n.op == "attention":  # its last query over every key and value (attention_cached)
+            out.add(i)
+            keys.update(n.inputs[1:])
+        elif _op(n.op).kind in ("elementwise", "matmul", "norm", "reduce") or n.op in ROW_OPS:
             out.add(i)
     return out
 

@@ -39,8 +39,8 @@ def _geometry(ctx: Context):
     node = ctx.graph.nodes[ctx.kernel.anchor]
     q, kv, pos = node.inputs
     qshape = ctx.graph.nodes[q].shape
-    rows = int(ctx.graph.nodes[kv].shape[-2])
-    return node, qshape[:-2], qshape[-2], int(qshape[-1]), rows, pos
+    rows = ctx.graph.nodes[kv].shape[-2]  # (symbolic: a window's own keys and values)
+    return node, qshape[:-2], qshape[-2], int(qshape[-1]), ctx.dim(rows), pos
 
 
 def render(ctx: Context) -> KernelSource:
@@ -65,7 +65,7 @@ def render(ctx: Context) -> KernelSource:
     em.line(f"int n = {ctx.dim(n_dim)};")
     em.line(f"int p = {em.integer(pos, Ix(flat='0'))};")
     em.line("int qrow = bh * n + qi;")
-    em.line(f"int last = min(p + qi, {rows - 1});  // the last key this query sees")
+    em.line(f"int last = min(p + qi, {rows} - 1);  // the last key this query sees")
     em.line(f"{ty} qr[{words}];")
     em.open(f"for (int w = 0; w < {words}; w++)")
     em.line(f"qr[w] = {word(q, 'qrow', 'w')};")
@@ -149,7 +149,7 @@ def texture_body(ctx: Context, em: Emitter) -> str:
         em.line(f"kv_row = (({outer}) * {heads} + {head}) * kv_n + {i};")
     em.line("int kv_bh = kv_row / kv_n, kv_i = kv_row - kv_bh * kv_n;")
     em.line(f"int kv_p = {em.integer(pos, Ix(flat='0'))};")
-    em.line(f"int kv_last = min(kv_p + kv_i, {rows - 1});")
+    em.line(f"int kv_last = min(kv_p + kv_i, {rows} - 1);")
     em.line("float kv_m = -DLC_INF, kv_l = 0.0, kv_acc = 0.0;")
     em.open("for (int kv_j = 0; kv_j <= kv_last; kv_j++)")
     em.line(f"int kv_krow = kv_bh * {rows} + kv_j, kv_vrow = kv_krow + {ctx.numel(lead)} * {rows};")

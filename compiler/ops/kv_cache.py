@@ -42,8 +42,8 @@ def _attention_shape(ins, attrs):
         raise ShapeError(f"attention_cached's q {format_shape(q)} must be [..., n, D] of a cache [2, ..., S, D], "
                          f"got {format_shape(kv)}")  # fmt: skip
     d = q[-1]
-    if isinstance(d, str) or not 1 <= d <= MAX_HEAD or isinstance(kv[-2], str):
-        raise ShapeError(f"attention_cached needs a head size of 1 to {MAX_HEAD} and a cache of known length")
+    if isinstance(d, str) or not 1 <= d <= MAX_HEAD:
+        raise ShapeError(f"attention_cached's head size (q's last dim) must be a number from 1 to {MAX_HEAD}, got {d}")
     if attrs.get("rows_first"):
         if len(q) < 3:
             raise ShapeError(f"attention_cached's rows_first needs a lead axis to swap, got q {format_shape(q)}")

@@ -289,6 +289,9 @@ def attention_cases() -> list[Case]:
         out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims=dims, label=f"new{n}-head{d}"))
         rows = {"scale": 0.3, "rows_first": True}  # out [..., n, H, D]
         out.append(Case("attention_cached", shapes, rows, cached, dims=dims, label=f"new{n}-head{d}-rows-first"))
+    # the last row of a window over the window's own keys and values (S symbolic)
+    shapes = [(2, 3, 1, 8), (2, 2, 3, "S", 8), (1,)]
+    out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims={"S": 61}, label="symbolic-rows"))
     return out
 
 
