@@ -37,6 +37,7 @@ from dlc.runtime.errors import DlcError
 from dlc.runtime.optional import require
 
 from .ir import Graph, Node, Shape, cone, make_attrs
+from .rewriter import eliminate_dead_code
 
 POS = "$pos"  # the input: the position of the first new token
 FLOAT_KINDS = ("elementwise", "norm")
@@ -198,7 +199,9 @@ class _Rewrite:
         states = tuple(n.attr("name") for n in self.nodes if n.op == "state")
         params = tuple(n.attr("name") for n in self.nodes if n.op == "param")
         graph = Graph(tuple(self.nodes), names, inputs, params, states, (), tuple(self.updates))
-        return Step(graph, out)
+        # without the nodes nothing reads now (a weight's transpose, the rows no one needs)
+        kept = eliminate_dead_code(graph, keep=[out])
+        return Step(kept, kept.names[fetch])
 
     def last_index(self) -> int:
         """T - 1, as a float scalar."""

@@ -17,6 +17,8 @@ import dlc
 from dlc import generate as gen
 from dlc.compiler import compile_cache, registry
 from dlc.compiler.decode import POS, NotIncremental, decode_graph
+from dlc.compiler.fusion import fuse
+from dlc.compiler.plan import plan
 from dlc.compiler.reference import evaluate
 from dlc.compiler.verify import check_graph
 
@@ -222,3 +224,14 @@ def test_attention_cached_is_torchs_attention_over_the_cached_rows(n, pos):
     rows_first = {"scale": 0.4, "rows_first": True}
     got = registry.get("attention_cached").ref([q, kv, np.array([pos], np.int32)], rows_first, {})
     np.testing.assert_allclose(got, want.numpy().transpose(0, 2, 1, 3), rtol=1e-12, atol=1e-12)
+
+
+def test_the_steps_write_the_caches_in_place_and_transpose_no_weight():
+    graph = dlc.Session(dlc.compile(tiny_gpt()), backend="numpy", seed=0)._eval_program()
+    decoder = decode_graph(graph, 16)
+    step = plan(fuse(decoder.step.graph, [decoder.step.logits], decoder.step.graph.updates), {"B": 1, "T": 1})
+    assert {name for name, _ in step.inplace} == {name for name, _ in decoder.caches} and step.copies == ()
+    for made in (decoder.step, decoder.window):
+        assert not any(n.op == "transpose" and made.graph.nodes[n.inputs[0]].op == "param" for n in made.graph.nodes)
+    whole = fuse(graph, [graph.names["logits"]]).kernels
+    assert len(fuse(decoder.step.graph, [decoder.step.logits], decoder.step.graph.updates).kernels) < len(whole)
