@@ -6,6 +6,10 @@ Rows:
   first step        a new process to its first MLP Adam step, cold (empty dlc and driver
                     caches) and warm (the second run), from bench_train_loop.first_step_rows
                     (its note splits the time into phases)
+  first step, bytecode  the same two processes with Python's bytecode written and read
+                    (PYTHONDONTWRITEBYTECODE unset, PYTHONPYCACHEPREFIX a fresh folder): what
+                    a pip install has, where a machine that runs without bytecode compiles
+                    NumPy's, PyOpenGL's and dlc's sources in every process
   generate          `Session.generate` of a small char GPT (samples/char_gpt.dl with the sizes
                     of --gpt) from a fresh session and a one-token prompt, 2 x block tokens: the
                     context grows to the block, then slides. ms per token, wall and the calling
@@ -15,7 +19,7 @@ Rows:
   (--no-cache: the generate rows recompute the whole context each token, as before the KV
   cache; --tokens N: N tokens instead of 2 x block)
 
-    python benchmarks/bench_startup.py [--rows import,first-step,generate] [--gpt tiny|full]
+    python benchmarks/bench_startup.py [--rows import,first-step,bytecode,generate] [--gpt tiny|full]
 """
 
 from __future__ import annotations
@@ -73,6 +77,50 @@ def first_step_rows(batch: int, rounds: int) -> list[dict]:
     return rows(MLP, batch, rounds)
 
 
+def bytecode_rows(batch: int) -> list[dict]:
+    """A cold and a warm first step (bench_train_loop's child and caches) with bytecode: the
+    cold process writes every module's under a fresh PYTHONPYCACHEPREFIX, the warm one reads
+    it back, as an installed package's is."""
+    from bench_gl import MLP
+    from bench_train_loop import FIRST_STEP, PHASES, _child_result, package_root
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "mlp.dl")
+        with open(model, "w") as f:
+            f.write(MLP)
+        os.makedirs(os.path.join(tmp, "driver"))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(
+            PYTHONPATH=os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH")) if p),
+            PYTHONPYCACHEPREFIX=os.path.join(tmp, "pycache"),
+            DLC_CACHE_DIR=os.path.join(tmp, "cache"),
+            DLC_PROGRAM_BINARY_CACHE="1",
+            DLC_COMPILE_CACHE="1",
+            __GL_SHADER_DISK_CACHE_PATH=os.path.join(tmp, "driver"),
+            MESA_SHADER_CACHE_DIR=os.path.join(tmp, "driver"),
+        )
+        for label in ("cold (bytecode written)", "warm (bytecode read)"):
+            t = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-c", FIRST_STEP, model, str(batch)], env=env, cwd=tmp, capture_output=True, text=True
+            )
+            wall = time.perf_counter() - t
+            got = _child_result(done)
+            if got is None:
+                continue
+            phases = ", ".join(f"{what} {1e3 * t:.0f}" for what, t in zip(PHASES, got["phases"]))
+            rows.append(
+                {
+                    "row": "new process to first MLP Adam step, with bytecode",
+                    "impl": f"dlc GL, {label}",
+                    "ms": 1e3 * wall,
+                    "note": f"{1e3 * got['seconds']:.0f} ms after the interpreter started: {phases}",
+                }
+            )
+    return rows
+
+
 def gpt_source(size: str) -> tuple[str, int]:
     text = open(os.path.join(ROOT, "samples/char_gpt.dl")).read()
     for name, value in GPTS[size].items():
@@ -113,7 +161,7 @@ def generate_rows(size: str, reps: int, cache: bool = True, tokens: int | None =
     return rows
 
 
-ROWS = ("import", "first-step", "generate")
+ROWS = ("import", "first-step", "bytecode", "generate")
 
 
 def main(argv=None) -> int:
@@ -136,6 +184,8 @@ def main(argv=None) -> int:
             got = [import_row(args.reps)]
         elif name == "first-step":
             got = first_step_rows(args.batch, args.rounds)
+        elif name == "bytecode":
+            got = bytecode_rows(args.batch)
         else:
             got = generate_rows(args.gpt, args.reps, not args.no_cache, args.tokens)
         for row in got:

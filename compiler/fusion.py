@@ -13,14 +13,17 @@ elementwise or layout arithmetic evaluated per output element:
   (`relu(x @ W + b)` is one kernel); their operands are read from storage.
 
 The pass walks the nodes from the outputs back. A node is inlined when all its readers sit in
-one kernel (or it is trivially cheap to recompute: a dim size, or a layout view of a leaf);
+one kernel (or it is trivially cheap to recompute: a dim size, a value made from scalars
+alone such as a dropout mask, or a layout view of a leaf or of an anchor's stored result);
 otherwise it is stored, starting a kernel of its own, or joining its readers' kernel as an
 extra output when it must be stored anyway (a fetch or an update) and has that kernel's shape
 (where the target's kernels may write several results: `Capabilities`, from the device's
 limits through compiler/limits.py). A kernel that would bind more stored tensors than the
 device allows is cut (`fuse`), so every kernel fits the device it is compiled for.
 Each kernel then computes only ancestors of its *primary* node (the one that started it), so
-ordering kernels by primary node is a valid schedule and the kernel graph has no cycles.
+ordering kernels by primary node is a valid schedule and the kernel graph has no cycles. The
+schedule (`_schedule`) follows that order except where a ready kernel frees at least what it
+writes: it runs first, so the backward pass drops each activation as soon as it can.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import registry
+from .grad_names import backward_start
 from .ir import Graph, Shape, cone, format_node
 from .limits import Capabilities, capabilities
 
 STORED_LEAVES = ("input", "param", "state")
+NOT_VIEWS = ("concat", "one_hot", "gather_grad")  # layout ops that are no index map of their inputs
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,7 @@ def _fuse(
         for j in graph.nodes[i].inputs:
             readers[j].append(i)
 
+    free = recomputed_where_read(graph, order)
     must = set(want)  # stored because someone outside the kernels needs the values
     forced: set[int] = set()  # stored because an alias (reshape view) reads their storage
     storage: dict[int, str] = {}
@@ -263,14 +269,17 @@ def _fuse(
             continue
         if kind in ("elementwise", "layout"):
             # Cheap enough to recompute in every kernel that reads it: a dim size, a scalar
-            # (Adam's bias corrections), a layout view of a leaf.
+            # (Adam's bias corrections), a value made from scalars alone (a dropout mask,
+            # redrawn from its hash in the backward kernel rather than kept from the forward),
+            # a layout view of a leaf or of an anchor's result (stored anyway).
             cheap = (
                 node.op == "dim_size"
                 or (kind == "elementwise" and _numel(node.shape) == 1)
+                or n in free
                 or (
                     kind == "layout"
-                    and node.op not in ("concat", "one_hot")
-                    and all(graph.nodes[j].is_leaf for j in node.inputs)
+                    and node.op not in NOT_VIEWS
+                    and all(graph.nodes[j].is_leaf or _is_anchor(graph, j) for j in node.inputs)
                 )
             )
             # gather_grad loops over its indices: stored in a kernel of its own, where the compute
@@ -326,9 +335,9 @@ def _fuse(
         start(kind, n, anchor=n)
 
     if multi:
-        _merge_consumers(graph, building, alias, literals, ident, split, caps)
+        _merge_consumers(graph, building, alias, literals, ident, split, caps, backward_start(graph))
     _prune_outputs(graph, building, must | forced, literals, storage, ident)
-    ranked = _schedule(graph, building, alias, literals)
+    ranked = _schedule(graph, building, alias, literals, must)
     kernels: list[Kernel] = []
     producer: dict[int, int] = {}
     for index, k in enumerate(ranked):
@@ -355,6 +364,30 @@ def _fuse(
     return Fusion(graph, roots, updates, tuple(kernels), storage, producer, alias, frozenset(literals), ident)
 
 
+def _is_anchor(graph: Graph, n: int) -> bool:
+    return not graph.nodes[n].is_leaf and kind_of(graph, n) not in ("elementwise", "layout")
+
+
+def recomputed_where_read(graph: Graph, order: Sequence[int]) -> set[int]:
+    """Nodes (of `order`, inputs first) recomputed in each kernel that reads them, never stored
+    for their own sake: elementwise values of more than one element made from scalars alone
+    (random draws from the seed and step, dropout masks: their arithmetic costs less than
+    keeping them from the forward pass to the backward), and layout views of leaves."""
+    scalar_made: set[int] = set()  # elementwise values of scalars alone
+    views: set[int] = set()
+    for n in order:
+        node = graph.nodes[n]
+        if node.is_leaf:
+            continue
+        kind = kind_of(graph, n)
+        if kind == "elementwise" and _numel(node.shape) != 1:
+            if all(j in scalar_made or _numel(graph.nodes[j].shape) == 1 for j in node.inputs):
+                scalar_made.add(n)
+        elif kind == "layout" and node.op not in NOT_VIEWS and all(graph.nodes[j].is_leaf for j in node.inputs):
+            views.add(n)
+    return scalar_made | views
+
+
 def _stored_inputs(graph: Graph, b: _Building, literals: set[int]) -> set[int]:
     return {j for m in b.nodes for j in graph.nodes[m].inputs if j not in b.nodes and j not in literals}
 
@@ -374,14 +407,19 @@ def _producers(graph: Graph, building: list[_Building], alias: dict[int, int], l
     return deps
 
 
-def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split, caps: Capabilities) -> None:
+def _merge_consumers(
+    graph: Graph, building: list, alias, literals, ident, split, caps: Capabilities, backward: int | None
+) -> None:
     """Fold an elementwise kernel into the kernel that makes its input, when it reads that
     input element for element and has its shape: `h = relu(x @ W + b)` where the backward pass
     also reads `x @ W + b` is then still one kernel, writing both. Skipped when another kernel
     lies between the two (that would make a cycle), when either was cut out of an over-full
-    kernel (`split`, see fuse: folding the cut back in would refill it), or when the two
-    together would bind more than `caps` allow. The kernels' dependencies are kept up to
-    date as kernels merge, so a pass costs one look at each kernel."""
+    kernel (`split`, see fuse: folding the cut back in would refill it), when the two
+    together would bind more than `caps` allow, or when a backward kernel (node `backward` on)
+    would join a forward one and spare it no result (other kernels read all it reads from the
+    forward kernel): its result would then be kept from the forward pass to the
+    backward, which is what compiler/remat.py's copies avoid. The kernels' dependencies are
+    kept up to date as kernels merge, so a pass costs one look at each kernel."""
     deps = _producers(graph, building, alias, literals)
     users: list[set[int]] = [set() for _ in building]
     for k, d in enumerate(deps):
@@ -406,6 +444,11 @@ def _merge_consumers(graph: Graph, building: list, alias, literals, ident, split
                     continue  # read through a view
                 if not all(reads_own_element(graph, ident, c, b2.shape) for c, j in reads if j in made):
                     continue
+                if backward is not None and b1.primary < backward < b2.primary:
+                    shared = {j for _, j in reads if j in made}
+                    elsewhere = set().union(*(_stored_inputs(graph, building[u], literals) for u in users[k1] - {k2}))
+                    if shared <= elsewhere:
+                        continue  # the forward kernel would write one more value kept for the backward
                 nodes, outputs = b1.nodes | b2.nodes, b1.outputs + b2.outputs
                 merged = _Building(b1.kind, b1.primary, b1.shape, b1.anchor, nodes, outputs)
                 inputs = {_base(alias, j) for j in _stored_inputs(graph, merged, literals)}
@@ -465,27 +508,65 @@ def _reaches_via_other(deps: list[set[int]], k1: int, k2: int) -> bool:
     return False
 
 
-def _schedule(graph: Graph, building: list[_Building], alias, literals) -> list[int]:
-    """A topological order of the kernels, earliest primary node first among the ready."""
-
+def _schedule(graph: Graph, building: list[_Building], alias, literals, keep: set[int]) -> list[int]:
+    """A topological order of the kernels that keeps stored tensors alive briefly: among the
+    ready kernels, first those that free at least the bytes they write (the last reader of
+    an activation: a weight gradient), most freed first, then the earliest primary node.
+    `keep`: tensors stored to the end (fetches, updates), never freed."""
     deps = _producers(graph, building, alias, literals)
     waiting = [len(d) for d in deps]
     users: list[list[int]] = [[] for _ in building]
     for k, d in enumerate(deps):
         for p in d:
             users[p].append(k)
-    ready = [(building[k].primary, k) for k in range(len(building)) if not waiting[k]]
-    heapq.heapify(ready)
+    reads = [{_base(alias, j) for j in _stored_inputs(graph, b, literals)} for b in building]
+    made = {o for b in building for o in b.outputs} - keep
+    readers: dict[int, list[int]] = {}  # stored tensor (freed when read) -> its reading kernels
+    for k, r in enumerate(reads):
+        for j in r & made:
+            readers.setdefault(j, []).append(k)
+    left = {j: len(ks) for j, ks in readers.items()}  # kernels still to read it
+    size = {o: _elements(graph.nodes[o].shape) for b in building for o in b.outputs}
+
+    def rank(k: int) -> tuple[bool, int, int]:
+        grows = sum(size[o] for o in building[k].outputs) - sum(size[j] for j in reads[k] if left.get(j) == 1)
+        return grows > 0, min(grows, 0), building[k].primary
+
+    ranks: dict[int, tuple] = {}  # ready kernel -> its rank now (the heap may hold stale ones)
+    heap: list[tuple[tuple, int]] = []
+
+    def offer(k: int) -> None:
+        ranks[k] = rank(k)
+        heapq.heappush(heap, (ranks[k], k))
+
+    for k in range(len(building)):
+        if not waiting[k]:
+            offer(k)
     out: list[int] = []
-    while ready:
-        _, k = heapq.heappop(ready)
+    while heap:
+        r, k = heapq.heappop(heap)
+        if ranks.get(k) != r:
+            continue  # ranked again since, or done
+        del ranks[k]
         out.append(k)
+        for j in reads[k]:
+            if j in left:
+                left[j] -= 1
+                if left[j] == 1:  # its last reader now frees it
+                    for u in readers[j]:
+                        if u in ranks:
+                            offer(u)
         for u in users[k]:
             waiting[u] -= 1
             if not waiting[u]:
-                heapq.heappush(ready, (building[u].primary, u))
+                offer(u)
     assert len(out) == len(building), "kernel graph has a cycle"
     return out
+
+
+def _elements(shape: Shape) -> int:
+    """Elements of `shape`, a symbolic dim counted as 64 (the order needs only which is larger)."""
+    return math.prod(64 if isinstance(d, str) else d for d in shape)
 
 
 def kernel_name(graph: Graph, index: int, nodes: Sequence[int], anchor: int | None) -> str:

@@ -13,6 +13,14 @@ def grad_name(leaf: str) -> str:
     return f"grad${leaf}"
 
 
+def backward_start(g: Graph) -> int | None:
+    """The loss node of a gradient graph (one that names a `grad$` of a param), else None: autodiff
+    appends the backward after the forward, so a node past the loss is the backward's."""
+    if not g.losses or not any(grad_name(p) in g.names for p in g.params):
+        return None
+    return g.names[g.losses[0]]
+
+
 def resolve_loss(g: Graph, loss: str | None) -> str:
     """The loss to differentiate: `loss`, or the model's first `loss` statement."""
     if loss is None:

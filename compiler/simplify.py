@@ -19,6 +19,7 @@ from . import registry
 from .attention_rewrite import pack_attention
 from .dtypes import F32
 from .ir import Graph, Node, Shape, make_attrs
+from .remat import rematerialize
 from .rewriter import Rewriter, eliminate_dead_code, rewrite
 from .shapes import ShapeError, broadcast, symbols
 
@@ -260,11 +261,12 @@ PASSES: tuple[Callable[[Graph], Graph], ...] = (
 
 
 def simplify(g: Graph, max_rounds: int = 8) -> Graph:
-    """Run every pass until the graph stops changing."""
+    """Run every pass until the graph stops changing; then a gradient graph's backward gets
+    its own copies of cheap forward values (compiler/remat.py)."""
     for _ in range(max_rounds):
         before = g.nodes
         for p in PASSES:
             g = p(g)
         if g.nodes == before:
             break
-    return g
+    return rematerialize(g)  # after CSE, which would merge its copies back

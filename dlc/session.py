@@ -57,6 +57,17 @@ def _compiler(module: str):
     return require(f"dlc.compiler.{module}")
 
 
+def _as_returned(value) -> np.ndarray:
+    """An eval result as eval returns it: int32 kept, anything else float32."""
+    if type(value) is np.ndarray and value.dtype in _RETURNED:
+        return value
+    value = np.asarray(value)
+    return value if value.dtype == np.int32 else np.asarray(value, np.float32)
+
+
+_RETURNED = (np.dtype(np.float32), np.dtype(np.int32))
+
+
 def _seeds_style(method: Callable) -> Callable:
     """Session.train and Session.eval called the seeds' way (the first argument a dlc.Tensor,
     or a list of them for eval) go to `dlc.seeds`."""
@@ -328,10 +339,10 @@ class Session:
         >>> sess.eval("y", {"x": np.array([1.0, 2.0])})
         >>> sess.eval(["y", "cost"], dict(np.load("samples/data/quadratic.npz")))
         """
-        names = (fetch,) if isinstance(fetch, str) else tuple(fetch)
-        values = self._eval_plan(names)(feeds)
-        out = {n: v if np.asarray(v).dtype == np.int32 else np.asarray(v, np.float32) for n, v in zip(names, values)}
-        return out[fetch] if isinstance(fetch, str) else out
+        if isinstance(fetch, str):  # one name: no dict built (the serving loop's call)
+            return _as_returned(self._eval_plan((fetch,))(feeds)[0])
+        names = tuple(fetch)
+        return {n: _as_returned(v) for n, v in zip(names, self._eval_plan(names)(feeds))}
 
     def predict(self, feeds: Mapping[str, np.ndarray], fetches: str | Sequence[str] | None = None):
         """`eval` with the feeds first, for serving a batch after another: `fetches` (a name ->

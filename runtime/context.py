@@ -192,8 +192,10 @@ def _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT):
 
 def egl_device_count() -> int:
     """How many EGL devices this machine has (0 without EGL's device platform); makes no
-    context (data-parallel ranks pick theirs from it before any is made)."""
+    context (data-parallel ranks pick theirs from it before any is made, so the display
+    `start_egl_early` readied, maybe not the rank's, is let go)."""
     gl = _gl()
+    _end_early_display()
     if gl.EGL is None:
         return 0
     try:
@@ -205,6 +207,7 @@ def egl_device_count() -> int:
 
 def _create_egl(egl_device: int | None = None) -> GLContext:
     gl = _gl()
+    _wait_for_early_egl()
     if gl.PYOPENGL_PLATFORM not in ("", "egl"):
         raise _NoContext(
             f"PYOPENGL_PLATFORM={gl.PYOPENGL_PLATFORM} rules out EGL (unset it, or set it to egl)",
@@ -342,6 +345,75 @@ def _address(handle: Any) -> int:
     if not handle:
         return 0
     return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
+
+
+# ---------------------------------------------------------------- EGL's driver, loaded early
+
+_EGL_PLATFORM_DEVICE_EXT = 0x313F
+# "thread": the thread loading the driver; "display": (libEGL, the display it initialized)
+_early: dict[str, Any] = {}
+
+
+def start_egl_early() -> None:
+    """Load the EGL driver on a background thread while the calling thread imports PyOpenGL:
+    the device query and eglInitialize of the display the default context takes
+    (DLC_EGL_DEVICE's, else device 0's) cost ~25 ms on Mesa and 20-250 ms on NVIDIA's driver
+    (the first process after boot the most), the import 0.1-0.3 s. runtime/gl.py calls this
+    just before that import; `_create_egl` waits for the thread, and its own eglInitialize of
+    the same display then returns at once. Raw ctypes (PyOpenGL is not imported yet); a
+    failure is silent: the context's creation reports what is wrong."""
+    wanted = os.environ.get("DLC_EGL_DEVICE", "").strip()
+    if _early or not sys.platform.startswith("linux") or (wanted and not wanted.isdigit()):
+        return
+    # not a daemon: the interpreter's exit waits for it rather than cutting a driver call short
+    thread = threading.Thread(target=_load_egl, args=(int(wanted or 0),), name="dlc-egl-start")
+    _early["thread"] = thread
+    thread.start()
+
+
+def _load_egl(index: int) -> None:
+    try:
+        egl = ctypes.CDLL("libEGL.so.1")  # a handle of our own: PyOpenGL's keeps its own signatures
+        proc = egl.eglGetProcAddress
+        proc.restype, proc.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+        query_at, display_at = proc(b"eglQueryDevicesEXT"), proc(b"eglGetPlatformDisplayEXT")
+        if not (query_at and display_at):
+            return
+        count_p = ctypes.POINTER(ctypes.c_int)
+        query = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int, ctypes.c_void_p, count_p)(query_at)
+        get_display = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p)(display_at)
+        count = ctypes.c_int(0)
+        if not query(0, None, ctypes.byref(count)) or index >= count.value:
+            return
+        devices = (ctypes.c_void_p * count.value)()
+        if not query(count.value, devices, ctypes.byref(count)) or index >= count.value:
+            return
+        display = get_display(_EGL_PLATFORM_DEVICE_EXT, devices[index], None)
+        initialize = egl.eglInitialize
+        initialize.restype, initialize.argtypes = ctypes.c_uint, [ctypes.c_void_p] * 3
+        if display and initialize(display, None, None):
+            _early["display"] = (egl, display)
+    except Exception:
+        pass  # no libEGL, no device platform: creating the context says so
+
+
+def _wait_for_early_egl() -> None:
+    thread = _early.get("thread")
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+
+
+def _end_early_display() -> None:
+    """Terminate the display `start_egl_early` initialized if no context of ours uses it."""
+    _wait_for_early_egl()
+    found = _early.pop("display", None)
+    if found is not None and found[1] not in _display_users:
+        egl, display = found
+        try:
+            egl.eglTerminate.argtypes = [ctypes.c_void_p]
+            egl.eglTerminate(display)
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------- glfw hidden window

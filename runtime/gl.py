@@ -20,6 +20,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from dlc.runtime.context import start_egl_early
 from dlc.runtime.optional import require
 
 DEBUG = os.environ.get("DLC_DEBUG", "") == "1"
@@ -49,6 +50,8 @@ def _find_egl() -> bool:
 
 
 PYOPENGL_PLATFORM = _choose_platform()
+if PYOPENGL_PLATFORM == "egl" and os.environ.get("DLC_GL", "").strip().lower() in ("", "egl"):
+    start_egl_early()  # the driver loads while PyOpenGL imports (runtime/context.py)
 
 import OpenGL  # noqa: E402
 

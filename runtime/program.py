@@ -219,14 +219,23 @@ def get_programs(kernels: Sequence[tuple[str, str]], device: Device | None = Non
     return [found[source] for source, _ in kernels]
 
 
+# The extension a driver offers for background compiles, and its entry point: KHR (Mesa) or
+# ARB (NVIDIA's drivers long offered only the ARB one).
+_PARALLEL_COMPILE = (("KHR", "glMaxShaderCompilerThreadsKHR"), ("ARB", "glMaxShaderCompilerThreadsARB"))
+
+
 def _parallel_compiles(device: Device) -> None:
-    """Ask the driver for all its compiler threads (GL_KHR_parallel_shader_compile), once."""
+    """Ask the driver for all its compiler threads (GL_KHR_parallel_shader_compile, or the
+    ARB one where only that is offered), once."""
     if device.parallel_compiles is None:
         device.parallel_compiles = False
-        if "GL_KHR_parallel_shader_compile" in device.context.extensions:
+        for vendor, entry in _PARALLEL_COMPILE:
+            if f"GL_{vendor}_parallel_shader_compile" not in device.context.extensions:
+                continue
             try:
-                require("OpenGL.GL.KHR.parallel_shader_compile").glMaxShaderCompilerThreadsKHR(0xFFFFFFFF)
+                getattr(require(f"OpenGL.GL.{vendor}.parallel_shader_compile"), entry)(0xFFFFFFFF)
                 device.parallel_compiles = True
+                return
             except Exception:  # an entry point the driver does not have after all
                 while GL.glGetError() != GL.GL_NO_ERROR:
                     pass

@@ -81,23 +81,30 @@ class Readback:
         self._sync = _SyncCalls.of(device)
         self._copy = device.fast.copy_buffer
 
-    def read(self, sources: Sequence[tuple[int, int]]) -> list[np.ndarray]:
-        """Copies of `count` floats from the start of each (buffer handle, count), in one wait."""
+    def read(self, sources: Sequence[tuple[int, int]], shapes: Sequence[tuple] | None = None) -> list[np.ndarray]:
+        """Copies of `count` floats from the start of each (buffer handle, count), in one wait;
+        each given its shape in `shapes` where given."""
+        self.buffer.device.activate()
+        return self.read_current(sources, shapes)
+
+    def read_current(self, sources: Sequence[tuple[int, int]], shapes: Sequence[tuple] | None = None) -> list:
+        """`read` where the caller has made the buffer's device current (an executor's run)."""
         if not self.buffer.handle:
             raise RuntimeFailure("internal dlc error: reading through a deleted readback buffer")
-        copy, target, at = self._copy, self.buffer.handle, 0
-        if sum(count for _, count in sources) > self.floats:
-            raise RuntimeFailure(f"internal dlc error: more floats read than a readback of {self.floats} holds")
-        self.buffer.device.activate()
+        copy, target, at, floats = self._copy, self.buffer.handle, 0, self.floats
         for handle, count in sources:
+            end = at + count
+            if end > floats:
+                raise RuntimeFailure(f"internal dlc error: more floats read than a readback of {floats} holds")
             if count:
                 copy(handle, target, 0, 4 * at, 4 * count)
-            at += count
+            at = end
         self.wait()
         out, at = [], 0
         view = self._view
-        for _, count in sources:
-            out.append(view[at : at + count].copy())
+        for i, (_, count) in enumerate(sources):
+            value = view[at : at + count].copy()
+            out.append(value if shapes is None else value.reshape(shapes[i]))
             at += count
         return out
 

@@ -24,6 +24,7 @@ from .errors import RuntimeFailure
 from .gl import GL
 
 _USAGE = GL.GL_DYNAMIC_COPY  # written and read by the GPU, sometimes by us
+_STORED = (np.dtype(np.float32), np.dtype(np.int32))  # uploaded as they are (int32 by its bits)
 # A mapped buffer's storage: read by the host through a mapping kept for the buffer's life,
 # coherent (a fence's end makes the GPU's writes visible), in host memory.
 _MAPPED = 0x0001 | 0x0040 | 0x0080  # MAP_READ | MAP_PERSISTENT | MAP_COHERENT
@@ -118,7 +119,10 @@ class Buffer:
 
     def upload(self, array: np.ndarray, offset_bytes: int = 0) -> None:
         """Write `array` (converted to contiguous float32; int32 by its bits) at `offset_bytes`."""
-        data = storage_floats(array)
+        if type(array) is np.ndarray and array.dtype in _STORED and array.flags.c_contiguous:
+            data = array  # as GL stores it already (an eval's feeds, call after call)
+        else:
+            data = storage_floats(array)
         self._check_range(offset_bytes, data.nbytes, "upload")
         if data.nbytes == 0:
             return

@@ -45,6 +45,76 @@ def test_import_dlc_loads_nothing_heavy():
     assert json.loads(done.stdout) == []
 
 
+def test_import_dlc_leaves_the_compiler_and_the_gl_runtime_alone():
+    """Beyond the packages: `import dlc` (and its version and errors) imports only the
+    package, the errors and the version; no thread (the early EGL start belongs to the GL
+    runtime's import)."""
+    code = textwrap.dedent("""
+        import sys, json, threading
+        import dlc
+        dlc.__version__, dlc.DlcError
+        mods = sorted(m for m in sys.modules if m == "dlc" or m.startswith("dlc."))
+        print(json.dumps({"mods": mods, "threads": threading.active_count(), "numpy": "numpy" in sys.modules}))
+    """)
+    done = _run(code, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["threads"] == 1 and not got["numpy"]
+    assert not [m for m in got["mods"] if m.startswith(("dlc.compiler.", "dlc.backends", "dlc.session"))]
+    assert {"dlc.runtime.context", "dlc.runtime.device", "dlc.runtime.gl"}.isdisjoint(got["mods"])
+
+
+EARLY_EGL = textwrap.dedent("""
+    import json
+    from dlc.runtime import context
+    from dlc.runtime.device import default_device
+    ctx = default_device().context
+    early = context._early.get("display")
+    print(json.dumps({"thread": "thread" in context._early, "platform": ctx.platform,
+                      "same": early is not None and context._address(ctx._handles.get("display")) == early[1]}))
+""")
+
+
+@pytest.mark.gl
+def test_the_egl_driver_loads_while_pyopengl_imports_and_the_context_takes_that_display(tmp_path):
+    done = _run(EARLY_EGL, cwd=tmp_path)
+    if done.returncode != 0 and "no OpenGL context" in done.stderr:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    if got["platform"] != "egl":
+        pytest.skip("no EGL context here")
+    assert got["thread"] and got["same"]
+
+
+def test_no_early_egl_where_the_context_is_not_egl(tmp_path):
+    code = "import json; from dlc.runtime import context, gl; print(json.dumps('thread' in context._early))"
+    for env in ({"DLC_GL": "glfw"}, {"PYOPENGL_PLATFORM": "glx"}):
+        done = _run(code, env={**os.environ, **env}, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) is False, env
+
+
+@pytest.mark.gl
+def test_counting_devices_lets_the_early_display_go(tmp_path):
+    """Data-parallel ranks count the devices before choosing theirs: the display readied
+    for device 0 is terminated, and a context made after still works."""
+    code = textwrap.dedent("""
+        import json
+        from dlc.runtime import context
+        n = context.egl_device_count()
+        left = "display" in context._early
+        from dlc.runtime.device import default_device
+        print(json.dumps({"n": n, "left": left, "renderer": bool(default_device().context.renderer)}))
+    """)
+    done = _run(code, cwd=tmp_path)
+    if done.returncode != 0 and "no OpenGL context" in done.stderr:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got == {"n": got["n"], "left": False, "renderer": True}
+
+
 def test_dlc_names_resolve_on_first_use():
     code = "import sys, dlc; dlc.Adam; print('dlc.runtime.optimizers' in sys.modules, 'OpenGL' in sys.modules)"
     done = _run(code, cwd=ROOT)
@@ -224,3 +294,25 @@ def test_a_warm_generation_skips_every_compiler_stage(tmp_path):
     assert {"lark", "dlc.compiler.registry", "dlc.compiler.codegen"} <= set(cold["imported"])
     assert warm["imported"] == [] and warm["links"].get("compiled", 0) == 0
     assert warm["ids"] == cold["ids"] and len(warm["ids"]) == 20
+
+
+@pytest.mark.parametrize("offered", [{"GL_KHR_parallel_shader_compile"}, {"GL_ARB_parallel_shader_compile"}, set()])
+def test_a_cold_start_asks_for_every_compiler_thread_the_driver_offers(monkeypatch, offered):
+    """Background compiles through the KHR extension, or the ARB one where only that is
+    offered (NVIDIA's drivers), asked for once; nothing where neither is offered."""
+    from types import SimpleNamespace
+
+    from dlc.runtime import program
+
+    calls = []
+
+    def extension(name):
+        vendor = name.split(".")[2]
+        return SimpleNamespace(**{f"glMaxShaderCompilerThreads{vendor}": lambda n: calls.append((vendor, n))})
+
+    monkeypatch.setattr(program, "require", extension)
+    device = SimpleNamespace(parallel_compiles=None, context=SimpleNamespace(extensions=frozenset(offered)))
+    program._parallel_compiles(device)
+    program._parallel_compiles(device)
+    want = [(next(iter(offered)).split("_")[1], 0xFFFFFFFF)] if offered else []
+    assert calls == want and device.parallel_compiles is bool(offered)

@@ -67,16 +67,19 @@ def _dropout(ctx: Context, em: Emitter, node) -> Callable[[str], str] | None:
     return lambda index: f"dlc_random_uniform(drop_seed, drop_step, {key}, {index}) >= {keep} ? {scale} : 0.0"
 
 
-def tile_rows(d: int, streamed: int) -> int:
+def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS) -> int:
     """Rows of a streamed tile (a power of two): `streamed` row tensors of width d within
-    TILE_FLOATS floats (the k and v gradients' few row statistics fit beside them)."""
+    `tile_floats` floats (the k and v gradients' few row statistics fit beside them)."""
     rows = 1
-    while rows * 2 <= min(ROWS, TILE_FLOATS // (streamed * d)):
+    while rows * 2 <= min(ROWS, tile_floats // (streamed * d)):
         rows *= 2
     return rows
 
 
-def render(ctx: Context) -> KernelSource:
+def render(ctx: Context, unroll: bool = False, tile_floats: int | None = None) -> KernelSource:
+    """`unroll`: the loops over a tile's rows and a row's words written out, so every array
+    index is a constant (drivers then keep the rows in registers); `tile_floats`: the
+    streamed tiles' size (TILE_FLOATS)."""
     node, lead, t_dim, d = _geometry(ctx)
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
@@ -89,7 +92,7 @@ def render(ctx: Context) -> KernelSource:
         op = "attention"
     width = d + 1 if packed else d  # of an output row
     streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
-    cols = tile_rows(d, len(streamed))
+    cols = tile_rows(d, len(streamed), tile_floats or TILE_FLOATS)
     # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
     lanes = 4 if d % 4 == 0 else 1
     words, ty = d // lanes, "vec4" if lanes == 4 else "float"
@@ -112,11 +115,19 @@ def render(ctx: Context) -> KernelSource:
     em.line("int row = bh * T + min(own, T - 1);  // a row past T loads the last one, stores nothing")
     em.line("int own_clamped = min(own, T - 1);")
 
+    def each_word(line) -> None:
+        """`line(w)` for every word w of a row: a loop, or written out with constant w."""
+        if not unroll:
+            em.open(f"for (int w = 0; w < {words}; w++)")
+            em.line(line("w"))
+            em.close()
+            return
+        for w in range(words):
+            em.line(line(str(w)))
+
     def own_row(name: str, tensor: int) -> None:
         em.line(f"{ty} {name}[{words}];")
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(f"{name}[w] = {word(tensor, 'row', 'w')};")
-        em.close()
+        each_word(lambda w: f"{name}[{w}] = {word(tensor, 'row', w)};")
 
     if by_key:
         own_row("kr", k)
@@ -131,9 +142,7 @@ def render(ctx: Context) -> KernelSource:
     weight = _dropout(ctx, em, node)
     if op != "attention_lse":
         em.line(f"{ty} acc[{words}];")
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(f"acc[w] = {zero};")
-        em.close()
+        each_word(lambda w: f"acc[{w}] = {zero};")
     if op in ("attention", "attention_lse"):
         em.line("float m = -DLC_INF, l = 0.0;")
 
@@ -168,48 +177,31 @@ def render(ctx: Context) -> KernelSource:
     else:
         em.line("int jlo = 0, jhi = min(jn, own_clamped + 1 - j0);")
 
-    def tile_loop() -> None:
-        # constant bounds, so that drivers unroll it and keep s[] and the rows in registers
-        em.open(f"for (int jj = 0; jj < {cols}; jj++)")
-        em.line("if (jj < jlo || jj >= jhi) continue;  // masked, or past the tile's last row")
+    def tile_loop(body) -> None:
+        """`body()` for each row jj of the tile this row sees (jlo <= jj < jhi)."""
+        if not unroll:
+            # constant bounds, so that drivers may unroll it and keep s[] and the rows in registers
+            em.open(f"for (int jj = 0; jj < {cols}; jj++)")
+            em.line("if (jj < jlo || jj >= jhi) continue;  // masked, or past the tile's last row")
+            body()
+            em.close()
+            return
+        for j in range(cols):
+            em.open(f"if ({j} >= jlo && {j} < jhi)")
+            em.line(f"const int jj = {j};")
+            body()
+            em.close()
 
     def dot(a: str, tile: str, var: str) -> None:
         em.line(f"float {var} = 0.0;")
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(f"{var} += dot({a}[w], {tile}[jj * {words} + w]);")
-        em.close()
+        each_word(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
 
     def accumulate(weight: str, tile: str) -> None:
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(f"acc[w] += {weight} * {tile}[jj * {words} + w];")
-        em.close()
+        each_word(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
 
     mine = "kr" if by_key else "qr"
-    if op in ("attention", "attention_lse"):
-        em.line(f"float s[{cols}];")
-        em.line("float mt = m;")
-        tile_loop()
-        dot(mine, "tile0", "sdot")
-        em.line(f"s[jj] = sdot * {scale};")
-        em.line("mt = max(mt, s[jj]);")
-        em.close()
-        em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
-        em.line("l *= corr;")
-        if op == "attention":
-            em.open(f"for (int w = 0; w < {words}; w++)")
-            em.line("acc[w] *= corr;")
-            em.close()
-        tile_loop()
-        em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
-        em.line("l += p;")
-        if op == "attention":
-            if weight is not None:  # this query row's probability of key j0 + jj
-                em.line(f"p *= {weight('(bh * T + own_clamped) * T + j0 + jj')};")
-            accumulate("p", "tile1")
-        em.close()
-        em.line("m = mt;")
-    else:
-        tile_loop()
+
+    def grad_terms() -> None:
         dot(mine, "tile0", "sdot")
         em.line(f"float sj = sdot * {scale};")
         row_lse = "tile_lse[jj]" if by_key else "row_lse"
@@ -225,7 +217,34 @@ def render(ctx: Context) -> KernelSource:
                 em.line("dp *= drop_w;")
             em.line(f"float ds = p * (dp - {'tile_delta[jj]' if by_key else 'row_delta'});")
             accumulate("ds", "tile0")
-        em.close()
+
+    if op in ("attention", "attention_lse"):
+        em.line(f"float s[{cols}];")
+        em.line("float mt = m;")
+
+        def scores() -> None:
+            dot(mine, "tile0", "sdot")
+            em.line(f"s[jj] = sdot * {scale};")
+            em.line("mt = max(mt, s[jj]);")
+
+        tile_loop(scores)
+        em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
+        em.line("l *= corr;")
+        if op == "attention":
+            each_word(lambda w: f"acc[{w}] *= corr;")
+
+        def weights() -> None:
+            em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
+            em.line("l += p;")
+            if op == "attention":
+                if weight is not None:  # this query row's probability of key j0 + jj
+                    em.line(f"p *= {weight('(bh * T + own_clamped) * T + j0 + jj')};")
+                accumulate("p", "tile1")
+
+        tile_loop(weights)
+        em.line("m = mt;")
+    else:
+        tile_loop(grad_terms)
     em.close()  # the tile loop
 
     em.line("if (own >= T) return;  // after the last barrier")
@@ -338,7 +357,7 @@ def texture_body(ctx: Context, em: Emitter) -> str:
 
 def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     """The compute target's lowering of attention kernels."""
-    return render(ctx)
+    return render(ctx, bool(options.attention_unroll), options.attention_tile)
 
 
 registry.register_lowering("attention", KEY, lower)

@@ -28,6 +28,8 @@ class CodegenOptions:
     conv: str | None = None  # conv2d: "gemm" or "direct"; None: chosen by shape
     conv_blocking: tuple | Mapping | None = None  # conv as implicit GEMM: its blocking, or a variant
     conv_split: int | None = None  # conv filter gradient: split-K chunk
+    attention_unroll: bool = False  # attention kernels: tile rows and row words written out
+    attention_tile: int | None = None  # attention kernels: floats of the streamed tiles (TILE_FLOATS)
 
     def with_(self, **changes: Any) -> CodegenOptions:
         """A copy with `changes` (e.g. `options.with_(nan_flags=True)`)."""

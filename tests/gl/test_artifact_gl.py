@@ -236,7 +236,8 @@ def test_a_fetch_needs_only_the_dims_of_its_inputs(gl, tmp_path):
 def test_an_absurd_buffer_size_is_a_dlc_error(gl, tmp_path):
     """A slot sized within the schema's bounds but beyond the GPU's memory: a dlc error naming
     the program (or, on a GPU with room for it, a run like any other), never PyOpenGL's."""
-    model = dlc.compile("input x: [B]\nparam w: [1] = 0.5\nloss cost = mean(square(x * w))\n")
+    # the row sums are a [B] temporary (x * w would be recomputed where read, never stored)
+    model = dlc.compile("input x: [B, 2]\nparam w: [1] = 0.5\nloss cost = mean(square(sum(x, axis=1) * w))\n")
     out = write_artifact(model, tmp_path / "q.dlc", train_loss="cost", target=TARGET)
     m = json.loads((out / "manifest.json").read_text())
     temps = [s for s in m["programs"]["train"]["slots"] if s["kind"] == "temp" and len(s["sizes"][0]) > 1]
@@ -244,7 +245,7 @@ def test_an_absurd_buffer_size_is_a_dlc_error(gl, tmp_path):
     (out / "manifest.json").write_text(json.dumps(m))
     runner = dlc.load(out)
     try:
-        runner.train({"x": np.ones(64, np.float32)}, batch_size=64, steps=1)
+        runner.train({"x": np.ones((64, 2), np.float32)}, batch_size=64, steps=1)
     except dlc.DlcError as e:
         if TARGET == "texture":  # refused before allocating: no texture holds it
             assert "texture holds (this context's MAX_TEXTURE_SIZE is" in str(e)

@@ -63,10 +63,10 @@ def feeds(t: int, d: int, step: float) -> dict:
     return out | {"$seed": np.array(4321.0, np.float32), "$step": np.array(step, np.float32)}
 
 
-def backend_with(target: str, f: dict):
+def backend_with(target: str, f: dict, options: dict | None = None):
     from dlc.backends.gl import GLBackend
 
-    backend = GLBackend(target=target)
+    backend = GLBackend(options, target=target)
     for name in ("$seed", "$step"):  # the states the draw reads
         backend.set_leaf(name, f[name])
     return backend
@@ -97,6 +97,26 @@ def test_training_step_matches_the_reference(gl, target, t, d, causal):
         want = evaluate(g, roots, f, dims)
         for name, a, r in zip(["y", "dq", "dk", "dv"], got, roots):
             close(a, want[r], f"{name} at step {step}")
+
+
+@pytest.mark.parametrize("t, d, causal, tile", [(70, 8, True, 256), (37, 5, False, 64), (21, 16, True, 256)])
+def test_unrolled_kernels_match_the_reference(gl, t, d, causal, tile):
+    """The codegen options attention_unroll (tile rows and row words written out) and
+    attention_tile (the streamed tiles' floats) give the same forward and gradients."""
+    g, grads = differentiate(training_form(model(d, causal).graph), "l", ["q", "k", "v"])
+    g = simplify(g)
+    roots = [g.names["y"], *(g.names[f"grad${n}"] for n in "qkv")]
+    dims = {"B": 2, "T": t}
+    f = feeds(t, d, 5.0)
+    options = {"attention_unroll": True, "attention_tile": tile}
+    backend = backend_with("compute", f, options)
+    got = backend.run(g, roots, {n: f[n] for n in "qkvr"}, dims)
+    want = evaluate(g, roots, f, dims)
+    for name, a, r in zip(["y", "dq", "dk", "dv"], got, roots):
+        close(a, want[r], name)
+    (_, compiled, _), *_ = backend._programs.values()
+    attention = [k.source for k in compiled.kernels if "attention" in k.name]
+    assert attention and all("const int jj = 0;" in src for src in attention)
 
 
 @pytest.mark.parametrize("target", ["compute", "texture"])
