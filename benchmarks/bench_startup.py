@@ -16,6 +16,8 @@ Rows:
                     thread's CPU time (the host's own work, without the driver's threads)
   generate, host    the same with the launch loop's GL entry points no-ops (bench_launch's
                     stub): the Python per token, which llvmpipe's compute hides
+  (--no-cache: the generate rows recompute the whole context each token, as before the KV
+  cache; --tokens N: N tokens instead of 2 x block)
 
     python benchmarks/bench_startup.py [--rows import,first-step,bytecode,generate] [--gpt tiny|full]
 """
@@ -127,29 +129,31 @@ def gpt_source(size: str) -> tuple[str, int]:
     return text, block
 
 
-def generate_rows(size: str, reps: int) -> list[dict]:
+def generate_rows(size: str, reps: int, cache: bool = True, tokens: int | None = None) -> list[dict]:
     from bench_launch import _stubbed_entry_points
 
     import dlc
 
     text, block = gpt_source(size)
     model = dlc.compile(text)
-    tokens = 2 * block
+    tokens = tokens or 2 * block
     rows = []
     for label, stub in (("", False), (", GL entry points stubbed (host only)", True)):
         walls, cpus = [], []
         with _stubbed_entry_points() if stub else contextlib.nullcontext():
             for _ in range(reps):
                 sess = dlc.Session(model, backend="gl", seed=0)
-                sess.generate([1], 1, block=block)  # compiles and links: not timed
+                sess.generate([1], 1, block=block, cache=cache)  # compiles and links: not timed
+                if tokens > block:  # and the prefill of a whole window
+                    sess.generate([1] * block, 1, block=block, cache=cache)
                 t, c = time.perf_counter(), time.thread_time()
-                sess.generate([1], tokens, block=block, temperature=0.8, top_k=10, seed=1)
+                sess.generate([1], tokens, block=block, temperature=0.8, top_k=10, seed=1, cache=cache)
                 walls.append((time.perf_counter() - t) / tokens)
                 cpus.append((time.thread_time() - c) / tokens)
                 sess.close()
         rows.append(
             {
-                "row": f"generate, {size} char GPT (block {block}), per token{label}",
+                "row": f"generate, {size} char GPT (block {block}{'' if cache else ', no KV cache'}), per token{label}",
                 "ms": 1e3 * float(np.median(walls)),
                 "note": f"thread CPU {1e3 * float(np.median(cpus)):.3f} ms; {tokens} tokens from a 1-token prompt",
             }
@@ -167,6 +171,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64, help="the first step's MLP batch (64)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds of the cold/warm first-step processes (1)")
     ap.add_argument("--gpt", choices=sorted(GPTS), default="tiny", help="the char GPT's size for the generate rows")
+    ap.add_argument("--no-cache", action="store_true", help="generate rows: recompute the context each token")
+    ap.add_argument("--tokens", type=int, help="generate rows: tokens a generation (default: 2 x block)")
     ap.add_argument("--json", action="store_true", help="one JSON object per row")
     args = ap.parse_args(argv)
     names = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -181,7 +187,7 @@ def main(argv=None) -> int:
         elif name == "bytecode":
             got = bytecode_rows(args.batch)
         else:
-            got = generate_rows(args.gpt, args.reps)
+            got = generate_rows(args.gpt, args.reps, not args.no_cache, args.tokens)
         for row in got:
             cells = (row["row"], row.get("impl", "dlc GL"), f"{row['ms']:.4g}", row["note"])
             print(json.dumps(row) if args.json else f"| {' | '.join(cells)} |", flush=True)

@@ -33,7 +33,7 @@ from dlc.runtime.optional import require
 from dlc.runtime.spec import ProgramSpec
 from dlc.runtime.version import __version__
 
-from . import modes
+from . import decode, modes
 from .ir import Graph, Node
 
 FORMAT = 1  # of the payloads below; binary_cache's header keeps it
@@ -404,3 +404,67 @@ def _plain(v: Any) -> Any:
     if dataclasses.is_dataclass(v) and not isinstance(v, type) and v.__dataclass_params__.frozen:
         return f"{type(v).__module__}.{v!r}"
     return v
+
+
+def decode_form(graph, block: int):
+    """`compiler.decode.decode_graph(graph, block)` as (the Decoder, "") or (None, why the
+    model has none), read from the cache when this graph made it before, so that a warm
+    generation asks no op registry."""
+    key = None
+    if enabled():
+        try:
+            graph_text = json.dumps(_graph_json(graph), separators=(",", ":"), allow_nan=False)
+            key = _key("decode", graph_text, str(int(block)))
+        except (_Unstable, TypeError, ValueError):
+            key = None
+    if key is not None:
+        data = _load_json("train", key)
+        if data is not None:
+            try:
+                return _decoder_of(data, block)
+            except Exception:  # untrusted: whatever does not read back is a miss
+                binary_cache.forget(key, "train")
+    try:  # (the registry on a miss only: decode loads it on first use)
+        out = decode.decode_graph(graph, block)
+        entry = {
+            "step": [_entry(out.step.graph), out.step.logits],
+            "window": [_entry(out.window.graph), out.window.logits],
+            "constants": _entry(out.constants),
+            "caches": [[name, [_encode(d) for d in shape]] for name, shape in out.caches],
+            "hoisted": [[name, [_encode(d) for d in shape]] for name, shape in out.hoisted],
+        }
+        found = (out, "")
+    except decode.NotIncremental as e:
+        entry, found = {"refused": str(e)}, (None, str(e))
+    if key is not None:
+        try:
+            _store_json("train", key, entry)
+        except (_Unstable, TypeError, ValueError):
+            pass
+    return found
+
+
+def _decoder_of(data: dict, block: int):
+    """(Decoder, "") or (None, why) from a decode entry (`decode_form`), checked."""
+    if "refused" in data:
+        if type(data["refused"]) is not str:
+            raise ValueError("a malformed reason")
+        return None, data["refused"]
+    steps = []
+    for field in ("step", "window"):
+        entry, logits = data[field]
+        graph = _graph_of(entry)
+        if type(logits) is not int or not 0 <= logits < len(graph.nodes):
+            raise ValueError("a malformed step")
+        steps.append(decode.Step(graph, logits))
+    leaves = []
+    for field in ("caches", "hoisted"):
+        pairs = []
+        for name, shape in data[field]:
+            dims = tuple(_decode(d) for d in shape)
+            if type(name) is not str or not all(type(d) is str or (type(d) is int and d > 0) for d in dims):
+                raise ValueError("a malformed leaf")
+            pairs.append((name, dims))
+        leaves.append(tuple(pairs))
+    constants = _graph_of(data["constants"])
+    return decode.Decoder(*steps, constants, *leaves, block), ""

@@ -9,15 +9,24 @@ probabilities (float64, in id order) passes u, a uniform number made from (seed,
 weights and prompt give the same text in Python and in the browser. The model names its output `logits`
 ([B, T, V]) and declares `input tokens: i32[B, T]` with T symbolic, so any context length up
 to the block runs one compiled program.
+
+With a key/value cache (`KVCache`, when compiler/decode.py finds the model's logits
+position-wise along T but for causal attention), a step feeds only the ids the cache does
+not hold yet: the prompt in one call (a prefill), then one id a step, reading back only the
+last position's logits. Once the context is the whole block, nanoGPT crops it to the last
+`block` ids and recomputes: the positions shift, so every step past the block is a prefill
+of the whole window, as with no cache, and the text is the same either way.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from .runtime.errors import DataError
+from .runtime.optional import require
 from .text import TOKENS
 
 LOGITS = "logits"
@@ -92,16 +101,86 @@ def logits_of(session, longest: int) -> Callable[[np.ndarray], np.ndarray]:
     return run
 
 
+class KVCache:
+    """A session's decode steps (compiler/decode.py) with their caches as backend leaves:
+    `cache(ids [1, n], pos) -> logits [V]` of the last of n new ids at positions [pos, pos + n),
+    the caches holding positions [0, pos) (written by earlier calls) and then [0, pos + n); a
+    whole window (n = block) runs the window step, which needs no cache (the next step
+    slides the window: a whole window again). `KVCache.of(session, block)` is the session's
+    (built once), or None with the reason."""
+
+    def __init__(self, session, decoder):
+        self.decoder = decoder
+        self.backend = session.backend
+        self.block = decoder.block
+        self._pos = np.zeros(1, dtype=np.int32)
+        self._tokens, pos = decoder.step.graph.inputs  # the new ids, the first one's position
+        self._feeds: dict[str, np.ndarray] = {self._tokens: self._pos, pos: self._pos}
+        batch, self._length = decoder.step.graph.node(self._tokens).shape
+        self._dims = {self._length: 1, **({batch: 1} if isinstance(batch, str) else {})}
+        self._sized = session.backend.name != "gl"
+
+    @staticmethod
+    def of(session, block: int) -> tuple[KVCache | None, str]:
+        """The session's cache for `block` (None and why when its model has none)."""
+        if session._artifact is not None:
+            return None, "a compiled artifact keeps no model graph to derive a decode step from"
+        found = _caches.setdefault(session, {})
+        graph = session._eval_program()
+        key = (id(graph), block)
+        if key not in found:  # the decode steps from dlc's cache on disk when it holds them
+            decoder, why = require("dlc.compiler.compile_cache").decode_form(graph, block)
+            found[key] = (None if decoder is None else KVCache(session, decoder), why)
+        return found[key]
+
+    def start(self, prompt: int, longest: int) -> None:
+        """Empty caches and the weights read transposed, from the params as they are now. On
+        the GPU, for a generation from `prompt` ids whose context grows to `longest`, a first
+        run of each step at the most new ids it will take sizes every buffer, so that no later
+        step allocates."""
+        d = self.decoder
+        for name, shape in (*d.caches, *d.hoisted):
+            self.backend.set_leaf(name, np.zeros([1 if isinstance(x, str) else x for x in shape], np.float32))
+        if d.hoisted:
+            self.backend.step(d.constants, [], {}, {})
+        if not self._sized:
+            self._sized = True
+            prefill = min(prompt, self.block)
+            for n in {prefill if prefill < self.block else 1, longest if longest == self.block else 1}:
+                self(np.zeros((1, n), dtype=np.int32), 0)
+
+    def __call__(self, ids: np.ndarray, pos: int) -> np.ndarray:
+        self._pos[0] = pos
+        self._feeds[self._tokens] = ids
+        self._dims[self._length] = n = ids.shape[1]
+        if n == self.block:
+            window = self.decoder.window
+            return self.backend.run(window.graph, (window.logits,), self._feeds, self._dims)[0][0]
+        step = self.decoder.step
+        return self.backend.step(step.graph, (step.logits,), self._feeds, self._dims)[0][0]
+
+    def close(self) -> None:
+        """Free the caches' and the transposed weights' storage (the compiled steps stay for
+        the next generation)."""
+        for name, _ in (*self.decoder.caches, *self.decoder.hoisted):
+            self.backend.drop_leaf(name)
+
+
+_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # session -> {key: (KVCache, why not)}
+
+
 def generate(
-    run: Callable[[np.ndarray], np.ndarray],
+    run: Callable[[np.ndarray], np.ndarray] | None,
     prompt: Sequence[int],
     tokens: int,
     block: int,
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int = 0,
+    cache: KVCache | None = None,
 ) -> Iterator[int]:
-    """Yield `tokens` new ids after `prompt`; `run(ids [1, t]) -> logits [1, t, V]`."""
+    """Yield `tokens` new ids after `prompt`; `run(ids [1, t]) -> logits [1, t, V]`, or with
+    a `cache` (started), `cache(new ids [1, n], pos) -> logits [V]` of the last one."""
     if tokens < 0 or block < 1:
         raise ValueError(f"tokens must be >= 0 and block >= 1, not {tokens} and {block}")
     if not temperature >= 0 or (top_k is not None and top_k < 1):
@@ -115,12 +194,18 @@ def generate(
     window = np.zeros((1, block), dtype=np.int32)
     t = len(prompt)
     window[0, :t] = prompt
+    cached = 0  # the window's first ids whose keys and values the cache holds
     for step in range(tokens):
-        logits = run(window[:, :t])
-        nxt = sample(logits[0, -1], temperature, top_k, uniform(seed, step))
+        if cache is None:
+            logits = run(window[:, :t])[0, -1]
+        else:
+            logits = cache(window[:, cached:t], cached)
+            cached = t
+        nxt = sample(logits, temperature, top_k, uniform(seed, step))
         if t == block:
             window[0, :-1] = window[0, 1:]  # overlapping: NumPy copies as memmove does
             window[0, -1] = nxt
+            cached = 0  # every position moved: the next step is a prefill of the window
         else:
             window[0, t] = nxt
             t += 1

@@ -32,7 +32,7 @@ from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import Callback, EpochRunner, LambdaCallback
 from .data import Data, example_inputs
 from .eval_plan import EvalPlan, outputs_for
-from .generate import check_model, generate, logits_of
+from .generate import KVCache, check_model, generate, logits_of
 from .metrics import metric_tensors
 from .runtime.errors import DlcError, TrainingDiverged, did_you_mean
 from .runtime.feeds import prepare
@@ -766,12 +766,16 @@ class Session:
         top_k: int | None = None,
         seed: int = 0,
         on_token: Callable[[Any], None] | None = None,
+        cache: bool = True,
     ):
         """Continue `prompt` by `tokens` tokens sampled from the model's `logits` (nanoGPT's
         generate; see dlc/generate.py). `prompt` is text (with `vocab`, a `dlc.text.Vocab`,
         e.g. `Vocab.load("w.vocab.json")`; the text returned) or a list of ids (ids returned);
         `block`: the longest context fed (default: the vocab's, i.e. the training window);
         `on_token(t)` runs as each is drawn (text or id). The same seed gives the same text.
+        `cache`: keep each position's keys and values (a KV cache) where the model allows it
+        (compiler/decode.py), so a step computes only the new token; False recomputes the
+        whole context each token. Either way gives the same text.
 
             vocab = dlc.text.Vocab.load("gpt.vocab.json")
             print(sess.generate("ROMEO:", 200, vocab=vocab, temperature=0.8, top_k=40))
@@ -784,13 +788,20 @@ class Session:
         block = block or (vocab.block if vocab is not None else None)
         if block is None:
             raise ValueError("give block= (the longest context the model takes; a vocab file from dlc train holds it)")
+        longest = min(block, len(ids) + tokens - 1)
+        kv = KVCache.of(self, block)[0] if cache and tokens else None
+        run = None if kv is not None else logits_of(self, longest)
         out = []
-        for i in generate(
-            logits_of(self, min(block, len(ids) + tokens - 1)), ids, tokens, block, temperature, top_k, seed
-        ):
-            out.append(i)
-            if on_token is not None:
-                on_token(vocab.decode([i]) if as_text else i)
+        if kv is not None:
+            kv.start(len(ids), longest)
+        try:
+            for i in generate(run, ids, tokens, block, temperature, top_k, seed, kv):
+                out.append(i)
+                if on_token is not None:
+                    on_token(vocab.decode([i]) if as_text else i)
+        finally:
+            if kv is not None:
+                kv.close()
         return vocab.decode(out) if as_text else out
 
     def _train_text(

@@ -18,6 +18,7 @@ from ..plan import Plan
 from . import (  # noqa: F401  (each registers its lowerings)
     kernels_attention,
     kernels_elementwise,
+    kernels_kv_cache,
     kernels_matmul,
     kernels_norm,
     kernels_reduce,

@@ -12,3 +12,4 @@ from . import modes, random, batch_norm  # noqa: F401  (training/eval, random, m
 from . import attention  # noqa: F401
 
 # isort: on
+from . import kv_cache  # noqa: F401  (after attention: the decode pass's cache ops)

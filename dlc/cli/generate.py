@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .. import text as text_data
+from ..generate import KVCache
 from ..runtime.errors import UsageError
 from .models import open_model, open_session
 from .options import (
@@ -42,6 +44,11 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--top-k", type=positive_int, metavar="K", help="draw from the K most likely only")
     add_block(c, "the longest context (default: the vocab's)")
     add_seed(c, "seed of the sampling (default: 0)")
+    c.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="run the whole context each token (default: a KV cache where the model allows it)",
+    )
     add_backend(c, "gl or numpy; default: gl when it can be made")
     add_target(c)
 
@@ -55,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
     vocab = text_data.Vocab.load(args.vocab or text_data.vocab_path(args.weights))
     session = open_session(t, args.backend, 0)
     session.load(args.weights)
+    block = args.block or vocab.block
+    if not args.no_cache and args.tokens and block:
+        cache, why = KVCache.of(session, block)
+        if cache is None:
+            print(f"dlc: no KV cache: {why}; each token runs the whole context", file=sys.stderr)
     prompt = args.prompt.replace("\\n", "\n")  # a typed \n is a newline
     print(prompt, end="", flush=True)
     session.generate(
@@ -65,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_k=args.top_k,
         seed=args.seed,
+        cache=not args.no_cache,
         on_token=lambda c: print(c, end="", flush=True),
     )
     print()

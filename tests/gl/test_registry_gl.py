@@ -50,6 +50,8 @@ def sample(rng, domain: str, shape) -> np.ndarray:
         return rng.integers(-1, 6, size=shape).astype(float)  # some out of [0, depth)
     if domain == "rows":
         return rng.integers(0, 3, size=shape).astype(float)  # rows of a tensor of >= 3
+    if domain == "position":  # attention_cached's first new position: past a work group's keys
+        return rng.integers(33, 60, size=shape).astype(np.int32)
     if domain == "counter":  # a random op's seed or step: an integer exact in float32
         return rng.integers(0, 2**24, size=shape).astype(float)
     return registry.sample(domain, rng, shape)  # the domains entries' oracles name
@@ -280,6 +282,16 @@ def attention_cases() -> list[Case]:
     out.append(Case("attention", [(1, 2, 40, 64)] * 3, {"causal": True, "scale": 0.125}, label="head64"))
     # a head of 5: rows as floats, not vec4 words
     out.append(Case("attention", [(2, 67, 5)] * 3, {"causal": True, "scale": 0.4}, label="head5"))
+    # n new queries over a cache of 70 rows from a position past 32 keys (ops/kv_cache.py)
+    cached = ["normal"] * 2 + ["position"]
+    for lead, n, d, dims in (((2, 3), 1, 8, {}), ((2, 3), 3, 8, {}), (("B", 2), "T", 5, {"B": 2, "T": 4})):
+        shapes = [(*lead, n, d), (2, *lead, 70, d), (1,)]
+        out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims=dims, label=f"new{n}-head{d}"))
+        rows = {"scale": 0.3, "rows_first": True}  # out [..., n, H, D]
+        out.append(Case("attention_cached", shapes, rows, cached, dims=dims, label=f"new{n}-head{d}-rows-first"))
+    # the last row of a window over the window's own keys and values (S symbolic)
+    shapes = [(2, 3, 1, 8), (2, 2, 3, "S", 8), (1,)]
+    out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims={"S": 61}, label="symbolic-rows"))
     return out
 
 
@@ -301,8 +313,9 @@ def build(case: Case, seed: int = 0):
     doms = case.domains or ["normal"] * len(case.shapes)
     feeds, ids = {}, []
     for k, (shape, dom) in enumerate(zip(case.shapes, doms)):
-        ids.append(b.input(f"x{k}", shape, dtype="i32" if dom == "ids" else "f32"))
-        feeds[f"x{k}"] = np.asarray(sample(rng, dom, bind(shape, case.dims)), np.int32 if dom == "ids" else np.float32)
+        whole = dom in ("ids", "position")
+        ids.append(b.input(f"x{k}", shape, dtype="i32" if whole else "f32"))
+        feeds[f"x{k}"] = np.asarray(sample(rng, dom, bind(shape, case.dims)), np.int32 if whole else np.float32)
     y = b.add(case.op, ids, **case.attrs)
     b.declare("y", y, None)
     r = b.input("r", b.shape(y))

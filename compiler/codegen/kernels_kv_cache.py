@@ -1,0 +1,185 @@
+"""attention_cached's kernels (ops/kv_cache.py).
+
+On the compute target: one work group per (leading index, new query row),
+KEYS invocations splitting the keys that row sees (0 .. p + i) between them, each with its
+own online softmax (running max m, sum l and output row, rescaled as the max grows), then
+merged through shared memory: the group's max M, l = sum l_t exp(m_t - M), each output word
+sum acc_t exp(m_t - M) / l. A decode step has one new row a sequence, so the parallelism is
+over the keys, not over query rows as FlashAttention's tiles are (kernels_attention.py).
+On the texture target, a fragment per output element loops over the keys (one row at a time).
+"""
+
+from __future__ import annotations
+
+from .. import registry
+from ..ir import format_shape
+from ..plan import size_of
+from .compute import KEY, TILE, header, kernel_source
+from .glsl import Context, Emitter, Ix, KernelSource
+from .options import CodegenOptions
+from .renderer import float_lit
+from .texture import KEY as TEXTURE_KEY
+from .texture import TextureKernel, output_passes
+
+KEYS = 32  # invocations a work group, splitting one query row's keys
+
+
+def _out_index(ctx: Context, node, lead, n: str, row: str, col: str) -> str:
+    """The flat output index of (query row `row` = lead index * n + i, column `col`): as is,
+    or with the last lead axis and n swapped (`rows_first`)."""
+    d = int(ctx.graph.nodes[node.inputs[0]].shape[-1])
+    if not node.attr("rows_first"):
+        return f"{row} * {d} + {col}"
+    heads = ctx.dim(lead[-1])
+    # row = (outer * H + h) * n + i  ->  ((outer * n + i) * H + h)
+    return f"((({row}) / ({heads} * {n}) * {n} + ({row}) % {n}) * {heads} + (({row}) / {n}) % {heads}) * {d} + {col}"
+
+
+def _geometry(ctx: Context):
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    q, kv, pos = node.inputs
+    qshape = ctx.graph.nodes[q].shape
+    rows = ctx.graph.nodes[kv].shape[-2]  # (symbolic: a window's own keys and values)
+    return node, qshape[:-2], qshape[-2], int(qshape[-1]), ctx.dim(rows), pos
+
+
+def render(ctx: Context) -> KernelSource:
+    node, lead, n_dim, d, rows, pos = _geometry(ctx)
+    q, kv, _ = node.inputs
+    scale = float_lit(float(node.attr("scale")))
+    lanes = 4 if d % 4 == 0 else 1
+    words, ty = d // lanes, "vec4" if lanes == 4 else "float"
+    names = ("o", "lid", "qi", "bh", "n", "p", "qrow", "orow", "last", "j", "krow", "vrow", "w", "t", "result")
+    ctx.names.taken.update(names)
+
+    epi = Emitter(ctx, anchor_value="value")
+    epi.store_outputs(Ix(flat="o"))
+    em = Emitter(ctx)
+
+    def word(tensor: int, row: str, w: str) -> str:
+        parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
+        return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
+
+    em.line(f"int qi = int({TILE}.x), bh = int({TILE}.y);")
+    em.line("int lid = int(gl_LocalInvocationID.x);")
+    em.line(f"int n = {ctx.dim(n_dim)};")
+    em.line(f"int p = {em.integer(pos, Ix(flat='0'))};")
+    em.line("int qrow = bh * n + qi;")
+    em.line(f"int last = min(p + qi, {rows} - 1);  // the last key this query sees")
+    em.line(f"{ty} qr[{words}];")
+    em.open(f"for (int w = 0; w < {words}; w++)")
+    em.line(f"qr[w] = {word(q, 'qrow', 'w')};")
+    em.close()
+    em.line(f"{ty} acc[{words}];")
+    em.open(f"for (int w = 0; w < {words}; w++)")
+    em.line(f"acc[w] = {ty}(0.0);")
+    em.close()
+    em.line("float m = -DLC_INF, l = 0.0;")
+    em.open(f"for (int j = lid; j <= last; j += {KEYS})")
+    em.line(f"int krow = bh * {rows} + j, vrow = krow + {ctx.numel(lead)} * {rows};  // kv[0], kv[1]")
+    em.line("float s = 0.0;")
+    em.open(f"for (int w = 0; w < {words}; w++)")
+    em.line(f"s += dot(qr[w], {word(kv, 'krow', 'w')});")
+    em.close()
+    em.line(f"s *= {scale};")
+    em.line("float mt = max(m, s);")
+    em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
+    em.line("float pj = s == -DLC_INF ? 0.0 : exp(s - mt);")
+    em.line("l = l * corr + pj;")
+    em.open(f"for (int w = 0; w < {words}; w++)")
+    em.line(f"acc[w] = acc[w] * corr + pj * {word(kv, 'vrow', 'w')};")
+    em.close()
+    em.line("m = mt;")
+    em.close()
+    # merge the invocations' partial softmaxes
+    em.line("kv_m[lid] = m;")
+    em.line("kv_l[lid] = l;")
+    em.open(f"for (int w = 0; w < {words}; w++)")
+    em.line(f"kv_acc[lid * {words} + w] = acc[w];")
+    em.close()
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.line("float top = -DLC_INF, total = 0.0;")
+    em.open(f"for (int t = 0; t < {KEYS}; t++)")
+    em.line("top = max(top, kv_m[t]);")
+    em.close()
+    em.open(f"for (int t = 0; t < {KEYS}; t++)")
+    em.line("total += kv_m[t] == top ? kv_l[t] : kv_l[t] * exp(kv_m[t] - top);")
+    em.close()
+    em.open(f"for (int w = lid; w < {words}; w += {KEYS})")
+    em.line(f"{ty} sum = {ty}(0.0);")
+    em.open(f"for (int t = 0; t < {KEYS}; t++)")
+    em.line(f"sum += (kv_m[t] == top ? 1.0 : exp(kv_m[t] - top)) * kv_acc[t * {words} + w];")
+    em.close()
+    em.line(f"{ty} result = sum / total;")
+    em.line(f"int orow = {_out_index(ctx, node, lead, 'n', 'qrow', '0')};  // the row's first output")
+    if lanes == 1:
+        em.line("epilogue(orow + w, result);")
+    for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
+        em.line(f"epilogue(orow + w * 4 + {c}, result.{lane});")
+    em.close()
+
+    shared = [
+        f"shared float kv_m[{KEYS}];",
+        f"shared float kv_l[{KEYS}];",
+        f"shared {ty} kv_acc[{KEYS * words}];",
+    ]
+    local = (KEYS, 1, 1)
+    what = (
+        f"attention_cached over {format_shape(lead)} x [{n_dim}, {d}] new rows, a cache of {rows} rows: "
+        f"a work group per query row, {KEYS} invocations over its keys{', vec4 words' if lanes == 4 else ''}"
+    )
+    lines = header(ctx, what, local, shared)
+    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+    lines += ["void main() {", *em.lines, "}"]
+    grid = {"tiles": [[list(size_of((n_dim,))), 1], [list(size_of(lead)), 1], [[1], 1]]}
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+
+
+def texture_body(ctx: Context, em: Emitter) -> str:
+    """Output element o: its query row's online softmax over the keys it sees, one at a time."""
+    node, lead, n_dim, d, rows, pos = _geometry(ctx)
+    q, kv, _ = node.inputs
+    scale = float_lit(float(node.attr("scale")))
+    em.line(f"int kv_n = {ctx.dim(n_dim)};")
+    em.line(f"int kv_row = o / {d}, kv_col = o - kv_row * {d};")
+    if node.attr("rows_first"):  # o's row is (outer * n + i) * H + h: back to (outer * H + h) * n + i
+        heads = ctx.dim(lead[-1])
+        outer, head, i = f"kv_row / ({heads} * kv_n)", f"kv_row % {heads}", f"(kv_row / {heads}) % kv_n"
+        em.line(f"kv_row = (({outer}) * {heads} + {head}) * kv_n + {i};")
+    em.line("int kv_bh = kv_row / kv_n, kv_i = kv_row - kv_bh * kv_n;")
+    em.line(f"int kv_p = {em.integer(pos, Ix(flat='0'))};")
+    em.line(f"int kv_last = min(kv_p + kv_i, {rows} - 1);")
+    em.line("float kv_m = -DLC_INF, kv_l = 0.0, kv_acc = 0.0;")
+    em.open("for (int kv_j = 0; kv_j <= kv_last; kv_j++)")
+    em.line(f"int kv_krow = kv_bh * {rows} + kv_j, kv_vrow = kv_krow + {ctx.numel(lead)} * {rows};")
+    em.line("float kv_s = 0.0;")
+    em.open(f"for (int kv_d = 0; kv_d < {d}; kv_d++)")
+    qv = em.value(q, Ix(flat=f"(kv_row * {d} + kv_d)"))
+    kd = em.value(kv, Ix(flat=f"(kv_krow * {d} + kv_d)"))
+    em.line(f"kv_s += {qv} * {kd};")
+    em.close()
+    em.line(f"kv_s *= {scale};")
+    em.line("float kv_mt = max(kv_m, kv_s);")
+    em.line("float kv_corr = kv_m == kv_mt ? 1.0 : exp(kv_m - kv_mt);")
+    em.line("float kv_pj = kv_s == -DLC_INF ? 0.0 : exp(kv_s - kv_mt);")
+    em.line("kv_l = kv_l * kv_corr + kv_pj;")
+    em.line(f"kv_acc = kv_acc * kv_corr + kv_pj * {em.value(kv, Ix(flat=f'(kv_vrow * {d} + kv_col)'))};")
+    em.line("kv_m = kv_mt;")
+    em.close()
+    em.line("float acc = kv_acc / kv_l;")
+    return f"attention_cached over {format_shape(lead)} x [{n_dim}, {d}], a cache of {rows} rows, a fragment an output"
+
+
+def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
+    """The compute target's lowering of attention_cached."""
+    return render(ctx)
+
+
+def lower_texture(ctx: Context, options: CodegenOptions) -> TextureKernel:
+    """The texture target's lowering of attention_cached."""
+    return output_passes(ctx, texture_body)
+
+
+registry.register_lowering("cached_attention", KEY, lower)
+registry.register_lowering("cached_attention", TEXTURE_KEY, lower_texture)
