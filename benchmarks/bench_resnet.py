@@ -4,7 +4,8 @@ against PyTorch eager (torchvision's ResNet-50, the same architecture, cuDNN wit
 and onnxruntime's CPU provider on the same ONNX file, in one process; then one SGD step at
 batch 32 of the imported model fine-tuned with a cross-entropy on its output (its batch
 norms imported as constant affine maps, so PyTorch's module runs its batch norms in eval
-mode too), against the same step in PyTorch. Prints a markdown table of ms per batch.
+mode too), against the same step in PyTorch. Prints a markdown table of ms per batch. The
+inference rows of dlc and PyTorch are timed in turn, call after call (`paired`).
 
     python benchmarks/bench_resnet.py [--reps 10] [--kernels] [--no-train]
 
@@ -47,6 +48,21 @@ def timed(fn, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return 1e3 * float(np.median(times))
+
+
+def paired(fns: dict, reps: int) -> dict:
+    """Median ms of each of `fns`, warmed as `timed` warms, then timed in turn rep after rep:
+    both sides see the GPU's clocks alike (a light batch-1 loop lets them fall: either side
+    measured alone moved by 3x between runs)."""
+    for fn in fns.values():
+        timed(fn, 1)
+    times: dict = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: 1e3 * float(np.median(t)) for name, t in times.items()}
 
 
 def print_kernels(sess, out_name: str, batch: int) -> None:
@@ -127,12 +143,9 @@ def main() -> None:
     rows = []
     sess = dlc.Session(imp.model, backend="gl")
     sess.set_params(imp.weights)
-    for batch in (1, 32):
-        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
-        ms = timed(lambda x=x: sess.eval(out_name, {in_name: x}), args.reps)
-        rows.append((f"ResNet-50 batch {batch}", "dlc GL (eval: upload, kernels, read back)", ms))
-        if args.kernels:
-            print_kernels(sess, out_name, batch)
+    dlc_name = "dlc GL (eval: upload, kernels, read back)"
+    torch_name = "PyTorch eager (cuda, torchvision), host in and out"
+    net = None
     try:
         import torch
         import torchvision
@@ -140,22 +153,23 @@ def main() -> None:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
         net = torchvision.models.resnet50().eval().cuda()
-        for batch in (1, 32):
-            x = torch.randn(batch, 3, 224, 224)
-
-            def run(x=x):
-                with torch.no_grad():
-                    return net(x.cuda()).cpu()
-
-            rows.append(
-                (
-                    f"ResNet-50 batch {batch}",
-                    "PyTorch eager (cuda, torchvision), host in and out",
-                    timed(run, args.reps),
-                )
-            )
     except Exception as e:  # noqa: BLE001 - a missing comparison is reported, not fatal
         print(f"PyTorch rows skipped: {type(e).__name__}: {e}")
+    for batch in (1, 32):
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        fns = {dlc_name: lambda x=x: sess.eval(out_name, {in_name: x})}
+        if net is not None:
+            xt = torch.from_numpy(x)
+
+            def run(xt=xt):
+                with torch.no_grad():
+                    return net(xt.cuda()).cpu()
+
+            fns[torch_name] = run
+        for name, ms in paired(fns, args.reps).items():  # dlc and PyTorch in turn
+            rows.append((f"ResNet-50 batch {batch}", name, ms))
+        if args.kernels:
+            print_kernels(sess, out_name, batch)
     try:
         import onnxruntime as ort
 
