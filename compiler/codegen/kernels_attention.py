@@ -2,10 +2,10 @@
 (`render`), on the texture target a fragment per output (`texture_body`); no kernel writes or
 holds a T x T matrix.
 
-One work group per (leading index, block of ROWS own rows), one invocation per own row, which
-keeps that row of its operands and its output row in registers; the other side's rows stream
-through shared memory in tiles of `cols` rows (the whole group loads a tile, then each
-invocation reads all of it):
+One work group per (leading index, block of ROWS own rows: fewer where the groups would be
+few, `own_rows`), one invocation per own row, which keeps that row of its operands and its
+output row in registers; the other side's rows stream through shared memory in tiles of
+`cols` rows (the whole group loads a tile, then each invocation reads all of it):
 
 - attention, attention_lse, attention_packed (both): own rows are query rows, tiles of k (and
   v); an online softmax (running max m and sum l, the output rescaled by exp(m_old - m_new)
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from .. import registry
 from ..ir import format_shape
 from ..ops.attention import keep_scale
-from ..plan import size_of
+from ..plan import eval_size, size_of
 from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
@@ -42,6 +42,11 @@ from .renderer import float_lit
 _DROP_NAMES = {"drop_seed", "drop_step", "drop_w"}
 
 ROWS = 64  # own rows a work group (invocations)
+# Fewer own rows a group (down to MIN_ROWS) where ROWS would make fewer than FEW_GROUPS work
+# groups at the plan's sizes: a prefill of one sequence ([1, 6, 256, 64]) made 24 groups of
+# 64 rows, each walking up to 256 keys, and took 0.19 ms a layer on the H100.
+MIN_ROWS = 16
+FEW_GROUPS = 256
 # Floats of all streamed tiles together: 3.5 KiB. Small tiles leave shared memory for more
 # resident work groups: on the H100, fwd + bwd of [64, 6, 256, 64] took 3.36 ms with 28 KiB
 # tiles, 2.36 with 14 KiB and 2.04 with 7 KiB (loops); written out (UNROLL_MAX), 1.91 with
@@ -73,20 +78,38 @@ def _dropout(ctx: Context, em: Emitter, node) -> Callable[[str], str] | None:
     return lambda index: f"dlc_random_uniform(drop_seed, drop_step, {key}, {index}) >= {keep} ? {scale} : 0.0"
 
 
-def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS) -> int:
+def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS, own: int = ROWS) -> int:
     """Rows of a streamed tile (a power of two): `streamed` row tensors of width d within
-    `tile_floats` floats (the k and v gradients' few row statistics fit beside them)."""
+    `tile_floats` floats (the k and v gradients' few row statistics fit beside them), at
+    most `own` (a group's own rows: its invocations load the tile's statistics)."""
     rows = 1
-    while rows * 2 <= min(ROWS, tile_floats // (streamed * d)):
+    while rows * 2 <= min(own, tile_floats // (streamed * d)):
         rows *= 2
     return rows
 
 
-def render(ctx: Context, unroll: bool | None = None, tile_floats: int | None = None) -> KernelSource:
+def own_rows(ctx: Context, lead, t_dim, forced: int | None = None) -> int:
+    """A work group's own rows: ROWS, halved down to MIN_ROWS while the groups at the plan's
+    sizes are fewer than FEW_GROUPS (`forced`: the codegen option attention_rows)."""
+    if forced:
+        return forced
+    dims = ctx.plan.ref_dims
+    count, t = eval_size(size_of(lead), dims), eval_size(size_of((t_dim,)), dims)
+    rows = ROWS
+    while rows > MIN_ROWS and count * -(-t // rows) < FEW_GROUPS:
+        rows //= 2
+    return rows
+
+
+def render(
+    ctx: Context, unroll: bool | None = None, tile_floats: int | None = None, rows: int | None = None
+) -> KernelSource:
     """`unroll`: the loops over a tile's rows and a row's words written out, so every array
     index is a constant (drivers then keep the rows in registers); None: where a tile holds
-    UNROLL_MAX words or fewer. `tile_floats`: the streamed tiles' size (TILE_FLOATS)."""
+    UNROLL_MAX words or fewer. `tile_floats`: the streamed tiles' size (TILE_FLOATS); `rows`:
+    a group's own rows (None: `own_rows`)."""
     node, lead, t_dim, d = _geometry(ctx)
+    group_rows = own_rows(ctx, lead, t_dim, rows)
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
     scale = float_lit(float(node.attr("scale")))
@@ -98,7 +121,7 @@ def render(ctx: Context, unroll: bool | None = None, tile_floats: int | None = N
         op = "attention"
     width = d + 1 if packed else d  # of an output row
     streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
-    cols = tile_rows(d, len(streamed), tile_floats or TILE_FLOATS)
+    cols = tile_rows(d, len(streamed), tile_floats or TILE_FLOATS, group_rows)
     # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
     lanes = 4 if d % 4 == 0 else 1
     words, ty = d // lanes, "vec4" if lanes == 4 else "float"
@@ -119,7 +142,7 @@ def render(ctx: Context, unroll: bool | None = None, tile_floats: int | None = N
     em.line(f"int blk = int({TILE}.x), bh = int({TILE}.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
     em.line(f"int T = {ctx.dim(t_dim)};")
-    em.line(f"int own = blk * {ROWS} + lid;")
+    em.line(f"int own = blk * {group_rows} + lid;")
     em.line("int row = bh * T + min(own, T - 1);  // a row past T loads the last one, stores nothing")
     em.line("int own_clamped = min(own, T - 1);")
 
@@ -157,12 +180,12 @@ def render(ctx: Context, unroll: bool | None = None, tile_floats: int | None = N
     # The streamed side's range: causal query blocks see keys up to their last row; causal key
     # blocks see queries from their first row.
     if by_key:
-        em.line(f"int start = {f'blk * {ROWS}' if causal else '0'}, end = T;")
+        em.line(f"int start = {f'blk * {group_rows}' if causal else '0'}, end = T;")
     else:
-        em.line(f"int start = 0, end = {f'min(T, (blk + 1) * {ROWS})' if causal else 'T'};")
+        em.line(f"int start = 0, end = {f'min(T, (blk + 1) * {group_rows})' if causal else 'T'};")
     em.open(f"for (int j0 = start; j0 < end; j0 += {cols})")
     em.line("barrier();  // every invocation is done with the last tile")
-    em.open(f"for (int e = lid; e < {cols * words}; e += {ROWS})")
+    em.open(f"for (int e = lid; e < {cols * words}; e += {group_rows})")
     em.line(f"int srow = bh * T + min(j0 + e / {words}, T - 1), sw = e % {words};")
     for i, t in enumerate(streamed):
         em.line(f"tile{i}[e] = {word(t, 'srow', 'sw')};")
@@ -275,16 +298,16 @@ def render(ctx: Context, unroll: bool | None = None, tile_floats: int | None = N
         shared.append(f"shared float tile_lse[{cols}];")
         if wrt == "k":
             shared.append(f"shared float tile_delta[{cols}];")
-    local = (ROWS, 1, 1)
+    local = (group_rows, 1, 1)
     what = (
         f"{node.op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
-        f"[{t_dim}, {d}]: a work group per {ROWS} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
+        f"[{t_dim}, {d}]: a work group per {group_rows} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
         f"{', vec4 words' if lanes == 4 else ''}"
     )
     lines = header(ctx, what, local, shared)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
-    grid = {"tiles": [[list(size_of((t_dim,))), ROWS], [list(size_of(lead)), 1], [[1], 1]]}
+    grid = {"tiles": [[list(size_of((t_dim,))), group_rows], [list(size_of(lead)), 1], [[1], 1]]}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
 
 
@@ -365,7 +388,7 @@ def texture_body(ctx: Context, em: Emitter) -> str:
 
 def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     """The compute target's lowering of attention kernels."""
-    return render(ctx, options.attention_unroll, options.attention_tile)
+    return render(ctx, options.attention_unroll, options.attention_tile, options.attention_rows)
 
 
 registry.register_lowering("attention", KEY, lower)

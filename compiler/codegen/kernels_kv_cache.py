@@ -21,7 +21,10 @@ from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY
 from .texture import TextureKernel, output_passes
 
-KEYS = 32  # invocations a work group, splitting one query row's keys
+KEYS = 64  # invocations a work group, splitting one query row's keys
+# A row's words are written out (constant array indices: the rows stay in registers, as in
+# kernels_attention.py) up to this many.
+UNROLL_WORDS = 32
 
 
 def _out_index(ctx: Context, node, lead, n: str, row: str, col: str) -> str:
@@ -66,37 +69,38 @@ def render(ctx: Context) -> KernelSource:
     em.line(f"int p = {em.integer(pos, Ix(flat='0'))};")
     em.line("int qrow = bh * n + qi;")
     em.line(f"int last = min(p + qi, {rows} - 1);  // the last key this query sees")
+
+    def each_word(line) -> None:
+        """`line(w)` for every word w of a row: written out with constant w, or a loop."""
+        if words <= UNROLL_WORDS:
+            for w in range(words):
+                em.line(line(str(w)))
+            return
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(line("w"))
+        em.close()
+
     em.line(f"{ty} qr[{words}];")
-    em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"qr[w] = {word(q, 'qrow', 'w')};")
-    em.close()
+    each_word(lambda w: f"qr[{w}] = {word(q, 'qrow', w)};")
     em.line(f"{ty} acc[{words}];")
-    em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"acc[w] = {ty}(0.0);")
-    em.close()
+    each_word(lambda w: f"acc[{w}] = {ty}(0.0);")
     em.line("float m = -DLC_INF, l = 0.0;")
     em.open(f"for (int j = lid; j <= last; j += {KEYS})")
     em.line(f"int krow = bh * {rows} + j, vrow = krow + {ctx.numel(lead)} * {rows};  // kv[0], kv[1]")
     em.line("float s = 0.0;")
-    em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"s += dot(qr[w], {word(kv, 'krow', 'w')});")
-    em.close()
+    each_word(lambda w: f"s += dot(qr[{w}], {word(kv, 'krow', w)});")
     em.line(f"s *= {scale};")
     em.line("float mt = max(m, s);")
     em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
     em.line("float pj = s == -DLC_INF ? 0.0 : exp(s - mt);")
     em.line("l = l * corr + pj;")
-    em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"acc[w] = acc[w] * corr + pj * {word(kv, 'vrow', 'w')};")
-    em.close()
+    each_word(lambda w: f"acc[{w}] = acc[{w}] * corr + pj * {word(kv, 'vrow', w)};")
     em.line("m = mt;")
     em.close()
     # merge the invocations' partial softmaxes
     em.line("kv_m[lid] = m;")
     em.line("kv_l[lid] = l;")
-    em.open(f"for (int w = 0; w < {words}; w++)")
-    em.line(f"kv_acc[lid * {words} + w] = acc[w];")
-    em.close()
+    each_word(lambda w: f"kv_acc[lid * {words} + {w}] = acc[{w}];")
     em.line("memoryBarrierShared();")
     em.line("barrier();")
     em.line("float top = -DLC_INF, total = 0.0;")
