@@ -22,7 +22,10 @@ conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x
 (di, dj, output channel), k runs over input channels, and the products pass loops over the
 taps inside the image. Its input gradient likewise: dy's pixels, w's (di, dj, input channel)
 rows, k over output channels, looping over the output pixels whose windows hold the input
-pixel. The products texture's rows are the output's coordinates but the last in every case.
+pixel. The filter gradient packs x's pixels (4 input channels a texel) and dy's (4 output
+channels a texel); its products fragment (di, dj, c) x 4 output channels walks every output
+pixel whose tap lies inside the image, 2 fetches for 4 products (`_filter_products`). The
+products texture's rows are the output's coordinates but the last in every case.
 
 A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
 width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
@@ -59,8 +62,12 @@ def applies(ctx: Context) -> bool:
     if k.kind not in ("matmul", "window") or len(ctx.binding) + 3 > TEXTURE_UNITS:
         return False
     node = ctx.graph.nodes[k.anchor]
-    if k.kind == "window":  # conv2d (and its input gradient) over one group: a product per tap
-        return node.op in ("conv2d", "conv2d_grad_input") and node.attr("groups", 1) == 1 and _conv_pays(ctx, node)
+    if k.kind == "window":  # conv2d and its gradients over one group: a product per tap
+        if node.attr("groups", 1) != 1:
+            return False
+        if node.op == "conv2d_grad_filter":
+            return _filter_pays(ctx, node)
+        return node.op in ("conv2d", "conv2d_grad_input") and _conv_pays(ctx, node)
     ash = ctx.graph.nodes[node.inputs[0]].shape
     kdim = ash[-2] if node.attr("ta") else ash[-1]
     if isinstance(kdim, int) and kdim < MIN_DEPTH:
@@ -79,6 +86,14 @@ def _conv_pays(ctx: Context, node) -> bool:
 CONV_MIN_CHANNELS = 2  # input channels: with one, packing measured no faster
 
 
+def _filter_pays(ctx: Context, node) -> bool:
+    """A filter gradient packs when its products (filter x output pixels) are many (or
+    symbolically many): each fragment loops over every output pixel, as the per-output loop does."""
+    ds = ctx.graph.nodes[node.inputs[1]].shape
+    products = numel_known((*node.shape, *ds[:3]))
+    return products is None or products >= MIN_PRODUCTS
+
+
 @dataclass(frozen=True)
 class _Operand:
     """One side of the product as packed rows of `depth` values (k)."""
@@ -88,6 +103,7 @@ class _Operand:
     index: Callable[[tuple, str], tuple]  # (row coordinates, k) -> the tensor's multi-index
     unit: int  # its packed texture's texture unit
     name: str
+    depth: object = None  # its k's extent when the two sides' differ (the filter gradient)
 
     def spec(self, ctx: Context, depth) -> dict:
         shape = ctx.graph.nodes[self.tensor].shape
@@ -127,6 +143,17 @@ def _conv_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, o
     return px, pw, ws[2]
 
 
+def _conv_grad_filter_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """x [B, H, W, C] and dy [B, OH, OW, CO], both with their pixels as rows: x 4 channels a
+    texel, dy 4 output channels a texel (the filter's last axis, as the products texture)."""
+    g = ctx.graph
+    x, dy = node.inputs
+    xs, ds = g.nodes[x].shape, g.nodes[dy].shape
+    px = _Operand(x, tuple(xs[:3]), lambda rc, k: (*rc, k), unit, "x", xs[3])
+    pd = _Operand(dy, tuple(ds[:3]), lambda rc, k: (*rc, k), unit + 1, "dy", ds[3])
+    return px, pd, ds[3]
+
+
 def _conv_grad_input_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
     """dy [B, OH, OW, CO]'s rows are its pixels; w [KH, KW, C, CO]'s are (di, dj, c); k runs
     over the output channels."""
@@ -147,10 +174,12 @@ def render_kernel(ctx: Context, es: bool):
         "matmul": _matmul_operands,
         "conv2d": _conv_operands,
         "conv2d_grad_input": _conv_grad_input_operands,
+        "conv2d_grad_filter": _conv_grad_filter_operands,
     }[node.op]
     pa, pb, depth = operands(ctx, node, unit)
-    passes = [TexturePass(None, _pack_pass(ctx, p, depth, es), into=p.unit) for p in (pa, pb)]
-    packed = [p.spec(ctx, depth) for p in (pa, pb)]
+    own = [depth if p.depth is None else p.depth for p in (pa, pb)]
+    passes = [TexturePass(None, _pack_pass(ctx, p, d, es), into=p.unit) for p, d in zip((pa, pb), own)]
+    packed = [p.spec(ctx, d) for p, d in zip((pa, pb), own)]
     # the products, four outputs a fragment, into a third RGBA texture (rows: the output's
     # coordinates but the last, j; 4 values of j a texel); then each output pass reads its own
     # and runs the epilogue
@@ -224,7 +253,7 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     # texture() at texel centres, not texelFetch: SwiftShader (WebGL on the CPU) runs it ~1.4x faster
     em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
     js = []
-    for c in range(4):
+    for c in range(4 if node.op != "conv2d_grad_filter" else 0):  # (which sums into its own vec4)
         js.append(em.names.claim(f"j{c + 1}"))
         em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
         em.line(f"vec4 acc{c} = vec4(0.0);")
@@ -247,6 +276,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         em.close()
         em.close()
         what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
+    elif node.op == "conv2d_grad_filter":
+        _filter_products(ctx, em, pa, pb, rc)
+        what = f"conv2d gradient for the filter {list(node.shape)}, input {list(ash)}, {describe_options(node)}"
     else:  # conv2d_grad_input
         geo = geometry(node.attr("x_shape"), bsh[:2], node.attrs)
         b, y, x = rc
@@ -256,8 +288,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         em.close()
         em.close()
         what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {describe_options(node)}"
-    sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
-    em.line(f"dlc_out4 = vec4({sums});")
+    if js:
+        sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
+        em.line(f"dlc_out4 = vec4({sums});")
     text = finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     text = text.replace(", partials: ", ", the products: ", 1)
@@ -287,6 +320,46 @@ def _accumulate_rows(
     for c, (i, j) in enumerate(products):
         em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
     em.close()
+
+
+def _filter_products(ctx: Context, em: Emitter, px: _Operand, pd: _Operand, rc: tuple) -> None:
+    """dlc_out4 = filter gradient (di, dj, c) x output channels j0..j0+3: the sum over the
+    output pixels (b, oy, ox) whose tap (di, dj) lies inside the image of x[b, iy, ix, c] (one
+    component of x's texel) times dy[b, oy, ox, j0..j0+3] (one texel): 2 fetches for 4
+    products, where the per-output loop fetches 2 for 1. Every fragment walks the same pixels
+    in the same order as that loop; the range of ox inside the image is worked out once, and
+    the texel positions step along a row of pixels without dividing."""
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xs = ctx.graph.nodes[px.tensor].shape
+    p = geometry(xs, node.shape[:2], node.attrs)
+    di, dj, c = rc
+    xq, dq = _quads(ctx, px.depth), _quads(ctx, pd.depth)
+    em.line(f"int xq = {c} / 4, xc = {c} % 4, dq = int(gl_FragCoord.y) % {dq};")
+    # the outputs (oy, ox) whose tap (di, dj) is inside the image: [lo, hi) along each axis
+    axes = (("oy", di, "SH", "DH", "PT", "H", "OH"), ("ox", dj, "SW", "DW", "PL", "W", "OW"))
+    for o, t, s, d, pad, size, out in axes:
+        em.line(f"int {o}_t = {p[pad]} - {t} * {p[d]}, {o}_u = {p[size] - 1 + p[pad]} - {t} * {p[d]};")
+        em.line(f"int {o}_lo = {o}_t > 0 ? ({o}_t + {p[s] - 1}) / {p[s]} : 0;")
+        em.line(f"int {o}_hi = {o}_u < 0 ? 0 : min({p[out]}, {o}_u / {p[s]} + 1);")
+    em.line("vec4 accf = vec4(0.0);")
+    em.open(f"for (int b = 0; b < {ctx.dim(xs[0])}; ++b)")
+    em.open("for (int oy = oy_lo; oy < oy_hi; ++oy)")
+    em.line(f"int iy = oy * {p['SH']} + {di} * {p['DH']} - {p['PT']};")
+    em.line(f"int xr = (b * {p['H']} + iy) * {p['W']} + ox_lo * {p['SW']} + {dj} * {p['DW']} - {p['PL']};")
+    em.line(f"int dr = (b * {p['OH']} + oy) * {p['OW']} + ox_lo;")
+    em.line(f"int xu = xr % pa_w, xv = (xr / pa_w) * {xq} + xq, du = dr % pb_w, dv = (dr / pb_w) * {dq} + dq;")
+    em.open("for (int ox = ox_lo; ox < ox_hi; ++ox)")
+    em.line(f"vec4 xt = texture(b{px.unit}, vec2((float(xu) + 0.5) * pa_inv.x, (float(xv) + 0.5) * pa_inv.y));")
+    em.line(f"vec4 dt = texture(b{pd.unit}, vec2((float(du) + 0.5) * pb_inv.x, (float(dv) + 0.5) * pb_inv.y));")
+    em.line("accf += xt[xc] * dt;")
+    # the next pixel's texels: SW rows on in x's texture, 1 in dy's (a band further at the edge)
+    em.line(f"xu += {p['SW']};")
+    em.line(f"while (xu >= pa_w) {{ xu -= pa_w; xv += {xq}; }}")
+    em.line(f"if (++du == pb_w) {{ du = 0; dv += {dq}; }}")
+    em.close()
+    em.close()
+    em.close()
+    em.line("dlc_out4 = accf;")
 
 
 def _paired(ctx: Context) -> bool:

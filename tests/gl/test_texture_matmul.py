@@ -277,7 +277,69 @@ def test_conv_gradients_match_the_closed_form(gl):
     np.testing.assert_allclose(got["k"], dk, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("source", [GRAD, CONV_GRAD], ids=["matmul", "conv"])
+def _filter_gradient(x, t, kh, kw, stride, pads, dil):
+    """d sum(conv2d(x, k) * t) / d k in float64: each tap's window of the padded x against t."""
+    padded = np.pad(x.astype(np.float64), ((0, 0), *pads, (0, 0)))
+    oh, ow = t.shape[1:3]
+    dk = np.zeros((kh, kw, x.shape[3], t.shape[3]))
+    for di in range(kh):
+        for dj in range(kw):
+            y0, x0 = di * dil, dj * dil
+            window = padded[:, y0 : y0 + stride * (oh - 1) + 1 : stride, x0 : x0 + stride * (ow - 1) + 1 : stride]
+            dk[di, dj] = np.einsum("byxc,byxo->co", window, t.astype(np.float64))
+    return dk
+
+
+@pytest.mark.parametrize(
+    "padding,stride,dilation,pads,out",
+    [
+        ("valid", 1, 1, ((0, 0), (0, 0)), (7, 6)),
+        ("same", 2, 1, ((1, 1), (0, 1)), (5, 4)),
+        ("same", 1, 2, ((2, 2), (2, 2)), (9, 8)),
+    ],
+    ids=["valid", "same-stride2", "same-dilated"],
+)
+@pytest.mark.parametrize("channels", [(5, 6), (1, 16)], ids=["5-6", "1-16"])
+def test_packed_filter_gradient_matches_numpy(gl, padding, stride, dilation, pads, out, channels):
+    """conv2d_grad_filter packed (x 4 channels a texel, dy 4 output channels a texel, 4
+    outputs a fragment) against the float64 adjoint: padding, stride, dilation, channel counts
+    no multiple of 4 (one input channel: 3 padded components), two batch sizes, and
+    infinities and NaN in one input channel reach only that channel's gradients."""
+    c, co = channels
+    src = f"""
+param k: [3, 3, {c}, {co}] = normal(0, 1)
+input img: [B, 9, 8, {c}]
+input t: [B, {out[0]}, {out[1]}, {co}]
+loss cost = sum(conv2d(img, k, stride={stride}, padding="{padding}", dilation={dilation}) * t)
+"""
+    progs = programs(dlc.compile(src), train_loss="cost", optimizer=dlc.SGD(0.1), target="texture")
+    assert sum("conv2d_grad_filter" in f and "_pack" in f for f in progs["train"].sources) == 3
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture", seed=4)
+    rng = np.random.default_rng(9)
+    for batch in (3, 1):
+        x = rng.normal(size=(batch, 9, 8, c)).astype(np.float32)
+        t = rng.normal(size=(batch, *out, co)).astype(np.float32)
+        got = sess.gradients({"img": x, "t": t})["k"]
+        np.testing.assert_allclose(got, _filter_gradient(x, t, 3, 3, stride, pads, dilation), rtol=1e-4, atol=1e-4)
+    x[0, 4, 4, 0], x[0, 5, 5, 0] = np.inf, np.nan  # channel 0 only: the others stay finite
+    with np.errstate(invalid="ignore"):
+        want = _filter_gradient(x, t, 3, 3, stride, pads, dilation)
+    got = sess.gradients({"img": x, "t": t})["k"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+FILTER_GRAD = """
+param k: [3, 3, 5, 6] = normal(0, 1)
+input img: [B, 9, 8, 5]
+input t: [B, 5, 4, 6]
+loss cost = sum(conv2d(img, k, stride=2, padding="same") * t)
+"""
+
+
+@pytest.mark.parametrize("source", [GRAD, CONV_GRAD, FILTER_GRAD], ids=["matmul", "conv", "filter"])
 def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     """WebGL2's GLSL ES 3.00 refuses implicit int -> float and needs precisions: Mesa's ES
     front end checks the pack and product passes as a browser would."""
