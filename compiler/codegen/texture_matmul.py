@@ -80,10 +80,21 @@ def _conv_pays(ctx: Context, node) -> bool:
     ws = ctx.graph.nodes[node.inputs[1]].shape
     channels = ws[2] if node.op == "conv2d" else ws[3]  # what each tap's product sums over
     products = numel_known((*node.shape, *ws[:2], channels))
-    return channels >= CONV_MIN_CHANNELS and (products is None or products >= MIN_PRODUCTS)
+    if node.op == "conv2d_grad_input" and channels < CONV_MIN_CHANNELS:
+        return False
+    return products is None or products >= MIN_PRODUCTS
 
 
-CONV_MIN_CHANNELS = 2  # input channels: with one, packing measured no faster
+CONV_MIN_CHANNELS = 2  # the input gradient's output channels: with one, packing measured no faster
+FEW_CHANNELS = 4  # a conv2d over fewer input channels packs its filter along the output channels
+
+
+def _few_channels(ctx: Context, node) -> int | None:
+    """A conv2d's input channels when fewer than FEW_CHANNELS (a texel of x holds them all)."""
+    if node.op != "conv2d":
+        return None
+    c = ctx.graph.nodes[node.inputs[1]].shape[2]
+    return c if isinstance(c, int) and c < FEW_CHANNELS else None
 
 
 def _filter_pays(ctx: Context, node) -> bool:
@@ -143,6 +154,17 @@ def _conv_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, o
     return px, pw, ws[2]
 
 
+def _conv_few_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """A conv2d over fewer than 4 input channels: x's pixels hold all their channels in one
+    texel; w's rows are (di, dj, c), 4 output channels a texel (as the products texture)."""
+    g = ctx.graph
+    x, w = node.inputs
+    xs, ws = g.nodes[x].shape, g.nodes[w].shape
+    px = _Operand(x, tuple(xs[:3]), lambda rc, k: (*rc, k), unit, "x", xs[3])
+    pw = _Operand(w, tuple(ws[:3]), lambda rc, k: (*rc, k), unit + 1, "w", ws[3])
+    return px, pw, ws[3]
+
+
 def _conv_grad_filter_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
     """x [B, H, W, C] and dy [B, OH, OW, CO], both with their pixels as rows: x 4 channels a
     texel, dy 4 output channels a texel (the filter's last axis, as the products texture)."""
@@ -176,6 +198,8 @@ def render_kernel(ctx: Context, es: bool):
         "conv2d_grad_input": _conv_grad_input_operands,
         "conv2d_grad_filter": _conv_grad_filter_operands,
     }[node.op]
+    if _few_channels(ctx, node):
+        operands = _conv_few_operands
     pa, pb, depth = operands(ctx, node, unit)
     own = [depth if p.depth is None else p.depth for p in (pa, pb)]
     passes = [TexturePass(None, _pack_pass(ctx, p, d, es), into=p.unit) for p, d in zip((pa, pb), own)]
@@ -253,7 +277,8 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     # texture() at texel centres, not texelFetch: SwiftShader (WebGL on the CPU) runs it ~1.4x faster
     em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
     js = []
-    for c in range(4 if node.op != "conv2d_grad_filter" else 0):  # (which sums into its own vec4)
+    own_sum = node.op == "conv2d_grad_filter" or _few_channels(ctx, node)  # (into one vec4)
+    for c in range(0 if own_sum else 4):
         js.append(em.names.claim(f"j{c + 1}"))
         em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
         em.line(f"vec4 acc{c} = vec4(0.0);")
@@ -267,6 +292,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
+    elif _few_channels(ctx, node):
+        _few_channel_products(ctx, em, pa, pb, rc)
+        what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
     elif node.op == "conv2d":
         geo = geometry(ash, bsh[:2], node.attrs)
         b, oy, ox = rc
@@ -357,6 +385,32 @@ def _filter_products(ctx: Context, em: Emitter, px: _Operand, pd: _Operand, rc: 
     em.line(f"while (xu >= pa_w) {{ xu -= pa_w; xv += {xq}; }}")
     em.line(f"if (++du == pb_w) {{ du = 0; dv += {dq}; }}")
     em.close()
+    em.close()
+    em.close()
+    em.line("dlc_out4 = accf;")
+
+
+def _few_channel_products(ctx: Context, em: Emitter, px: _Operand, pw: _Operand, rc: tuple) -> None:
+    """dlc_out4 = conv2d at pixel (b, oy, ox), output channels j0..j0+3, over fewer than 4
+    input channels: per tap inside the image one texel of x (all its channels) and one of w
+    per channel (4 output channels): 1 + C fetches for 4C products, where the per-output loop
+    fetches 2 for 1 (and the 4-channel packing 5 for 16, mostly zeros here). Summed in the
+    per-output loop's order (taps, then channels)."""
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xs, ws = ctx.graph.nodes[px.tensor].shape, ctx.graph.nodes[pw.tensor].shape
+    p = geometry(xs, ws[:2], node.attrs)
+    c_count, wq = ws[2], _quads(ctx, pw.depth)
+    b, oy, ox = rc
+    em.line(f"int wq = int(gl_FragCoord.y) % {wq};")
+    em.line("vec4 accf = vec4(0.0);")
+    each_tap(em, p, oy, ox)  # opens the loops over the taps inside the image
+    em.line(f"int xr = ({b} * {p['H']} + iy) * {p['W']} + ix;")
+    u, v = "(float(xr % pa_w) + 0.5) * pa_inv.x", "(float(xr / pa_w) + 0.5) * pa_inv.y"
+    em.line(f"vec4 xt = texture(b{px.unit}, vec2({u}, {v}));")
+    for c in range(c_count):
+        em.line(f"int wr{c} = (di * {p['KW']} + dj) * {c_count} + {c};")
+        v = f"(float((wr{c} / pb_w) * {wq} + wq) + 0.5) * pb_inv.y"
+        em.line(f"accf += xt.{'xyz'[c]} * texture(b{pw.unit}, vec2((float(wr{c} % pb_w) + 0.5) * pb_inv.x, {v}));")
     em.close()
     em.close()
     em.line("dlc_out4 = accf;")

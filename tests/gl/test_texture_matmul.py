@@ -241,10 +241,41 @@ h = relu(conv2d(images, k, stride={stride}, padding="{padding}", dilation={dilat
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_one_channel_and_grouped_convs_keep_the_per_output_loop():
-    one = 'input x: [B, 8, 8, 1]\ninput k: [3, 3, 1, 4]\ny = conv2d(x, k, stride=1, padding="same")\n'
+def test_grouped_convs_keep_the_per_output_loop():
     grouped = 'input x: [B, 8, 8, 4]\ninput k: [3, 3, 2, 4]\ny = conv2d(x, k, stride=1, padding="same", groups=2)\n'
-    assert _packed_files(one) == [] and _packed_files(grouped) == []
+    assert _packed_files(grouped) == []
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3])
+def test_a_conv_over_few_channels_packs_its_filter_by_output_channel(gl, channels):
+    """Fewer than 4 input channels: one texel of x per tap and one of w per channel (4 output
+    channels, 6 here: a padded texel), against the float64 conv, with a fused epilogue, at
+    stride 2, and with an infinity and a NaN in the image reaching only the outputs that read
+    them."""
+    src = f"""
+input images: [B, 9, 8, {channels}]
+input k: [3, 3, {channels}, 6]
+input bias: [6]
+h = relu(conv2d(images, k, stride=2, padding="same") + bias)
+"""
+    files = programs(dlc.compile(src), target="texture")["eval"].sources
+    (products,) = [t for f, t in files.items() if "_pack" in f and "dlc_out4 = accf" in t]
+    assert products.count("texture(") == 1 + channels
+    rng = np.random.default_rng(11)
+    k = rng.normal(size=(3, 3, channels, 6)).astype(np.float32)
+    bias = rng.normal(size=6).astype(np.float32)
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture")
+    for batch in (3, 1):
+        x = rng.normal(size=(batch, 9, 8, channels)).astype(np.float32)
+        if batch == 1:
+            x[0, 2, 2, 0], x[0, 6, 5, channels - 1] = np.inf, np.nan
+        got = sess.eval("h", {"images": x, "k": k, "bias": bias})
+        with np.errstate(invalid="ignore"):
+            want = np.maximum(_conv_numpy(x, k, 2, ((1, 1), (0, 1)), 1) + bias, 0)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
 
 
 CONV_GRAD = """
