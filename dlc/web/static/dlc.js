@@ -588,9 +588,10 @@ class Device {
     return loc === undefined ? null : loc;
   }
 
-  /** Run `program` over every texel of `target` (or only the texel `at`, a flat index):
-   * samplers maps a unit to the texture it reads; ints sets int uniforms. */
-  pass(program, target, samplers, ints, at = null) {
+  /** Run `program` over every texel of `target` (or only the texel `at`, a flat index; or the
+   * rows holding the first `count` floats: a tensor in a larger slot's texture): samplers maps
+   * a unit to the texture it reads; ints sets int uniforms. */
+  pass(program, target, samplers, ints, at = null, count = null) {
     const gl = this.gl;
     for (const tex of samplers.values()) {
       if (tex === target) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
@@ -612,8 +613,12 @@ class Device {
       }
     }
     gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
-    if (at === null) gl.viewport(0, 0, target.width, target.height);
-    else gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
+    let rows = 1;
+    if (at === null) {
+      // the texels past the tensor: fragments that would only return (or write what nobody reads)
+      rows = count === null ? target.height : Math.min(target.height, Math.max(Math.ceil(count / target.width), 1));
+      gl.viewport(0, 0, target.width, rows);
+    } else gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
     gl.bindVertexArray(this.vao);
     if (this.timings) {
       // a one-texel readPixels waits for the GPU (Chromium's finish() does not)
@@ -622,13 +627,13 @@ class Device {
       const t0 = performance.now();
       gl.drawArrays(gl.TRIANGLES, 0, 3);
       wait();
-      this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: target.width * target.height });
+      this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: at === null ? target.width * rows : 1 });
     } else gl.drawArrays(gl.TRIANGLES, 0, 3);
   }
 
   /** Copy the first `count` floats of `src` into `dst`. */
   copy(dst, src, count = src.count) {
-    this.pass(this.copyProgram, dst, new Map([[0, src]]), { dlc_width: dst.width, dlc_count: count });
+    this.pass(this.copyProgram, dst, new Map([[0, src]]), { dlc_width: dst.width, dlc_count: count }, null, count);
   }
 
   /** Element 0 of `src` into element `at` of `dst`. */
@@ -986,17 +991,20 @@ class Executor {
         const program = this.programs[k][i];
         const used = new Map(program.units.map((u) => [u, samplers.get(u)]));
         let target;
+        let count = null; // the floats of the tensor a pass writes (its texture may be larger)
         if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
         else if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
         else {
-          const s = this.tensors.get(p.tensor).slot;
+          const info = this.tensors.get(p.tensor);
+          const s = info.slot;
+          count = product(bindShape(info.shape, this.dims));
           target = this.slotBuffer(s);
           if (read.has(s)) {
             target = this.takeSpare(target);
             swaps.push([s, target]);
           }
         }
-        device.pass(program, target, used, { ...ints, dlc_width: target.width });
+        device.pass(program, target, used, { ...ints, dlc_width: target.width }, null, count);
       });
       for (const tex of packed) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
       for (const [s, tex] of swaps) {
