@@ -441,6 +441,7 @@ class Device {
 
   deleteTexture(tex) {
     if (!tex || !this.textures.has(tex)) return;
+    if (tex.multi) this.gl.deleteFramebuffer(tex.multi.fbo);
     this.gl.deleteFramebuffer(tex.fbo);
     this.gl.deleteTexture(tex.handle);
     this.textures.delete(tex);
@@ -524,7 +525,9 @@ class Device {
       const loc = locations.get(`b${unit}`);
       if (loc) gl.uniform1i(loc, unit);
     }
-    const program = { handle, name, units, locations, rgba: /\bout\s+vec4\b/.test(source) };
+    // render targets: texture_matmul's 4 x 4 products pass writes 4 (layout(location = t) out)
+    const targets = Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
+    const program = { handle, name, units, locations, rgba: /\bout\s+vec4\b/.test(source), targets };
     this.programs.set(source, program);
     return program;
   }
@@ -593,8 +596,9 @@ class Device {
    * a unit to the texture it reads; ints sets int uniforms. */
   pass(program, target, samplers, ints, at = null, count = null) {
     const gl = this.gl;
+    const targets = Array.isArray(target) ? target : [target];
     for (const tex of samplers.values()) {
-      if (tex === target) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
+      if (targets.includes(tex)) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
     }
     gl.useProgram(program.handle);
     for (const [unit, tex] of samplers) {
@@ -612,13 +616,22 @@ class Device {
         values.set(name, value);
       }
     }
-    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
     let rows = 1;
-    if (at === null) {
+    if (targets.length > 1) {
+      // n render targets: the pass covers the first ceil(width / n) columns of each (texture_matmul._quad)
+      target = targets[0];
+      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(targets));
+      gl.viewport(0, 0, Math.ceil(target.width / targets.length), target.height);
+      rows = target.height / targets.length;
+    } else if (at === null) {
+      gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
       // the texels past the tensor: fragments that would only return (or write what nobody reads)
       rows = count === null ? target.height : Math.min(target.height, Math.max(Math.ceil(count / target.width), 1));
       gl.viewport(0, 0, target.width, rows);
-    } else gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
+    } else {
+      gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+      gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
+    }
     gl.bindVertexArray(this.vao);
     if (this.timings) {
       // a one-texel readPixels waits for the GPU (Chromium's finish() does not)
@@ -629,6 +642,27 @@ class Device {
       wait();
       this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: at === null ? target.width * rows : 1 });
     } else gl.drawArrays(gl.TRIANGLES, 0, 3);
+  }
+
+  /** A framebuffer rendering into every texture of `targets` (same size; attachment t is
+   * targets[t]), kept on the first of them while they stay together. */
+  framebufferOf(targets) {
+    const gl = this.gl;
+    const [first, ...rest] = targets;
+    const kept = first.multi;
+    if (kept && kept.rest.length === rest.length && kept.rest.every((t, i) => t === rest[i])) return kept.fbo;
+    if (kept) gl.deleteFramebuffer(kept.fbo);
+    const fbo = gl.createFramebuffer();
+    gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
+    targets.forEach((t, i) => gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + i, gl.TEXTURE_2D, t.handle, 0));
+    gl.drawBuffers(targets.map((_, i) => gl.COLOR_ATTACHMENT0 + i));
+    const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
+    if (status !== gl.FRAMEBUFFER_COMPLETE) {
+      gl.deleteFramebuffer(fbo);
+      throw new DlcError(`this WebGL2 cannot render into ${targets.length} RGBA32F textures at once (framebuffer status 0x${status.toString(16)})`);
+    }
+    first.multi = { rest, fbo };
+    return fbo;
   }
 
   /** Copy the first `count` floats of `src` into `dst`. */
@@ -884,6 +918,20 @@ class Executor {
       }
     }
     this.programs = this.kernels.map((k) => k.passes.map((p) => device.program(sources[p.file], p.file)));
+    this.kernels.forEach((k, i) => {
+      k.passes.forEach((p, j) => {
+        // a pass with n render targets renders packed units into .. into + n - 1, all one size
+        const n = this.programs[i][j].targets;
+        if (n === 1) return;
+        const first = (k.packed || []).find((q) => q.unit === p.into);
+        for (let t = 0; t < n; t++) {
+          const q = (k.packed || []).find((x) => x.unit === p.into + t);
+          if (!first || !q || String(q.rows) !== String(first.rows) || String(q.depth) !== String(first.depth)) {
+            throw new DlcError(`${spec.name}: kernel ${k.name}'s pass ${p.file} writes ${n} textures, but unit ${p.into + t} is not a packed texture the size of unit ${p.into}`);
+          }
+        }
+      });
+    });
     this.buffers = new Map(); // slot -> texture (temps, inputs, consts)
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
     this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
@@ -992,7 +1040,8 @@ class Executor {
         const used = new Map(program.units.map((u) => [u, samplers.get(u)]));
         let target;
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
-        if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
+        if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
+        else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
         else if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
         else {
           const info = this.tensors.get(p.tensor);
