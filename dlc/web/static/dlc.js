@@ -565,11 +565,16 @@ class Device {
     const programs = [...new Set(warm)].map((source) => this.programs.get(source)).filter(Boolean);
     if (!programs.length) return;
     report("warm-up", 0, programs.length);
-    const targets = [this.texture(1, "a warm-up target"), this.texture(1, "a warm-up target", [1, 1])];
+    // drawn into targets of the kind their passes render (a driver may build a program's code
+    // for its framebuffer's attachments): R32F, RGBA32F, or n RGBA32F at once
+    const most = Math.max(...programs.map((p) => p.targets));
+    const rgba = Array.from({ length: most }, () => this.texture(1, "a warm-up target", [1, 1]));
+    const targets = [this.texture(1, "a warm-up target"), ...rgba];
+    const targetOf = (p) => (p.targets > 1 ? rgba.slice(0, p.targets) : p.rgba ? rgba[0] : targets[0]);
     gl.bindTexture(gl.TEXTURE_2D, null); // no sampler reads a target
     try {
       for (let i = 0; i < programs.length; i += 8) {
-        for (const program of programs.slice(i, i + 8)) this.pass(program, targets[program.rgba ? 1 : 0], new Map(), {});
+        for (const program of programs.slice(i, i + 8)) this.pass(program, targetOf(program), new Map(), {});
         const sync = gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
         gl.flush();
         try {
