@@ -1,7 +1,9 @@
 """The texture target's packed passes in WebGL2 against the NumPy reference: the 4 x 4 matmul
 products pass rendering 4 textures at once (WebGL2 only), a conv over one input channel and
 the packed filter gradient (compiler/codegen/texture_matmul.py), eval and training steps, at
-sizes that are no multiple of the 4 rows, 4 columns and 4 k a fragment or texel takes."""
+sizes that are no multiple of the 4 rows, 4 columns and 4 k a fragment or texel takes; and
+the packs of params that dlc.js keeps between evals are packed again once training changed
+the params."""
 
 from __future__ import annotations
 
@@ -38,16 +40,20 @@ def test_packed_passes_match_numpy_in_eval_and_training(web_root, open_export, t
     data = {n: v.astype(np.float32) for n, v in data.items()}
     want = sess.eval(["y", "h"], data)
     want_losses = sess.train(data, optimizer=dlc.SGD(0.1), batch_size=3, steps=3, shuffle=False)
+    trained = sess.eval(["y", "h"], data)
     got = page.call(
         f"{JS_FEEDS} const before = await m.eval(feeds, ['y', 'h']);"
         " const losses = await m.train(feeds, {steps: 3, batchSize: 3});"
+        " const after = await m.eval(feeds, ['y', 'h']);"
         f" const out = await m.params(); return {{y: Array.from(before.y.data), h: Array.from(before.h.data),"
-        f" losses, params: {JS_OUT}}};",
+        f" y2: Array.from(after.y.data), h2: Array.from(after.h.data), losses, params: {JS_OUT}}};",
         {"feeds": feed(data)},
     )
     np.testing.assert_allclose(np.reshape(got["y"], (3, 6, 30)), want["y"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.reshape(got["h"], (3, 5, 4, 6)), want["h"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["losses"], want_losses, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["y2"], (3, 6, 30)), trained["y"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["h2"], (3, 5, 4, 6)), trained["h"], rtol=1e-4, atol=1e-5)
     for n, v in sess.params.items():
         np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
     assert not page.errors

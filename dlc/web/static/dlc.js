@@ -19,6 +19,7 @@
 const FORMAT = 1;
 const LR = "$lr"; // the learning rate, an input of the train program
 const PERSISTENT = new Set(["param", "state"]);
+const STEADY = new Set(["param", "state", "const"]); // slots no eval writes: packs of them are kept
 const YIELD_EVERY = 32; // training steps queued between returns to the event loop (the page stays live)
 const ES_HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp sampler2D;\n";
 
@@ -451,6 +452,7 @@ class Device {
   upload(tex, data) {
     const gl = this.gl;
     if (data.length > tex.count) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.count}`);
+    tex.version = (tex.version || 0) + 1; // what it holds changed (a kept pack of it is stale)
     gl.bindTexture(gl.TEXTURE_2D, tex.handle);
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 4);
     const rows = Math.floor(data.length / tex.width);
@@ -605,6 +607,7 @@ class Device {
     for (const tex of samplers.values()) {
       if (targets.includes(tex)) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
     }
+    for (const tex of targets) tex.version = (tex.version || 0) + 1;
     gl.useProgram(program.handle);
     for (const [unit, tex] of samplers) {
       if (unit >= this.maxUnits) {
@@ -941,6 +944,7 @@ class Executor {
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
     this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
     this.packed = new Map(); // "width x height" -> free packed textures (live only while their kernel runs)
+    this.kept = new Map(); // "kernel:unit" -> {tex, stamp}: a pack of params and constants alone, kept between calls
     this.spare = new Map(); // "width x height" -> textures to render into
     this.dims = {};
     this.slots.forEach((slot, s) => {
@@ -1031,10 +1035,28 @@ class Executor {
       const spec = this.kernels[k];
       const samplers = new Map(spec.slots.map((s, unit) => [unit, this.slotBuffer(s)]));
       if (spec.scratch) samplers.set(spec.scratch.unit, this.scratch.get(k));
+      // a pack pass reading only params, state and constants renders once while they stay the same
+      const keep = new Set();
+      spec.passes.forEach((p, i) => {
+        const program = this.programs[k][i];
+        const steady = program.units.every((u) => u < spec.slots.length && STEADY.has(this.slots[spec.slots[u]].kind));
+        if (p.into !== undefined && p.into !== null && program.targets === 1 && steady) keep.add(p.into);
+      });
       const packed = (spec.packed || []).map((q) => {
-        const tex = this.takePacked(this.packedSize.get(`${k}:${q.unit}`));
-        samplers.set(q.unit, tex);
-        return tex;
+        const size = this.packedSize.get(`${k}:${q.unit}`);
+        if (!keep.has(q.unit)) {
+          const tex = this.takePacked(size);
+          samplers.set(q.unit, tex);
+          return tex;
+        }
+        let kept = this.kept.get(`${k}:${q.unit}`);
+        if (!kept || kept.tex.width !== size[0] || kept.tex.height !== size[1]) {
+          if (kept) device.deleteTexture(kept.tex);
+          kept = { tex: device.texture(size[0] * size[1], "a packed texture", size), stamp: null };
+          this.kept.set(`${k}:${q.unit}`, kept);
+        }
+        samplers.set(q.unit, kept.tex);
+        return null; // not the pool's
       });
       const read = new Set(spec.reads.map((t) => this.tensors.get(t).slot));
       const ints = {};
@@ -1043,6 +1065,13 @@ class Executor {
       spec.passes.forEach((p, i) => {
         const program = this.programs[k][i];
         const used = new Map(program.units.map((u) => [u, samplers.get(u)]));
+        if (keep.has(p.into)) {
+          // kept: rendered already from these very textures, unwritten since (their versions)
+          const kept = this.kept.get(`${k}:${p.into}`);
+          const stamp = [...used.values()].map((t) => [t, t.version]);
+          if (kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
+          kept.stamp = stamp;
+        }
         let target;
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
         if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
@@ -1060,7 +1089,7 @@ class Executor {
         }
         device.pass(program, target, used, { ...ints, dlc_width: target.width }, null, count);
       });
-      for (const tex of packed) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
+      for (const tex of packed) if (tex) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
       for (const [s, tex] of swaps) {
         const slot = this.slots[s];
         let old;
