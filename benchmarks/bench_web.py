@@ -28,6 +28,10 @@ dlc.js is faster). The rows (`--rows`, comma-separated; default all):
 - startup: SqueezeNet's first call (load the export / create the session, then the first
   result), each time on a fresh context.
 
+`--profile` times nothing: it runs one step of each row's dlc.js side (after an untimed one)
+with each pass timed alone (`gl.readPixels` of one texel before and after it) and prints the
+passes summed by program, largest first: where dlc.js's time goes.
+
 Training steps read their losses once at the end on both sides (dlc's `train({steps})`;
 tfjs's `optimizer.minimize(f, true)` losses stacked and read once). Each row prints the
 largest difference between the sides' first outputs (or first-step losses) to show they run
