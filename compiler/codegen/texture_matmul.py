@@ -337,19 +337,32 @@ def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rb
 
 
 def _accumulate_rows(
-    em: Emitter, quads: str, pa: _Operand, ras: list[str], pb: _Operand, rbs: list[str], products: list
+    em: Emitter,
+    quads: str,
+    pa: _Operand,
+    ras: list[str],
+    pb: _Operand,
+    rbs: list[str],
+    products: list,
+    one_band: bool = False,
 ) -> None:
     """acc<c> += row ras[i] of packed A times row rbs[j] of packed B for each (i, j) =
-    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q)."""
+    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q).
+    one_band: each side's rows lie in the band of its first (or are never read): one texel
+    line a side per q."""
     for side, rows, width in (("pa", ras, "pa_w"), ("pb", rbs, "pb_w")):
         for i, row in enumerate(rows):
             em.line(f"int {side}{i}_r = {row};")
             em.line(f"float {side}{i}_u = (float({side}{i}_r % {width}) + 0.5) * {side}_inv.x;")
-            em.line(f"int {side}{i}_y = ({side}{i}_r / {width}) * {quads};")
+            if i == 0 or not one_band:
+                em.line(f"int {side}{i}_y = ({side}{i}_r / {width}) * {quads};")
     em.open(f"for (int q = 0; q < {quads}; ++q)")
+    if one_band:
+        for side in ("pa", "pb"):
+            em.line(f"float {side}_v = (float({side}0_y + q) + 0.5) * {side}_inv.y;")
     for side, rows, unit in (("pa", ras, pa.unit), ("pb", rbs, pb.unit)):
         for i in range(len(rows)):
-            v = f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
+            v = f"{side}_v" if one_band else f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
             em.line(f"vec4 {side}{i}_t = texture(b{unit}, vec2({side}{i}_u, {v}));")
     for c, (i, j) in enumerate(products):
         em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
@@ -456,7 +469,10 @@ def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
         rbs.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], f"jq{c}")[1])
     for a in range(16):
         em.line(f"vec4 acc{a} = vec4(0.0);")
-    _accumulate_rows(em, quads, pa, ras, pb, rbs, [(t, c) for t in range(QUAD_TARGETS) for c in range(4)])
+    # A's rows are the products' (B is a matrix), so rows r0..r0+3 share r0's band unless past
+    # the band's width (never read); B's j0..j0+3 share j0's (a band is 4k wide, or all of B)
+    products = [(t, c) for t in range(QUAD_TARGETS) for c in range(4)]
+    _accumulate_rows(em, quads, pa, ras, pb, rbs, products, one_band=True)
     for t in range(QUAD_TARGETS):
         sums = ", ".join(f"(acc{a}.x + acc{a}.y) + (acc{a}.z + acc{a}.w)" for a in range(4 * t, 4 * t + 4))
         em.line(f"dlc_out{t} = vec4({sums});")
