@@ -112,6 +112,11 @@ export async function load(url = ".", options = {}) {
   return model;
 }
 
+/** A shader's text without its // comments: what the GPU runs (the program's key). */
+function codeOf(source) {
+  return source.replace(/\/\/[^\n]*/g, "");
+}
+
 async function fetchOk(url) {
   let response;
   try {
@@ -479,9 +484,11 @@ class Device {
   }
 
   /** A linked full-screen-triangle program around one fragment shader; sampler b<k> reads unit k.
-   * One program a source text: kernels (and the eval and train programs) with the same pass share it. */
+   * One program a source text without its comments (which name the kernel and its tensors):
+   * kernels (and the eval and train programs) whose passes are the same code share it. */
   program(source, name) {
-    return this.programs.get(source) || this.finishProgram(this.startProgram(source, name));
+    const code = codeOf(source);
+    return this.programs.get(code) || this.finishProgram(this.startProgram(code, name));
   }
 
   /** Compile and link without asking how it went (the driver may work on it in the background). */
@@ -545,9 +552,10 @@ class Device {
     const todo = [];
     const started = new Set();
     for (const [source, name] of entries) {
-      if (this.programs.has(source) || started.has(source)) continue;
-      started.add(source);
-      todo.push(this.startProgram(source, name));
+      const code = codeOf(source);
+      if (this.programs.has(code) || started.has(code)) continue;
+      started.add(code);
+      todo.push(this.startProgram(code, name));
     }
     const total = todo.length;
     report("shaders", 0, total);
@@ -564,7 +572,7 @@ class Device {
       if (pending.length) await new Promise((resolve) => setTimeout(resolve, 0));
       if (gl.isContextLost()) throw new DlcError("the WebGL2 context was lost");
     }
-    const programs = [...new Set(warm)].map((source) => this.programs.get(source)).filter(Boolean);
+    const programs = [...new Set(warm.map(codeOf))].map((code) => this.programs.get(code)).filter(Boolean);
     if (!programs.length) return;
     report("warm-up", 0, programs.length);
     // drawn into targets of the kind their passes render (a driver may build a program's code
