@@ -436,13 +436,19 @@ def _few_channel_products(ctx: Context, em: Emitter, px: _Operand, pw: _Operand,
 
 
 QUAD_TARGETS = 4  # render targets of the 4 x 4 products pass
+QUAD_MIN_COLUMNS = 128
 
 
 def _quad(ctx: Context, es: bool) -> bool:
     """Whether the products pass computes 4 rows x 4 columns a fragment into 4 textures at once
     (WebGL2, `es`: dlc.js binds them as one pass's render targets): a paired matmul with the
-    texture units for it. 8 fetches give 64 products, twice the pairs' rate."""
-    return es and _paired(ctx) and len(ctx.binding) + 2 + QUAD_TARGETS <= TEXTURE_UNITS
+    texture units for it and QUAD_MIN_COLUMNS columns or more. 8 fetches give 64 products,
+    twice the pairs' rate; a small one (the digits MLP's 64 columns) ran slower than pairs (its
+    unpack pass reads 4 textures an output, and fewer fragments share the work)."""
+    if not (es and _paired(ctx) and len(ctx.binding) + 2 + QUAD_TARGETS <= TEXTURE_UNITS):
+        return False
+    n = ctx.graph.nodes[ctx.kernel.anchor].shape[-1]
+    return isinstance(n, int) and n >= QUAD_MIN_COLUMNS
 
 
 def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:

@@ -16,8 +16,8 @@ import dlc
 MODEL = """
 input a: [B, 6, 13]
 input img: [B, 9, 8, 1]
-param w: [13, 30] = normal(0, 1)
-param c: [30]
+param w: [13, 130] = normal(0, 1)
+param c: [130]
 param k: [3, 3, 1, 6] = normal(0, 1)
 y = tanh(a @ w + c)
 h = relu(conv2d(img, k, stride=2, padding="same"))
@@ -49,10 +49,10 @@ def test_packed_passes_match_numpy_in_eval_and_training(web_root, open_export, t
         f" y2: Array.from(after.y.data), h2: Array.from(after.h.data), losses, params: {JS_OUT}}};",
         {"feeds": feed(data)},
     )
-    np.testing.assert_allclose(np.reshape(got["y"], (3, 6, 30)), want["y"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["y"], (3, 6, 130)), want["y"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.reshape(got["h"], (3, 5, 4, 6)), want["h"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["losses"], want_losses, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(np.reshape(got["y2"], (3, 6, 30)), trained["y"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["y2"], (3, 6, 130)), trained["y"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.reshape(got["h2"], (3, 5, 4, 6)), trained["h"], rtol=1e-4, atol=1e-5)
     for n, v in sess.params.items():
         np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
