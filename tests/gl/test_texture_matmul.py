@@ -370,7 +370,15 @@ loss cost = sum(conv2d(img, k, stride=2, padding="same") * t)
 """
 
 
-@pytest.mark.parametrize("source", [GRAD, CONV_GRAD, FILTER_GRAD], ids=["matmul", "conv", "filter"])
+WIDE = """
+input x: [B, 37]
+input t: [B, 130]
+param W: [37, 130] = glorot
+loss cost = sum((x @ W) * t)
+"""  # 130 columns: WebGL2's 4 x 4 matmul with its 4 render targets
+
+
+@pytest.mark.parametrize("source", [GRAD, CONV_GRAD, FILTER_GRAD, WIDE], ids=["matmul", "conv", "filter", "matmul-4x4"])
 def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     """WebGL2's GLSL ES 3.00 refuses implicit int -> float and needs precisions: Mesa's ES
     front end checks the pack and product passes as a browser would."""
@@ -380,6 +388,8 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     progs = programs(dlc.compile(source), train_loss="cost", optimizer=opt, target="texture", options=es)
     files = {f: t for p in progs.values() for f, t in p.sources.items()}
     assert any("_pack" in f for f in files)
+    if source is WIDE:
+        assert any("into 4 render targets" in t for t in files.values())
     for file, text in files.items():
         log = fragment_compile_log(text)
         assert log == "", f"{file}: {log}"
