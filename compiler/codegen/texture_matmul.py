@@ -213,7 +213,7 @@ def render_kernel(ctx: Context, es: bool):
     rows, n = tuple(node.shape[:-1]), node.shape[-1]
     quad = _quad(ctx, es)
     for t in range(QUAD_TARGETS if quad else 1):
-        label = f"the products of kernel {k.name}" + (f" (rows {t} mod 4)" if quad else "")
+        label = f"the products of kernel {k.name}" + (f" (render target {t})" if quad else "")
         packed.append({"unit": unit + 2 + t, "rows": list(size_of(rows)), "depth": list(size_of((n,))), "label": label})
     products = _quad_products_pass(ctx, pa, pb, depth) if quad else _products_pass(ctx, pa, pb, depth, es)
     passes.append(TexturePass(None, products, into=unit + 2))
@@ -559,7 +559,7 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
     text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
-    which = [f", rows {t} mod 4" for t in range(QUAD_TARGETS)] if quad else [""]
+    which = [f", render target {t}" for t in range(QUAD_TARGETS)] if quad else [""]
     decl = "".join(
         f"uniform sampler2D b{unit + t};  // the products, 4 values of j a texel{w}\n" for t, w in enumerate(which)
     )
