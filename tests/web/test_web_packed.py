@@ -57,3 +57,27 @@ def test_packed_passes_match_numpy_in_eval_and_training(web_root, open_export, t
     for n, v in sess.params.items():
         np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
     assert not page.errors
+
+
+BANDS = """
+input x: [N, 9]
+param w: [9, 130] = normal(0, 1)
+y = x @ w
+"""
+
+
+def test_the_4x4_matmul_over_two_bands_of_rows_matches_numpy(web_root, open_export, tmp_path):
+    """More rows than MAX_TEXTURE_SIZE: the packed and products textures hold them in two
+    bands (a band's rows down its columns), which the 4 x 4 pass and its unpack step across."""
+    path = tmp_path / "bands.dl"
+    path.write_text(BANDS)
+    sess = reference(str(path), seed=4)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    page = open_export(exported(web_root, "bands", path, weights=tmp_path / "w.npz"))
+    limit = page.page.evaluate("document.createElement('canvas').getContext('webgl2').getParameter(0x0D33)")
+    x = np.random.default_rng(6).normal(size=(limit + 7, 9)).astype(np.float32)
+    got = page.call(
+        f"{JS_FEEDS} const out = await m.eval(feeds, ['y']); return Array.from(out.y.data);", {"feeds": feed({"x": x})}
+    )
+    np.testing.assert_allclose(np.reshape(got, (limit + 7, 130)), sess.eval("y", {"x": x}), rtol=1e-4, atol=1e-4)
+    assert not page.errors

@@ -1073,13 +1073,10 @@ class Executor {
       spec.passes.forEach((p, i) => {
         const program = this.programs[k][i];
         const used = new Map(program.units.map((u) => [u, samplers.get(u)]));
-        if (keep.has(p.into)) {
-          // kept: rendered already from these very textures, unwritten since (their versions)
-          const kept = this.kept.get(`${k}:${p.into}`);
-          const stamp = [...used.values()].map((t) => [t, t.version]);
-          if (kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
-          kept.stamp = stamp;
-        }
+        const kept = keep.has(p.into) ? this.kept.get(`${k}:${p.into}`) : null;
+        const stamp = kept ? [...used.values()].map((t) => [t, t.version]) : null;
+        // kept: rendered already from these very textures, unwritten since (their versions)
+        if (kept && kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
         let target;
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
         if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
@@ -1095,7 +1092,9 @@ class Executor {
             swaps.push([s, target]);
           }
         }
-        device.pass(program, target, used, { ...ints, dlc_width: target.width }, null, count);
+        const width = (Array.isArray(target) ? target[0] : target).width;
+        device.pass(program, target, used, { ...ints, dlc_width: width }, null, count);
+        if (kept) kept.stamp = stamp; // (once rendered)
       });
       for (const tex of packed) if (tex) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
       for (const [s, tex] of swaps) {
