@@ -406,3 +406,31 @@ def test_the_packed_option_turns_the_packed_passes_off():
     ):
         sources = programs(model, target="texture", options=options)["eval"].sources
         assert any("_pack" in f for f in sources) == want, options
+
+
+def test_packed_convs_step_across_bands_of_a_small_texture_limit(gl, monkeypatch):
+    """With MAX_TEXTURE_SIZE 38 the packed x, dy and products textures hold their rows in
+    several bands: the filter gradient's walk along a row of pixels wraps to the next band
+    (stride 2 and 1), as does the few-channel conv's, against the float64 reference."""
+    monkeypatch.setitem(gl.limits, "max_texture_size", 38)  # no multiple of a row of pixels
+    src = """
+param k: [3, 3, 5, 6] = normal(0, 1)
+param k1: [3, 3, 1, 6] = normal(0, 1)
+input img: [B, 9, 8, 5]
+input one: [B, 9, 8, 1]
+input t: [B, 5, 4, 6]
+h = conv2d(img, k, stride=2, padding="same")
+g = conv2d(one, k1, stride=1, padding="same")
+loss cost = sum(h * t)
+"""
+    progs = programs(dlc.compile(src), train_loss="cost", optimizer=dlc.SGD(0.1), target="texture")
+    assert sum("conv2d_grad_filter" in f and "_pack" in f for f in progs["train"].sources) == 3
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture", seed=4)
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(3, 9, 8, 5)).astype(np.float32)
+    t = rng.normal(size=(3, 5, 4, 6)).astype(np.float32)
+    got = sess.gradients({"img": x, "t": t})["k"]
+    np.testing.assert_allclose(got, _filter_gradient(x, t, 3, 3, 2, ((1, 1), (0, 1)), 1), rtol=1e-4, atol=1e-4)
+    k1 = sess.params["k1"]
+    want = _conv_numpy(x[..., :1], k1, 1, ((1, 1), (1, 1)), 1)
+    np.testing.assert_allclose(sess.eval("g", {"one": x[..., :1]}), want, rtol=1e-4, atol=1e-4)
