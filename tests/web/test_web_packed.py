@@ -16,12 +16,15 @@ import dlc
 MODEL = """
 input a: [B, 6, 13]
 input img: [B, 9, 8, 1]
+input img5: [B, 9, 8, 5]
 param w: [13, 130] = normal(0, 1)
 param c: [130]
 param k: [3, 3, 1, 6] = normal(0, 1)
+param k5: [3, 3, 5, 6] = normal(0, 1)
 y = tanh(a @ w + c)
 h = relu(conv2d(img, k, stride=2, padding="same"))
-loss cost = mean(y * y) + mean(h)
+h5 = relu(conv2d(img5, k5, stride=2, padding="same"))
+loss cost = mean(y * y) + mean(h) + mean(h5)
 """
 
 
@@ -36,21 +39,28 @@ def test_packed_passes_match_numpy_in_eval_and_training(web_root, open_export, t
     assert "conv2d gradient for the filter" in shaders and "4 outputs a fragment over the packed" in shaders
     page = open_export(name)
     rng = np.random.default_rng(5)
-    data = {"a": rng.normal(size=(3, 6, 13)), "img": rng.normal(size=(3, 9, 8, 1))}
+    data = {
+        "a": rng.normal(size=(3, 6, 13)),
+        "img": rng.normal(size=(3, 9, 8, 1)),
+        "img5": rng.normal(size=(3, 9, 8, 5)),
+    }
     data = {n: v.astype(np.float32) for n, v in data.items()}
-    want = sess.eval(["y", "h"], data)
+    want = sess.eval(["y", "h", "h5"], data)
     want_losses = sess.train(data, optimizer=dlc.SGD(0.1), batch_size=3, steps=3, shuffle=False)
-    trained = sess.eval(["y", "h"], data)
+    trained = sess.eval(["y", "h", "h5"], data)
     got = page.call(
-        f"{JS_FEEDS} const before = await m.eval(feeds, ['y', 'h']);"
+        f"{JS_FEEDS} const before = await m.eval(feeds, ['y', 'h', 'h5']);"
         " const losses = await m.train(feeds, {steps: 3, batchSize: 3});"
-        " const after = await m.eval(feeds, ['y', 'h']);"
+        " const after = await m.eval(feeds, ['y', 'h', 'h5']);"
         f" const out = await m.params(); return {{y: Array.from(before.y.data), h: Array.from(before.h.data),"
+        " h5: Array.from(before.h5.data), h52: Array.from(after.h5.data),"
         f" y2: Array.from(after.y.data), h2: Array.from(after.h.data), losses, params: {JS_OUT}}};",
         {"feeds": feed(data)},
     )
     np.testing.assert_allclose(np.reshape(got["y"], (3, 6, 130)), want["y"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.reshape(got["h"], (3, 5, 4, 6)), want["h"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["h5"], (3, 5, 4, 6)), want["h5"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["h52"], (3, 5, 4, 6)), trained["h5"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got["losses"], want_losses, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.reshape(got["y2"], (3, 6, 130)), trained["y"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.reshape(got["h2"], (3, 5, 4, 6)), trained["h"], rtol=1e-4, atol=1e-5)
