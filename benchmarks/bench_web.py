@@ -28,6 +28,10 @@ dlc.js is faster). The rows (`--rows`, comma-separated; default all):
 - startup: SqueezeNet's first call (load the export / create the session, then the first
   result), each time on a fresh context.
 
+`--profile` times nothing: it runs one step of each row's dlc.js side (after an untimed one)
+with each pass timed alone (`gl.readPixels` of one texel before and after it) and prints the
+passes summed by program, largest first: where dlc.js's time goes.
+
 Training steps read their losses once at the end on both sides (dlc's `train({steps})`;
 tfjs's `optimizer.minimize(f, true)` losses stacked and read once). Each row prints the
 largest difference between the sides' first outputs (or first-step losses) to show they run
@@ -133,14 +137,14 @@ async function classifier(dir, arg, logits, features, optimizer) {
       t.dispose();
       return out;
     };
-    return { sides, dispose: () => { m.dispose(); tf.dispose(Object.values(v)); } };
+    return { sides, model: m, dispose: () => { m.dispose(); tf.dispose(Object.values(v)); } };
   }
   const feeds = { pixels: { data: x.subarray(0, batch * features), shape: [batch, features] }, labels: { data: y.subarray(0, batch), shape: [batch] } };
   const opt = optimizer();
   const xt = tf.tensor2d(px(0), [batch, features]), yt = tf.oneHot(tf.tensor1d(lb(0), "int32"), 10);
   sides.dlc = async (count) => await m.train(feeds, { steps: count, batchSize: batch });
   sides.tfjs = async (count) => await tfTrain(opt, count, () => tf.losses.softmaxCrossEntropy(yt, logits(v, xt, batch)));
-  return { sides, steps: true, dispose: () => { m.dispose(); tf.dispose([xt, yt, ...Object.values(v)]); } };
+  return { sides, steps: true, model: m, dispose: () => { m.dispose(); tf.dispose([xt, yt, ...Object.values(v)]); } };
 }
 
 // An imported ONNX model: dlc's export against onnxruntime-web's webgl and wasm sessions.
@@ -157,7 +161,7 @@ async function imported(dir, arg) {
       return out[arg.onnxOutput].data;
     };
   }
-  return { sides, dispose: () => { m.dispose(); Object.values(sessions).forEach((s) => s.release()); } };
+  return { sides, model: m, dispose: () => { m.dispose(); Object.values(sessions).forEach((s) => s.release()); } };
 }
 
 // The first call on a fresh context: load (or create) and the first result.
@@ -196,6 +200,7 @@ window.rows = {
         dlc: async () => (await m.eval({ x: { data: x, shape: [512, 512] } }, ["y"])).y.data,
         tfjs: async () => { const t = tf.tensor2d(x, [512, 512]); const out = await tfRead(() => t.matMul(W)); t.dispose(); return out; },
       },
+      model: m,
       dispose: () => { m.dispose(); W.dispose(); },
     };
   },
@@ -225,6 +230,20 @@ window.bench = async (name, arg, { steps, warmup, repeats }) => {
   const losses = row.steps ? Object.fromEntries(names.map((s) => [s, first[s][0]])) : null;
   return { ms: Object.fromEntries(names.map((s) => [s, median(runs[s])])), runs, diffs, losses };
 };
+// --profile: one dlc.js step (after one untimed), each pass timed alone -> [{pass, ms, texels}]
+window.profile = async (name, arg) => {
+  const row = await window.rows[name](arg);
+  if (!row.model) { row.dispose(); return null; }
+  await row.sides.dlc(row.steps ? 1 : 0);
+  row.model.device.timings = [];
+  try {
+    await row.sides.dlc(row.steps ? 1 : 0);
+    return row.model.device.timings;
+  } finally {
+    row.model.device.timings = null;
+    row.dispose();
+  }
+};
 window.renderer = () => { const gl = document.createElement("canvas").getContext("webgl2"); if (!gl) return "no WebGL2"; const info = gl.getExtension("WEBGL_debug_renderer_info"); return gl.getParameter(gl.VERSION) + ", " + gl.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : gl.RENDERER); };
 window.benchReady = true;
 </script>"""  # noqa: E501
@@ -238,6 +257,12 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="alternating timed runs per side; the median is shown")
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing: each dlc.js row's passes, one step each timed alone (the GPU waited for "
+        "before and after each), summed by program, largest first",
+    )
     ap.add_argument(
         "--flags",
         default=" ".join(FLAGS),
@@ -283,6 +308,9 @@ def main() -> int:
                         arg = {**digits, "lr": args.lr}
                     if name in ORT_ROWS:
                         arg = onnx_models["squeezenet" if name == "startup" else name]
+                    if args.profile:
+                        _print_profile(name, page.evaluate("async ([n, a]) => await window.profile(n, a)", [name, arg]))
+                        continue
                     r = page.evaluate("async ([n, a, t]) => await window.bench(n, a, t)", [name, arg, timing])
                     results.append((name, r))
                     print(name, r["ms"], file=sys.stderr)
@@ -300,6 +328,24 @@ def main() -> int:
         if r["losses"]:
             print(f"{name}: first-step loss " + ", ".join(f"{s} {v:.7f}" for s, v in r["losses"].items()))
     return 0
+
+
+def _print_profile(name: str, passes: list | None, top: int = 12) -> None:
+    """A row's passes summed by program (the shader file's name), the largest `top` first."""
+    if passes is None:
+        print(f"{name}: no dlc.js model to profile")
+        return
+    total = sum(p["ms"] for p in passes)
+    by: dict[str, list] = {}
+    for p in passes:
+        entry = by.setdefault(p["pass"], [0, 0.0, p["texels"]])
+        entry[0] += 1
+        entry[1] += p["ms"]
+    print(f"\n{name}: {len(passes)} passes, {total:.1f} ms in all (each alone)")
+    print("| program | draws | ms | share | texels |")
+    print("| --- | --- | --- | --- | --- |")
+    for prog, (n, ms, texels) in sorted(by.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {prog} | {n} | {ms:.1f} | {100 * ms / max(total, 1e-9):.0f}% | {texels} |")
 
 
 def _export_all(root: pathlib.Path, rows: list[str], args) -> dict:

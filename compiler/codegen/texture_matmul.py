@@ -15,14 +15,20 @@ matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a 
    1.5-2x faster on llvmpipe than one output a fragment from the same packed operands); a
    matmul whose B is a matrix computes 2 rows x 2 columns a fragment instead (`_paired`: 4
    fetches for 16 products), and the loops fetch with texture() at texel centres (on
-   SwiftShader both count: ~1.8x on the MLP and matmul passes);
+   SwiftShader both count: ~1.8x on the MLP and matmul passes); for WebGL2 (`es`) that
+   matmul computes 4 rows x 4 columns a fragment into 4 textures at once (`_quad`: 8 fetches
+   for 64 products; dlc.js binds them as the pass's render targets; 1.3-1.4x faster on
+   SwiftShader than the pairs, measured A/B in one page);
 3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
 
 conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
 (di, dj, output channel), k runs over input channels, and the products pass loops over the
 taps inside the image. Its input gradient likewise: dy's pixels, w's (di, dj, input channel)
 rows, k over output channels, looping over the output pixels whose windows hold the input
-pixel. The products texture's rows are the output's coordinates but the last in every case.
+pixel. The filter gradient packs x's pixels (4 input channels a texel) and dy's (4 output
+channels a texel); its products fragment (di, dj, c) x 4 output channels walks every output
+pixel whose tap lies inside the image, 2 fetches for 4 products (`_filter_products`). The
+products texture's rows are the output's coordinates but the last in every case.
 
 A packed texture holds row r down column r % width, in bands of ceil(K/4) texels (band r /
 width), so the K loop fetches (x, y + q): nothing divided per fetch, and neighbouring outputs
@@ -59,8 +65,12 @@ def applies(ctx: Context) -> bool:
     if k.kind not in ("matmul", "window") or len(ctx.binding) + 3 > TEXTURE_UNITS:
         return False
     node = ctx.graph.nodes[k.anchor]
-    if k.kind == "window":  # conv2d (and its input gradient) over one group: a product per tap
-        return node.op in ("conv2d", "conv2d_grad_input") and node.attr("groups", 1) == 1 and _conv_pays(ctx, node)
+    if k.kind == "window":  # conv2d and its gradients over one group: a product per tap
+        if node.attr("groups", 1) != 1:
+            return False
+        if node.op == "conv2d_grad_filter":
+            return _filter_pays(ctx, node)
+        return node.op in ("conv2d", "conv2d_grad_input") and _conv_pays(ctx, node)
     ash = ctx.graph.nodes[node.inputs[0]].shape
     kdim = ash[-2] if node.attr("ta") else ash[-1]
     if isinstance(kdim, int) and kdim < MIN_DEPTH:
@@ -73,10 +83,29 @@ def _conv_pays(ctx: Context, node) -> bool:
     ws = ctx.graph.nodes[node.inputs[1]].shape
     channels = ws[2] if node.op == "conv2d" else ws[3]  # what each tap's product sums over
     products = numel_known((*node.shape, *ws[:2], channels))
-    return channels >= CONV_MIN_CHANNELS and (products is None or products >= MIN_PRODUCTS)
+    if node.op == "conv2d_grad_input" and channels < CONV_MIN_CHANNELS:
+        return False
+    return products is None or products >= MIN_PRODUCTS
 
 
-CONV_MIN_CHANNELS = 2  # input channels: with one, packing measured no faster
+CONV_MIN_CHANNELS = 2  # the input gradient's output channels: with one, packing measured no faster
+FEW_CHANNELS = 4  # a conv2d over fewer input channels packs its filter along the output channels
+
+
+def _few_channels(ctx: Context, node) -> int | None:
+    """A conv2d's input channels when fewer than FEW_CHANNELS (a texel of x holds them all)."""
+    if node.op != "conv2d":
+        return None
+    c = ctx.graph.nodes[node.inputs[1]].shape[2]
+    return c if isinstance(c, int) and c < FEW_CHANNELS else None
+
+
+def _filter_pays(ctx: Context, node) -> bool:
+    """A filter gradient packs when its products (filter x output pixels) are many (or
+    symbolically many): each fragment loops over every output pixel, as the per-output loop does."""
+    ds = ctx.graph.nodes[node.inputs[1]].shape
+    products = numel_known((*node.shape, *ds[:3]))
+    return products is None or products >= MIN_PRODUCTS
 
 
 @dataclass(frozen=True)
@@ -88,6 +117,7 @@ class _Operand:
     index: Callable[[tuple, str], tuple]  # (row coordinates, k) -> the tensor's multi-index
     unit: int  # its packed texture's texture unit
     name: str
+    depth: object = None  # its k's extent when the two sides' differ (the filter gradient)
 
     def spec(self, ctx: Context, depth) -> dict:
         shape = ctx.graph.nodes[self.tensor].shape
@@ -127,6 +157,28 @@ def _conv_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, o
     return px, pw, ws[2]
 
 
+def _conv_few_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """A conv2d over fewer than 4 input channels: x's pixels hold all their channels in one
+    texel; w's rows are (di, dj, c), 4 output channels a texel (as the products texture)."""
+    g = ctx.graph
+    x, w = node.inputs
+    xs, ws = g.nodes[x].shape, g.nodes[w].shape
+    px = _Operand(x, tuple(xs[:3]), lambda rc, k: (*rc, k), unit, "x", xs[3])
+    pw = _Operand(w, tuple(ws[:3]), lambda rc, k: (*rc, k), unit + 1, "w", ws[3])
+    return px, pw, ws[3]
+
+
+def _conv_grad_filter_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
+    """x [B, H, W, C] and dy [B, OH, OW, CO], both with their pixels as rows: x 4 channels a
+    texel, dy 4 output channels a texel (the filter's last axis, as the products texture)."""
+    g = ctx.graph
+    x, dy = node.inputs
+    xs, ds = g.nodes[x].shape, g.nodes[dy].shape
+    px = _Operand(x, tuple(xs[:3]), lambda rc, k: (*rc, k), unit, "x", xs[3])
+    pd = _Operand(dy, tuple(ds[:3]), lambda rc, k: (*rc, k), unit + 1, "dy", ds[3])
+    return px, pd, ds[3]
+
+
 def _conv_grad_input_operands(ctx: Context, node, unit: int) -> tuple[_Operand, _Operand, object]:
     """dy [B, OH, OW, CO]'s rows are its pixels; w [KH, KW, C, CO]'s are (di, dj, c); k runs
     over the output channels."""
@@ -147,19 +199,26 @@ def render_kernel(ctx: Context, es: bool):
         "matmul": _matmul_operands,
         "conv2d": _conv_operands,
         "conv2d_grad_input": _conv_grad_input_operands,
+        "conv2d_grad_filter": _conv_grad_filter_operands,
     }[node.op]
+    if _few_channels(ctx, node):
+        operands = _conv_few_operands
     pa, pb, depth = operands(ctx, node, unit)
-    passes = [TexturePass(None, _pack_pass(ctx, p, depth, es), into=p.unit) for p in (pa, pb)]
-    packed = [p.spec(ctx, depth) for p in (pa, pb)]
+    own = [depth if p.depth is None else p.depth for p in (pa, pb)]
+    passes = [TexturePass(None, _pack_pass(ctx, p, d, es), into=p.unit) for p, d in zip((pa, pb), own)]
+    packed = [p.spec(ctx, d) for p, d in zip((pa, pb), own)]
     # the products, four outputs a fragment, into a third RGBA texture (rows: the output's
     # coordinates but the last, j; 4 values of j a texel); then each output pass reads its own
     # and runs the epilogue
     rows, n = tuple(node.shape[:-1]), node.shape[-1]
-    label = f"the products of kernel {k.name}"
-    packed.append({"unit": unit + 2, "rows": list(size_of(rows)), "depth": list(size_of((n,))), "label": label})
-    passes.append(TexturePass(None, _products_pass(ctx, pa, pb, depth, es), into=unit + 2))
+    quad = _quad(ctx, es)
+    for t in range(QUAD_TARGETS if quad else 1):
+        label = f"the products of kernel {k.name}" + (f" (render target {t})" if quad else "")
+        packed.append({"unit": unit + 2 + t, "rows": list(size_of(rows)), "depth": list(size_of((n,))), "label": label})
+    products = _quad_products_pass(ctx, pa, pb, depth) if quad else _products_pass(ctx, pa, pb, depth, es)
+    passes.append(TexturePass(None, products, into=unit + 2))
     for o in k.outputs:
-        passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es)))
+        passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es, quad)))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), None, tuple(packed))
 
@@ -224,7 +283,8 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     # texture() at texel centres, not texelFetch: SwiftShader (WebGL on the CPU) runs it ~1.4x faster
     em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
     js = []
-    for c in range(4):
+    own_sum = node.op == "conv2d_grad_filter" or _few_channels(ctx, node)  # (into one vec4)
+    for c in range(0 if own_sum else 4):
         js.append(em.names.claim(f"j{c + 1}"))
         em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
         em.line(f"vec4 acc{c} = vec4(0.0);")
@@ -238,6 +298,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
+    elif _few_channels(ctx, node):
+        _few_channel_products(ctx, em, pa, pb, rc)
+        what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
     elif node.op == "conv2d":
         geo = geometry(ash, bsh[:2], node.attrs)
         b, oy, ox = rc
@@ -247,6 +310,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         em.close()
         em.close()
         what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
+    elif node.op == "conv2d_grad_filter":
+        _filter_products(ctx, em, pa, pb, rc)
+        what = f"conv2d gradient for the filter {list(node.shape)}, input {list(ash)}, {describe_options(node)}"
     else:  # conv2d_grad_input
         geo = geometry(node.attr("x_shape"), bsh[:2], node.attrs)
         b, y, x = rc
@@ -256,8 +322,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         em.close()
         em.close()
         what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {describe_options(node)}"
-    sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
-    em.line(f"dlc_out4 = vec4({sums});")
+    if js:
+        sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
+        em.line(f"dlc_out4 = vec4({sums});")
     text = finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
     text = text.replace(", partials: ", ", the products: ", 1)
@@ -270,23 +337,160 @@ def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rb
 
 
 def _accumulate_rows(
-    em: Emitter, quads: str, pa: _Operand, ras: list[str], pb: _Operand, rbs: list[str], products: list
+    em: Emitter,
+    quads: str,
+    pa: _Operand,
+    ras: list[str],
+    pb: _Operand,
+    rbs: list[str],
+    products: list,
+    one_band: bool = False,
 ) -> None:
     """acc<c> += row ras[i] of packed A times row rbs[j] of packed B for each (i, j) =
-    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q)."""
+    products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q).
+    one_band: each side's rows lie in the band of its first (or are never read): one texel
+    line a side per q."""
     for side, rows, width in (("pa", ras, "pa_w"), ("pb", rbs, "pb_w")):
         for i, row in enumerate(rows):
             em.line(f"int {side}{i}_r = {row};")
             em.line(f"float {side}{i}_u = (float({side}{i}_r % {width}) + 0.5) * {side}_inv.x;")
-            em.line(f"int {side}{i}_y = ({side}{i}_r / {width}) * {quads};")
+            if i == 0 or not one_band:
+                em.line(f"int {side}{i}_y = ({side}{i}_r / {width}) * {quads};")
     em.open(f"for (int q = 0; q < {quads}; ++q)")
+    if one_band:
+        for side in ("pa", "pb"):
+            em.line(f"float {side}_v = (float({side}0_y + q) + 0.5) * {side}_inv.y;")
     for side, rows, unit in (("pa", ras, pa.unit), ("pb", rbs, pb.unit)):
         for i in range(len(rows)):
-            v = f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
+            v = f"{side}_v" if one_band else f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
             em.line(f"vec4 {side}{i}_t = texture(b{unit}, vec2({side}{i}_u, {v}));")
     for c, (i, j) in enumerate(products):
         em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
     em.close()
+
+
+def _filter_products(ctx: Context, em: Emitter, px: _Operand, pd: _Operand, rc: tuple) -> None:
+    """dlc_out4 = filter gradient (di, dj, c) x output channels j0..j0+3: the sum over the
+    output pixels (b, oy, ox) whose tap (di, dj) lies inside the image of x[b, iy, ix, c] (one
+    component of x's texel) times dy[b, oy, ox, j0..j0+3] (one texel): 2 fetches for 4
+    products, where the per-output loop fetches 2 for 1. Every fragment walks the same pixels
+    in the same order as that loop; the range of ox inside the image is worked out once, and
+    the texel positions step along a row of pixels without dividing."""
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xs = ctx.graph.nodes[px.tensor].shape
+    p = geometry(xs, node.shape[:2], node.attrs)
+    di, dj, c = rc
+    xq, dq = _quads(ctx, px.depth), _quads(ctx, pd.depth)
+    em.line(f"int xq = {c} / 4, xc = {c} % 4, dq = int(gl_FragCoord.y) % {dq};")
+    # the outputs (oy, ox) whose tap (di, dj) is inside the image: [lo, hi) along each axis
+    axes = (("oy", di, "SH", "DH", "PT", "H", "OH"), ("ox", dj, "SW", "DW", "PL", "W", "OW"))
+    for o, t, s, d, pad, size, out in axes:
+        em.line(f"int {o}_t = {p[pad]} - {t} * {p[d]}, {o}_u = {p[size] - 1 + p[pad]} - {t} * {p[d]};")
+        em.line(f"int {o}_lo = {o}_t > 0 ? ({o}_t + {p[s] - 1}) / {p[s]} : 0;")
+        em.line(f"int {o}_hi = {o}_u < 0 ? 0 : min({p[out]}, {o}_u / {p[s]} + 1);")
+    em.line("vec4 accf = vec4(0.0);")
+    em.open(f"for (int b = 0; b < {ctx.dim(xs[0])}; ++b)")
+    em.open("for (int oy = oy_lo; oy < oy_hi; ++oy)")
+    em.line(f"int iy = oy * {p['SH']} + {di} * {p['DH']} - {p['PT']};")
+    em.line(f"int xr = (b * {p['H']} + iy) * {p['W']} + ox_lo * {p['SW']} + {dj} * {p['DW']} - {p['PL']};")
+    em.line(f"int dr = (b * {p['OH']} + oy) * {p['OW']} + ox_lo;")
+    em.line(f"int xu = xr % pa_w, xv = (xr / pa_w) * {xq} + xq, du = dr % pb_w, dv = (dr / pb_w) * {dq} + dq;")
+    em.open("for (int ox = ox_lo; ox < ox_hi; ++ox)")
+    em.line(f"vec4 xt = texture(b{px.unit}, vec2((float(xu) + 0.5) * pa_inv.x, (float(xv) + 0.5) * pa_inv.y));")
+    em.line(f"vec4 dt = texture(b{pd.unit}, vec2((float(du) + 0.5) * pb_inv.x, (float(dv) + 0.5) * pb_inv.y));")
+    em.line("accf += xt[xc] * dt;")
+    # the next pixel's texels: SW rows on in x's texture, 1 in dy's (a band further at the edge)
+    em.line(f"xu += {p['SW']};")
+    em.line(f"while (xu >= pa_w) {{ xu -= pa_w; xv += {xq}; }}")
+    em.line(f"if (++du == pb_w) {{ du = 0; dv += {dq}; }}")
+    em.close()
+    em.close()
+    em.close()
+    em.line("dlc_out4 = accf;")
+
+
+def _few_channel_products(ctx: Context, em: Emitter, px: _Operand, pw: _Operand, rc: tuple) -> None:
+    """dlc_out4 = conv2d at pixel (b, oy, ox), output channels j0..j0+3, over fewer than 4
+    input channels: per tap inside the image one texel of x (all its channels) and one of w
+    per channel (4 output channels): 1 + C fetches for 4C products, where the per-output loop
+    fetches 2 for 1 (and the 4-channel packing 5 for 16, mostly zeros here). Summed in the
+    per-output loop's order (taps, then channels)."""
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    xs, ws = ctx.graph.nodes[px.tensor].shape, ctx.graph.nodes[pw.tensor].shape
+    p = geometry(xs, ws[:2], node.attrs)
+    c_count, wq = ws[2], _quads(ctx, pw.depth)
+    b, oy, ox = rc
+    em.line(f"int wq = int(gl_FragCoord.y) % {wq};")
+    em.line("vec4 accf = vec4(0.0);")
+    each_tap(em, p, oy, ox)  # opens the loops over the taps inside the image
+    em.line(f"int xr = ({b} * {p['H']} + iy) * {p['W']} + ix;")
+    u, v = "(float(xr % pa_w) + 0.5) * pa_inv.x", "(float(xr / pa_w) + 0.5) * pa_inv.y"
+    em.line(f"vec4 xt = texture(b{px.unit}, vec2({u}, {v}));")
+    for c in range(c_count):
+        em.line(f"int wr{c} = (di * {p['KW']} + dj) * {c_count} + {c};")
+        v = f"(float((wr{c} / pb_w) * {wq} + wq) + 0.5) * pb_inv.y"
+        em.line(f"accf += xt.{'xyz'[c]} * texture(b{pw.unit}, vec2((float(wr{c} % pb_w) + 0.5) * pb_inv.x, {v}));")
+    em.close()
+    em.close()
+    em.line("dlc_out4 = accf;")
+
+
+QUAD_TARGETS = 4  # render targets of the 4 x 4 products pass
+QUAD_MIN_COLUMNS = 128
+
+
+def _quad(ctx: Context, es: bool) -> bool:
+    """Whether the products pass computes 4 rows x 4 columns a fragment into 4 textures at once
+    (WebGL2, `es`: dlc.js binds them as one pass's render targets): a paired matmul with the
+    texture units for it and QUAD_MIN_COLUMNS columns or more. 8 fetches give 64 products,
+    twice the pairs' rate; a small one (the digits MLP's 64 columns) ran slower than pairs (its
+    unpack pass reads 4 textures an output, and fewer fragments share the work)."""
+    if not (es and _paired(ctx) and len(ctx.binding) + 2 + QUAD_TARGETS <= TEXTURE_UNITS):
+        return False
+    n = ctx.graph.nodes[ctx.kernel.anchor].shape[-1]
+    return isinstance(n, int) and n >= QUAD_MIN_COLUMNS
+
+
+def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
+    """Fragment (x, y) renders rows r = band * width + 4x + t (t = 0..3, band = y / nq) x outputs
+    j = 4jq..4jq+3 (jq = y % nq) into render target t at (x, y): texture t holds row r's texel
+    where the products texture would hold it, but at column (r % width) / 4. A pass with 4 render
+    targets covers the first ceil(width / 4) columns of them (dlc.js)."""
+    g, k = ctx.graph, ctx.kernel
+    node = g.nodes[k.anchor]
+    em = Emitter(ctx)
+    rows_shape, n, out_batch = tuple(node.shape[:-1]), node.shape[-1], tuple(node.shape[:-2])
+    nq, quads, N, R = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n), ctx.numel(rows_shape)
+    em.line(f"int band = int(gl_FragCoord.y) / {nq}, j0 = (int(gl_FragCoord.y) % {nq}) * 4;")
+    em.line("int r0 = band * dlc_width + 4 * int(gl_FragCoord.x);")
+    em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
+    em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
+    ras, rbs = [], []
+    for t in range(QUAD_TARGETS):  # past the last row: the last row again (never read)
+        em.line(f"int rq{t} = min(r0 + {t}, {R} - 1);")
+        rrc = em.coords(Ix(flat=f"rq{t}"), rows_shape)
+        ras.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], "0")[0])
+    for c in range(4):  # B is a matrix: its rows are the columns j alone
+        em.line(f"int jq{c} = min(j0 + {c}, {N} - 1);")
+        rbs.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], f"jq{c}")[1])
+    for a in range(16):
+        em.line(f"vec4 acc{a} = vec4(0.0);")
+    # A's rows are the products' (B is a matrix), so rows r0..r0+3 share r0's band unless past
+    # the band's width (never read); B's j0..j0+3 share j0's (a band is 4k wide, or all of B)
+    products = [(t, c) for t in range(QUAD_TARGETS) for c in range(4)]
+    _accumulate_rows(em, quads, pa, ras, pb, rbs, products, one_band=True)
+    for t in range(QUAD_TARGETS):
+        sums = ", ".join(f"(acc{a}.x + acc{a}.y) + (acc{a}.z + acc{a}.w)" for a in range(4 * t, 4 * t + 4))
+        em.line(f"dlc_out{t} = vec4({sums});")
+    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
+    ta = "^T" if node.attr("ta") else ""
+    tb = "^T" if node.attr("tb") else ""
+    what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, 4 rows x 4 columns a fragment into 4 render targets"
+    text = finish(ctx, em, None, what)
+    outs = "\n".join(f"layout(location = {t}) out vec4 dlc_out{t};" for t in range(QUAD_TARGETS))
+    text = text.replace("layout(location = 0) out float dlc_out;", outs, 1)
+    text = text.replace(", partials: ", ", the products: ", 1)
+    return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
 
 
 def _paired(ctx: Context) -> bool:
@@ -323,7 +527,7 @@ def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quad
     em.close()
 
 
-def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
+def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = False) -> str:
     """One fragment per output element: its product from the products texture, then the
     epilogue."""
     g, k = ctx.graph, ctx.kernel
@@ -336,7 +540,13 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     r = em.flat(Ix(multi=oc[:-1]), rows_shape)
     em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
     j = oc[-1]
-    if _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
+    if quad:  # row pc_r's texel is at column (pc_r % width) / 4 of texture (pc_r % width) % 4
+        em.line("int pc_in = pc_r % pc_w, pc_t = pc_in % 4;")
+        em.line(f"ivec2 pc_at = ivec2(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4);")
+        fetch = [f"texelFetch(b{unit + t}, pc_at, 0)" for t in range(QUAD_TARGETS)]
+        em.line(f"vec4 pc = pc_t == 0 ? {fetch[0]} : pc_t == 1 ? {fetch[1]} : pc_t == 2 ? {fetch[2]} : {fetch[3]};")
+        em.line(f"float acc = pc[{j} % 4];")
+    elif _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
         em.line(f"int pc_b = pc_r - pc_r % 2, pc_t = pc_r, pc_c = {j} % 4;")
         paired = f"pc_b + 1 < {ctx.numel(rows_shape)}"
         em.line(f"if ({paired}) {{ pc_t = pc_b + pc_c / 2; pc_c = (pc_r - pc_b) * 2 + pc_c % 2; }}")
@@ -349,7 +559,10 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool) -> str:
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
     text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
-    decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
+    which = [f", render target {t}" for t in range(QUAD_TARGETS)] if quad else [""]
+    decl = "".join(
+        f"uniform sampler2D b{unit + t};  // the products, 4 values of j a texel{w}\n" for t, w in enumerate(which)
+    )
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
 
 

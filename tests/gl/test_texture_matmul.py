@@ -241,10 +241,41 @@ h = relu(conv2d(images, k, stride={stride}, padding="{padding}", dilation={dilat
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_one_channel_and_grouped_convs_keep_the_per_output_loop():
-    one = 'input x: [B, 8, 8, 1]\ninput k: [3, 3, 1, 4]\ny = conv2d(x, k, stride=1, padding="same")\n'
+def test_grouped_convs_keep_the_per_output_loop():
     grouped = 'input x: [B, 8, 8, 4]\ninput k: [3, 3, 2, 4]\ny = conv2d(x, k, stride=1, padding="same", groups=2)\n'
-    assert _packed_files(one) == [] and _packed_files(grouped) == []
+    assert _packed_files(grouped) == []
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3])
+def test_a_conv_over_few_channels_packs_its_filter_by_output_channel(gl, channels):
+    """Fewer than 4 input channels: one texel of x per tap and one of w per channel (4 output
+    channels, 6 here: a padded texel), against the float64 conv, with a fused epilogue, at
+    stride 2, and with an infinity and a NaN in the image reaching only the outputs that read
+    them."""
+    src = f"""
+input images: [B, 9, 8, {channels}]
+input k: [3, 3, {channels}, 6]
+input bias: [6]
+h = relu(conv2d(images, k, stride=2, padding="same") + bias)
+"""
+    files = programs(dlc.compile(src), target="texture")["eval"].sources
+    (products,) = [t for f, t in files.items() if "_pack" in f and "dlc_out4 = accf" in t]
+    assert products.count("texture(") == 1 + channels
+    rng = np.random.default_rng(11)
+    k = rng.normal(size=(3, 3, channels, 6)).astype(np.float32)
+    bias = rng.normal(size=6).astype(np.float32)
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture")
+    for batch in (3, 1):
+        x = rng.normal(size=(batch, 9, 8, channels)).astype(np.float32)
+        if batch == 1:
+            x[0, 2, 2, 0], x[0, 6, 5, channels - 1] = np.inf, np.nan
+        got = sess.eval("h", {"images": x, "k": k, "bias": bias})
+        with np.errstate(invalid="ignore"):
+            want = np.maximum(_conv_numpy(x, k, 2, ((1, 1), (0, 1)), 1) + bias, 0)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
 
 
 CONV_GRAD = """
@@ -277,7 +308,77 @@ def test_conv_gradients_match_the_closed_form(gl):
     np.testing.assert_allclose(got["k"], dk, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("source", [GRAD, CONV_GRAD], ids=["matmul", "conv"])
+def _filter_gradient(x, t, kh, kw, stride, pads, dil):
+    """d sum(conv2d(x, k) * t) / d k in float64: each tap's window of the padded x against t."""
+    padded = np.pad(x.astype(np.float64), ((0, 0), *pads, (0, 0)))
+    oh, ow = t.shape[1:3]
+    dk = np.zeros((kh, kw, x.shape[3], t.shape[3]))
+    for di in range(kh):
+        for dj in range(kw):
+            y0, x0 = di * dil, dj * dil
+            window = padded[:, y0 : y0 + stride * (oh - 1) + 1 : stride, x0 : x0 + stride * (ow - 1) + 1 : stride]
+            dk[di, dj] = np.einsum("byxc,byxo->co", window, t.astype(np.float64))
+    return dk
+
+
+@pytest.mark.parametrize(
+    "padding,stride,dilation,pads,out",
+    [
+        ("valid", 1, 1, ((0, 0), (0, 0)), (7, 6)),
+        ("same", 2, 1, ((1, 1), (0, 1)), (5, 4)),
+        ("same", 1, 2, ((2, 2), (2, 2)), (9, 8)),
+    ],
+    ids=["valid", "same-stride2", "same-dilated"],
+)
+@pytest.mark.parametrize("channels", [(5, 6), (1, 16)], ids=["5-6", "1-16"])
+def test_packed_filter_gradient_matches_numpy(gl, padding, stride, dilation, pads, out, channels):
+    """conv2d_grad_filter packed (x 4 channels a texel, dy 4 output channels a texel, 4
+    outputs a fragment) against the float64 adjoint: padding, stride, dilation, channel counts
+    no multiple of 4 (one input channel: 3 padded components), two batch sizes, and
+    infinities and NaN in one input channel reach only that channel's gradients."""
+    c, co = channels
+    src = f"""
+param k: [3, 3, {c}, {co}] = normal(0, 1)
+input img: [B, 9, 8, {c}]
+input t: [B, {out[0]}, {out[1]}, {co}]
+loss cost = sum(conv2d(img, k, stride={stride}, padding="{padding}", dilation={dilation}) * t)
+"""
+    progs = programs(dlc.compile(src), train_loss="cost", optimizer=dlc.SGD(0.1), target="texture")
+    assert sum("conv2d_grad_filter" in f and "_pack" in f for f in progs["train"].sources) == 3
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture", seed=4)
+    rng = np.random.default_rng(9)
+    for batch in (3, 1):
+        x = rng.normal(size=(batch, 9, 8, c)).astype(np.float32)
+        t = rng.normal(size=(batch, *out, co)).astype(np.float32)
+        got = sess.gradients({"img": x, "t": t})["k"]
+        np.testing.assert_allclose(got, _filter_gradient(x, t, 3, 3, stride, pads, dilation), rtol=1e-4, atol=1e-4)
+    x[0, 4, 4, 0], x[0, 5, 5, 0] = np.inf, np.nan  # channel 0 only: the others stay finite
+    with np.errstate(invalid="ignore"):
+        want = _filter_gradient(x, t, 3, 3, stride, pads, dilation)
+    got = sess.gradients({"img": x, "t": t})["k"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+FILTER_GRAD = """
+param k: [3, 3, 5, 6] = normal(0, 1)
+input img: [B, 9, 8, 5]
+input t: [B, 5, 4, 6]
+loss cost = sum(conv2d(img, k, stride=2, padding="same") * t)
+"""
+
+
+WIDE = """
+input x: [B, 37]
+input t: [B, 130]
+param W: [37, 130] = glorot
+loss cost = sum((x @ W) * t)
+"""  # 130 columns: WebGL2's 4 x 4 matmul with its 4 render targets
+
+
+@pytest.mark.parametrize("source", [GRAD, CONV_GRAD, FILTER_GRAD, WIDE], ids=["matmul", "conv", "filter", "matmul-4x4"])
 def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     """WebGL2's GLSL ES 3.00 refuses implicit int -> float and needs precisions: Mesa's ES
     front end checks the pack and product passes as a browser would."""
@@ -287,6 +388,8 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     progs = programs(dlc.compile(source), train_loss="cost", optimizer=opt, target="texture", options=es)
     files = {f: t for p in progs.values() for f, t in p.sources.items()}
     assert any("_pack" in f for f in files)
+    if source is WIDE:
+        assert any("into 4 render targets" in t for t in files.values())
     for file, text in files.items():
         log = fragment_compile_log(text)
         assert log == "", f"{file}: {log}"
@@ -303,3 +406,31 @@ def test_the_packed_option_turns_the_packed_passes_off():
     ):
         sources = programs(model, target="texture", options=options)["eval"].sources
         assert any("_pack" in f for f in sources) == want, options
+
+
+def test_packed_convs_step_across_bands_of_a_small_texture_limit(gl, monkeypatch):
+    """With MAX_TEXTURE_SIZE 38 the packed x, dy and products textures hold their rows in
+    several bands: the filter gradient's walk along a row of pixels wraps to the next band
+    (stride 2 and 1), as does the few-channel conv's, against the float64 reference."""
+    monkeypatch.setitem(gl.limits, "max_texture_size", 38)  # no multiple of a row of pixels
+    src = """
+param k: [3, 3, 5, 6] = normal(0, 1)
+param k1: [3, 3, 1, 6] = normal(0, 1)
+input img: [B, 9, 8, 5]
+input one: [B, 9, 8, 1]
+input t: [B, 5, 4, 6]
+h = conv2d(img, k, stride=2, padding="same")
+g = conv2d(one, k1, stride=1, padding="same")
+loss cost = sum(h * t)
+"""
+    progs = programs(dlc.compile(src), train_loss="cost", optimizer=dlc.SGD(0.1), target="texture")
+    assert sum("conv2d_grad_filter" in f and "_pack" in f for f in progs["train"].sources) == 3
+    sess = dlc.Session(dlc.compile(src), backend="gl", target="texture", seed=4)
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(3, 9, 8, 5)).astype(np.float32)
+    t = rng.normal(size=(3, 5, 4, 6)).astype(np.float32)
+    got = sess.gradients({"img": x, "t": t})["k"]
+    np.testing.assert_allclose(got, _filter_gradient(x, t, 3, 3, 2, ((1, 1), (0, 1)), 1), rtol=1e-4, atol=1e-4)
+    k1 = sess.params["k1"]
+    want = _conv_numpy(x[..., :1], k1, 1, ((1, 1), (1, 1)), 1)
+    np.testing.assert_allclose(sess.eval("g", {"one": x[..., :1]}), want, rtol=1e-4, atol=1e-4)

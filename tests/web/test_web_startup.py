@@ -1,10 +1,12 @@
 """dlc.js's start-up in headless Chromium: load compiles every program of the model at once
-(one program per distinct shader text), draws the eval program's once, reports progress, and
-the model then evaluates as the NumPy reference does. Skips without the browser (fails in CI)."""
+(one program per distinct shader code: the text without its comments, which name the kernel),
+draws the eval program's once, reports progress, and the model then evaluates as the NumPy
+reference does. Skips without the browser (fails in CI)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 from web_helpers import JS_FEEDS, JS_OUT, feed
@@ -29,7 +31,7 @@ def _distinct_sources(root, programs):
     for name in programs:
         for k in manifest["programs"][name]["kernels"]:
             for p in k["passes"]:
-                texts.add((root / "shaders" / p["file"]).read_text())
+                texts.add(re.sub(r"//[^\n]*", "", (root / "shaders" / p["file"]).read_text()))
     return len(texts)
 
 
@@ -49,7 +51,7 @@ def test_load_compiles_every_program_and_reports_progress(web_root, open_export,
     assert warm[-1][1] == warm[-1][2]
     for events in (shaders, warm):
         assert all(a[1] <= b[1] for a, b in zip(events, events[1:]))
-    # one program a distinct text, plus the copy and pick programs of dlc.js itself
+    # one program a distinct code, plus the copy and pick programs of dlc.js itself
     assert got["programs"] == every + 2
     # the page's model, loaded the same way, evaluates and trains as NumPy does
     data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays

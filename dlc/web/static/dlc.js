@@ -19,6 +19,7 @@
 const FORMAT = 1;
 const LR = "$lr"; // the learning rate, an input of the train program
 const PERSISTENT = new Set(["param", "state"]);
+const STEADY = new Set(["param", "state", "const"]); // slots no eval writes: packs of them are kept
 const YIELD_EVERY = 32; // training steps queued between returns to the event loop (the page stays live)
 const ES_HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp sampler2D;\n";
 
@@ -109,6 +110,11 @@ export async function load(url = ".", options = {}) {
   const model = new Model(device, manifest, sources, leaves);
   model.vocab = vocab; // null unless the export is a language model's with its vocabulary
   return model;
+}
+
+/** A shader's text without its // comments: what the GPU runs (the program's key). */
+function codeOf(source) {
+  return source.replace(/\/\/[^\n]*/g, "");
 }
 
 async function fetchOk(url) {
@@ -441,6 +447,7 @@ class Device {
 
   deleteTexture(tex) {
     if (!tex || !this.textures.has(tex)) return;
+    if (tex.multi) this.gl.deleteFramebuffer(tex.multi.fbo);
     this.gl.deleteFramebuffer(tex.fbo);
     this.gl.deleteTexture(tex.handle);
     this.textures.delete(tex);
@@ -450,6 +457,7 @@ class Device {
   upload(tex, data) {
     const gl = this.gl;
     if (data.length > tex.count) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.count}`);
+    tex.version = (tex.version || 0) + 1; // what it holds changed (a kept pack of it is stale)
     gl.bindTexture(gl.TEXTURE_2D, tex.handle);
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 4);
     const rows = Math.floor(data.length / tex.width);
@@ -476,9 +484,11 @@ class Device {
   }
 
   /** A linked full-screen-triangle program around one fragment shader; sampler b<k> reads unit k.
-   * One program a source text: kernels (and the eval and train programs) with the same pass share it. */
+   * One program a source text without its comments (which name the kernel and its tensors):
+   * kernels (and the eval and train programs) whose passes are the same code share it. */
   program(source, name) {
-    return this.programs.get(source) || this.finishProgram(this.startProgram(source, name));
+    const code = codeOf(source);
+    return this.programs.get(code) || this.finishProgram(this.startProgram(code, name));
   }
 
   /** Compile and link without asking how it went (the driver may work on it in the background). */
@@ -524,7 +534,9 @@ class Device {
       const loc = locations.get(`b${unit}`);
       if (loc) gl.uniform1i(loc, unit);
     }
-    const program = { handle, name, units, locations, rgba: /\bout\s+vec4\b/.test(source) };
+    // render targets: texture_matmul's 4 x 4 products pass writes 4 (layout(location = t) out)
+    const targets = Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
+    const program = { handle, name, units, locations, rgba: /\bout\s+vec4\b/.test(source), targets };
     this.programs.set(source, program);
     return program;
   }
@@ -540,9 +552,10 @@ class Device {
     const todo = [];
     const started = new Set();
     for (const [source, name] of entries) {
-      if (this.programs.has(source) || started.has(source)) continue;
-      started.add(source);
-      todo.push(this.startProgram(source, name));
+      const code = codeOf(source);
+      if (this.programs.has(code) || started.has(code)) continue;
+      started.add(code);
+      todo.push(this.startProgram(code, name));
     }
     const total = todo.length;
     report("shaders", 0, total);
@@ -559,14 +572,19 @@ class Device {
       if (pending.length) await new Promise((resolve) => setTimeout(resolve, 0));
       if (gl.isContextLost()) throw new DlcError("the WebGL2 context was lost");
     }
-    const programs = [...new Set(warm)].map((source) => this.programs.get(source)).filter(Boolean);
+    const programs = [...new Set(warm.map(codeOf))].map((code) => this.programs.get(code)).filter(Boolean);
     if (!programs.length) return;
     report("warm-up", 0, programs.length);
-    const targets = [this.texture(1, "a warm-up target"), this.texture(1, "a warm-up target", [1, 1])];
+    // drawn into targets of the kind their passes render (a driver may build a program's code
+    // for its framebuffer's attachments): R32F, RGBA32F, or n RGBA32F at once
+    const most = Math.max(...programs.map((p) => p.targets));
+    const rgba = Array.from({ length: most }, () => this.texture(1, "a warm-up target", [1, 1]));
+    const targets = [this.texture(1, "a warm-up target"), ...rgba];
+    const targetOf = (p) => (p.targets > 1 ? rgba.slice(0, p.targets) : p.rgba ? rgba[0] : targets[0]);
     gl.bindTexture(gl.TEXTURE_2D, null); // no sampler reads a target
     try {
       for (let i = 0; i < programs.length; i += 8) {
-        for (const program of programs.slice(i, i + 8)) this.pass(program, targets[program.rgba ? 1 : 0], new Map(), {});
+        for (const program of programs.slice(i, i + 8)) this.pass(program, targetOf(program), new Map(), {});
         const sync = gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
         gl.flush();
         try {
@@ -588,13 +606,16 @@ class Device {
     return loc === undefined ? null : loc;
   }
 
-  /** Run `program` over every texel of `target` (or only the texel `at`, a flat index):
-   * samplers maps a unit to the texture it reads; ints sets int uniforms. */
-  pass(program, target, samplers, ints, at = null) {
+  /** Run `program` over every texel of `target` (or only the texel `at`, a flat index; or the
+   * rows holding the first `count` floats: a tensor in a larger slot's texture): samplers maps
+   * a unit to the texture it reads; ints sets int uniforms. */
+  pass(program, target, samplers, ints, at = null, count = null) {
     const gl = this.gl;
+    const targets = Array.isArray(target) ? target : [target];
     for (const tex of samplers.values()) {
-      if (tex === target) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
+      if (targets.includes(tex)) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
     }
+    for (const tex of targets) tex.version = (tex.version || 0) + 1;
     gl.useProgram(program.handle);
     for (const [unit, tex] of samplers) {
       if (unit >= this.maxUnits) {
@@ -611,9 +632,22 @@ class Device {
         values.set(name, value);
       }
     }
-    gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
-    if (at === null) gl.viewport(0, 0, target.width, target.height);
-    else gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
+    let rows = 1;
+    if (targets.length > 1) {
+      // n render targets: the pass covers the first ceil(width / n) columns of each (texture_matmul._quad)
+      target = targets[0];
+      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(targets));
+      gl.viewport(0, 0, Math.ceil(target.width / targets.length), target.height);
+      rows = target.height / targets.length;
+    } else if (at === null) {
+      gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+      // the texels past the tensor: fragments that would only return (or write what nobody reads)
+      rows = count === null ? target.height : Math.min(target.height, Math.max(Math.ceil(count / target.width), 1));
+      gl.viewport(0, 0, target.width, rows);
+    } else {
+      gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
+      gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
+    }
     gl.bindVertexArray(this.vao);
     if (this.timings) {
       // a one-texel readPixels waits for the GPU (Chromium's finish() does not)
@@ -622,13 +656,34 @@ class Device {
       const t0 = performance.now();
       gl.drawArrays(gl.TRIANGLES, 0, 3);
       wait();
-      this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: target.width * target.height });
+      this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: at === null ? target.width * rows : 1 });
     } else gl.drawArrays(gl.TRIANGLES, 0, 3);
+  }
+
+  /** A framebuffer rendering into every texture of `targets` (same size; attachment t is
+   * targets[t]), kept on the first of them while they stay together. */
+  framebufferOf(targets) {
+    const gl = this.gl;
+    const [first, ...rest] = targets;
+    const kept = first.multi;
+    if (kept && kept.rest.length === rest.length && kept.rest.every((t, i) => t === rest[i])) return kept.fbo;
+    if (kept) gl.deleteFramebuffer(kept.fbo);
+    const fbo = gl.createFramebuffer();
+    gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
+    targets.forEach((t, i) => gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + i, gl.TEXTURE_2D, t.handle, 0));
+    gl.drawBuffers(targets.map((_, i) => gl.COLOR_ATTACHMENT0 + i));
+    const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
+    if (status !== gl.FRAMEBUFFER_COMPLETE) {
+      gl.deleteFramebuffer(fbo);
+      throw new DlcError(`this WebGL2 cannot render into ${targets.length} RGBA32F textures at once (framebuffer status 0x${status.toString(16)})`);
+    }
+    first.multi = { rest, fbo };
+    return fbo;
   }
 
   /** Copy the first `count` floats of `src` into `dst`. */
   copy(dst, src, count = src.count) {
-    this.pass(this.copyProgram, dst, new Map([[0, src]]), { dlc_width: dst.width, dlc_count: count });
+    this.pass(this.copyProgram, dst, new Map([[0, src]]), { dlc_width: dst.width, dlc_count: count }, null, count);
   }
 
   /** Element 0 of `src` into element `at` of `dst`. */
@@ -879,10 +934,25 @@ class Executor {
       }
     }
     this.programs = this.kernels.map((k) => k.passes.map((p) => device.program(sources[p.file], p.file)));
+    this.kernels.forEach((k, i) => {
+      k.passes.forEach((p, j) => {
+        // a pass with n render targets renders packed units into .. into + n - 1, all one size
+        const n = this.programs[i][j].targets;
+        if (n === 1) return;
+        const first = (k.packed || []).find((q) => q.unit === p.into);
+        for (let t = 0; t < n; t++) {
+          const q = (k.packed || []).find((x) => x.unit === p.into + t);
+          if (!first || !q || String(q.rows) !== String(first.rows) || String(q.depth) !== String(first.depth)) {
+            throw new DlcError(`${spec.name}: kernel ${k.name}'s pass ${p.file} writes ${n} textures, but unit ${p.into + t} is not a packed texture the size of unit ${p.into}`);
+          }
+        }
+      });
+    });
     this.buffers = new Map(); // slot -> texture (temps, inputs, consts)
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
     this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
     this.packed = new Map(); // "width x height" -> free packed textures (live only while their kernel runs)
+    this.kept = new Map(); // "kernel:unit" -> {tex, stamp}: a pack of params and constants alone, kept between calls
     this.spare = new Map(); // "width x height" -> textures to render into
     this.dims = {};
     this.slots.forEach((slot, s) => {
@@ -973,10 +1043,28 @@ class Executor {
       const spec = this.kernels[k];
       const samplers = new Map(spec.slots.map((s, unit) => [unit, this.slotBuffer(s)]));
       if (spec.scratch) samplers.set(spec.scratch.unit, this.scratch.get(k));
+      // a pack pass reading only params, state and constants renders once while they stay the same
+      const keep = new Set();
+      spec.passes.forEach((p, i) => {
+        const program = this.programs[k][i];
+        const steady = program.units.every((u) => u < spec.slots.length && STEADY.has(this.slots[spec.slots[u]].kind));
+        if (p.into !== undefined && p.into !== null && program.targets === 1 && steady) keep.add(p.into);
+      });
       const packed = (spec.packed || []).map((q) => {
-        const tex = this.takePacked(this.packedSize.get(`${k}:${q.unit}`));
-        samplers.set(q.unit, tex);
-        return tex;
+        const size = this.packedSize.get(`${k}:${q.unit}`);
+        if (!keep.has(q.unit)) {
+          const tex = this.takePacked(size);
+          samplers.set(q.unit, tex);
+          return tex;
+        }
+        let kept = this.kept.get(`${k}:${q.unit}`);
+        if (!kept || kept.tex.width !== size[0] || kept.tex.height !== size[1]) {
+          if (kept) device.deleteTexture(kept.tex);
+          kept = { tex: device.texture(size[0] * size[1], "a packed texture", size), stamp: null };
+          this.kept.set(`${k}:${q.unit}`, kept);
+        }
+        samplers.set(q.unit, kept.tex);
+        return null; // not the pool's
       });
       const read = new Set(spec.reads.map((t) => this.tensors.get(t).slot));
       const ints = {};
@@ -985,20 +1073,30 @@ class Executor {
       spec.passes.forEach((p, i) => {
         const program = this.programs[k][i];
         const used = new Map(program.units.map((u) => [u, samplers.get(u)]));
+        const kept = keep.has(p.into) ? this.kept.get(`${k}:${p.into}`) : null;
+        const stamp = kept ? [...used.values()].map((t) => [t, t.version]) : null;
+        // kept: rendered already from these very textures, unwritten since (their versions)
+        if (kept && kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
         let target;
-        if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
+        let count = null; // the floats of the tensor a pass writes (its texture may be larger)
+        if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
+        else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
         else if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
         else {
-          const s = this.tensors.get(p.tensor).slot;
+          const info = this.tensors.get(p.tensor);
+          const s = info.slot;
+          count = product(bindShape(info.shape, this.dims));
           target = this.slotBuffer(s);
           if (read.has(s)) {
             target = this.takeSpare(target);
             swaps.push([s, target]);
           }
         }
-        device.pass(program, target, used, { ...ints, dlc_width: target.width });
+        const width = (Array.isArray(target) ? target[0] : target).width;
+        device.pass(program, target, used, { ...ints, dlc_width: width }, null, count);
+        if (kept) kept.stamp = stamp; // (once rendered)
       });
-      for (const tex of packed) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
+      for (const tex of packed) if (tex) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
       for (const [s, tex] of swaps) {
         const slot = this.slots[s];
         let old;
