@@ -88,6 +88,23 @@ def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS, own: int = 
     return rows
 
 
+def row_word(em: Emitter, tensor: int, row: str, w: str, d: int, lanes: int) -> str:
+    """Word w of row `row` of a [..., T, D] tensor, as a float (lanes 1) or a vec4 (lanes 4)."""
+    parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
+    return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
+
+
+def each_word(em: Emitter, words: int, line, unroll: bool) -> None:
+    """`line(w)` for every word w of a row: written out with constant w (`unroll`), or a loop."""
+    if not unroll:
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(line("w"))
+        em.close()
+        return
+    for w in range(words):
+        em.line(line(str(w)))
+
+
 def own_rows(ctx: Context, lead, t_dim, forced: int | None = None) -> int:
     """A work group's own rows: ROWS, halved down to MIN_ROWS while the groups at the plan's
     sizes are fewer than FEW_GROUPS (`forced`: the codegen option attention_rows)."""
@@ -135,9 +152,7 @@ def render(
     em = Emitter(ctx)
 
     def word(tensor: int, row: str, w: str) -> str:
-        """Word w of row `row` of a [..., T, D] tensor, as a float or vec4."""
-        parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
-        return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
+        return row_word(em, tensor, row, w, d, lanes)
 
     em.line(f"int blk = int({TILE}.x), bh = int({TILE}.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
@@ -146,19 +161,12 @@ def render(
     em.line("int row = bh * T + min(own, T - 1);  // a row past T loads the last one, stores nothing")
     em.line("int own_clamped = min(own, T - 1);")
 
-    def each_word(line) -> None:
-        """`line(w)` for every word w of a row: a loop, or written out with constant w."""
-        if not unroll:
-            em.open(f"for (int w = 0; w < {words}; w++)")
-            em.line(line("w"))
-            em.close()
-            return
-        for w in range(words):
-            em.line(line(str(w)))
+    def each_word_(line) -> None:
+        each_word(em, words, line, unroll)
 
     def own_row(name: str, tensor: int) -> None:
         em.line(f"{ty} {name}[{words}];")
-        each_word(lambda w: f"{name}[{w}] = {word(tensor, 'row', w)};")
+        each_word_(lambda w: f"{name}[{w}] = {word(tensor, 'row', w)};")
 
     if by_key:
         own_row("kr", k)
@@ -173,7 +181,7 @@ def render(
     weight = _dropout(ctx, em, node)
     if op != "attention_lse":
         em.line(f"{ty} acc[{words}];")
-        each_word(lambda w: f"acc[{w}] = {zero};")
+        each_word_(lambda w: f"acc[{w}] = {zero};")
     if op in ("attention", "attention_lse"):
         em.line("float m = -DLC_INF, l = 0.0;")
 
@@ -225,10 +233,10 @@ def render(
 
     def dot(a: str, tile: str, var: str) -> None:
         em.line(f"float {var} = 0.0;")
-        each_word(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
+        each_word_(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
 
     def accumulate(weight: str, tile: str) -> None:
-        each_word(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
+        each_word_(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
 
     mine = "kr" if by_key else "qr"
 
@@ -262,7 +270,7 @@ def render(
         em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
         em.line("l *= corr;")
         if op == "attention":
-            each_word(lambda w: f"acc[{w}] *= corr;")
+            each_word_(lambda w: f"acc[{w}] *= corr;")
 
         def weights() -> None:
             em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")

@@ -16,6 +16,7 @@ from ..ir import format_shape
 from ..plan import size_of
 from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
+from .kernels_attention import each_word, row_word
 from .options import CodegenOptions
 from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY
@@ -60,8 +61,7 @@ def render(ctx: Context) -> KernelSource:
     em = Emitter(ctx)
 
     def word(tensor: int, row: str, w: str) -> str:
-        parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
-        return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
+        return row_word(em, tensor, row, w, d, lanes)
 
     em.line(f"int qi = int({TILE}.x), bh = int({TILE}.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
@@ -70,37 +70,30 @@ def render(ctx: Context) -> KernelSource:
     em.line("int qrow = bh * n + qi;")
     em.line(f"int last = min(p + qi, {rows} - 1);  // the last key this query sees")
 
-    def each_word(line) -> None:
-        """`line(w)` for every word w of a row: written out with constant w, or a loop."""
-        if words <= UNROLL_WORDS:
-            for w in range(words):
-                em.line(line(str(w)))
-            return
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(line("w"))
-        em.close()
+    def each_word_(line) -> None:
+        each_word(em, words, line, words <= UNROLL_WORDS)
 
     em.line(f"{ty} qr[{words}];")
-    each_word(lambda w: f"qr[{w}] = {word(q, 'qrow', w)};")
+    each_word_(lambda w: f"qr[{w}] = {word(q, 'qrow', w)};")
     em.line(f"{ty} acc[{words}];")
-    each_word(lambda w: f"acc[{w}] = {ty}(0.0);")
+    each_word_(lambda w: f"acc[{w}] = {ty}(0.0);")
     em.line("float m = -DLC_INF, l = 0.0;")
     em.open(f"for (int j = lid; j <= last; j += {KEYS})")
     em.line(f"int krow = bh * {rows} + j, vrow = krow + {ctx.numel(lead)} * {rows};  // kv[0], kv[1]")
     em.line("float s = 0.0;")
-    each_word(lambda w: f"s += dot(qr[{w}], {word(kv, 'krow', w)});")
+    each_word_(lambda w: f"s += dot(qr[{w}], {word(kv, 'krow', w)});")
     em.line(f"s *= {scale};")
     em.line("float mt = max(m, s);")
     em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
     em.line("float pj = s == -DLC_INF ? 0.0 : exp(s - mt);")
     em.line("l = l * corr + pj;")
-    each_word(lambda w: f"acc[{w}] = acc[{w}] * corr + pj * {word(kv, 'vrow', w)};")
+    each_word_(lambda w: f"acc[{w}] = acc[{w}] * corr + pj * {word(kv, 'vrow', w)};")
     em.line("m = mt;")
     em.close()
     # merge the invocations' partial softmaxes
     em.line("kv_m[lid] = m;")
     em.line("kv_l[lid] = l;")
-    each_word(lambda w: f"kv_acc[lid * {words} + {w}] = acc[{w}];")
+    each_word_(lambda w: f"kv_acc[lid * {words} + {w}] = acc[{w}];")
     em.line("memoryBarrierShared();")
     em.line("barrier();")
     em.line("float top = -DLC_INF, total = 0.0;")
