@@ -126,11 +126,20 @@ def rng_leaves(b) -> tuple[int, int]:
     return b.names[SEED], b.names[STEP]
 
 
+def next_key(b) -> int:
+    """The key of the model's next random draw: 1 + the draws made so far (random ops, and
+    attentions that drop their probabilities: `attention(..., dropout=p)`)."""
+    return 1 + sum(
+        1
+        for n in b.nodes
+        if n.op in ("random_uniform", "random_normal") or (n.op == "attention" and n.attr("key") is not None)
+    )
+
+
 def draw(b, loc, op: str, shape: Shape) -> int:
     """A random op of `shape` with the next key."""
     seed, step = rng_leaves(b)
-    key = 1 + sum(1 for n in b.nodes if n.op in ("random_uniform", "random_normal"))
-    return b.add(op, (seed, step), loc, shape=tuple(shape), key=key)
+    return b.add(op, (seed, step), loc, shape=tuple(shape), key=next_key(b))
 
 
 def _random(op: str):

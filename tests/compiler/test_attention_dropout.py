@@ -218,3 +218,40 @@ def test_training_step_fits_the_gl_minimum_limits(target):
     compiled = programs(dlc.compile(src), target=target, train_loss="l", optimizer=dlc.SGD(0.1))
     sources = [s for p in compiled.values() for s in p.sources.values()]
     assert sum("attention_grad" in s and "dlc_random_uniform" in s for s in sources) == 3
+
+
+ARG_SOURCE = (
+    "input q: [B, 2, T, 4]\ninput k: [B, 2, T, 4]\ninput v: [B, 2, T, 4]\ninput r: [B, 2, T, 4]\n"
+    "y = attention(q, k, v, causal={causal}, scale=0.5, dropout={p})\n{more}loss l = sum(y * r)\n"
+)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attentions_dropout_argument_is_the_written_out_form(causal):
+    """`attention(q, k, v, dropout=p)` trains and evaluates as `dropout(softmax(...), p) @ v`
+    (the written-out oracle, the attention rewrite off), its values and gradients."""
+    fused = dlc.compile(ARG_SOURCE.format(causal=str(causal).lower(), p=P, more="")).graph
+    _, plain = graphs(causal)
+    tf, tp = training_form(fused), training_form(plain)
+    for step in (0.0, 3.0):
+        f = feeds(step)
+        np.testing.assert_allclose(value(tf, "y", f), value(tp, "y", f), rtol=1e-7, atol=1e-9)
+        gf, names = differentiate(tf, "l", ["q", "k", "v"])
+        gp, _ = differentiate(tp, "l", ["q", "k", "v"])
+        for n in "qkv":
+            got = evaluate(gf, [gf.names[grad_name(n)]], f, DIMS, np.float64)[gf.names[grad_name(n)]]
+            want = evaluate(gp, [gp.names[grad_name(n)]], f, DIMS, np.float64)[gp.names[grad_name(n)]]
+            np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9, err_msg=n)
+    f = feeds()
+    np.testing.assert_allclose(value(eval_form(fused), "y", f), value(eval_form(plain), "y", f), rtol=1e-12)
+
+
+def test_attentions_dropout_takes_its_own_key_and_checks_p():
+    more = "z = dropout(y, 0.5)\n"
+    g = dlc.compile(ARG_SOURCE.format(causal="true", p=P, more=more).replace("sum(y * r)", "sum(z * r)")).graph
+    keys = [n.attr("key") for n in g.nodes if n.attr("key") is not None]
+    assert sorted(keys) == [1, 2]  # the attention's draw, then the dropout's: no shared mask
+    g0 = dlc.compile(ARG_SOURCE.format(causal="true", p=0.0, more="")).graph
+    assert g0.nodes[g0.names["y"]].op == "attention" and g0.nodes[g0.names["y"]].attr("dropout") is None
+    with pytest.raises(dlc.DlcError, match=r"dropout is a probability in \[0, 1\], got 1.5"):
+        dlc.compile(ARG_SOURCE.format(causal="true", p=1.5, more=""))

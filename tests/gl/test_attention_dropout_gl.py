@@ -233,3 +233,20 @@ def test_nan_and_inf_as_numpy(gl, target, causal):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     close(got, want, "specials")
+
+
+@pytest.mark.parametrize("target", ["compute", "texture"])
+def test_attentions_dropout_argument_on_gl(gl, target):
+    """`attention(q, k, v, causal=true, dropout=p)`: its training step on GL as in NumPy."""
+    src = MODEL.format(D=4, scores=CAUSAL).replace(
+        f"y = dropout(softmax({CAUSAL}), 0.25) @ v", "y = attention(q, k, v, causal=true, scale=0.4, dropout=0.25)"
+    )
+    g, _ = differentiate(training_form(dlc.compile(src).graph), "l", ["q", "k", "v"])
+    g = simplify(g)
+    roots = [g.names["y"], *(g.names[f"grad${n}"] for n in "qkv")]
+    dims = {"B": 2, "T": 11}
+    f = feeds(11, 4, 3.0)
+    got = backend_with(target, f).run(g, roots, {n: f[n] for n in "qkvr"}, dims)
+    want = evaluate(g, roots, f, dims)
+    for name, a, r in zip(["y", "dq", "dk", "dv"], got, roots):
+        close(a, want[r], name)
