@@ -10,11 +10,24 @@ import os
 import pytest
 
 from dlc.compiler import pipeline
+from dlc.runtime.errors import RuntimeFailure
 
 # In this process and in every `python -m dlc` the tests start.
 os.environ["DLC_VERIFY_IR"] = "1"
 os.environ["DLC_PROGRAM_BINARY_CACHE"] = "0"
 os.environ["DLC_COMPILE_CACHE"] = "0"  # compiled models and programs (compiler/compile_cache.py): same
+
+
+@pytest.fixture(scope="session")
+def gl():
+    """The GL context for tests that run shaders: skips with the reason when none can be made
+    (tests/api and a few runtime modules define a `gl` of their own)."""
+    from dlc.runtime.device import get_context
+
+    try:
+        return get_context()
+    except RuntimeFailure as exc:
+        pytest.skip(f"no OpenGL context: {exc}")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -11,20 +11,8 @@ import sys
 
 import pytest
 
-from dlc.runtime.errors import RuntimeFailure
-
 # The random graph generator is shared with tests/compiler.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compiler"))
-
-
-@pytest.fixture(scope="session")
-def gl():
-    from dlc.runtime.device import get_context
-
-    try:
-        return get_context()
-    except RuntimeFailure as exc:
-        pytest.skip(f"no OpenGL context: {exc}")
 
 
 @pytest.fixture(scope="session")

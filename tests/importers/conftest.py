@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from dlc.runtime.errors import RuntimeFailure
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,16 +45,6 @@ def onnxruntime():
 @pytest.fixture(scope="session")
 def onnxscript():
     return need("onnxscript", 'torch.onnx.export(dynamo=True) needs it: pip install "dlc[onnx]"')
-
-
-@pytest.fixture(scope="session")
-def gl():
-    from dlc.runtime.device import get_context
-
-    try:
-        return get_context()
-    except RuntimeFailure as exc:
-        pytest.skip(f"no OpenGL context: {exc}")
 
 
 def run_dlc(*args, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
