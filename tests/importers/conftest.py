@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import zoo  # tests/importers/zoo.py (this folder is on the path)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +46,24 @@ def onnxruntime():
 @pytest.fixture(scope="session")
 def onnxscript():
     return need("onnxscript", 'torch.onnx.export(dynamo=True) needs it: pip install "dlc[onnx]"')
+
+
+@pytest.fixture(scope="module")
+def exported(request, onnx, torch, tmp_path_factory):
+    """`exported(name, dynamo=False)`: the zoo model (zoo.py) exported to ONNX by TorchScript
+    or dynamo (which skips without onnxscript), once a test module: (path, module, example)."""
+    cache = {}
+
+    def get(name, dynamo=False):
+        if dynamo:
+            request.getfixturevalue("onnxscript")
+        if (name, dynamo) not in cache:
+            path = tmp_path_factory.mktemp("zoo") / f"{name}.onnx"
+            module, example = zoo.export(torch, name, path, dynamo)
+            cache[name, dynamo] = (path, module, example)
+        return cache[name, dynamo]
+
+    return get
 
 
 def run_dlc(*args, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:

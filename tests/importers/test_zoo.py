@@ -28,20 +28,6 @@ TARGETS = {
 }
 
 
-@pytest.fixture(scope="module")
-def exported(onnx, torch, tmp_path_factory):
-    cache = {}
-
-    def get(name, dynamo=False):
-        if (name, dynamo) not in cache:
-            path = tmp_path_factory.mktemp("zoo") / f"{name}.onnx"
-            module, example = zoo.export(torch, name, path, dynamo)
-            cache[name, dynamo] = (path, module, example)
-        return cache[name, dynamo]
-
-    return get
-
-
 def _session(imported, backend, source=None):
     model = imported.model if source is None else dlc.compile(source)
     sess = dlc.Session(model, backend=backend)

@@ -19,22 +19,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::U
 EXPORTERS = {"torchscript": False, "dynamo": True}
 
 
-@pytest.fixture(scope="module")
-def exported(request, onnx, torch, tmp_path_factory):
-    cache = {}
-
-    def get(name, dynamo):
-        if dynamo:
-            request.getfixturevalue("onnxscript")
-        if (name, dynamo) not in cache:
-            path = tmp_path_factory.mktemp("zoo") / f"{name}.onnx"
-            module, example = zoo.export(torch, name, path, dynamo)
-            cache[name, dynamo] = (path, module, example)
-        return cache[name, dynamo]
-
-    return get
-
-
 def _onnxruntime(ort, path, feeds: dict) -> np.ndarray:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(["out"], {k: v.numpy() for k, v in feeds.items()})[0]
