@@ -585,13 +585,7 @@ class Device {
     try {
       for (let i = 0; i < programs.length; i += 8) {
         for (const program of programs.slice(i, i + 8)) this.pass(program, targetOf(program), new Map(), {});
-        const sync = gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
-        gl.flush();
-        try {
-          await waitFor(gl, sync);
-        } finally {
-          gl.deleteSync(sync);
-        }
+        await drain(gl);
         report("warm-up", Math.min(i + 8, programs.length), programs.length);
       }
     } finally {
@@ -710,13 +704,7 @@ class Device {
       pending.push({ buffer, floats, count });
     }
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
-    const sync = gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
-    gl.flush();
-    try {
-      await waitFor(gl, sync);
-    } finally {
-      gl.deleteSync(sync);
-    }
+    await drain(gl);
     return pending.map(({ buffer, floats, count }) => {
       const all = new Float32Array(floats);
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
@@ -754,6 +742,17 @@ class Device {
     gl.deleteVertexArray(this.vao);
     const lose = gl.getExtension("WEBGL_lose_context");
     if (lose) lose.loseContext();
+  }
+}
+
+/** Resolve once the GPU has finished every command issued so far (a fence, flushed). */
+async function drain(gl) {
+  const sync = gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
+  gl.flush();
+  try {
+    await waitFor(gl, sync);
+  } finally {
+    gl.deleteSync(sync);
   }
 }
 
