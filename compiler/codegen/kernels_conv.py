@@ -54,25 +54,24 @@ def render(
     m = eval_size(size_of(rows), dims)
     n = int(gemm.N)
     k = eval_size(size_of(k_shape), dims)
+    how: mm.Blocking | mm.Variant
     if isinstance(blocking, Mapping):
-        var = mm.tuning.variant(blocking, "codegen option conv_blocking")
-        split = _split_chunk(node.op, var.blocking, m, n, k) if split is None else split
-        chunk = -(-split // var.blocking.bk) * var.blocking.bk if split else 0
-        return mm.render_gemm(ctx, gemm, var, split=(list(size_of(k_shape)), chunk) if split else None)
-    if blocking is not None:
-        blk = mm.Blocking(*blocking)
+        how = mm.tuning.variant(blocking, "codegen option conv_blocking")
+    elif blocking is not None:
+        how = mm.Blocking(*blocking)
     else:
-        blk = _blocking(node.op, m, n, k)
-        if blk is None:
+        how = _blocking(node.op, m, n, k)
+        if how is None:
             if variant != "gemm":
                 return None
-            blk = mm.MEDIUM  # forced: exact at any size
+            how = mm.MEDIUM  # forced: exact at any size
+    blk = how.blocking if isinstance(how, mm.Variant) else how
     if split is None:
         split = _split_chunk(node.op, blk, m, n, k)
     if split:
         chunk = -(-split // blk.bk) * blk.bk
-        return mm.render_gemm(ctx, gemm, blk, split=(list(size_of(k_shape)), chunk))
-    return mm.render_gemm(ctx, gemm, blk)
+        return mm.render_gemm(ctx, gemm, how, split=(list(size_of(k_shape)), chunk))
+    return mm.render_gemm(ctx, gemm, how)
 
 
 # 128 x 32 tiles, 8 x 4 outputs an invocation, 2 K-groups: for outputs of 16 to 63 columns
