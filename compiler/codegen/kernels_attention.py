@@ -161,12 +161,12 @@ def render(
     em.line("int row = bh * T + min(own, T - 1);  // a row past T loads the last one, stores nothing")
     em.line("int own_clamped = min(own, T - 1);")
 
-    def each_word_(line) -> None:
+    def per_word(line) -> None:
         each_word(em, words, line, unroll)
 
     def own_row(name: str, tensor: int) -> None:
         em.line(f"{ty} {name}[{words}];")
-        each_word_(lambda w: f"{name}[{w}] = {word(tensor, 'row', w)};")
+        per_word(lambda w: f"{name}[{w}] = {word(tensor, 'row', w)};")
 
     if by_key:
         own_row("kr", k)
@@ -181,7 +181,7 @@ def render(
     weight = _dropout(ctx, em, node)
     if op != "attention_lse":
         em.line(f"{ty} acc[{words}];")
-        each_word_(lambda w: f"acc[{w}] = {zero};")
+        per_word(lambda w: f"acc[{w}] = {zero};")
     if op in ("attention", "attention_lse"):
         em.line("float m = -DLC_INF, l = 0.0;")
 
@@ -233,10 +233,10 @@ def render(
 
     def dot(a: str, tile: str, var: str) -> None:
         em.line(f"float {var} = 0.0;")
-        each_word_(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
+        per_word(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
 
     def accumulate(weight: str, tile: str) -> None:
-        each_word_(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
+        per_word(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
 
     mine = "kr" if by_key else "qr"
 
@@ -270,7 +270,7 @@ def render(
         em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
         em.line("l *= corr;")
         if op == "attention":
-            each_word_(lambda w: f"acc[{w}] *= corr;")
+            per_word(lambda w: f"acc[{w}] *= corr;")
 
         def weights() -> None:
             em.line("float p = s[jj] == -DLC_INF ? 0.0 : exp(s[jj] - mt);")
