@@ -190,10 +190,6 @@ TEMPLATES = ("tile16", "thin", "medium", "big")
 
 SPLIT_CHUNK = 1024  # the shortest K-chunk a split-K work group sums (its partial tile is
 # written and read back once: over 1024 terms that traffic is small beside the operands')
-# ... and where the tiles would leave most of the GPU idle (under a quarter of a wave: a
-# prefill of one sequence, [256, 1536] x [1536, 384] in 12 tiles, took 89 us on the H100),
-# chunks of 256 terms.
-FEW_TILES_CHUNK = 256
 
 
 def split_k_chunk(ctx: Context, blk: Blocking, device: str | None = None) -> int | None:
@@ -211,8 +207,7 @@ def split_k_chunk(ctx: Context, blk: Blocking, device: str | None = None) -> int
     wave = tuning.entry(device)["wave"]
     if tiles >= wave:
         return None
-    shortest = FEW_TILES_CHUNK if 4 * tiles < wave else SPLIT_CHUNK
-    chunk = max(shortest, -(-k * tiles // (2 * wave)))
+    chunk = max(SPLIT_CHUNK, -(-k * tiles // (2 * wave)))
     chunk = min(-(-chunk // blk.bk) * blk.bk, LONG_K)
     return chunk if k >= 2 * chunk else None
 

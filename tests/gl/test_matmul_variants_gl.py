@@ -194,9 +194,8 @@ def test_batch_rows_folded_into_one_product(gl, switches):
 
 def test_split_k_over_a_symbolic_k_by_default(gl):
     # a weight gradient: X^T G over K = B*T rows, few output tiles: K-chunks across work groups
-    # (tiles under a quarter of a wave: chunks of FEW_TILES_CHUNK terms, not SPLIT_CHUNK)
     source = _check(None, ("K", 130), ("K", 136), True, False, dims={"K": 2500}, seed=4, atol=5e-3)
-    assert "K-chunks of 256 across work groups" in source.split("\n")[1]
+    assert "K-chunks of 1024 across work groups" in source.split("\n")[1]
 
 
 @pytest.mark.parametrize("ta", [False, True])
