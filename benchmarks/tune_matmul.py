@@ -44,6 +44,10 @@ BIG_SHAPES = {
     (4096, 4096, 4096, False, True): "4096^3 A B^T",
 }
 MLP_SHAPES = bench_gl.MLP_SHAPES  # the MLP step's products
+GPT_SHAPES = {  # weight gradients of samples/char_gpt.dl's step: "splitk" where the family has it
+    (1536, 16384, 384, True, False): "GPT dW fc = X^T G over K = B*T",
+    (1152, 16384, 384, True, False): "GPT dW qkv = X^T G over K = B*T",
+}
 SMALL_SHAPES = {  # --small: one product of each class at llvmpipe-friendly sizes
     (256, 96, 264, False, True): "big (small)",
     (136, 72, 132, True, False): "split (small)",
@@ -70,6 +74,7 @@ BLOCKINGS = {
         (64, 64, 64, 4, 4, 4),
         (128, 128, 16, 8, 8),
     ],
+    "splitk": [(128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (64, 128, 32, 4, 8, 2), (128, 64, 32, 8, 4, 2)],
     "narrow": [(128, 64, 16, 8, 8), (256, 64, 16, 8, 8), (128, 64, 32, 8, 4, 2), (64, 64, 32, 4, 4)],
     "medium": [(64, 64, 32, 4, 4), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2)],
     "thin": [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)],
@@ -83,6 +88,8 @@ SWITCHES = [
     {"warp": (8, 4)},
     {"double_buffer": True, "warp": (4, 8)},
     {"double_buffer": True, "warp": (8, 4)},
+    {"warp": (4, 8), "unroll": True},
+    {"double_buffer": True, "warp": (4, 8), "unroll": True},
 ]
 
 
@@ -216,8 +223,10 @@ def tune(products: dict[str, list[Product]], device: str, budget: float) -> tupl
         search = Search(
             rows, prods, cls, device, time.perf_counter() + (end - time.perf_counter()) / (len(products) - i)
         )
-        current = tuning.lookup(device, cls).literal()
-        search.attempt(current, "table now: ")
+        held = tuning.lookup(device, cls)  # None: an optional class this family has not measured
+        current = held.literal() if held is not None else None
+        if current is not None:
+            search.attempt(current, "table now: ")
         for blk, first in itertools.product(BLOCKINGS[cls], SWITCHES[:2]):
             search.attempt({"blocking": blk, **first})
         for blk in dict.fromkeys(tuple(lit["blocking"]) for lit in search.leaders(2)):
@@ -231,7 +240,7 @@ def tune(products: dict[str, list[Product]], device: str, budget: float) -> tupl
         (win,) = search.leaders(1)
         best[cls] = tuning.variant(win).literal()
         total = search.totals[search.key(win)]
-        now = search.totals.get(search.key(current))
+        now = search.totals.get(search.key(current)) if current is not None else None
         rows.append(
             {
                 "class": cls,
@@ -336,7 +345,7 @@ def main(argv=None) -> int:
     for c in wanted:
         if c not in (*tuning.CLASSES, "tile16"):
             p.error(f"unknown class {c!r}: choose from {', '.join((*tuning.CLASSES, 'tile16'))}")
-    shapes = SMALL_SHAPES if args.small else {**BIG_SHAPES, **MLP_SHAPES}
+    shapes = SMALL_SHAPES if args.small else {**BIG_SHAPES, **MLP_SHAPES, **GPT_SHAPES}
     rng = np.random.default_rng(1)
     products: dict[str, list[Product]] = {}
     for shape, what in shapes.items():

@@ -259,6 +259,18 @@ def size_class(ctx: Context, which: str) -> str:
     return which
 
 
+def splits_well(ctx: Context, device: str | None) -> bool:
+    """Whether the family's "splitk" variant applies: it splits this product across work
+    groups (split_k_chunk) and has an eighth of a wave of tiles or more (fewer, as a
+    [384, 384] weight gradient, lost to the "split" row's smaller tiles on the H200)."""
+    held = tuning.lookup(device, "splitk")
+    if held is None or split_k_chunk(ctx, held.blocking, device) is None:
+        return False
+    _, m, n, _ = _sizes(ctx)
+    tiles = math.ceil(m / held.blocking.tm) * math.ceil(n / held.blocking.tn)
+    return tiles * 8 >= tuning.entry(device)["wave"]
+
+
 def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tuple[str, Variant | None, str]:
     """(template, variant or None for tile16, where the variant came from) for this kernel
     under the codegen options (see the module's docstring)."""
@@ -276,6 +288,8 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
         if which == "tile16":
             return which, None, ""
         cls = size_class(ctx, which)
+        if cls in ("split", "medium") and splits_well(ctx, device):
+            cls = "splitk"
         base, where = tuning.lookup(device, cls), f"{tuning.family(device)}, {cls}"
         _, m, n, _ = _sizes(ctx)
         geo = geometry(ctx)
@@ -642,21 +656,31 @@ def render_gemm(
         add(f"        if (k1 < {k_end}) {{  // fetch the next slab while this one is multiplied")
         body.extend("            " + x for x in fetch_next)
         add("        }")
-    if KS > 1:
-        per = blk.bk // KS
-        add(f"        for (int q = 0; q < {per}; ++q) {{  // this K-group's part of the slab")
-        add(f"            int kk = ks * {per} + q;")
+    per = blk.bk // KS
+
+    def multiply(kk: str, pad: str) -> None:
+        for g in range(gm):
+            add(f"{pad}vec4 fa{g} = {shared_a(kk, _lane('ty', g, ty_count))};")
+        for g in range(gn):
+            add(f"{pad}vec4 fb{g} = {shared_b(kk, _lane('tx', g, tx_count))};")
+        for i in range(blk.rm):
+            g, c = divmod(i, 4)
+            for j in range(gn):
+                add(f"{pad}acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
+
+    if var.unroll:  # each row of the slab written out, its offsets constant
+        for q in range(per):
+            add(f"        {{  // slab row {q}" + (f" of this K-group's {per}" if KS > 1 else ""))
+            multiply(f"ks * {per} + {q}" if KS > 1 else str(q), "            ")
+            add("        }")
     else:
-        add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
-    for g in range(gm):
-        add(f"            vec4 fa{g} = {shared_a('kk', _lane('ty', g, ty_count))};")
-    for g in range(gn):
-        add(f"            vec4 fb{g} = {shared_b('kk', _lane('tx', g, tx_count))};")
-    for i in range(blk.rm):
-        g, c = divmod(i, 4)
-        for j in range(gn):
-            add(f"            acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
-    add("        }")
+        if KS > 1:
+            add(f"        for (int q = 0; q < {per}; ++q) {{  // this K-group's part of the slab")
+            add(f"            int kk = ks * {per} + q;")
+        else:
+            add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
+        multiply("kk", "            ")
+        add("        }")
     if double:
         # the other pair was last read before the previous barrier: store the next slab there
         add(f"        if (k1 < {k_end}) {{")

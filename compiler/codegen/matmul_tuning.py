@@ -8,9 +8,9 @@ names the family, size class and variant it was rendered with.
 
 Each family's entry holds `wave` (work groups that keep the device busy: fewer tiles than this
 take the smaller "split" blocking), `shared_bytes` (shared memory a work group may take) and,
-per size class ("big", "split", "narrow", "medium", "thin"; see kernels_matmul.choose), a
-variant as a
-plain literal: its blocking (tm, tn, bk, rm, rn[, ks[, swizzle]]) and the template's switches
+per size class ("big", "split", "splitk", "narrow", "medium", "thin"; see
+kernels_matmul.choose), a variant as a plain literal (None for "splitk": the family has no such
+class: its blocking (tm, tn, bk, rm, rn[, ks[, swizzle]]) and the template's switches
 (`Variant`). `benchmarks/tune_matmul.py --emit` prints an entry in this form, measured.
 """
 
@@ -76,7 +76,9 @@ class Variant:
     - `warp`: (rows, cols) of invocation tiles that each run of 32 neighbouring invocations
       covers, e.g. (4, 8) or (8, 4) (fewer distinct shared-memory reads a warp); None: rows
       of invocations span the tile's width;
-    - `prefetch`: the next K-slab fetched into registers while this one is multiplied."""
+    - `prefetch`: the next K-slab fetched into registers while this one is multiplied;
+    - `unroll`: the loop over a K-slab's rows written out (constant shared-memory offsets;
+      the attention kernels gained from the same on NVIDIA's compiler)."""
 
     blocking: Blocking
     load4: bool = True
@@ -84,6 +86,7 @@ class Variant:
     double_buffer: bool = False
     warp: tuple[int, int] | None = None
     prefetch: bool = True
+    unroll: bool = False
 
     def literal(self) -> dict:
         """The variant as a table entry: the blocking as a tuple, switches that differ from
@@ -104,6 +107,7 @@ class Variant:
                 ("vec4 stores", self.store4),
                 ("double-buffered", self.double_buffer),
                 ("no prefetch", not self.prefetch),
+                ("slab loop written out", self.unroll),
             )
             if flag
         ]
@@ -126,7 +130,7 @@ def variant(entry: Mapping, where: str = "matmul variant") -> Variant:
     blk = entry["blocking"]
     blocking = blk if isinstance(blk, Blocking) else _blocking(blk, where)
     kw = {k: v for k, v in entry.items() if k != "blocking"}
-    for k in ("load4", "store4", "double_buffer", "prefetch"):
+    for k in ("load4", "store4", "double_buffer", "prefetch", "unroll"):
         if k in kw and not isinstance(kw[k], bool):
             raise ValueError(f"{where}: {k} must be true or false, not {kw[k]!r}")
     if kw.get("warp") is not None:
@@ -155,7 +159,9 @@ def _blocking(blk, where: str) -> Blocking:
 # Size classes (kernels_matmul.choose): "big" (both sides >= 128 and tiles enough for a wave),
 # "split" (>= 64 a side, 128 rows or more, too few 128x128 tiles), "narrow" (as "split" but
 # 64 columns: attention's P @ V over heads of 64), "medium" (>= 64 a side, under 128 rows),
-# "thin" (one side under 64 over a long K).
+# "thin" (one side under 64 over a long K); "splitk" (optional, None where not measured): a
+# "split" or "medium" product without batches that its variant splits across work groups in
+# an eighth of a wave of tiles or more (a weight gradient over K = B * T).
 #
 # "default": the choices measured on the lent H200 before the tuning table
 # (benchmarks/results/h200_tune*.json): 128x128 tiles with 8x8 outputs and K-slabs of 16 for
@@ -172,6 +178,7 @@ _H200_MEASURED = {
     "narrow": {"blocking": (128, 64, 32, 8, 4, 2)},  # as "split": not measured apart
     "medium": {"blocking": (64, 64, 32, 4, 4)},
     "thin": {"blocking": (16, 16, 64, 4, 4, 16)},
+    "splitk": None,  # not measured: such products take "split" or "medium"
 }
 
 # Measured by `benchmarks/tune_matmul.py` on an H100 80GB HBM3 (2026-11-23): 4096^3 at
@@ -187,17 +194,26 @@ _H100_MEASURED = {
     "narrow": {"blocking": (128, 64, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     "medium": {"blocking": (64, 64, 32, 4, 4)},
     "thin": {"blocking": (16, 16, 64, 4, 4, 16), "double_buffer": True},
+    # .devtree probes on the lent H200 (2026-12-01), the GPT's weight gradients over K = 16384
+    # against "split"'s 64x128 tiles: [1536, 384] 0.670 -> 0.525 ms, [384, 1536] 0.667 ->
+    # 0.522, [1152, 384] 0.595 -> 0.436 (cuBLAS 0.430, 0.439, 0.457); [384, 384] (9 tiles)
+    # lost (0.20 -> 0.29), hence the eighth of a wave
+    "splitk": {"blocking": (128, 128, 16, 8, 8), "warp": (4, 8), "unroll": True},
 }
 
 TABLE: dict[str, dict] = {
     "default": {**_H200_MEASURED, "shared_bytes": 32768},  # GL's minimum maximum
     "NVIDIA H100": _H100_MEASURED,
-    "NVIDIA H200": dict(_H200_MEASURED),
+    # benchmarks/tune_matmul.py on the lent H200 (2026-12-01) chose the H100's row for every
+    # class it measured (big 128x256 double-buffered: 4096^3 at 32.5 TFLOP/s, 67% of cuBLAS;
+    # the old H200 row's 128x128: 31.5): same chip, same shared memory
+    "NVIDIA H200": dict(_H100_MEASURED),
     # llvmpipe (Mesa's CPU renderer, the test suite's): the default choices; 32 KiB of shared
     # memory a work group there.
     "llvmpipe": {**_H200_MEASURED, "shared_bytes": 32768},
 }
-CLASSES = ("big", "split", "narrow", "medium", "thin")
+CLASSES = ("big", "split", "splitk", "narrow", "medium", "thin")
+OPTIONAL = ("splitk",)  # classes a family's row may hold None for
 FAMILIES = tuple(f for f in TABLE if f != "default")
 
 
@@ -216,7 +232,9 @@ def entry(device: str | None) -> dict:
     return TABLE[family(device)]
 
 
-def lookup(device: str | None, size_class: str) -> Variant:
-    """The variant the table holds for `size_class` on `device` (a renderer string or None)."""
+def lookup(device: str | None, size_class: str) -> Variant | None:
+    """The variant the table holds for `size_class` on `device` (a renderer string or None);
+    None for an optional class ("splitk") the family has not measured."""
     fam = family(device)
-    return variant(TABLE[fam][size_class], f"matmul tuning table[{fam!r}][{size_class!r}]")
+    held = TABLE[fam][size_class]
+    return None if held is None else variant(held, f"matmul tuning table[{fam!r}][{size_class!r}]")

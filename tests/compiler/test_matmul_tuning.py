@@ -45,6 +45,9 @@ def test_every_table_entry_is_a_valid_variant_that_fits_its_shared_memory(fam):
     assert row["shared_bytes"] >= 32768  # GL guarantees at least this much
     for cls in tuning.CLASSES:
         v = tuning.lookup(fam, cls)
+        if v is None:  # an optional class the family has not measured
+            assert cls in tuning.OPTIONAL
+            continue
         blk = v.blocking
         assert blk.problem() is None
         assert blk.threads <= 1024  # GL's minimum max work group invocations
@@ -108,7 +111,7 @@ def test_forced_switches_apply_over_the_table_choice():
     g, y = _matmul(1024, 1024, 1024)
     h200 = {"device": "NVIDIA H200"}  # 48 KiB of shared memory: two slabs fit
     head = _head(g, y, {**h200, "matmul_variant": {"double_buffer": True, "store4": True}})
-    assert "128x64 tiles" in head  # the split class's blocking, kept
+    assert "64x128 tiles" in head  # the split class's blocking (the H200 row), kept
     assert "vec4 stores, double-buffered" in head and "switches forced" in head
     # the default row's 32 KiB do not hold two such slabs: single-buffered, and the header says so
     head = _head(g, y, {"matmul_variant": {"double_buffer": True}})
@@ -134,3 +137,17 @@ def test_the_conv_templates_still_take_the_default_blockings():
     assert mm.BIG == tuning.lookup(None, "big").blocking
     assert kernels_conv._blocking("conv2d", 8192, 256, 576) == mm.BIG
     assert kernels_conv._blocking("conv2d", 1024, 128, 576) == mm.SPLIT
+
+
+def test_a_weight_gradient_takes_the_splitk_row_where_the_family_has_one():
+    # [1152, K] x [K, 384] over K = 16384 (the GPT's dW of the qkv projection): split across
+    # work groups, in 27 tiles of 128x128 (>= an eighth of a wave)
+    g, y = _matmul(1152, 16384, 384)
+    head = _head(g, y, {"device": "NVIDIA H200"})
+    assert "(NVIDIA H200, splitk)" in head and "128x128 tiles" in head and "K-chunks of" in head
+    assert "slab loop written out" in head
+    # [384, 384] (9 tiles) keeps the "split" row; llvmpipe has no "splitk" row at all
+    g, y = _matmul(384, 16384, 384)
+    assert "(NVIDIA H200, split)" in _head(g, y, {"device": "NVIDIA H200"})
+    g, y = _matmul(1152, 16384, 384)
+    assert "(llvmpipe, split)" in _head(g, y, {"device": "llvmpipe (LLVM 15)"})

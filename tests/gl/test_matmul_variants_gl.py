@@ -28,6 +28,8 @@ VARIANTS = [
     ((128, 64, 32, 8, 4, 2), {"double_buffer": True, "warp": (4, 8), "store4": True}),
     ((64, 64, 32, 8, 8, 4), {"double_buffer": True, "store4": True}),
     ((16, 16, 64, 4, 4, 16), {"double_buffer": True, "warp": (4, 8), "store4": True}),  # warp falls back
+    ((128, 128, 16, 8, 8), {"warp": (4, 8), "unroll": True}),  # the H100/H200 "splitk" row
+    ((64, 128, 32, 4, 8, 2), {"double_buffer": True, "warp": (4, 8), "unroll": True}),
 ]
 IDS = [f"{b}-{'+'.join(f'{k}={v}' for k, v in s.items())}" for b, s in VARIANTS]
 
@@ -96,7 +98,7 @@ def test_double_buffer_falls_back_past_the_shared_memory_limit(gl):
     assert "single-buffered: two slabs need 65536 bytes" in head and "double-buffered" not in head.split(";")[1]
 
 
-@pytest.mark.parametrize("switches", [{"double_buffer": True, "warp": (4, 8)}, {"store4": True}])
+@pytest.mark.parametrize("switches", [{"double_buffer": True, "warp": (4, 8)}, {"store4": True}, {"unroll": True}])
 def test_split_k_across_work_groups(gl, switches):
     from dlc.compiler.codegen import kernels_matmul
 
@@ -177,7 +179,8 @@ def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
     assert family == matmul_tuning.family(gl.renderer)
     assert set(row) == {"wave", "shared_bytes", *matmul_tuning.CLASSES}
     for cls in matmul_tuning.CLASSES:
-        matmul_tuning.variant(row[cls])
+        if row[cls] is not None or cls not in matmul_tuning.OPTIONAL:
+            matmul_tuning.variant(row[cls])
     assert "| thin | thin (small) 300x260x10" in out and "WRONG" not in out
     assert (tmp_path / "tune_matmul.json").exists()
 
