@@ -232,7 +232,11 @@ def _graph_json(graph) -> dict:
 
 def _entry(graph) -> dict:
     """A graph as a models/ or train/ entry holds it: with each node's element type, so that
-    the graph read back needs no op registry (a warm start then imports no op module)."""
+    the graph read back needs no op registry (a warm start then imports no op module). A
+    graph built on a warm path (eval_form's rewrite of a cached model) has no types yet: the
+    miss pays for the registry that computes them."""
+    if "dtypes" not in graph.__dict__:
+        require("dlc.compiler.registry")
     return {"graph": _graph_json(graph), "dtypes": list(graph.dtypes)}
 
 
