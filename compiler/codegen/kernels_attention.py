@@ -2,8 +2,8 @@
 (`render`), on the texture target a fragment per output (`texture_body`); no kernel writes or
 holds a T x T matrix.
 
-One work group per (leading index, block of ROWS own rows: fewer where the groups would be
-few, `own_rows`), one invocation per own row, which keeps that row of its operands and its
+One work group per (leading index, block of ROWS own rows, or the codegen option
+attention_rows), one invocation per own row, which keeps that row of its operands and its
 output row in registers; the other side's rows stream through shared memory in tiles of
 `cols` rows (the whole group loads a tile, then each invocation reads all of it):
 
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from .. import registry
 from ..ir import format_shape
 from ..ops.attention import keep_scale
-from ..plan import eval_size, size_of
+from ..plan import size_of
 from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
@@ -41,12 +41,10 @@ from .renderer import float_lit
 # names the dropout code declares (both targets)
 _DROP_NAMES = {"drop_seed", "drop_step", "drop_w"}
 
-ROWS = 64  # own rows a work group (invocations)
-# Fewer own rows a group (down to MIN_ROWS) where ROWS would make fewer than FEW_GROUPS work
-# groups at the plan's sizes: a prefill of one sequence ([1, 6, 256, 64]) made 24 groups of
-# 64 rows, each walking up to 256 keys, and took 0.19 ms a layer on the H100.
-MIN_ROWS = 16
-FEW_GROUPS = 256
+ROWS = 64  # own rows a work group (invocations), at any size: taking 16 or 32 where 64 made
+# few groups (a one-sequence prefill: 24 groups of 64) was measured on the lent H200 after it
+# went in (2026-12-01, .devtree/gen_ab.py, two alternating rounds): the full char GPT
+# generated 500 tokens at 2.61 ms a token that way against 2.23 with 64 rows, the same ids.
 # Floats of all streamed tiles together: 3.5 KiB. Small tiles leave shared memory for more
 # resident work groups: on the H100, fwd + bwd of [64, 6, 256, 64] took 3.36 ms with 28 KiB
 # tiles, 2.36 with 14 KiB and 2.04 with 7 KiB (loops); written out (UNROLL_MAX), 1.91 with
@@ -105,17 +103,9 @@ def each_word(em: Emitter, words: int, line, unroll: bool) -> None:
         em.line(line(str(w)))
 
 
-def own_rows(ctx: Context, lead, t_dim, forced: int | None = None) -> int:
-    """A work group's own rows: ROWS, halved down to MIN_ROWS while the groups at the plan's
-    sizes are fewer than FEW_GROUPS (`forced`: the codegen option attention_rows)."""
-    if forced:
-        return forced
-    dims = ctx.plan.ref_dims
-    count, t = eval_size(size_of(lead), dims), eval_size(size_of((t_dim,)), dims)
-    rows = ROWS
-    while rows > MIN_ROWS and count * -(-t // rows) < FEW_GROUPS:
-        rows //= 2
-    return rows
+def own_rows(forced: int | None = None) -> int:
+    """A work group's own rows: ROWS, or `forced` (the codegen option attention_rows)."""
+    return forced or ROWS
 
 
 def render(
@@ -126,7 +116,7 @@ def render(
     UNROLL_MAX words or fewer. `tile_floats`: the streamed tiles' size (TILE_FLOATS); `rows`:
     a group's own rows (None: `own_rows`)."""
     node, lead, t_dim, d = _geometry(ctx)
-    group_rows = own_rows(ctx, lead, t_dim, rows)
+    group_rows = own_rows(rows)
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
     scale = float_lit(float(node.attr("scale")))
