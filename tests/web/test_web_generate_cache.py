@@ -13,7 +13,6 @@ import json
 import shutil
 
 import numpy as np
-import pytest
 from test_generate_cache import REFUSED, REFUSED_SOURCE
 from test_web_generate import GPT, SMALL, gpt, gpt_page  # noqa: F401 (fixtures)
 
@@ -168,7 +167,7 @@ def test_a_model_the_decode_pass_refuses_exports_without_a_cache_and_generates(t
 
 KV_CORRUPT = {  # web.kv_cache edited -> what load says
     "step": (lambda kv: kv.update(step="nope"), 'web.kv_cache.step: "nope" is not a program of the export'),
-    "eval": (lambda kv: kv.update(window="eval"), "web.kv_cache.window: \"eval\" is not a program"),
+    "eval": (lambda kv: kv.update(window="eval"), 'web.kv_cache.window: "eval" is not a program'),
     "block": (lambda kv: kv.update(block=0), "web.kv_cache.block: must be a whole number >= 1"),
     "position": (lambda kv: kv.update(position="tokens"), "web.kv_cache.position"),
     "caches": (lambda kv: kv.update(caches=[1]), "web.kv_cache.caches: must be an object"),
