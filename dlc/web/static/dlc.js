@@ -96,12 +96,15 @@ export async function load(url = ".", options = {}) {
   const device = new Device(options.canvas);
   try {
     // every program of the model at once (the driver may link them in parallel), and the eval
-    // program's drawn once: the first eval then runs without building any
+    // program's drawn once: the first eval then runs without building any (with a KV cache,
+    // its programs' instead: what generate runs)
     const entries = [];
     for (const program of Object.values(manifest.programs)) {
       for (const k of program.kernels) for (const p of k.passes) entries.push([sources[p.file], p.file]);
     }
-    const warm = manifest.programs.eval.kernels.flatMap((k) => k.passes.map((p) => sources[p.file]));
+    const kv = kvCacheOf(manifest);
+    const first = kv ? [kv.step, kv.window, kv.constants].filter((n) => n !== null) : ["eval"];
+    const warm = first.flatMap((n) => manifest.programs[n].kernels.flatMap((k) => k.passes.map((p) => sources[p.file])));
     await device.compileAll(entries, warm, options.onProgress || null);
   } catch (e) {
     device.dispose();
