@@ -124,6 +124,30 @@ def test_a_block_longer_than_the_cache_s_rows_generates_without_it(gpt, tmp_path
     assert got == [[sess.generate(ids, 20, block=b, seed=1), b == 8] for b in (8, 16)]
 
 
+def test_after_training_in_the_page_the_cache_reads_the_new_params(gpt, gpt_page):  # noqa: F811
+    # each generation transposes the weights again (kv_constants) from the params as they are
+    _, _, _, vocab = gpt
+    ids = vocab.encode("To be, or not to be, that is the question").astype(np.int32)
+    windows = np.stack([ids[i : i + BLOCK + 1] for i in range(0, 24, 3)])
+    got = gpt_page.call(
+        "const before = await m.generate(arg.prompt, {tokens: 24, seed: 2});"
+        " const losses = await m.train({tokens: {data: Int32Array.from(arg.x), shape: arg.shape},"
+        "  targets: {data: Int32Array.from(arg.y), shape: arg.shape}}, {steps: 5, lr: 0.5});"
+        " const cached = await m.generate(arg.prompt, {tokens: 24, seed: 2});"
+        " const uncached = await m.generate(arg.prompt, {tokens: 24, seed: 2, cache: false});"
+        " return [before, losses, cached, uncached];",
+        {
+            "prompt": ids[:4].tolist(),
+            "x": windows[:, :-1].ravel().tolist(),
+            "y": windows[:, 1:].ravel().tolist(),
+            "shape": [len(windows), BLOCK],
+        },
+    )
+    before, losses, cached, uncached = got
+    assert len(losses) == 5 and all(np.isfinite(losses))
+    assert cached == uncached and cached != before
+
+
 def test_the_page_s_cache_box_gives_the_same_text(gpt, gpt_page):  # noqa: F811
     _, _, sess, vocab = gpt
     page = gpt_page.page

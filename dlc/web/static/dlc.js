@@ -231,7 +231,7 @@ function checkKvCache(m, fail) {
     if (!isObject(kv[key])) fail(`web.kv_cache.${key}`, `must be an object (state name -> shape), not ${show(kv[key])}`);
     for (const [n, shape] of Object.entries(kv[key])) {
       checkShape(shape, `web.kv_cache.${key}.${n}`, fail);
-      if (has(m.params, n)) fail(`web.kv_cache.${key}.${n}`, "is a param of the model");
+      if (storedLeaves(m).has(n)) fail(`web.kv_cache.${key}.${n}`, "is a param or optimizer state of the model");
     }
   }
   for (const key of ["step", "window"]) {
@@ -925,6 +925,7 @@ class Store {
   constructor(device, leaves) {
     this.device = device;
     this.buffers = new Map();
+    this.scratch = new Set(); // leaves of zeros() (a generation's caches): no snapshot copies them
     for (const [name, values] of leaves) {
       const tex = device.texture(values.length, `'${name}' (${values.length} floats)`);
       device.upload(tex, values);
@@ -945,6 +946,7 @@ class Store {
       this.device.deleteTexture(tex);
       tex = this.device.texture(count, `'${name}' (${count} floats)`);
       this.buffers.set(name, tex);
+      this.scratch.add(name);
     }
     this.device.upload(tex, new Float32Array(count));
   }
@@ -956,10 +958,11 @@ class Store {
     return old;
   }
 
-  /** Copies of every leaf (to put back with restore). */
+  /** Copies of every leaf but the scratch ones (to put back with restore). */
   snapshot() {
     const copies = new Map();
     for (const [name, tex] of this.buffers) {
+      if (this.scratch.has(name)) continue;
       const copy = this.device.texture(tex.count);
       this.device.copy(copy, tex);
       copies.set(name, copy);
