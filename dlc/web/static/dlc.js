@@ -1142,7 +1142,10 @@ class Executor {
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
         if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
         else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
-        else if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
+        else if (p.tensor === null) {
+          target = this.scratch.get(k); // a split reduction's partials, attention_cached's scores
+          count = evalSize(spec.scratch.size, this.dims); // (its texture sized for the largest dims)
+        }
         else {
           const info = this.tensors.get(p.tensor);
           const s = info.slot;
