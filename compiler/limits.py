@@ -49,11 +49,11 @@ class Capabilities:
 # matmul may declare vec4 views of both operands (each a storage block of its own) and a
 # split-K scratch buffer, a reduction its split scratch (vec4 views of a matmul's outputs
 # are dropped by codegen where they do not fit: codegen/__init__.py); on the texture
-# target, a split reduction reads its partials on one more unit and the packed matmul and
-# conv passes sample three more textures.
+# target, a split reduction reads its partials on one more unit (attention_cached its
+# scores) and the packed matmul and conv passes sample three more textures.
 RESERVED = {
     "compute": (("elementwise", 0), ("reduce", 1), ("matmul", 3), ("window", 3)),
-    "texture": (("elementwise", 0), ("reduce", 1), ("matmul", 4), ("window", 4)),
+    "texture": (("elementwise", 0), ("reduce", 1), ("matmul", 4), ("window", 4), ("cached_attention", 1)),
 }
 
 

@@ -6,7 +6,10 @@ own online softmax (running max m, sum l and output row, rescaled as the max gro
 merged through shared memory: the group's max M, l = sum l_t exp(m_t - M), each output word
 sum acc_t exp(m_t - M) / l. A decode step has one new row a sequence, so the parallelism is
 over the keys, not over query rows as FlashAttention's tiles are (kernels_attention.py).
-On the texture target, a fragment per output element loops over the keys (one row at a time).
+On the texture target, two passes: a fragment per (query row, key) writes the row's score
+of that key into a scratch texture (the keys past the row's last, -inf), then a fragment per
+output element runs the online softmax over its row's scores and the values' column (its
+row's scores computed once, not once per output column).
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
 from .compute import KEY, TILE, header, kernel_source
-from .glsl import Context, Emitter, Ix, KernelSource
+from .fragment import TextureKernel, TexturePass, finish
+from .glsl import Context, Emitter, Ix, KernelSource, mul
 from .kernels_attention import each_word, row_word
 from .options import CodegenOptions
 from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY
-from .texture import TextureKernel, output_passes
+from .texture import output_pass, spec_source
 
 KEYS = 64  # invocations a work group, splitting one query row's keys
 # A row's words are written out (constant array indices: the rows stay in registers, as in
@@ -133,11 +137,39 @@ def render(ctx: Context) -> KernelSource:
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
 
 
-def texture_body(ctx: Context, em: Emitter) -> str:
-    """Output element o: its query row's online softmax over the keys it sees, one at a time."""
+def _scores_pass(ctx: Context) -> str:
+    """Fragment p = (query row r, key j), r in q's row order: r's score of key j (scaled), or
+    -inf past the last key r sees."""
     node, lead, n_dim, d, rows, pos = _geometry(ctx)
     q, kv, _ = node.inputs
     scale = float_lit(float(node.attr("scale")))
+    em = Emitter(ctx)
+    em.own_element("p", mul(mul(ctx.numel(lead), ctx.dim(n_dim)), rows))
+    em.line(f"int kv_n = {ctx.dim(n_dim)};")
+    em.line(f"int kv_row = p / {rows}, kv_j = p - kv_row * {rows};")
+    em.line("int kv_bh = kv_row / kv_n, kv_i = kv_row - kv_bh * kv_n;")
+    em.line(f"int kv_p = {em.integer(pos, Ix(flat='0'))};")
+    em.line("float kv_s = -DLC_INF;")
+    em.open(f"if (kv_j <= min(kv_p + kv_i, {rows} - 1))")
+    em.line(f"int kv_krow = kv_bh * {rows} + kv_j;")
+    em.line("kv_s = 0.0;")
+    em.open(f"for (int kv_d = 0; kv_d < {d}; kv_d++)")
+    qv = em.value(q, Ix(flat=f"(kv_row * {d} + kv_d)"))
+    kd = em.value(kv, Ix(flat=f"(kv_krow * {d} + kv_d)"))
+    em.line(f"kv_s += {qv} * {kd};")
+    em.close()
+    em.line(f"kv_s *= {scale};")
+    em.close()
+    em.line(ctx.renderer.store("partials", "p", "kv_s"))
+    what = f"attention_cached over {format_shape(lead)} x [{n_dim}, {d}], a cache of {rows} rows: the scores"
+    return finish(ctx, em, None, what)
+
+
+def texture_body(ctx: Context, em: Emitter, unit: int) -> str:
+    """Output element o: its query row's online softmax over the scores of the keys it sees
+    (the first pass's, on texture unit `unit`) and the values' column."""
+    node, lead, n_dim, d, rows, pos = _geometry(ctx)
+    _, kv, _ = node.inputs
     em.line(f"int kv_n = {ctx.dim(n_dim)};")
     em.line(f"int kv_row = o / {d}, kv_col = o - kv_row * {d};")
     if node.attr("rows_first"):  # o's row is (outer * n + i) * H + h: back to (outer * H + h) * n + i
@@ -149,14 +181,8 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     em.line(f"int kv_last = min(kv_p + kv_i, {rows} - 1);")
     em.line("float kv_m = -DLC_INF, kv_l = 0.0, kv_acc = 0.0;")
     em.open("for (int kv_j = 0; kv_j <= kv_last; kv_j++)")
-    em.line(f"int kv_krow = kv_bh * {rows} + kv_j, kv_vrow = kv_krow + {ctx.numel(lead)} * {rows};")
-    em.line("float kv_s = 0.0;")
-    em.open(f"for (int kv_d = 0; kv_d < {d}; kv_d++)")
-    qv = em.value(q, Ix(flat=f"(kv_row * {d} + kv_d)"))
-    kd = em.value(kv, Ix(flat=f"(kv_krow * {d} + kv_d)"))
-    em.line(f"kv_s += {qv} * {kd};")
-    em.close()
-    em.line(f"kv_s *= {scale};")
+    em.line(f"int kv_vrow = kv_bh * {rows} + kv_j + {ctx.numel(lead)} * {rows};  // kv[1]")
+    em.line(f"float kv_s = {ctx.load(f'b{unit}', f'kv_row * {rows} + kv_j')};")
     em.line("float kv_mt = max(kv_m, kv_s);")
     em.line("float kv_corr = kv_m == kv_mt ? 1.0 : exp(kv_m - kv_mt);")
     em.line("float kv_pj = kv_s == -DLC_INF ? 0.0 : exp(kv_s - kv_mt);")
@@ -174,8 +200,17 @@ def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
 
 
 def lower_texture(ctx: Context, options: CodegenOptions) -> TextureKernel:
-    """The texture target's lowering of attention_cached."""
-    return output_passes(ctx, texture_body)
+    """The texture target's lowering of attention_cached: the scores pass into the scratch
+    texture (read on the unit after the kernel's own), then a pass per output."""
+    node = ctx.graph.nodes[ctx.kernel.anchor]
+    q, kv, _ = node.inputs
+    qshape = ctx.graph.nodes[q].shape
+    unit = len(ctx.binding)
+    scratch = {"size": list(size_of((*qshape[:-1], ctx.graph.nodes[kv].shape[-2]))), "unit": unit}
+    passes = [TexturePass(None, _scores_pass(ctx))]
+    body = lambda ctx, em: texture_body(ctx, em, unit)  # noqa: E731
+    passes += [TexturePass(o, output_pass(ctx, o, body)) for o in ctx.kernel.outputs]
+    return TextureKernel(spec_source(ctx), tuple(passes), scratch)
 
 
 registry.register_lowering("cached_attention", KEY, lower)

@@ -113,12 +113,12 @@ TEXTURE = register_target(TextureTarget())
 Body = Callable[[Context, Emitter], str]  # writes output o's `acc` (or its anchor), says what
 
 
-def _kernel_source(ctx: Context) -> KernelSource:
+def spec_source(ctx: Context) -> KernelSource:
     """The kernel's KernelSource for the spec (no text: its passes are the shaders)."""
     return kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
 
 
-def _output_pass(ctx: Context, output: int, body: Body, anchor: str = "acc") -> str:
+def output_pass(ctx: Context, output: int, body: Body, anchor: str = "acc") -> str:
     """Output `output`'s pass: fragment o runs `body`, whose result `anchor` the epilogue reads."""
     em = Emitter(ctx)
     em.own_element("o", ctx.numel(ctx.kernel.shape))
@@ -130,8 +130,8 @@ def _output_pass(ctx: Context, output: int, body: Body, anchor: str = "acc") -> 
 
 def output_passes(ctx: Context, body: Body, anchor: str = "acc") -> TextureKernel:
     """A kernel of one pass per output, each fragment running `body` for its element."""
-    passes = tuple(TexturePass(o, _output_pass(ctx, o, body, anchor)) for o in ctx.kernel.outputs)
-    return TextureKernel(_kernel_source(ctx), passes)
+    passes = tuple(TexturePass(o, output_pass(ctx, o, body, anchor)) for o in ctx.kernel.outputs)
+    return TextureKernel(spec_source(ctx), passes)
 
 
 def _elementwise(ctx: Context, options: CodegenOptions) -> TextureKernel:
@@ -140,7 +140,7 @@ def _elementwise(ctx: Context, options: CodegenOptions) -> TextureKernel:
         em = Emitter(ctx)
         kernels_elementwise.main_body(em, (o,))
         passes.append(TexturePass(o, finish(ctx, em, o, "elementwise")))
-    return TextureKernel(_kernel_source(ctx), tuple(passes))
+    return TextureKernel(spec_source(ctx), tuple(passes))
 
 
 def _reduce(ctx: Context, options: CodegenOptions) -> TextureKernel:
@@ -153,8 +153,8 @@ def _reduce(ctx: Context, options: CodegenOptions) -> TextureKernel:
     scratch = {"size": [size[0] * PARTS, *size[1:]], "unit": unit}
     passes = [TexturePass(None, _partials_pass(ctx))]
     for o in ctx.kernel.outputs:
-        passes.append(TexturePass(o, _output_pass(ctx, o, lambda ctx, em: _combine_body(ctx, em, unit))))
-    return TextureKernel(_kernel_source(ctx), tuple(passes), scratch)
+        passes.append(TexturePass(o, output_pass(ctx, o, lambda ctx, em: _combine_body(ctx, em, unit))))
+    return TextureKernel(spec_source(ctx), tuple(passes), scratch)
 
 
 def _packs(ctx: Context, options: CodegenOptions) -> bool:

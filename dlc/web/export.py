@@ -12,7 +12,14 @@
 
 A language model (`input tokens: i32[B, T]` with T symbolic, a tensor `logits`) with its
 vocabulary (`W.vocab.json` beside the weights, as `dlc train` writes it, or `vocab`) gets the
-text page: type a prompt and watch the generated text appear (dlc.js `generateText`).
+text page: type a prompt and watch the generated text appear (dlc.js `generateText`). When
+compiler/decode.py finds its logits incremental (position-wise along T but for causal
+attention), the export also carries the key/value cache's programs as `dlc generate` builds
+them: `kv_step` (new ids at positions [pos, pos + n), writing each layer's keys and values
+into its cache state), `kv_window` (a whole window from position 0, no cache: the steps past
+the block) and `kv_constants` (the weights read transposed, once a generation), described by
+the manifest's `web.kv_cache` (else `{"refused": why}`, and dlc.js recomputes the context
+each token, as it does with `cache: false`).
 
 MODEL is a `.dl` file (params from `weights`, else drawn from their initializers with
 `seed`) or a compiled artifact folder (its model.dl, params.npz, state.npz and training
@@ -30,9 +37,11 @@ from importlib import resources
 
 import numpy as np
 
+from dlc.compiler import decode, modes
 from dlc.compiler.codegen.texture import TextureTargetError
 from dlc.compiler.emit import manifest, programs
 from dlc.compiler.initializers import initial_value
+from dlc.compiler.pipeline import compile_program
 from dlc.generate import check_model
 from dlc.model import compile as compile_model
 from dlc.runtime import optimizers
@@ -49,6 +58,8 @@ WEIGHTS = "weights.bin"
 SHADERS = "shaders"
 VOCAB = "vocab.json"
 MAX_SOURCE_BYTES = 16 << 20  # an artifact's model.dl
+KV_STEP, KV_WINDOW, KV_CONSTANTS = "kv_step", "kv_window", "kv_constants"  # the cache's programs
+ES = {"es": True}  # GLSL ES 3.00 for WebGL2
 
 
 def export_web(
@@ -94,7 +105,7 @@ def export_web(
         raise DlcError(f"{path} has no loss to train; --loss, --optimizer and --lr need one")
 
     try:
-        progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options={"es": True})
+        progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options=ES)
     except TextureTargetError as e:  # WebGL2 has no compute shaders: the texture target or nothing
         raise DlcError(f"{path} cannot run in a browser: {e}") from None
     data = manifest(model, progs, opt, None)
@@ -127,6 +138,11 @@ def export_web(
             states[s] = value
 
     text_vocab = _text_vocab(data, weights, vocab)
+    kv_cache = None
+    if text_vocab is not None:  # a language model with its block: the cache's rows
+        kv_progs, kv_cache = _kv_programs(graph, text_vocab.block)
+        progs.update(kv_progs)
+        data["programs"].update({name: p.spec for name, p in kv_progs.items()})
     blob, offsets = _pack({**params, **states})
     data["web"] = {
         "shaders": SHADERS,
@@ -134,6 +150,7 @@ def export_web(
         "optimizer_lr": None if opt is None else float(opt.lr),
         "page": "text" if text_vocab is not None else _page_kind(data),
         "vocab": None if text_vocab is None else VOCAB,
+        "kv_cache": kv_cache,
     }
     return _write(pathlib.Path(out_dir), progs, data, blob, model.source, text_vocab)
 
@@ -190,6 +207,39 @@ def _text_vocab(data: dict, weights, vocab):
     if text_vocab.block is None:
         raise DlcError(f"{where} has no block (the longest context to feed); dlc train writes it")
     return text_vocab
+
+
+def _kv_programs(graph, block: int) -> tuple[dict, dict]:
+    """The key/value cache's programs (compiler/decode.py's decode step, window step and
+    hoisted weights, compiled for WebGL2 as dlc/generate.py's KVCache compiles them for GL)
+    and the manifest's `web.kv_cache`; none and {"refused": why} when the model has none."""
+    try:
+        d = decode.decode_graph(modes.eval_form(graph), block)
+    except decode.NotIncremental as e:
+        return {}, {"refused": str(e)}
+    step, window = d.step, d.window
+    try:
+        progs = {
+            KV_STEP: compile_program(
+                step.graph, [step.logits], name=KV_STEP, updates=step.graph.updates, options=ES, target="texture"
+            ),
+            KV_WINDOW: compile_program(window.graph, [window.logits], name=KV_WINDOW, options=ES, target="texture"),
+        }
+        if d.hoisted:
+            progs[KV_CONSTANTS] = compile_program(
+                d.constants, [], name=KV_CONSTANTS, updates=d.constants.updates, options=ES, target="texture"
+            )
+    except TextureTargetError as e:
+        return {}, {"refused": f"its decode step cannot run in a browser: {e}"}
+    return progs, {
+        "block": int(block),
+        "step": KV_STEP,
+        "window": KV_WINDOW,
+        "constants": KV_CONSTANTS if d.hoisted else None,
+        "position": decode.POS,
+        "caches": {name: list(shape) for name, shape in d.caches},
+        "hoisted": {name: list(shape) for name, shape in d.hoisted},
+    }
 
 
 def _page_kind(data: dict) -> str:

@@ -17,11 +17,14 @@ import sys
 import numpy as np
 import pytest
 from gl_helpers import fragment_compile_log
+from test_generate_cache import tiny_gpt
 
 import dlc
 from dlc.compiler.codegen.renderer import GLSLESTexture, GLSLTexture
 from dlc.compiler.emit import programs
 from dlc.runtime.errors import DlcError
+from dlc.text import Vocab
+from dlc.web import export_web
 
 pytestmark = pytest.mark.gl
 
@@ -114,6 +117,25 @@ def test_es_shaders_compile_as_glsl_es_300(gl):
     for p in progs.values():
         for file, text in p.sources.items():
             assert fragment_compile_log(text) == "", file
+
+
+def test_the_web_export_s_kv_cache_programs_compile_as_glsl_es_300(gl, tmp_path):
+    # dlc export --web writes the key/value cache's programs (decode step, window step,
+    # transposed weights: attention_cached and the cache's update) for WebGL2
+    if "GL_ARB_ES3_compatibility" not in gl.extensions:
+        pytest.skip("this GL compiles no GLSL ES 3.00")
+    model = tmp_path / "gpt.dl"
+    model.write_text(tiny_gpt(16))
+    vocab = tmp_path / "vocab.json"
+    Vocab([chr(97 + i) for i in range(11)], block=16).save(vocab)
+    out = export_web(model, tmp_path / "web", vocab=vocab)
+    m = json.loads((out / "manifest.json").read_text())
+    kv = m["web"]["kv_cache"]
+    programs = [m["programs"][kv[key]] for key in ("step", "window", "constants")]
+    files = [p["file"] for program in programs for k in program["kernels"] for p in k["passes"]]
+    assert any("attention_cached" in (out / "shaders" / f).read_text() for f in files)
+    for file in files:
+        assert fragment_compile_log((out / "shaders" / file).read_text()) == "", file
 
 
 def test_session_target_texture_matches_numpy_on_a_conv_net(gl):

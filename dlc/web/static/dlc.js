@@ -96,12 +96,15 @@ export async function load(url = ".", options = {}) {
   const device = new Device(options.canvas);
   try {
     // every program of the model at once (the driver may link them in parallel), and the eval
-    // program's drawn once: the first eval then runs without building any
+    // program's drawn once: the first eval then runs without building any (with a KV cache,
+    // its programs' instead: what generate runs)
     const entries = [];
     for (const program of Object.values(manifest.programs)) {
       for (const k of program.kernels) for (const p of k.passes) entries.push([sources[p.file], p.file]);
     }
-    const warm = manifest.programs.eval.kernels.flatMap((k) => k.passes.map((p) => sources[p.file]));
+    const kv = kvCacheOf(manifest);
+    const first = kv ? [kv.step, kv.window, kv.constants].filter((n) => n !== null) : ["eval"];
+    const warm = first.flatMap((n) => manifest.programs[n].kernels.flatMap((k) => k.passes.map((p) => sources[p.file])));
     await device.compileAll(entries, warm, options.onProgress || null);
   } catch (e) {
     device.dispose();
@@ -189,6 +192,7 @@ function checkManifest(m, where) {
     for (const [n, shape] of Object.entries(m.train.states)) checkShape(shape, `train.states.${n}`, fail, false);
     if (!isObject(m.programs.train)) fail("programs.train", "is missing (the manifest has a training setup)");
   }
+  checkKvCache(m, fail); // (its programs' inputs and states: before checkProgram reads them)
   for (const [name, p] of Object.entries(m.programs)) checkProgram(m, name, p, fail);
   const evalTensors = m.programs.eval.tensors;
   for (const [n, t] of Object.entries(m.names)) {
@@ -199,6 +203,47 @@ function checkManifest(m, where) {
   if (!isObject(web.weights) || !isObject(web.weights.leaves)) fail("web.weights", "must be {file, bytes, leaves}");
   checkFileName(web.weights.file, "web.weights.file", fail);
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
+}
+
+/** The manifest's `web.kv_cache` (dlc/web/export.py): null (no language model with its block),
+ * {refused: why} (its logits are not incremental), or the key/value cache's programs: `step`
+ * (new ids at positions [pos, pos + n) over the caches, which it writes), `window` (a whole
+ * window from position 0, no cache) and `constants` (null, or the weights read transposed,
+ * once a generation), the input `position` (pos, i32 [1]), and the shapes of the `caches`
+ * and `hoisted` states (textures of the runtime's, not of weights.bin). */
+function checkKvCache(m, fail) {
+  const kv = m.web.kv_cache;
+  if (kv === undefined || kv === null) return;
+  if (!isObject(kv)) fail("web.kv_cache", `must be null or an object, not ${show(kv)}`);
+  if (has(kv, "refused")) {
+    if (typeof kv.refused !== "string") fail("web.kv_cache.refused", "must be a string (why the model has no cache)");
+    return;
+  }
+  if (!Number.isInteger(kv.block) || kv.block < 1) fail("web.kv_cache.block", `must be a whole number >= 1, not ${show(kv.block)}`);
+  for (const key of ["step", "window", "constants"]) {
+    if (key === "constants" && kv[key] === null) continue;
+    if (typeof kv[key] !== "string" || !has(m.programs, kv[key]) || ["eval", "train"].includes(kv[key])) {
+      fail(`web.kv_cache.${key}`, `${show(kv[key])} is not a program of the export (its programs: ${Object.keys(m.programs).join(", ")})`);
+    }
+  }
+  if (typeof kv.position !== "string" || has(m.inputs, kv.position)) fail("web.kv_cache.position", `${show(kv.position)} is not an input name of its own`);
+  for (const key of ["caches", "hoisted"]) {
+    if (!isObject(kv[key])) fail(`web.kv_cache.${key}`, `must be an object (state name -> shape), not ${show(kv[key])}`);
+    for (const [n, shape] of Object.entries(kv[key])) {
+      checkShape(shape, `web.kv_cache.${key}.${n}`, fail);
+      if (storedLeaves(m).has(n)) fail(`web.kv_cache.${key}.${n}`, "is a param or optimizer state of the model");
+    }
+  }
+  for (const key of ["step", "window"]) {
+    const p = m.programs[kv[key]];
+    if (!isObject(p) || !Array.isArray(p.roots) || p.roots.length !== 1) fail(`programs.${kv[key]}.roots`, "must be one tensor: the last position's logits");
+  }
+}
+
+/** web.kv_cache when the export has the cache's programs (null when not, or refused). */
+function kvCacheOf(m) {
+  const kv = m.web && m.web.kv_cache;
+  return isObject(kv) && !has(kv, "refused") ? kv : null;
 }
 
 /** A program spec (runtime/spec.py ProgramSpec.to_json): the fields the Executor reads, each
@@ -212,9 +257,12 @@ function checkProgram(m, name, p, fail) {
     if (!isCount(x) || x >= n) fail(field, `${show(x)} is not ${what} (0 to ${n - 1})`);
     return x;
   };
+  const kv = kvCacheOf(m);
   const leaves = storedLeaves(m);
+  if (kv) for (const [n, shape] of [...Object.entries(kv.caches), ...Object.entries(kv.hoisted)]) leaves.set(n, [shape, "cache"]);
   const inputs = new Set(Object.keys(m.inputs));
   if (name === "train") inputs.add(LR);
+  if (kv && [kv.step, kv.window, kv.constants].includes(name)) inputs.add(kv.position);
   // The symbols the inputs bind (a product dim of an input, `B*T`, binds each factor).
   const dims = new Set(
     Object.values(m.inputs).flatMap((shape) =>
@@ -877,6 +925,7 @@ class Store {
   constructor(device, leaves) {
     this.device = device;
     this.buffers = new Map();
+    this.scratch = new Set(); // leaves of zeros() (a generation's caches): no snapshot copies them
     for (const [name, values] of leaves) {
       const tex = device.texture(values.length, `'${name}' (${values.length} floats)`);
       device.upload(tex, values);
@@ -890,6 +939,18 @@ class Store {
     return tex;
   }
 
+  /** Leaf `name` (made if new: a cache's state, not of weights.bin) as `count` zeros. */
+  zeros(name, count) {
+    let tex = this.buffers.get(name);
+    if (!tex || tex.count < count) {
+      this.device.deleteTexture(tex);
+      tex = this.device.texture(count, `'${name}' (${count} floats)`);
+      this.buffers.set(name, tex);
+      this.scratch.add(name);
+    }
+    this.device.upload(tex, new Float32Array(count));
+  }
+
   /** Put `tex` in place of leaf `name`'s texture; return the old one. */
   replace(name, tex) {
     const old = this.buffer(name);
@@ -897,10 +958,11 @@ class Store {
     return old;
   }
 
-  /** Copies of every leaf (to put back with restore). */
+  /** Copies of every leaf but the scratch ones (to put back with restore). */
   snapshot() {
     const copies = new Map();
     for (const [name, tex] of this.buffers) {
+      if (this.scratch.has(name)) continue;
       const copy = this.device.texture(tex.count);
       this.device.copy(copy, tex);
       copies.set(name, copy);
@@ -1080,7 +1142,10 @@ class Executor {
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
         if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
         else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
-        else if (p.tensor === null) target = this.scratch.get(k); // a split reduction's partials
+        else if (p.tensor === null) {
+          target = this.scratch.get(k); // a split reduction's partials, attention_cached's scores
+          count = evalSize(spec.scratch.size, this.dims); // (its texture sized for the largest dims)
+        }
         else {
           const info = this.tensors.get(p.tensor);
           const s = info.slot;
@@ -1153,6 +1218,12 @@ class Model {
     this.store = new Store(device, leaves);
     this.executors = new Map();
     this.disposed = false;
+    const kv = manifest.web.kv_cache;
+    // the key/value cache generate() keeps (null: none; kvCacheRefused says why, if the model has none)
+    this.kvCache = kvCacheOf(manifest) ? { block: kv.block } : null;
+    this.kvCacheRefused = isObject(kv) && has(kv, "refused") ? kv.refused : null;
+    this.cache = null; // the KVCache, once a generation uses it
+    this.lastGeneration = null; // {cache, prefills, steps, windows} of the last generate()
   }
 
   executor(name) {
@@ -1316,25 +1387,59 @@ class Model {
 
   /** Continue `prompt` (token ids) by `tokens` ids drawn from the model's `logits`, as
    * dlc/generate.py does (the same ids for the same seed and weights): options {tokens = 100,
-   * temperature = 1, topK = null, seed = 0, block (default: the vocab's), onToken(id), signal
-   * (an AbortSignal: stop early)}. Each step evaluates `logits` for the last `block` ids and
-   * returns to the event loop. Resolves to the new ids. */
+   * temperature = 1, topK = null, seed = 0, block (default: the vocab's), cache = true,
+   * onToken(id), signal (an AbortSignal: stop early)}. With the export's key/value cache
+   * (`kvCache`; cache: false recomputes the whole context each token instead) the prompt runs
+   * as one prefill, then each step runs the one new id, each layer's keys and values kept in
+   * textures between steps; once the context is the whole block, every step runs the window
+   * (nanoGPT crops it: the positions shift), as `dlc generate` does. Each step reads back the
+   * last position's logits, draws the next id and returns to the event loop. Resolves to the
+   * new ids. */
   async generate(prompt, options = {}) {
     const o = generationOptions(this, options);
     const ids = promptIds(prompt, this.tensorShapes.logits[2]);
+    const kv = o.cache && o.tokens ? this.kvCacheFor(o.block) : null;
+    const stats = { cache: kv !== null, prefills: 0, steps: 0, windows: 0 };
+    this.lastGeneration = stats;
+    const window = ids.slice(-o.block); // the context: the last `block` ids
+    let cached = 0; // the window's first ids whose keys and values the caches hold
     const out = [];
+    if (kv) kv.start();
     for (let step = 0; step < o.tokens && !(o.signal && o.signal.aborted); step++) {
-      const context = Int32Array.from(ids.slice(-o.block));
-      const { logits } = await this.eval({ tokens: { data: context, shape: [1, context.length] } }, ["logits"]);
-      const size = logits.shape[2];
-      const row = logits.data.subarray((context.length - 1) * size, context.length * size);
+      let row;
+      if (kv) {
+        const fresh = window.slice(cached);
+        stats[fresh.length === o.block ? "windows" : fresh.length > 1 || !cached ? "prefills" : "steps"] += 1;
+        row = await kv.logits(fresh, cached, o.block);
+        cached = window.length;
+      } else {
+        const context = Int32Array.from(window);
+        const { logits } = await this.eval({ tokens: { data: context, shape: [1, context.length] } }, ["logits"]);
+        const size = logits.shape[2];
+        row = logits.data.subarray((context.length - 1) * size, context.length * size);
+        stats.windows += 1;
+      }
       const next = sample(row, o.temperature, o.topK, uniform(o.seed, step));
-      ids.push(next);
+      if (window.length === o.block) {
+        window.shift(); // the context cropped: every position moved, the next step runs the window
+        cached = 0;
+      }
+      window.push(next);
       out.push(next);
       if (o.onToken) o.onToken(next);
       await new Promise((resolve) => setTimeout(resolve, 0)); // the page shows the token
     }
     return out;
+  }
+
+  /** The key/value cache for generating with contexts up to `block` (null: the export has
+   * none, or one of fewer rows). */
+  kvCacheFor(block) {
+    this.checkAlive();
+    const spec = kvCacheOf(this.manifest);
+    if (!spec || block > spec.block) return null;
+    if (!this.cache) this.cache = new KVCache(this, spec);
+    return this.cache;
   }
 
   /** generate() over text with the export's vocabulary: `prompt` a string, onToken(character);
@@ -1359,6 +1464,56 @@ class Model {
     this.disposed = true;
     this.device.dispose();
     this.executors.clear();
+  }
+}
+
+/** The key/value cache's programs over a Model's store (dlc/generate.py KVCache): the caches
+ * and the weights read transposed are store leaves (batch 1), made by `start`. */
+class KVCache {
+  constructor(model, spec) {
+    this.model = model;
+    this.spec = spec;
+    const [, length] = model.inputs.tokens;
+    this.length = length; // the dim of the new ids (T)
+    this.dims = {}; // every dim of the model's inputs 1 (a batch of one), T bound each step
+    for (const shape of Object.values(model.inputs)) {
+      for (const d of shape) if (typeof d === "string") for (const f of d.split("*")) if (!/^[0-9]+$/.test(f)) this.dims[f] = 1;
+    }
+    this.position = new Int32Array(1);
+  }
+
+  /** Empty caches, and the weights read transposed from the params as they are now. */
+  start() {
+    const store = this.model.store;
+    for (const [name, shape] of [...Object.entries(this.spec.caches), ...Object.entries(this.spec.hoisted)]) {
+      store.zeros(name, product(shape.map((d) => (typeof d === "string" ? 1 : d))));
+    }
+    if (this.spec.constants) this.launch(this.spec.constants, {});
+  }
+
+  /** Run program `name` on `arrays` (all of its kernels, then its copies) at the dims of `n` new ids. */
+  launch(name, arrays, n = 1) {
+    const ex = this.model.executor(name);
+    ex.prepare({ ...this.dims, [this.length]: n });
+    ex.upload(arrays);
+    ex.launch(ex.kernels.map((_, i) => i));
+    ex.applyCopies();
+    return ex;
+  }
+
+  /** The logits (a Float32Array of V) of the last of `ids`, new ids at positions [pos, pos +
+   * n) (the caches holding [0, pos)); n = block: the window step, which needs no cache. */
+  async logits(ids, pos, block) {
+    const tokens = intBits("tokens", Int32Array.from(ids));
+    let ex;
+    if (ids.length === block) ex = this.launch(this.spec.window, { tokens }, ids.length);
+    else {
+      this.position[0] = pos;
+      ex = this.launch(this.spec.step, { tokens, [this.spec.position]: intBits(this.spec.position, this.position) }, ids.length);
+    }
+    const [tex, count] = ex.where(ex.spec.roots[0]);
+    const [row] = await this.model.device.read([[tex, count]]);
+    return row;
   }
 }
 
@@ -1442,6 +1597,7 @@ function generationOptions(model, options) {
     topK: pick("topK", null),
     seed: pick("seed", 0),
     block: pick("block", model.vocab ? model.vocab.block : null),
+    cache: pick("cache", true),
     onToken: options.onToken,
     signal: options.signal,
   };
@@ -1453,6 +1609,7 @@ function generationOptions(model, options) {
     throw new DlcError(`temperature must be >= 0 and topK a whole number >= 1, not ${show(o.temperature)} and ${show(o.topK)}`);
   }
   if (!Number.isSafeInteger(o.seed)) throw new DlcError(`seed must be a whole number, not ${show(o.seed)}`);
+  if (typeof o.cache !== "boolean") throw new DlcError(`cache must be true or false, not ${show(o.cache)}`);
   if (o.onToken !== undefined && typeof o.onToken !== "function") throw new DlcError("onToken must be a function");
   return o;
 }
