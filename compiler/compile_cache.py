@@ -33,7 +33,7 @@ from dlc.runtime.optional import require
 from dlc.runtime.spec import ProgramSpec
 from dlc.runtime.version import __version__
 
-from . import decode, modes
+from . import modes
 from .ir import Graph, Node
 
 FORMAT = 1  # of the payloads below; binary_cache's header keeps it
@@ -428,6 +428,7 @@ def decode_form(graph, block: int):
                 return _decoder_of(data, block)
             except Exception:  # untrusted: whatever does not read back is a miss
                 binary_cache.forget(key, "train")
+    decode = require("dlc.compiler.decode")  # imported by generation only, not by a warm training step
     try:  # (the registry on a miss only: decode loads it on first use)
         out = decode.decode_graph(graph, block)
         entry = {
@@ -454,6 +455,7 @@ def _decoder_of(data: dict, block: int):
         if type(data["refused"]) is not str:
             raise ValueError("a malformed reason")
         return None, data["refused"]
+    decode = require("dlc.compiler.decode")
     steps = []
     for field in ("step", "window"):
         entry, logits = data[field]

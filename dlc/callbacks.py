@@ -28,7 +28,6 @@ from typing import Any, TextIO
 from .progress import TrainProgress
 from .runtime.errors import DlcError, did_you_mean
 from .runtime.optional import require
-from .runtime.weights import write_atomic
 
 __all__ = [
     "Callback",
@@ -411,7 +410,7 @@ class CSVLogger(_FileWriter):
         w.writerow(cols)
         for r in self.rows:
             w.writerow([_csv_cell(r.get(c)) for c in cols])
-        write_atomic(self.path, lambda f: f.write(buf.getvalue().encode()))
+        require("dlc.runtime.weights").write_atomic(self.path, lambda f: f.write(buf.getvalue().encode()))
 
 
 def _csv_cell(v) -> str:
@@ -459,7 +458,7 @@ class Plot(_FileWriter):
         ax.legend()
         fig.tight_layout()
         try:
-            write_atomic(self.path, lambda f: fig.savefig(f, format="png"))
+            require("dlc.runtime.weights").write_atomic(self.path, lambda f: fig.savefig(f, format="png"))
         finally:
             plt.close(fig)
 

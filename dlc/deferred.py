@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dlc.runtime.artifact.manifest import LR
 from dlc.runtime.executor import GPUFeed
+from dlc.runtime.spec import LR
 from dlc.runtime.storage import Buffer
 from dlc.runtime.sync import Fence
 

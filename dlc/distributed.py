@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from .runtime.artifact.manifest import LR
 from .runtime.context import egl_device_count
 from .runtime.errors import DlcError, RuntimeFailure
 from .runtime.optional import require
+from .runtime.spec import LR
 from .runtime.version import __version__
 
 # Environment variables MPI launchers set for a process's rank among those of its node

@@ -10,8 +10,6 @@ from dlc.compiler.ir import Graph, Shape
 from dlc.runtime.optional import require
 from dlc.runtime.source_text import read_source
 
-from .report import param_summary
-
 
 @dataclass
 class Model:
@@ -103,7 +101,7 @@ class Model:
         """
 
         frozen = {p for p in self.graph.params if self.graph.node(p).attr("frozen")}
-        print_fn(param_summary(self.params, frozen))
+        print_fn(require("dlc.report").param_summary(self.params, frozen))
 
     def __repr__(self) -> str:
         return (

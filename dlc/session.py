@@ -17,22 +17,17 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dlc.runtime.errors import DataError
 from dlc.runtime.optimizers import from_record, optimizer_record
-from dlc.runtime.saved_names import by_param_name
 from dlc.runtime.spec import LR
 from dlc.runtime.training import RunPosition
 
 from . import debug
-from .backends.artifact import ArtifactBackend, ArtifactModel, is_artifact
 from .callbacks import Callback, EpochRunner, LambdaCallback
-from .data import Data, example_inputs
-from .eval_plan import EvalPlan, outputs_for
-from .generate import KVCache, check_model, generate, logits_of
 from .metrics import metric_tensors
 from .runtime.errors import DlcError, TrainingDiverged, did_you_mean
 from .runtime.feeds import prepare
@@ -40,8 +35,10 @@ from .runtime.optimizers import SGD, Optimizer
 from .runtime.optional import require
 from .runtime.training import Callback as StepCallback
 from .runtime.training import schedule, train_feeds, train_loop
-from .runtime.weights import checked_params, load_npz, save_npz
-from .text import TextData
+
+if TYPE_CHECKING:  # imported on first use (a warm start needs neither)
+    from .backends.artifact import ArtifactBackend
+    from .data import Data
 
 MAX_RESIDENT_ROWS = 2**24  # row indices travel as float32: exact up to here
 
@@ -90,12 +87,39 @@ def _seeds_style(method: Callable) -> Callable:
     return dispatch
 
 
+def _weights():
+    """dlc.runtime.weights (.npz files, the params' checks), imported on first use: a new
+    process's first step sets none and saves none."""
+    return require("dlc.runtime.weights")
+
+
+def _artifacts():
+    """dlc.backends.artifact (the manifest's reader and checks), imported on first use: a
+    session over a .dl model never needs it, and a warm start spends no time importing it."""
+    return require("dlc.backends.artifact")
+
+
+def _is(value: Any, module: str, name: str) -> bool:
+    """isinstance(value, module.name), without importing `module`: nothing is an instance of a
+    class whose module no one imported."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(value, getattr(loaded, name))
+
+
+def _is_artifact_model(model: Any) -> bool:
+    return _is(model, "dlc.backends.artifact", "ArtifactModel")
+
+
+def _is_artifact_backend(backend: Any) -> bool:
+    return _is(backend, "dlc.backends.artifact", "ArtifactBackend")
+
+
 def _open_model(model: Any) -> Any:
     """A path (a .dl file or an artifact folder), .dl source text, a dlc.Graph, a Model or an
     ArtifactModel -> a Model or an ArtifactModel."""
     if isinstance(model, (str, os.PathLike)):
-        if is_artifact(model):
-            return ArtifactModel(model)
+        if os.path.isdir(model) and _artifacts().is_artifact(model):  # (a folder: no .dl file)
+            return _artifacts().ArtifactModel(model)
         return require("dlc.model").compile(model)
     if hasattr(model, "build") and not hasattr(model, "graph"):
         return model.build()  # a dlc.Graph
@@ -133,7 +157,7 @@ class Session:
         self.seed = seed
         self.freeze = (freeze,) if isinstance(freeze, str) else tuple(freeze)
         initial: dict[str, np.ndarray] | None = None
-        if isinstance(model, ArtifactModel):
+        if _is_artifact_model(model):
             if backend == "numpy":
                 if target is not None:
                     raise ValueError(f"target {target!r} is for the gl backend, not numpy")
@@ -145,11 +169,11 @@ class Session:
                         f"{model.path} was compiled for the {model.target} target, not "
                         f"{target} (recompile it with --target {target})"
                     )
-                backend = ArtifactBackend(model.path, hook=debug.gl_hook)
+                backend = _artifacts().ArtifactBackend(model.path, hook=debug.gl_hook)
                 target = None
-            elif not isinstance(backend, ArtifactBackend):
+            elif not _is_artifact_backend(backend):
                 raise ValueError(f"unknown backend {backend!r} for an artifact: use 'gl' or 'numpy'")
-        if self.freeze and isinstance(model, ArtifactModel):
+        if self.freeze and _is_artifact_model(model):
             raise DlcError(
                 f"{model.path}: a compiled artifact's training step is fixed; freeze params with "
                 "`frozen param` in the model and compile it again"
@@ -159,7 +183,7 @@ class Session:
             _compiler("train_graph").frozen_params(model.graph, self.freeze)
         self.backend = self._make_backend(backend, target)
         # The artifact's backend answers what a model's graph answers elsewhere.
-        self._artifact: ArtifactBackend | None = self.backend if isinstance(self.backend, ArtifactBackend) else None
+        self._artifact: ArtifactBackend | None = self.backend if _is_artifact_backend(self.backend) else None
         if self._artifact is None:
             initial_value = _compiler("initializers").initial_value
             graph = model.graph
@@ -198,7 +222,7 @@ class Session:
 
     @staticmethod
     def _make_backend(backend: Any, target: str | None):
-        if isinstance(backend, ArtifactBackend):
+        if _is_artifact_backend(backend):
             return backend
         return require("dlc.backends.reference").make_backend(backend, target)  # the compiler: not over an artifact
 
@@ -256,7 +280,7 @@ class Session:
 
         >>> sess.set_params({"a": 3.0, "b": 2.0})
         """
-        for name, v in checked_params(values, self.model.params).items():
+        for name, v in _weights().checked_params(values, self.model.params).items():
             self.backend.set_leaf(name, v)
 
     @property
@@ -280,7 +304,7 @@ class Session:
 
         >>> sess.set_states(other_sess.states)
         """
-        for name, v in checked_params(values, self._model_states()).items():
+        for name, v in _weights().checked_params(values, self._model_states()).items():
             self.backend.set_leaf(name, v)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -290,7 +314,7 @@ class Session:
 
         >>> sess.save("quadratic.weights.npz")
         """
-        save_npz(path, {**self.params, **self.states})
+        _weights().save_npz(path, {**self.params, **self.states})
 
     def load(self, path: str | os.PathLike) -> None:
         """Set the params (every one) and the model's state (those the file holds; the others
@@ -301,12 +325,14 @@ class Session:
         >>> sess.load("quadratic.weights.npz")
         """
         states = self._model_states()
-        values = by_param_name(load_npz(path), {**self.model.params, **states})  # `0.weight`: saved_names
+        weights = _weights()
+        by_param_name = require("dlc.runtime.saved_names").by_param_name  # `0.weight`
+        values = by_param_name(weights.load_npz(path), {**self.model.params, **states})
         missing = [k for k in self.model.params if k not in values]
         if missing:
             raise DataError(f"{os.fspath(path)}: param '{missing[0]}' is missing")
         try:
-            checked = checked_params(values, {**self.model.params, **states})
+            checked = weights.checked_params(values, {**self.model.params, **states})
         except DataError as e:
             raise DataError(f"{os.fspath(path)}: {e}") from None
         self.set_params({k: v for k, v in checked.items() if k in self.model.params})
@@ -359,7 +385,7 @@ class Session:
             key = tuple(feeds)
             fetches = self._default_fetches.get(key)
             if fetches is None:
-                fetches = self._default_fetches[key] = outputs_for(self, key)
+                fetches = self._default_fetches[key] = require("dlc.eval_plan").outputs_for(self, key)
         return self.eval(fetches, feeds)
 
     def evaluate(
@@ -383,6 +409,7 @@ class Session:
             names = [*self.model.losses, *metric_tensors(self.model).values()]
         else:
             names = [fetches] if isinstance(fetches, str) else list(fetches)
+        Data, example_inputs = (getattr(require("dlc.data"), n) for n in ("Data", "example_inputs"))
         arrays = data.arrays if isinstance(data, Data) else dict(data)
         inputs = self.model.inputs
         per_example_inputs = example_inputs(inputs, [n for n in arrays if n in inputs])
@@ -415,7 +442,7 @@ class Session:
         if plan is None:
             if len(self._eval_plans) >= 64:  # fetch lists made on the fly: keep few
                 self._eval_plans.clear()
-            plan = self._eval_plans[names] = EvalPlan(self, names)
+            plan = self._eval_plans[names] = require("dlc.eval_plan").EvalPlan(self, names)
         return plan
 
     def _output_graph(self):
@@ -611,7 +638,7 @@ class Session:
         steps_hook = step_hook if listening or callback is not None else None
         epochs_hook = epoch_hook if listening or on_epoch_end is not None else None
         try:
-            if isinstance(feeds, TextData):
+            if _is(feeds, "dlc.text", "TextData"):
                 losses = self._train_text(
                     feeds, loss, optimizer, batch_size, epochs, steps, steps_hook, resume, checkpoint,
                     checkpoint_every, begin,
@@ -780,7 +807,8 @@ class Session:
             vocab = dlc.text.Vocab.load("gpt.vocab.json")
             print(sess.generate("ROMEO:", 200, vocab=vocab, temperature=0.8, top_k=40))
         """
-        check_model(self.model.inputs, self.model.tensors)
+        gen = require("dlc.generate")
+        gen.check_model(self.model.inputs, self.model.tensors)
         as_text = isinstance(prompt, str)
         if as_text and vocab is None:
             raise ValueError("a text prompt needs the vocab the model was trained with (vocab=)")
@@ -789,13 +817,13 @@ class Session:
         if block is None:
             raise ValueError("give block= (the longest context the model takes; a vocab file from dlc train holds it)")
         longest = min(block, len(ids) + tokens - 1)
-        kv = KVCache.of(self, block)[0] if cache and tokens else None
-        run = None if kv is not None else logits_of(self, longest)
+        kv = gen.KVCache.of(self, block)[0] if cache and tokens else None
+        run = None if kv is not None else gen.logits_of(self, longest)
         out = []
         if kv is not None:
             kv.start(len(ids), longest)
         try:
-            for i in generate(run, ids, tokens, block, temperature, top_k, seed, kv):
+            for i in gen.generate(run, ids, tokens, block, temperature, top_k, seed, kv):
                 out.append(i)
                 if on_token is not None:
                     on_token(vocab.decode([i]) if as_text else i)

@@ -40,13 +40,12 @@ def _choose_platform() -> str:
 
 
 def _find_egl() -> bool:
-    if ctypes.util.find_library("EGL"):
-        return True
-    try:  # find_library misses libraries known only by their soname in some containers
+    try:  # the soname first: a dlopen, where find_library runs `ldconfig -p` in a subprocess
         ctypes.CDLL("libEGL.so.1")
         return True
     except OSError:
-        return False
+        pass
+    return bool(ctypes.util.find_library("EGL"))  # a libEGL known by another name
 
 
 PYOPENGL_PLATFORM = _choose_platform()

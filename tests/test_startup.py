@@ -216,8 +216,14 @@ FIRST_STEP = textwrap.dedent("""
     history = sess.train(data, optimizer=dlc.Adam(1e-3), batch_size=32, steps=2, shuffle=False)
     stages = ("lark", "dlc.compiler.parser", "dlc.compiler.train_graph", "dlc.compiler.pipeline",
               "dlc.compiler.fusion", "dlc.compiler.codegen", "dlc.compiler.registry", "dlc.compiler.gradients")
+    # what a step of a .dl model on the compute target never uses, cold or warm: artifacts,
+    # generation, the texture target, data files, eval plans, .npz weights
+    unused = ("dlc.backends.artifact", "dlc.runtime.artifact.manifest", "dlc.compiler.decode", "dlc.generate",
+              "dlc.text", "dlc.runtime.texture_executor", "dlc.data", "dlc.eval_plan", "dlc.runtime.weights",
+              "dlc.runtime.npzfile", "dlc.report")
     print(json.dumps({"losses": [float(v) for v in history],
                       "imported": [m for m in stages if m in sys.modules],
+                      "unused": [m for m in unused if m in sys.modules],
                       "links": dict(program.link_counts)}))
 """)
 
@@ -243,6 +249,7 @@ def test_a_warm_first_step_skips_every_compiler_stage_and_every_shader_compile(t
     assert {"lark", "dlc.compiler.train_graph", "dlc.compiler.registry"} <= set(cold["imported"])
     assert cold["links"].get("compiled", 0) > 0
     assert warm["imported"] == []
+    assert warm["unused"] == [], "a warm first step imports modules it does not use"
     assert warm["links"].get("compiled", 0) == 0 and warm["links"].get("from_disk", 0) > 0
     assert warm["losses"] == cold["losses"]
     assert warm["losses"] == pytest.approx(numpy_run["losses"], rel=1e-4)

@@ -26,7 +26,6 @@ from dlc.runtime.elements import from_storage
 from dlc.runtime.executor import Executor, LeafStore
 from dlc.runtime.optional import require
 from dlc.runtime.target import choose_target
-from dlc.runtime.texture_executor import TextureExecutor, TextureStore
 
 from .. import debug
 from .protocol import track_gl
@@ -39,9 +38,10 @@ class GLBackend:
         get_context()  # RuntimeFailure with a one-line reason when there is no GL
 
         self.target, self.target_reason = choose_target(target)
-        if self.target == "texture":
-            self.store = TextureStore()
-            self._executor_class = TextureExecutor
+        if self.target == "texture":  # its module imported here only: compute is the default
+            textures = require("dlc.runtime.texture_executor")
+            self.store = textures.TextureStore()
+            self._executor_class = textures.TextureExecutor
         else:
             self.store = LeafStore()
             self._executor_class = Executor

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from ..backends.artifact import ArtifactModel, is_artifact
 from ..runtime import optimizers
 from ..runtime.errors import DlcError, UsageError, did_you_mean
 from ..runtime.optional import require
+
+if TYPE_CHECKING:
+    from ..backends.artifact import ArtifactModel
 from ..runtime.source_text import read_source
 from ..session import Session
 from .options import DEFAULT_OPTIMIZER
@@ -75,10 +78,19 @@ def read_model_source(path: str) -> str:
         raise DlcError(f"{path}: cannot read the model ({e})") from None
 
 
+def is_artifact_model(model) -> bool:
+    """Whether `model` is an ArtifactModel, without importing the artifact's module: no model is
+    one while nothing has imported it (open_model imports it for a folder)."""
+    loaded = sys.modules.get("dlc.backends.artifact")
+    return loaded is not None and isinstance(model, loaded.ArtifactModel)
+
+
 def open_model(path: str):
     """A .dl file as a dlc.Model, an artifact folder as an ArtifactModel (no GL needed)."""
-    if is_artifact(path):
-        return ArtifactModel(path)
+    if os.path.isdir(path):  # an artifact's module only for a folder: a .dl file never needs it
+        artifact = require("dlc.backends.artifact")
+        if artifact.is_artifact(path):
+            return artifact.ArtifactModel(path)
     text = read_model_source(path)
     # A trailing newline makes compile take it as source text, never as a path.
     return _model_module().compile(text if text.endswith("\n") else text + "\n", name=path)
@@ -87,7 +99,7 @@ def open_model(path: str):
 def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = (), parallel=None) -> Session:
     """The Session a command runs on: an artifact's programs on gl (its model.dl with its
     params on numpy), a .dl model on either; `freeze`: globs of params training leaves alone."""
-    if isinstance(model, ArtifactModel) and backend != "numpy":
+    if is_artifact_model(model) and backend != "numpy":
         wanted = os.environ.get("DLC_TARGET", "").strip()  # --target sets it
         if wanted and wanted != model.target:
             raise UsageError(
@@ -100,21 +112,21 @@ def open_session(model, backend: str | None, seed: int, freeze: Sequence[str] = 
 def needed_inputs(model, names: Iterable[str], session=None) -> set[str]:
     """The inputs fetching `names` reads: from a .dl model's graph, or from the session over
     an artifact (its eval program's kernels)."""
-    if isinstance(model, ArtifactModel):
+    if is_artifact_model(model):
         return session.needed_inputs(list(names))
     reference = require("dlc.compiler.ir")
     return set(reference.leaf_inputs(model.graph, [model.graph.names[n] for n in names]))
 
 
 def param_inits(model) -> dict[str, tuple]:
-    if isinstance(model, ArtifactModel):
+    if is_artifact_model(model):
         return {}
     return {n: model.graph.node(n).attr("init") for n in model.graph.params}
 
 
 def frozen_params(model) -> set[str]:
     """The params a .dl model declares `frozen param` (an artifact keeps no statements)."""
-    if isinstance(model, ArtifactModel):
+    if is_artifact_model(model):
         return set()
     return {p for p in model.params if model.graph.node(p).attr("frozen")}
 
@@ -123,9 +135,7 @@ def weights_text(path: str | None, model, seed: int) -> str:
     """Which params a run starts from, as the start line says it."""
     if path:
         return path
-    return (
-        f"the artifact's params ({model.path})" if isinstance(model, ArtifactModel) else f"initial params, seed {seed}"
-    )
+    return f"the artifact's params ({model.path})" if is_artifact_model(model) else f"initial params, seed {seed}"
 
 
 def run_line(session, weights: str) -> str:

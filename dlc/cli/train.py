@@ -13,18 +13,19 @@ from collections.abc import Callable
 
 from .. import text as text_data
 from .. import train_recipe, workers
-from ..backends.artifact import ArtifactBackend, ArtifactModel
 from ..callbacks import CSVLogger, EarlyStopping, ModelCheckpoint, Plot, Progress, StepLog, StopOnSignal
 from ..data import load_data
 from ..distributed import launched_by_mpi
 from ..metrics import metric_tensors
 from ..runtime import optimizers
 from ..runtime.errors import DataError, TrainingDiverged, UsageError
+from ..runtime.optional import require
 from ..runtime.training import steps_per_epoch
 from .models import (
     announce_run,
     compiled_optimizer,
     default_weights_path,
+    is_artifact_model,
     needed_inputs,
     open_model,
     open_session,
@@ -131,7 +132,7 @@ def _train(args: argparse.Namespace, world) -> int:
     if args.resume and args.init:
         raise UsageError("--resume goes on with a checkpoint's params (and all the rest); --init: give one of them")
     t = open_model(args.model)
-    artifact = isinstance(t, ArtifactModel)
+    artifact = is_artifact_model(t)
     loss = pick_loss(t, args.loss)
     optimizer = None
     if not artifact or args.optimizer or args.lr is not None:
@@ -173,7 +174,8 @@ def _train(args: argparse.Namespace, world) -> int:
         if not artifact and not args.optimizer:  # the checkpoint's optimizer, --lr if given
             optimizer = session.optimizer()
             optimizer = dataclasses.replace(optimizer, lr=args.lr) if args.lr is not None else optimizer
-    if artifact and not args.optimizer and not isinstance(session.backend, ArtifactBackend):
+    over_programs = artifact and isinstance(session.backend, require("dlc.backends.artifact").ArtifactBackend)
+    if artifact and not args.optimizer and not over_programs:
         optimizer = compiled_optimizer(t, args.lr)  # an artifact's model on the numpy backend
     announce_run(session, f"{args.resume} (step {done})" if args.resume else weights_text(args.init, t, args.seed))
 
