@@ -541,10 +541,11 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
     j = oc[-1]
     if quad:  # row pc_r's texel is at column (pc_r % width) / 4 of texture (pc_r % width) % 4
+        # (layer pc_t of one array texture: a fetch, where a choice among 4 textures fetched all
+        # 4 on SwiftShader, whose lanes take both sides of a select: the pass 2-3x faster)
         em.line("int pc_in = pc_r % pc_w, pc_t = pc_in % 4;")
-        em.line(f"ivec2 pc_at = ivec2(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4);")
-        fetch = [f"texelFetch(b{unit + t}, pc_at, 0)" for t in range(QUAD_TARGETS)]
-        em.line(f"vec4 pc = pc_t == 0 ? {fetch[0]} : pc_t == 1 ? {fetch[1]} : pc_t == 2 ? {fetch[2]} : {fetch[3]};")
+        em.line(f"ivec3 pc_at = ivec3(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4, pc_t);")
+        em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
         em.line(f"float acc = pc[{j} % 4];")
     elif _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
         em.line(f"int pc_b = pc_r - pc_r % 2, pc_t = pc_r, pc_c = {j} % 4;")
@@ -559,10 +560,10 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
     text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
-    which = [f", render target {t}" for t in range(QUAD_TARGETS)] if quad else [""]
-    decl = "".join(
-        f"uniform sampler2D b{unit + t};  // the products, 4 values of j a texel{w}\n" for t, w in enumerate(which)
-    )
+    if quad:  # the 4 render targets are the layers of one array texture (dlc.js)
+        decl = f"uniform highp sampler2DArray b{unit};  // the products, 4 values of j a texel, layer t: render target t\n"
+    else:
+        decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
 
 
