@@ -977,24 +977,30 @@ class Store {
     return old;
   }
 
-  /** Copies of every leaf but the scratch ones (to put back with restore). */
+  /** What restore() puts back: each leaf (but the scratch ones) as it is now, taken as it
+   * is written (hold()): no copy of a leaf that nothing writes, nor of one a pass renders anew
+   * (its old texture is kept instead). */
   snapshot() {
-    const copies = new Map();
-    for (const [name, tex] of this.buffers) {
-      if (this.scratch.has(name)) continue;
+    return new Map();
+  }
+
+  /** Before leaf `name` changes: keep its texture in `snap` (`moved`: the leaf gets another
+   * texture and this one is no longer written; else a copy of it, as it is written in place). */
+  hold(snap, name, moved) {
+    if (!snap || snap.has(name) || this.scratch.has(name)) return false;
+    const tex = this.buffer(name);
+    if (moved) snap.set(name, tex);
+    else {
       const copy = this.device.texture(tex.count);
       this.device.copy(copy, tex);
-      copies.set(name, copy);
+      snap.set(name, copy);
     }
-    return copies;
+    return true;
   }
 
-  restore(copies) {
-    for (const [name, copy] of copies) this.device.deleteTexture(this.replace(name, copy));
-  }
-
-  drop(copies) {
-    for (const copy of copies.values()) this.device.deleteTexture(copy);
+  /** Put the snapshot's leaves back; returns the textures they replace. */
+  restore(snap) {
+    return [...snap].map(([name, tex]) => this.replace(name, tex));
   }
 }
 
@@ -1034,6 +1040,7 @@ class Executor {
     this.packed = new Map(); // "width x height x layers" -> free packed textures (live only while their kernel runs)
     this.kept = new Map(); // "kernel:unit" -> {tex, stamp}: a pack of params and constants alone, kept between calls
     this.spare = new Map(); // "width x height" -> textures to render into
+    this.snapshot = null; // Model.train: what its steps changed, as it was before them (Store.hold)
     this.dims = {};
     this.slots.forEach((slot, s) => {
       if (slot.kind === "const") {
@@ -1185,7 +1192,7 @@ class Executor {
           if (read.has(s)) {
             target = this.takeSpare(target);
             swaps.push([s, target]);
-          }
+          } else if (PERSISTENT.has(this.slots[s].kind)) this.store.hold(this.snapshot, this.slots[s].name, false);
         }
         device.pass(program, target, used, { ...ints, dlc_width: target.width }, null, count);
         if (kept) kept.stamp = stamp; // (once rendered)
@@ -1194,8 +1201,11 @@ class Executor {
       for (const [s, tex] of swaps) {
         const slot = this.slots[s];
         let old;
-        if (PERSISTENT.has(slot.kind)) old = this.store.replace(slot.name, tex);
-        else {
+        if (PERSISTENT.has(slot.kind)) {
+          const held = this.store.hold(this.snapshot, slot.name, true); // (the snapshot keeps it)
+          old = this.store.replace(slot.name, tex);
+          if (held) continue;
+        } else {
           old = this.buffers.get(s);
           this.buffers.set(s, tex);
         }
@@ -1213,6 +1223,13 @@ class Executor {
     return pool.length ? pool.pop() : this.device.texture(width * height, "a packed texture", [width, height], layers);
   }
 
+  /** A texture back to the spare pool (rendered into by a later pass). */
+  giveSpare(tex) {
+    const key = `${tex.width}x${tex.height}`;
+    if (!this.spare.has(key)) this.spare.set(key, []);
+    this.spare.get(key).push(tex);
+  }
+
   takeSpare(like) {
     const pool = this.spare.get(`${like.width}x${like.height}`);
     return pool && pool.length ? pool.pop() : this.device.texture(like.count);
@@ -1222,6 +1239,7 @@ class Executor {
   applyCopies() {
     for (const c of this.spec.copies) {
       const info = this.tensors.get(c.tensor);
+      this.store.hold(this.snapshot, c.target, false);
       this.device.copy(this.store.buffer(c.target), this.slotBuffer(info.slot), product(bindShape(info.shape, this.dims)));
     }
   }
@@ -1355,7 +1373,8 @@ class Model {
 
     const device = this.device;
     const losses = device.texture(total, "the training losses");
-    let before = this.store.snapshot();
+    let before = this.store.snapshot(); // filled as the steps write the params and state
+    ex.snapshot = before;
     try {
       let order = null;
       const lossWhere = () => ex.where(lossTensor)[0];
@@ -1381,13 +1400,14 @@ class Model {
       const [values] = await device.read([[losses, total]]);
       const bad = values.findIndex((v) => !Number.isFinite(v));
       if (bad >= 0) {
-        this.store.restore(before);
+        for (const tex of this.store.restore(before)) ex.giveSpare(tex);
         before = null; // restored: those textures are the params now
         throw new DlcError(`training diverged: step ${bad + 1} has loss ${values[bad]}; the params are back as they were before train()`);
       }
       return Array.from(values);
     } finally {
-      if (before) this.store.drop(before);
+      ex.snapshot = null;
+      if (before) for (const tex of before.values()) ex.giveSpare(tex); // (for the next call's steps to render into)
       device.deleteTexture(losses);
     }
   }
