@@ -16,9 +16,10 @@ matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a 
    matmul whose B is a matrix computes 2 rows x 2 columns a fragment instead (`_paired`: 4
    fetches for 16 products), and the loops fetch with texture() at texel centres (on
    SwiftShader both count: ~1.8x on the MLP and matmul passes); for WebGL2 (`es`) that
-   matmul computes 4 rows x 4 columns a fragment into 4 textures at once (`_quad`: 8 fetches
-   for 64 products; dlc.js binds them as the pass's render targets; 1.3-1.4x faster on
-   SwiftShader than the pairs, measured A/B in one page);
+   matmul computes 4 rows x 4 columns a fragment into 4 render targets at once (`_quad`: 8
+   fetches for 64 products; 1.3-1.4x faster on SwiftShader than the pairs, measured A/B in one
+   page), the 4 layers of one RGBA32F array texture (dlc.js), which its output passes read
+   with one fetch (a layer by index);
 3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
 
 conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
@@ -440,11 +441,12 @@ QUAD_MIN_COLUMNS = 128
 
 
 def _quad(ctx: Context, es: bool) -> bool:
-    """Whether the products pass computes 4 rows x 4 columns a fragment into 4 textures at once
-    (WebGL2, `es`: dlc.js binds them as one pass's render targets): a paired matmul with the
-    texture units for it and QUAD_MIN_COLUMNS columns or more. 8 fetches give 64 products,
-    twice the pairs' rate; a small one (the digits MLP's 64 columns) ran slower than pairs (its
-    unpack pass reads 4 textures an output, and fewer fragments share the work)."""
+    """Whether the products pass computes 4 rows x 4 columns a fragment into 4 render targets
+    at once (WebGL2, `es`: dlc.js makes them the layers of one array texture): a paired matmul
+    with the texture units for it and QUAD_MIN_COLUMNS columns or more. 8 fetches give 64
+    products, twice the pairs' rate; a small one (the digits MLP's 64 columns) ran slower than
+    pairs (measured while its unpack pass fetched from 4 textures an output; fewer fragments
+    share the work)."""
     if not (es and _paired(ctx) and len(ctx.binding) + 2 + QUAD_TARGETS <= TEXTURE_UNITS):
         return False
     n = ctx.graph.nodes[ctx.kernel.anchor].shape[-1]
@@ -453,7 +455,7 @@ def _quad(ctx: Context, es: bool) -> bool:
 
 def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
     """Fragment (x, y) renders rows r = band * width + 4x + t (t = 0..3, band = y / nq) x outputs
-    j = 4jq..4jq+3 (jq = y % nq) into render target t at (x, y): texture t holds row r's texel
+    j = 4jq..4jq+3 (jq = y % nq) into render target t at (x, y): layer t holds row r's texel
     where the products texture would hold it, but at column (r % width) / 4. A pass with 4 render
     targets covers the first ceil(width / 4) columns of them (dlc.js)."""
     g, k = ctx.graph, ctx.kernel
@@ -541,10 +543,11 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
     j = oc[-1]
     if quad:  # row pc_r's texel is at column (pc_r % width) / 4 of texture (pc_r % width) % 4
+        # (layer pc_t of one array texture: a fetch, where a choice among 4 textures fetched all
+        # 4 on SwiftShader, whose lanes take both sides of a select: the pass 2-3x faster)
         em.line("int pc_in = pc_r % pc_w, pc_t = pc_in % 4;")
-        em.line(f"ivec2 pc_at = ivec2(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4);")
-        fetch = [f"texelFetch(b{unit + t}, pc_at, 0)" for t in range(QUAD_TARGETS)]
-        em.line(f"vec4 pc = pc_t == 0 ? {fetch[0]} : pc_t == 1 ? {fetch[1]} : pc_t == 2 ? {fetch[2]} : {fetch[3]};")
+        em.line(f"ivec3 pc_at = ivec3(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4, pc_t);")
+        em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
         em.line(f"float acc = pc[{j} % 4];")
     elif _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
         em.line(f"int pc_b = pc_r - pc_r % 2, pc_t = pc_r, pc_c = {j} % 4;")
@@ -559,10 +562,10 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
     text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
-    which = [f", render target {t}" for t in range(QUAD_TARGETS)] if quad else [""]
-    decl = "".join(
-        f"uniform sampler2D b{unit + t};  // the products, 4 values of j a texel{w}\n" for t, w in enumerate(which)
-    )
+    if quad:  # the 4 render targets are the layers of one array texture (dlc.js)
+        decl = f"uniform highp sampler2DArray b{unit};  // the products, 4 values of j a texel, layer t: target t\n"
+    else:
+        decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
 
 

@@ -127,6 +127,40 @@ def test_ten_training_steps_match_numpy(optimizer, web_root, open_export, tmp_pa
         np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_diverged_call_puts_back_params_and_state_and_training_goes_on(optimizer, web_root, open_export, tmp_path):
+    """train() keeps what its steps replace or overwrite (no copy of every leaf up front): after
+    a diverged call of several steps every param is back bit for bit and the optimizer's state
+    too (the next steps match NumPy's from the state before the diverged call)."""
+    path = "samples/mlp_digits.dl"
+    sess = reference(path, seed=4)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    lr = 0.05 if optimizer == "sgd" else 0.01
+    name = exported(web_root, f"restore_{optimizer}", path, weights=tmp_path / "w.npz", optimizer=optimizer, lr=lr)
+    page = open_export(name)
+    data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
+    data = {n: v[:64] for n, v in data.items()}
+    opt = dlc.SGD(lr) if optimizer == "sgd" else dlc.Adam(lr)
+    want = sess.train(data, optimizer=opt, batch_size=32, steps=4, shuffle=False)
+    got = page.call(
+        f"{JS_FEEDS} const first = await m.train(feeds, {{steps: 2, batchSize: 32}});"
+        " let out = await m.params(); const before = " + JS_OUT + ";"
+        " let error = null;"
+        " try { await m.train(feeds, {steps: 3, batchSize: 32, lr: 1e38}); } catch (e) { error = e.message; }"
+        " out = await m.params(); const restored = " + JS_OUT + ";"
+        " const next = await m.train(feeds, {steps: 2, batchSize: 32});"
+        " out = await m.params();"
+        f" return {{first, error, before, restored, next, params: {JS_OUT}}};",
+        {"feeds": feed(data)},
+    )
+    assert got["error"] and "diverged" in got["error"]
+    assert got["restored"] == got["before"]  # bit for bit
+    np.testing.assert_allclose(got["first"] + got["next"], want, rtol=1e-4, atol=1e-5)
+    for n, v in sess.params.items():
+        np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
+    assert not page.errors
+
+
 @pytest.mark.parametrize("sample", ["mlp_dropout.dl", "resnet_bn.dl"])
 def test_training_with_dropout_and_batch_norm_matches_numpy(sample, web_root, open_export, tmp_path):
     # dlc.js draws the same dropout masks (WebGL2's uint arithmetic) and updates the running

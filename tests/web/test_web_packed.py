@@ -1,5 +1,5 @@
 """The texture target's packed passes in WebGL2 against the NumPy reference: the 4 x 4 matmul
-products pass rendering 4 textures at once (WebGL2 only), a conv over one input channel and
+products pass rendering 4 layers of an array texture at once (WebGL2 only), a conv over one input channel and
 the packed filter gradient (compiler/codegen/texture_matmul.py), eval and training steps, at
 sizes that are no multiple of the 4 rows, 4 columns and 4 k a fragment or texel takes; and
 the packs of params that dlc.js keeps between evals are packed again once training changed

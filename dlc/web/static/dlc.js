@@ -50,7 +50,8 @@ layout(location = 0) out float dlc_out;
 void main() { dlc_out = texelFetch(b0, ivec2(0, 0), 0).r; }
 `;
 
-const SAMPLER = /^uniform (?:highp )?sampler2D b(\d+);/gm;
+// b<k>: unit k; a sampler2DArray reads the layers of an n-target pass's products (texture_matmul._quad)
+const SAMPLER = /^uniform (?:highp )?sampler2D(Array)? b(\d+);/gm;
 
 /** Every error dlc.js raises: a model, feed or browser problem, said in words. */
 export class DlcError extends Error {
@@ -471,11 +472,22 @@ class Device {
   }
 
   /** An R32F texture of at least `count` floats, with its framebuffer; `size` [width, height]:
-   * an RGBA32F one of that size (a packed texture of texture_matmul.py). */
-  texture(count, what = "a tensor", size = null) {
+   * an RGBA32F one of that size (a packed texture of texture_matmul.py); `layers` > 0: an
+   * RGBA32F array texture of that many layers of `size` (no framebuffer of its own: the render
+   * targets of one pass, framebufferOf). */
+  texture(count, what = "a tensor", size = null, layers = 0) {
     const gl = this.gl;
     const [width, height] = size || this.layout(count, what);
     const handle = gl.createTexture();
+    if (layers) {
+      gl.bindTexture(gl.TEXTURE_2D_ARRAY, handle);
+      gl.texParameteri(gl.TEXTURE_2D_ARRAY, gl.TEXTURE_MIN_FILTER, gl.NEAREST);
+      gl.texParameteri(gl.TEXTURE_2D_ARRAY, gl.TEXTURE_MAG_FILTER, gl.NEAREST);
+      gl.texStorage3D(gl.TEXTURE_2D_ARRAY, 1, gl.RGBA32F, width, height, layers);
+      const tex = { handle, fbo: null, width, height, layers, count: width * height * layers };
+      this.textures.add(tex);
+      return tex;
+    }
     gl.bindTexture(gl.TEXTURE_2D, handle);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MIN_FILTER, gl.NEAREST);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MAG_FILTER, gl.NEAREST);
@@ -495,8 +507,8 @@ class Device {
 
   deleteTexture(tex) {
     if (!tex || !this.textures.has(tex)) return;
-    if (tex.multi) this.gl.deleteFramebuffer(tex.multi.fbo);
-    this.gl.deleteFramebuffer(tex.fbo);
+    if (tex.multi) this.gl.deleteFramebuffer(tex.multi);
+    if (tex.fbo) this.gl.deleteFramebuffer(tex.fbo);
     this.gl.deleteTexture(tex.handle);
     this.textures.delete(tex);
   }
@@ -570,7 +582,8 @@ class Device {
     }
     gl.detachShader(handle, frag);
     gl.deleteShader(frag);
-    const units = [...source.matchAll(SAMPLER)].map((m) => Number(m[1]));
+    const units = [...source.matchAll(SAMPLER)].map((m) => Number(m[2]));
+    const arrays = new Set([...source.matchAll(SAMPLER)].filter((m) => m[1]).map((m) => Number(m[2])));
     const locations = new Map();
     const count = gl.getProgramParameter(handle, gl.ACTIVE_UNIFORMS);
     for (let i = 0; i < count; i++) {
@@ -584,7 +597,7 @@ class Device {
     }
     // render targets: texture_matmul's 4 x 4 products pass writes 4 (layout(location = t) out)
     const targets = Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
-    const program = { handle, name, units, locations, rgba: /\bout\s+vec4\b/.test(source), targets };
+    const program = { handle, name, units, arrays, locations, rgba: /\bout\s+vec4\b/.test(source), targets };
     this.programs.set(source, program);
     return program;
   }
@@ -625,11 +638,16 @@ class Device {
     report("warm-up", 0, programs.length);
     // drawn into targets of the kind their passes render (a driver may build a program's code
     // for its framebuffer's attachments): R32F, RGBA32F, or n RGBA32F at once
-    const most = Math.max(...programs.map((p) => p.targets));
-    const rgba = Array.from({ length: most }, () => this.texture(1, "a warm-up target", [1, 1]));
-    const targets = [this.texture(1, "a warm-up target"), ...rgba];
-    const targetOf = (p) => (p.targets > 1 ? rgba.slice(0, p.targets) : p.rgba ? rgba[0] : targets[0]);
+    const rgba = this.texture(1, "a warm-up target", [1, 1]);
+    const targets = [this.texture(1, "a warm-up target"), rgba];
+    const layered = new Map(); // n -> an array texture of n layers
+    for (const n of new Set(programs.map((p) => p.targets).filter((n) => n > 1))) {
+      layered.set(n, this.texture(1, "a warm-up target", [1, 1], n));
+      targets.push(layered.get(n));
+    }
+    const targetOf = (p) => (p.targets > 1 ? layered.get(p.targets) : p.rgba ? rgba : targets[0]);
     gl.bindTexture(gl.TEXTURE_2D, null); // no sampler reads a target
+    gl.bindTexture(gl.TEXTURE_2D_ARRAY, null);
     try {
       for (let i = 0; i < programs.length; i += 8) {
         for (const program of programs.slice(i, i + 8)) this.pass(program, targetOf(program), new Map(), {});
@@ -649,22 +667,25 @@ class Device {
   }
 
   /** Run `program` over every texel of `target` (or only the texel `at`, a flat index; or the
-   * rows holding the first `count` floats: a tensor in a larger slot's texture): samplers maps
-   * a unit to the texture it reads; ints sets int uniforms. */
+   * rows holding the first `count` floats: a tensor in a larger slot's texture; or, for a
+   * program of n render targets, an array texture of n layers): samplers maps a unit to the
+   * texture it reads; ints sets int uniforms. */
   pass(program, target, samplers, ints, at = null, count = null) {
     const gl = this.gl;
-    const targets = Array.isArray(target) ? target : [target];
     for (const tex of samplers.values()) {
-      if (targets.includes(tex)) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
+      if (tex === target) throw new DlcError(`internal dlc error: pass '${program.name}' reads the texture it writes`);
     }
-    for (const tex of targets) tex.version = (tex.version || 0) + 1;
+    target.version = (target.version || 0) + 1;
     gl.useProgram(program.handle);
     for (const [unit, tex] of samplers) {
       if (unit >= this.maxUnits) {
         throw new DlcError(`kernel pass '${program.name}' reads ${unit + 1} textures; this GPU's fragment shaders read at most ${this.maxUnits}`);
       }
+      if (!tex.layers !== !program.arrays.has(unit)) {
+        throw new DlcError(`internal dlc error: pass '${program.name}' reads unit ${unit} as ${program.arrays.has(unit) ? "an" : "no"} array texture`);
+      }
       gl.activeTexture(gl.TEXTURE0 + unit);
-      gl.bindTexture(gl.TEXTURE_2D, tex.handle);
+      gl.bindTexture(tex.layers ? gl.TEXTURE_2D_ARRAY : gl.TEXTURE_2D, tex.handle);
     }
     const values = program.values || (program.values = new Map()); // the ints it holds now
     for (const [name, value] of Object.entries(ints)) {
@@ -675,12 +696,12 @@ class Device {
       }
     }
     let rows = 1;
-    if (targets.length > 1) {
-      // n render targets: the pass covers the first ceil(width / n) columns of each (texture_matmul._quad)
-      target = targets[0];
-      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(targets));
-      gl.viewport(0, 0, Math.ceil(target.width / targets.length), target.height);
-      rows = target.height / targets.length;
+    if (program.targets > 1) {
+      // n render targets, the layers of `target`: the pass covers the first ceil(width / n)
+      // columns of each (texture_matmul._quad)
+      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(target, program.targets));
+      gl.viewport(0, 0, Math.ceil(target.width / program.targets), target.height);
+      rows = target.height / program.targets;
     } else if (at === null) {
       gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
       // the texels past the tensor: fragments that would only return (or write what nobody reads)
@@ -702,24 +723,22 @@ class Device {
     } else gl.drawArrays(gl.TRIANGLES, 0, 3);
   }
 
-  /** A framebuffer rendering into every texture of `targets` (same size; attachment t is
-   * targets[t]), kept on the first of them while they stay together. */
-  framebufferOf(targets) {
+  /** A framebuffer rendering into the n layers of array texture `tex` (attachment t is layer
+   * t), kept on it. */
+  framebufferOf(tex, n) {
     const gl = this.gl;
-    const [first, ...rest] = targets;
-    const kept = first.multi;
-    if (kept && kept.rest.length === rest.length && kept.rest.every((t, i) => t === rest[i])) return kept.fbo;
-    if (kept) gl.deleteFramebuffer(kept.fbo);
+    if (tex.layers !== n) throw new DlcError(`internal dlc error: ${n} render targets into an array texture of ${tex.layers} layers`);
+    if (tex.multi) return tex.multi;
     const fbo = gl.createFramebuffer();
     gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
-    targets.forEach((t, i) => gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + i, gl.TEXTURE_2D, t.handle, 0));
-    gl.drawBuffers(targets.map((_, i) => gl.COLOR_ATTACHMENT0 + i));
+    for (let t = 0; t < n; t++) gl.framebufferTextureLayer(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, tex.handle, 0, t);
+    gl.drawBuffers(Array.from({ length: n }, (_, t) => gl.COLOR_ATTACHMENT0 + t));
     const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
     if (status !== gl.FRAMEBUFFER_COMPLETE) {
       gl.deleteFramebuffer(fbo);
-      throw new DlcError(`this WebGL2 cannot render into ${targets.length} RGBA32F textures at once (framebuffer status 0x${status.toString(16)})`);
+      throw new DlcError(`this WebGL2 cannot render into ${n} RGBA32F textures at once (framebuffer status 0x${status.toString(16)})`);
     }
-    first.multi = { rest, fbo };
+    tex.multi = fbo;
     return fbo;
   }
 
@@ -958,24 +977,30 @@ class Store {
     return old;
   }
 
-  /** Copies of every leaf but the scratch ones (to put back with restore). */
+  /** What restore() puts back: each leaf (but the scratch ones) as it is now, taken as it
+   * is written (hold()): no copy of a leaf that nothing writes, nor of one a pass renders anew
+   * (its old texture is kept instead). */
   snapshot() {
-    const copies = new Map();
-    for (const [name, tex] of this.buffers) {
-      if (this.scratch.has(name)) continue;
+    return new Map();
+  }
+
+  /** Before leaf `name` changes: keep its texture in `snap` (`moved`: the leaf gets another
+   * texture and this one is no longer written; else a copy of it, as it is written in place). */
+  hold(snap, name, moved) {
+    if (!snap || snap.has(name) || this.scratch.has(name)) return false;
+    const tex = this.buffer(name);
+    if (moved) snap.set(name, tex);
+    else {
       const copy = this.device.texture(tex.count);
       this.device.copy(copy, tex);
-      copies.set(name, copy);
+      snap.set(name, copy);
     }
-    return copies;
+    return true;
   }
 
-  restore(copies) {
-    for (const [name, copy] of copies) this.device.deleteTexture(this.replace(name, copy));
-  }
-
-  drop(copies) {
-    for (const copy of copies.values()) this.device.deleteTexture(copy);
+  /** Put the snapshot's leaves back; returns the textures they replace. */
+  restore(snap) {
+    return [...snap].map(([name, tex]) => this.replace(name, tex));
   }
 }
 
@@ -1012,9 +1037,10 @@ class Executor {
     this.buffers = new Map(); // slot -> texture (temps, inputs, consts)
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
     this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
-    this.packed = new Map(); // "width x height" -> free packed textures (live only while their kernel runs)
+    this.packed = new Map(); // "width x height x layers" -> free packed textures (live only while their kernel runs)
     this.kept = new Map(); // "kernel:unit" -> {tex, stamp}: a pack of params and constants alone, kept between calls
     this.spare = new Map(); // "width x height" -> textures to render into
+    this.snapshot = null; // Model.train: what its steps changed, as it was before them (Store.hold)
     this.dims = {};
     this.slots.forEach((slot, s) => {
       if (slot.kind === "const") {
@@ -1111,8 +1137,20 @@ class Executor {
         const steady = program.units.every((u) => u < spec.slots.length && STEADY.has(this.slots[spec.slots[u]].kind));
         if (p.into !== undefined && p.into !== null && program.targets === 1 && steady) keep.add(p.into);
       });
+      // a pass of n render targets renders units into .. into + n - 1: the layers of one array texture, on unit into
+      const layers = new Map(); // unit -> its array texture's layers (0: a unit of the layers after the first)
+      spec.passes.forEach((p, i) => {
+        const n = this.programs[k][i].targets;
+        if (n > 1) for (let t = 0; t < n; t++) layers.set(p.into + t, t ? 0 : n);
+      });
       const packed = (spec.packed || []).map((q) => {
         const size = this.packedSize.get(`${k}:${q.unit}`);
+        if (layers.has(q.unit)) {
+          if (!layers.get(q.unit)) return null;
+          const tex = this.takePacked(size, layers.get(q.unit));
+          samplers.set(q.unit, tex);
+          return tex;
+        }
         if (!keep.has(q.unit)) {
           const tex = this.takePacked(size);
           samplers.set(q.unit, tex);
@@ -1140,7 +1178,7 @@ class Executor {
         if (kept && kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
         let target;
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
-        if (program.targets > 1) target = Array.from({ length: program.targets }, (_, t) => samplers.get(p.into + t));
+        if (program.targets > 1) target = samplers.get(p.into); // an array texture of as many layers
         else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
         else if (p.tensor === null) {
           target = this.scratch.get(k); // a split reduction's partials, attention_cached's scores
@@ -1154,18 +1192,20 @@ class Executor {
           if (read.has(s)) {
             target = this.takeSpare(target);
             swaps.push([s, target]);
-          }
+          } else if (PERSISTENT.has(this.slots[s].kind)) this.store.hold(this.snapshot, this.slots[s].name, false);
         }
-        const width = (Array.isArray(target) ? target[0] : target).width;
-        device.pass(program, target, used, { ...ints, dlc_width: width }, null, count);
+        device.pass(program, target, used, { ...ints, dlc_width: target.width }, null, count);
         if (kept) kept.stamp = stamp; // (once rendered)
       });
-      for (const tex of packed) if (tex) this.packed.get(`${tex.width}x${tex.height}`).push(tex);
+      for (const tex of packed) if (tex) this.packed.get(`${tex.width}x${tex.height}x${tex.layers || 0}`).push(tex);
       for (const [s, tex] of swaps) {
         const slot = this.slots[s];
         let old;
-        if (PERSISTENT.has(slot.kind)) old = this.store.replace(slot.name, tex);
-        else {
+        if (PERSISTENT.has(slot.kind)) {
+          const held = this.store.hold(this.snapshot, slot.name, true); // (the snapshot keeps it)
+          old = this.store.replace(slot.name, tex);
+          if (held) continue;
+        } else {
           old = this.buffers.get(s);
           this.buffers.set(s, tex);
         }
@@ -1176,11 +1216,18 @@ class Executor {
     }
   }
 
-  takePacked([width, height]) {
-    const key = `${width}x${height}`;
+  takePacked([width, height], layers = 0) {
+    const key = `${width}x${height}x${layers}`;
     if (!this.packed.has(key)) this.packed.set(key, []);
     const pool = this.packed.get(key);
-    return pool.length ? pool.pop() : this.device.texture(width * height, "a packed texture", [width, height]);
+    return pool.length ? pool.pop() : this.device.texture(width * height, "a packed texture", [width, height], layers);
+  }
+
+  /** A texture back to the spare pool (rendered into by a later pass). */
+  giveSpare(tex) {
+    const key = `${tex.width}x${tex.height}`;
+    if (!this.spare.has(key)) this.spare.set(key, []);
+    this.spare.get(key).push(tex);
   }
 
   takeSpare(like) {
@@ -1192,6 +1239,7 @@ class Executor {
   applyCopies() {
     for (const c of this.spec.copies) {
       const info = this.tensors.get(c.tensor);
+      this.store.hold(this.snapshot, c.target, false);
       this.device.copy(this.store.buffer(c.target), this.slotBuffer(info.slot), product(bindShape(info.shape, this.dims)));
     }
   }
@@ -1325,7 +1373,8 @@ class Model {
 
     const device = this.device;
     const losses = device.texture(total, "the training losses");
-    let before = this.store.snapshot();
+    let before = this.store.snapshot(); // filled as the steps write the params and state
+    ex.snapshot = before;
     try {
       let order = null;
       const lossWhere = () => ex.where(lossTensor)[0];
@@ -1351,13 +1400,14 @@ class Model {
       const [values] = await device.read([[losses, total]]);
       const bad = values.findIndex((v) => !Number.isFinite(v));
       if (bad >= 0) {
-        this.store.restore(before);
+        for (const tex of this.store.restore(before)) ex.giveSpare(tex);
         before = null; // restored: those textures are the params now
         throw new DlcError(`training diverged: step ${bad + 1} has loss ${values[bad]}; the params are back as they were before train()`);
       }
       return Array.from(values);
     } finally {
-      if (before) this.store.drop(before);
+      ex.snapshot = null;
+      if (before) for (const tex of before.values()) ex.giveSpare(tex); // (for the next call's steps to render into)
       device.deleteTexture(losses);
     }
   }
