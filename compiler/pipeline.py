@@ -156,15 +156,29 @@ def output_roots(model_graph: Graph, graph: Graph) -> list[int]:
 
 def _outputs_fusion(w: Work, caps: Capabilities) -> Fusion | None:
     """The eval graph fused for the model's outputs alone, where that saves work: fewer
-    kernels or fewer stored tensors than the eval program, which stores every named one."""
+    kernels, or fewer stored tensors, than the eval program (which stores every named one)
+    launches to fetch the same outputs."""
     g = w.graphs["eval"]
     roots = output_roots(w.graph, g)
     every = w.fusions["eval"]
     if not roots or set(roots) == set(every.roots):
         return None
     f = fuse(g, roots, (), caps=caps)
-    stored = [sum(len(k.outputs) for k in x.kernels) for x in (f, every)]
-    return f if len(f.kernels) < len(every.kernels) or stored[0] < stored[1] else None
+    used = _launched(every, roots)
+    stored = sum(len(every.kernels[k].outputs) for k in used)
+    return f if len(f.kernels) < len(used) or sum(len(k.outputs) for k in f.kernels) < stored else None
+
+
+def _launched(f: Fusion, roots: Sequence[int]) -> set[int]:
+    """The kernels of `f` that fetching `roots` launches (as the runtime's `needs` finds them)."""
+    todo = [f.base(r) for r in roots]
+    seen: set[int] = set()
+    while todo:
+        k = f.producer.get(todo.pop())
+        if k is not None and k not in seen:
+            seen.add(k)
+            todo.extend(f.base(t) for t in f.kernels[k].inputs)
+    return seen
 
 
 def _plan(w: Work, o: Options) -> list[Graph]:
