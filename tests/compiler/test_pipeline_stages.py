@@ -34,7 +34,7 @@ def test_the_train_step_is_built_from_the_unsimplified_model_and_simplified_once
     run_stages(w, opts, start="simplify")
     assert str(w.graphs["train"]) == str(pipeline.simplify(step))
     assert len(w.graphs["train"].nodes) < len(step.nodes)
-    assert set(w.programs) == {"eval", "train"}
+    assert set(w.programs) == {"eval", "train", "outputs"}
 
 
 def test_simplify_runs_once_per_program(monkeypatch):

@@ -41,7 +41,7 @@ def artifact(tmp_path_factory):
 def test_folder_holds_manifest_shaders_and_params(artifact):
     model, out = artifact
     m = json.loads((out / "manifest.json").read_text())
-    assert m["format"] == 1 and set(m["programs"]) == {"eval", "train"}
+    assert m["format"] == 1 and set(m["programs"]) == {"eval", "outputs", "train"}
     assert m["target"] == TARGET
     assert m["inputs"] == {"pixels": ["B", 64], "labels": ["B"]}
     assert m["params"]["W1"] == [64, 64] and m["tensors"]["probs"] == ["B", 10]

@@ -84,27 +84,21 @@ export async function load(url = ".", options = {}) {
   const weights = await fetchOk(new URL(web.weights.file, base)).then((r) => r.arrayBuffer());
   const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
   const vocab = await loadVocab(manifest, base, where);
-  const files = new Set();
-  for (const program of Object.values(manifest.programs)) {
-    for (const k of program.kernels) for (const p of k.passes) files.add(p.file);
-  }
+  // With an outputs program, eval's shaders (every named tensor) are fetched and compiled at
+  // the first fetch of a name outside the outputs: the first call of the outputs waits for
+  // neither.
+  const lazy = has(manifest.programs, OUTPUTS) ? ["eval"] : [];
+  const now = Object.keys(manifest.programs).filter((name) => !lazy.includes(name));
+  const shaders = new URL(`${web.shaders}/`, base);
   const sources = {};
-  await Promise.all(
-    [...files].map(async (file) => {
-      sources[file] = await fetchOk(new URL(`${web.shaders}/${file}`, base)).then((r) => r.text());
-    }),
-  );
+  await fetchSources(now.map((name) => manifest.programs[name]), shaders, sources);
   const device = new Device(options.canvas);
   try {
     // every program of the model at once (the driver may link them in parallel), and the
     // program the first eval runs drawn once: it then runs without building any (the outputs
     // program where the export has one, else eval; with a KV cache, its programs instead: what
-    // generate runs). With an outputs program, eval's (every named tensor) wait for the first
-    // fetch of a name outside the outputs.
-    const lazy = has(manifest.programs, OUTPUTS) ? ["eval"] : [];
-    const entries = Object.entries(manifest.programs)
-      .filter(([name]) => !lazy.includes(name))
-      .flatMap(([, program]) => programEntries(program, sources));
+    // generate runs).
+    const entries = now.flatMap((name) => programEntries(manifest.programs[name], sources));
     const kv = kvCacheOf(manifest);
     const first = kv ? [kv.step, kv.window, kv.constants].filter((n) => n !== null) : [lazy.length ? OUTPUTS : "eval"];
     const warm = first.flatMap((n) => programEntries(manifest.programs[n], sources).map(([source]) => source));
@@ -114,8 +108,20 @@ export async function load(url = ".", options = {}) {
     throw e;
   }
   const model = new Model(device, manifest, sources, leaves);
+  model.shaders = shaders; // where compiled() fetches a lazy program's shaders
   model.vocab = vocab; // null unless the export is a language model's with its vocabulary
   return model;
+}
+
+/** Fetch into `sources` (file -> text) the shader files of `programs` it does not hold yet. */
+async function fetchSources(programs, folder, sources) {
+  const files = new Set();
+  for (const program of programs) for (const k of program.kernels) for (const p of k.passes) if (!has(sources, p.file)) files.add(p.file);
+  await Promise.all(
+    [...files].map(async (file) => {
+      sources[file] = await fetchOk(new URL(file, folder)).then((r) => r.text());
+    }),
+  );
 }
 
 /** [source, file] of every pass of a program spec. */
@@ -1258,7 +1264,10 @@ class Model {
   /** The executor of program `name`, its shaders compiled first in parallel where they are not yet. */
   async compiled(name) {
     this.checkAlive();
-    await this.device.compileAll(programEntries(this.manifest.programs[name], this.sources));
+    const program = this.manifest.programs[name];
+    await fetchSources([program], this.shaders, this.sources);
+    this.checkAlive();
+    await this.device.compileAll(programEntries(program, this.sources));
     return this.executor(name);
   }
 
