@@ -47,7 +47,7 @@ def test_simplify_runs_once_per_program(monkeypatch):
 
     monkeypatch.setattr(pipeline, "simplify", counted)
     w = _work(train=True)
-    assert len(calls) == 2 == len(w.programs)  # eval and train, once each
+    assert len(calls) == 2 == len(w.programs) - 1  # eval and train, once each (outputs is fused from eval's)
     calls.clear()
     _work(train=False)
     assert len(calls) == 1
