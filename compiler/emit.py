@@ -30,8 +30,7 @@ from dlc.runtime.version import __version__
 
 from .fusion import format_fusion
 from .initializers import initial_value
-from .ir import Graph
-from .ir import model_outputs
+from .ir import Graph, model_outputs
 from .pipeline import FORMAT, OUTPUTS, CompiledProgram, Options, Work, compile_model
 from .plan import format_plan
 

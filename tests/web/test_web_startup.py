@@ -61,9 +61,9 @@ def test_load_compiles_every_program_and_reports_progress(web_root, open_export,
     want = sess.eval(["probs"], x)["probs"]
     out = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['probs']); return {JS_OUT};", {"feeds": feed(x)})
     np.testing.assert_allclose(np.reshape(out["probs"]["data"], want.shape), want, rtol=2e-4, atol=2e-5)
-    logits = page.call(
-        f"{JS_FEEDS} const out = await m.eval(feeds, ['logits']); return {JS_OUT};", {"feeds": feed(x)}
-    )["logits"]
+    logits = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['logits']); return {JS_OUT};", {"feeds": feed(x)})[
+        "logits"
+    ]
     np.testing.assert_allclose(np.reshape(logits["data"], (7, 10)), sess.eval("logits", x), rtol=2e-4, atol=2e-5)
     assert page.call("return [...m.executors.keys()];") == ["outputs", "eval"]
     train = {"pixels": data["pixels"][:16], "labels": data["labels"][:16]}

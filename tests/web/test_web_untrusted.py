@@ -113,8 +113,12 @@ CORRUPT = {
     ),
     "copies_missing": (lambda m: m["programs"]["train"].pop("copies"), None, "programs.train.copies: must be a list"),
     # the outputs program's names: each read there as tensor names[n], so a root of it
-    "outputs_without_program": (lambda m: m["programs"].pop("outputs"), None, "outputs: is there exactly when programs.outputs is"),
-    "outputs_unknown": (_set(["outputs"], ["nope"]), None, 'outputs[0]: "nope" is not a name in \'names\''),
+    "outputs_without_program": (
+        lambda m: m["programs"].pop("outputs"),
+        None,
+        "outputs: is there exactly when programs.outputs is",
+    ),
+    "outputs_unknown": (_set(["outputs"], ["nope"]), None, "outputs[0]: \"nope\" is not a name in 'names'"),
     "outputs_not_a_root": (_set(["outputs"], ["h"]), None, "('h') is not a root of programs.outputs"),
     "outputs_twice": (_set(["outputs"], ["probs", "probs"]), None, "outputs[1]: 'probs' appears twice"),
     "outputs_text": (_set(["outputs"], "probs"), None, 'outputs: must be a list of names, not "probs"'),
