@@ -86,7 +86,15 @@ def model_outputs(graph) -> list[str]:
 
 
 def outputs_for(session, fed: Sequence[str]) -> list[str]:
-    """The outputs (`model_outputs`) that inputs `fed` suffice for; refused when none do."""
+    """The outputs (`model_outputs`) that inputs `fed` suffice for; refused when none do. An
+    artifact with an outputs program lists them in its manifest: no model.dl compiled then."""
+    artifact = session._artifact
+    listed = artifact.runner.manifest.get("outputs") if artifact is not None else None
+    if listed:
+        fed_set = set(fed)
+        usable = [n for n in listed if artifact.eval_plan([n])[2] <= fed_set]
+        if usable:
+            return usable
     graph = session._output_graph()
     outputs = model_outputs(graph)
     if not outputs:
