@@ -10,7 +10,10 @@
     model.dl        the source it was compiled from
 
 Programs: `eval` fetches any named tensor (the runtime launches only the kernels a fetch
-needs); `train` (with `train_loss` / `optimizer`) runs one training step and its updates.
+needs); `outputs`, where the model has one (pipeline.py), fetches the model's outputs alone
+(manifest `outputs`: their names), fused across the names between them, and serves every
+fetch within them; `train` (with `train_loss` / `optimizer`) runs one training step and its
+updates.
 `emit(model, stage)` prints a stage for `dlc compile --emit`.
 """
 
@@ -27,8 +30,8 @@ from dlc.runtime.version import __version__
 
 from .fusion import format_fusion
 from .initializers import initial_value
-from .ir import Graph
-from .pipeline import FORMAT, CompiledProgram, Options, Work, compile_model
+from .ir import Graph, model_outputs
+from .pipeline import FORMAT, OUTPUTS, CompiledProgram, Options, Work, compile_model
 from .plan import format_plan
 
 EMIT_STAGES = ("kernels", "plan", "glsl")
@@ -57,7 +60,8 @@ def programs(
     work: Work | None = None,
     target: str = "compute",
 ) -> dict[str, CompiledProgram]:
-    """The model's programs: `eval` for every named tensor, `train` when asked for;
+    """The model's programs: `eval` for every named tensor, `outputs` for the model's outputs
+    (where it saves work), `train` when asked for;
     `target` "compute" or "texture" (see pipeline.compile_program)."""
     if work is None:
         work = compile_model(
@@ -125,6 +129,8 @@ def manifest(model, progs: dict[str, CompiledProgram], optimizer, batch_size) ->
         **({"states": {n: list(g.shape(n)) for n in g.states}} if g.states else {}),
         "losses": list(g.losses),
         "names": {n: i for n, i in g.names.items()},  # name -> tensor of the eval program
+        # the names the outputs program fetches (each names the same tensor there as in eval)
+        **({"outputs": [n for n in model_outputs(model.graph) if n in g.names]} if OUTPUTS in progs else {}),
         "train": train,
         "programs": {name: p.spec for name, p in progs.items()},  # ProgramSpec: manifest_json writes them
     }

@@ -168,3 +168,30 @@ def cone(graph: Graph, roots: Iterable[int]) -> list[int]:
 def leaf_inputs(graph: Graph, roots: Iterable[int]) -> set[str]:
     """Names of the `input` leaves that `roots` depend on."""
     return {graph.nodes[i].attr("name") for i in cone(graph, roots) if graph.nodes[i].op == "input"}
+
+
+def model_outputs(graph: Graph) -> list[str]:
+    """The model's outputs, in the order the model names them: its named tensors, losses
+    aside, that no other such tensor reads without needing more inputs (so `h` feeding
+    `logits` is not one, and `prediction` stays one though `accuracy` reads it with the
+    labels): the quadratic's `y`; a classifier's `probs`, `prediction` and `accuracy`; an
+    imported model's graph outputs (its importer names every ONNX value, each read by the next).
+    What `Session.predict` fetches by default, and the roots of an artifact's `outputs` program."""
+    named = {i: n for n, i in graph.names.items()}
+    skip = {graph.names[n] for n in (*graph.inputs, *graph.params, *graph.losses)}
+    candidates = [i for i in named if i not in skip]
+    needs = {i: leaf_inputs(graph, [i]) for i in candidates}
+    read: set[int] = set()
+    for i in candidates:
+        stack, seen = list(graph.nodes[i].inputs), set()
+        while stack:  # the named tensors i reads: its cone, stopping at each named node
+            j = stack.pop()
+            if j in seen:
+                continue
+            seen.add(j)
+            if j in named:
+                if j in needs and needs[i] <= needs[j]:
+                    read.add(j)
+            else:
+                stack.extend(graph.nodes[j].inputs)
+    return [n for n, i in graph.names.items() if i not in skip and i not in read]

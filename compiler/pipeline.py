@@ -7,8 +7,11 @@ and `Options` (a frozen dataclass: the training step, batch size, codegen option
 to verify). `run_stages` runs them, checking every graph a stage made with the IR checker
 (`verify.check_graph`) when `Options.verify` is on (`dlc --debug`, and the test suite: see
 `set_verify`); `format_stage` prints what one stage made (`dlc compile --emit STAGE`).
-A model compiles to programs: `eval` (every named tensor) and, with a loss to train, `train`
-(one step and its updates); simplify runs once on each.
+A model compiles to programs: `eval` (every named tensor), `outputs` (the model's outputs
+alone, `ir.model_outputs`, fused across the names between them: kept only when it launches
+fewer kernels or stores fewer tensors than `eval`, as for an imported model, which names every
+ONNX value) and, with a loss to train, `train` (one step and its updates); simplify runs once
+on each of eval and train (`outputs` is fused from eval's graph).
 
 `compile_program` runs the back end (fuse, plan, codegen) for one graph: the eager ops and the
 GL session call it directly. It returns a `CompiledProgram`: the fusion and plan, the GLSL
@@ -31,7 +34,7 @@ from dlc.runtime.spec import FORMAT, ProgramSpec  # noqa: F401  (FORMAT: artifac
 from . import train_graph
 from .codegen import CodegenOptions, KernelSource, Target, codegen_options, get_target
 from .fusion import Capabilities, Fusion, format_fusion, fuse
-from .ir import Graph
+from .ir import Graph, model_outputs
 from .plan import DEFAULT_BATCH, Plan, format_plan, plan
 from .simplify import simplify
 from .verify import check_graph
@@ -136,7 +139,46 @@ def _fuse(w: Work, o: Options) -> list[Graph]:
     w.fusions = {
         name: fuse(g, _roots(g, name), g.updates if name == "train" else (), caps=caps) for name, g in w.graphs.items()
     }
+    outputs = _outputs_fusion(w, caps)
+    if outputs is not None:
+        w.fusions[OUTPUTS] = outputs
     return []
+
+
+OUTPUTS = "outputs"  # the program of the model's outputs alone
+
+
+def output_roots(model_graph: Graph, graph: Graph) -> list[int]:
+    """The tensors of `graph` (the model's, simplified) that the model's outputs name
+    (`ir.model_outputs` of the model as built, as `Session.predict` reads them)."""
+    return sorted({graph.names[n] for n in model_outputs(model_graph) if n in graph.names})
+
+
+def _outputs_fusion(w: Work, caps: Capabilities) -> Fusion | None:
+    """The eval graph fused for the model's outputs alone, where that saves work: fewer
+    kernels, or fewer stored tensors, than the eval program (which stores every named one)
+    launches to fetch the same outputs."""
+    g = w.graphs["eval"]
+    roots = output_roots(w.graph, g)
+    every = w.fusions["eval"]
+    if not roots or set(roots) == set(every.roots):
+        return None
+    f = fuse(g, roots, (), caps=caps)
+    used = _launched(every, roots)
+    stored = sum(len(every.kernels[k].outputs) for k in used)
+    return f if len(f.kernels) < len(used) or sum(len(k.outputs) for k in f.kernels) < stored else None
+
+
+def _launched(f: Fusion, roots: Sequence[int]) -> set[int]:
+    """The kernels of `f` that fetching `roots` launches (as the runtime's `needs` finds them)."""
+    todo = [f.base(r) for r in roots]
+    seen: set[int] = set()
+    while todo:
+        k = f.producer.get(todo.pop())
+        if k is not None and k not in seen:
+            seen.add(k)
+            todo.extend(f.base(t) for t in f.kernels[k].inputs)
+    return seen
 
 
 def _plan(w: Work, o: Options) -> list[Graph]:
@@ -222,7 +264,7 @@ def format_stage(work: Work, stage: str) -> str:
     if stage == "optimizer":
         return str(work.graphs["train"])
     parts = []
-    for name in work.graphs:
+    for name in work.graphs if stage == "simplify" else work.fusions or work.graphs:
         if stage == "simplify":
             parts += [f"=== program {name} ===", str(work.graphs[name])]
             continue

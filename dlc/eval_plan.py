@@ -80,29 +80,21 @@ def model_outputs(graph) -> list[str]:
     """The model's outputs, in the order the model names them: its named tensors, losses
     aside, that no other such tensor reads without needing more inputs (so `h` feeding
     `logits` is not one, and `prediction` stays one though `accuracy` reads it with the
-    labels): the quadratic's `y`; a classifier's `probs`, `prediction` and `accuracy`."""
-    named = {i: n for n, i in graph.names.items()}
-    skip = {graph.names[n] for n in (*graph.inputs, *graph.params, *graph.losses)}
-    candidates = [i for i in named if i not in skip]
-    needs = {i: _leaf_inputs(graph, [i]) for i in candidates}
-    read: set[int] = set()
-    for i in candidates:
-        stack, seen = list(graph.nodes[i].inputs), set()
-        while stack:  # the named tensors i reads: its cone, stopping at each named node
-            j = stack.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            if j in named:
-                if j in needs and needs[i] <= needs[j]:
-                    read.add(j)
-            else:
-                stack.extend(graph.nodes[j].inputs)
-    return [n for n, i in graph.names.items() if i not in skip and i not in read]
+    labels): the quadratic's `y`; a classifier's `probs`, `prediction` and `accuracy`
+    (`dlc.compiler.ir.model_outputs`, which also names an artifact's `outputs` program)."""
+    return require("dlc.compiler.ir").model_outputs(graph)
 
 
 def outputs_for(session, fed: Sequence[str]) -> list[str]:
-    """The outputs (`model_outputs`) that inputs `fed` suffice for; refused when none do."""
+    """The outputs (`model_outputs`) that inputs `fed` suffice for; refused when none do. An
+    artifact with an outputs program lists them in its manifest: no model.dl compiled then."""
+    artifact = session._artifact
+    listed = artifact.runner.manifest.get("outputs") if artifact is not None else None
+    if listed:
+        fed_set = set(fed)
+        usable = [n for n in listed if artifact.eval_plan([n])[2] <= fed_set]
+        if usable:
+            return usable
     graph = session._output_graph()
     outputs = model_outputs(graph)
     if not outputs:

@@ -3,7 +3,8 @@ backend that runs its fixed programs (`ArtifactBackend`, a `dlc.backends.protoco
 
 Neither imports the compiler or lark: the programs come from the folder
 (`dlc.runtime.artifact.runner.Runner` loads them); a Session over an artifact evaluates any named
-tensor with the "eval" program and trains with the "train" program (its loss and optimizer
+tensor with the "eval" program (the model's outputs with the "outputs" program, where the
+folder has one: fused across the names between them) and trains with the "train" program (its loss and optimizer
 fixed at compile time, only the learning rate fed).
 """
 
@@ -127,7 +128,7 @@ class ArtifactBackend:
         ex = self.runner.executor(program)
         with self.runner.gpu_memory(program):
             values = ex.run(feeds, dims, list(roots))
-        if program != "eval":  # tensor ids name the eval program's tensors
+        if program == "train":  # tensor ids name the eval (and outputs) program's tensors
             return values
         return [from_storage(v, "i32" if r in self._i32 else "f32") for r, v in zip(roots, values)]
 
@@ -148,10 +149,12 @@ class ArtifactBackend:
 
     # -- what a Session asks of fixed programs --------------------------------------------------
     def eval_plan(self, names: Sequence[str]) -> tuple[str, list[int], set[str]]:
-        """("eval", the tensor ids of `names`, the inputs fetching them reads): only the
-        kernels a fetch needs run."""
+        """("outputs" when every name is one of the model's outputs and the folder has that
+        program, else "eval"; the tensor ids of `names`, the same in both; the inputs fetching
+        them reads): only the kernels a fetch needs run."""
         roots = [self.runner.tensor(n) for n in names]
-        return "eval", roots, set(self.runner.executor("eval").needs(roots)[1])
+        program = self.runner.program_for(names)
+        return program, roots, set(self.runner.executor(program).needs(roots)[1])
 
     def fetch_dims(self, program: str, roots: list[int], dims: dict[str, int]) -> dict[str, int]:
         return self.runner.fetch_dims(program, roots, dims)

@@ -51,7 +51,8 @@ from ..spec import json_kind as _what
 from ..spec import show as _show
 
 MANIFEST = "manifest.json"
-PROGRAMS = ("eval", "train")
+PROGRAMS = ("eval", "outputs", "train")
+OUTPUTS = "outputs"  # the program of the model's outputs alone, and the manifest key naming them
 
 # Bounds: generous for real models, small enough that nothing derived from them is absurd.
 MAX_MANIFEST_BYTES = 64 << 20
@@ -283,6 +284,7 @@ class _Manifest:
                 self.fail(
                     f"names.{n}", f"tensor {t} has shape {_show(shape)}, but '{n}' is declared {_show(declared[n])}"
                 )
+        self.outputs(m, progs, names)
         if train is not None:  # the step returns its loss as one number
             loss = progs["train"]["roots"][0]
             shape = progs["train"]["tensors"][str(loss)]["shape"]
@@ -290,6 +292,31 @@ class _Manifest:
                 self.fail(
                     "programs.train.roots[0]", f"the loss tensor {loss} has shape {_show(shape)}, not a scalar's []"
                 )
+
+    def outputs(self, m, progs, names) -> None:
+        """`outputs` (optional): the names the outputs program fetches, there exactly when it is;
+        the runtime reads each from that program as tensor `names[n]`, so each must be one of
+        its roots (stored, never a slot reused before the read) of the eval program's shape."""
+        if (OUTPUTS in m) != (OUTPUTS in progs):
+            self.fail(OUTPUTS, f"is there exactly when programs.{OUTPUTS} is")
+        if OUTPUTS not in m:
+            return
+        outputs = self.list(m[OUTPUTS], OUTPUTS, len(names))
+        if not outputs:
+            self.fail(OUTPUTS, "is empty: an outputs program fetches at least one tensor")
+        spec = progs[OUTPUTS]
+        roots = set(spec["roots"])
+        for i, n in enumerate(outputs):
+            field = f"{OUTPUTS}[{i}]"
+            self.member(n, names, field, "a name in 'names'")
+            if n in outputs[:i]:
+                self.fail(field, f"'{n}' appears twice")
+            t = names[n]
+            if t not in roots:
+                self.fail(field, f"tensor {t} ('{n}') is not a root of programs.{OUTPUTS}")
+            shape, want = spec["tensors"][str(t)]["shape"], progs["eval"]["tensors"][str(t)]["shape"]
+            if shape != want:
+                self.fail(field, f"tensor {t} has shape {_show(shape)} there but {_show(want)} in the eval program")
 
     def fixed(self, v, field: str) -> int:
         """A shape of ints only (params, optimizer state); returns its element count."""

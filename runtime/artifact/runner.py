@@ -24,7 +24,7 @@ from ..gl import GLError  # not OpenGL.error: runtime/gl.py picks PyOpenGL's pla
 from ..program import ShaderError
 from ..texture_executor import TextureExecutor, TextureStore
 from .files import read_artifact
-from .manifest import FORMAT, LR, MANIFEST, ArtifactError
+from .manifest import FORMAT, LR, MANIFEST, OUTPUTS, ArtifactError
 
 __all__ = ["FORMAT", "LR", "Runner", "load"]
 
@@ -37,7 +37,8 @@ def load(path: str | os.PathLike, hook: Callable[[], Any] | None = None) -> Runn
 
 class Runner:
     """An artifact's programs on this GL context: `store` holds its params and optimizer state
-    (the artifact's own values at first), `executor(program)` runs "eval" or "train".
+    (the artifact's own values at first), `executor(program)` runs "eval", "outputs" or "train"
+    (`program_for(names)` says which program fetches some names).
 
     `.inputs`, `.params_shapes`, `.tensors`, `.losses` (name -> shape) come from the manifest;
     `.train` is its training setup (loss, optimizer config) or None.
@@ -74,8 +75,17 @@ class Runner:
         for name, value in {**files.params, **files.state}.items():
             self.store.set(name, value)
 
+    def program_for(self, names) -> str:
+        """The program to fetch `names` with: "outputs" (the model's outputs alone, fused across
+        the names between them) when the artifact has it and every name is one of its outputs,
+        else "eval" (every named tensor)."""
+        outputs = self.manifest.get(OUTPUTS)
+        if outputs and all(n in outputs for n in names):
+            return OUTPUTS
+        return "eval"
+
     def executor(self, program: str) -> Executor:
-        """The executor of program "eval" or "train" (made on first use)."""
+        """The executor of program "eval", "outputs" or "train" (made on first use)."""
         ex = self._executors.get(program)
         if ex is None:
             if program == "train" and not self.train:

@@ -34,7 +34,7 @@ def test_the_train_step_is_built_from_the_unsimplified_model_and_simplified_once
     run_stages(w, opts, start="simplify")
     assert str(w.graphs["train"]) == str(pipeline.simplify(step))
     assert len(w.graphs["train"].nodes) < len(step.nodes)
-    assert set(w.programs) == {"eval", "train"}
+    assert set(w.programs) == {"eval", "train", "outputs"}
 
 
 def test_simplify_runs_once_per_program(monkeypatch):
@@ -47,7 +47,7 @@ def test_simplify_runs_once_per_program(monkeypatch):
 
     monkeypatch.setattr(pipeline, "simplify", counted)
     w = _work(train=True)
-    assert len(calls) == 2 == len(w.programs)  # eval and train, once each
+    assert len(calls) == 2 == len(w.programs) - 1  # eval and train, once each (outputs is fused from eval's)
     calls.clear()
     _work(train=False)
     assert len(calls) == 1

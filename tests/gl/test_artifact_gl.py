@@ -41,7 +41,7 @@ def artifact(tmp_path_factory):
 def test_folder_holds_manifest_shaders_and_params(artifact):
     model, out = artifact
     m = json.loads((out / "manifest.json").read_text())
-    assert m["format"] == 1 and set(m["programs"]) == {"eval", "train"}
+    assert m["format"] == 1 and set(m["programs"]) == {"eval", "outputs", "train"}
     assert m["target"] == TARGET
     assert m["inputs"] == {"pixels": ["B", 64], "labels": ["B"]}
     assert m["params"]["W1"] == [64, 64] and m["tensors"]["probs"] == ["B", 10]
@@ -56,6 +56,32 @@ def test_folder_holds_manifest_shaders_and_params(artifact):
         assert set(z.files) == set(model.params)
     with np.load(out / "state.npz") as z:
         assert "W1$m" in z.files and "$t" in z.files
+
+
+def test_the_outputs_program_serves_the_model_outputs(gl, artifact):
+    # fetches within the model's outputs run the outputs program (no stored h or logits),
+    # any other name the eval program; both match NumPy and each other
+    model, out = artifact
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["outputs"] == ["probs", "prediction", "accuracy"]
+    assert len(m["programs"]["outputs"]["kernels"]) < len(m["programs"]["eval"]["kernels"])
+    feeds = digits(37)
+    runner = dlc.load(out)
+    backend = runner._artifact
+    assert backend.eval_plan(["probs", "accuracy"])[0] == "outputs"
+    assert backend.eval_plan(["probs", "logits"])[0] == "eval" and backend.eval_plan(["cost"])[0] == "eval"
+    sess = dlc.Session(model, backend="numpy", seed=0)
+    want = sess.eval(["probs", "prediction", "accuracy", "logits"], feeds)
+    fused = runner.eval(["probs", "prediction", "accuracy"], feeds)
+    every = runner.eval(["probs", "prediction", "accuracy", "logits"], feeds)
+    assert set(backend.runner._executors) == {"outputs", "eval"}
+    for name in fused:
+        np.testing.assert_allclose(fused[name], want[name], rtol=1e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(fused[name], every[name], rtol=1e-5, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(every["logits"], want["logits"], rtol=1e-4, atol=1e-5)
+    assert sorted(runner.predict({"pixels": feeds["pixels"]})) == ["prediction", "probs"]  # the outputs program's
+    assert runner._reference is None  # the manifest's outputs: its model.dl not compiled for them
+    runner.close()
 
 
 def test_runner_matches_the_session(gl, artifact):
@@ -210,7 +236,7 @@ def test_a_broken_shader_names_the_artifact_the_kernel_and_the_file(gl, artifact
     runner = dlc.load(folder)
     try:
         with pytest.raises(ArtifactError) as e:
-            runner.eval(["probs"], digits(2))
+            runner.eval(["probs", "logits"], digits(2))  # logits: no output, so the eval program's
     finally:
         runner.close()
     msg = str(e.value)

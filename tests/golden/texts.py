@@ -86,9 +86,13 @@ def codegen_text(work: Work) -> str:
     """The codegen stage's text (`--emit codegen`) keeping a few kernels of each program: in
     `eval`, the first kernel of each kind (the forward pass); in `train`, the last of each
     kind (gradients and optimizer updates), so the two do not repeat one kernel; and every
-    kernel that draws random numbers (its bits must be the NumPy reference's)."""
+    kernel that draws random numbers (its bits must be the NumPy reference's). The `outputs`
+    program's kernels are eval's templates again: its fuse and plan texts show it."""
     programs = {}
     for name, prog in work.programs.items():
+        if name == "outputs":
+            programs[name] = dataclasses.replace(prog, sources={})
+            continue
         kernels = list(prog.spec.kernels)
         if name == "train":
             kernels.reverse()

@@ -61,7 +61,7 @@ def test_the_writer_writes_a_format_the_reader_accepts(pristine):
     files = read_artifact(pristine)
     assert files.manifest["format"] == FORMAT
     assert files.manifest["programs"]["train"].format == FORMAT
-    assert set(files.sources) == {"eval", "train"}
+    assert set(files.sources) == {"eval", "outputs", "train"}
     assert set(files.params) == {"W1", "b1", "W2", "b2"}
     assert files.params["W1"].shape == (64, 64) and files.params["W1"].dtype == np.float32
     assert "W1$m" in files.state and "$t" in files.state
@@ -319,6 +319,32 @@ def _delete(path):
     ],
 )
 def test_each_broken_field_is_named(art, change, match):
+    edit(art, change)
+    refused(art, match)
+
+
+def _outputs_shape(m):
+    t = m["names"]["probs"]
+    m["programs"]["outputs"]["tensors"][str(t)]["shape"] = ["B", 5]
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (_delete(["outputs"]), r"outputs: is there exactly when programs\.outputs is"),
+        (_delete(["programs", "outputs"]), r"outputs: is there exactly when programs\.outputs is"),
+        (_set(["outputs"], "probs"), r"outputs: must be a list, not a string"),
+        (_set(["outputs"], []), r"outputs: is empty"),
+        (_set(["outputs"], ["nope"]), r"outputs\[0\]: 'nope' is not a name in 'names'"),
+        (_set(["outputs"], ["probs", "probs"]), r"outputs\[1\]: 'probs' appears twice"),
+        (_set(["outputs"], ["h"]), r"outputs\[0\]: tensor \d+ \('h'\) is not a root of programs\.outputs"),
+        (_outputs_shape, r"outputs\[0\]: tensor \d+ has shape \['B', 5\] there but \['B', 10\] in the eval program"),
+    ],
+)
+def test_the_outputs_program_and_its_names_are_checked(art, change, match):
+    m = json.loads((art / "manifest.json").read_text())
+    assert m["outputs"] == ["probs", "prediction", "accuracy"]  # the model's outputs (predict's)
+    assert set(m["programs"]["outputs"]["roots"]) == {m["names"][n] for n in m["outputs"]}
     edit(art, change)
     refused(art, match)
 

@@ -41,7 +41,7 @@ def test_the_manifest_holds_each_spec_and_reads_back_equal(tmp_path, target):
     raw = json.loads((out / "manifest.json").read_text())
     validate(raw, "m")
     typed = read_manifest(out)["programs"]
-    assert set(typed) == {"eval", "train"}
+    assert set(typed) == {"eval", "outputs", "train"}
     for name, prog in progs.items():
         assert isinstance(typed[name], ProgramSpec)
         assert typed[name] == prog.spec  # compiler's object == the runtime's, through the file

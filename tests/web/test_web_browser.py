@@ -4,6 +4,7 @@ classifies a digit drawn with the mouse. Skips without the browser (fails in CI)
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 
@@ -13,6 +14,7 @@ from web_helpers import JS_FEEDS, JS_OUT, feed
 
 import dlc
 from dlc.data import load_data
+from dlc.eval_plan import model_outputs
 from dlc.web import export_web
 
 ELSEWHERE = {"char_gpt.dl"}  # at a small size, generating text: test_web_generate.py
@@ -61,6 +63,42 @@ def test_eval_matches_numpy(sample, web_root, open_export, tmp_path):
         assert got[name]["shape"] == list(np.shape(want[name])), name
         value = np.asarray(got[name]["data"], np.float32).reshape(np.shape(want[name]))
         np.testing.assert_allclose(value, want[name], rtol=2e-4, atol=2e-5, err_msg=name)
+    assert not page.errors
+
+
+@pytest.mark.parametrize("sample", ["mlp_digits.dl", "cnn_digits.dl", "resnet_bn.dl", "lstm.dl"])
+def test_the_outputs_come_from_the_outputs_program(sample, web_root, open_export, tmp_path):
+    # the model's outputs alone run the outputs program (fused across the names between them)
+    # and match NumPy; any other name then runs eval's, fetched and compiled on that first use,
+    # and both give the same outputs
+    path = f"samples/{sample}"
+    sess = reference(path, seed=4)
+    sess.save(tmp_path / "w.npz")
+    root, _ = web_root
+    name = exported(web_root, f"outputs_{sample}", path, weights=tmp_path / "w.npz")
+    manifest = json.loads((root / name / "manifest.json").read_text())
+    outputs = manifest["outputs"]
+    assert outputs == model_outputs(sess.model.graph)
+    assert len(manifest["programs"]["outputs"]["kernels"]) < len(manifest["programs"]["eval"]["kernels"])
+    page = open_export(name)
+    data = load_data(DATA[sample], sess.model.inputs).arrays
+    data = {n: v[:ROWS] for n, v in data.items()}
+    every = list(sess.model.tensors)
+    want = sess.eval(every, data)
+    got = page.call(
+        f"{JS_FEEDS} const out = await m.eval(feeds, arg.outputs); const first = [...m.executors.keys()];"
+        f" const one = {JS_OUT}; const all = await m.eval(feeds, arg.every);"
+        " return {first, one, all: Object.fromEntries(Object.entries(all).map(([n, v]) => [n, Array.from(v.data)])),"
+        " programs: [...m.executors.keys()]};",
+        {"feeds": feed(data), "outputs": outputs, "every": every},
+    )
+    assert got["first"] == ["outputs"] and got["programs"] == ["outputs", "eval"]
+    for n in outputs:
+        value = np.asarray(got["one"][n]["data"], np.float32).reshape(np.shape(want[n]))
+        np.testing.assert_allclose(value, want[n], rtol=2e-4, atol=2e-5, err_msg=n)
+        np.testing.assert_allclose(value.ravel(), got["all"][n], rtol=1e-5, atol=1e-6, err_msg=n)
+    for n in every:
+        np.testing.assert_allclose(np.ravel(got["all"][n]), np.ravel(want[n]), rtol=2e-4, atol=2e-5, err_msg=n)
     assert not page.errors
 
 

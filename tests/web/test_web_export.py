@@ -41,7 +41,7 @@ def test_export_writes_the_folder_with_weights_at_their_offsets(tmp_path):
     assert {"index.html", "dlc.js", "manifest.json", "weights.bin", "shaders", "model.dl"} <= names
     data = json.loads((out / "manifest.json").read_text())
     assert data["target"] == "texture" and data["web"]["page"] == "digits"
-    assert data["train"]["optimizer"]["name"] == "sgd" and set(data["programs"]) == {"eval", "train"}
+    assert data["train"]["optimizer"]["name"] == "sgd" and set(data["programs"]) == {"eval", "outputs", "train"}
     got = leaves(out)
     assert set(got) == set(weights)  # sgd keeps no state
     for n, v in weights.items():

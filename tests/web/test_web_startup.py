@@ -1,6 +1,7 @@
 """dlc.js's start-up in headless Chromium: load compiles every program of the model at once
-(one program per distinct shader code: the text without its comments, which name the kernel),
-draws the eval program's once, reports progress, and the model then evaluates as the NumPy
+but eval's, which waits for a fetch outside the model's outputs (one program per distinct
+shader code: the text without its comments, which name the kernel), draws the outputs
+program's once, reports progress, and the model then evaluates as the NumPy
 reference does. Skips without the browser (fails in CI)."""
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ def test_load_compiles_every_program_and_reports_progress(web_root, open_export,
     shaders = [e for e in got["events"] if e[0] == "shaders"]
     warm = [e for e in got["events"] if e[0] == "warm-up"]
     assert got["events"] == shaders + warm, "all shaders compile before the warm-up draws"
-    every = _distinct_sources(root / "startup_mlp", ["eval", "train"])
+    # eval's shaders (every named tensor) wait for a fetch outside the model's outputs
+    every = _distinct_sources(root / "startup_mlp", ["outputs", "train"])
     assert shaders[0] == ["shaders", 0, every] and shaders[-1] == ["shaders", every, every]
-    assert warm[0] == ["warm-up", 0, _distinct_sources(root / "startup_mlp", ["eval"])]
+    assert warm[0] == ["warm-up", 0, _distinct_sources(root / "startup_mlp", ["outputs"])]
     assert warm[-1][1] == warm[-1][2]
     for events in (shaders, warm):
         assert all(a[1] <= b[1] for a, b in zip(events, events[1:]))
@@ -59,6 +61,11 @@ def test_load_compiles_every_program_and_reports_progress(web_root, open_export,
     want = sess.eval(["probs"], x)["probs"]
     out = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['probs']); return {JS_OUT};", {"feeds": feed(x)})
     np.testing.assert_allclose(np.reshape(out["probs"]["data"], want.shape), want, rtol=2e-4, atol=2e-5)
+    logits = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['logits']); return {JS_OUT};", {"feeds": feed(x)})[
+        "logits"
+    ]
+    np.testing.assert_allclose(np.reshape(logits["data"], (7, 10)), sess.eval("logits", x), rtol=2e-4, atol=2e-5)
+    assert page.call("return [...m.executors.keys()];") == ["outputs", "eval"]
     train = {"pixels": data["pixels"][:16], "labels": data["labels"][:16]}
     losses = page.call(f"{JS_FEEDS} return await m.train(feeds, {{steps: 2, batchSize: 16}});", {"feeds": feed(train)})
     want_losses = sess.train(train, optimizer=dlc.SGD(0.1), batch_size=16, steps=2, shuffle=False)

@@ -112,6 +112,16 @@ CORRUPT = {
         "programs.eval.kernels[0].passes[0].tensor: 123456 is not a tensor of programs.eval",
     ),
     "copies_missing": (lambda m: m["programs"]["train"].pop("copies"), None, "programs.train.copies: must be a list"),
+    # the outputs program's names: each read there as tensor names[n], so a root of it
+    "outputs_without_program": (
+        lambda m: m["programs"].pop("outputs"),
+        None,
+        "outputs: is there exactly when programs.outputs is",
+    ),
+    "outputs_unknown": (_set(["outputs"], ["nope"]), None, "outputs[0]: \"nope\" is not a name in 'names'"),
+    "outputs_not_a_root": (_set(["outputs"], ["h"]), None, "('h') is not a root of programs.outputs"),
+    "outputs_twice": (_set(["outputs"], ["probs", "probs"]), None, "outputs[1]: 'probs' appears twice"),
+    "outputs_text": (_set(["outputs"], "probs"), None, 'outputs: must be a list of names, not "probs"'),
     "slot_not_a_leaf": (
         lambda m: next(s for s in m["programs"]["eval"]["slots"] if s["kind"] == "param").update(name="W9"),
         None,

@@ -19,6 +19,7 @@
 const FORMAT = 1;
 const LR = "$lr"; // the learning rate, an input of the train program
 const PERSISTENT = new Set(["param", "state"]);
+const OUTPUTS = "outputs"; // the program (and manifest key) of the model's outputs alone
 const STEADY = new Set(["param", "state", "const"]); // slots no eval writes: packs of them are kept
 const YIELD_EVERY = 32; // training steps queued between returns to the event loop (the page stays live)
 const ES_HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp sampler2D;\n";
@@ -84,36 +85,49 @@ export async function load(url = ".", options = {}) {
   const weights = await fetchOk(new URL(web.weights.file, base)).then((r) => r.arrayBuffer());
   const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
   const vocab = await loadVocab(manifest, base, where);
-  const files = new Set();
-  for (const program of Object.values(manifest.programs)) {
-    for (const k of program.kernels) for (const p of k.passes) files.add(p.file);
-  }
+  // With an outputs program, eval's shaders (every named tensor) are fetched and compiled at
+  // the first fetch of a name outside the outputs: the first call of the outputs waits for
+  // neither.
+  const lazy = has(manifest.programs, OUTPUTS) ? ["eval"] : [];
+  const now = Object.keys(manifest.programs).filter((name) => !lazy.includes(name));
+  const shaders = new URL(`${web.shaders}/`, base);
   const sources = {};
-  await Promise.all(
-    [...files].map(async (file) => {
-      sources[file] = await fetchOk(new URL(`${web.shaders}/${file}`, base)).then((r) => r.text());
-    }),
-  );
+  await fetchSources(now.map((name) => manifest.programs[name]), shaders, sources);
   const device = new Device(options.canvas);
   try {
-    // every program of the model at once (the driver may link them in parallel), and the eval
-    // program's drawn once: the first eval then runs without building any (with a KV cache,
-    // its programs' instead: what generate runs)
-    const entries = [];
-    for (const program of Object.values(manifest.programs)) {
-      for (const k of program.kernels) for (const p of k.passes) entries.push([sources[p.file], p.file]);
-    }
+    // every program of the model at once (the driver may link them in parallel), and the
+    // program the first eval runs drawn once: it then runs without building any (the outputs
+    // program where the export has one, else eval; with a KV cache, its programs instead: what
+    // generate runs).
+    const entries = now.flatMap((name) => programEntries(manifest.programs[name], sources));
     const kv = kvCacheOf(manifest);
-    const first = kv ? [kv.step, kv.window, kv.constants].filter((n) => n !== null) : ["eval"];
-    const warm = first.flatMap((n) => manifest.programs[n].kernels.flatMap((k) => k.passes.map((p) => sources[p.file])));
+    const first = kv ? [kv.step, kv.window, kv.constants].filter((n) => n !== null) : [lazy.length ? OUTPUTS : "eval"];
+    const warm = first.flatMap((n) => programEntries(manifest.programs[n], sources).map(([source]) => source));
     await device.compileAll(entries, warm, options.onProgress || null);
   } catch (e) {
     device.dispose();
     throw e;
   }
   const model = new Model(device, manifest, sources, leaves);
+  model.shaders = shaders; // where compiled() fetches a lazy program's shaders
   model.vocab = vocab; // null unless the export is a language model's with its vocabulary
   return model;
+}
+
+/** Fetch into `sources` (file -> text) the shader files of `programs` it does not hold yet. */
+async function fetchSources(programs, folder, sources) {
+  const files = new Set();
+  for (const program of programs) for (const k of program.kernels) for (const p of k.passes) if (!has(sources, p.file)) files.add(p.file);
+  await Promise.all(
+    [...files].map(async (file) => {
+      sources[file] = await fetchOk(new URL(file, folder)).then((r) => r.text());
+    }),
+  );
+}
+
+/** [source, file] of every pass of a program spec. */
+function programEntries(program, sources) {
+  return program.kernels.flatMap((k) => k.passes.map((p) => [sources[p.file], p.file]));
 }
 
 /** A shader's text without its // comments: what the GPU runs (the program's key). */
@@ -185,6 +199,7 @@ function checkManifest(m, where) {
   for (const [n, shape] of Object.entries(m.tensors)) checkShape(shape, `tensors.${n}`, fail);
   if (!Array.isArray(m.losses) || m.losses.some((n) => typeof n !== "string")) fail("losses", "must be a list of names");
   if (!isObject(m.programs.eval)) fail("programs.eval", "is missing");
+  if (has(m, OUTPUTS) !== has(m.programs, OUTPUTS)) fail(OUTPUTS, `is there exactly when programs.${OUTPUTS} is`);
   if (m.train !== null && m.train !== undefined) {
     if (!isObject(m.train) || !isObject(m.train.optimizer) || !isObject(m.train.states)) {
       fail("train", "must be null or {loss, optimizer, states}");
@@ -199,11 +214,31 @@ function checkManifest(m, where) {
   for (const [n, t] of Object.entries(m.names)) {
     if (!isCount(t) || !isObject(evalTensors[t])) fail(`names.${n}`, `${show(t)} is not a tensor of programs.eval`);
   }
+  if (has(m, OUTPUTS)) checkOutputs(m, fail);
   const web = m.web;
   checkFileName(web.shaders, "web.shaders", fail);
   if (!isObject(web.weights) || !isObject(web.weights.leaves)) fail("web.weights", "must be {file, bytes, leaves}");
   checkFileName(web.weights.file, "web.weights.file", fail);
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
+}
+
+/** The manifest's `outputs` (with programs.outputs): the names the outputs program fetches (the
+ * model's outputs alone, fused across the names between them), each read there as tensor
+ * names[n]: a root of that program (stored, its slot never reused before the read), of the
+ * eval program's shape. */
+function checkOutputs(m, fail) {
+  const outputs = m[OUTPUTS];
+  if (!Array.isArray(outputs) || !outputs.length) fail(OUTPUTS, `must be a list of names, not ${show(outputs)}`);
+  const p = m.programs[OUTPUTS];
+  outputs.forEach((n, i) => {
+    const f = `${OUTPUTS}[${i}]`;
+    if (typeof n !== "string" || !has(m.names, n)) fail(f, `${show(n)} is not a name in 'names'`);
+    if (outputs.indexOf(n) !== i) fail(f, `'${n}' appears twice`);
+    const t = m.names[n];
+    if (!p.roots.includes(t)) fail(f, `tensor ${t} ('${n}') is not a root of programs.${OUTPUTS}`);
+    const [a, b] = [p.tensors[t].shape, m.programs.eval.tensors[t].shape];
+    if (a.length !== b.length || a.some((d, j) => d !== b[j])) fail(f, `tensor ${t} has shape ${show(a)} there but ${show(b)} in the eval program`);
+  });
 }
 
 /** The manifest's `web.kv_cache` (dlc/web/export.py): null (no language model with its block),
@@ -223,7 +258,7 @@ function checkKvCache(m, fail) {
   if (!Number.isInteger(kv.block) || kv.block < 1) fail("web.kv_cache.block", `must be a whole number >= 1, not ${show(kv.block)}`);
   for (const key of ["step", "window", "constants"]) {
     if (key === "constants" && kv[key] === null) continue;
-    if (typeof kv[key] !== "string" || !has(m.programs, kv[key]) || ["eval", "train"].includes(kv[key])) {
+    if (typeof kv[key] !== "string" || !has(m.programs, kv[key]) || ["eval", OUTPUTS, "train"].includes(kv[key])) {
       fail(`web.kv_cache.${key}`, `${show(kv[key])} is not a program of the export (its programs: ${Object.keys(m.programs).join(", ")})`);
     }
   }
@@ -1004,7 +1039,7 @@ class Store {
   }
 }
 
-/** Runs one compiled program spec (manifest.programs.eval or .train) against the Store. */
+/** Runs one compiled program spec (manifest.programs.eval, .outputs, .train or a KV cache's) against the Store. */
 class Executor {
   constructor(device, spec, sources, store) {
     this.device = device;
@@ -1274,6 +1309,16 @@ class Model {
     this.lastGeneration = null; // {cache, prefills, steps, windows} of the last generate()
   }
 
+  /** The executor of program `name`, its shaders compiled first in parallel where they are not yet. */
+  async compiled(name) {
+    this.checkAlive();
+    const program = this.manifest.programs[name];
+    await fetchSources([program], this.shaders, this.sources);
+    this.checkAlive();
+    await this.device.compileAll(programEntries(program, this.sources));
+    return this.executor(name);
+  }
+
   executor(name) {
     this.checkAlive();
     let ex = this.executors.get(name);
@@ -1293,13 +1338,17 @@ class Model {
   async eval(feeds, fetches) {
     const names = typeof fetches === "string" ? [fetches] : Array.from(fetches || []);
     if (!names.length) throw new DlcError("eval needs the names of the tensors to fetch");
-    const ex = this.executor("eval");
     const tensors = names.map((n) => {
-      if (!has(this.manifest.names, n)) {
+      if (typeof n !== "string" || !has(this.manifest.names, n)) {
         throw new DlcError(`no tensor named '${n}' in the model (it has: ${Object.keys(this.manifest.names).join(", ")})`);
       }
       return this.manifest.names[n];
     });
+    // the model's outputs from their own program (fused across the names between them), any
+    // other name from eval's (every named tensor: its shaders compiled on this first use)
+    const outputs = this.manifest[OUTPUTS];
+    const program = outputs && names.every((n) => outputs.includes(n)) ? OUTPUTS : "eval";
+    const ex = this.executors.get(program) || (await this.compiled(program));
     const { kernels, names: needed } = ex.needs(tensors);
     const { arrays, dims } = checkFeeds(this.inputs, feeds, needed, this.dtypes);
     ex.prepare(this.allDims(ex, kernels, tensors, dims));
