@@ -658,20 +658,20 @@ def render_gemm(
         add("        }")
     per = blk.bk // KS
 
-    def multiply(kk: str, pad: str) -> None:
+    def multiply(kk: str) -> None:  # one row of the slab, at K index `kk` (GLSL)
         for g in range(gm):
-            add(f"{pad}vec4 fa{g} = {shared_a(kk, _lane('ty', g, ty_count))};")
+            add(f"            vec4 fa{g} = {shared_a(kk, _lane('ty', g, ty_count))};")
         for g in range(gn):
-            add(f"{pad}vec4 fb{g} = {shared_b(kk, _lane('tx', g, tx_count))};")
+            add(f"            vec4 fb{g} = {shared_b(kk, _lane('tx', g, tx_count))};")
         for i in range(blk.rm):
             g, c = divmod(i, 4)
             for j in range(gn):
-                add(f"{pad}acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
+                add(f"            acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
 
     if var.unroll:  # each row of the slab written out, its offsets constant
         for q in range(per):
             add(f"        {{  // slab row {q}" + (f" of this K-group's {per}" if KS > 1 else ""))
-            multiply(f"ks * {per} + {q}" if KS > 1 else str(q), "            ")
+            multiply(f"ks * {per} + {q}" if KS > 1 else str(q))
             add("        }")
     else:
         if KS > 1:
@@ -679,7 +679,7 @@ def render_gemm(
             add(f"            int kk = ks * {per} + q;")
         else:
             add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
-        multiply("kk", "            ")
+        multiply("kk")
         add("        }")
     if double:
         # the other pair was last read before the previous barrier: store the next slab there
