@@ -103,20 +103,15 @@ def each_word(em: Emitter, words: int, line, unroll: bool) -> None:
         em.line(line(str(w)))
 
 
-def own_rows(forced: int | None = None) -> int:
-    """A work group's own rows: ROWS, or `forced` (the codegen option attention_rows)."""
-    return forced or ROWS
-
-
 def render(
     ctx: Context, unroll: bool | None = None, tile_floats: int | None = None, rows: int | None = None
 ) -> KernelSource:
     """`unroll`: the loops over a tile's rows and a row's words written out, so every array
     index is a constant (drivers then keep the rows in registers); None: where a tile holds
     UNROLL_MAX words or fewer. `tile_floats`: the streamed tiles' size (TILE_FLOATS); `rows`:
-    a group's own rows (None: `own_rows`)."""
+    a group's own rows (None: ROWS)."""
     node, lead, t_dim, d = _geometry(ctx)
-    group_rows = own_rows(rows)
+    group_rows = rows or ROWS
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
     scale = float_lit(float(node.attr("scale")))
