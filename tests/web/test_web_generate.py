@@ -14,6 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
+from web_helpers import fill_text_form
 
 import dlc
 from dlc.cli import main
@@ -227,9 +228,7 @@ def test_the_text_page_continues_a_typed_prompt(gpt, gpt_page, tmp_path):
     page = gpt_page.page
     assert page.locator("#text").is_visible() and page.locator("#generic").is_hidden()
     prompt = "KING:\nThe"
-    page.locator("#prompt").fill(prompt)
-    for field, value in (("#tokens", "24"), ("#temperature", "1"), ("#topk", ""), ("#seed", "7")):
-        page.locator(field).fill(value)
+    fill_text_form(page, prompt, tokens=24, seed=7)
     # each character lands in the page as it is drawn: one text node a token
     page.evaluate(
         "window.added = 0; new MutationObserver((ms) => { for (const r of ms) window.added += r.addedNodes.length; })"

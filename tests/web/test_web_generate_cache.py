@@ -15,6 +15,7 @@ import shutil
 import numpy as np
 from test_generate_cache import REFUSED, REFUSED_SOURCE
 from test_web_generate import GPT, SMALL, gpt, gpt_page  # noqa: F401 (fixtures)
+from web_helpers import fill_text_form
 
 import dlc
 from dlc.cli import main
@@ -153,9 +154,7 @@ def test_the_page_s_cache_box_gives_the_same_text(gpt, gpt_page):  # noqa: F811
     page = gpt_page.page
     assert page.locator("#cache").is_checked() and page.locator("#cache").is_enabled()
     prompt = "KING:"
-    page.locator("#prompt").fill(prompt)
-    for field, value in (("#tokens", "20"), ("#temperature", "1"), ("#topk", ""), ("#seed", "4")):
-        page.locator(field).fill(value)
+    fill_text_form(page, prompt, tokens=20, seed=4)
     want = sess.generate(prompt, 20, vocab=vocab, temperature=1.0, seed=4)
     for checked in (True, False):
         page.locator("#cache").set_checked(checked)

@@ -18,3 +18,15 @@ JS_FEEDS = (
     ".map(([n, f]) => [n, {data: Float32Array.from(f.data), shape: f.shape}]));"
 )
 JS_OUT = "Object.fromEntries(Object.entries(out).map(([n, v]) => [n, {data: Array.from(v.data), shape: v.shape}]))"
+
+
+def fill_text_form(page, prompt: str, tokens: int, seed: int, temperature: str = "1", top_k: str = "") -> None:
+    """Type a prompt and generation settings into the text page's form (not submitted)."""
+    page.locator("#prompt").fill(prompt)
+    for field, value in (
+        ("#tokens", str(tokens)),
+        ("#temperature", temperature),
+        ("#topk", top_k),
+        ("#seed", str(seed)),
+    ):
+        page.locator(field).fill(value)
