@@ -307,7 +307,7 @@ def entry_literal(family: str, device: str, best: dict) -> str:
     from dlc.compiler.codegen import matmul_tuning as tuning
 
     now = tuning.entry(device)
-    row = {"wave": now["wave"], "shared_bytes": now["shared_bytes"]}
+    row = {"wave": now["wave"], "shared_bytes": now["shared_bytes"], "short_chunk": now["short_chunk"]}
     for cls in tuning.CLASSES:
         row[cls] = best.get(cls, now[cls])
     kept = [c for c in tuning.CLASSES if c not in best]

@@ -1,10 +1,12 @@
 """attention_cached's kernels (ops/kv_cache.py).
 
 On the compute target: one work group per (leading index, new query row),
-KEYS invocations splitting the keys that row sees (0 .. p + i) between them, each with its
-own online softmax (running max m, sum l and output row, rescaled as the max grows), then
-merged through shared memory: the group's max M, l = sum l_t exp(m_t - M), each output word
-sum acc_t exp(m_t - M) / l. A decode step has one new row a sequence, so the parallelism is
+64 to 256 invocations splitting the keys that row sees (0 .. p + i) between them (one key
+each in a decode step's cache of 256 rows), each with its own online softmax (running max m,
+sum l and output row, rescaled as the max grows), then merged through shared memory: the
+group's max M, l = sum l_t exp(m_t - M), each output word sum acc_t exp(m_t - M) / l (64
+partial rows at a time). The query row is read once a group into shared memory, and a
+stored cache as vec4s. A decode step has one new row a sequence, so the parallelism is
 over the keys, not over query rows as FlashAttention's tiles are (kernels_attention.py).
 On the texture target, two passes: a fragment per (query row, key) writes the row's score
 of that key into a scratch texture (the keys past the row's last, -inf), then a fragment per
@@ -26,7 +28,8 @@ from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY
 from .texture import output_pass, spec_source
 
-KEYS = 64  # invocations a work group, splitting one query row's keys
+KEYS = 64  # the fewest invocations a work group, splitting one query row's keys
+MAX_KEYS = 256  # the most (keys_a_group)
 # A row's words are written out (constant array indices: the rows stay in registers, as in
 # kernels_attention.py) up to this many.
 UNROLL_WORDS = 32
@@ -51,21 +54,41 @@ def _geometry(ctx: Context):
     return node, qshape[:-2], qshape[-2], int(qshape[-1]), ctx.dim(rows), pos
 
 
+def keys_a_group(rows) -> int:
+    """Invocations splitting a query row's keys: one key each for a cache of up to 256 rows
+    (a decode step's keys in one round of loads), at least KEYS."""
+    if isinstance(rows, str) and not rows.isdigit():  # symbolic: a window's own keys
+        return MAX_KEYS
+    return min(MAX_KEYS, max(KEYS, -(-int(rows) // KEYS) * KEYS))
+
+
 def render(ctx: Context) -> KernelSource:
     node, lead, n_dim, d, rows, pos = _geometry(ctx)
     q, kv, _ = node.inputs
     scale = float_lit(float(node.attr("scale")))
     lanes = 4 if d % 4 == 0 else 1
     words, ty = d // lanes, "vec4" if lanes == 4 else "float"
+    keys = keys_a_group(rows)
     names = ("o", "lid", "qi", "bh", "n", "p", "qrow", "orow", "last", "j", "krow", "vrow", "w", "t", "result")
-    ctx.names.taken.update(names)
+    ctx.names.taken.update(names + ("f", "r", "kv_q"))
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
+    extra: list[str] = []
+    # the cache as stored (fusion.py stores a cache that is computed): its rows read as vec4s
+    direct = lanes == 4 and kv in ctx.kernel.inputs
+    if direct:
+        binding = ctx.binding[ctx.plan.slot_of[kv]]
+        extra.append(
+            f"layout(std430, binding = {binding}) restrict readonly buffer B{binding}KV4"
+            f" {{ vec4 v[]; }} b{binding}_kv4;  // the same buffer as vec4"
+        )
 
-    def word(tensor: int, row: str, w: str) -> str:
-        return row_word(em, tensor, row, w, d, lanes)
+    def kv_word(row: str, w: str) -> str:
+        if direct:
+            return f"b{binding}_kv4.v[{row} * {words} + {w}]"
+        return row_word(em, kv, row, w, d, lanes)
 
     em.line(f"int qi = int({TILE}.x), bh = int({TILE}.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
@@ -77,40 +100,59 @@ def render(ctx: Context) -> KernelSource:
     def per_word(line) -> None:
         each_word(em, words, line, words <= UNROLL_WORDS)
 
+    # the query row once a group (its index arithmetic is the fused layout's), then to registers
+    em.open(f"for (int w = lid; w < {words}; w += {keys})")
+    em.line(f"kv_q[w] = {row_word(em, q, 'qrow', 'w', d, lanes)};")
+    em.close()
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
     em.line(f"{ty} qr[{words}];")
-    per_word(lambda w: f"qr[{w}] = {word(q, 'qrow', w)};")
+    per_word(lambda w: f"qr[{w}] = kv_q[{w}];")
     em.line(f"{ty} acc[{words}];")
     per_word(lambda w: f"acc[{w}] = {ty}(0.0);")
     em.line("float m = -DLC_INF, l = 0.0;")
-    em.open(f"for (int j = lid; j <= last; j += {KEYS})")
+    em.open(f"for (int j = lid; j <= last; j += {keys})")
     em.line(f"int krow = bh * {rows} + j, vrow = krow + {ctx.numel(lead)} * {rows};  // kv[0], kv[1]")
     em.line("float s = 0.0;")
-    per_word(lambda w: f"s += dot(qr[{w}], {word(kv, 'krow', w)});")
+    per_word(lambda w: f"s += dot(qr[{w}], {kv_word('krow', w)});")
     em.line(f"s *= {scale};")
     em.line("float mt = max(m, s);")
     em.line("float corr = m == mt ? 1.0 : exp(m - mt);  // m == mt == -inf: nothing yet to rescale")
     em.line("float pj = s == -DLC_INF ? 0.0 : exp(s - mt);")
     em.line("l = l * corr + pj;")
-    per_word(lambda w: f"acc[{w}] = acc[{w}] * corr + pj * {word(kv, 'vrow', w)};")
+    per_word(lambda w: f"acc[{w}] = acc[{w}] * corr + pj * {kv_word('vrow', w)};")
     em.line("m = mt;")
     em.close()
-    # merge the invocations' partial softmaxes
+    # merge the invocations' partial softmaxes: the group's max, each part rescaled to it
     em.line("kv_m[lid] = m;")
-    em.line("kv_l[lid] = l;")
-    per_word(lambda w: f"kv_acc[lid * {words} + {w}] = acc[{w}];")
     em.line("memoryBarrierShared();")
     em.line("barrier();")
-    em.line("float top = -DLC_INF, total = 0.0;")
-    em.open(f"for (int t = 0; t < {KEYS}; t++)")
+    em.line("float top = -DLC_INF;")
+    em.open(f"for (int t = 0; t < {keys}; t++)")
     em.line("top = max(top, kv_m[t]);")
     em.close()
-    em.open(f"for (int t = 0; t < {KEYS}; t++)")
-    em.line("total += kv_m[t] == top ? kv_l[t] : kv_l[t] * exp(kv_m[t] - top);")
+    em.line("float f = m == top ? 1.0 : exp(m - top);  // an invocation with no key: m = -inf, f = 0")
+    em.line("kv_l[lid] = l * f;")
+    per_word(lambda w: f"acc[{w}] *= f;")
+    # the output rows summed KEYS at a time (shared memory for KEYS partial rows, not `keys`)
+    for r in range(keys // KEYS):
+        if r:
+            em.line("memoryBarrierShared();")
+            em.line("barrier();")
+        em.open(f"if (lid / {KEYS} == {r})")
+        op = "+=" if r else "="
+        per_word(lambda w, op=op: f"kv_acc[(lid % {KEYS}) * {words} + {w}] {op} acc[{w}];")
+        em.close()
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.open(f"for (int w = lid; w < {words}; w += {keys})")
+    em.line("float total = 0.0;")
+    em.open(f"for (int t = 0; t < {keys}; t++)")
+    em.line("total += kv_l[t];")
     em.close()
-    em.open(f"for (int w = lid; w < {words}; w += {KEYS})")
     em.line(f"{ty} sum = {ty}(0.0);")
     em.open(f"for (int t = 0; t < {KEYS}; t++)")
-    em.line(f"sum += (kv_m[t] == top ? 1.0 : exp(kv_m[t] - top)) * kv_acc[t * {words} + w];")
+    em.line(f"sum += kv_acc[t * {words} + w];")
     em.close()
     em.line(f"{ty} result = sum / total;")
     em.line(f"int orow = {_out_index(ctx, node, lead, 'n', 'qrow', '0')};  // the row's first output")
@@ -121,14 +163,17 @@ def render(ctx: Context) -> KernelSource:
     em.close()
 
     shared = [
-        f"shared float kv_m[{KEYS}];",
-        f"shared float kv_l[{KEYS}];",
+        f"shared float kv_m[{keys}];",
+        f"shared float kv_l[{keys}];",
         f"shared {ty} kv_acc[{KEYS * words}];",
+        f"shared {ty} kv_q[{words}];",
+        *extra,
     ]
-    local = (KEYS, 1, 1)
+    local = (keys, 1, 1)
     what = (
         f"attention_cached over {format_shape(lead)} x [{n_dim}, {d}] new rows, a cache of {rows} rows: "
-        f"a work group per query row, {KEYS} invocations over its keys{', vec4 words' if lanes == 4 else ''}"
+        f"a work group per query row, {keys} invocations over its keys{', vec4 words' if lanes == 4 else ''}"
+        f"{', the cache read as vec4s' if direct else ''}"
     )
     lines = header(ctx, what, local, shared)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]

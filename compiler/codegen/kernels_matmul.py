@@ -5,8 +5,11 @@ gradients need no transposes); a rank-2 operand or a batch of 1 is shared by eve
 Any number of batch dims, broadcast as NumPy does: the grid's z runs over the output's batches
 (their product), and each operand reads the batch its own dims broadcast to (`batch_of`).
 
-Two templates, both exact for any size (every load and store is bounds-checked):
+Three templates, each exact for any size (every load and store is bounds-checked):
 - `tile16`: a 16x16 shared-memory tile, one output per invocation; for small products.
+- `rows`: a few rows times a long weight (a decode step's x @ W over one token): each work
+  group takes 8 columns of every row, its 256 invocations splitting K 32 ways, the 32
+  partial sums added in shared memory; many groups, no idle tile rows.
 - `blocked`: a TM x TN tile per work group, each invocation computing RM x RN outputs from
   vec4 reads of shared memory, with the next K-slab fetched into registers (vec4 loads when
   the layout allows) while the current one is multiplied; optionally KS K-groups per work
@@ -19,7 +22,7 @@ Two templates, both exact for any size (every load and store is bounds-checked):
 Which template, blocking and switches: `choose` picks a size class by the sizes at the plan's
 reference binding, and matmul_tuning's table holds the variant of each class per device
 family (the codegen option `device`, a GL_RENDERER string). Codegen options force them:
-`matmul` (a template: tile16, thin, medium, big), `blocking` (tm, tn, bk, rm, rn[, ks[,
+`matmul` (a template: tile16, rows, thin, medium, big), `blocking` (tm, tn, bk, rm, rn[, ks[,
 swizzle]]), `prefetch`, and `matmul_variant` (a dict of Variant switches, and optionally a
 blocking), applied over the table's choice.
 """
@@ -167,14 +170,17 @@ def _sizes(ctx: Context) -> tuple[int, int, int, int]:
 
 
 def choose(ctx: Context, forced: str | None = None, device: str | None = None) -> str:
-    """'tile16', 'thin', 'medium' or 'big', by the sizes at the plan's reference binding
-    (`device`: the renderer string whose table entry says how many work groups fill it)."""
+    """'tile16', 'rows', 'thin', 'medium' or 'big', by the sizes at the plan's reference
+    binding (`device`: the renderer string whose table entry says how many work groups fill
+    it)."""
     if forced:
         if forced not in TEMPLATES:
             raise ValueError(f"unknown matmul template {forced!r}: choose {', '.join(TEMPLATES)}")
         return forced
     wave = tuning.entry(device)["wave"]
     batch, m, n, k = _sizes(ctx)
+    if m <= ROWS_MAX and n >= ROWS_COLS and k >= ROWS_MIN_K:
+        return "rows"
     if min(m, n) >= 128 and k >= 8 and batch * math.ceil(m / 128) * math.ceil(n / 128) >= wave:
         return "big"
     if min(m, n) >= 64 and k >= 16:
@@ -185,7 +191,11 @@ def choose(ctx: Context, forced: str | None = None, device: str | None = None) -
     return "tile16"
 
 
-TEMPLATES = ("tile16", "thin", "medium", "big")
+TEMPLATES = ("tile16", "rows", "thin", "medium", "big")
+ROWS_MAX = 8  # "rows": at most this many output rows (a 16-row tile would idle half or more)
+ROWS_COLS = 8  # its columns a work group
+ROWS_SPLIT = 32  # its invocations along K a column
+ROWS_MIN_K = 64  # under this, 16x16 tiles' one slab is as good
 
 
 SPLIT_CHUNK = 1024  # the shortest K-chunk a split-K work group sums (its partial tile is
@@ -204,10 +214,14 @@ def split_k_chunk(ctx: Context, blk: Blocking, device: str | None = None) -> int
     if isinstance(geo.k, int) and geo.k > LONG_K:
         return -(-LONG_K // blk.bk) * blk.bk
     tiles = math.ceil(m / blk.tm) * math.ceil(n / blk.tn)
-    wave = tuning.entry(device)["wave"]
+    row = tuning.entry(device)
+    wave = row["wave"]
     if tiles >= wave:
         return None
-    chunk = max(SPLIT_CHUNK, -(-k * tiles // (2 * wave)))
+    # in under a quarter of a wave of tiles (a 256-token prefill's projections) the family's
+    # shorter chunks, if it has them: more groups where most of the device would be idle
+    shortest = row["short_chunk"] if 4 * tiles < wave else SPLIT_CHUNK
+    chunk = max(shortest, -(-k * tiles // (2 * wave)))
     chunk = min(-(-chunk // blk.bk) * blk.bk, LONG_K)
     return chunk if k >= 2 * chunk else None
 
@@ -285,7 +299,7 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
         base, where, which = tuning.variant({"blocking": blocking}, "codegen option blocking"), "forced", "blocked"
     else:
         which = choose(ctx, o.matmul, device)
-        if which == "tile16":
+        if which in ("tile16", "rows"):
             return which, None, ""
         cls = size_class(ctx, which)
         if cls in ("split", "medium") and splits_well(ctx, device):
@@ -311,6 +325,8 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
 def render(ctx: Context, options: CodegenOptions | Mapping | None = None) -> KernelSource:
     """The matmul kernel under the codegen options (see the module's docstring)."""
     which, var, where = resolve(ctx, options)
+    if which == "rows":
+        return _render_rows(ctx)
     if var is None:
         return _render_tile16(ctx)
     o = codegen_options(options)
@@ -472,6 +488,55 @@ def _render_tile16(ctx: Context) -> KernelSource:
     ]
     lines = header(ctx, _describe(geo, "16x16 tiles"), (16, 16, 1), extra) + funcs + main
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
+
+
+def _render_rows(ctx: Context) -> KernelSource:
+    """`rows`: a work group per ROWS_COLS columns and up to ROWS_MAX rows (the reference
+    binding's rows; more rows at run time take more groups along y). Its invocation (c, s)
+    sums column c over k = s, s + ROWS_SPLIT, ...: neighbouring invocations run along N where
+    B is stored [K, N] (a warp reads 4 rows of 8 neighbouring floats) and along K where it is
+    stored [N, K] (a warp reads 32 neighbouring floats). A is the same few rows for every
+    column: cached reads."""
+    geo, d, funcs = _common(ctx)
+    M, N, K = d["M"], d["N"], d["K"]
+    _, m_ref, _, _ = _sizes(ctx)
+    rm, nc, ks = max(1, min(m_ref, ROWS_MAX)), ROWS_COLS, ROWS_SPLIT
+    threads = nc * ks
+    lane = f"int s = tid % {ks}, c = tid / {ks};" if geo.tb else f"int c = tid % {nc}, s = tid / {nc};"
+    part_of_q = f"c * {ks} + q" if geo.tb else f"q * {nc} + c"  # the invocation (c, s = q)
+    main = [
+        "void main() {",
+        "    int tid = int(gl_LocalInvocationID.x);",
+        f"    {lane}",
+        f"    int n0 = int({TILE}.x) * {nc}, m0 = int({TILE}.y) * {rm};",
+        f"    int bz = int({TILE}.z);",
+        "    int col = n0 + c;",
+        *(f"    float acc{i} = 0.0;" for i in range(rm)),
+        f"    if (col < {N}) {{",
+        f"        for (int k = s; k < {K}; k += {ks}) {{",
+        f"            float b = {d['B']}.v[{_addr_b(geo, d, 'k', 'col')}];",
+        *(
+            f"            if (m0 + {i} < {M}) acc{i} += {d['A']}.v[{_addr_a(geo, d, f'm0 + {i}', 'k')}] * b;"
+            for i in range(rm)
+        ),
+        "        }",
+        "    }",
+        *(f"    part[{i}][tid] = acc{i};" for i in range(rm)),
+        "    memoryBarrierShared();",
+        "    barrier();",
+        f"    if (tid < {rm * nc}) {{",
+        f"        int i = tid / {nc}, c = tid % {nc};",
+        "        int row = m0 + i, col = n0 + c;",
+        "        float sum = 0.0;",
+        f"        for (int q = 0; q < {ks}; ++q) sum += part[i][{part_of_q}];",
+        f"        if (row < {M} && col < {N}) epilogue((bz * {M} + row) * {N} + col, bz, row, col, sum);",
+        "    }",
+        "}",
+    ]
+    extra = [f"shared float part[{rm}][{threads}];  // each invocation's partial sums, a row each"]
+    how = f"{rm} rows x {nc} columns a work group, K split {ks} ways"
+    lines = header(ctx, _describe(geo, how), (threads, 1, 1), extra) + funcs + main
+    return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, rm, nc), (threads, 1, 1))
 
 
 # A K loop longer than this is split across work groups: llvmpipe silently stops an invocation

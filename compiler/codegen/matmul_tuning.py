@@ -7,7 +7,9 @@ A device family is found in the driver's GL_RENDERER string (`family`): "NVIDIA 
 names the family, size class and variant it was rendered with.
 
 Each family's entry holds `wave` (work groups that keep the device busy: fewer tiles than this
-take the smaller "split" blocking), `shared_bytes` (shared memory a work group may take) and,
+take the smaller "split" blocking), `shared_bytes` (shared memory a work group may take),
+`short_chunk` (the shortest K-chunk split across work groups where a product has under a
+quarter of a wave of tiles; kernels_matmul.split_k_chunk) and,
 per size class ("big", "split", "splitk", "narrow", "medium", "thin"; see
 kernels_matmul.choose), a variant as a plain literal (None for "splitk": the family has no such
 class: its blocking (tm, tn, bk, rm, rn[, ks[, swizzle]]) and the template's switches
@@ -173,6 +175,7 @@ def _blocking(blk, where: str) -> Blocking:
 _H200_MEASURED = {
     "wave": 128,
     "shared_bytes": 49152,
+    "short_chunk": 1024,  # as SPLIT_CHUNK: llvmpipe's MLP step lost 12% with 256
     "big": {"blocking": (128, 128, 16, 8, 8)},
     "split": {"blocking": (128, 64, 32, 8, 4, 2)},
     "narrow": {"blocking": (128, 64, 32, 8, 4, 2)},  # as "split": not measured apart
@@ -187,6 +190,7 @@ _H200_MEASURED = {
 _H100_MEASURED = {
     "wave": 128,
     "shared_bytes": 49152,
+    "short_chunk": 256,
     "big": {"blocking": (128, 256, 16, 8, 8), "double_buffer": True, "warp": (4, 8)},
     "split": {"blocking": (64, 128, 32, 4, 8, 2), "store4": True, "double_buffer": True, "warp": (4, 8)},
     # benchmarks/bench_matmul_gpt.py --variants (2026-11-25): P @ V and dV of the GPT step,

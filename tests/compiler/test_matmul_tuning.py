@@ -43,6 +43,7 @@ def test_every_table_entry_is_a_valid_variant_that_fits_its_shared_memory(fam):
     row = tuning.TABLE[fam]
     assert isinstance(row["wave"], int) and row["wave"] > 0
     assert row["shared_bytes"] >= 32768  # GL guarantees at least this much
+    assert isinstance(row["short_chunk"], int) and 0 < row["short_chunk"] <= 1024
     for cls in tuning.CLASSES:
         v = tuning.lookup(fam, cls)
         if v is None:  # an optional class the family has not measured

@@ -18,7 +18,7 @@ from dlc.runtime.spec import Grid
 pytestmark = pytest.mark.gl
 
 
-@pytest.mark.parametrize("variant", ["tile16", "medium", "big"])
+@pytest.mark.parametrize("variant", ["tile16", "rows", "medium", "big"])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
     from dlc.backends.gl import GLBackend
@@ -40,7 +40,7 @@ def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
     backend.close()
 
 
-@pytest.mark.parametrize("variant", ["tile16", "medium", "big"])
+@pytest.mark.parametrize("variant", ["tile16", "rows", "medium", "big"])
 def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
     from dlc.backends.gl import GLBackend
 
@@ -54,6 +54,30 @@ def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
         }
         (got,) = backend.run(g, [y], feeds, {"B": batch})
         np.testing.assert_allclose(got, feeds["a"] @ feeds["w"], rtol=1e-4, atol=1e-4)
+    backend.close()
+
+
+@pytest.mark.parametrize("tb", [False, True])
+def test_few_rows_take_the_rows_template_at_any_binding(gl, tb):
+    """A decode step's x @ W (one row, planned at B = 1) takes `rows`; the same program at 5
+    and 11 rows (more groups along y) and a K that is no multiple of its 32-way split."""
+    from dlc.backends.gl import GLBackend
+
+    rng = np.random.default_rng(2)
+    k, n = 203, 77
+    g, y = matmul_graph(("B", k), (n, k) if tb else (k, n), False, tb, epilogue=True)
+    backend = GLBackend()
+    w = rng.normal(size=(n, k) if tb else (k, n)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    for batch in (1, 5, 11):
+        a = rng.normal(size=(batch, k)).astype(np.float32)
+        a[0, 3] = np.nan if batch == 5 else a[0, 3]  # a NaN reaches only its row
+        (got,) = backend.run(g, [y], {"a": a, "w": w, "bias": bias}, {"B": batch})
+        want = np.maximum(a.astype(np.float64) @ (w.T if tb else w).astype(np.float64) + bias, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if batch == 1:
+            compiled, _ = backend.program(g, [y], False, {"B": 1})
+            assert any("x 8 columns a work group, K split 32 ways" in kk.source for kk in compiled.kernels)
     backend.close()
 
 

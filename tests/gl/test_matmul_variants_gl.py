@@ -177,7 +177,7 @@ def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
     literal = out.split("TABLE:\n", 1)[1].split("\n", 2)[2]  # after the comment line
     ((family, row),) = ast.literal_eval(literal).items()
     assert family == matmul_tuning.family(gl.renderer)
-    assert set(row) == {"wave", "shared_bytes", *matmul_tuning.CLASSES}
+    assert set(row) == {"wave", "shared_bytes", "short_chunk", *matmul_tuning.CLASSES}
     for cls in matmul_tuning.CLASSES:
         if row[cls] is not None or cls not in matmul_tuning.OPTIONAL:
             matmul_tuning.variant(row[cls])
@@ -199,6 +199,16 @@ def test_split_k_over_a_symbolic_k_by_default(gl):
     # a weight gradient: X^T G over K = B*T rows, few output tiles: K-chunks across work groups
     source = _check(None, ("K", 130), ("K", 136), True, False, dims={"K": 2500}, seed=4, atol=5e-3)
     assert "K-chunks of 1024 across work groups" in source.split("\n")[1]
+
+
+def test_few_tiles_split_k_in_the_familys_short_chunks(gl):
+    # a prefill's projection: under a quarter of a wave of tiles over K = 1024; the NVIDIA rows
+    # split it in chunks of 256 (more work groups), the default row keeps 1024 (no split)
+    shapes = ((128, 1000), (1000, 132), False, False)
+    nvidia = _check({"device": "NVIDIA H200"}, *shapes, seed=6, atol=1e-3)
+    assert "K-chunks of 256 across work groups" in nvidia.split("\n")[1]
+    plain = _check({"device": "llvmpipe (LLVM 15.0.7, 256 bits)"}, *shapes, seed=6, atol=1e-3)
+    assert "K-chunks" not in plain.split("\n")[1]
 
 
 @pytest.mark.parametrize("ta", [False, True])

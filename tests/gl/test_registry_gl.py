@@ -52,6 +52,8 @@ def sample(rng, domain: str, shape) -> np.ndarray:
         return rng.integers(0, 3, size=shape).astype(float)  # rows of a tensor of >= 3
     if domain == "position":  # attention_cached's first new position: past a work group's keys
         return rng.integers(33, 60, size=shape).astype(np.int32)
+    if domain == "late_position":  # past 256 keys: an invocation takes two or more
+        return rng.integers(270, 290, size=shape).astype(np.int32)
     if domain == "counter":  # a random op's seed or step: an integer exact in float32
         return rng.integers(0, 2**24, size=shape).astype(float)
     return registry.sample(domain, rng, shape)  # the domains entries' oracles name
@@ -292,6 +294,10 @@ def attention_cases() -> list[Case]:
     # the last row of a window over the window's own keys and values (S symbolic)
     shapes = [(2, 3, 1, 8), (2, 2, 3, "S", 8), (1,)]
     out.append(Case("attention_cached", shapes, {"scale": 0.3}, cached, dims={"S": 61}, label="symbolic-rows"))
+    # a cache of 300 rows read from past 256 keys (an invocation sums two keys or more)
+    shapes = [(1, 2, 2, 8), (2, 1, 2, 300, 8), (1,)]
+    late = ["normal"] * 2 + ["late_position"]
+    out.append(Case("attention_cached", shapes, {"scale": 0.3}, late, label="rows300-late"))
     return out
 
 
@@ -313,7 +319,7 @@ def build(case: Case, seed: int = 0):
     doms = case.domains or ["normal"] * len(case.shapes)
     feeds, ids = {}, []
     for k, (shape, dom) in enumerate(zip(case.shapes, doms)):
-        whole = dom in ("ids", "position")
+        whole = dom in ("ids", "position", "late_position")
         ids.append(b.input(f"x{k}", shape, dtype="i32" if whole else "f32"))
         feeds[f"x{k}"] = np.asarray(sample(rng, dom, bind(shape, case.dims)), np.int32 if whole else np.float32)
     y = b.add(case.op, ids, **case.attrs)
