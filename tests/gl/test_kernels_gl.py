@@ -81,6 +81,32 @@ def test_few_rows_take_the_rows_template_at_any_binding(gl, tb):
     backend.close()
 
 
+@pytest.mark.parametrize(
+    "a_shape,b_shape,ta,tb",
+    [
+        ((3, 2, 70), (3, 70, 20), False, False),  # batched both
+        ((3, 70, 2), (1, 20, 70), True, True),  # both transposed, B broadcast over the batch
+        ((2, 3, 5, 90), (3, 90, 33), False, False),  # two batch dims, B's broadcast onto them
+    ],
+)
+def test_rows_template_over_batches(gl, a_shape, b_shape, ta, tb):
+    from dlc.backends.gl import GLBackend
+
+    rng = np.random.default_rng(3)
+    g, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue=True)
+    feeds = {
+        "a": rng.normal(size=a_shape).astype(np.float32),
+        "w": rng.normal(size=b_shape).astype(np.float32),
+        "bias": rng.normal(size=g.nodes[y].shape[-1]).astype(np.float32),
+    }
+    backend = GLBackend()
+    (got,) = backend.run(g, [y], feeds, {})
+    compiled, _ = backend.program(g, [y], False, {})
+    assert "columns a work group, K split 32 ways" in compiled.kernels[0].source.split("\n")[1]
+    backend.close()
+    np.testing.assert_allclose(got, evaluate(g, [y], feeds, {})[y], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_random_fused_graphs_step_like_the_reference(backend, seed):
     g, roots = random_graph(seed)
