@@ -77,7 +77,9 @@ class GLBackend:
         """The compiled program for these fetches (compiled on first use, planned at `dims`)."""
         checked = debug.enabled() and self.hook is None  # debug mode: kernels flag NaN per node
         roots = tuple(roots)
-        key = (id(graph), roots, training, checked, () if training else self._batch_class(graph, roots, dims))
+        # a program per class of batch size, training included: kernels are chosen by the
+        # sizes planned for (a weight gradient over a batch of 4 sums 4 terms an output)
+        key = (id(graph), roots, training, checked, self._batch_class(graph, roots, dims))
         found = self._programs.get(key)
         if found is None and key[4]:
             found = self._stand_in(key)
