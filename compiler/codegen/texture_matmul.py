@@ -288,15 +288,15 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     for c in range(0 if own_sum else 4):
         js.append(em.names.claim(f"j{c + 1}"))
         em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
-        em.line(f"vec4 acc{c} = vec4(0.0);")
+        em.line(f"float acc{c} = 0.0;" if es else f"vec4 acc{c} = vec4(0.0);")
     ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
     if node.op == "matmul" and _paired(ctx):
-        _paired_products(ctx, em, pa, pb, quads, rc, js)
+        _paired_products(ctx, em, pa, pb, quads, rc, js, es)
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, row pairs"
     elif node.op == "matmul":
         rows = [_matmul_rows(em, pa, pb, tuple(node.shape[:-2]), rc[:-1], rc[-1], j) for j in js]
-        _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
+        _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows], es)
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
     elif _few_channels(ctx, node):
@@ -307,7 +307,7 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         b, oy, ox = rc
         each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
         ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
-        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js])
+        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js], es)
         em.close()
         em.close()
         what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
@@ -319,12 +319,12 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         b, y, x = rc
         each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
         ra = f"({b} * {geo['OH']} + oy) * {geo['OW']} + ox"
-        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[2]} + {j}" for j in js])
+        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[2]} + {j}" for j in js], es)
         em.close()
         em.close()
         what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {describe_options(node)}"
     if js:
-        sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
+        sums = ", ".join(f"acc{c}" if es else f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
         em.line(f"dlc_out4 = vec4({sums});")
     text = finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
@@ -332,9 +332,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
 
 
-def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rbs: list[str]) -> None:
+def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rbs: list[str], dot: bool) -> None:
     """acc<c> += row ra of packed A times row rbs[c] of packed B, c = 0..3, texel by texel."""
-    _accumulate_rows(em, quads, pa, [ra], pb, rbs, [(0, c) for c in range(len(rbs))])
+    _accumulate_rows(em, quads, pa, [ra], pb, rbs, [(0, c) for c in range(len(rbs))], dot=dot)
 
 
 def _accumulate_rows(
@@ -507,7 +507,9 @@ def _paired(ctx: Context) -> bool:
     return node.op == "matmul" and len(ctx.graph.nodes[node.inputs[1]].shape) == 2
 
 
-def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, rc: tuple, js: list) -> None:
+def _paired_products(
+    ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, rc: tuple, js: list, dot: bool
+) -> None:
     """The products of a paired matmul into acc0..acc3. The texels of rows rb = r - r % 2 and
     rb + 1 at texel column jq hold outputs (rb, rb + 1) x (4jq, 4jq + 1) (row rb's texel) and
     (rb, rb + 1) x (4jq + 2, 4jq + 3) (row rb + 1's), each (rb j, rb j', rb+1 j, rb+1 j'); a last
@@ -525,11 +527,11 @@ def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quad
         ras.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], "ja")[0])
     rrc = em.coords(Ix(flat="rb0"), rows_shape)
     rbs = [_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], j)[1] for j in ("ja", "jb")]
-    _accumulate_rows(em, quads, pa, ras, pb, rbs, [(0, 0), (0, 1), (1, 0), (1, 1)])
+    _accumulate_rows(em, quads, pa, ras, pb, rbs, [(0, 0), (0, 1), (1, 0), (1, 1)], dot=dot)
     em.close()
     em.open("else")
     rows = [_matmul_rows(em, pa, pb, out_batch, rc[:-1], rc[-1], j) for j in js]
-    _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
+    _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows], dot)
     em.close()
 
 
