@@ -231,6 +231,17 @@ def _quads(ctx: Context, depth) -> str:
     return f"(({ctx.dim(depth)} + 3) / 4)"
 
 
+def _line_div(quads: str, es: bool) -> str:
+    """The fragment's line over `quads` texels a row (WebGL2: by a power of two as a shift)."""
+    q = index.div("int(gl_FragCoord.y)", quads, es)
+    return q if q.startswith("(") else f"({q})"
+
+
+def _line_mod(quads: str, es: bool) -> str:
+    q = index.mod("int(gl_FragCoord.y)", quads, es)
+    return q if q.startswith("(") else f"({q})"
+
+
 def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     """Operand p's packed texture: row r down column r % width, texel q of it at
     ((r / width) * quads + q), holding k = 4q..4q+3 (zeros past the depth)."""
@@ -238,8 +249,8 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     em = Emitter(ctx)
     quads = _quads(ctx, depth)
     K = ctx.dim(depth)
-    em.line(f"int r = (int(gl_FragCoord.y) / {quads}) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"int k0 = (int(gl_FragCoord.y) % {quads}) * 4;")
+    em.line(f"int r = {_line_div(quads, es)} * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"int k0 = {_line_mod(quads, es)} * 4;")
     em.line(f"if (r >= {ctx.numel(p.rows)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), p.rows)
     values = []
@@ -276,8 +287,8 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     em = Emitter(ctx)
     rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
     nq, quads, N = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n)
-    em.line(f"int r = (int(gl_FragCoord.y) / {nq}) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"int j0 = (int(gl_FragCoord.y) % {nq}) * 4;")
+    em.line(f"int r = {_line_div(nq, es)} * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"int j0 = {_line_mod(nq, es)} * 4;")
     em.line(f"if (r >= {ctx.numel(rows_shape)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), rows_shape)
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
@@ -465,7 +476,7 @@ def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
     em = Emitter(ctx)
     rows_shape, n, out_batch = tuple(node.shape[:-1]), node.shape[-1], tuple(node.shape[:-2])
     nq, quads, N, R = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n), ctx.numel(rows_shape)
-    em.line(f"int band = int(gl_FragCoord.y) / {nq}, j0 = (int(gl_FragCoord.y) % {nq}) * 4;")
+    em.line(f"int band = {_line_div(nq, True)}, j0 = {_line_mod(nq, True)} * 4;")
     em.line("int r0 = band * dlc_width + 4 * int(gl_FragCoord.x);")
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
     em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
@@ -551,10 +562,10 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     if quad:  # row pc_r's texel is at column (pc_r % width) / 4 of texture (pc_r % width) % 4
         # (layer pc_t of one array texture: a fetch, where a choice among 4 textures fetched all
         # 4 on SwiftShader, whose lanes take both sides of a select: the pass 2-3x faster)
-        em.line("int pc_in = pc_r % pc_w, pc_t = pc_in % 4;")
-        em.line(f"ivec3 pc_at = ivec3(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4, pc_t);")
+        em.line("int pc_in = pc_r % pc_w, pc_t = pc_in & 3;")
+        em.line(f"ivec3 pc_at = ivec3(pc_in >> 2, (pc_r / pc_w) * {_quads(ctx, n)} + ({j} >> 2), pc_t);")
         em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
-        em.line(f"float acc = pc[{j} % 4];")
+        em.line(f"float acc = pc[{j} & 3];")
     elif _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
         em.line(f"int pc_b = pc_r - pc_r % 2, pc_t = pc_r, pc_c = {j} % 4;")
         paired = f"pc_b + 1 < {ctx.numel(rows_shape)}"
