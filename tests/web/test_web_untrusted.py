@@ -272,9 +272,9 @@ def test_load_refuses_a_corrupted_shader_bundle_naming_the_entry(web_root, open_
                 bundle.check(raw, files, bundle.FILE)
             assert says in str(e.value), (name, str(e.value))
         (folder / "manifest.json").write_text(json.dumps(m))
-    for name, edit in (("elsewhere", "../bundle_good/shaders.json"), ("absent", "none.json")):
+    for name, edit in (("elsewhere", "../bundle_good/shaders.json"), ("absent", "none.json"), ("huge", 64 << 20 | 1)):
         m = json.loads(json.dumps(manifest))
-        m["web"]["bundle"]["file"] = edit
+        m["web"]["bundle"]["bytes" if name == "huge" else "file"] = edit
         shutil.copytree(root / "bundle_good", root / f"bundle_{name}", dirs_exist_ok=True)
         (root / f"bundle_{name}" / "manifest.json").write_text(json.dumps(m))
     page = open_export("bundle_good")  # the export itself loads
@@ -284,10 +284,11 @@ def test_load_refuses_a_corrupted_shader_bundle_naming_the_entry(web_root, open_
         "  try { await load(`../bundle_${name}/`); out[name] = 'loaded'; }"
         "  catch (e) { out[name] = e.name + ': ' + e.message; } }"
         " return out;",
-        [*BUNDLE, "elsewhere", "absent"],
+        [*BUNDLE, "elsewhere", "absent", "huge"],
     )
     for name, (_, says) in BUNDLE.items():
         assert got[name].startswith("DlcError: ") and says in got[name], (name, got[name])
     assert 'web.bundle.file: "../bundle_good/shaders.json" is not a plain file name' in got["elsewhere"]
     assert got["absent"].startswith("DlcError: cannot load ") and "none.json: HTTP 404" in got["absent"]
+    assert "web.bundle.bytes: must be a whole number up to 67108864 (a shader bundle's most)" in got["huge"]
     assert not page.errors

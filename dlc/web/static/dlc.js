@@ -149,6 +149,7 @@ async function loadBundle(m, base) {
 
 const BUNDLE_FORMAT = 1;
 const MAX_LIFTED = 64; // dlc_k's length at most (bundle.py)
+const MAX_BUNDLE_BYTES = 64 << 20;
 const MAX_PROGRAM_CHARS = 1 << 20;
 const K_LENGTH = /^uniform int dlc_k\[(\d+)\];$/gm;
 const K_USE = /\bdlc_k\[(\d+)\]/g;
@@ -309,7 +310,9 @@ function checkManifest(m, where) {
   if (web.bundle !== undefined && web.bundle !== null) {
     if (!isObject(web.bundle)) fail("web.bundle", `must be {file, bytes}, not ${show(web.bundle)}`);
     checkFileName(web.bundle.file, "web.bundle.file", fail);
-    if (!isCount(web.bundle.bytes)) fail("web.bundle.bytes", `must be a whole number, not ${show(web.bundle.bytes)}`);
+    if (!isCount(web.bundle.bytes) || web.bundle.bytes > MAX_BUNDLE_BYTES) {
+      fail("web.bundle.bytes", `must be a whole number up to ${MAX_BUNDLE_BYTES} (a shader bundle's most), not ${show(web.bundle.bytes)}`);
+    }
   }
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
 }
