@@ -1,6 +1,6 @@
 // dlc.js: the runtime of a `dlc export --web` folder. An ES module with no dependencies and
-// no build step: it loads manifest.json, shaders.json (the GLSL ES 3.00 shaders) and weights.bin, and runs
-// the compiled programs on its own offscreen WebGL2 context.
+// no build step: it loads manifest.json, shaders.json (the GLSL ES 3.00 shaders) and
+// weights.bin, and runs the compiled programs on its own offscreen WebGL2 context.
 //
 //   import { load } from "./dlc.js";
 //   const m = await load(".");                          // the folder holding manifest.json
@@ -176,7 +176,7 @@ function checkBundle(b, files, where) {
   });
   const missing = [...files].filter((f) => !has(b.passes, f)).sort();
   if (missing.length) fail("passes", `has no shader '${missing[0]}' (a pass of the manifest's programs)`);
-  const sources = {};
+  const sources = Object.create(null); // (a file named __proto__ is a key like any other)
   const ints = new Map();
   for (const [file, entry] of Object.entries(b.passes)) {
     const f = `passes.${file}`;
