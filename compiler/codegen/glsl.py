@@ -525,7 +525,14 @@ class Emitter:
     # registry's lowering of each: INDEX_MAPS below)
     def _reshape(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
-        return self.value(node.inputs[0], Ix(flat=self.flat(ix, node.shape)))
+        src = node.inputs[0]
+        if ix.multi is not None:  # coordinates in: map them group by group where the axes allow
+            at = index.reshape_coords(
+                ix.multi, node.shape, self.g.nodes[src].shape, self.ctx.dim, self.ctx.renderer.shifts
+            )
+            if at is not None:
+                return self.value(src, Ix(multi=at))
+        return self.value(src, Ix(flat=self.flat(ix, node.shape)))
 
     def _broadcast_to(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]

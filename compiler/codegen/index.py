@@ -47,6 +47,22 @@ def add(a: str, b: str) -> str:
     return f"({a} + {b})"
 
 
+def atom(expr: str) -> str:
+    """`expr` safe as an operand of * / %: in parentheses unless a name, a literal or already
+    wrapped whole (Horner's rule multiplies coordinates; `a / 64 * 6` is not `6 * (a / 64)`)."""
+    if expr.isidentifier() or expr.isdigit():
+        return expr
+    if expr.startswith("(") and expr.endswith(")"):
+        depth = 0
+        for k, ch in enumerate(expr):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and k < len(expr) - 1:
+                break
+        else:
+            return expr
+    return f"({expr})"
+
+
 def numel_known(shape: Shape) -> int | None:
     """The element count of `shape`, or None when a dim is symbolic."""
     return None if any(isinstance(d, str) for d in shape) else math.prod(shape)
@@ -132,6 +148,49 @@ def transpose_coords(coords: Sequence[str], perm: Sequence[int]) -> tuple[str, .
     src = [""] * len(coords)
     for k, p in enumerate(perm):
         src[p] = coords[k]
+    return tuple(src)
+
+
+def reshape_coords(coords: Sequence[str], out: Shape, shape: Shape, dim: DimFn, shifts: bool = False) -> tuple[str, ...] | None:
+    """reshape of a tensor of `shape` to `out`: the input coordinates of output `coords`, found
+    group by group of axes whose sizes multiply to the same (a split [B, T, 384] -> [B, T, 6,
+    64] reads `h * 64 + d`, a merge divides by the group's own literal sizes only), or None
+    where the axes do not group so (a symbolic dim that is not the same name on both sides):
+    then the caller goes through the flat index. Without it every element of a fused
+    reshape-transpose chain re-derived its coordinates from a flat index, dividing by symbolic
+    sizes."""
+    o = [(k, d) for k, d in enumerate(out) if d != 1]
+    i = [(k, d) for k, d in enumerate(shape) if d != 1]
+    src = ["0"] * len(shape)
+    a = b = 0
+    while a < len(o) and b < len(i):
+        (ka, da), (kb, db) = o[a], i[b]
+        if isinstance(da, str) or isinstance(db, str):
+            if da != db:
+                return None
+            src[kb] = coords[ka]
+            a, b = a + 1, b + 1
+            continue
+        group_o, group_i, po, pi = [o[a]], [i[b]], da, db
+        a, b = a + 1, b + 1
+        while po != pi:
+            side, at = (o, a) if po < pi else (i, b)
+            if at == len(side) or isinstance(side[at][1], str):
+                return None
+            if po < pi:
+                group_o.append(o[a])
+                po, a = po * o[a][1], a + 1
+            else:
+                group_i.append(i[b])
+                pi, b = pi * i[b][1], b + 1
+        flat = atom(flat_of([coords[k] for k, _ in group_o], [d for _, d in group_o], dim))
+        if len(group_i) == 1:
+            src[group_i[0][0]] = flat
+        else:
+            for (k, _), c in zip(group_i, coord_exprs(flat, [d for _, d in group_i], dim, shifts)):
+                src[k] = atom(c)
+    if a != len(o) or b != len(i):
+        return None
     return tuple(src)
 
 

@@ -33,6 +33,7 @@ from .. import registry
 from ..ir import format_shape
 from ..ops.attention import keep_scale
 from ..plan import size_of
+from . import index
 from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
@@ -86,9 +87,23 @@ def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS, own: int = 
     return rows
 
 
+def row_ix(em: Emitter, tensor: int, row: str, col: str, flat: str) -> Ix:
+    """Element `col` of row `row` of a [..., T, D] tensor (`flat`: its flat index). A tensor
+    computed in the kernel (a fused slice-reshape-transpose of the qkv product) is read at
+    coordinates, the row's found once: from the flat index each element would re-derive them,
+    dividing by the symbolic T."""
+    if tensor in em.inside:
+        shape = em.g.nodes[tensor].shape
+        return Ix(multi=(*em.coords(Ix(flat=row), shape[:-1]), index.atom(col)))
+    return Ix(flat=flat)
+
+
 def row_word(em: Emitter, tensor: int, row: str, w: str, d: int, lanes: int) -> str:
     """Word w of row `row` of a [..., T, D] tensor, as a float (lanes 1) or a vec4 (lanes 4)."""
-    parts = [em.value(tensor, Ix(flat=f"({row} * {d} + {w} * {lanes} + {c})")) for c in range(lanes)]
+    parts = [
+        em.value(tensor, row_ix(em, tensor, row, f"{w} * {lanes} + {c}", f"({row} * {d} + {w} * {lanes} + {c})"))
+        for c in range(lanes)
+    ]
     return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
 
 
@@ -332,7 +347,7 @@ def texture_body(ctx: Context, em: Emitter) -> str:
         lo, hi = "0", ("at_own + 1" if causal else "at_T")
 
     def at(tensor: int, row: str, col: str) -> str:
-        return em.value(tensor, Ix(flat=f"(({row}) * {d} + {col})"))
+        return em.value(tensor, row_ix(em, tensor, row, col, f"(({row}) * {d} + {col})"))
 
     def dot(a: int, a_row: str, b: int, b_row: str, var: str) -> None:
         em.line(f"float {var} = 0.0;")

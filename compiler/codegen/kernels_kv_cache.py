@@ -22,7 +22,7 @@ from ..plan import size_of
 from .compute import KEY, TILE, header, kernel_source
 from .fragment import TextureKernel, TexturePass, finish
 from .glsl import Context, Emitter, Ix, KernelSource, mul
-from .kernels_attention import each_word, row_word
+from .kernels_attention import each_word, row_ix, row_word
 from .options import CodegenOptions
 from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY
@@ -199,8 +199,8 @@ def _scores_pass(ctx: Context) -> str:
     em.line(f"int kv_krow = kv_bh * {rows} + kv_j;")
     em.line("kv_s = 0.0;")
     em.open(f"for (int kv_d = 0; kv_d < {d}; kv_d++)")
-    qv = em.value(q, Ix(flat=f"(kv_row * {d} + kv_d)"))
-    kd = em.value(kv, Ix(flat=f"(kv_krow * {d} + kv_d)"))
+    qv = em.value(q, row_ix(em, q, "kv_row", "kv_d", f"(kv_row * {d} + kv_d)"))
+    kd = em.value(kv, row_ix(em, kv, "kv_krow", "kv_d", f"(kv_krow * {d} + kv_d)"))
     em.line(f"kv_s += {qv} * {kd};")
     em.close()
     em.line(f"kv_s *= {scale};")
@@ -232,7 +232,7 @@ def texture_body(ctx: Context, em: Emitter, unit: int) -> str:
     em.line("float kv_corr = kv_m == kv_mt ? 1.0 : exp(kv_m - kv_mt);")
     em.line("float kv_pj = kv_s == -DLC_INF ? 0.0 : exp(kv_s - kv_mt);")
     em.line("kv_l = kv_l * kv_corr + kv_pj;")
-    em.line(f"kv_acc = kv_acc * kv_corr + kv_pj * {em.value(kv, Ix(flat=f'(kv_vrow * {d} + kv_col)'))};")
+    em.line(f"kv_acc = kv_acc * kv_corr + kv_pj * {em.value(kv, row_ix(em, kv, 'kv_vrow', 'kv_col', f'(kv_vrow * {d} + kv_col)'))};")
     em.line("kv_m = kv_mt;")
     em.close()
     em.line("float acc = kv_acc / kv_l;")

@@ -158,3 +158,40 @@ def test_products_and_sums_fold_literals():
     assert index.mul("0", "x") == "0"
     assert index.add("0", "x") == "x" and index.add("x", "-3") == "(x - 3)"
     assert index.numel_known(("B", 2)) is None and index.numel_known((2, 3)) == 6
+
+
+RESHAPES = [
+    (("B", "T", 6, 4), ("B", "T", 24)),  # a split of heads: no division at all
+    (("B", "T", 24), ("B", "T", 6, 4)),  # a merge: divisions by the group's literals only
+    ((2, 3, 4), (4, 6)),  # one group over every axis
+    ((4, 6), (2, 3, 4)),
+    ((6, 4), (4, 6)),
+    ((1, "B", 1, 12), ("B", 3, 4)),  # size-1 axes on either side
+    (("B", 12), ("B", 3, 1, 4)),
+    ((2, 6, "T"), (3, 4, "T")),
+]
+
+
+@pytest.mark.parametrize("out,shape", RESHAPES)
+def test_reshape_map_is_numpys_reshape(out, shape):
+    names = [f"c{k}" for k in range(len(out))]
+    src = index.reshape_coords(names, out, shape, dim)
+    assert src is not None
+    flat = index.flat_of(src, shape, dim)  # Horner multiplies the mapped coordinates: they must be atoms
+    x = np.arange(int(np.prod(concrete(shape)))).reshape(concrete(shape))
+    y = x.reshape(concrete(out))
+    for at in itertools.product(*(range(n) for n in concrete(out))):
+        env = dict(zip(names, at))
+        assert x[tuple(evaluate(c, **env) for c in src)] == y[at]
+        assert evaluate(flat, **env) == y[at]
+
+
+@pytest.mark.parametrize("out,shape", [(("B", 12), (12, "B")), (("T", "B"), ("B", "T")), ((2, "T"), ("T", 2))])
+def test_reshape_map_declines_where_symbolic_axes_do_not_line_up(out, shape):
+    assert index.reshape_coords([f"c{k}" for k in range(len(out))], out, shape, dim) is None
+
+
+def test_atoms_are_safe_operands():
+    assert index.atom("a") == "a" and index.atom("12") == "12" and index.atom("(a + b)") == "(a + b)"
+    assert index.atom("a / 4") == "(a / 4)" and index.atom("(a) + (b)") == "((a) + (b)"+")"
+    assert evaluate(f"6 * {index.atom('a / 4')}", a=9) == 12
