@@ -13,7 +13,7 @@ output row in registers; the other side's rows stream through shared memory in t
 - attention_grad wrt q: own query rows, tiles of k and v; p recomputed from the saved lse;
 - attention_grad wrt k or v: own key rows, tiles of q, g, lse and delta (FlashAttention-2's
   dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
-  no atomics); wrt kv: both in one loop (p recomputed once), each row's dk then its dv.
+  no atomics).
 
 Dropout (ops/attention.py): each term's weight w = m / (1 - p), m from the random ops' hash of
 the probability's flat index in the [..., T, T] tensor (dlc_random_uniform, as the unfused
@@ -132,12 +132,11 @@ def render(
     scale = float_lit(float(node.attr("scale")))
     q, k, v = (*node.inputs[:3], None)[:3]  # attention_lse has no v
     g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
-    by_key = wrt in ("k", "v", "kv")  # own rows are key rows
-    both = wrt == "kv"  # dk and dv: an output row is dk's D columns, then dv's
+    by_key = wrt in ("k", "v")  # own rows are key rows
     packed = op == "attention_packed"
     if packed:  # the forward, and each row's lse after its D outputs
         op = "attention"
-    width = d + 1 if packed else 2 * d if both else d  # of an output row
+    width = d + 1 if packed else d  # of an output row
     streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
     cols = tile_rows(d, len(streamed), tile_floats or TILE_FLOATS, group_rows)
     # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
@@ -171,7 +170,7 @@ def render(
 
     if by_key:
         own_row("kr", k)
-        if wrt in ("k", "kv"):
+        if wrt == "k":
             own_row("vr", v)
     else:
         own_row("qr", q)
@@ -183,9 +182,6 @@ def render(
     if op != "attention_lse":
         em.line(f"{ty} acc[{words}];")
         per_word(lambda w: f"acc[{w}] = {zero};")
-    if both:
-        em.line(f"{ty} accv[{words}];")
-        per_word(lambda w: f"accv[{w}] = {zero};")
     if op in ("attention", "attention_lse"):
         em.line("float m = -DLC_INF, l = 0.0;")
 
@@ -206,7 +202,7 @@ def render(
         em.open(f"if (lid < {cols})")
         em.line("int srow = bh * T + min(j0 + lid, T - 1);")
         em.line(f"tile_lse[lid] = {em.value(lse, Ix(flat='srow'))};")
-        if wrt in ("k", "kv"):
+        if wrt == "k":
             em.line(f"tile_delta[lid] = {em.value(delta, Ix(flat='srow'))};")
         em.close()
     em.line("memoryBarrierShared();")
@@ -239,8 +235,8 @@ def render(
         em.line(f"float {var} = 0.0;")
         per_word(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
 
-    def accumulate(weight: str, tile: str, into: str = "acc") -> None:
-        per_word(lambda w: f"{into}[{w}] += {weight} * {tile}[jj * {words} + {w}];")
+    def accumulate(weight: str, tile: str) -> None:
+        per_word(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
 
     mine = "kr" if by_key else "qr"
 
@@ -252,9 +248,9 @@ def render(
         if weight is not None:  # the probability (query i, key j)'s flat index
             i, j = ("j0 + jj", "own_clamped") if by_key else ("own_clamped", "j0 + jj")
             em.line(f"float drop_w = {weight(f'(bh * T + {i}) * T + {j}')};")
-        if wrt in ("v", "kv"):  # dv_j += p_ij w_ij g_i
-            accumulate("p" if weight is None else "(p * drop_w)", "tile1", "accv" if both else "acc")
-        if wrt != "v":  # dp_ij = w_ij g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
+        if wrt == "v":  # dv_j += p_ij w_ij g_i
+            accumulate("p" if weight is None else "(p * drop_w)", "tile1")
+        else:  # dp_ij = w_ij g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
             dot("vr" if by_key else "gr", "tile1", "dp")
             if weight is not None:
                 em.line("dp *= drop_w;")
@@ -294,22 +290,21 @@ def render(
     if op == "attention_lse":
         em.line("epilogue(row, m + log(l));")
     else:
-        post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k", "kv") else ""}[op]
-        for arr, post_, at in (("acc", post, ""), ("accv", "", f" + {d}"))[: 2 if both else 1]:
-            em.open(f"for (int w = 0; w < {words}; w++)")
-            em.line(f"{ty} result = {arr}[w]{post_};")
-            if lanes == 1:
-                em.line(f"epilogue(row * {width}{at} + w, result);")
-            for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
-                em.line(f"epilogue(row * {width}{at} + w * 4 + {c}, result.{lane});")
-            em.close()
+        post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k") else ""}[op]
+        em.open(f"for (int w = 0; w < {words}; w++)")
+        em.line(f"{ty} result = acc[w]{post};")
+        if lanes == 1:
+            em.line(f"epilogue(row * {width} + w, result);")
+        for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
+            em.line(f"epilogue(row * {width} + w * 4 + {c}, result.{lane});")
+        em.close()
         if packed:
             em.line(f"epilogue(row * {width} + {d}, m + log(l));")
 
     shared = [f"shared {ty} tile{i}[{cols * words}];" for i in range(len(streamed))]
     if by_key:
         shared.append(f"shared float tile_lse[{cols}];")
-        if wrt in ("k", "kv"):
+        if wrt == "k":
             shared.append(f"shared float tile_delta[{cols}];")
     local = (group_rows, 1, 1)
     what = (
@@ -335,19 +330,14 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     scale = float_lit(float(node.attr("scale")))
     q, k, v = (*node.inputs[:3], None)[:3]
     g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
-    by_key = wrt in ("k", "v", "kv")
-    both = wrt == "kv"  # a row's dk columns, then its dv columns: each fragment computes one
+    by_key = wrt in ("k", "v")
     packed = op == "attention_packed"
     if packed:  # the forward, and each row's lse in column D
         op = "attention"
-    width = d + 1 if packed else 2 * d if both else d
+    width = d + 1 if packed else d
     em.line(f"int at_T = {ctx.dim(t_dim)};")
     if op == "attention_lse":
         em.line("int at_row = o, at_col = 0;")
-    elif both:
-        em.line(f"int at_row = o / {width}, at_c = o - at_row * {width};")
-        em.line(f"bool at_isv = at_c >= {d};  // a dv column")
-        em.line(f"int at_col = at_isv ? at_c - {d} : at_c;")
     else:
         em.line(f"int at_row = o / {width}, at_col = min(o - at_row * {width}, {d - 1});")
     em.line("int at_base = (at_row / at_T) * at_T, at_own = at_row - at_base;")
@@ -385,28 +375,20 @@ def texture_body(ctx: Context, em: Emitter) -> str:
         em.line("at_m = at_mt;")
     else:
         em.line(f"float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - {em.value(lse, Ix(flat=qrow))});")
-        if wrt in ("v", "kv"):
-            if both:
-                em.open("if (at_isv)")
+        if wrt == "v":
             w = "at_p" if weight is None else "(at_p * drop_w)"
             em.line(f"at_acc += {w} * {at(g, 'at_other', 'at_col')};")
-            if both:
-                em.close()
-        if wrt != "v":
-            if both:
-                em.open("else")
+        else:
             dot(g, qrow, v, krow, "at_dp")
             if weight is not None:
                 em.line("at_dp *= drop_w;")
             em.line(f"float at_ds = at_p * (at_dp - {em.value(delta, Ix(flat=qrow))});")
             em.line(f"at_acc += at_ds * {at(k if wrt == 'q' else q, 'at_other', 'at_col')};")
-            if both:
-                em.close()
     em.close()
     result = {
         "attention": f"o - at_row * {width} == {d} ? at_m + log(at_l) : at_acc / at_l" if packed else "at_acc / at_l",
         "attention_lse": "at_m + log(at_l)",
-    }.get(op, f"at_isv ? at_acc : at_acc * {scale}" if both else f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
+    }.get(op, f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
     em.line(f"float acc = {result};")
     what = f"{node.op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}]"
     return what + ", one fragment per output"
