@@ -730,8 +730,9 @@ class Executor:
             unpin(program)
 
     def buffer_bytes(self) -> tuple[int, int]:
-        """GPU buffers this executor holds itself (temp, input and const slots) and their bytes."""
-        live = [b for b in self.buffers.values() if b.handle]
+        """GPU buffers this executor holds itself (temp, input and const slots, and the split
+        reductions' and split-K products' scratch) and their bytes."""
+        live = [b for b in (*self.buffers.values(), *self.scratch.values()) if b.handle]
         return len(live), sum(b.capacity for b in live)
 
 

@@ -73,3 +73,18 @@ def test_thin_output_over_a_long_k_takes_k_groups(gl, ta):
     want = evaluate(g, [y], feeds, {})[y]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     backend.close()
+
+
+def test_session_memory_counts_the_split_k_scratch(gl):
+    """A product split across work groups (K of 4096 in few tiles) adds its partial sums in a
+    scratch buffer: Session.memory()'s "slots" count it (peak memory is not understated)."""
+    import dlc
+
+    s = dlc.Session(dlc.compile("input x: [64, 4096]\nparam w: [4096, 8] = normal(0, 1)\ny = x @ w\n"), backend="gl")
+    x = np.random.default_rng(0).standard_normal((64, 4096)).astype(np.float32)
+    np.testing.assert_allclose(s.eval("y", {"x": x}), x @ s.params["w"], rtol=1e-4, atol=1e-3)
+    (executor,) = [ex for _, _, ex in s.backend._programs.values()]
+    assert executor.scratch, "the product was not split across work groups"
+    scratch = sum(b.capacity for b in executor.scratch.values())
+    slots = sum(b.capacity for b in executor.buffers.values() if b.handle)
+    assert s.memory()["slots"][1] == slots + scratch
