@@ -151,7 +151,9 @@ def transpose_coords(coords: Sequence[str], perm: Sequence[int]) -> tuple[str, .
     return tuple(src)
 
 
-def reshape_coords(coords: Sequence[str], out: Shape, shape: Shape, dim: DimFn, shifts: bool = False) -> tuple[str, ...] | None:
+def reshape_coords(
+    coords: Sequence[str], out: Shape, shape: Shape, dim: DimFn, shifts: bool = False
+) -> tuple[str, ...] | None:
     """reshape of a tensor of `shape` to `out`: the input coordinates of output `coords`, found
     group by group of axes whose sizes multiply to the same (a split [B, T, 384] -> [B, T, 6,
     64] reads `h * 64 + d`, a merge divides by the group's own literal sizes only), or None

@@ -193,5 +193,5 @@ def test_reshape_map_declines_where_symbolic_axes_do_not_line_up(out, shape):
 
 def test_atoms_are_safe_operands():
     assert index.atom("a") == "a" and index.atom("12") == "12" and index.atom("(a + b)") == "(a + b)"
-    assert index.atom("a / 4") == "(a / 4)" and index.atom("(a) + (b)") == "((a) + (b)"+")"
+    assert index.atom("a / 4") == "(a / 4)" and index.atom("(a) + (b)") == "((a) + (b)" + ")"
     assert evaluate(f"6 * {index.atom('a / 4')}", a=9) == 12
