@@ -180,8 +180,8 @@ class GLBackend:
     def memory(self) -> dict[str, tuple[int, int]]:
         """GPU buffers and bytes this backend holds, by what they hold: "params", "state"
         (optimizer state), "data" (training data kept on the GPU), "snapshots" (copies of
-        params and state to undo a diverged step) and "slots" (the programs' planned storage, with the scratch of
-        reductions and products split across work groups)."""
+        params and state to undo a diverged step) and "slots" (the programs' planned storage,
+        with the scratch of reductions and products split across work groups)."""
         state = {s.name for _, _, ex in self._programs.values() for s in ex.slots if s.kind == "state"}
         out = {k: (0, 0) for k in ("params", "state", "data", "snapshots", "slots")}
 
