@@ -80,6 +80,7 @@ def render(
 THIN_N = mm.Blocking(128, 32, 32, 8, 4, 2)
 SPLIT_GROUPS = 4 * mm.FULL_WAVE  # work groups a split-K product aims at
 SPLIT_MIN_SLABS = 8  # K-slabs each chunk keeps, at least
+WAVE_SPLIT_MIN_K = 1024  # K each chunk keeps where a product of one to two waves is split
 
 
 def _blocking(op: str, m: int, n: int, k: int) -> mm.Blocking | None:
@@ -112,12 +113,22 @@ def _split_chunk(op: str, blk: mm.Blocking, m: int, n: int, k: int) -> int:
     """The K-chunk of a product split across work groups (0: no split): when its tiles alone
     would leave the GPU mostly idle (a filter gradient's few tiles, any conv's very few),
     enough chunks to make about SPLIT_GROUPS groups, each at least SPLIT_MIN_SLABS K-slabs
-    long."""
+    long; under two waves of tiles over a K of two WAVE_SPLIT_MIN_K or more, chunks of that
+    K at least."""
     tiles = math.ceil(m / blk.tm) * math.ceil(n / blk.tn)
     few = SPLIT_GROUPS // 2 if op == "conv2d_grad_filter" else mm.FULL_WAVE // 4
+    if tiles < 2 * mm.FULL_WAVE and k >= 2 * WAVE_SPLIT_MIN_K:
+        # under two waves of tiles the last is part idle (a batch-32 ResNet's 14x14x256 3x3
+        # convs: 196 tiles of 128x64, K = 2304; H200: 0.47 ms, under 0.38 split in two), where
+        # K is long enough that each chunk keeps a long loop (the 28x28x128 convs, K = 1152,
+        # lost 11% split in two)
+        few = 2 * mm.FULL_WAVE
     if tiles >= few:
         return 0
-    chunks = min(SPLIT_GROUPS // tiles, k // (SPLIT_MIN_SLABS * blk.bk))
+    shortest = (
+        WAVE_SPLIT_MIN_K if tiles >= mm.FULL_WAVE // 4 and op != "conv2d_grad_filter" else SPLIT_MIN_SLABS * blk.bk
+    )
+    chunks = min(SPLIT_GROUPS // tiles, k // shortest)
     if chunks < 2:
         return 0
     return -(-k // chunks)

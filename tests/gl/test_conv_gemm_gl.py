@@ -160,6 +160,16 @@ def test_a_small_filter_over_a_long_sum_splits_k_by_itself(gl):
     _run_twice("conv2d_grad_filter", xs, ws, attrs, {})
 
 
+def test_a_conv_of_one_to_two_waves_splits_a_long_k_only():
+    # ResNet-50's 14x14x256 3x3 convs at batch 32: 196 tiles of 128x64 (1.5 waves), K = 2304:
+    # two chunks of 1152; its 28x28x128 convs: K = 1152, kept whole (each chunk's loop short)
+    same = {"stride": (1, 1), "padding": "same"}
+    line = _kernel_line("conv2d", (32, 14, 14, 256), (3, 3, 256, 256), same)
+    assert "128x64 tiles" in line and "K-chunks of 1152" in line, line
+    line = _kernel_line("conv2d", (32, 28, 28, 128), (3, 3, 128, 128), same)
+    assert "K-chunks" not in line, line
+
+
 def test_thin_tiles_for_an_input_gradient_with_few_channels(gl):
     # 24 input channels (n = 24: a 32-wide tile, part empty), 48 x 48 pixels: rows past the
     # last full tile and columns past n
