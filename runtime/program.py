@@ -24,7 +24,6 @@ from . import binary_cache, cache_limit
 from .device import Device, current_device, open_devices
 from .errors import RuntimeFailure
 from .gl import DEBUG, GL
-from .optional import require
 from .storage import Buffer
 
 # After a dispatch, later shaders may read what it wrote (SHADER_STORAGE) and later copies,
@@ -71,7 +70,7 @@ class Program:
         self.handle = handle
         self.name = name
         self.source = source
-        # PyOpenGL sizes this query's output as one int: pass our own three.
+        # three ints: the binding's own output holds one value
         size = (ctypes.c_int * 3)()
         GL.glGetProgramiv(handle, GL.GL_COMPUTE_WORK_GROUP_SIZE, size)
         self.local_size: tuple[int, int, int] = (size[0], size[1], size[2])
@@ -233,7 +232,7 @@ def _parallel_compiles(device: Device) -> None:
             if f"GL_{vendor}_parallel_shader_compile" not in device.context.extensions:
                 continue
             try:
-                getattr(require(f"OpenGL.GL.{vendor}.parallel_shader_compile"), entry)(0xFFFFFFFF)
+                getattr(GL, entry)(0xFFFFFFFF)
                 device.parallel_compiles = True
                 return
             except Exception:  # an entry point the driver does not have after all
@@ -338,7 +337,7 @@ def _from_binary(fmt: int, binary: bytes) -> int:
             pass
         if GL.glGetProgramiv(program, GL.GL_LINK_STATUS):
             return int(program)
-    except Exception:  # PyOpenGL with error checking on raises on a refused binary
+    except Exception:  # with DLC_DEBUG=1 the binding raises GLError on a refused binary
         while GL.glGetError() != GL.GL_NO_ERROR:
             pass
     GL.glDeleteProgram(program)

@@ -1,5 +1,5 @@
 """An artifact folder loaded for running: its checked files, its leaves on the GPU and one
-executor per program, NumPy and PyOpenGL only.
+executor per program, NumPy and the GL binding only.
 
 Nothing here imports the compiler or lark: the manifest says which kernels to launch, on
 which buffers, with which uniforms and group counts (see runtime/executor.py). Feeds, batches
@@ -20,7 +20,7 @@ from ..device import get_context
 from ..dims import shape_symbols
 from ..errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from ..executor import Executor, LeafStore
-from ..gl import GLError  # not OpenGL.error: runtime/gl.py picks PyOpenGL's platform (EGL) first
+from ..gl import GLError  # raised by the binding's calls under DLC_DEBUG=1
 from ..program import ShaderError
 from ..texture_executor import TextureExecutor, TextureStore
 from .files import read_artifact
@@ -181,7 +181,7 @@ class Runner:
     @contextlib.contextmanager
     def gpu_memory(self, program: str):
         """A buffer the driver cannot allocate (an artifact may size its buffers absurdly) as a
-        dlc error naming the program, not PyOpenGL's GLError."""
+        dlc error naming the program, not the binding's GLError."""
 
         try:
             yield
