@@ -303,6 +303,16 @@ def _checked(gl: _GL, name: str, call: Callable[..., Any]) -> Callable[..., Any]
     return checked
 
 
+def _missing(name: str) -> Callable[..., Any]:
+    """The stand-in for an entry point the driver lacks: calling it raises."""
+
+    def missing(*args: Any) -> Any:
+        raise NullFunctionError(f"OpenGL entry point {name} not found")
+
+    missing.__name__ = name
+    return missing
+
+
 class _GL:
     """The functions of `_FUNCTIONS` (resolved on first use) and GL's constants."""
 
@@ -389,8 +399,8 @@ class _GL:
         if signature is None:
             raise AttributeError(f"dlc's GL binding has no {name} (add it to runtime/gl.py's _FUNCTIONS)")
         address = _proc_address(name)
-        if not address:
-            raise NullFunctionError(f"OpenGL entry point {name} not found")
+        if not address:  # not kept: a later look-up (another context current) may find it
+            return _missing(name)
         restype, argtypes = signature
         call = _conveniences(self, name, _FUNCTYPE(restype, *argtypes)(address))
         if DEBUG and name != "glGetError":
