@@ -317,8 +317,10 @@ def _program_bytes(handle: int, source: str) -> int:
         GL.glGetProgramiv(handle, GL.GL_PROGRAM_BINARY_LENGTH, ctypes.byref(size))
         if size.value > 0:
             return int(size.value)
-    except Exception:  # a 4.3 driver without program binaries
-        GL.glGetError()
+    except Exception:  # a 4.3 driver without program binaries (DLC_DEBUG=1: GLError)
+        pass
+    while GL.glGetError() != GL.GL_NO_ERROR:  # the failed query's error
+        pass
     return len(source)
 
 
@@ -350,6 +352,8 @@ def _get_binary(handle: int) -> tuple[int, bytes] | None:
         size = ctypes.c_int(0)
         GL.glGetProgramiv(handle, GL.GL_PROGRAM_BINARY_LENGTH, ctypes.byref(size))
         if size.value <= 0:
+            while GL.glGetError() != GL.GL_NO_ERROR:  # the query's error, if it set one
+                pass
             return None
         buf = ctypes.create_string_buffer(size.value)
         length, fmt = ctypes.c_int(0), ctypes.c_uint(0)

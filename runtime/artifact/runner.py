@@ -22,6 +22,7 @@ from ..errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from ..executor import Executor, LeafStore
 from ..gl import GLError  # raised by the binding's calls under DLC_DEBUG=1
 from ..program import ShaderError
+from ..storage import OutOfMemory
 from ..texture_executor import TextureExecutor, TextureStore
 from .files import read_artifact
 from .manifest import FORMAT, LR, MANIFEST, OUTPUTS, ArtifactError
@@ -185,7 +186,11 @@ class Runner:
 
         try:
             yield
-        except GLError as e:
+        except OutOfMemory as e:  # the buffer's own check of glGetError
+            raise RuntimeFailure(
+                f"{self.path}: the {program} program ran out of GPU memory allocating a buffer of {e.nbytes} bytes"
+            ) from None
+        except GLError as e:  # DLC_DEBUG=1: the allocating call itself raised
             if getattr(e, "err", None) != 0x0505:  # GL_OUT_OF_MEMORY
                 raise
             args = getattr(e, "pyArgs", None) or ()
