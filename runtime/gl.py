@@ -1,6 +1,6 @@
 """dlc's OpenGL binding: the GL functions and constants dlc calls, as ctypes functions.
 
-No PyOpenGL: `GL` holds exactly what dlc uses (the ~90 functions of `_FUNCTIONS`, the
+No PyOpenGL: `GL` holds exactly what dlc uses (the 79 functions of `_FUNCTIONS`, the
 constants below), each function resolved on first use from the GL library's exports, else
 through the platform's lookup (eglGetProcAddress on EGL, glfw's on a glfw window). Its calls
 take and give what PyOpenGL's did at dlc's call sites: handles and enums as ints, strings as
