@@ -26,7 +26,9 @@ dlc.js is faster). The rows (`--rows`, comma-separated; default all):
 - small-cnn: a small CNN made here as an .onnx (three conv-ReLU-pool stages, a Gemm, softmax;
   [1, 3, 64, 64]), the same way;
 - startup: SqueezeNet's first call (load the export / create the session, then the first
-  result), each time on a fresh context.
+  result), each time on a fresh context (in the one browser: what its GPU process keeps between
+  contexts stays); dlc.js's phases of each (files, compile, warm-up, first eval) are printed
+  after the table.
 
 `--profile` times nothing: it runs one step of each row's dlc.js side (after an untimed one)
 with each pass timed alone (`gl.readPixels` of one texel before and after it) and prints the
@@ -164,13 +166,21 @@ async function imported(dir, arg) {
   return { sides, model: m, dispose: () => { m.dispose(); Object.values(sessions).forEach((s) => s.release()); } };
 }
 
-// The first call on a fresh context: load (or create) and the first result.
+// The first call on a fresh context: load (or create) and the first result. dlc.js's phases
+// (ms from the start, from onProgress) go to window.phases: the files fetched and checked, the
+// shaders compiled, the warm-up drawn, load's end and the first result's.
+window.phases = [];
 async function startup(dir, arg) {
   const x = rand(arg.shape.reduce((a, b) => a * b, 1), 3, 0, 1);
   const sides = {
     dlc: async () => {
-      const m = await load(dir);
+      const t0 = performance.now();
+      const at = {};
+      const m = await load(dir, { onProgress: ({ stage }) => { at[stage] = performance.now() - t0; } });
+      at.load = performance.now() - t0;
       const out = (await m.eval({ [arg.input]: { data: x, shape: arg.shape } }, [arg.output]))[arg.output].data;
+      at.first = performance.now() - t0;
+      window.phases.push(at);
       m.dispose();
       return out;
     },
@@ -314,6 +324,8 @@ def main() -> int:
                     r = page.evaluate("async ([n, a, t]) => await window.bench(n, a, t)", [name, arg, timing])
                     results.append((name, r))
                     print(name, r["ms"], file=sys.stderr)
+                    if name == "startup":
+                        phases = page.evaluate("window.phases")
             b.close()
         server.shutdown()
     print(f"browser: {browser} ({renderer}); {args.steps} steps x {args.repeats} runs, {args.warmup} warm-up")
@@ -324,10 +336,26 @@ def main() -> int:
         for side, ms in r["ms"].items():
             if side != "dlc":
                 print(f"| {name} | {d:.1f} | {side} | {ms:.1f} | {ms / d:.2f}x | {r['diffs'][side]:.1e} |")
+    if "startup" in rows and not args.profile:
+        _print_phases(phases)
     for name, r in results:
         if r["losses"]:
             print(f"{name}: first-step loss " + ", ".join(f"{s} {v:.7f}" for s, v in r["losses"].items()))
     return 0
+
+
+def _print_phases(phases: list[dict]) -> None:
+    """dlc.js's first calls, each phase's ms: until the last file arrived, then until the last
+    shader compiled (the context made, the weights checked), the warm-up's draws, the rest of
+    load, the first eval."""
+    print("\nstartup, dlc.js's phases (ms; each first call's, in order):")
+    print("| call | files | compile | warm-up | rest of load | first eval | first call |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for i, at in enumerate(phases):
+        compiled = at.get("shaders", 0)
+        ends = [at.get("files", 0), compiled, at.get("warm-up", compiled), at["load"], at["first"]]
+        steps = [ends[0], *(b - a for a, b in zip(ends, ends[1:]))]
+        print(f"| {i + 1} | " + " | ".join(f"{v:.0f}" for v in steps) + f" | {at['first']:.0f} |")
 
 
 def _print_profile(name: str, passes: list | None, top: int = 12) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from .glsl import PREAMBLE, Context, Emitter, KernelSource, comment, prune_preamble, uniform_lines
 from .renderer import Renderer
 
-_SAMPLED = re.compile(r"\bdlc_load\(b(\d+),")
+# a load of element i, or (GLSLESTexture) of element 0 without dlc_load's division
+_SAMPLED = re.compile(r"\bdlc_load\(b(\d+),|\btexelFetch\(b(\d+), ivec2\(0\), 0\)")
 _BUFFER_LOAD = re.compile(r"\bb\d+\.v\[")  # a compute-target load: never in a texture shader
 
 
@@ -40,7 +41,7 @@ def finish(ctx: Context, em: Emitter, output: int | None, what: str) -> str:
     main = "\n".join(["void main() {", *em.lines, "}"])
     if _BUFFER_LOAD.search(main):  # a template wrote a load without asking the renderer
         raise AssertionError(f"kernel {ctx.kernel.name}: a storage-buffer load in a texture shader")
-    units = sorted({int(m.group(1)) for m in _SAMPLED.finditer(main)})
+    units = sorted({int(m.group(1) or m.group(2)) for m in _SAMPLED.finditer(main)})
     # only the preamble's helpers the pass uses, as on compute: less for a browser to compile
     return prune_preamble("\n".join(header(ctx, output, what, units)) + "\n" + main + "\n")
 

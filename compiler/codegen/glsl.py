@@ -368,7 +368,7 @@ class Emitter:
             return found
         out: list[str] = []
         stem = ix.flat if ix.flat.isidentifier() else "c"
-        for k, expr in enumerate(index.coord_exprs(ix.flat, shape, self.ctx.dim)):
+        for k, expr in enumerate(index.coord_exprs(ix.flat, shape, self.ctx.dim, self.ctx.renderer.shifts)):
             if expr == "0":
                 out.append(expr)
                 continue

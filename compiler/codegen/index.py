@@ -67,22 +67,43 @@ def numel(shape: Sequence[int | str], dim: DimFn) -> str:
     return mul(*(dim(d) for d in shape))
 
 
-def coord_exprs(flat: str, shape: Shape, dim: DimFn) -> list[str]:
+def pow2(expr: str) -> int | None:
+    """log2 of `expr` when it is a literal power of two above 1."""
+    if not expr.isdigit():
+        return None
+    n = int(expr)
+    return n.bit_length() - 1 if n > 1 and n & (n - 1) == 0 else None
+
+
+def div(a: str, b: str, shifts: bool = False) -> str:
+    """a / b of a non-negative a; `shifts`: by a literal power of two as a shift."""
+    k = pow2(b) if shifts else None
+    return f"{a} / {b}" if k is None else f"({a} >> {k})"
+
+
+def mod(a: str, b: str, shifts: bool = False) -> str:
+    """a % b of a non-negative a; `shifts`: by a literal power of two as a mask."""
+    k = pow2(b) if shifts else None
+    return f"{a} % {b}" if k is None else f"({a} & {int(b) - 1})"
+
+
+def coord_exprs(flat: str, shape: Shape, dim: DimFn, shifts: bool = False) -> list[str]:
     """The coordinate along each axis of element `flat` of a tensor of `shape`: "0" on axes of
-    size 1, otherwise `flat / stride % size` (no modulo on the outermost axis that varies)."""
+    size 1, otherwise `flat / stride % size` (no modulo on the outermost axis that varies).
+    `shifts`: divisions and modulos by literal powers of two as shifts and masks (flat >= 0)."""
     out: list[str] = []
     for k, d in enumerate(shape):
         if d == 1:
             out.append("0")
             continue
         stride = numel(shape[k + 1 :], dim)
-        q = flat if stride == "1" else f"{flat} / {stride}"
+        q = flat if stride == "1" else div(flat, stride, shifts)
         if k == 0 or all(e == 1 for e in shape[:k]):
             out.append(q)
-        elif stride != "1":
-            out.append(f"({q}) % {dim(d)}")
+        elif stride != "1" and not (shifts and pow2(stride)):  # (a shift comes in parentheses)
+            out.append(mod(f"({q})", dim(d), shifts))
         else:
-            out.append(f"{q} % {dim(d)}")
+            out.append(mod(q, dim(d), shifts))
     return out
 
 

@@ -5,8 +5,11 @@ gradients need no transposes); a rank-2 operand or a batch of 1 is shared by eve
 Any number of batch dims, broadcast as NumPy does: the grid's z runs over the output's batches
 (their product), and each operand reads the batch its own dims broadcast to (`batch_of`).
 
-Three templates, each exact for any size (every load and store is bounds-checked):
+Four templates, each exact for any size (every load and store is bounds-checked):
 - `tile16`: a 16x16 shared-memory tile, one output per invocation; for small products.
+- `direct`: one output per invocation summing its few K terms straight from memory (K under
+  one 16-deep slab: a weight gradient over a batch of 4); no shared memory, no barrier
+  (llvmpipe ran the 16x16 tiles' barriers at ~1 us an output).
 - `rows`: a few rows times a long weight (a decode step's x @ W over one token): each work
   group takes 8 columns of every row, its 256 invocations splitting K 32 ways, the 32
   partial sums added in shared memory; many groups, no idle tile rows.
@@ -22,7 +25,7 @@ Three templates, each exact for any size (every load and store is bounds-checked
 Which template, blocking and switches: `choose` picks a size class by the sizes at the plan's
 reference binding, and matmul_tuning's table holds the variant of each class per device
 family (the codegen option `device`, a GL_RENDERER string). Codegen options force them:
-`matmul` (a template: tile16, rows, thin, medium, big), `blocking` (tm, tn, bk, rm, rn[, ks[,
+`matmul` (a template: tile16, direct, rows, thin, medium, big), `blocking` (tm, tn, bk, rm, rn[, ks[,
 swizzle]]), `prefetch`, and `matmul_variant` (a dict of Variant switches, and optionally a
 blocking), applied over the table's choice.
 """
@@ -170,7 +173,7 @@ def _sizes(ctx: Context) -> tuple[int, int, int, int]:
 
 
 def choose(ctx: Context, forced: str | None = None, device: str | None = None) -> str:
-    """'tile16', 'rows', 'thin', 'medium' or 'big', by the sizes at the plan's reference
+    """'tile16', 'direct', 'rows', 'thin', 'medium' or 'big', by the sizes at the plan's reference
     binding (`device`: the renderer string whose table entry says how many work groups fill
     it)."""
     if forced:
@@ -179,7 +182,11 @@ def choose(ctx: Context, forced: str | None = None, device: str | None = None) -
         return forced
     wave = tuning.entry(device)["wave"]
     batch, m, n, k = _sizes(ctx)
-    if m <= ROWS_MAX and n >= ROWS_COLS and k >= ROWS_MIN_K:
+    if k < DIRECT_MAX_K:
+        return "direct"
+    # (a K known at compile time: a symbolic one may be long at run time, and each
+    # invocation of `rows` loops over a 32nd of it)
+    if m <= ROWS_MAX and n >= ROWS_COLS and k >= ROWS_MIN_K and isinstance(geometry(ctx).k, int):
         return "rows"
     if min(m, n) >= 128 and k >= 8 and batch * math.ceil(m / 128) * math.ceil(n / 128) >= wave:
         return "big"
@@ -191,7 +198,8 @@ def choose(ctx: Context, forced: str | None = None, device: str | None = None) -
     return "tile16"
 
 
-TEMPLATES = ("tile16", "rows", "thin", "medium", "big")
+TEMPLATES = ("tile16", "direct", "rows", "thin", "medium", "big")
+DIRECT_MAX_K = 16  # "direct" under this K (one tile16 slab)
 ROWS_MAX = 8  # "rows": at most this many output rows (a 16-row tile would idle half or more)
 ROWS_COLS = 8  # its columns a work group
 ROWS_SPLIT = 32  # its invocations along K a column
@@ -299,7 +307,7 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
         base, where, which = tuning.variant({"blocking": blocking}, "codegen option blocking"), "forced", "blocked"
     else:
         which = choose(ctx, o.matmul, device)
-        if which in ("tile16", "rows"):
+        if which in ("tile16", "direct", "rows"):
             return which, None, ""
         cls = size_class(ctx, which)
         if cls in ("split", "medium") and splits_well(ctx, device):
@@ -327,6 +335,8 @@ def render(ctx: Context, options: CodegenOptions | Mapping | None = None) -> Ker
     which, var, where = resolve(ctx, options)
     if which == "rows":
         return _render_rows(ctx)
+    if which == "direct":
+        return _render_direct(ctx)
     if var is None:
         return _render_tile16(ctx)
     o = codegen_options(options)
@@ -439,8 +449,8 @@ def _describe(geo: Geometry, how: str) -> str:
     return f"matmul {a} {b}: {batch}[{geo.m}, {geo.k}] x [{geo.k}, {geo.n}], {how}"
 
 
-def _render_tile16(ctx: Context) -> KernelSource:
-    geo, d, funcs = _common(ctx)
+def _tile16_loop(geo: Geometry, d: dict) -> tuple[list[str], list[str]]:
+    """The 16x16 tiles' K loop (into `acc`, with lx, ly, m0, n0 set) and its shared arrays."""
     M, N, K = d["M"], d["N"], d["K"]
     # Neighbouring invocations load neighbouring addresses: for a transposed operand the
     # tile is loaded with the roles of the two local ids swapped.
@@ -464,6 +474,27 @@ def _render_tile16(ctx: Context) -> KernelSource:
             f"Bs[ly][lx] = (k0 + ly < {K} && n0 + lx < {N}) ? "
             f"{d['B']}.v[{_addr_b(geo, d, 'k0 + ly', 'n0 + lx')}] : 0.0;"
         )
+    loop = [
+        f"for (int k0 = 0; k0 < {K}; k0 += 16) {{",
+        f"    {load_a}",
+        f"    {load_b}",
+        "    memoryBarrierShared();",
+        "    barrier();",
+        "    for (int kk = 0; kk < 16; ++kk) acc += As[ly][kk] * Bs[kk][lx];",
+        "    barrier();",
+        "}",
+    ]
+    shared = [
+        "shared float As[16][17];  // [m][k], padded against bank conflicts",
+        "shared float Bs[16][17];  // [k][n]",
+    ]
+    return loop, shared
+
+
+def _render_tile16(ctx: Context) -> KernelSource:
+    geo, d, funcs = _common(ctx)
+    M, N = d["M"], d["N"]
+    loop, extra = _tile16_loop(geo, d)
     main = [
         "void main() {",
         "    int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);",
@@ -471,22 +502,50 @@ def _render_tile16(ctx: Context) -> KernelSource:
         f"    int bz = int({TILE}.z);",
         "    int row = m0 + ly, col = n0 + lx;",
         "    float acc = 0.0;",
-        f"    for (int k0 = 0; k0 < {K}; k0 += 16) {{",
-        f"        {load_a}",
-        f"        {load_b}",
-        "        memoryBarrierShared();",
-        "        barrier();",
-        "        for (int kk = 0; kk < 16; ++kk) acc += As[ly][kk] * Bs[kk][lx];",
-        "        barrier();",
-        "    }",
+        *(f"    {x}" for x in loop),
         f"    if (row < {M} && col < {N}) epilogue((bz * {M} + row) * {N} + col, bz, row, col, acc);",
         "}",
     ]
-    extra = [
-        "shared float As[16][17];  // [m][k], padded against bank conflicts",
-        "shared float Bs[16][17];  // [k][n]",
-    ]
     lines = header(ctx, _describe(geo, "16x16 tiles"), (16, 16, 1), extra) + funcs + main
+    return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
+
+
+def _render_direct(ctx: Context) -> KernelSource:
+    """`direct`: each invocation sums its output's K terms straight from memory, with no
+    shared memory and no barrier (a kernel with a barrier anywhere, even in a branch not
+    taken, ran 2-3x slower on llvmpipe). A K that is symbolic or 16 or more is summed 16
+    terms an iteration: llvmpipe stops a loop after 65535 iterations in all (re-entering it
+    does not reset the count), so this reaches as far as tile16's slab loop does.
+    The GL backend plans a training step per class of batch size, as eval, so a weight
+    gradient planned at a batch of 4 does not run at 4096 with this template."""
+    geo, d, funcs = _common(ctx)
+    M, N, K = d["M"], d["N"], d["K"]
+    term = f"{d['A']}.v[{_addr_a(geo, d, 'row', 'k')}] * {d['B']}.v[{_addr_b(geo, d, 'k', 'col')}]"
+    if K.isdigit() and int(K) < DIRECT_MAX_K:
+        loop = [f"        for (int k = 0; k < {K}; ++k) acc += {term};"]
+    else:  # 16 terms an iteration, as tile16's slabs: the same K/16 iterations of one loop
+        loop = [
+            f"        for (int k0 = 0; k0 < {K}; k0 += 16) {{",
+            "            for (int j = 0; j < 16; ++j) {",
+            "                int k = k0 + j;",
+            f"                if (k < {K}) acc += {term};",
+            "            }",
+            "        }",
+        ]
+    main = [
+        "void main() {",
+        "    int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);",
+        f"    int row = int({TILE}.y) * 16 + ly, col = int({TILE}.x) * 16 + lx;",
+        f"    int bz = int({TILE}.z);",
+        f"    if (row < {M} && col < {N}) {{",
+        "        float acc = 0.0;",
+        *loop,
+        f"        epilogue((bz * {M} + row) * {N} + col, bz, row, col, acc);",
+        "    }",
+        "}",
+    ]
+    how = "an output an invocation, its K terms from memory"
+    lines = header(ctx, _describe(geo, how), (16, 16, 1), []) + funcs + main
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
 
 

@@ -44,6 +44,7 @@ class Renderer(ABC):
     version: ClassVar[str]  # the version line
     prefix: ClassVar[tuple[str, ...]] = ()  # lines right after it (precision qualifiers)
     helpers: ClassVar[str] = ""  # target functions after the preamble (kept only when used)
+    shifts: ClassVar[bool] = False  # an index divided by a literal power of two as a shift
 
     def version_lines(self) -> list[str]:
         return [self.version, *self.prefix]
@@ -129,6 +130,14 @@ float dlc_load(sampler2D t, int i) {
 class GLSLESTexture(GLSLTexture):
     version = "#version 300 es"
     prefix = ("precision highp float;", "precision highp int;", "precision highp sampler2D;")
+    # SwiftShader (WebGL2 on the CPU) divides an int by a constant with a division, lane by lane:
+    # the shifts made an unpack pass of 1M outputs ~1.2x faster (measured alone, in one page)
+    shifts = True
+
+    def load(self, buf: str, index: str) -> str:
+        if index == "0":  # (a scalar: the learning rate) no division by the width
+            return f"texelFetch({buf}, ivec2(0), 0).r"
+        return super().load(buf, index)
 
 
 COMPUTE = GLSLCompute()

@@ -231,6 +231,17 @@ def _quads(ctx: Context, depth) -> str:
     return f"(({ctx.dim(depth)} + 3) / 4)"
 
 
+def _line_div(quads: str, es: bool) -> str:
+    """The fragment's line over `quads` texels a row (WebGL2: by a power of two as a shift)."""
+    q = index.div("int(gl_FragCoord.y)", quads, es)
+    return q if q.startswith("(") else f"({q})"
+
+
+def _line_mod(quads: str, es: bool) -> str:
+    q = index.mod("int(gl_FragCoord.y)", quads, es)
+    return q if q.startswith("(") else f"({q})"
+
+
 def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     """Operand p's packed texture: row r down column r % width, texel q of it at
     ((r / width) * quads + q), holding k = 4q..4q+3 (zeros past the depth)."""
@@ -238,8 +249,8 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     em = Emitter(ctx)
     quads = _quads(ctx, depth)
     K = ctx.dim(depth)
-    em.line(f"int r = (int(gl_FragCoord.y) / {quads}) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"int k0 = (int(gl_FragCoord.y) % {quads}) * 4;")
+    em.line(f"int r = {_line_div(quads, es)} * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"int k0 = {_line_mod(quads, es)} * 4;")
     em.line(f"if (r >= {ctx.numel(p.rows)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), p.rows)
     values = []
@@ -276,8 +287,8 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     em = Emitter(ctx)
     rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
     nq, quads, N = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n)
-    em.line(f"int r = (int(gl_FragCoord.y) / {nq}) * dlc_width + int(gl_FragCoord.x);")
-    em.line(f"int j0 = (int(gl_FragCoord.y) % {nq}) * 4;")
+    em.line(f"int r = {_line_div(nq, es)} * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"int j0 = {_line_mod(nq, es)} * 4;")
     em.line(f"if (r >= {ctx.numel(rows_shape)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), rows_shape)
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
@@ -288,15 +299,15 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     for c in range(0 if own_sum else 4):
         js.append(em.names.claim(f"j{c + 1}"))
         em.line(f"int {js[-1]} = min(j0 + {c}, {N} - 1);")
-        em.line(f"vec4 acc{c} = vec4(0.0);")
+        em.line(f"float acc{c} = 0.0;" if es else f"vec4 acc{c} = vec4(0.0);")
     ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
     if node.op == "matmul" and _paired(ctx):
-        _paired_products(ctx, em, pa, pb, quads, rc, js)
+        _paired_products(ctx, em, pa, pb, quads, rc, js, es)
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, row pairs"
     elif node.op == "matmul":
         rows = [_matmul_rows(em, pa, pb, tuple(node.shape[:-2]), rc[:-1], rc[-1], j) for j in js]
-        _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
+        _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows], es)
         ta, tb = ("^T" if node.attr(t) else "" for t in ("ta", "tb"))
         what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
     elif _few_channels(ctx, node):
@@ -307,7 +318,7 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         b, oy, ox = rc
         each_tap(em, geo, oy, ox)  # opens the loops over the taps inside the image
         ra = f"({b} * {geo['H']} + iy) * {geo['W']} + ix"
-        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js])
+        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[3]} + {j}" for j in js], es)
         em.close()
         em.close()
         what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
@@ -319,12 +330,12 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
         b, y, x = rc
         each_window_touching(em, geo, y, x)  # opens the loops over the outputs reading (y, x)
         ra = f"({b} * {geo['OH']} + oy) * {geo['OW']} + ox"
-        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[2]} + {j}" for j in js])
+        _accumulate(em, quads, pa, ra, pb, [f"(di * {geo['KW']} + dj) * {bsh[2]} + {j}" for j in js], es)
         em.close()
         em.close()
         what = f"conv2d gradient for the input {list(node.shape)}, filter {list(bsh)}, {describe_options(node)}"
     if js:
-        sums = ", ".join(f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
+        sums = ", ".join(f"acc{c}" if es else f"(acc{c}.x + acc{c}.y) + (acc{c}.z + acc{c}.w)" for c in range(4))
         em.line(f"dlc_out4 = vec4({sums});")
     text = finish(ctx, em, None, what + ", 4 outputs a fragment over the packed operands")
     text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
@@ -332,9 +343,9 @@ def _products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, es: bool) ->
     return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
 
 
-def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rbs: list[str]) -> None:
+def _accumulate(em: Emitter, quads: str, pa: _Operand, ra: str, pb: _Operand, rbs: list[str], dot: bool) -> None:
     """acc<c> += row ra of packed A times row rbs[c] of packed B, c = 0..3, texel by texel."""
-    _accumulate_rows(em, quads, pa, [ra], pb, rbs, [(0, c) for c in range(len(rbs))])
+    _accumulate_rows(em, quads, pa, [ra], pb, rbs, [(0, c) for c in range(len(rbs))], dot=dot)
 
 
 def _accumulate_rows(
@@ -346,11 +357,13 @@ def _accumulate_rows(
     rbs: list[str],
     products: list,
     one_band: bool = False,
+    dot: bool = False,
 ) -> None:
     """acc<c> += row ras[i] of packed A times row rbs[j] of packed B for each (i, j) =
     products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q).
     one_band: each side's rows lie in the band of its first (or are never read): one texel
-    line a side per q."""
+    line a side per q. dot: acc<c> is a float and takes dot() of the two texels (else a vec4
+    of 4 partial sums, summed by the caller)."""
     for side, rows, width in (("pa", ras, "pa_w"), ("pb", rbs, "pb_w")):
         for i, row in enumerate(rows):
             em.line(f"int {side}{i}_r = {row};")
@@ -366,7 +379,7 @@ def _accumulate_rows(
             v = f"{side}_v" if one_band else f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
             em.line(f"vec4 {side}{i}_t = texture(b{unit}, vec2({side}{i}_u, {v}));")
     for c, (i, j) in enumerate(products):
-        em.line(f"acc{c} += pa{i}_t * pb{j}_t;")
+        em.line(f"acc{c} += dot(pa{i}_t, pb{j}_t);" if dot else f"acc{c} += pa{i}_t * pb{j}_t;")
     em.close()
 
 
@@ -463,7 +476,7 @@ def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
     em = Emitter(ctx)
     rows_shape, n, out_batch = tuple(node.shape[:-1]), node.shape[-1], tuple(node.shape[:-2])
     nq, quads, N, R = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n), ctx.numel(rows_shape)
-    em.line(f"int band = int(gl_FragCoord.y) / {nq}, j0 = (int(gl_FragCoord.y) % {nq}) * 4;")
+    em.line(f"int band = {_line_div(nq, True)}, j0 = {_line_mod(nq, True)} * 4;")
     em.line("int r0 = band * dlc_width + 4 * int(gl_FragCoord.x);")
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
     em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
@@ -475,15 +488,17 @@ def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
     for c in range(4):  # B is a matrix: its rows are the columns j alone
         em.line(f"int jq{c} = min(j0 + {c}, {N} - 1);")
         rbs.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], f"jq{c}")[1])
+    # one float a product, dot() of two texels added each q: 16 floats live where 16 vec4 of
+    # partial sums were 64, which SwiftShader kept spilling (the pass 1.5x faster, measured
+    # alone in one page; the sums' error stays within NumPy's own)
     for a in range(16):
-        em.line(f"vec4 acc{a} = vec4(0.0);")
+        em.line(f"float acc{a} = 0.0;")
     # A's rows are the products' (B is a matrix), so rows r0..r0+3 share r0's band unless past
     # the band's width (never read); B's j0..j0+3 share j0's (a band is 4k wide, or all of B)
     products = [(t, c) for t in range(QUAD_TARGETS) for c in range(4)]
-    _accumulate_rows(em, quads, pa, ras, pb, rbs, products, one_band=True)
+    _accumulate_rows(em, quads, pa, ras, pb, rbs, products, one_band=True, dot=True)
     for t in range(QUAD_TARGETS):
-        sums = ", ".join(f"(acc{a}.x + acc{a}.y) + (acc{a}.z + acc{a}.w)" for a in range(4 * t, 4 * t + 4))
-        em.line(f"dlc_out{t} = vec4({sums});")
+        em.line(f"dlc_out{t} = vec4({', '.join(f'acc{a}' for a in range(4 * t, 4 * t + 4))});")
     ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
     ta = "^T" if node.attr("ta") else ""
     tb = "^T" if node.attr("tb") else ""
@@ -503,7 +518,9 @@ def _paired(ctx: Context) -> bool:
     return node.op == "matmul" and len(ctx.graph.nodes[node.inputs[1]].shape) == 2
 
 
-def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, rc: tuple, js: list) -> None:
+def _paired_products(
+    ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quads: str, rc: tuple, js: list, dot: bool
+) -> None:
     """The products of a paired matmul into acc0..acc3. The texels of rows rb = r - r % 2 and
     rb + 1 at texel column jq hold outputs (rb, rb + 1) x (4jq, 4jq + 1) (row rb's texel) and
     (rb, rb + 1) x (4jq + 2, 4jq + 3) (row rb + 1's), each (rb j, rb j', rb+1 j, rb+1 j'); a last
@@ -521,11 +538,11 @@ def _paired_products(ctx: Context, em: Emitter, pa: _Operand, pb: _Operand, quad
         ras.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], "ja")[0])
     rrc = em.coords(Ix(flat="rb0"), rows_shape)
     rbs = [_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], j)[1] for j in ("ja", "jb")]
-    _accumulate_rows(em, quads, pa, ras, pb, rbs, [(0, 0), (0, 1), (1, 0), (1, 1)])
+    _accumulate_rows(em, quads, pa, ras, pb, rbs, [(0, 0), (0, 1), (1, 0), (1, 1)], dot=dot)
     em.close()
     em.open("else")
     rows = [_matmul_rows(em, pa, pb, out_batch, rc[:-1], rc[-1], j) for j in js]
-    _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows])
+    _accumulate(em, quads, pa, rows[0][0], pb, [rb for _, rb in rows], dot)
     em.close()
 
 
@@ -545,10 +562,10 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     if quad:  # row pc_r's texel is at column (pc_r % width) / 4 of texture (pc_r % width) % 4
         # (layer pc_t of one array texture: a fetch, where a choice among 4 textures fetched all
         # 4 on SwiftShader, whose lanes take both sides of a select: the pass 2-3x faster)
-        em.line("int pc_in = pc_r % pc_w, pc_t = pc_in % 4;")
-        em.line(f"ivec3 pc_at = ivec3(pc_in / 4, (pc_r / pc_w) * {_quads(ctx, n)} + {j} / 4, pc_t);")
+        em.line("int pc_in = pc_r % pc_w, pc_t = pc_in & 3;")
+        em.line(f"ivec3 pc_at = ivec3(pc_in >> 2, (pc_r / pc_w) * {_quads(ctx, n)} + ({j} >> 2), pc_t);")
         em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
-        em.line(f"float acc = pc[{j} % 4];")
+        em.line(f"float acc = pc[{j} & 3];")
     elif _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
         em.line(f"int pc_b = pc_r - pc_r % 2, pc_t = pc_r, pc_c = {j} % 4;")
         paired = f"pc_b + 1 < {ctx.numel(rows_shape)}"

@@ -77,10 +77,12 @@ class GLBackend:
         """The compiled program for these fetches (compiled on first use, planned at `dims`)."""
         checked = debug.enabled() and self.hook is None  # debug mode: kernels flag NaN per node
         roots = tuple(roots)
-        key = (id(graph), roots, training, checked, () if training else self._batch_class(graph, roots, dims))
+        # a program per class of batch size: kernels are chosen by the sizes planned for (a
+        # weight gradient over a batch of 4 sums its 4 terms an output, no tile)
+        key = (id(graph), roots, training, checked, self._batch_class(graph, roots, dims))
         found = self._programs.get(key)
         if found is None and key[4]:
-            found = self._stand_in(key)
+            found = self._larger(key) if training else self._stand_in(key)
         if found is None:
             # the matmul tuning table's row for this GPU (compiler/codegen/matmul_tuning.py)
             # and its limits, which every kernel respects (compiler/limits.py)
@@ -94,6 +96,15 @@ class GLBackend:
         graph, compiled, executor = found
         executor.hook = self.hook or (self._debug_hook(key, graph, compiled, executor) if debug.enabled() else None)
         return compiled, executor
+
+    def _larger(self, key: tuple):
+        """A training program planned for batches as large or larger serves a smaller one (an
+        epoch's last short batch compiles nothing); a larger batch gets its own at once, not a
+        program whose kernels were chosen for fewer rows."""
+        for k, p in self._programs.items():
+            if k[:4] == key[:4] and all(c >= want for (_, c), (_, want) in zip(k[4], key[4])):
+                return p
+        return None
 
     def _stand_in(self, key: tuple):
         """The first time a class of batch size comes, an eval program planned for another

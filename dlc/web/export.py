@@ -5,7 +5,10 @@
     dlc.js          the JavaScript runtime (an ES module exporting `load`; no dependencies)
     manifest.json   the compiled artifact's manifest (target texture, GLSL ES 3.00) plus a
                     "web" section: the shader folder and the weights' byte offsets
-    shaders/        one GLSL ES 3.00 fragment shader per kernel pass
+    shaders.json    every pass's shader in one file (dlc/web/bundle.py: passes whose shaders differ
+                    only in integer constants share one program), what dlc.js fetches and compiles
+    shaders/        one GLSL ES 3.00 fragment shader per kernel pass, for reading (the code the
+                    bundle gives each pass, with its comments)
     weights.bin     the params and optimizer state, little-endian float32, back to back
     model.dl        the model's source (for reading; dlc.js does not use it)
     vocab.json      a language model's vocabulary (its characters and block), when it has one
@@ -52,6 +55,7 @@ from dlc.runtime.saved_names import by_param_name
 from dlc.runtime.spec import manifest_json
 from dlc.runtime.weights import checked_params, load_npz
 from dlc.text import Vocab, vocab_path
+from dlc.web import bundle as shader_bundle
 
 STATIC = ("dlc.js", "index.html")
 WEIGHTS = "weights.bin"
@@ -144,15 +148,17 @@ def export_web(
         progs.update(kv_progs)
         data["programs"].update({name: p.spec for name, p in kv_progs.items()})
     blob, offsets = _pack({**params, **states})
+    shaders = shader_bundle.dumps(shader_bundle.make({f: t for p in progs.values() for f, t in p.sources.items()}))
     data["web"] = {
         "shaders": SHADERS,
+        "bundle": {"file": shader_bundle.FILE, "bytes": len(shaders.encode("ascii"))},
         "weights": {"file": WEIGHTS, "bytes": len(blob), "leaves": offsets},
         "optimizer_lr": None if opt is None else float(opt.lr),
         "page": "text" if text_vocab is not None else _page_kind(data),
         "vocab": None if text_vocab is None else VOCAB,
         "kv_cache": kv_cache,
     }
-    return _write(pathlib.Path(out_dir), progs, data, blob, model.source, text_vocab)
+    return _write(pathlib.Path(out_dir), progs, data, blob, shaders, model.source, text_vocab)
 
 
 @dataclass
@@ -258,13 +264,16 @@ def _page_kind(data: dict) -> str:
     return "generic"
 
 
-def _write(out: pathlib.Path, progs, data: dict, blob: bytes, source: str | None, vocab=None) -> pathlib.Path:
+def _write(
+    out: pathlib.Path, progs, data: dict, blob: bytes, shaders: str, source: str | None, vocab=None
+) -> pathlib.Path:
     """Write the folder beside its destination, then move it into place (never half a folder)."""
     with replaced_folder(out, "a dlc web export", DlcError) as tmp:
         (tmp / SHADERS).mkdir()
         for prog in progs.values():
             for file, text in prog.sources.items():
                 (tmp / SHADERS / file).write_text(text, encoding="ascii")
+        (tmp / shader_bundle.FILE).write_text(shaders, encoding="ascii")
         (tmp / WEIGHTS).write_bytes(blob)
         (tmp / "manifest.json").write_text(manifest_json(data), encoding="utf-8")
         if source:

@@ -28,7 +28,9 @@ NPZ_SLACK = 1 << 20  # bytes of zip and .npy headers allowed beside the array da
 
 # No leading \b: a pattern that starts with its literal is scanned much faster (fuzzing
 # reads thousands of shaders); `_words` drops matches inside a longer word instead.
-_UNIFORM = re.compile(r"uniform\s+(\w+)\s+(\w+)\s*;")
+# (a precision qualifier, which GLSL allows before any uniform's type, is skipped: a
+# `uniform highp int n;` is checked as `uniform int n;` is)
+_UNIFORM = re.compile(r"uniform\s+(?:(?:lowp|mediump|highp)\s+)?(\w+)\s+(\w+)\s*;")
 _BINDING = re.compile(r"binding\s*=\s*(\w+)")
 
 
@@ -207,7 +209,7 @@ def check_fragment_shader(text: str, name: str, kernel: Kernel, fail) -> None:
             fail(f"uniforms.{u}", f"'{name}' declares no uniform int {u}")
     for n, kind in declared.items():
         ok = (kind == "int" and (n in kernel.uniforms or n == "dlc_width")) or (
-            kind == "sampler2D" and _SAMPLER.fullmatch(n)
+            kind in ("sampler2D", "sampler2DArray") and _SAMPLER.fullmatch(n)
         )
         if not ok:
             fail("uniforms", f"'{name}' declares uniform {kind} {n}, which the manifest gives no value")

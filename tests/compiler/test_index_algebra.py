@@ -48,6 +48,29 @@ def test_coordinates_from_the_flat_index_are_numpys_unravel(shape):
         assert got == tuple(int(c) for c in np.unravel_index(f, real)), (shape, f, exprs)
 
 
+POW2_SHAPES = [(4, 8), (2, 1, 16), ("B", 4, 2), (3, 4, 6), (8, "T", 4), (1024, 2)]
+
+
+@pytest.mark.parametrize("shape", SHAPES + POW2_SHAPES, ids=str)
+def test_coordinates_with_shifts_are_numpys_unravel(shape):
+    """WebGL2's form (GLSLESTexture.shifts): literal powers of two as shifts and masks."""
+    real = concrete(shape)
+    exprs = index.coord_exprs("f", shape, dim, shifts=True)
+    for f in range(int(np.prod(real))):
+        got = tuple(evaluate(e, f=f) for e in exprs)
+        assert got == tuple(int(c) for c in np.unravel_index(f, real)), (shape, f, exprs)
+    if all(isinstance(d, int) and d & (d - 1) == 0 for d in shape):  # no division is left
+        assert not any("/" in e or "%" in e for e in exprs), exprs
+
+
+def test_shifts_leave_other_divisors_alone():
+    assert index.div("f", "1024", shifts=True) == "(f >> 10)"
+    assert index.mod("f", "1024", shifts=True) == "(f & 1023)"
+    assert index.div("f", "1024") == "f / 1024"
+    for d in ("6", "1", "dim_B", "(dim_B * 4)"):
+        assert index.div("f", d, shifts=True) == f"f / {d}" and index.mod("f", d, shifts=True) == f"f % {d}"
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_flat_index_from_coordinates_is_numpys_ravel(shape):
     real = concrete(shape)

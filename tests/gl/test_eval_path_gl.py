@@ -151,7 +151,7 @@ def test_predict_of_an_imported_model_matches_onnx_reference(gl):
 def test_an_eval_program_is_planned_per_class_of_batch_size(gl):
     """Batch 1 and batch 32 each get a program planned at their own size (its tiles chosen
     there) once their class comes a second time; sizes of one class share it; values match
-    NumPy either way; training keeps one."""
+    NumPy either way; training programs too (batches 8 and 3 are one class)."""
     from dlc.backends.gl import batch_class
 
     assert [batch_class(n) for n in (1, 2, 15, 16, 127, 128, 1023, 1024)] == [0, 1, 1, 2, 2, 3, 3, 4]
@@ -166,5 +166,5 @@ def test_an_eval_program_is_planned_per_class_of_batch_size(gl):
         labels = rng.integers(0, 3, n).astype(np.float32)
         feeds = {"pixels": rng.normal(size=(n, 4)).astype(np.float32), "labels": labels}
         gl_sess.train(feeds, batch_size=n, steps=1, optimizer=dlc.SGD(0.1))
-    assert len(gl_sess.backend._programs) == 4  # one training program for batches 8 and 3
+    assert len(gl_sess.backend._programs) == 4  # one training program for batches 8 and 3 (one class)
     gl_sess.close()

@@ -18,7 +18,7 @@ from dlc.runtime.spec import Grid
 pytestmark = pytest.mark.gl
 
 
-@pytest.mark.parametrize("variant", ["tile16", "rows", "medium", "big"])
+@pytest.mark.parametrize("variant", ["tile16", "direct", "rows", "medium", "big"])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
     from dlc.backends.gl import GLBackend
@@ -40,7 +40,7 @@ def test_matmul_variants_at_awkward_sizes(gl, variant, ta, tb):
     backend.close()
 
 
-@pytest.mark.parametrize("variant", ["tile16", "rows", "medium", "big"])
+@pytest.mark.parametrize("variant", ["tile16", "direct", "rows", "medium", "big"])
 def test_batched_symbolic_matmul_with_aligned_rows(gl, variant):
     from dlc.backends.gl import GLBackend
 
@@ -79,6 +79,67 @@ def test_few_rows_take_the_rows_template_at_any_binding(gl, tb):
             compiled, _ = backend.program(g, [y], False, {"B": 1})
             assert any("x 8 columns a work group, K split 32 ways" in kk.source for kk in compiled.kernels)
     backend.close()
+
+
+def test_a_weight_gradient_planned_at_a_small_batch_runs_at_any(gl):
+    """X^T G over K = B: planned at B = 4 (`direct`: each output's 4 terms from memory); a
+    batch of 40 (a larger class) gets a program planned for it at once, and 3 the first's."""
+    from dlc.backends.gl import GLBackend
+
+    rng = np.random.default_rng(4)
+    g, y = matmul_graph(("B", 37), ("B", 19), True, False, epilogue=False)
+    backend = GLBackend()
+    heads = []
+    for batch in (4, 40, 40, 3):
+        a = rng.normal(size=(batch, 37)).astype(np.float32)
+        w = rng.normal(size=(batch, 19)).astype(np.float32)
+        (got,) = backend.step(g, [y], {"a": a, "w": w}, {"B": batch})
+        np.testing.assert_allclose(got, a.T.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+        compiled, _ = backend.program(g, [y], True, {"B": batch})
+        heads.append(compiled.kernels[0].source.split("\n")[1])
+    assert "its K terms from memory" in heads[0] and "its K terms from memory" not in heads[1], heads
+    assert heads[3] == heads[0] and len(backend._programs) == 2
+    backend.close()
+
+
+def test_direct_template_over_a_k_past_llvmpipes_loop_limit(gl):
+    # 70000 terms an output, 16 an iteration (llvmpipe stops a loop after 65535 iterations)
+    from dlc.backends.gl import GLBackend
+
+    rng = np.random.default_rng(5)
+    g, y = matmul_graph((3, 70000), (70000, 5), False, False, epilogue=False)
+    a = rng.normal(size=(3, 70000)).astype(np.float32)
+    w = rng.normal(size=(70000, 5)).astype(np.float32)
+    backend = GLBackend({"matmul": "direct"})
+    (got,) = backend.run(g, [y], {"a": a, "w": w}, {})
+    backend.close()
+    np.testing.assert_allclose(got, a.astype(np.float64) @ w, rtol=1e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,ta,tb",
+    [
+        ((3, 2, 70), (3, 70, 20), False, False),  # batched both
+        ((3, 70, 2), (1, 20, 70), True, True),  # both transposed, B broadcast over the batch
+        ((2, 3, 5, 90), (3, 90, 33), False, False),  # two batch dims, B's broadcast onto them
+    ],
+)
+def test_rows_template_over_batches(gl, a_shape, b_shape, ta, tb):
+    from dlc.backends.gl import GLBackend
+
+    rng = np.random.default_rng(3)
+    g, y = matmul_graph(a_shape, b_shape, ta, tb, epilogue=True)
+    feeds = {
+        "a": rng.normal(size=a_shape).astype(np.float32),
+        "w": rng.normal(size=b_shape).astype(np.float32),
+        "bias": rng.normal(size=g.nodes[y].shape[-1]).astype(np.float32),
+    }
+    backend = GLBackend()
+    (got,) = backend.run(g, [y], feeds, {})
+    compiled, _ = backend.program(g, [y], False, {})
+    assert "columns a work group, K split 32 ways" in compiled.kernels[0].source.split("\n")[1]
+    backend.close()
+    np.testing.assert_allclose(got, evaluate(g, [y], feeds, {})[y], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("seed", range(16))

@@ -169,6 +169,14 @@ def test_uniforms_must_match_the_shader(art):
     )
 
 
+def test_a_precision_qualified_uniform_is_checked_too(art):
+    m = json.loads((art / "manifest.json").read_text())
+    shader = art / m["programs"]["eval"]["kernels"][1]["file"]
+    text = shader.read_text()
+    shader.write_text(text.replace("uniform int dim0;", "uniform int dim0;\nuniform highp int sneaky;", 1))
+    refused(art, r"kernels\[1\]\.uniforms: '.*' declares uniform int sneaky, which the manifest gives no value")
+
+
 def test_bindings_must_be_within_the_kernels_slots(art):
     def drop_slot(m):
         m["programs"]["eval"]["kernels"][1]["slots"].pop()

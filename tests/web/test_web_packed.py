@@ -36,6 +36,7 @@ def test_packed_passes_match_numpy_in_eval_and_training(web_root, open_export, t
     name = exported(web_root, "packed", path, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
     shaders = "\n".join(f.read_text() for f in (web_root[0] / name).rglob("*") if f.suffix in (".json", ".frag"))
     assert "into 4 render targets" in shaders  # the 4 x 4 products pass is in the export
+    assert "+= dot(pa0_t, pb0_t);" in shaders  # its sums (and the conv's) one float an output
     assert "conv2d gradient for the filter" in shaders and "4 outputs a fragment over the packed" in shaders
     page = open_export(name)
     rng = np.random.default_rng(5)

@@ -1,20 +1,21 @@
-"""dlc.js's start-up in headless Chromium: load compiles every program of the model at once
-but eval's, which waits for a fetch outside the model's outputs (one program per distinct
-shader code: the text without its comments, which name the kernel), draws the outputs
-program's once, reports progress, and the model then evaluates as the NumPy
-reference does. Skips without the browser (fails in CI)."""
+"""dlc.js's start-up in headless Chromium: load fetches the weights and shaders.json (one
+request for every shader), compiles every program of the model at once but eval's, which
+waits for a fetch outside the model's outputs (one program per program of the bundle: the
+shaders differing in integer constants alone share one), draws the outputs program's once,
+reports progress (and the page shows it), and the model then evaluates as the NumPy
+reference does; an export written before shaders.json (its shader files alone) loads and
+evaluates the same. Skips without the browser (fails in CI)."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 from web_helpers import JS_FEEDS, JS_OUT, feed
 
 import dlc
 from dlc.data import load_data
-from dlc.web import export_web
+from dlc.web import bundle, export_web
 
 LOAD = """
 const { load } = await import(new URL("dlc.js", location.href).href);
@@ -26,14 +27,20 @@ return { events, programs };
 """
 
 
-def _distinct_sources(root, programs):
+def _files(root, programs) -> set[str]:
     manifest = json.loads((root / "manifest.json").read_text())
-    texts = set()
-    for name in programs:
-        for k in manifest["programs"][name]["kernels"]:
-            for p in k["passes"]:
-                texts.add(re.sub(r"//[^\n]*", "", (root / "shaders" / p["file"]).read_text()))
-    return len(texts)
+    return {p["file"] for name in programs for k in manifest["programs"][name]["kernels"] for p in k["passes"]}
+
+
+def _distinct_programs(root, programs) -> int:
+    """The bundle's programs that the passes of `programs` run."""
+    passes = json.loads((root / bundle.FILE).read_text())["passes"]
+    return len({passes[f][0] for f in _files(root, programs)})
+
+
+def _distinct_codes(root, programs) -> int:
+    """The distinct codes of their shader files (an export without shaders.json)."""
+    return len({bundle.code_of((root / "shaders" / f).read_text()) for f in _files(root, programs)})
 
 
 def test_load_compiles_every_program_and_reports_progress(web_root, open_export, tmp_path):
@@ -43,13 +50,16 @@ def test_load_compiles_every_program_and_reports_progress(web_root, open_export,
     export_web("samples/mlp_digits.dl", root / "startup_mlp", weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
     page = open_export("startup_mlp")
     got = page.call(LOAD)
+    files = [e for e in got["events"] if e[0] == "files"]
     shaders = [e for e in got["events"] if e[0] == "shaders"]
     warm = [e for e in got["events"] if e[0] == "warm-up"]
-    assert got["events"] == shaders + warm, "all shaders compile before the warm-up draws"
+    assert got["events"] == files + shaders + warm, "the files arrive, then all shaders compile, then the warm-up"
+    assert files == [["files", 0, 2], ["files", 1, 2], ["files", 2, 2]]  # weights.bin and shaders.json
     # eval's shaders (every named tensor) wait for a fetch outside the model's outputs
-    every = _distinct_sources(root / "startup_mlp", ["outputs", "train"])
+    every = _distinct_programs(root / "startup_mlp", ["outputs", "train"])
+    assert every < _distinct_codes(root / "startup_mlp", ["outputs", "train"])  # some shared
     assert shaders[0] == ["shaders", 0, every] and shaders[-1] == ["shaders", every, every]
-    assert warm[0] == ["warm-up", 0, _distinct_sources(root / "startup_mlp", ["outputs"])]
+    assert warm[0] == ["warm-up", 0, _distinct_programs(root / "startup_mlp", ["outputs"])]
     assert warm[-1][1] == warm[-1][2]
     for events in (shaders, warm):
         assert all(a[1] <= b[1] for a, b in zip(events, events[1:]))
@@ -83,3 +93,60 @@ def test_a_progress_callback_that_is_no_function_is_refused(web_root, open_expor
         try { await load(".", { onProgress: 3 }); return null; } catch (e) { return e.name + ": " + e.message; }"""
     )
     assert error == "DlcError: onProgress must be a function ({stage, done, total}) => ..."
+
+
+def test_an_export_without_a_shader_bundle_loads_its_shader_files(web_root, open_export, tmp_path):
+    """The layout before shaders.json: no web.bundle in the manifest, the shaders/ files alone."""
+    root, _ = web_root
+    sess = dlc.Session(dlc.compile("samples/cnn_digits.dl"), backend="numpy", seed=4)
+    sess.save(tmp_path / "w.npz")
+    out = export_web("samples/cnn_digits.dl", root / "startup_old", weights=tmp_path / "w.npz")
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["web"]["bundle"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / bundle.FILE).unlink()
+    page = open_export("startup_old")
+    got = page.call(LOAD)
+    requests = len(_files(out, ["outputs", "train"])) + 1  # each shader file, and weights.bin
+    assert [e for e in got["events"] if e[0] == "files"][-1] == ["files", requests, requests]
+    assert got["programs"] == _distinct_codes(out, ["outputs", "train"]) + 2  # nothing shared
+    x = {"pixels": load_data("samples/data/digits_train.npz", sess.model.inputs).arrays["pixels"][:5]}
+    out_js = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['probs']); return {JS_OUT};", {"feeds": feed(x)})
+    want = sess.eval(["probs"], x)["probs"]
+    np.testing.assert_allclose(np.reshape(out_js["probs"]["data"], want.shape), want, rtol=2e-4, atol=2e-5)
+    assert not page.errors
+
+
+STATUS = """window.statuses = [];
+new MutationObserver(() => {
+  const s = document.getElementById("status");
+  if (s && window.statuses[window.statuses.length - 1] !== s.textContent) window.statuses.push(s.textContent);
+}).observe(document, { subtree: true, childList: true, characterData: true });
+"""
+
+
+def test_the_page_shows_the_loads_progress(web_root, browser):
+    root, base = web_root
+    out = export_web("samples/cnn_digits.dl", root / "startup_page")
+    page = browser.new_page()
+    try:
+        page.add_init_script(STATUS)
+        page.goto(f"{base}startup_page/index.html")
+        page.wait_for_function("window.dlcPage && (window.dlcPage.ready || window.dlcPage.error)", timeout=120_000)
+        statuses = page.evaluate("window.statuses")
+    finally:
+        page.close()
+    every = _distinct_programs(out, ["outputs", "train"])
+    warm = _distinct_programs(out, ["outputs"])
+    # (a MutationObserver sees the text each task leaves: a stage's last count may be overwritten
+    # by the next stage's first in the same task)
+    stages = [("fetching files", 2), ("compiling shaders", every), ("preparing shaders", warm)]
+    stages = [(f"loading: {what} ", total) for what, total in stages]
+    seen = []
+    for text in statuses[1:-1]:
+        stage = next(i for i, (prefix, _) in enumerate(stages) if text.startswith(prefix))
+        done, total = text[len(stages[stage][0]) : -1].split("/")
+        assert int(total) == stages[stage][1] and 0 <= int(done) <= int(total) and text.endswith("…"), text
+        seen.append(stage)
+    assert seen == sorted(seen) and set(seen) == {0, 1, 2}, statuses  # each stage shown, in order
+    assert statuses[0] == "loading…" and statuses[-1].startswith("loaded on ")

@@ -1,7 +1,7 @@
 """A web export read as untrusted input in headless Chromium: dlc.js refuses a corrupted
-manifest.json or weights.bin at load with a DlcError naming the field or leaf (never loading
-wrong weights, never a RangeError), and the page shows manifest names as text, never markup.
-Skips without the browser (fails in CI)."""
+manifest.json, weights.bin or shaders.json at load with a DlcError naming the field, leaf or
+entry (never loading wrong weights or shaders, never a RangeError), and the page shows
+manifest names as text, never markup. Skips without the browser (fails in CI)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import json
 import shutil
 import struct
 
-from dlc.web import export_web
+import pytest
+
+from dlc.runtime.errors import DataError
+from dlc.web import bundle, export_web
 
 GOOD = "untrusted_good"
 
@@ -200,3 +203,92 @@ def test_markup_in_a_manifest_is_shown_as_text(web_root, browser):
         assert page.evaluate("window.pwned === undefined")
     finally:
         page.close()
+
+
+def _program(b: dict, index: int, text: str) -> None:
+    b["programs"][index] = text
+
+
+# name -> (edit of shaders.json as JSON, or its new bytes; what the DlcError says). The manifest
+# then says the file's new size, but for "bytes".
+BUNDLE = {
+    "bytes": (None, "shaders.json holds"),
+    "not_json": (b"{", "shaders.json is not JSON"),
+    "not_utf8": (b'{"format": 1, "programs": ["\xff"]}', "shaders.json is not JSON"),
+    "format": (lambda b: b.update(format=2), "shaders.json is not a dlc shader bundle of format 1"),
+    "programs_text": (lambda b: b.update(programs="x"), "shaders.json: programs: must be a list of shader texts"),
+    "program_empty": (lambda b: _program(b, 0, ""), "shaders.json: programs[0]: must be a shader's text"),
+    "program_reads_past": (
+        lambda b: _program(b, 0, b["programs"][0] + "\nint z = dlc_k[99];"),
+        "shaders.json: programs[0]: may declare dlc_k[n] once",
+    ),
+    "missing_pass": (lambda b: b["passes"].pop(sorted(b["passes"])[0]), "shaders.json: passes: has no shader '"),
+    "extra_pass": (
+        lambda b: b["passes"].update({"x.frag": [0, []]}),
+        "shaders.json: passes.x.frag: is not a shader file of the manifest's programs",
+    ),
+    "index": (
+        lambda b: b["passes"].update({sorted(b["passes"])[0]: [999, []]}),
+        "program 999 is not an index of programs",
+    ),
+    "entry_text": (lambda b: b["passes"].update({sorted(b["passes"])[0]: "0"}), "must be [program, ints]"),
+    "ints_count": (lambda b: _shared(b)[1].pop(), "ints, but programs["),
+    "int_negative": (
+        lambda b: _shared(b)[1].__setitem__(0, -1),
+        "int 0 is -1, not a whole number from 0 to 2147483647",
+    ),
+    "int_float": (lambda b: _shared(b)[1].__setitem__(0, 2.5), "int 0 is 2.5, not a whole number"),
+    "int_big": (lambda b: _shared(b)[1].__setitem__(0, 2**31), "int 0 is 2147483648, not a whole number"),
+}
+
+
+def _shared(b: dict) -> list:
+    """The first pass entry of a shared program (one with ints)."""
+    return next(entry for _, entry in sorted(b["passes"].items()) if entry[1])
+
+
+def test_load_refuses_a_corrupted_shader_bundle_naming_the_entry(web_root, open_export):
+    """dlc.js's checkBundle, and bundle.check in Python on the same files: the same refusals."""
+    root, _ = web_root
+    export_web("samples/cnn_digits.dl", root / "bundle_good")
+    good = json.loads((root / "bundle_good" / bundle.FILE).read_text())
+    manifest = json.loads((root / "bundle_good" / "manifest.json").read_text())
+    files = {p["file"] for prog in manifest["programs"].values() for k in prog["kernels"] for p in k["passes"]}
+    for name, (edit, says) in BUNDLE.items():
+        folder = root / f"bundle_{name}"
+        shutil.copytree(root / "bundle_good", folder, dirs_exist_ok=True)
+        m = json.loads(json.dumps(manifest))
+        if edit is None:
+            m["web"]["bundle"]["bytes"] += 1
+        else:
+            raw = edit if isinstance(edit, bytes) else None
+            if raw is None:
+                b = json.loads(json.dumps(good))
+                edit(b)
+                raw = json.dumps(b).encode()
+            (folder / bundle.FILE).write_bytes(raw)
+            m["web"]["bundle"]["bytes"] = len(raw)
+            with pytest.raises(DataError) as e:
+                bundle.check(raw, files, bundle.FILE)
+            assert says in str(e.value), (name, str(e.value))
+        (folder / "manifest.json").write_text(json.dumps(m))
+    for name, edit in (("elsewhere", "../bundle_good/shaders.json"), ("absent", "none.json"), ("huge", 64 << 20 | 1)):
+        m = json.loads(json.dumps(manifest))
+        m["web"]["bundle"]["bytes" if name == "huge" else "file"] = edit
+        shutil.copytree(root / "bundle_good", root / f"bundle_{name}", dirs_exist_ok=True)
+        (root / f"bundle_{name}" / "manifest.json").write_text(json.dumps(m))
+    page = open_export("bundle_good")  # the export itself loads
+    got = page.call(
+        "const { load } = await import('./dlc.js'); const out = {};"
+        " for (const name of arg) {"
+        "  try { await load(`../bundle_${name}/`); out[name] = 'loaded'; }"
+        "  catch (e) { out[name] = e.name + ': ' + e.message; } }"
+        " return out;",
+        [*BUNDLE, "elsewhere", "absent", "huge"],
+    )
+    for name, (_, says) in BUNDLE.items():
+        assert got[name].startswith("DlcError: ") and says in got[name], (name, got[name])
+    assert 'web.bundle.file: "../bundle_good/shaders.json" is not a plain file name' in got["elsewhere"]
+    assert got["absent"].startswith("DlcError: cannot load ") and "none.json: HTTP 404" in got["absent"]
+    assert "web.bundle.bytes: must be a whole number up to 67108864 (a shader bundle's most)" in got["huge"]
+    assert not page.errors

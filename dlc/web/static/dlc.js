@@ -1,6 +1,6 @@
 // dlc.js: the runtime of a `dlc export --web` folder. An ES module with no dependencies and
-// no build step: it loads manifest.json, the GLSL ES 3.00 shaders and weights.bin, and runs
-// the compiled programs on its own offscreen WebGL2 context.
+// no build step: it loads manifest.json, shaders.json (the GLSL ES 3.00 shaders) and
+// weights.bin, and runs the compiled programs on its own offscreen WebGL2 context.
 //
 //   import { load } from "./dlc.js";
 //   const m = await load(".");                          // the folder holding manifest.json
@@ -64,8 +64,9 @@ export class DlcError extends Error {
 
 /** Load the export in folder `url` (e.g. "." or "models/digits/"); resolves to a Model.
  * options.canvas: a canvas (or OffscreenCanvas) whose WebGL2 context to use instead of one
- * of its own; options.onProgress({stage, done, total}): called as the shaders compile
- * (stage "shaders") and the eval program's are first drawn (stage "warm-up"). */
+ * of its own; options.onProgress({stage, done, total}): called as the files arrive (stage
+ * "files": the weights, the shaders, a vocabulary), as the shaders compile (stage "shaders")
+ * and as the first eval's programs are first drawn (stage "warm-up"). */
 export async function load(url = ".", options = {}) {
   if (options.onProgress !== undefined && options.onProgress !== null && typeof options.onProgress !== "function") {
     throw new DlcError("onProgress must be a function ({stage, done, total}) => ...");
@@ -82,18 +83,35 @@ export async function load(url = ".", options = {}) {
   }
   checkManifest(manifest, where);
   const web = manifest.web;
-  const weights = await fetchOk(new URL(web.weights.file, base)).then((r) => r.arrayBuffer());
-  const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
-  const vocab = await loadVocab(manifest, base, where);
-  // With an outputs program, eval's shaders (every named tensor) are fetched and compiled at
-  // the first fetch of a name outside the outputs: the first call of the outputs waits for
-  // neither.
+  const report = (stage, done, total) => options.onProgress && options.onProgress({ stage, done, total });
+  // With an outputs program, eval's shaders (every named tensor) are compiled at the first
+  // fetch of a name outside the outputs (and, in an export without shaders.json, fetched):
+  // the first call of the outputs waits for neither.
   const lazy = has(manifest.programs, OUTPUTS) ? ["eval"] : [];
   const now = Object.keys(manifest.programs).filter((name) => !lazy.includes(name));
   const shaders = new URL(`${web.shaders}/`, base);
-  const sources = {};
-  await fetchSources(now.map((name) => manifest.programs[name]), shaders, sources);
+  // the files at once: the weights, every pass's shader from one file (shaders.json; an
+  // export written before it had one fetches the shader files one request each), a vocabulary
+  const files = { done: 0, total: 0 };
+  const track = (promise) => {
+    files.total++;
+    return promise.then((x) => {
+      report("files", ++files.done, files.total);
+      return x;
+    });
+  };
+  let sources = {};
+  const pending = Promise.all([
+    track(fetchOk(new URL(web.weights.file, base)).then((r) => r.arrayBuffer())),
+    web.bundle ? track(loadBundle(manifest, base)) : fetchSources(now.map((name) => manifest.programs[name]), shaders, sources, track),
+    web.vocab === undefined || web.vocab === null ? null : track(loadVocab(manifest, base, where)),
+  ]);
+  report("files", 0, files.total);
+  const [weights, bundle, vocab] = await pending;
+  const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
+  if (web.bundle) sources = bundle.sources;
   const device = new Device(options.canvas);
+  if (web.bundle) device.ints = bundle.ints;
   try {
     // every program of the model at once (the driver may link them in parallel), and the
     // program the first eval runs drawn once: it then runs without building any (the outputs
@@ -102,7 +120,7 @@ export async function load(url = ".", options = {}) {
     const entries = now.flatMap((name) => programEntries(manifest.programs[name], sources));
     const kv = kvCacheOf(manifest);
     const first = kv ? [kv.step, kv.window, kv.constants].filter((n) => n !== null) : [lazy.length ? OUTPUTS : "eval"];
-    const warm = first.flatMap((n) => programEntries(manifest.programs[n], sources).map(([source]) => source));
+    const warm = first.flatMap((n) => programEntries(manifest.programs[n], sources));
     await device.compileAll(entries, warm, options.onProgress || null);
   } catch (e) {
     device.dispose();
@@ -110,17 +128,87 @@ export async function load(url = ".", options = {}) {
   }
   const model = new Model(device, manifest, sources, leaves);
   model.shaders = shaders; // where compiled() fetches a lazy program's shaders
-  model.vocab = vocab; // null unless the export is a language model's with its vocabulary
+  model.vocab = vocab || null; // null unless the export is a language model's with its vocabulary
   return model;
 }
 
-/** Fetch into `sources` (file -> text) the shader files of `programs` it does not hold yet. */
-async function fetchSources(programs, folder, sources) {
+/** web.bundle's file (dlc/web/bundle.py), checked: -> {sources: file -> its program's text,
+ * ints: file -> the Int32Array its program's dlc_k holds in its passes}. */
+async function loadBundle(m, base) {
+  const { file, bytes } = m.web.bundle;
+  const raw = await fetchOk(new URL(file, base)).then((r) => r.arrayBuffer());
+  if (raw.byteLength !== bytes) throw new DlcError(`${file} holds ${raw.byteLength} bytes; the manifest says ${bytes}`);
+  let b;
+  try {
+    b = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(raw));
+  } catch (e) {
+    throw new DlcError(`${file} is not JSON: ${e.message}`);
+  }
+  return checkBundle(b, passFiles(m), file);
+}
+
+const BUNDLE_FORMAT = 1;
+const MAX_LIFTED = 64; // dlc_k's length at most (bundle.py)
+const MAX_BUNDLE_BYTES = 64 << 20;
+const MAX_PROGRAM_CHARS = 1 << 20;
+const K_LENGTH = /^uniform int dlc_k\[(\d+)\];$/gm;
+const K_USE = /\bdlc_k\[(\d+)\]/g;
+
+/** A shader bundle read as untrusted input, as bundle.py's check: {format, programs: [text],
+ * passes: {file: [program, ints]}} naming every shader file of the manifest (`files`) and no
+ * other, each program index in range, as many ints as the program's dlc_k, each a whole number
+ * in [0, 2^31). */
+function checkBundle(b, files, where) {
+  const fail = failAt(where);
+  if (!isObject(b) || b.format !== BUNDLE_FORMAT) throw new DlcError(`${where} is not a dlc shader bundle of format ${BUNDLE_FORMAT}`);
+  if (!Array.isArray(b.programs) || !b.programs.length) fail("programs", "must be a list of shader texts");
+  if (!isObject(b.passes)) fail("passes", "must be an object (shader file -> [program, ints])");
+  const lengths = b.programs.map((text, i) => {
+    if (typeof text !== "string" || !text) fail(`programs[${i}]`, "must be a shader's text");
+    if (text.length > MAX_PROGRAM_CHARS) fail(`programs[${i}]`, `holds ${text.length} characters, more than the ${MAX_PROGRAM_CHARS} a shader may`);
+    const declared = [...text.matchAll(K_LENGTH)];
+    const n = declared.length ? Number(declared[0][1]) : 0;
+    const reads = [...text.replace(K_LENGTH, "").matchAll(K_USE)].map((u) => Number(u[1]));
+    if (declared.length > 1 || (declared.length && !(n > 0 && n <= MAX_LIFTED)) || reads.some((k) => k >= n)) {
+      fail(`programs[${i}]`, `may declare dlc_k[n] once, 0 < n <= ${MAX_LIFTED}, and read its n elements alone`);
+    }
+    return n;
+  });
+  const missing = [...files].filter((f) => !has(b.passes, f)).sort();
+  if (missing.length) fail("passes", `has no shader '${missing[0]}' (a pass of the manifest's programs)`);
+  const sources = Object.create(null); // (a file named __proto__ is a key like any other)
+  const ints = new Map();
+  for (const [file, entry] of Object.entries(b.passes)) {
+    const f = `passes.${file}`;
+    if (!files.has(file)) fail(f, "is not a shader file of the manifest's programs");
+    if (!Array.isArray(entry) || entry.length !== 2 || !Array.isArray(entry[1])) fail(f, "must be [program, ints]");
+    const [index, values] = entry;
+    if (!isCount(index) || index >= b.programs.length) fail(f, `program ${show(index)} is not an index of programs (0 to ${b.programs.length - 1})`);
+    if (values.length !== lengths[index]) fail(f, `holds ${values.length} ints, but programs[${index}] reads ${lengths[index]}`);
+    values.forEach((v, k) => {
+      if (!isCount(v) || v > 2147483647) fail(f, `int ${k} is ${show(v)}, not a whole number from 0 to 2147483647`);
+    });
+    sources[file] = b.programs[index];
+    if (values.length) ints.set(file, Int32Array.from(values));
+  }
+  return { sources, ints };
+}
+
+/** Every shader file the manifest's programs name. */
+function passFiles(m) {
+  const files = new Set();
+  for (const p of Object.values(m.programs)) for (const k of p.kernels) for (const q of k.passes) files.add(q.file);
+  return files;
+}
+
+/** Fetch into `sources` (file -> text) the shader files of `programs` it does not hold yet
+ * (each request's promise through `track`, where given). */
+async function fetchSources(programs, folder, sources, track = (p) => p) {
   const files = new Set();
   for (const program of programs) for (const k of program.kernels) for (const p of k.passes) if (!has(sources, p.file)) files.add(p.file);
   await Promise.all(
     [...files].map(async (file) => {
-      sources[file] = await fetchOk(new URL(file, folder)).then((r) => r.text());
+      sources[file] = await track(fetchOk(new URL(file, folder)).then((r) => r.text()));
     }),
   );
 }
@@ -219,6 +307,13 @@ function checkManifest(m, where) {
   checkFileName(web.shaders, "web.shaders", fail);
   if (!isObject(web.weights) || !isObject(web.weights.leaves)) fail("web.weights", "must be {file, bytes, leaves}");
   checkFileName(web.weights.file, "web.weights.file", fail);
+  if (web.bundle !== undefined && web.bundle !== null) {
+    if (!isObject(web.bundle)) fail("web.bundle", `must be {file, bytes}, not ${show(web.bundle)}`);
+    checkFileName(web.bundle.file, "web.bundle.file", fail);
+    if (!isCount(web.bundle.bytes) || web.bundle.bytes > MAX_BUNDLE_BYTES) {
+      fail("web.bundle.bytes", `must be a whole number up to ${MAX_BUNDLE_BYTES} (a shader bundle's most), not ${show(web.bundle.bytes)}`);
+    }
+  }
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
 }
 
@@ -474,6 +569,7 @@ class Device {
     this.vertex = this.shader(gl.VERTEX_SHADER, VERTEX, "dlc_vertex");
     this.textures = new Set();
     this.programs = new Map(); // source -> program
+    this.ints = new Map(); // shader file -> the dlc_k its pass sets (a bundle's shared programs)
     this.copyProgram = this.program(COPY, "dlc_copy");
     this.pickProgram = this.program(PICK, "dlc_pick");
     this.readFormat = null; // [format, channels] readPixels takes for an R32F framebuffer
@@ -583,7 +679,10 @@ class Device {
    * kernels (and the eval and train programs) whose passes are the same code share it. */
   program(source, name) {
     const code = codeOf(source);
-    return this.programs.get(code) || this.finishProgram(this.startProgram(code, name));
+    const program = this.programs.get(code) || this.finishProgram(this.startProgram(code, name));
+    // a bundle's shared program: pass `name` sets its own dlc_k (the view shares the rest)
+    const ints = this.ints.get(name);
+    return ints ? Object.assign(Object.create(program), { name, ints }) : program;
   }
 
   /** Compile and link without asking how it went (the driver may work on it in the background). */
@@ -632,7 +731,7 @@ class Device {
     }
     // render targets: texture_matmul's 4 x 4 products pass writes 4 (layout(location = t) out)
     const targets = Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
-    const program = { handle, name, units, arrays, locations, rgba: /\bout\s+vec4\b/.test(source), targets };
+    const program = { handle, name, units, arrays, locations, rgba: /\bout\s+vec4\b/.test(source), targets, values: new Map() };
     this.programs.set(source, program);
     return program;
   }
@@ -668,7 +767,10 @@ class Device {
       if (pending.length) await new Promise((resolve) => setTimeout(resolve, 0));
       if (gl.isContextLost()) throw new DlcError("the WebGL2 context was lost");
     }
-    const programs = [...new Set(warm.map(codeOf))].map((code) => this.programs.get(code)).filter(Boolean);
+    // each distinct code once, drawn as its first pass (a shared program with that pass's dlc_k)
+    const firsts = new Map();
+    for (const [source, file] of warm) if (!firsts.has(codeOf(source))) firsts.set(codeOf(source), [source, file]);
+    const programs = [...firsts.values()].map(([source, file]) => this.program(source, file));
     if (!programs.length) return;
     report("warm-up", 0, programs.length);
     // drawn into targets of the kind their passes render (a driver may build a program's code
@@ -692,6 +794,13 @@ class Device {
     } finally {
       for (const t of targets) this.deleteTexture(t);
     }
+  }
+
+  /** dlc_k of a bundle's shared program: the ints of the pass `program` views. */
+  setInts(program) {
+    const loc = this.location(program, "dlc_k[0]");
+    if (loc !== null) this.gl.uniform1iv(loc, program.ints);
+    program.values.set("dlc_k", program.ints);
   }
 
   /** A uniform's location (null: the program has no such active uniform; finishProgram looked
@@ -722,7 +831,7 @@ class Device {
       gl.activeTexture(gl.TEXTURE0 + unit);
       gl.bindTexture(tex.layers ? gl.TEXTURE_2D_ARRAY : gl.TEXTURE_2D, tex.handle);
     }
-    const values = program.values || (program.values = new Map()); // the ints it holds now
+    const values = program.values; // the ints it holds now
     for (const [name, value] of Object.entries(ints)) {
       const loc = this.location(program, name);
       if (loc !== null && values.get(name) !== value) {
@@ -730,6 +839,7 @@ class Device {
         values.set(name, value);
       }
     }
+    if (program.ints && values.get("dlc_k") !== program.ints) this.setInts(program);
     let rows = 1;
     if (program.targets > 1) {
       // n render targets, the layers of `target`: the pass covers the first ceil(width / n)
