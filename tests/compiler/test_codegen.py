@@ -116,7 +116,14 @@ def test_reductions_pick_a_shape_of_kernel():
 
 @pytest.mark.parametrize(
     "shape, want",
-    [((4096, 4096, 4096), "big"), ((1024, 1024, 784), "medium"), ((64, 10, 64), "tile16"), ((7, 300, 5), "tile16")],
+    [
+        ((4096, 4096, 4096), "big"),
+        ((1024, 1024, 784), "medium"),
+        ((64, 10, 64), "tile16"),
+        ((7, 300, 5), "direct"),  # K under one 16-deep slab
+        ((7, 300, 64), "rows"),  # a few rows over a K known at compile time
+        ((20, 40, 40), "tile16"),
+    ],
 )
 def test_matmul_variant_by_size(shape, want):
     m, n, k = shape

@@ -138,17 +138,23 @@ def test_eval_binds_symbolic_dims_from_each_call(web_root, open_export):
         )
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_ten_training_steps_match_numpy(optimizer, web_root, open_export, tmp_path):
+def _digits_training(optimizer, seed, label, rows, web_root, open_export, tmp_path):
+    """(NumPy session, the page of its export with the same weights, the first `rows` digits,
+    the same optimizer for the NumPy side)."""
     path = "samples/mlp_digits.dl"
-    sess = reference(path, seed=2)
+    sess = reference(path, seed=seed)
     np.savez(tmp_path / "w.npz", **sess.params)
     lr = 0.05 if optimizer == "sgd" else 0.01
-    name = exported(web_root, f"train_{optimizer}", path, weights=tmp_path / "w.npz", optimizer=optimizer, lr=lr)
-    page = open_export(name)
+    name = exported(web_root, f"{label}_{optimizer}", path, weights=tmp_path / "w.npz", optimizer=optimizer, lr=lr)
     data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
-    data = {n: v[:100] for n, v in data.items()}  # 32, 32, 32, 4: the last batch of an epoch is smaller
-    opt = dlc.SGD(lr) if optimizer == "sgd" else dlc.Adam(lr)
+    data = {n: v[:rows] for n, v in data.items()}
+    return sess, open_export(name), data, dlc.SGD(lr) if optimizer == "sgd" else dlc.Adam(lr)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_ten_training_steps_match_numpy(optimizer, web_root, open_export, tmp_path):
+    # 100 rows: 32, 32, 32, 4 (the last batch of an epoch is smaller)
+    sess, page, data, opt = _digits_training(optimizer, 2, "train", 100, web_root, open_export, tmp_path)
     want = sess.train(data, optimizer=opt, batch_size=32, steps=10, shuffle=False)
     got = page.call(
         f"{JS_FEEDS} const losses = await m.train(feeds, {{steps: 10, batchSize: 32}});"
@@ -170,15 +176,7 @@ def test_a_diverged_call_puts_back_params_and_state_and_training_goes_on(optimiz
     """train() keeps what its steps replace or overwrite (no copy of every leaf up front): after
     a diverged call of several steps every param is back bit for bit and the optimizer's state
     too (the next steps match NumPy's from the state before the diverged call)."""
-    path = "samples/mlp_digits.dl"
-    sess = reference(path, seed=4)
-    np.savez(tmp_path / "w.npz", **sess.params)
-    lr = 0.05 if optimizer == "sgd" else 0.01
-    name = exported(web_root, f"restore_{optimizer}", path, weights=tmp_path / "w.npz", optimizer=optimizer, lr=lr)
-    page = open_export(name)
-    data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
-    data = {n: v[:64] for n, v in data.items()}
-    opt = dlc.SGD(lr) if optimizer == "sgd" else dlc.Adam(lr)
+    sess, page, data, opt = _digits_training(optimizer, 4, "restore", 64, web_root, open_export, tmp_path)
     want = sess.train(data, optimizer=opt, batch_size=32, steps=4, shuffle=False)
     got = page.call(
         f"{JS_FEEDS} const first = await m.train(feeds, {{steps: 2, batchSize: 32}});"
