@@ -9,7 +9,7 @@ Rows:
   first step, bytecode  the same two processes with Python's bytecode written and read
                     (PYTHONDONTWRITEBYTECODE unset, PYTHONPYCACHEPREFIX a fresh folder): what
                     a pip install has, where a machine that runs without bytecode compiles
-                    NumPy's, PyOpenGL's and dlc's sources in every process
+                    NumPy's and dlc's sources in every process
   generate          `Session.generate` of a small char GPT (samples/char_gpt.dl with the sizes
                     of --gpt) from a fresh session and a one-token prompt, 2 x block tokens: the
                     context grows to the block, then slides. ms per token, wall and the calling

@@ -3,7 +3,7 @@
 An eager op (`dlc.ops`, dlc/backends/gl_eager.py) writes its result to a buffer taken from the pool of
 the device it runs on; when the result's array dies its buffer goes back, so `a + b` in a loop
 reuses the buffer of a result that was dropped instead of creating one (glCreateBuffers +
-glNamedBufferData, then glDeleteBuffers, through PyOpenGL: a large part of a small op's host
+glNamedBufferData, then glDeleteBuffers, through the GL binding: a large part of a small op's host
 time). Sizes are rounded up to a class (`size_class`: 4 steps per power of two, at least
 `MIN_CLASS` bytes) so that buffers serve any request of their class.
 

@@ -34,7 +34,7 @@ INSTALL_HINT = "install Debian's libegl1 libegl-mesa0 libgl1-mesa-dri, or a GPU 
 
 
 def _gl():
-    """dlc.runtime.gl (PyOpenGL, with its EGL binding), imported on first use."""
+    """dlc.runtime.gl (dlc's GL binding, with its EGL one), imported on first use."""
     return require("dlc.runtime.gl")
 
 
@@ -75,11 +75,7 @@ class GLContext:
         h = self._handles
         if self.platform == "egl":
             EGL = _gl().EGL
-            try:  # PyOpenGL's EGL checks errors itself: a refusal may raise
-                ok = EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"])
-            except Exception:
-                ok = False
-            if not ok:
+            if not EGL.eglMakeCurrent(h["display"], EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, h["context"]):
                 raise RuntimeFailure("the OpenGL context is current on another thread")
         else:
             glfw = _glfw()
@@ -174,14 +170,16 @@ class _NoContext(Exception):
 # ---------------------------------------------------------------- EGL device platform
 
 
-def _query_egl_devices(EGL, EGLDeviceEXT, eglQueryDevicesEXT):
-    """The EGL devices (an array of EGLDeviceEXT, possibly empty)."""
+def _query_egl_devices(EGL):
+    """The EGL devices (EGLDeviceEXT handles, possibly none)."""
+    if EGL.eglQueryDevicesEXT is None or EGL.eglGetPlatformDisplayEXT is None:
+        raise _NoContext("EGL lacks the device platform (no eglQueryDevicesEXT or eglGetPlatformDisplayEXT)")
     count = EGL.EGLint(0)
     try:
-        if not eglQueryDevicesEXT(0, None, ctypes.pointer(count)):
+        if not EGL.eglQueryDevicesEXT(0, None, ctypes.pointer(count)):
             raise _NoContext("eglQueryDevicesEXT failed")
-        devices = (EGLDeviceEXT * max(count.value, 1))()
-        if count.value and not eglQueryDevicesEXT(count.value, devices, ctypes.pointer(count)):
+        devices = (EGL.EGLDeviceEXT * max(count.value, 1))()
+        if count.value and not EGL.eglQueryDevicesEXT(count.value, devices, ctypes.pointer(count)):
             raise _NoContext("eglQueryDevicesEXT failed")
     except _NoContext:
         raise
@@ -199,8 +197,7 @@ def egl_device_count() -> int:
     if gl.EGL is None:
         return 0
     try:
-        ext = require("OpenGL.EGL.EXT.device_base")
-        return len(_query_egl_devices(gl.EGL, ext.EGLDeviceEXT, ext.eglQueryDevicesEXT))
+        return len(_query_egl_devices(gl.EGL))
     except Exception:
         return 0
 
@@ -216,14 +213,7 @@ def _create_egl(egl_device: int | None = None) -> GLContext:
     if gl.EGL is None:
         raise _NoContext(f"EGL is not available ({gl.EGL_IMPORT_ERROR})")
     EGL = gl.EGL
-    try:
-        device_base = require("OpenGL.EGL.EXT.device_base")
-        get_platform_display = require("OpenGL.EGL.EXT.platform_base").eglGetPlatformDisplayEXT
-        platform_device = require("OpenGL.EGL.EXT.platform_device").EGL_PLATFORM_DEVICE_EXT
-    except Exception as exc:
-        raise _NoContext(f"EGL lacks the device platform ({exc})") from exc
-
-    devices = _query_egl_devices(EGL, device_base.EGLDeviceEXT, device_base.eglQueryDevicesEXT)
+    devices = _query_egl_devices(EGL)
     n = len(devices)
     if n == 0:
         raise _NoContext("EGL found no device")
@@ -243,7 +233,8 @@ def _create_egl(egl_device: int | None = None) -> GLContext:
     reasons = []
     for index in candidates:
         try:
-            handles = _egl_context_on(EGL, get_platform_display(platform_device, devices[index], None))
+            display = EGL.eglGetPlatformDisplayEXT(EGL.EGL_PLATFORM_DEVICE_EXT, devices[index], None)
+            handles = _egl_context_on(EGL, display)
             ctx = _describe("egl", index, handles)
             ctx.device_count = n
             return ctx
@@ -271,11 +262,8 @@ def _egl_context_on(EGL: Any, display: Any) -> dict[str, Any]:
                 EGL.EGL_CONTEXT_OPENGL_PROFILE_MASK, EGL.EGL_CONTEXT_OPENGL_CORE_PROFILE_BIT,
                 EGL.EGL_NONE,
             )  # fmt: skip
-            try:  # PyOpenGL's EGL checks errors itself: a refused version raises
-                context = EGL.eglCreateContext(display, config, EGL.EGL_NO_CONTEXT, attribs)
-            except Exception:
-                context = None
-            if context:
+            context = EGL.eglCreateContext(display, config, EGL.EGL_NO_CONTEXT, attribs)
+            if context:  # None: this version refused
                 break
         else:
             raise _NoContext(f"no OpenGL {TEXTURE_VERSION[0]}.{TEXTURE_VERSION[1]} core context")
@@ -286,19 +274,10 @@ def _egl_context_on(EGL: Any, display: Any) -> dict[str, Any]:
     except _NoContext:
         _egl_destroy(EGL, handles)
         raise
-    except Exception as exc:  # PyOpenGL raises EGLError when DLC_DEBUG turns checking on
+    except Exception as exc:  # a driver's or ctypes' error: one line of it
         _egl_destroy(EGL, handles)
-        raise _NoContext(_egl_reason(exc)) from exc
+        raise _NoContext(f"EGL: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     return handles
-
-
-def _egl_reason(exc: Exception) -> str:
-    """One line from PyOpenGL's multi-line EGLError."""
-    err = getattr(exc, "err", None)
-    operation = getattr(exc, "baseOperation", None)
-    if err is not None and operation is not None:
-        return f"{getattr(operation, '__name__', operation)} failed ({err})"
-    return str(exc).splitlines()[0]
 
 
 def _egl_config(EGL: Any, display: Any) -> Any:
@@ -341,7 +320,7 @@ def _egl_destroy(EGL: Any, handles: dict[str, Any]) -> None:
 
 
 def _address(handle: Any) -> int:
-    """A ctypes handle's pointer value (PyOpenGL and glfw make a new wrapper per call)."""
+    """A handle's pointer value (an int, or a ctypes wrapper: glfw makes a new one per call)."""
     if not handle:
         return 0
     return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)
@@ -355,13 +334,13 @@ _early: dict[str, Any] = {}
 
 
 def start_egl_early() -> None:
-    """Load the EGL driver on a background thread while the calling thread imports PyOpenGL:
+    """Load the EGL driver on a background thread while the calling thread imports the runtime:
     the device query and eglInitialize of the display the default context takes
     (DLC_EGL_DEVICE's, else device 0's) cost ~25 ms on Mesa and 20-250 ms on NVIDIA's driver
-    (the first process after boot the most), the import 0.1-0.3 s. runtime/gl.py calls this
-    just before that import; `_create_egl` waits for the thread, and its own eglInitialize of
-    the same display then returns at once. Raw ctypes (PyOpenGL is not imported yet); a
-    failure is silent: the context's creation reports what is wrong."""
+    (the first process after boot the most). runtime/gl.py calls this once it has loaded
+    libEGL; `_create_egl` waits for the thread, and its own eglInitialize of the same display
+    then returns at once. Raw ctypes of its own; a failure is silent: the context's creation
+    reports what is wrong."""
     wanted = os.environ.get("DLC_EGL_DEVICE", "").strip()
     if _early or not sys.platform.startswith("linux") or (wanted and not wanted.isdigit()):
         return
@@ -373,7 +352,7 @@ def start_egl_early() -> None:
 
 def _load_egl(index: int) -> None:
     try:
-        egl = ctypes.CDLL("libEGL.so.1")  # a handle of our own: PyOpenGL's keeps its own signatures
+        egl = ctypes.CDLL("libEGL.so.1")  # a handle of our own: runtime/egl.py's keeps its own signatures
         proc = egl.eglGetProcAddress
         proc.restype, proc.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
         query_at, display_at = proc(b"eglQueryDevicesEXT"), proc(b"eglGetPlatformDisplayEXT")
@@ -429,7 +408,7 @@ def _create_glfw() -> GLContext:
     try:
         if not glfw.init():
             raise _NoContext("glfw.init failed (no display?)")
-        # Match PyOpenGL's platform: with PyOpenGL on EGL, ask glfw for an EGL context first.
+        # Match PYOPENGL_PLATFORM: where it is EGL, ask glfw for an EGL context first.
         apis = [glfw.NATIVE_CONTEXT_API]
         if gl.PYOPENGL_PLATFORM == "egl":
             apis.insert(0, glfw.EGL_CONTEXT_API)
@@ -497,13 +476,10 @@ def _describe(platform: str, device_index: int | None, handles: dict[str, Any]) 
 
 def _limits(GL: Any, compute: bool = True) -> dict[str, Any]:
     def indexed(name: int) -> tuple[int, int, int]:
-        return tuple(int(GL.glGetIntegeri_v(name, i)[0]) for i in range(3))  # type: ignore[return-value]
+        return tuple(GL.glGetIntegeri_v(name, i) for i in range(3))  # type: ignore[return-value]
 
     def get64(name: int) -> int:
-        # PyOpenGL 3.1.10 returns glGetInteger64v's result as a float64: pass our own int64.
-        value = ctypes.c_int64(0)
-        GL.glGetInteger64v(name, ctypes.byref(value))
-        return value.value
+        return GL.glGetInteger64v(name)
 
     texture = {
         "max_texture_size": int(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE)),

@@ -24,7 +24,6 @@ from . import binary_cache, cache_limit
 from .device import Device, current_device, open_devices
 from .errors import RuntimeFailure
 from .gl import DEBUG, GL
-from .optional import require
 from .storage import Buffer
 
 # After a dispatch, later shaders may read what it wrote (SHADER_STORAGE) and later copies,
@@ -71,7 +70,7 @@ class Program:
         self.handle = handle
         self.name = name
         self.source = source
-        # PyOpenGL sizes this query's output as one int: pass our own three.
+        # three ints: the binding's own output holds one value
         size = (ctypes.c_int * 3)()
         GL.glGetProgramiv(handle, GL.GL_COMPUTE_WORK_GROUP_SIZE, size)
         self.local_size: tuple[int, int, int] = (size[0], size[1], size[2])
@@ -233,7 +232,7 @@ def _parallel_compiles(device: Device) -> None:
             if f"GL_{vendor}_parallel_shader_compile" not in device.context.extensions:
                 continue
             try:
-                getattr(require(f"OpenGL.GL.{vendor}.parallel_shader_compile"), entry)(0xFFFFFFFF)
+                getattr(GL, entry)(0xFFFFFFFF)
                 device.parallel_compiles = True
                 return
             except Exception:  # an entry point the driver does not have after all
@@ -318,8 +317,10 @@ def _program_bytes(handle: int, source: str) -> int:
         GL.glGetProgramiv(handle, GL.GL_PROGRAM_BINARY_LENGTH, ctypes.byref(size))
         if size.value > 0:
             return int(size.value)
-    except Exception:  # a 4.3 driver without program binaries
-        GL.glGetError()
+    except Exception:  # a 4.3 driver without program binaries (DLC_DEBUG=1: GLError)
+        pass
+    while GL.glGetError() != GL.GL_NO_ERROR:  # the failed query's error
+        pass
     return len(source)
 
 
@@ -338,7 +339,7 @@ def _from_binary(fmt: int, binary: bytes) -> int:
             pass
         if GL.glGetProgramiv(program, GL.GL_LINK_STATUS):
             return int(program)
-    except Exception:  # PyOpenGL with error checking on raises on a refused binary
+    except Exception:  # with DLC_DEBUG=1 the binding raises GLError on a refused binary
         while GL.glGetError() != GL.GL_NO_ERROR:
             pass
     GL.glDeleteProgram(program)
@@ -351,6 +352,8 @@ def _get_binary(handle: int) -> tuple[int, bytes] | None:
         size = ctypes.c_int(0)
         GL.glGetProgramiv(handle, GL.GL_PROGRAM_BINARY_LENGTH, ctypes.byref(size))
         if size.value <= 0:
+            while GL.glGetError() != GL.GL_NO_ERROR:  # the query's error, if it set one
+                pass
             return None
         buf = ctypes.create_string_buffer(size.value)
         length, fmt = ctypes.c_int(0), ctypes.c_uint(0)

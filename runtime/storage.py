@@ -174,7 +174,7 @@ class Buffer:
         device = self.device.activate()
         if self._dsa:
             # the raw entry point where the device resolved one (a training step copies its
-            # loss this way every step); PyOpenGL's otherwise
+            # loss this way every step); the binding's otherwise
             fast = device.fast
             copy = fast.copy_buffer if fast._resolved else None
             if copy is not None:

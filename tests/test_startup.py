@@ -76,7 +76,7 @@ EARLY_EGL = textwrap.dedent("""
 
 
 @pytest.mark.gl
-def test_the_egl_driver_loads_while_pyopengl_imports_and_the_context_takes_that_display(tmp_path):
+def test_the_egl_driver_loads_while_the_runtime_imports_and_the_context_takes_that_display(tmp_path):
     done = _run(EARLY_EGL, cwd=tmp_path)
     if done.returncode != 0 and "no OpenGL context" in done.stderr:
         pytest.skip(done.stderr.strip().splitlines()[-1])
@@ -224,6 +224,7 @@ FIRST_STEP = textwrap.dedent("""
     print(json.dumps({"losses": [float(v) for v in history],
                       "imported": [m for m in stages if m in sys.modules],
                       "unused": [m for m in unused if m in sys.modules],
+                      "opengl": [m for m in sys.modules if m.split(".")[0] == "OpenGL"],
                       "links": dict(program.link_counts)}))
 """)
 
@@ -250,9 +251,41 @@ def test_a_warm_first_step_skips_every_compiler_stage_and_every_shader_compile(t
     assert cold["links"].get("compiled", 0) > 0
     assert warm["imported"] == []
     assert warm["unused"] == [], "a warm first step imports modules it does not use"
+    assert warm["opengl"] == [], "dlc's GL binding is its own: no PyOpenGL"
     assert warm["links"].get("compiled", 0) == 0 and warm["links"].get("from_disk", 0) > 0
     assert warm["losses"] == cold["losses"]
     assert warm["losses"] == pytest.approx(numpy_run["losses"], rel=1e-4)
+
+
+NO_PYOPENGL = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import dlc
+    from dlc.runtime.device import get_context
+    sess = dlc.Session("input x: [B]\\nparam w: [] = 1\\nloss cost = mean((w * x)^2)\\n", backend="gl", seed=0)
+    losses = sess.train({"x": np.arange(4, dtype=np.float32)}, optimizer=dlc.Adam(0.1), batch_size=4, steps=2)
+    print(json.dumps({"losses": [float(v) for v in losses], "platform": get_context().platform,
+                      "opengl": sorted(m for m in sys.modules if m.split(".")[0] == "OpenGL")}))
+""")
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_a_warm_first_step_imports_no_pyopengl(tmp_path, debug):
+    """dlc calls GL through its own ctypes binding (runtime/gl.py, runtime/egl.py): no
+    `OpenGL` module in a cold or a warm process, debug mode (glGetError after each call) too."""
+    env = {**os.environ, "DLC_CACHE_DIR": str(tmp_path / "cache"), "DLC_COMPILE_CACHE": "1", "DLC_DEBUG": debug}
+    env["DLC_PROGRAM_BINARY_CACHE"] = "1"
+    runs = []
+    for _ in range(2):
+        done = _run(NO_PYOPENGL, env=env, cwd=tmp_path)
+        if done.returncode != 0 and "no OpenGL context" in done.stderr:
+            pytest.skip(done.stderr.strip().splitlines()[-1])
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["opengl"] == [] and warm["opengl"] == []
+    assert warm["losses"] == cold["losses"] and warm["losses"][1] < warm["losses"][0]
 
 
 def test_the_eval_form_keeps_its_element_types(cache):
@@ -312,12 +345,9 @@ def test_a_cold_start_asks_for_every_compiler_thread_the_driver_offers(monkeypat
     from dlc.runtime import program
 
     calls = []
-
-    def extension(name):
-        vendor = name.split(".")[2]
-        return SimpleNamespace(**{f"glMaxShaderCompilerThreads{vendor}": lambda n: calls.append((vendor, n))})
-
-    monkeypatch.setattr(program, "require", extension)
+    for vendor in ("KHR", "ARB"):  # the binding's entry points (kept in its instance dict once resolved)
+        name = f"glMaxShaderCompilerThreads{vendor}"
+        monkeypatch.setitem(vars(program.GL), name, lambda n, v=vendor: calls.append((v, n)))
     device = SimpleNamespace(parallel_compiles=None, context=SimpleNamespace(extensions=frozenset(offered)))
     program._parallel_compiles(device)
     program._parallel_compiles(device)

@@ -1,5 +1,5 @@
 """An artifact folder loaded for running: its checked files, its leaves on the GPU and one
-executor per program, NumPy and PyOpenGL only.
+executor per program, NumPy and the GL binding only.
 
 Nothing here imports the compiler or lark: the manifest says which kernels to launch, on
 which buffers, with which uniforms and group counts (see runtime/executor.py). Feeds, batches
@@ -20,8 +20,9 @@ from ..device import get_context
 from ..dims import shape_symbols
 from ..errors import DataError, DlcError, RuntimeFailure, did_you_mean
 from ..executor import Executor, LeafStore
-from ..gl import GLError  # not OpenGL.error: runtime/gl.py picks PyOpenGL's platform (EGL) first
+from ..gl import GLError  # raised by the binding's calls under DLC_DEBUG=1
 from ..program import ShaderError
+from ..storage import OutOfMemory
 from ..texture_executor import TextureExecutor, TextureStore
 from .files import read_artifact
 from .manifest import FORMAT, LR, MANIFEST, OUTPUTS, ArtifactError
@@ -181,11 +182,15 @@ class Runner:
     @contextlib.contextmanager
     def gpu_memory(self, program: str):
         """A buffer the driver cannot allocate (an artifact may size its buffers absurdly) as a
-        dlc error naming the program, not PyOpenGL's GLError."""
+        dlc error naming the program, not the binding's GLError."""
 
         try:
             yield
-        except GLError as e:
+        except OutOfMemory as e:  # the buffer's own check of glGetError
+            raise RuntimeFailure(
+                f"{self.path}: the {program} program ran out of GPU memory allocating a buffer of {e.nbytes} bytes"
+            ) from None
+        except GLError as e:  # DLC_DEBUG=1: the allocating call itself raised
             if getattr(e, "err", None) != 0x0505:  # GL_OUT_OF_MEMORY
                 raise
             args = getattr(e, "pyArgs", None) or ()
