@@ -191,8 +191,9 @@ def _conv_grad_input_operands(ctx: Context, node, unit: int) -> tuple[_Operand, 
     return pd, pw, ws[3]
 
 
-def render_kernel(ctx: Context, es: bool):
-    """The kernel's pack passes and its output passes (a `fragment.TextureKernel`)."""
+def render_kernel(ctx: Context, es: bool, packed_params: frozenset = frozenset()):
+    """The kernel's pack passes and its output passes (a `fragment.TextureKernel`); an output
+    stored in a param of `packed_params` (4 values a texel) is rendered 4 outputs a fragment."""
     k = ctx.kernel
     node = ctx.graph.nodes[k.anchor]
     unit = len(ctx.binding)  # the packed textures take the units after the kernel's slots
@@ -219,7 +220,10 @@ def render_kernel(ctx: Context, es: bool):
     products = _quad_products_pass(ctx, pa, pb, depth) if quad else _products_pass(ctx, pa, pb, depth, es)
     passes.append(TexturePass(None, products, into=unit + 2))
     for o in k.outputs:
-        passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es, quad)))
+        if quad and _stored_packed(ctx, o, packed_params):
+            passes.append(TexturePass(o, _unpack4_pass(ctx, o, unit + 2)))
+        else:
+            passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es, quad)))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), None, tuple(packed))
 
@@ -584,6 +588,67 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     else:
         decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
+
+
+def _stored_packed(ctx: Context, output: int, packed_params: frozenset) -> bool:
+    """Whether `output` is stored in a param kept 4 values a texel (`packed_params`)."""
+    slot = ctx.plan.slot_of.get(output)
+    return slot is not None and ctx.plan.slots[slot].kind == "param" and ctx.plan.slots[slot].name in packed_params
+
+
+def _unpack4_pass(ctx: Context, output: int, unit: int) -> str:
+    """The 4 x 4 matmul's output pass into a param stored 4 values a texel (RGBA32F, element
+    i in texel i / 4: `packed_params`): fragment p renders outputs 4p..4p+3 (one row, as the
+    last dim is a multiple of 4), one products texel for all four, and the epilogue once for
+    each in a block of its own. A load of a param of the output's size at the output's own
+    element reads the fragment's own texel (the same layout), fetched once for all four."""
+    g, k = ctx.graph, ctx.kernel
+    node = g.nodes[k.anchor]
+    rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
+    em = Emitter(ctx)
+    em.line("int p = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"if (4 * p >= {ctx.numel(k.shape)}) {{ dlc_out4 = vec4(0.0); return; }}")
+    em.line(OWN_TEXELS)
+    em.line("int op = 4 * p;")
+    oc = em.coords(Ix(flat="op"), node.shape)
+    r = em.flat(Ix(multi=oc[:-1]), rows_shape)
+    # row pc_r's texel is at column (pc_r % width) / 4 of layer (pc_r % width) % 4 (_unpack_pass)
+    em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
+    em.line("int pc_in = pc_r % pc_w;")
+    em.line(f"ivec3 pc_at = ivec3(pc_in >> 2, (pc_r / pc_w) * {_quads(ctx, n)} + ({oc[-1]} >> 2), pc_in & 3);")
+    em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
+    em.line("vec4 dlc_v;")
+    for c in range(4):
+        sub = Emitter(ctx)
+        sub.anchor_value = "acc"
+        value = sub.value(output, Ix(flat="o"))
+        em.open("")
+        em.line(f"const int dlc_c = {c};")
+        em.line("int o = op + dlc_c;")
+        em.line("float acc = pc[dlc_c];")
+        for line in sub.lines:
+            em.line(line)
+        em.line(f"dlc_v[dlc_c] = {value};")
+        em.close()
+    em.line("dlc_out4 = dlc_v;")
+    what = f"{node.op}: 4 outputs a fragment from the products texture, into a param stored 4 values a texel"
+    text = finish(ctx, em, output, what)
+    text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
+    decl = f"uniform highp sampler2DArray b{unit};  // the products, 4 values of j a texel, layer t: target t\n"
+    text = text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
+    # the params of the output's size read at its own element: the fragment's own texel
+    size = size_of(g.nodes[output].shape)
+    own = []
+    for slot, u in sorted(ctx.binding.items(), key=lambda su: su[1]):
+        s = ctx.plan.slots[slot]
+        if s.kind == "param" and f"dlc_load(b{u}, o)" in text and tuple(s.sizes) == (size,):
+            own.append(f"vec4 dlc_t{u} = texelFetch(b{u}, ivec2(gl_FragCoord.xy), 0);")
+            text = text.replace(f"dlc_load(b{u}, o)", f"dlc_t{u}[dlc_c]")
+    indent = text[text.index(OWN_TEXELS) - 4 : text.index(OWN_TEXELS)]
+    return text.replace(OWN_TEXELS, f"\n{indent}".join(own) if own else "// (no own texels)", 1)
+
+
+OWN_TEXELS = "// own texels"
 
 
 def _declare(ctx: Context, operands) -> str:

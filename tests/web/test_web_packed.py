@@ -7,6 +7,8 @@ the params."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from test_web_browser import exported, reference
 from web_helpers import JS_FEEDS, JS_OUT, feed
@@ -91,4 +93,58 @@ def test_the_4x4_matmul_over_two_bands_of_rows_matches_numpy(web_root, open_expo
         f"{JS_FEEDS} const out = await m.eval(feeds, ['y']); return Array.from(out.y.data);", {"feeds": feed({"x": x})}
     )
     np.testing.assert_allclose(np.reshape(got, (limit + 7, 130)), sess.eval("y", {"x": x}), rtol=1e-4, atol=1e-4)
+    assert not page.errors
+
+
+STORED = """
+input x: [B, 20]
+input labels: [B]
+param W1: [20, 132] = normal(0, 0.3)
+param b1: [132]
+param W2: [132, 10] = normal(0, 0.3)
+h = relu(x @ W1 + b1)
+logits = h @ W2
+loss cost = softmax_cross_entropy(logits, one_hot(labels, 10))
+"""
+
+
+def test_params_stored_4_a_texel_train_eval_and_restore_as_numpy(web_root, open_export, tmp_path):
+    """W1's SGD update is the 4 x 4 weight gradient's epilogue, so the export stores W1 4 values
+    a texel (`web.packed`): its update renders 4 values a fragment, every other kernel reads it
+    so. Eval, three steps (the last batch of 2), params() and a diverged call's restore (bit for
+    bit) as NumPy's; W2 (10 columns) stays one value a texel."""
+    path = tmp_path / "stored.dl"
+    path.write_text(STORED)
+    sess = reference(str(path), seed=7)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    name = exported(web_root, "stored", path, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
+    manifest = json.loads((web_root[0] / name / "manifest.json").read_text())
+    assert manifest["web"]["packed"] == ["W1"]
+    shaders = "\n".join(f.read_text() for f in (web_root[0] / name / "shaders").iterdir())
+    assert "into a param stored 4 values a texel" in shaders and "dlc_load4(b" in shaders
+    rng = np.random.default_rng(8)
+    data = {"x": rng.normal(size=(14, 20)).astype(np.float32), "labels": rng.integers(0, 10, 14).astype(np.float32)}
+    want = sess.eval(["logits"], data)["logits"]
+    losses = sess.train(data, optimizer=dlc.SGD(0.1), batch_size=6, steps=3, shuffle=False)
+    trained = sess.eval(["logits"], data)["logits"]
+    page = open_export(name)
+    got = page.call(
+        f"{JS_FEEDS} const before = Array.from((await m.eval(feeds, ['logits'])).logits.data);"
+        " const losses = await m.train(feeds, {steps: 3, batchSize: 6});"
+        " const after = Array.from((await m.eval(feeds, ['logits'])).logits.data);"
+        f" let out = await m.params(); const params = {JS_OUT};"
+        " let error = null;"
+        " try { await m.train(feeds, {steps: 2, batchSize: 6, lr: 1e38}); } catch (e) { error = e.message; }"
+        f" out = await m.params(); const restored = {JS_OUT};"
+        " return {before, losses, after, params, error, restored};",
+        {"feeds": feed(data)},
+    )
+    np.testing.assert_allclose(np.reshape(got["before"], (14, 10)), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["after"], (14, 10)), trained, rtol=1e-4, atol=1e-5)
+    for n, v in sess.params.items():
+        assert got["params"][n]["shape"] == list(v.shape)
+        np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
+    assert got["error"] and "diverged" in got["error"]
+    assert got["restored"] == got["params"]  # bit for bit
     assert not page.errors

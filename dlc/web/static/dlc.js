@@ -44,6 +44,13 @@ void main() {
 }
 `;
 
+// The same for a texture of 4 floats a texel (a param stored packed: Store), texel by texel
+// (the two textures of one layout: packed params of one size).
+const COPY4 = `${ES_HEADER}uniform sampler2D b0;
+layout(location = 0) out vec4 dlc_out4;
+void main() { dlc_out4 = texelFetch(b0, ivec2(gl_FragCoord.xy), 0); }
+`;
+
 // Element 0 of b0, rendered into the one texel the viewport covers (a step's loss into the
 // texture collecting every step's loss: training reads them once, at the end).
 const PICK = `${ES_HEADER}uniform sampler2D b0;
@@ -315,6 +322,15 @@ function checkManifest(m, where) {
     }
   }
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
+  if (web.packed !== undefined && web.packed !== null) {
+    // the params stored 4 values a texel (their shaders read and write them so)
+    if (!Array.isArray(web.packed)) fail("web.packed", `must be a list of param names, not ${show(web.packed)}`);
+    for (const n of web.packed) {
+      if (typeof n !== "string" || !has(m.params, n)) fail("web.packed", `${show(n)} is not a param of the model`);
+      if (product(m.params[n].map(Number)) % 4 !== 0) fail("web.packed", `param '${n}' ${showShape(m.params[n])} is no whole number of texels of 4`);
+    }
+    if (new Set(web.packed).size !== web.packed.length) fail("web.packed", "names a param twice");
+  }
 }
 
 /** The manifest's `outputs` (with programs.outputs): the names the outputs program fetches (the
@@ -571,6 +587,7 @@ class Device {
     this.programs = new Map(); // source -> program
     this.ints = new Map(); // shader file -> the dlc_k its pass sets (a bundle's shared programs)
     this.copyProgram = this.program(COPY, "dlc_copy");
+    this.copy4Program = this.program(COPY4, "dlc_copy4");
     this.pickProgram = this.program(PICK, "dlc_pick");
     this.readFormat = null; // [format, channels] readPixels takes for an R32F framebuffer
     this.timings = null; // Model.profile: each pass's time
@@ -636,6 +653,17 @@ class Device {
     return tex;
   }
 
+  /** An RGBA32F texture holding `count` floats 4 a texel, row-major from the flat index (float
+   * i in component i % 4 of texel i / 4; near square): a param stored packed
+   * (manifest.web.packed; its update renders 4 values a fragment, texture_matmul._unpack4_pass). */
+  flat4Texture(count, what = "a tensor") {
+    const [width, height] = this.layout(Math.ceil(Math.max(count, 1) / 4), what);
+    const tex = this.texture(width * height, what, [width, height]);
+    tex.flat4 = true;
+    tex.floats = 4 * width * height;
+    return tex;
+  }
+
   deleteTexture(tex) {
     if (!tex || !this.textures.has(tex)) return;
     if (tex.multi) this.gl.deleteFramebuffer(tex.multi);
@@ -647,10 +675,24 @@ class Device {
   /** Write `data` (a Float32Array) at the start of `tex`: whole rows, then the last partial row. */
   upload(tex, data) {
     const gl = this.gl;
-    if (data.length > tex.count) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.count}`);
+    if (data.length > (tex.flat4 ? tex.floats : tex.count)) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.count}`);
     tex.version = (tex.version || 0) + 1; // what it holds changed (a kept pack of it is stale)
     gl.bindTexture(gl.TEXTURE_2D, tex.handle);
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 4);
+    if (tex.flat4) {
+      if (data.length > tex.floats) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.floats}`);
+      const texels = Math.ceil(data.length / 4);
+      let padded = data;
+      if (data.length !== 4 * texels) {
+        padded = new Float32Array(4 * texels);
+        padded.set(data);
+      }
+      const full = Math.floor(texels / tex.width);
+      if (full > 0) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, tex.width, full, gl.RGBA, gl.FLOAT, padded, 0);
+      const left = texels - full * tex.width;
+      if (left > 0) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, full, left, 1, gl.RGBA, gl.FLOAT, padded, 4 * full * tex.width);
+      return;
+    }
     const rows = Math.floor(data.length / tex.width);
     if (rows > 0) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, tex.width, rows, gl.RED, gl.FLOAT, data, 0);
     const rest = data.length - rows * tex.width;
@@ -887,8 +929,16 @@ class Device {
     return fbo;
   }
 
-  /** Copy the first `count` floats of `src` into `dst`. */
-  copy(dst, src, count = src.count) {
+  /** Copy the first `count` floats of `src` into `dst` (two textures of 4 floats a texel: of
+   * one layout, texel by texel). */
+  copy(dst, src, count = src.flat4 ? src.floats : src.count) {
+    if (src.flat4 || dst.flat4) {
+      if (!src.flat4 || !dst.flat4 || src.width !== dst.width || src.height !== dst.height) {
+        throw new DlcError("internal dlc error: a copy between a packed texture and another layout");
+      }
+      this.pass(this.copy4Program, dst, new Map([[0, src]]), {}, null, Math.ceil(count / 4));
+      return;
+    }
     this.pass(this.copyProgram, dst, new Map([[0, src]]), { dlc_width: dst.width, dlc_count: count }, null, count);
   }
 
@@ -901,9 +951,24 @@ class Device {
    * for all of them; the wait yields to the event loop instead of blocking it. */
   async read(reads) {
     const gl = this.gl;
-    const [format, channels] = this.pickReadFormat(reads.length ? reads[0][0] : null);
+    const first = reads.find(([tex]) => !tex.flat4 && !tex.layers);
+    const [format, channels] = this.pickReadFormat(first ? first[0] : null);
     const pending = [];
     for (const [tex, count] of reads) {
+      if (tex.flat4) {
+        // 4 floats a texel, in order: RGBA/FLOAT, which WebGL2 reads from any RGBA32F framebuffer
+        const rows = count ? Math.ceil(Math.ceil(count / 4) / tex.width) : 0;
+        const floats = rows * tex.width * 4;
+        const buffer = gl.createBuffer();
+        gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
+        gl.bufferData(gl.PIXEL_PACK_BUFFER, Math.max(floats, 1) * 4, gl.STREAM_READ);
+        if (rows) {
+          gl.bindFramebuffer(gl.FRAMEBUFFER, tex.fbo);
+          gl.readPixels(0, 0, tex.width, rows, gl.RGBA, gl.FLOAT, 0);
+        }
+        pending.push({ buffer, floats, count, flat4: true });
+        continue;
+      }
       const rows = count ? Math.ceil(count / tex.width) : 0;
       const floats = rows * tex.width * channels;
       const buffer = gl.createBuffer();
@@ -917,13 +982,13 @@ class Device {
     }
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
     await drain(gl);
-    return pending.map(({ buffer, floats, count }) => {
+    return pending.map(({ buffer, floats, count, flat4 }) => {
       const all = new Float32Array(floats);
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
       if (floats) gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, all);
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
       gl.deleteBuffer(buffer);
-      if (channels === 1) return all.subarray(0, count);
+      if (channels === 1 || flat4) return all.subarray(0, count);
       // Copied as int32 bits: an i32 id's bits may be a NaN, which a float copy may change.
       const bits = new Int32Array(all.buffer);
       const out = new Int32Array(count);
@@ -1085,13 +1150,15 @@ function checkFeeds(inputs, feeds, needed, dtypes = {}) {
 
 /** Params and optimizer state as textures by name (shared by the eval and train programs). */
 class Store {
-  /** `leaves`: name -> Float32Array, from readLeaves. */
-  constructor(device, leaves) {
+  /** `leaves`: name -> Float32Array, from readLeaves; `packed`: the names of the params stored
+   * 4 values a texel (manifest.web.packed: every kernel reads them so, their updates write so). */
+  constructor(device, leaves, packed = new Set()) {
     this.device = device;
     this.buffers = new Map();
     this.scratch = new Set(); // leaves of zeros() (a generation's caches): no snapshot copies them
     for (const [name, values] of leaves) {
-      const tex = device.texture(values.length, `'${name}' (${values.length} floats)`);
+      const what = `'${name}' (${values.length} floats)`;
+      const tex = packed.has(name) ? device.flat4Texture(values.length, what) : device.texture(values.length, what);
       device.upload(tex, values);
       this.buffers.set(name, tex);
     }
@@ -1136,7 +1203,7 @@ class Store {
     const tex = this.buffer(name);
     if (moved) snap.set(name, tex);
     else {
-      const copy = this.device.texture(tex.count);
+      const copy = tex.flat4 ? this.device.flat4Texture(tex.floats) : this.device.texture(tex.count);
       this.device.copy(copy, tex);
       snap.set(name, copy);
     }
@@ -1334,6 +1401,10 @@ class Executor {
           const s = info.slot;
           count = product(bindShape(info.shape, this.dims));
           target = this.slotBuffer(s);
+          if (!target.flat4 !== !program.rgba) {
+            throw new DlcError(`${this.spec.name}: pass ${p.file} renders ${program.rgba ? "4 values" : "one value"} a texel into '${info.label}', stored ${target.flat4 ? "4 values" : "one value"} a texel`);
+          }
+          if (target.flat4) count = Math.ceil(count / 4); // texels
           if (read.has(s)) {
             target = this.takeSpare(target);
             swaps.push([s, target]);
@@ -1354,9 +1425,7 @@ class Executor {
           old = this.buffers.get(s);
           this.buffers.set(s, tex);
         }
-        const key = `${old.width}x${old.height}`;
-        if (!this.spare.has(key)) this.spare.set(key, []);
-        this.spare.get(key).push(old);
+        this.giveSpare(old);
       }
     }
   }
@@ -1370,14 +1439,15 @@ class Executor {
 
   /** A texture back to the spare pool (rendered into by a later pass). */
   giveSpare(tex) {
-    const key = `${tex.width}x${tex.height}`;
+    const key = spareKey(tex);
     if (!this.spare.has(key)) this.spare.set(key, []);
     this.spare.get(key).push(tex);
   }
 
   takeSpare(like) {
-    const pool = this.spare.get(`${like.width}x${like.height}`);
-    return pool && pool.length ? pool.pop() : this.device.texture(like.count);
+    const pool = this.spare.get(spareKey(like));
+    if (pool && pool.length) return pool.pop();
+    return like.flat4 ? this.device.flat4Texture(like.floats) : this.device.texture(like.count);
   }
 
   /** After a training step: the updated params and state into the store. */
@@ -1397,6 +1467,9 @@ class Executor {
   }
 }
 
+/** The spare pool a texture goes to: by size and kind (R32F, or 4 floats a texel). */
+const spareKey = (tex) => `${tex.width}x${tex.height}${tex.flat4 ? "x4" : ""}`;
+
 /** A loaded export: eval, train, params, dispose. */
 class Model {
   constructor(device, manifest, sources, leaves) {
@@ -1408,7 +1481,7 @@ class Model {
     this.paramShapes = manifest.params;
     this.tensorShapes = manifest.tensors;
     this.losses = manifest.losses;
-    this.store = new Store(device, leaves);
+    this.store = new Store(device, leaves, new Set(manifest.web.packed || []));
     this.executors = new Map();
     this.disposed = false;
     const kv = manifest.web.kv_cache;
