@@ -207,6 +207,11 @@ LOAD4 = """float dlc_load4(sampler2D t, int i) {
     return texelFetch(t, ivec2(p % w, p / w), 0)[i & 3];
 }
 """
+TEXEL4 = """vec4 dlc_texel4(sampler2D t, int p) {
+    int w = textureSize(t, 0).x;
+    return texelFetch(t, ivec2(p % w, p / w), 0);
+}
+"""
 
 
 def packable_params(plan: Plan, options: CodegenOptions | Mapping | None = None) -> frozenset[str]:
@@ -252,6 +257,7 @@ def packed_loads(ctx: Context, rendered: TextureKernel, names: frozenset) -> Tex
             text = text.replace(f"uniform sampler2D b{u};  // ", f"uniform sampler2D b{u};  // (4 values a texel) ", 1)
             allowed = (
                 f"dlc_load4(b{u}, ",
+                f"dlc_texel4(b{u}, ",
                 f"texelFetch(b{u}, ivec2(0), 0)",
                 f"texelFetch(b{u}, ivec2(gl_FragCoord.xy), 0)",
             )
@@ -265,8 +271,9 @@ def packed_loads(ctx: Context, rendered: TextureKernel, names: frozenset) -> Tex
         helpers = ctx.renderer.helpers  # dlc_load: dropped where no load is left to use it
         if text.count("dlc_load(") == 1 and helpers.strip() and helpers in text:
             text = text.replace(helpers, "", 1)
-        if "dlc_load4(" in text:
-            text = text.replace("void main() {", LOAD4 + "\nvoid main() {", 1)
+        for name, helper in (("dlc_load4(", LOAD4), ("dlc_texel4(", TEXEL4)):
+            if name in text:
+                text = text.replace("void main() {", helper + "\nvoid main() {", 1)
         passes.append(replace(p, source=text))
     return replace(rendered, passes=tuple(passes))
 

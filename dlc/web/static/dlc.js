@@ -58,6 +58,10 @@ layout(location = 0) out float dlc_out;
 void main() { dlc_out = texelFetch(b0, ivec2(0, 0), 0).r; }
 `;
 
+// texture_matmul.FOUR_TARGETS: defined (where MAX_DRAW_BUFFERS < 8), an 8-row products pass renders 4 rows a draw
+const FOUR = "DLC_FOUR_TARGETS";
+const FOUR_TARGETS = new RegExp(`^#ifndef ${FOUR}$`, "m");
+
 // b<k>: unit k; a sampler2DArray reads the layers of an n-target pass's products (texture_matmul._quad)
 const SAMPLER = /^uniform (?:highp )?sampler2D(Array)? b(\d+);/gm;
 
@@ -73,8 +77,13 @@ export class DlcError extends Error {
  * options.canvas: a canvas (or OffscreenCanvas) whose WebGL2 context to use instead of one
  * of its own; options.onProgress({stage, done, total}): called as the files arrive (stage
  * "files": the weights, the shaders, a vocabulary), as the shaders compile (stage "shaders")
- * and as the first eval's programs are first drawn (stage "warm-up"). */
+ * and as the first eval's programs are first drawn (stage "warm-up"); options.drawBuffers:
+ * the render targets a draw may use, fewer than the context's (a test of the 4-target form
+ * of the 8-row products passes). */
 export async function load(url = ".", options = {}) {
+  if (options.drawBuffers !== undefined && !(Number.isInteger(options.drawBuffers) && options.drawBuffers >= 1)) {
+    throw new DlcError(`drawBuffers must be a whole number >= 1, not ${show(options.drawBuffers)}`);
+  }
   if (options.onProgress !== undefined && options.onProgress !== null && typeof options.onProgress !== "function") {
     throw new DlcError("onProgress must be a function ({stage, done, total}) => ...");
   }
@@ -117,7 +126,7 @@ export async function load(url = ".", options = {}) {
   const [weights, bundle, vocab] = await pending;
   const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
   if (web.bundle) sources = bundle.sources;
-  const device = new Device(options.canvas);
+  const device = new Device(options.canvas, options.drawBuffers);
   if (web.bundle) device.ints = bundle.ints;
   try {
     // every program of the model at once (the driver may link them in parallel), and the
@@ -569,7 +578,7 @@ function leafValues(weights, offset, count) {
 
 /** One WebGL2 context and what runs on it: float textures, programs, the pass helpers. */
 class Device {
-  constructor(canvas) {
+  constructor(canvas, drawBuffers = Infinity) {
     if (!canvas) {
       canvas = typeof OffscreenCanvas !== "undefined" ? new OffscreenCanvas(1, 1) : document.createElement("canvas");
     }
@@ -581,6 +590,9 @@ class Device {
     this.gl = gl;
     this.maxSize = gl.getParameter(gl.MAX_TEXTURE_SIZE);
     this.maxUnits = gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS);
+    // render targets a draw may write: WebGL2 promises 4; an 8-row products pass
+    // (texture_matmul._quad) with fewer runs as two draws of 4 rows (FOUR_TARGETS)
+    this.maxDrawBuffers = Math.min(gl.getParameter(gl.MAX_DRAW_BUFFERS), drawBuffers);
     this.vao = gl.createVertexArray();
     this.vertex = this.shader(gl.VERTEX_SHADER, VERTEX, "dlc_vertex");
     this.textures = new Set();
@@ -666,7 +678,7 @@ class Device {
 
   deleteTexture(tex) {
     if (!tex || !this.textures.has(tex)) return;
-    if (tex.multi) this.gl.deleteFramebuffer(tex.multi);
+    if (tex.multi) for (const fbo of tex.multi.values()) this.gl.deleteFramebuffer(fbo);
     if (tex.fbo) this.gl.deleteFramebuffer(tex.fbo);
     this.gl.deleteTexture(tex.handle);
     this.textures.delete(tex);
@@ -731,18 +743,20 @@ class Device {
   startProgram(source, name) {
     const gl = this.gl;
     const frag = gl.createShader(gl.FRAGMENT_SHADER);
-    gl.shaderSource(frag, source);
+    // an 8-row products pass where the context draws into fewer than 8 buffers: its 4-row form
+    const four = FOUR_TARGETS.test(source) && this.maxDrawBuffers < 8;
+    gl.shaderSource(frag, four ? source.replace("\n", `\n#define ${FOUR}\n`) : source);
     gl.compileShader(frag);
     const handle = gl.createProgram();
     gl.attachShader(handle, this.vertex);
     gl.attachShader(handle, frag);
     gl.linkProgram(handle);
-    return { handle, frag, source, name };
+    return { handle, frag, source, name, four };
   }
 
   /** A started program checked (a compile or link error is a DlcError with the numbered
    * source), its samplers set to their units and its uniforms looked up once. */
-  finishProgram({ handle, frag, source, name }) {
+  finishProgram({ handle, frag, source, name, four }) {
     const gl = this.gl;
     if (!gl.getProgramParameter(handle, gl.LINK_STATUS)) {
       const compiled = gl.getShaderParameter(frag, gl.COMPILE_STATUS);
@@ -771,9 +785,14 @@ class Device {
       const loc = locations.get(`b${unit}`);
       if (loc) gl.uniform1i(loc, unit);
     }
-    // render targets: texture_matmul's 4 x 4 products pass writes 4 (layout(location = t) out)
-    const targets = Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
-    const program = { handle, name, units, arrays, locations, rgba: /\bout\s+vec4\b/.test(source), targets, values: new Map() };
+    // render targets: texture_matmul's products pass of L rows a fragment writes L
+    // (layout(location = t) out), the L layers of one array texture; an 8-row one in two
+    // draws of 4 targets where the context has fewer than 8 (four)
+    const split = FOUR_TARGETS.test(source);
+    const layers = split ? 8 : Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
+    const targets = four ? 4 : layers;
+    const rgba = /\bout\s+vec4\b/.test(source);
+    const program = { handle, name, units, arrays, locations, rgba, layers, targets, values: new Map() };
     this.programs.set(source, program);
     return program;
   }
@@ -820,11 +839,11 @@ class Device {
     const rgba = this.texture(1, "a warm-up target", [1, 1]);
     const targets = [this.texture(1, "a warm-up target"), rgba];
     const layered = new Map(); // n -> an array texture of n layers
-    for (const n of new Set(programs.map((p) => p.targets).filter((n) => n > 1))) {
+    for (const n of new Set(programs.map((p) => p.layers).filter((n) => n > 1))) {
       layered.set(n, this.texture(1, "a warm-up target", [1, 1], n));
       targets.push(layered.get(n));
     }
-    const targetOf = (p) => (p.targets > 1 ? layered.get(p.targets) : p.rgba ? rgba : targets[0]);
+    const targetOf = (p) => (p.layers > 1 ? layered.get(p.layers) : p.rgba ? rgba : targets[0]);
     gl.bindTexture(gl.TEXTURE_2D, null); // no sampler reads a target
     gl.bindTexture(gl.TEXTURE_2D_ARRAY, null);
     try {
@@ -883,12 +902,14 @@ class Device {
     }
     if (program.ints && values.get("dlc_k") !== program.ints) this.setInts(program);
     let rows = 1;
-    if (program.targets > 1) {
+    let draws = [null]; // the first layer each draw renders (a pass of n render targets)
+    if (program.layers > 1) {
       // n render targets, the layers of `target`: the pass covers the first ceil(width / n)
-      // columns of each (texture_matmul._quad)
-      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(target, program.targets));
-      gl.viewport(0, 0, Math.ceil(target.width / program.targets), target.height);
-      rows = target.height / program.targets;
+      // columns of each (texture_matmul._quad); an 8-row pass on 4 targets, 4 layers a draw
+      gl.viewport(0, 0, Math.ceil(target.width / program.layers), target.height);
+      rows = target.height;
+      draws = [];
+      for (let first = 0; first < program.layers; first += program.targets) draws.push(first);
     } else if (at === null) {
       gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
       // the texels past the tensor: fragments that would only return (or write what nobody reads)
@@ -899,33 +920,44 @@ class Device {
       gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
     }
     gl.bindVertexArray(this.vao);
+    const draw = () => {
+      for (const first of draws) {
+        if (first !== null) {
+          gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(target, program.targets, first));
+          const loc = program.layers > program.targets ? this.location(program, "dlc_rows0") : null;
+          if (loc !== null) gl.uniform1i(loc, first);
+        }
+        gl.drawArrays(gl.TRIANGLES, 0, 3);
+      }
+    };
     if (this.timings) {
       // a one-texel readPixels waits for the GPU (Chromium's finish() does not)
       const wait = () => gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.FLOAT, new Float32Array(4));
       wait(); // what came before is not this pass's time
       const t0 = performance.now();
-      gl.drawArrays(gl.TRIANGLES, 0, 3);
+      draw();
       wait();
       this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: at === null ? target.width * rows : 1 });
-    } else gl.drawArrays(gl.TRIANGLES, 0, 3);
+    } else draw();
   }
 
-  /** A framebuffer rendering into the n layers of array texture `tex` (attachment t is layer
-   * t), kept on it. */
-  framebufferOf(tex, n) {
+  /** A framebuffer rendering into n layers of array texture `tex` from layer `first`
+   * (attachment t is layer first + t), kept on it. */
+  framebufferOf(tex, n, first = 0) {
     const gl = this.gl;
-    if (tex.layers !== n) throw new DlcError(`internal dlc error: ${n} render targets into an array texture of ${tex.layers} layers`);
-    if (tex.multi) return tex.multi;
+    if (tex.layers < first + n) throw new DlcError(`internal dlc error: ${n} render targets into an array texture of ${tex.layers} layers`);
+    if (!tex.multi) tex.multi = new Map();
+    if (tex.multi.has(first)) return tex.multi.get(first);
     const fbo = gl.createFramebuffer();
     gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
-    for (let t = 0; t < n; t++) gl.framebufferTextureLayer(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, tex.handle, 0, t);
+    for (let t = 0; t < n; t++) gl.framebufferTextureLayer(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, tex.handle, 0, first + t);
     gl.drawBuffers(Array.from({ length: n }, (_, t) => gl.COLOR_ATTACHMENT0 + t));
     const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
     if (status !== gl.FRAMEBUFFER_COMPLETE) {
       gl.deleteFramebuffer(fbo);
       throw new DlcError(`this WebGL2 cannot render into ${n} RGBA32F textures at once (framebuffer status 0x${status.toString(16)})`);
     }
-    tex.multi = fbo;
+    tex.multi.set(first, fbo);
     return fbo;
   }
 
@@ -1235,7 +1267,7 @@ class Executor {
     this.kernels.forEach((k, i) => {
       k.passes.forEach((p, j) => {
         // a pass with n render targets renders packed units into .. into + n - 1, all one size
-        const n = this.programs[i][j].targets;
+        const n = this.programs[i][j].layers;
         if (n === 1) return;
         const first = (k.packed || []).find((q) => q.unit === p.into);
         for (let t = 0; t < n; t++) {
@@ -1347,12 +1379,12 @@ class Executor {
       spec.passes.forEach((p, i) => {
         const program = this.programs[k][i];
         const steady = program.units.every((u) => u < spec.slots.length && STEADY.has(this.slots[spec.slots[u]].kind));
-        if (p.into !== undefined && p.into !== null && program.targets === 1 && steady) keep.add(p.into);
+        if (p.into !== undefined && p.into !== null && program.layers === 1 && steady) keep.add(p.into);
       });
       // a pass of n render targets renders units into .. into + n - 1: the layers of one array texture, on unit into
       const layers = new Map(); // unit -> its array texture's layers (0: a unit of the layers after the first)
       spec.passes.forEach((p, i) => {
-        const n = this.programs[k][i].targets;
+        const n = this.programs[k][i].layers;
         if (n > 1) for (let t = 0; t < n; t++) layers.set(p.into + t, t ? 0 : n);
       });
       const packed = (spec.packed || []).map((q) => {
@@ -1390,7 +1422,7 @@ class Executor {
         if (kept && kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
         let target;
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
-        if (program.targets > 1) target = samplers.get(p.into); // an array texture of as many layers
+        if (program.layers > 1) target = samplers.get(p.into); // an array texture of as many layers
         else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
         else if (p.tensor === null) {
           target = this.scratch.get(k); // a split reduction's partials, attention_cached's scores
