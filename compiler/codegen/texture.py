@@ -217,7 +217,7 @@ TEXEL4 = """vec4 dlc_texel4(sampler2D t, int p) {
 def packable_params(plan: Plan, options: CodegenOptions | Mapping | None = None) -> frozenset[str]:
     """The params of a training step's plan that can be stored 4 values a texel (RGBA32F,
     element i in texel i / 4) with the `packed_params` option: each is written only by the
-    output pass of a 4 x 4 packed matmul (WebGL2: `_quad`; a weight update fused into the
+    output pass of an 8 x 4 packed matmul (WebGL2: `_quad`; a weight update fused into the
     weight gradient's epilogue, as SGD's), its last dim a multiple of 4, and not copied after
     the kernels. Such an update then renders 4 values a fragment (a quarter of the fragments)
     and reads the old value as its own texel."""

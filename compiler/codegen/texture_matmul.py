@@ -16,11 +16,15 @@ matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a 
    matmul whose B is a matrix computes 2 rows x 2 columns a fragment instead (`_paired`: 4
    fetches for 16 products), and the loops fetch with texture() at texel centres (on
    SwiftShader both count: ~1.8x on the MLP and matmul passes); for WebGL2 (`es`) that
-   matmul computes 4 rows x 4 columns a fragment into 4 render targets at once (`_quad`: 8
-   fetches for 64 products; 1.3-1.4x faster on SwiftShader than the pairs, measured A/B in one
-   page), the 4 layers of one RGBA32F array texture (dlc.js), which its output passes read
-   with one fetch (a layer by index);
-3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
+   matmul computes 8 rows x 4 columns a fragment into 8 render targets at once (`_quad`: 12
+   fetches for 128 products; 4 x 4, 8 for 64, was 1.3-1.4x faster on SwiftShader than the
+   pairs, and 8 x 4 1.1-1.2x faster again, each measured A/B in one page), the 8 layers of one
+   RGBA32F array texture (dlc.js), which its output passes read with one fetch (a layer by
+   index); a context of 4 draw buffers (WebGL2's least) compiles the pass with FOUR_TARGETS
+   defined and draws it twice, 4 rows each;
+3. one pass per output: fragment o reads its product and runs the kernel's epilogue (an
+   output stored in a param kept 4 values a texel, the `packed_params` option: 4 outputs a
+   fragment, `_unpack4_pass`).
 
 conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
 (di, dj, output channel), k runs over input channels, and the products pass loops over the
@@ -472,7 +476,7 @@ def _few_channel_products(ctx: Context, em: Emitter, px: _Operand, pw: _Operand,
     em.line("dlc_out4 = accf;")
 
 
-QUAD_LAYERS = 8  # rows a fragment of the 4 x 4 (8 x 4) products pass: the layers it renders
+QUAD_LAYERS = 8  # rows a fragment of the 8 x 4 products pass: the layers it renders
 QUAD_MIN_LAYERS = 4  # with fewer texture units for the layers' numbers: 4 rows a fragment
 # Defined by dlc.js where the context draws into fewer than 8 buffers at once (WebGL2 promises
 # 4): the 8-row pass then runs as two draws of 4 rows, into layers 0-3 and 4-7 (dlc_rows0)
@@ -642,7 +646,7 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: int = 0) 
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
     text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
-    if quad:  # the 4 render targets are the layers of one array texture (dlc.js)
+    if quad:  # the render targets are the layers of one array texture (dlc.js)
         decl = f"uniform highp sampler2DArray b{unit};  // the products, 4 values of j a texel, layer t: target t\n"
     else:
         decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
@@ -656,7 +660,7 @@ def _stored_packed(ctx: Context, output: int, packed_params: frozenset) -> bool:
 
 
 def _unpack4_pass(ctx: Context, output: int, unit: int, layers: int) -> str:
-    """The 4 x 4 matmul's output pass into a param stored 4 values a texel (RGBA32F, element
+    """The 8 x 4 matmul's output pass into a param stored 4 values a texel (RGBA32F, element
     i in texel i / 4: `packed_params`): fragment p renders outputs 4p..4p+3 (one row, as the
     last dim is a multiple of 4), one products texel for all four, and the epilogue once for
     each in a block of its own. A load of a param of the output's size at the output's own
