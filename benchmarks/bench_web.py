@@ -88,8 +88,10 @@ PAGE = """<!doctype html><meta charset="utf-8"><script src="tf.min.js"></script>
 <script src="ort/ort.all.min.js"></script>
 <script type="module">
 import { load } from "./dlc.js";
-ort.env.wasm.wasmPaths = new URL("./ort/", location.href).href;
-ort.env.wasm.numThreads = 1; // no cross-origin isolation here, and 2 shared cores
+if (typeof ort !== "undefined") { // (absent when no row needs it)
+  ort.env.wasm.wasmPaths = new URL("./ort/", location.href).href;
+  ort.env.wasm.numThreads = 1; // no cross-origin isolation here, and 2 shared cores
+}
 const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
 const maxDiff = (a, b) => { let d = 0; for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i] - b[i])); return d; };
 // a seeded uniform [lo, hi) (the same inputs every run)

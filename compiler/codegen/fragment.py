@@ -15,7 +15,8 @@ from .glsl import PREAMBLE, Context, Emitter, KernelSource, comment, prune_pream
 from .renderer import Renderer
 
 # a load of element i, or (GLSLESTexture) of element 0 without dlc_load's division
-_SAMPLED = re.compile(r"\bdlc_load\(b(\d+),|\btexelFetch\(b(\d+), ivec2\(0\), 0\)")
+# (dlc_texel4: a texel of a param stored 4 values a texel, texture.LOAD4)
+_SAMPLED = re.compile(r"\bdlc_(?:load|texel4)\(b(\d+),|\btexelFetch\(b(\d+), ivec2\(0\), 0\)")
 _BUFFER_LOAD = re.compile(r"\bb\d+\.v\[")  # a compute-target load: never in a texture shader
 
 

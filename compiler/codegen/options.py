@@ -17,6 +17,9 @@ class CodegenOptions:
     nan_flags: bool = False  # debug mode: kernels flag each node that makes a NaN
     es: bool = False  # texture target: GLSL ES 3.00 (WebGL2) instead of GLSL 3.30
     packed: bool | None = None  # texture target: packed matmul/conv passes (texture_matmul.py); None: on
+    # texture target (WebGL2): params stored 4 values a texel (RGBA32F, element i in texel i / 4),
+    # read so by every kernel and written so by their updates (texture_matmul.packable_params)
+    packed_params: frozenset = frozenset()
     vec4: bool = True  # elementwise kernels may move vec4s
     elementwise_local: int = 256  # elementwise work-group size
     matmul: str | None = None  # a matmul variant by name (kernels_matmul.choose); None: chosen by shape

@@ -22,6 +22,7 @@ option); the text writes no implicit int -> float conversion (GLSL ES refuses th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -81,7 +82,8 @@ class TextureTarget(Target):
     def render_kernel(self, plan: Plan, index: int, dims: Mapping[str, int], o: CodegenOptions) -> TextureKernel:
         kernel = plan.fusion.kernels[index]
         ctx = Context(plan.fusion, plan, kernel, dims, renderer=self.renderer(o), keys=self.keys)
-        return self.template(kernel.kind)(ctx, o)
+        rendered = self.template(kernel.kind)(ctx, o)
+        return packed_loads(ctx, rendered, o.packed_params) if o.packed_params else rendered
 
     def render(self, name: str, plan: Plan, options: CodegenOptions) -> Rendered:
         """The program spec (program.program_spec's, with this target's runtime and each
@@ -165,7 +167,7 @@ def _packs(ctx: Context, options: CodegenOptions) -> bool:
 
 def _matmul(ctx: Context, options: CodegenOptions) -> TextureKernel:
     if _packs(ctx, options):
-        return texture_matmul.render_kernel(ctx, options.es)
+        return texture_matmul.render_kernel(ctx, options.es, options.packed_params)
     return output_passes(ctx, matmul_body)
 
 
@@ -196,6 +198,89 @@ for _kind, _lower in (
     ("attention", _attention),
 ):
     registry.register_lowering(_kind, KEY, _lower)
+
+
+# -- params stored 4 values a texel (the `packed_params` option) -----------------------------
+
+LOAD4 = """float dlc_load4(sampler2D t, int i) {
+    int w = textureSize(t, 0).x, p = i >> 2;
+    return texelFetch(t, ivec2(p % w, p / w), 0)[i & 3];
+}
+"""
+TEXEL4 = """vec4 dlc_texel4(sampler2D t, int p) {
+    int w = textureSize(t, 0).x;
+    return texelFetch(t, ivec2(p % w, p / w), 0);
+}
+"""
+
+
+def packable_params(plan: Plan, options: CodegenOptions | Mapping | None = None) -> frozenset[str]:
+    """The params of a training step's plan that can be stored 4 values a texel (RGBA32F,
+    element i in texel i / 4) with the `packed_params` option: each is written only by the
+    output pass of an 8 x 4 packed matmul (WebGL2: `_quad`; a weight update fused into the
+    weight gradient's epilogue, as SGD's), its last dim a multiple of 4, and not copied after
+    the kernels. Such an update then renders 4 values a fragment (a quarter of the fragments)
+    and reads the old value as its own texel."""
+    o = codegen_options(options).with_(es=True, packed_params=frozenset())
+    dims = dim_index(plan)
+    g = plan.fusion.graph
+    copied = {name for name, _ in plan.copies}
+    writers: dict[str, list[bool]] = {}
+    for kernel in plan.fusion.kernels:
+        ctx = Context(plan.fusion, plan, kernel, dims, renderer=GLSLESTexture(), keys=(KEY,))
+        quad = kernel.kind == "matmul" and _packs(ctx, o) and texture_matmul._quad(ctx, True)
+        for t in kernel.outputs:
+            slot = plan.slot_of.get(t)
+            if slot is None or plan.slots[slot].kind != "param":
+                continue
+            shape = tuple(g.nodes[t].shape)
+            fits = quad and shape == tuple(kernel.shape) and isinstance(shape[-1], int) and shape[-1] % 4 == 0
+            writers.setdefault(plan.slots[slot].name, []).append(fits)
+    return frozenset(name for name, fits in writers.items() if all(fits) and name not in copied)
+
+
+def packed_loads(ctx: Context, rendered: TextureKernel, names: frozenset) -> TextureKernel:
+    """The kernel's passes reading the params of `names` as stored 4 values a texel
+    (`dlc_load4`); a pass writing one must render vec4s (texture_matmul._unpack4_pass)."""
+    units = {u: ctx.plan.slots[s].name for s, u in ctx.binding.items() if _is_packed(ctx, s, names)}
+    passes = []
+    for p in rendered.passes:
+        slot = ctx.plan.slot_of.get(p.tensor) if p.tensor is not None else None
+        if slot is not None and _is_packed(ctx, slot, names) and "out vec4 dlc_out4;" not in p.source:
+            raise AssertionError(
+                f"kernel {ctx.kernel.name}: a pass writes packed param '{ctx.plan.slots[slot].name}'"
+                " one value a fragment"
+            )
+        text = p.source
+        for u, name in units.items():
+            text = text.replace(f"dlc_load(b{u}, ", f"dlc_load4(b{u}, ")
+            text = text.replace(f"uniform sampler2D b{u};  // ", f"uniform sampler2D b{u};  // (4 values a texel) ", 1)
+            allowed = (
+                f"dlc_load4(b{u}, ",
+                f"dlc_texel4(b{u}, ",
+                f"texelFetch(b{u}, ivec2(0), 0)",
+                f"texelFetch(b{u}, ivec2(gl_FragCoord.xy), 0)",
+            )
+            rest = re.sub(r"//.*", "", text)  # (the IR comments name params such as b1)
+            for a in allowed:
+                rest = rest.replace(a, "")
+            if re.search(rf"\bb{u}\b", rest.replace(f"uniform sampler2D b{u};", "")):
+                raise AssertionError(
+                    f"kernel {ctx.kernel.name}: packed param '{name}' (unit {u}) is read other than by element"
+                )
+        helpers = ctx.renderer.helpers  # dlc_load: dropped where no load is left to use it
+        if text.count("dlc_load(") == 1 and helpers.strip() and helpers in text:
+            text = text.replace(helpers, "", 1)
+        for name, helper in (("dlc_load4(", LOAD4), ("dlc_texel4(", TEXEL4)):
+            if name in text:
+                text = text.replace("void main() {", helper + "\nvoid main() {", 1)
+        passes.append(replace(p, source=text))
+    return replace(rendered, passes=tuple(passes))
+
+
+def _is_packed(ctx: Context, slot: int, names: frozenset) -> bool:
+    s = ctx.plan.slots[slot]
+    return s.kind == "param" and s.name in names
 
 
 def _split(ctx: Context) -> bool:

@@ -16,11 +16,15 @@ matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a 
    matmul whose B is a matrix computes 2 rows x 2 columns a fragment instead (`_paired`: 4
    fetches for 16 products), and the loops fetch with texture() at texel centres (on
    SwiftShader both count: ~1.8x on the MLP and matmul passes); for WebGL2 (`es`) that
-   matmul computes 4 rows x 4 columns a fragment into 4 render targets at once (`_quad`: 8
-   fetches for 64 products; 1.3-1.4x faster on SwiftShader than the pairs, measured A/B in one
-   page), the 4 layers of one RGBA32F array texture (dlc.js), which its output passes read
-   with one fetch (a layer by index);
-3. one pass per output: fragment o reads its product and runs the kernel's epilogue.
+   matmul computes 8 rows x 4 columns a fragment into 8 render targets at once (`_quad`: 12
+   fetches for 128 products; 4 x 4, 8 for 64, was 1.3-1.4x faster on SwiftShader than the
+   pairs, and 8 x 4 1.1-1.2x faster again, each measured A/B in one page), the 8 layers of one
+   RGBA32F array texture (dlc.js), which its output passes read with one fetch (a layer by
+   index); a context of 4 draw buffers (WebGL2's least) compiles the pass with FOUR_TARGETS
+   defined and draws it twice, 4 rows each;
+3. one pass per output: fragment o reads its product and runs the kernel's epilogue (an
+   output stored in a param kept 4 values a texel, the `packed_params` option: 4 outputs a
+   fragment, `_unpack4_pass`).
 
 conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
 (di, dj, output channel), k runs over input channels, and the products pass loops over the
@@ -191,8 +195,9 @@ def _conv_grad_input_operands(ctx: Context, node, unit: int) -> tuple[_Operand, 
     return pd, pw, ws[3]
 
 
-def render_kernel(ctx: Context, es: bool):
-    """The kernel's pack passes and its output passes (a `fragment.TextureKernel`)."""
+def render_kernel(ctx: Context, es: bool, packed_params: frozenset = frozenset()):
+    """The kernel's pack passes and its output passes (a `fragment.TextureKernel`); an output
+    stored in a param of `packed_params` (4 values a texel) is rendered 4 outputs a fragment."""
     k = ctx.kernel
     node = ctx.graph.nodes[k.anchor]
     unit = len(ctx.binding)  # the packed textures take the units after the kernel's slots
@@ -206,20 +211,23 @@ def render_kernel(ctx: Context, es: bool):
         operands = _conv_few_operands
     pa, pb, depth = operands(ctx, node, unit)
     own = [depth if p.depth is None else p.depth for p in (pa, pb)]
-    passes = [TexturePass(None, _pack_pass(ctx, p, d, es), into=p.unit) for p, d in zip((pa, pb), own)]
+    passes = [TexturePass(None, _pack_pass(ctx, p, d, es, packed_params), into=p.unit) for p, d in zip((pa, pb), own)]
     packed = [p.spec(ctx, d) for p, d in zip((pa, pb), own)]
     # the products, four outputs a fragment, into a third RGBA texture (rows: the output's
     # coordinates but the last, j; 4 values of j a texel); then each output pass reads its own
     # and runs the epilogue
     rows, n = tuple(node.shape[:-1]), node.shape[-1]
-    quad = _quad(ctx, es)
-    for t in range(QUAD_TARGETS if quad else 1):
+    quad = _quad(ctx, es)  # its layers, or 0
+    for t in range(quad or 1):
         label = f"the products of kernel {k.name}" + (f" (render target {t})" if quad else "")
         packed.append({"unit": unit + 2 + t, "rows": list(size_of(rows)), "depth": list(size_of((n,))), "label": label})
-    products = _quad_products_pass(ctx, pa, pb, depth) if quad else _products_pass(ctx, pa, pb, depth, es)
+    products = _quad_products_pass(ctx, pa, pb, depth, quad) if quad else _products_pass(ctx, pa, pb, depth, es)
     passes.append(TexturePass(None, products, into=unit + 2))
     for o in k.outputs:
-        passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es, quad)))
+        if quad and _stored_packed(ctx, o, packed_params):
+            passes.append(TexturePass(o, _unpack4_pass(ctx, o, unit + 2, quad)))
+        else:
+            passes.append(TexturePass(o, _unpack_pass(ctx, o, unit + 2, es, quad)))
     ks = kernel_source(ctx, "", {"flat": [1], "per_group": 1}, (1, 1, 1))
     return TextureKernel(ks, tuple(passes), None, tuple(packed))
 
@@ -242,7 +250,20 @@ def _line_mod(quads: str, es: bool) -> str:
     return q if q.startswith("(") else f"({q})"
 
 
-def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
+def _texel_rows(ctx: Context, p: _Operand, depth, packed_params: frozenset) -> int | None:
+    """The unit of the param operand p is when it is stored 4 values a texel (`packed_params`)
+    with k along its last axis, a multiple of 4 long: each packed texel is one of its texels."""
+    node = ctx.graph.nodes[p.tensor]
+    slot = ctx.plan.slot_of.get(p.tensor)
+    if node.op != "param" or slot is None or ctx.plan.slots[slot].name not in packed_params:
+        return None
+    rows = tuple(f"r{i}" for i in range(len(p.rows)))
+    if p.index(rows, "k") != (*rows, "k") or not isinstance(depth, int) or depth % 4 or node.shape[-1] != depth:
+        return None
+    return ctx.binding.get(slot)
+
+
+def _pack_pass(ctx: Context, p: _Operand, depth, es: bool, packed_params: frozenset = frozenset()) -> str:
     """Operand p's packed texture: row r down column r % width, texel q of it at
     ((r / width) * quads + q), holding k = 4q..4q+3 (zeros past the depth)."""
     g = ctx.graph
@@ -253,13 +274,19 @@ def _pack_pass(ctx: Context, p: _Operand, depth, es: bool) -> str:
     em.line(f"int k0 = {_line_mod(quads, es)} * 4;")
     em.line(f"if (r >= {ctx.numel(p.rows)}) {{ dlc_out4 = vec4(0.0); return; }}")
     rc = em.coords(Ix(flat="r"), p.rows)
-    values = []
-    for c in range(4):
+    unit = _texel_rows(ctx, p, depth, packed_params)
+    if unit is not None:  # a param stored 4 values a texel, k along its rows: one fetch a texel
+        em.line(
+            f"dlc_out4 = dlc_texel4(b{unit}, {em.flat(Ix(multi=p.index(rc, 'k0')), g.nodes[p.tensor].shape)} >> 2);"
+        )
+    values = [] if unit is None else None
+    for c in range(4 if unit is None else 0):
         kk = em.names.claim(f"k{c + 1}")
         em.line(f"int {kk} = min(k0 + {c}, {K} - 1);")
         v = em.value(p.tensor, Ix(multi=p.index(rc, kk)))
         values.append(v if c == 0 else f"k0 + {c} < {K} ? {v} : 0.0")
-    em.line(f"dlc_out4 = vec4({', '.join(values)});")
+    if values is not None:
+        em.line(f"dlc_out4 = vec4({', '.join(values)});")
     shape = list(g.nodes[p.tensor].shape)
     what = f"pack {p.name} = {g.label(p.tensor)} {shape}: 4 values of k a texel, row r down a column"
     text = finish(ctx, em, None, what)
@@ -449,39 +476,85 @@ def _few_channel_products(ctx: Context, em: Emitter, px: _Operand, pw: _Operand,
     em.line("dlc_out4 = accf;")
 
 
-QUAD_TARGETS = 4  # render targets of the 4 x 4 products pass
+QUAD_LAYERS = 8  # rows a fragment of the 8 x 4 products pass: the layers it renders
+QUAD_MIN_LAYERS = 4  # with fewer texture units for the layers' numbers: 4 rows a fragment
+# Defined by dlc.js where the context draws into fewer than 8 buffers at once (WebGL2 promises
+# 4): the 8-row pass then runs as two draws of 4 rows, into layers 0-3 and 4-7 (dlc_rows0)
+FOUR_TARGETS = "DLC_FOUR_TARGETS"
 QUAD_MIN_COLUMNS = 128
 
 
-def _quad(ctx: Context, es: bool) -> bool:
-    """Whether the products pass computes 4 rows x 4 columns a fragment into 4 render targets
-    at once (WebGL2, `es`: dlc.js makes them the layers of one array texture): a paired matmul
-    with the texture units for it and QUAD_MIN_COLUMNS columns or more. 8 fetches give 64
-    products, twice the pairs' rate; a small one (the digits MLP's 64 columns) ran slower than
-    pairs (measured while its unpack pass fetched from 4 textures an output; fewer fragments
-    share the work)."""
-    if not (es and _paired(ctx) and len(ctx.binding) + 2 + QUAD_TARGETS <= TEXTURE_UNITS):
-        return False
+def _quad(ctx: Context, es: bool) -> int:
+    """The rows a fragment (and layers of the products' array texture) when the products
+    pass computes several rows x 4 columns a fragment into as many render targets at once
+    (WebGL2, `es`: dlc.js makes them the layers of one array texture), else 0: a paired
+    matmul with the texture units for it and QUAD_MIN_COLUMNS columns or more. 8 rows: 12
+    fetches for 128 products (4 rows, 8 fetches for 64: twice the pairs' rate; 8 rows are
+    1.1x faster again on SwiftShader, matmul 512^3 alone); a small one (the digits MLP's 64
+    columns) ran slower than pairs (measured while its unpack pass fetched from 4 textures an
+    output; fewer fragments share the work)."""
+    if not (es and _paired(ctx)):
+        return 0
     n = ctx.graph.nodes[ctx.kernel.anchor].shape[-1]
-    return isinstance(n, int) and n >= QUAD_MIN_COLUMNS
+    if not (isinstance(n, int) and n >= QUAD_MIN_COLUMNS):
+        return 0
+    for layers in (QUAD_LAYERS, QUAD_MIN_LAYERS):
+        if len(ctx.binding) + 2 + layers <= TEXTURE_UNITS:
+            return layers
+    return 0
 
 
-def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
-    """Fragment (x, y) renders rows r = band * width + 4x + t (t = 0..3, band = y / nq) x outputs
-    j = 4jq..4jq+3 (jq = y % nq) into render target t at (x, y): layer t holds row r's texel
-    where the products texture would hold it, but at column (r % width) / 4. A pass with 4 render
-    targets covers the first ceil(width / 4) columns of them (dlc.js)."""
+def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, layers: int) -> str:
+    """Fragment (x, y) renders rows r = band * width + L x + t (t = 0..L-1 for L = `layers`,
+    band = y / nq) x outputs j = 4jq..4jq+3 (jq = y % nq) into render target t at (x, y): layer
+    t holds row r's texel where the products texture would hold it, but at column (r % width)
+    / L. A pass with L render targets covers the first ceil(width / L) columns of them
+    (dlc.js). With FOUR_TARGETS defined (8 layers, a context of 4 draw buffers) each draw
+    renders 4 of the rows, from dlc_rows0, into 4 of the layers."""
+    g, k = ctx.graph, ctx.kernel
+    node = g.nodes[k.anchor]
+    em = Emitter(ctx)
+    if layers > 4:
+        em.lines = [f"#ifndef {FOUR_TARGETS}"]
+        em.lines += _quad_rows(ctx, pa, pb, depth, layers, layers, "")
+        em.lines += ["#else"] + _quad_rows(ctx, pa, pb, depth, layers, 4, " + dlc_rows0") + ["#endif"]
+    else:
+        em.lines = _quad_rows(ctx, pa, pb, depth, layers, layers, "")
+    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
+    ta = "^T" if node.attr("ta") else ""
+    tb = "^T" if node.attr("tb") else ""
+    what = (
+        f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, {layers} rows x 4 columns a fragment into {layers} render targets"
+    )
+    text = finish(ctx, em, None, what)
+
+    def outs(n: int) -> str:
+        return "\n".join(f"layout(location = {t}) out vec4 dlc_out{t};" for t in range(n))
+
+    if layers > 4:
+        first = "uniform int dlc_rows0;  // the first of the 4 rows (and layers) this draw renders"
+        decl = f"#ifndef {FOUR_TARGETS}\n{outs(layers)}\n#else\n{outs(4)}\n{first}\n#endif"
+    else:
+        decl = outs(layers)
+    text = text.replace("layout(location = 0) out float dlc_out;", decl, 1)
+    text = text.replace(", partials: ", ", the products: ", 1)
+    return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
+
+
+def _quad_rows(ctx: Context, pa: _Operand, pb: _Operand, depth, layers: int, rows: int, first: str) -> list[str]:
+    """main()'s lines of the products pass over `rows` of a fragment's `layers` rows (from
+    r0`first`)."""
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
     rows_shape, n, out_batch = tuple(node.shape[:-1]), node.shape[-1], tuple(node.shape[:-2])
     nq, quads, N, R = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n), ctx.numel(rows_shape)
     em.line(f"int band = {_line_div(nq, True)}, j0 = {_line_mod(nq, True)} * 4;")
-    em.line("int r0 = band * dlc_width + 4 * int(gl_FragCoord.x);")
+    em.line(f"int r0 = band * dlc_width + {layers} * int(gl_FragCoord.x){first};")
     em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
     em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
     ras, rbs = [], []
-    for t in range(QUAD_TARGETS):  # past the last row: the last row again (never read)
+    for t in range(rows):  # past the last row: the last row again (never read)
         em.line(f"int rq{t} = min(r0 + {t}, {R} - 1);")
         rrc = em.coords(Ix(flat=f"rq{t}"), rows_shape)
         ras.append(_matmul_rows(em, pa, pb, out_batch, rrc[:-1], rrc[-1], "0")[0])
@@ -491,23 +564,16 @@ def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth) -> str:
     # one float a product, dot() of two texels added each q: 16 floats live where 16 vec4 of
     # partial sums were 64, which SwiftShader kept spilling (the pass 1.5x faster, measured
     # alone in one page; the sums' error stays within NumPy's own)
-    for a in range(16):
+    for a in range(4 * rows):
         em.line(f"float acc{a} = 0.0;")
-    # A's rows are the products' (B is a matrix), so rows r0..r0+3 share r0's band unless past
-    # the band's width (never read); B's j0..j0+3 share j0's (a band is 4k wide, or all of B)
-    products = [(t, c) for t in range(QUAD_TARGETS) for c in range(4)]
+    # A's rows are the products' (B is a matrix), so rows r0..r0+L-1 share r0's band unless
+    # past the band's width (a multiple of L, or all rows: never read); B's j0..j0+3 share j0's
+    # (a band is 4k wide, or all of B)
+    products = [(t, c) for t in range(rows) for c in range(4)]
     _accumulate_rows(em, quads, pa, ras, pb, rbs, products, one_band=True, dot=True)
-    for t in range(QUAD_TARGETS):
+    for t in range(rows):
         em.line(f"dlc_out{t} = vec4({', '.join(f'acc{a}' for a in range(4 * t, 4 * t + 4))});")
-    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-    ta = "^T" if node.attr("ta") else ""
-    tb = "^T" if node.attr("tb") else ""
-    what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, 4 rows x 4 columns a fragment into 4 render targets"
-    text = finish(ctx, em, None, what)
-    outs = "\n".join(f"layout(location = {t}) out vec4 dlc_out{t};" for t in range(QUAD_TARGETS))
-    text = text.replace("layout(location = 0) out float dlc_out;", outs, 1)
-    text = text.replace(", partials: ", ", the products: ", 1)
-    return text.replace("uniform int dlc_width;", _declare(ctx, (pa, pb)) + "uniform int dlc_width;", 1)
+    return em.lines
 
 
 def _paired(ctx: Context) -> bool:
@@ -546,7 +612,7 @@ def _paired_products(
     em.close()
 
 
-def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = False) -> str:
+def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: int = 0) -> str:
     """One fragment per output element: its product from the products texture, then the
     epilogue."""
     g, k = ctx.graph, ctx.kernel
@@ -559,11 +625,12 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     r = em.flat(Ix(multi=oc[:-1]), rows_shape)
     em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
     j = oc[-1]
-    if quad:  # row pc_r's texel is at column (pc_r % width) / 4 of texture (pc_r % width) % 4
+    if quad:  # row pc_r's texel is at column (pc_r % width) / L of layer (pc_r % width) % L (L layers)
         # (layer pc_t of one array texture: a fetch, where a choice among 4 textures fetched all
         # 4 on SwiftShader, whose lanes take both sides of a select: the pass 2-3x faster)
-        em.line("int pc_in = pc_r % pc_w, pc_t = pc_in & 3;")
-        em.line(f"ivec3 pc_at = ivec3(pc_in >> 2, (pc_r / pc_w) * {_quads(ctx, n)} + ({j} >> 2), pc_t);")
+        em.line(f"int pc_in = pc_r % pc_w, pc_t = pc_in & {quad - 1};")
+        line = f"(pc_r / pc_w) * {_quads(ctx, n)} + ({j} >> 2)"
+        em.line(f"ivec3 pc_at = ivec3(pc_in >> {quad.bit_length() - 1}, {line}, pc_t);")
         em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
         em.line(f"float acc = pc[{j} & 3];")
     elif _paired(ctx):  # the texel and component `_paired_products` put output (pc_r, j) in
@@ -579,11 +646,75 @@ def _unpack_pass(ctx: Context, output: int, unit: int, es: bool, quad: bool = Fa
     value = em.value(output, Ix(flat="o"))
     em.line(f"dlc_out = {value};")
     text = finish(ctx, em, output, f"{node.op}: one output a fragment from the products texture")
-    if quad:  # the 4 render targets are the layers of one array texture (dlc.js)
+    if quad:  # the render targets are the layers of one array texture (dlc.js)
         decl = f"uniform highp sampler2DArray b{unit};  // the products, 4 values of j a texel, layer t: target t\n"
     else:
         decl = f"uniform sampler2D b{unit};  // the products, 4 values of j a texel\n"
     return text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
+
+
+def _stored_packed(ctx: Context, output: int, packed_params: frozenset) -> bool:
+    """Whether `output` is stored in a param kept 4 values a texel (`packed_params`)."""
+    slot = ctx.plan.slot_of.get(output)
+    return slot is not None and ctx.plan.slots[slot].kind == "param" and ctx.plan.slots[slot].name in packed_params
+
+
+def _unpack4_pass(ctx: Context, output: int, unit: int, layers: int) -> str:
+    """The 8 x 4 matmul's output pass into a param stored 4 values a texel (RGBA32F, element
+    i in texel i / 4: `packed_params`): fragment p renders outputs 4p..4p+3 (one row, as the
+    last dim is a multiple of 4), one products texel for all four, and the epilogue once for
+    each in a block of its own. A load of a param of the output's size at the output's own
+    element reads the fragment's own texel (the same layout), fetched once for all four."""
+    g, k = ctx.graph, ctx.kernel
+    node = g.nodes[k.anchor]
+    rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
+    em = Emitter(ctx)
+    em.line("int p = int(gl_FragCoord.y) * dlc_width + int(gl_FragCoord.x);")
+    em.line(f"if (4 * p >= {ctx.numel(k.shape)}) {{ dlc_out4 = vec4(0.0); return; }}")
+    em.line(OWN_TEXELS)
+    em.line("int op = 4 * p;")
+    oc = em.coords(Ix(flat="op"), node.shape)
+    r = em.flat(Ix(multi=oc[:-1]), rows_shape)
+    # row pc_r's texel is at column (pc_r % width) / L of layer (pc_r % width) % L (_unpack_pass)
+    em.line(f"int pc_w = textureSize(b{unit}, 0).x, pc_r = {r};")
+    em.line("int pc_in = pc_r % pc_w;")
+    em.line(
+        f"ivec3 pc_at = ivec3(pc_in >> {layers.bit_length() - 1}, (pc_r / pc_w) * {_quads(ctx, n)} + ({oc[-1]} >> 2),"
+        f" pc_in & {layers - 1});"
+    )
+    em.line(f"vec4 pc = texelFetch(b{unit}, pc_at, 0);")
+    em.line("vec4 dlc_v;")
+    for c in range(4):
+        sub = Emitter(ctx)
+        sub.anchor_value = "acc"
+        value = sub.value(output, Ix(flat="o"))
+        em.open("")
+        em.line(f"const int dlc_c = {c};")
+        em.line("int o = op + dlc_c;")
+        em.line("float acc = pc[dlc_c];")
+        for line in sub.lines:
+            em.line(line)
+        em.line(f"dlc_v[dlc_c] = {value};")
+        em.close()
+    em.line("dlc_out4 = dlc_v;")
+    what = f"{node.op}: 4 outputs a fragment from the products texture, into a param stored 4 values a texel"
+    text = finish(ctx, em, output, what)
+    text = text.replace("layout(location = 0) out float dlc_out;", "layout(location = 0) out vec4 dlc_out4;", 1)
+    decl = f"uniform highp sampler2DArray b{unit};  // the products, 4 values of j a texel, layer t: target t\n"
+    text = text.replace("uniform int dlc_width;", decl + "uniform int dlc_width;", 1)
+    # the params of the output's size read at its own element: the fragment's own texel
+    size = size_of(g.nodes[output].shape)
+    own = []
+    for slot, u in sorted(ctx.binding.items(), key=lambda su: su[1]):
+        s = ctx.plan.slots[slot]
+        if s.kind == "param" and f"dlc_load(b{u}, o)" in text and tuple(s.sizes) == (size,):
+            own.append(f"vec4 dlc_t{u} = texelFetch(b{u}, ivec2(gl_FragCoord.xy), 0);")
+            text = text.replace(f"dlc_load(b{u}, o)", f"dlc_t{u}[dlc_c]")
+    indent = text[text.index(OWN_TEXELS) - 4 : text.index(OWN_TEXELS)]
+    return text.replace(OWN_TEXELS, f"\n{indent}".join(own) if own else "// (no own texels)", 1)
+
+
+OWN_TEXELS = "// own texels"
 
 
 def _declare(ctx: Context, operands) -> str:

@@ -41,7 +41,7 @@ from importlib import resources
 import numpy as np
 
 from dlc.compiler import decode, modes
-from dlc.compiler.codegen.texture import TextureTargetError
+from dlc.compiler.codegen.texture import TextureTargetError, packable_params
 from dlc.compiler.emit import manifest, programs
 from dlc.compiler.initializers import initial_value
 from dlc.compiler.pipeline import compile_program
@@ -110,6 +110,12 @@ def export_web(
 
     try:
         progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options=ES)
+        # the params a training step can keep 4 values a texel (its SGD updates rendered 4 a
+        # fragment): every program compiled again to read them so
+        packed = packable_params(progs["train"].plan, ES) if "train" in progs else frozenset()
+        options = {**ES, "packed_params": packed}
+        if packed:
+            progs = programs(model, train_loss=train_loss, optimizer=opt, target="texture", options=options)
     except TextureTargetError as e:  # WebGL2 has no compute shaders: the texture target or nothing
         raise DlcError(f"{path} cannot run in a browser: {e}") from None
     data = manifest(model, progs, opt, None)
@@ -144,7 +150,7 @@ def export_web(
     text_vocab = _text_vocab(data, weights, vocab)
     kv_cache = None
     if text_vocab is not None:  # a language model with its block: the cache's rows
-        kv_progs, kv_cache = _kv_programs(graph, text_vocab.block)
+        kv_progs, kv_cache = _kv_programs(graph, text_vocab.block, options)
         progs.update(kv_progs)
         data["programs"].update({name: p.spec for name, p in kv_progs.items()})
     blob, offsets = _pack({**params, **states})
@@ -157,6 +163,7 @@ def export_web(
         "page": "text" if text_vocab is not None else _page_kind(data),
         "vocab": None if text_vocab is None else VOCAB,
         "kv_cache": kv_cache,
+        "packed": sorted(packed),  # params stored 4 values a texel (RGBA32F, float i in texel i / 4)
     }
     return _write(pathlib.Path(out_dir), progs, data, blob, shaders, model.source, text_vocab)
 
@@ -215,10 +222,11 @@ def _text_vocab(data: dict, weights, vocab):
     return text_vocab
 
 
-def _kv_programs(graph, block: int) -> tuple[dict, dict]:
+def _kv_programs(graph, block: int, options=ES) -> tuple[dict, dict]:
     """The key/value cache's programs (compiler/decode.py's decode step, window step and
     hoisted weights, compiled for WebGL2 as dlc/generate.py's KVCache compiles them for GL)
-    and the manifest's `web.kv_cache`; none and {"refused": why} when the model has none."""
+    and the manifest's `web.kv_cache`; none and {"refused": why} when the model has none.
+    `options`: the export's (its packed params read as the other programs read them)."""
     try:
         d = decode.decode_graph(modes.eval_form(graph), block)
     except decode.NotIncremental as e:
@@ -227,13 +235,15 @@ def _kv_programs(graph, block: int) -> tuple[dict, dict]:
     try:
         progs = {
             KV_STEP: compile_program(
-                step.graph, [step.logits], name=KV_STEP, updates=step.graph.updates, options=ES, target="texture"
+                step.graph, [step.logits], name=KV_STEP, updates=step.graph.updates, options=options, target="texture"
             ),
-            KV_WINDOW: compile_program(window.graph, [window.logits], name=KV_WINDOW, options=ES, target="texture"),
+            KV_WINDOW: compile_program(
+                window.graph, [window.logits], name=KV_WINDOW, options=options, target="texture"
+            ),
         }
         if d.hoisted:
             progs[KV_CONSTANTS] = compile_program(
-                d.constants, [], name=KV_CONSTANTS, updates=d.constants.updates, options=ES, target="texture"
+                d.constants, [], name=KV_CONSTANTS, updates=d.constants.updates, options=options, target="texture"
             )
     except TextureTargetError as e:
         return {}, {"refused": f"its decode step cannot run in a browser: {e}"}

@@ -12,6 +12,7 @@ from gl_helpers import fragment_compile_log, matmul_graph
 
 import dlc
 from dlc.compiler.codegen import texture_matmul
+from dlc.compiler.codegen.texture import packable_params
 from dlc.compiler.emit import programs
 from dlc.runtime.errors import DlcError
 
@@ -375,7 +376,7 @@ input x: [B, 37]
 input t: [B, 130]
 param W: [37, 130] = glorot
 loss cost = sum((x @ W) * t)
-"""  # 130 columns: WebGL2's 4 x 4 matmul with its 4 render targets
+"""  # 130 columns: WebGL2's 8 x 4 matmul with its 8 render targets
 
 
 @pytest.mark.parametrize("source", [GRAD, CONV_GRAD, FILTER_GRAD, WIDE], ids=["matmul", "conv", "filter", "matmul-4x4"])
@@ -389,7 +390,40 @@ def test_packed_shaders_compile_as_glsl_es_300(gl, source):
     files = {f: t for p in progs.values() for f, t in p.sources.items()}
     assert any("_pack" in f for f in files)
     if source is WIDE:
-        assert any("into 4 render targets" in t for t in files.values())
+        assert any("into 8 render targets" in t for t in files.values())
+        # and as dlc.js compiles it for a context of 4 draw buffers: 4 rows a draw
+        four = {f"{f} (4 targets)": t.replace("\n", "\n#define DLC_FOUR_TARGETS\n", 1) for f, t in files.items()}
+        files.update({f: t for f, t in four.items() if "#ifndef DLC_FOUR_TARGETS" in t})
+    for file, text in files.items():
+        log = fragment_compile_log(text)
+        assert log == "", f"{file}: {log}"
+
+
+PACKED_PARAM = """
+input x: [B, 37]
+input t: [B, 132]
+param W: [37, 132] = glorot
+param c: [132]
+loss cost = sum((x @ W + c) * t)
+"""  # W's SGD update is the 8 x 4 weight gradient's epilogue: W stored 4 values a texel
+
+
+def test_params_stored_4_a_texel_compile_as_glsl_es_300(gl):
+    """The `packed_params` option (dlc export: texture.packable_params): W's update renders 4
+    values a fragment, every kernel reading W reads it with dlc_load4 or dlc_texel4; the
+    shaders compile as GLSL ES 3.00. c (written by a sum's epilogue) and every param of a
+    program without such an update stay one value a texel."""
+    if "GL_ARB_ES3_compatibility" not in gl.extensions:
+        pytest.skip("this GL compiles no GLSL ES 3.00")
+    model, opt = dlc.compile(PACKED_PARAM), dlc.SGD(0.1)
+    progs = programs(model, train_loss="cost", optimizer=opt, target="texture", options={"es": True})
+    names = packable_params(progs["train"].plan)
+    assert names == {"W"}
+    es = {"es": True, "packed_params": names}
+    progs = programs(model, train_loss="cost", optimizer=opt, target="texture", options=es)
+    files = {f: t for p in progs.values() for f, t in p.sources.items()}
+    assert any("into a param stored 4 values a texel" in t for t in files.values())
+    assert any("dlc_load4(b" in t for t in files.values())
     for file, text in files.items():
         log = fragment_compile_log(text)
         assert log == "", f"{file}: {log}"

@@ -1,4 +1,4 @@
-"""The texture target's packed passes in WebGL2 against the NumPy reference: the 4 x 4 matmul
+"""The texture target's packed passes in WebGL2 against the NumPy reference: the 8 x 4 matmul
 products pass rendering 4 layers of an array texture at once (WebGL2 only), a conv over one input channel and
 the packed filter gradient (compiler/codegen/texture_matmul.py), eval and training steps, at
 sizes that are no multiple of the 4 rows, 4 columns and 4 k a fragment or texel takes; and
@@ -6,6 +6,8 @@ the packs of params that dlc.js keeps between evals are packed again once traini
 the params."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 from test_web_browser import exported, reference
@@ -35,7 +37,7 @@ def test_packed_passes_match_numpy_in_eval_and_training(web_root, open_export, t
     np.savez(tmp_path / "w.npz", **sess.params)
     name = exported(web_root, "packed", path, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
     shaders = "\n".join(f.read_text() for f in (web_root[0] / name).rglob("*") if f.suffix in (".json", ".frag"))
-    assert "into 4 render targets" in shaders  # the 4 x 4 products pass is in the export
+    assert "into 8 render targets" in shaders  # the 8 x 4 products pass is in the export
     assert "+= dot(pa0_t, pb0_t);" in shaders  # its sums (and the conv's) one float an output
     assert "conv2d gradient for the filter" in shaders and "4 outputs a fragment over the packed" in shaders
     page = open_export(name)
@@ -79,7 +81,7 @@ y = x @ w
 
 def test_the_4x4_matmul_over_two_bands_of_rows_matches_numpy(web_root, open_export, tmp_path):
     """More rows than MAX_TEXTURE_SIZE: the packed and products textures hold them in two
-    bands (a band's rows down its columns), which the 4 x 4 pass and its unpack step across."""
+    bands (a band's rows down its columns), which the 8 x 4 pass and its unpack step across."""
     path = tmp_path / "bands.dl"
     path.write_text(BANDS)
     sess = reference(str(path), seed=4)
@@ -91,4 +93,66 @@ def test_the_4x4_matmul_over_two_bands_of_rows_matches_numpy(web_root, open_expo
         f"{JS_FEEDS} const out = await m.eval(feeds, ['y']); return Array.from(out.y.data);", {"feeds": feed({"x": x})}
     )
     np.testing.assert_allclose(np.reshape(got, (limit + 7, 130)), sess.eval("y", {"x": x}), rtol=1e-4, atol=1e-4)
+    assert not page.errors
+
+
+STORED = """
+input x: [B, 20]
+input labels: [B]
+param W1: [20, 132] = normal(0, 0.3)
+param b1: [132]
+param W2: [132, 10] = normal(0, 0.3)
+h = relu(x @ W1 + b1)
+logits = h @ W2
+loss cost = softmax_cross_entropy(logits, one_hot(labels, 10))
+"""
+
+
+def test_params_stored_4_a_texel_train_eval_and_restore_as_numpy(web_root, open_export, tmp_path):
+    """W1's SGD update is the 8 x 4 weight gradient's epilogue, so the export stores W1 4 values
+    a texel (`web.packed`): its update renders 4 values a fragment, every other kernel reads it
+    so. Eval, three steps (the last batch of 2), params() and a diverged call's restore (bit for
+    bit) as NumPy's; W2 (10 columns) stays one value a texel. A context drawing 4 targets at
+    once (`drawBuffers: 4`) runs the 8-row products passes as two draws of 4 rows: the same
+    numbers bit for bit."""
+    path = tmp_path / "stored.dl"
+    path.write_text(STORED)
+    sess = reference(str(path), seed=7)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    name = exported(web_root, "stored", path, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
+    manifest = json.loads((web_root[0] / name / "manifest.json").read_text())
+    assert manifest["web"]["packed"] == ["W1"]
+    shaders = "\n".join(f.read_text() for f in (web_root[0] / name / "shaders").iterdir())
+    assert "into a param stored 4 values a texel" in shaders and "dlc_load4(b" in shaders
+    rng = np.random.default_rng(8)
+    data = {"x": rng.normal(size=(14, 20)).astype(np.float32), "labels": rng.integers(0, 10, 14).astype(np.float32)}
+    want = sess.eval(["logits"], data)["logits"]
+    losses = sess.train(data, optimizer=dlc.SGD(0.1), batch_size=6, steps=3, shuffle=False)
+    trained = sess.eval(["logits"], data)["logits"]
+    page = open_export(name)
+    got = page.call(
+        f"{JS_FEEDS} const before = Array.from((await m.eval(feeds, ['logits'])).logits.data);"
+        " const losses = await m.train(feeds, {steps: 3, batchSize: 6});"
+        " const after = Array.from((await m.eval(feeds, ['logits'])).logits.data);"
+        f" let out = await m.params(); const params = {JS_OUT};"
+        " let error = null;"
+        " try { await m.train(feeds, {steps: 2, batchSize: 6, lr: 1e38}); } catch (e) { error = e.message; }"
+        f" out = await m.params(); const restored = {JS_OUT};"
+        # the same where a draw writes 4 targets: the 8-row products passes in two draws each
+        " const { load } = await import('./dlc.js'); const m4 = await load('./', {drawBuffers: 4});"
+        " const four = {before: Array.from((await m4.eval(feeds, ['logits'])).logits.data)};"
+        " four.losses = await m4.train(feeds, {steps: 3, batchSize: 6});"
+        " out = await m4.params(); four.params = " + JS_OUT + "; m4.dispose();"
+        " return {before, losses, after, params, error, restored, four};",
+        {"feeds": feed(data)},
+    )
+    assert got["four"] == {"before": got["before"], "losses": got["losses"], "params": got["params"]}  # bit for bit
+    np.testing.assert_allclose(np.reshape(got["before"], (14, 10)), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["after"], (14, 10)), trained, rtol=1e-4, atol=1e-5)
+    for n, v in sess.params.items():
+        assert got["params"][n]["shape"] == list(v.shape)
+        np.testing.assert_allclose(np.reshape(got["params"][n]["data"], v.shape), v, rtol=1e-4, atol=1e-5, err_msg=n)
+    assert got["error"] and "diverged" in got["error"]
+    assert got["restored"] == got["params"]  # bit for bit
     assert not page.errors

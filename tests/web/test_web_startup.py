@@ -63,8 +63,8 @@ def test_load_compiles_every_program_and_reports_progress(web_root, open_export,
     assert warm[-1][1] == warm[-1][2]
     for events in (shaders, warm):
         assert all(a[1] <= b[1] for a, b in zip(events, events[1:]))
-    # one program a distinct code, plus the copy and pick programs of dlc.js itself
-    assert got["programs"] == every + 2
+    # one program a distinct code, plus the copy, copy4 and pick programs of dlc.js itself
+    assert got["programs"] == every + 3
     # the page's model, loaded the same way, evaluates and trains as NumPy does
     data = load_data("samples/data/digits_train.npz", sess.model.inputs).arrays
     x = {"pixels": data["pixels"][:7]}
@@ -109,7 +109,7 @@ def test_an_export_without_a_shader_bundle_loads_its_shader_files(web_root, open
     got = page.call(LOAD)
     requests = len(_files(out, ["outputs", "train"])) + 1  # each shader file, and weights.bin
     assert [e for e in got["events"] if e[0] == "files"][-1] == ["files", requests, requests]
-    assert got["programs"] == _distinct_codes(out, ["outputs", "train"]) + 2  # nothing shared
+    assert got["programs"] == _distinct_codes(out, ["outputs", "train"]) + 3  # nothing shared
     x = {"pixels": load_data("samples/data/digits_train.npz", sess.model.inputs).arrays["pixels"][:5]}
     out_js = page.call(f"{JS_FEEDS} const out = await m.eval(feeds, ['probs']); return {JS_OUT};", {"feeds": feed(x)})
     want = sess.eval(["probs"], x)["probs"]

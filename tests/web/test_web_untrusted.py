@@ -68,6 +68,9 @@ CORRUPT = {
         None,
         "leaf 'b1' has offset 16386, not a whole multiple of 4",
     ),
+    # the params stored 4 values a texel: params of the model, of whole texels
+    "packed_unknown": (_set(["web", "packed"], ["W9"]), None, 'web.packed: "W9" is not a param of the model'),
+    "packed_odd": (_set(["web", "packed"], ["b2"]), None, "param 'b2' [10] is no whole number of texels of 4"),
     "offset_past_end": (
         lambda m: _leaves(m)["b2"].update(offset=m["web"]["weights"]["bytes"] - 4),
         None,

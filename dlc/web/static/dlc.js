@@ -44,12 +44,23 @@ void main() {
 }
 `;
 
+// The same for a texture of 4 floats a texel (a param stored packed: Store), texel by texel
+// (the two textures of one layout: packed params of one size).
+const COPY4 = `${ES_HEADER}uniform sampler2D b0;
+layout(location = 0) out vec4 dlc_out4;
+void main() { dlc_out4 = texelFetch(b0, ivec2(gl_FragCoord.xy), 0); }
+`;
+
 // Element 0 of b0, rendered into the one texel the viewport covers (a step's loss into the
 // texture collecting every step's loss: training reads them once, at the end).
 const PICK = `${ES_HEADER}uniform sampler2D b0;
 layout(location = 0) out float dlc_out;
 void main() { dlc_out = texelFetch(b0, ivec2(0, 0), 0).r; }
 `;
+
+// texture_matmul.FOUR_TARGETS: defined (where MAX_DRAW_BUFFERS < 8), an 8-row products pass renders 4 rows a draw
+const FOUR = "DLC_FOUR_TARGETS";
+const FOUR_TARGETS = new RegExp(`^#ifndef ${FOUR}$`, "m");
 
 // b<k>: unit k; a sampler2DArray reads the layers of an n-target pass's products (texture_matmul._quad)
 const SAMPLER = /^uniform (?:highp )?sampler2D(Array)? b(\d+);/gm;
@@ -66,8 +77,13 @@ export class DlcError extends Error {
  * options.canvas: a canvas (or OffscreenCanvas) whose WebGL2 context to use instead of one
  * of its own; options.onProgress({stage, done, total}): called as the files arrive (stage
  * "files": the weights, the shaders, a vocabulary), as the shaders compile (stage "shaders")
- * and as the first eval's programs are first drawn (stage "warm-up"). */
+ * and as the first eval's programs are first drawn (stage "warm-up"); options.drawBuffers:
+ * the render targets a draw may use, fewer than the context's (a test of the 4-target form
+ * of the 8-row products passes). */
 export async function load(url = ".", options = {}) {
+  if (options.drawBuffers !== undefined && !(Number.isInteger(options.drawBuffers) && options.drawBuffers >= 1)) {
+    throw new DlcError(`drawBuffers must be a whole number >= 1, not ${show(options.drawBuffers)}`);
+  }
   if (options.onProgress !== undefined && options.onProgress !== null && typeof options.onProgress !== "function") {
     throw new DlcError("onProgress must be a function ({stage, done, total}) => ...");
   }
@@ -110,7 +126,7 @@ export async function load(url = ".", options = {}) {
   const [weights, bundle, vocab] = await pending;
   const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
   if (web.bundle) sources = bundle.sources;
-  const device = new Device(options.canvas);
+  const device = new Device(options.canvas, options.drawBuffers);
   if (web.bundle) device.ints = bundle.ints;
   try {
     // every program of the model at once (the driver may link them in parallel), and the
@@ -315,6 +331,15 @@ function checkManifest(m, where) {
     }
   }
   if (!isCount(web.weights.bytes)) fail("web.weights.bytes", `must be a whole number, not ${show(web.weights.bytes)}`);
+  if (web.packed !== undefined && web.packed !== null) {
+    // the params stored 4 values a texel (their shaders read and write them so)
+    if (!Array.isArray(web.packed)) fail("web.packed", `must be a list of param names, not ${show(web.packed)}`);
+    for (const n of web.packed) {
+      if (typeof n !== "string" || !has(m.params, n)) fail("web.packed", `${show(n)} is not a param of the model`);
+      if (product(m.params[n].map(Number)) % 4 !== 0) fail("web.packed", `param '${n}' ${showShape(m.params[n])} is no whole number of texels of 4`);
+    }
+    if (new Set(web.packed).size !== web.packed.length) fail("web.packed", "names a param twice");
+  }
 }
 
 /** The manifest's `outputs` (with programs.outputs): the names the outputs program fetches (the
@@ -553,7 +578,7 @@ function leafValues(weights, offset, count) {
 
 /** One WebGL2 context and what runs on it: float textures, programs, the pass helpers. */
 class Device {
-  constructor(canvas) {
+  constructor(canvas, drawBuffers = Infinity) {
     if (!canvas) {
       canvas = typeof OffscreenCanvas !== "undefined" ? new OffscreenCanvas(1, 1) : document.createElement("canvas");
     }
@@ -565,12 +590,16 @@ class Device {
     this.gl = gl;
     this.maxSize = gl.getParameter(gl.MAX_TEXTURE_SIZE);
     this.maxUnits = gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS);
+    // render targets a draw may write: WebGL2 promises 4; an 8-row products pass
+    // (texture_matmul._quad) with fewer runs as two draws of 4 rows (FOUR_TARGETS)
+    this.maxDrawBuffers = Math.min(gl.getParameter(gl.MAX_DRAW_BUFFERS), drawBuffers);
     this.vao = gl.createVertexArray();
     this.vertex = this.shader(gl.VERTEX_SHADER, VERTEX, "dlc_vertex");
     this.textures = new Set();
     this.programs = new Map(); // source -> program
     this.ints = new Map(); // shader file -> the dlc_k its pass sets (a bundle's shared programs)
     this.copyProgram = this.program(COPY, "dlc_copy");
+    this.copy4Program = this.program(COPY4, "dlc_copy4");
     this.pickProgram = this.program(PICK, "dlc_pick");
     this.readFormat = null; // [format, channels] readPixels takes for an R32F framebuffer
     this.timings = null; // Model.profile: each pass's time
@@ -636,9 +665,20 @@ class Device {
     return tex;
   }
 
+  /** An RGBA32F texture holding `count` floats 4 a texel, row-major from the flat index (float
+   * i in component i % 4 of texel i / 4; near square): a param stored packed
+   * (manifest.web.packed; its update renders 4 values a fragment, texture_matmul._unpack4_pass). */
+  flat4Texture(count, what = "a tensor") {
+    const [width, height] = this.layout(Math.ceil(Math.max(count, 1) / 4), what);
+    const tex = this.texture(width * height, what, [width, height]);
+    tex.flat4 = true;
+    tex.floats = 4 * width * height;
+    return tex;
+  }
+
   deleteTexture(tex) {
     if (!tex || !this.textures.has(tex)) return;
-    if (tex.multi) this.gl.deleteFramebuffer(tex.multi);
+    if (tex.multi) for (const fbo of tex.multi.values()) this.gl.deleteFramebuffer(fbo);
     if (tex.fbo) this.gl.deleteFramebuffer(tex.fbo);
     this.gl.deleteTexture(tex.handle);
     this.textures.delete(tex);
@@ -647,10 +687,24 @@ class Device {
   /** Write `data` (a Float32Array) at the start of `tex`: whole rows, then the last partial row. */
   upload(tex, data) {
     const gl = this.gl;
-    if (data.length > tex.count) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.count}`);
+    if (data.length > (tex.flat4 ? tex.floats : tex.count)) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.count}`);
     tex.version = (tex.version || 0) + 1; // what it holds changed (a kept pack of it is stale)
     gl.bindTexture(gl.TEXTURE_2D, tex.handle);
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 4);
+    if (tex.flat4) {
+      if (data.length > tex.floats) throw new DlcError(`internal dlc error: ${data.length} floats into a texture of ${tex.floats}`);
+      const texels = Math.ceil(data.length / 4);
+      let padded = data;
+      if (data.length !== 4 * texels) {
+        padded = new Float32Array(4 * texels);
+        padded.set(data);
+      }
+      const full = Math.floor(texels / tex.width);
+      if (full > 0) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, tex.width, full, gl.RGBA, gl.FLOAT, padded, 0);
+      const left = texels - full * tex.width;
+      if (left > 0) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, full, left, 1, gl.RGBA, gl.FLOAT, padded, 4 * full * tex.width);
+      return;
+    }
     const rows = Math.floor(data.length / tex.width);
     if (rows > 0) gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, tex.width, rows, gl.RED, gl.FLOAT, data, 0);
     const rest = data.length - rows * tex.width;
@@ -689,18 +743,20 @@ class Device {
   startProgram(source, name) {
     const gl = this.gl;
     const frag = gl.createShader(gl.FRAGMENT_SHADER);
-    gl.shaderSource(frag, source);
+    // an 8-row products pass where the context draws into fewer than 8 buffers: its 4-row form
+    const four = FOUR_TARGETS.test(source) && this.maxDrawBuffers < 8;
+    gl.shaderSource(frag, four ? source.replace("\n", `\n#define ${FOUR}\n`) : source);
     gl.compileShader(frag);
     const handle = gl.createProgram();
     gl.attachShader(handle, this.vertex);
     gl.attachShader(handle, frag);
     gl.linkProgram(handle);
-    return { handle, frag, source, name };
+    return { handle, frag, source, name, four };
   }
 
   /** A started program checked (a compile or link error is a DlcError with the numbered
    * source), its samplers set to their units and its uniforms looked up once. */
-  finishProgram({ handle, frag, source, name }) {
+  finishProgram({ handle, frag, source, name, four }) {
     const gl = this.gl;
     if (!gl.getProgramParameter(handle, gl.LINK_STATUS)) {
       const compiled = gl.getShaderParameter(frag, gl.COMPILE_STATUS);
@@ -729,9 +785,14 @@ class Device {
       const loc = locations.get(`b${unit}`);
       if (loc) gl.uniform1i(loc, unit);
     }
-    // render targets: texture_matmul's 4 x 4 products pass writes 4 (layout(location = t) out)
-    const targets = Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
-    const program = { handle, name, units, arrays, locations, rgba: /\bout\s+vec4\b/.test(source), targets, values: new Map() };
+    // render targets: texture_matmul's products pass of L rows a fragment writes L
+    // (layout(location = t) out), the L layers of one array texture; an 8-row one in two
+    // draws of 4 targets where the context has fewer than 8 (four)
+    const split = FOUR_TARGETS.test(source);
+    const layers = split ? 8 : Math.max(1, [...source.matchAll(/^layout\(location = \d+\) out /gm)].length);
+    const targets = four ? 4 : layers;
+    const rgba = /\bout\s+vec4\b/.test(source);
+    const program = { handle, name, units, arrays, locations, rgba, layers, targets, values: new Map() };
     this.programs.set(source, program);
     return program;
   }
@@ -778,11 +839,11 @@ class Device {
     const rgba = this.texture(1, "a warm-up target", [1, 1]);
     const targets = [this.texture(1, "a warm-up target"), rgba];
     const layered = new Map(); // n -> an array texture of n layers
-    for (const n of new Set(programs.map((p) => p.targets).filter((n) => n > 1))) {
+    for (const n of new Set(programs.map((p) => p.layers).filter((n) => n > 1))) {
       layered.set(n, this.texture(1, "a warm-up target", [1, 1], n));
       targets.push(layered.get(n));
     }
-    const targetOf = (p) => (p.targets > 1 ? layered.get(p.targets) : p.rgba ? rgba : targets[0]);
+    const targetOf = (p) => (p.layers > 1 ? layered.get(p.layers) : p.rgba ? rgba : targets[0]);
     gl.bindTexture(gl.TEXTURE_2D, null); // no sampler reads a target
     gl.bindTexture(gl.TEXTURE_2D_ARRAY, null);
     try {
@@ -841,12 +902,14 @@ class Device {
     }
     if (program.ints && values.get("dlc_k") !== program.ints) this.setInts(program);
     let rows = 1;
-    if (program.targets > 1) {
+    let draws = [null]; // the first layer each draw renders (a pass of n render targets)
+    if (program.layers > 1) {
       // n render targets, the layers of `target`: the pass covers the first ceil(width / n)
-      // columns of each (texture_matmul._quad)
-      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(target, program.targets));
-      gl.viewport(0, 0, Math.ceil(target.width / program.targets), target.height);
-      rows = target.height / program.targets;
+      // columns of each (texture_matmul._quad); an 8-row pass on 4 targets, 4 layers a draw
+      gl.viewport(0, 0, Math.ceil(target.width / program.layers), target.height);
+      rows = target.height;
+      draws = [];
+      for (let first = 0; first < program.layers; first += program.targets) draws.push(first);
     } else if (at === null) {
       gl.bindFramebuffer(gl.FRAMEBUFFER, target.fbo);
       // the texels past the tensor: fragments that would only return (or write what nobody reads)
@@ -857,38 +920,57 @@ class Device {
       gl.viewport(at % target.width, Math.floor(at / target.width), 1, 1);
     }
     gl.bindVertexArray(this.vao);
+    const draw = () => {
+      for (const first of draws) {
+        if (first !== null) {
+          gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebufferOf(target, program.targets, first));
+          const loc = program.layers > program.targets ? this.location(program, "dlc_rows0") : null;
+          if (loc !== null) gl.uniform1i(loc, first);
+        }
+        gl.drawArrays(gl.TRIANGLES, 0, 3);
+      }
+    };
     if (this.timings) {
       // a one-texel readPixels waits for the GPU (Chromium's finish() does not)
       const wait = () => gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.FLOAT, new Float32Array(4));
       wait(); // what came before is not this pass's time
       const t0 = performance.now();
-      gl.drawArrays(gl.TRIANGLES, 0, 3);
+      draw();
       wait();
       this.timings.push({ pass: program.name, ms: performance.now() - t0, texels: at === null ? target.width * rows : 1 });
-    } else gl.drawArrays(gl.TRIANGLES, 0, 3);
+    } else draw();
   }
 
-  /** A framebuffer rendering into the n layers of array texture `tex` (attachment t is layer
-   * t), kept on it. */
-  framebufferOf(tex, n) {
+  /** A framebuffer rendering into n layers of array texture `tex` from layer `first`
+   * (attachment t is layer first + t), kept on it. */
+  framebufferOf(tex, n, first = 0) {
     const gl = this.gl;
-    if (tex.layers !== n) throw new DlcError(`internal dlc error: ${n} render targets into an array texture of ${tex.layers} layers`);
-    if (tex.multi) return tex.multi;
+    if (tex.layers < first + n) throw new DlcError(`internal dlc error: ${n} render targets into an array texture of ${tex.layers} layers`);
+    if (!tex.multi) tex.multi = new Map();
+    if (tex.multi.has(first)) return tex.multi.get(first);
     const fbo = gl.createFramebuffer();
     gl.bindFramebuffer(gl.FRAMEBUFFER, fbo);
-    for (let t = 0; t < n; t++) gl.framebufferTextureLayer(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, tex.handle, 0, t);
+    for (let t = 0; t < n; t++) gl.framebufferTextureLayer(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, tex.handle, 0, first + t);
     gl.drawBuffers(Array.from({ length: n }, (_, t) => gl.COLOR_ATTACHMENT0 + t));
     const status = gl.checkFramebufferStatus(gl.FRAMEBUFFER);
     if (status !== gl.FRAMEBUFFER_COMPLETE) {
       gl.deleteFramebuffer(fbo);
       throw new DlcError(`this WebGL2 cannot render into ${n} RGBA32F textures at once (framebuffer status 0x${status.toString(16)})`);
     }
-    tex.multi = fbo;
+    tex.multi.set(first, fbo);
     return fbo;
   }
 
-  /** Copy the first `count` floats of `src` into `dst`. */
-  copy(dst, src, count = src.count) {
+  /** Copy the first `count` floats of `src` into `dst` (two textures of 4 floats a texel: of
+   * one layout, texel by texel). */
+  copy(dst, src, count = src.flat4 ? src.floats : src.count) {
+    if (src.flat4 || dst.flat4) {
+      if (!src.flat4 || !dst.flat4 || src.width !== dst.width || src.height !== dst.height) {
+        throw new DlcError("internal dlc error: a copy between a packed texture and another layout");
+      }
+      this.pass(this.copy4Program, dst, new Map([[0, src]]), {}, null, Math.ceil(count / 4));
+      return;
+    }
     this.pass(this.copyProgram, dst, new Map([[0, src]]), { dlc_width: dst.width, dlc_count: count }, null, count);
   }
 
@@ -901,9 +983,24 @@ class Device {
    * for all of them; the wait yields to the event loop instead of blocking it. */
   async read(reads) {
     const gl = this.gl;
-    const [format, channels] = this.pickReadFormat(reads.length ? reads[0][0] : null);
+    const first = reads.find(([tex]) => !tex.flat4 && !tex.layers);
+    const [format, channels] = this.pickReadFormat(first ? first[0] : null);
     const pending = [];
     for (const [tex, count] of reads) {
+      if (tex.flat4) {
+        // 4 floats a texel, in order: RGBA/FLOAT, which WebGL2 reads from any RGBA32F framebuffer
+        const rows = count ? Math.ceil(Math.ceil(count / 4) / tex.width) : 0;
+        const floats = rows * tex.width * 4;
+        const buffer = gl.createBuffer();
+        gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
+        gl.bufferData(gl.PIXEL_PACK_BUFFER, Math.max(floats, 1) * 4, gl.STREAM_READ);
+        if (rows) {
+          gl.bindFramebuffer(gl.FRAMEBUFFER, tex.fbo);
+          gl.readPixels(0, 0, tex.width, rows, gl.RGBA, gl.FLOAT, 0);
+        }
+        pending.push({ buffer, floats, count, flat4: true });
+        continue;
+      }
       const rows = count ? Math.ceil(count / tex.width) : 0;
       const floats = rows * tex.width * channels;
       const buffer = gl.createBuffer();
@@ -917,13 +1014,13 @@ class Device {
     }
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
     await drain(gl);
-    return pending.map(({ buffer, floats, count }) => {
+    return pending.map(({ buffer, floats, count, flat4 }) => {
       const all = new Float32Array(floats);
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
       if (floats) gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, all);
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
       gl.deleteBuffer(buffer);
-      if (channels === 1) return all.subarray(0, count);
+      if (channels === 1 || flat4) return all.subarray(0, count);
       // Copied as int32 bits: an i32 id's bits may be a NaN, which a float copy may change.
       const bits = new Int32Array(all.buffer);
       const out = new Int32Array(count);
@@ -1085,13 +1182,15 @@ function checkFeeds(inputs, feeds, needed, dtypes = {}) {
 
 /** Params and optimizer state as textures by name (shared by the eval and train programs). */
 class Store {
-  /** `leaves`: name -> Float32Array, from readLeaves. */
-  constructor(device, leaves) {
+  /** `leaves`: name -> Float32Array, from readLeaves; `packed`: the names of the params stored
+   * 4 values a texel (manifest.web.packed: every kernel reads them so, their updates write so). */
+  constructor(device, leaves, packed = new Set()) {
     this.device = device;
     this.buffers = new Map();
     this.scratch = new Set(); // leaves of zeros() (a generation's caches): no snapshot copies them
     for (const [name, values] of leaves) {
-      const tex = device.texture(values.length, `'${name}' (${values.length} floats)`);
+      const what = `'${name}' (${values.length} floats)`;
+      const tex = packed.has(name) ? device.flat4Texture(values.length, what) : device.texture(values.length, what);
       device.upload(tex, values);
       this.buffers.set(name, tex);
     }
@@ -1136,7 +1235,7 @@ class Store {
     const tex = this.buffer(name);
     if (moved) snap.set(name, tex);
     else {
-      const copy = this.device.texture(tex.count);
+      const copy = tex.flat4 ? this.device.flat4Texture(tex.floats) : this.device.texture(tex.count);
       this.device.copy(copy, tex);
       snap.set(name, copy);
     }
@@ -1168,7 +1267,7 @@ class Executor {
     this.kernels.forEach((k, i) => {
       k.passes.forEach((p, j) => {
         // a pass with n render targets renders packed units into .. into + n - 1, all one size
-        const n = this.programs[i][j].targets;
+        const n = this.programs[i][j].layers;
         if (n === 1) return;
         const first = (k.packed || []).find((q) => q.unit === p.into);
         for (let t = 0; t < n; t++) {
@@ -1280,12 +1379,12 @@ class Executor {
       spec.passes.forEach((p, i) => {
         const program = this.programs[k][i];
         const steady = program.units.every((u) => u < spec.slots.length && STEADY.has(this.slots[spec.slots[u]].kind));
-        if (p.into !== undefined && p.into !== null && program.targets === 1 && steady) keep.add(p.into);
+        if (p.into !== undefined && p.into !== null && program.layers === 1 && steady) keep.add(p.into);
       });
       // a pass of n render targets renders units into .. into + n - 1: the layers of one array texture, on unit into
       const layers = new Map(); // unit -> its array texture's layers (0: a unit of the layers after the first)
       spec.passes.forEach((p, i) => {
-        const n = this.programs[k][i].targets;
+        const n = this.programs[k][i].layers;
         if (n > 1) for (let t = 0; t < n; t++) layers.set(p.into + t, t ? 0 : n);
       });
       const packed = (spec.packed || []).map((q) => {
@@ -1323,7 +1422,7 @@ class Executor {
         if (kept && kept.stamp && kept.stamp.length === stamp.length && kept.stamp.every(([t, v], j) => stamp[j][0] === t && stamp[j][1] === v)) return;
         let target;
         let count = null; // the floats of the tensor a pass writes (its texture may be larger)
-        if (program.targets > 1) target = samplers.get(p.into); // an array texture of as many layers
+        if (program.layers > 1) target = samplers.get(p.into); // an array texture of as many layers
         else if (p.into !== undefined && p.into !== null) target = samplers.get(p.into); // a packed texture
         else if (p.tensor === null) {
           target = this.scratch.get(k); // a split reduction's partials, attention_cached's scores
@@ -1334,6 +1433,10 @@ class Executor {
           const s = info.slot;
           count = product(bindShape(info.shape, this.dims));
           target = this.slotBuffer(s);
+          if (!target.flat4 !== !program.rgba) {
+            throw new DlcError(`${this.spec.name}: pass ${p.file} renders ${program.rgba ? "4 values" : "one value"} a texel into '${info.label}', stored ${target.flat4 ? "4 values" : "one value"} a texel`);
+          }
+          if (target.flat4) count = Math.ceil(count / 4); // texels
           if (read.has(s)) {
             target = this.takeSpare(target);
             swaps.push([s, target]);
@@ -1354,9 +1457,7 @@ class Executor {
           old = this.buffers.get(s);
           this.buffers.set(s, tex);
         }
-        const key = `${old.width}x${old.height}`;
-        if (!this.spare.has(key)) this.spare.set(key, []);
-        this.spare.get(key).push(old);
+        this.giveSpare(old);
       }
     }
   }
@@ -1370,14 +1471,15 @@ class Executor {
 
   /** A texture back to the spare pool (rendered into by a later pass). */
   giveSpare(tex) {
-    const key = `${tex.width}x${tex.height}`;
+    const key = spareKey(tex);
     if (!this.spare.has(key)) this.spare.set(key, []);
     this.spare.get(key).push(tex);
   }
 
   takeSpare(like) {
-    const pool = this.spare.get(`${like.width}x${like.height}`);
-    return pool && pool.length ? pool.pop() : this.device.texture(like.count);
+    const pool = this.spare.get(spareKey(like));
+    if (pool && pool.length) return pool.pop();
+    return like.flat4 ? this.device.flat4Texture(like.floats) : this.device.texture(like.count);
   }
 
   /** After a training step: the updated params and state into the store. */
@@ -1397,6 +1499,9 @@ class Executor {
   }
 }
 
+/** The spare pool a texture goes to: by size and kind (R32F, or 4 floats a texel). */
+const spareKey = (tex) => `${tex.width}x${tex.height}${tex.flat4 ? "x4" : ""}`;
+
 /** A loaded export: eval, train, params, dispose. */
 class Model {
   constructor(device, manifest, sources, leaves) {
@@ -1408,7 +1513,7 @@ class Model {
     this.paramShapes = manifest.params;
     this.tensorShapes = manifest.tensors;
     this.losses = manifest.losses;
-    this.store = new Store(device, leaves);
+    this.store = new Store(device, leaves, new Set(manifest.web.packed || []));
     this.executors = new Map();
     this.disposed = false;
     const kv = manifest.web.kv_cache;
