@@ -207,3 +207,46 @@ def test_a_broken_shader_is_a_clear_internal_error(gl):
     text = str(info.value)
     assert "internal dlc error" in text and "k00_sigmoid" in text
     assert "dlc_sigmoid(n0, )" in text  # the bad line is shown
+
+
+# Fused layout chains whose reshapes receive coordinates (after a transpose, a slice or a
+# broadcast): index.reshape_coords maps them group by group of axes, or falls back to the flat
+# index where symbolic axes do not line up. Each chain ends in an elementwise op so that the
+# whole chain is one kernel.
+LAYOUT_CHAINS = [
+    # the qkv split of heads: [B, T, 3C] -> slice -> [B, T, H, D] -> [B, H, T, D]
+    (
+        "heads",
+        ("B", "T", 24),
+        [("slice", (0, 0, 8), ("B", "T", 8)), ("reshape", ("B", "T", 2, 4)), ("transpose", (0, 2, 1, 3))],
+    ),
+    # and back: [B, H, T, D] -> [B, T, H, D] -> [B, T, H * D] (read transposed)
+    ("merge", ("B", 2, "T", 4), [("transpose", (0, 2, 1, 3)), ("reshape", ("B", "T", 8)), ("transpose", (0, 2, 1))]),
+    # a merge of literal axes fed by a transpose, then a split into other literal axes
+    ("regroup", ("B", 4, 6), [("transpose", (0, 2, 1)), ("reshape", ("B", 3, 8)), ("transpose", (0, 2, 1))]),
+    # symbolic axes that do not line up: the flat index
+    ("flat", ("B", "T", 6), [("transpose", (1, 0, 2)), ("reshape", ("B", "T", 6)), ("transpose", (0, 2, 1))]),
+    # size-1 axes on either side
+    ("ones", ("B", 1, 12), [("transpose", (0, 2, 1)), ("reshape", ("B", 3, 1, 4)), ("transpose", (3, 1, 2, 0))]),
+]
+
+
+@pytest.mark.parametrize("name,shape,chain", LAYOUT_CHAINS, ids=[c[0] for c in LAYOUT_CHAINS])
+def test_fused_layout_chains_read_what_numpy_reads(backend, name, shape, chain):
+    b = GraphBuilder()
+    x = b.input("x", shape)
+    y = x
+    for op, arg, *rest in chain:
+        if op == "slice":
+            y = b.add("slice", [y], begin=arg, size=rest[0])
+        elif op == "reshape":
+            y = b.add("reshape", [y], shape=arg)
+        else:
+            y = b.add("transpose", [y], perm=arg)
+    y = b.add("mul", [y, b.const(2.0)])
+    g = b.build()
+    for dims in ({"B": 3, "T": 5}, {"B": 2, "T": 7}):
+        concrete = tuple(dims.get(d, d) for d in shape)
+        feeds = {"x": np.random.default_rng(1).normal(size=concrete).astype(np.float32)}
+        (got,) = backend.run(g, [y], feeds, dims)
+        np.testing.assert_array_equal(got, evaluate(g, [y], feeds, dims)[y], err_msg=f"{name} {dims}")
