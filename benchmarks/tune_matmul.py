@@ -44,7 +44,9 @@ BIG_SHAPES = {
     (4096, 4096, 4096, False, True): "4096^3 A B^T",
 }
 MLP_SHAPES = bench_gl.MLP_SHAPES  # the MLP step's products
-GPT_SHAPES = {  # weight gradients of samples/char_gpt.dl's step: "splitk" where the family has it
+GPT_SHAPES = {  # samples/char_gpt.dl's step: weight gradients ("splitk" where the family has it), a
+    # projection from 384 channels ("shortk" where the family has it)
+    (16384, 384, 1536, False, True): "GPT fc = X W^T over K = 384",
     (1536, 16384, 384, True, False): "GPT dW fc = X^T G over K = B*T",
     (1152, 16384, 384, True, False): "GPT dW qkv = X^T G over K = B*T",
 }
@@ -75,6 +77,7 @@ BLOCKINGS = {
         (128, 128, 16, 8, 8),
     ],
     "splitk": [(128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (64, 128, 32, 4, 8, 2), (128, 64, 32, 8, 4, 2)],
+    "shortk": [(128, 256, 16, 8, 8), (128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (256, 128, 16, 8, 8)],
     "narrow": [(128, 64, 16, 8, 8), (256, 64, 16, 8, 8), (128, 64, 32, 8, 4, 2), (64, 64, 32, 4, 4)],
     "medium": [(64, 64, 32, 4, 4), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2)],
     "thin": [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)],

@@ -293,6 +293,13 @@ def splits_well(ctx: Context, device: str | None) -> bool:
     return tiles * 8 >= tuning.entry(device)["wave"]
 
 
+def short_k(ctx: Context, device: str | None) -> bool:
+    """Whether the family's "shortk" variant applies: a K known at compile time, at most
+    tuning.SHORT_K (the epilogue is then a larger share of the work)."""
+    k = geometry(ctx).k
+    return tuning.lookup(device, "shortk") is not None and isinstance(k, int) and k <= tuning.SHORT_K
+
+
 def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tuple[str, Variant | None, str]:
     """(template, variant or None for tile16, where the variant came from) for this kernel
     under the codegen options (see the module's docstring)."""
@@ -312,6 +319,8 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
         cls = size_class(ctx, which)
         if cls in ("split", "medium") and splits_well(ctx, device):
             cls = "splitk"
+        if cls == "big" and short_k(ctx, device):
+            cls = "shortk"
         base, where = tuning.lookup(device, cls), f"{tuning.family(device)}, {cls}"
         _, m, n, _ = _sizes(ctx)
         geo = geometry(ctx)

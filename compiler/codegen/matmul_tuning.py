@@ -163,7 +163,8 @@ def _blocking(blk, where: str) -> Blocking:
 # 64 columns: attention's P @ V over heads of 64), "medium" (>= 64 a side, under 128 rows),
 # "thin" (one side under 64 over a long K); "splitk" (optional, None where not measured): a
 # "split" or "medium" product without batches that its variant splits across work groups in
-# an eighth of a wave of tiles or more (a weight gradient over K = B * T).
+# an eighth of a wave of tiles or more (a weight gradient over K = B * T); "shortk" (optional):
+# a "big" product over a K of SHORT_K or less (a GPT's projections from 384 channels).
 #
 # "default": the choices measured on the lent H200 before the tuning table
 # (benchmarks/results/h200_tune*.json): 128x128 tiles with 8x8 outputs and K-slabs of 16 for
@@ -182,6 +183,7 @@ _H200_MEASURED = {
     "medium": {"blocking": (64, 64, 32, 4, 4)},
     "thin": {"blocking": (16, 16, 64, 4, 4, 16)},
     "splitk": None,  # not measured: such products take "split" or "medium"
+    "shortk": None,  # not measured: such products take "big"
 }
 
 # Measured by `benchmarks/tune_matmul.py` on an H100 80GB HBM3 (2026-11-23): 4096^3 at
@@ -203,6 +205,11 @@ _H100_MEASURED = {
     # 0.522, [1152, 384] 0.595 -> 0.436 (cuBLAS 0.430, 0.439, 0.457); [384, 384] (9 tiles)
     # lost (0.20 -> 0.29), hence the eighth of a wave
     "splitk": {"blocking": (128, 128, 16, 8, 8), "warp": (4, 8), "unroll": True},
+    # .devtree probes on the lent H200 (2026-12-02), the same call twice: the GPT's forward
+    # products over K = 384 gained from vec4 stores ([BT, 384] x [384, 1536] 0.702 -> 0.657
+    # ms, [BT, 384] x [384, 1152] 0.579 -> 0.548), 4096^3 lost (4.22 -> 4.46), K = 1152 and
+    # 1536 lost 1-2%: the epilogue is a larger share of a short K
+    "shortk": {"blocking": (128, 256, 16, 8, 8), "store4": True, "double_buffer": True, "warp": (4, 8)},
 }
 
 TABLE: dict[str, dict] = {
@@ -216,8 +223,9 @@ TABLE: dict[str, dict] = {
     # memory a work group there.
     "llvmpipe": {**_H200_MEASURED, "shared_bytes": 32768},
 }
-CLASSES = ("big", "split", "splitk", "narrow", "medium", "thin")
-OPTIONAL = ("splitk",)  # classes a family's row may hold None for
+CLASSES = ("big", "split", "splitk", "narrow", "medium", "thin", "shortk")
+OPTIONAL = ("splitk", "shortk")  # classes a family's row may hold None for
+SHORT_K = 512  # "shortk": a "big" product over a K known at compile time up to this
 FAMILIES = tuple(f for f in TABLE if f != "default")
 
 

@@ -123,7 +123,7 @@ def test_forced_switches_apply_over_the_table_choice():
 
 def test_the_source_is_a_function_of_the_options_alone():
     """Artifacts: the same model and options give the same GLSL, naming the row it came from."""
-    g, y = _matmul(512, 256, 512, batch=8)  # 128 tiles of 128x128: a wave
+    g, y = _matmul(512, 1024, 512, batch=8)  # 128 tiles of 128x128: a wave (a K past "shortk"'s)
     a = compile_program(g, [y], options={"device": "NVIDIA H200"}).sources
     b = compile_program(g, [y], options={"device": "NVIDIA H200"}).sources
     assert a == b
@@ -152,3 +152,15 @@ def test_a_weight_gradient_takes_the_splitk_row_where_the_family_has_one():
     assert "(NVIDIA H200, split)" in _head(g, y, {"device": "NVIDIA H200"})
     g, y = _matmul(1152, 16384, 384)
     assert "(llvmpipe, split)" in _head(g, y, {"device": "llvmpipe (LLVM 15)"})
+
+
+def test_a_big_product_over_a_short_k_takes_the_shortk_row_where_the_family_has_one():
+    # [4096, 384] x [384, 1536] (a GPT's projection from 384 channels): vec4 stores on NVIDIA
+    g, y = _matmul(4096, 384, 1536)
+    head = _head(g, y, {"device": "NVIDIA H200"})
+    assert "(NVIDIA H200, shortk)" in head and "vec4 stores" in head and "128x256 tiles" in head
+    # a long K keeps "big"; llvmpipe has no "shortk" row at all
+    g, y = _matmul(4096, 1024, 1536)
+    assert "(NVIDIA H200, big)" in _head(g, y, {"device": "NVIDIA H200"})
+    g, y = _matmul(4096, 384, 1536)
+    assert "(llvmpipe, big)" in _head(g, y, {"device": "llvmpipe (LLVM 15)"})
