@@ -262,7 +262,7 @@ def _fuse(
             continue
 
         kind = kind_of(graph, n)
-        feeds_anchor = any(kind_of(graph, c) in ("matmul", "window") or _is_cache_of(graph, n, c) for c in users)
+        feeds_anchor = any(kind_of(graph, c) in ("matmul", "window") or _stored_for(graph, n, c) for c in users)
         where = set().union(*(home[c] for c in users)) if users else set()
         if n in split and (kind == "elementwise" or (kind == "layout" and node.op != "reshape")):
             start("elementwise", n)  # cut out of an over-full kernel (fuse)
@@ -364,11 +364,11 @@ def _fuse(
     return Fusion(graph, roots, updates, tuple(kernels), storage, producer, alias, frozenset(literals), ident)
 
 
-def _is_cache_of(graph: Graph, n: int, c: int) -> bool:
-    """Whether n is the keys and values attention_cached `c` reads: stored, not recomputed
-    there (every query row's group reads all of it; stored, it is read as vec4s)."""
+def _stored_for(graph: Graph, n: int, c: int) -> bool:
+    """Whether n is an input node `c`'s kernel wants stored, not recomputed there (the op's
+    `stored_inputs`: attention_cached's keys and values, read whole by every group)."""
     node = graph.nodes[c]
-    return node.op == "attention_cached" and node.inputs[1] == n
+    return any(node.inputs[i] == n for i in registry.get(node.op).stored_inputs if i < len(node.inputs))
 
 
 def _is_anchor(graph: Graph, n: int) -> bool:

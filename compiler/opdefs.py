@@ -122,6 +122,9 @@ class OpDef:
     helpers: str = ""  # GLSL functions the lowering calls (dlc_* names), for the preamble
     # Its element-type rule, a dtypes.py maker (op name -> rule); None: f32 operands only.
     dtype: Callable[[str], Callable[..., str]] | None = None
+    # Inputs its kernel wants stored, never recomputed inside it (fusion.py): read whole by
+    # every work group (attention_cached's keys and values, then read as vec4s).
+    stored_inputs: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.kind == "elementwise" and self.lower("glsl-compute") is None:

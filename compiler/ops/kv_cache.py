@@ -80,5 +80,6 @@ register(
         arity=3,
         differentiable=False,
         dtype=integer_at(2),
+        stored_inputs=(1,),  # the cache: every query row's group reads all of it
     )
 )

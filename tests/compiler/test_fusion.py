@@ -198,3 +198,19 @@ def test_a_target_writing_one_result_a_kernel_splits_optimizer_updates():
     made = {o: k.index for k in f.kernels for o in k.outputs}
     for k in f.kernels:
         assert all(made[f.base(i)] < k.index for i in k.inputs if f.base(i) in made)
+
+
+def test_an_op_s_stored_inputs_are_stored_not_recomputed_in_its_kernel():
+    # attention_cached reads its keys and values whole in every work group: a value made for
+    # it (here the cache times 2) is stored by a kernel of its own (the registry's
+    # stored_inputs), while the same value as its query is recomputed inside
+    b = GraphBuilder()
+    q, cache, pos = b.input("q", (2, 3, 1, 8)), b.input("cache", (2, 2, 3, 16, 8)), b.input("pos", (1,), dtype="i32")
+    kv = b.add("mul", [cache, b.const(2.0)])
+    q2 = b.add("mul", [q, b.const(2.0)])
+    y = b.add("attention_cached", [q2, kv, pos], scale=0.3)
+    g = b.build()
+    f = fuse(g, [y])
+    (attn,) = [k for k in f.kernels if y in k.nodes]
+    assert kv not in attn.nodes and f.storage[kv] == "kernel"
+    assert q2 in attn.nodes
