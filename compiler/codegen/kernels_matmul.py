@@ -458,8 +458,8 @@ def _describe(geo: Geometry, how: str) -> str:
     return f"matmul {a} {b}: {batch}[{geo.m}, {geo.k}] x [{geo.k}, {geo.n}], {how}"
 
 
-def _tile16_loop(geo: Geometry, d: dict) -> tuple[list[str], list[str]]:
-    """The 16x16 tiles' K loop (into `acc`, with lx, ly, m0, n0 set) and its shared arrays."""
+def _render_tile16(ctx: Context) -> KernelSource:
+    geo, d, funcs = _common(ctx)
     M, N, K = d["M"], d["N"], d["K"]
     # Neighbouring invocations load neighbouring addresses: for a transposed operand the
     # tile is loaded with the roles of the two local ids swapped.
@@ -483,27 +483,6 @@ def _tile16_loop(geo: Geometry, d: dict) -> tuple[list[str], list[str]]:
             f"Bs[ly][lx] = (k0 + ly < {K} && n0 + lx < {N}) ? "
             f"{d['B']}.v[{_addr_b(geo, d, 'k0 + ly', 'n0 + lx')}] : 0.0;"
         )
-    loop = [
-        f"for (int k0 = 0; k0 < {K}; k0 += 16) {{",
-        f"    {load_a}",
-        f"    {load_b}",
-        "    memoryBarrierShared();",
-        "    barrier();",
-        "    for (int kk = 0; kk < 16; ++kk) acc += As[ly][kk] * Bs[kk][lx];",
-        "    barrier();",
-        "}",
-    ]
-    shared = [
-        "shared float As[16][17];  // [m][k], padded against bank conflicts",
-        "shared float Bs[16][17];  // [k][n]",
-    ]
-    return loop, shared
-
-
-def _render_tile16(ctx: Context) -> KernelSource:
-    geo, d, funcs = _common(ctx)
-    M, N = d["M"], d["N"]
-    loop, extra = _tile16_loop(geo, d)
     main = [
         "void main() {",
         "    int lx = int(gl_LocalInvocationID.x), ly = int(gl_LocalInvocationID.y);",
@@ -511,9 +490,20 @@ def _render_tile16(ctx: Context) -> KernelSource:
         f"    int bz = int({TILE}.z);",
         "    int row = m0 + ly, col = n0 + lx;",
         "    float acc = 0.0;",
-        *(f"    {x}" for x in loop),
+        f"    for (int k0 = 0; k0 < {K}; k0 += 16) {{",
+        f"        {load_a}",
+        f"        {load_b}",
+        "        memoryBarrierShared();",
+        "        barrier();",
+        "        for (int kk = 0; kk < 16; ++kk) acc += As[ly][kk] * Bs[kk][lx];",
+        "        barrier();",
+        "    }",
         f"    if (row < {M} && col < {N}) epilogue((bz * {M} + row) * {N} + col, bz, row, col, acc);",
         "}",
+    ]
+    extra = [
+        "shared float As[16][17];  // [m][k], padded against bank conflicts",
+        "shared float Bs[16][17];  // [k][n]",
     ]
     lines = header(ctx, _describe(geo, "16x16 tiles"), (16, 16, 1), extra) + funcs + main
     return kernel_source(ctx, "\n".join(lines) + "\n", _grid(geo, 16, 16), (16, 16, 1))
