@@ -117,17 +117,15 @@ def _split_chunk(op: str, blk: mm.Blocking, m: int, n: int, k: int) -> int:
     K at least."""
     tiles = math.ceil(m / blk.tm) * math.ceil(n / blk.tn)
     few = SPLIT_GROUPS // 2 if op == "conv2d_grad_filter" else mm.FULL_WAVE // 4
-    if tiles < 2 * mm.FULL_WAVE and k >= 2 * WAVE_SPLIT_MIN_K:
+    shortest = SPLIT_MIN_SLABS * blk.bk
+    if op != "conv2d_grad_filter" and few <= tiles < 2 * mm.FULL_WAVE and k >= 2 * WAVE_SPLIT_MIN_K:
         # under two waves of tiles the last is part idle (a batch-32 ResNet's 14x14x256 3x3
         # convs: 196 tiles of 128x64, K = 2304; H200: 0.47 ms, under 0.38 split in two), where
         # K is long enough that each chunk keeps a long loop (the 28x28x128 convs, K = 1152,
         # lost 11% split in two)
-        few = 2 * mm.FULL_WAVE
+        few, shortest = 2 * mm.FULL_WAVE, WAVE_SPLIT_MIN_K
     if tiles >= few:
         return 0
-    shortest = (
-        WAVE_SPLIT_MIN_K if tiles >= mm.FULL_WAVE // 4 and op != "conv2d_grad_filter" else SPLIT_MIN_SLABS * blk.bk
-    )
     chunks = min(SPLIT_GROUPS // tiles, k // shortest)
     if chunks < 2:
         return 0
