@@ -368,7 +368,7 @@ def _stored_for(graph: Graph, n: int, c: int) -> bool:
     """Whether n is an input node `c`'s kernel wants stored, not recomputed there (the op's
     `stored_inputs`: attention_cached's keys and values, read whole by every group)."""
     node = graph.nodes[c]
-    return any(node.inputs[i] == n for i in registry.get(node.op).stored_inputs if i < len(node.inputs))
+    return n in (node.inputs[i] for i in registry.get(node.op).stored_inputs)
 
 
 def _is_anchor(graph: Graph, n: int) -> bool:
