@@ -16,6 +16,7 @@ machine (llvmpipe): it checks the script, not the speed.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -178,6 +179,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true", help="a tiny configuration (llvmpipe)")
     ap.add_argument("--only", choices=("dlc", "torch"), help="run one side only")
     ap.add_argument("--kernels", action="store_true", help="also print dlc's step kernel by kernel (GPU ms)")
+    ap.add_argument("--kernels-out", metavar="JSON", help="with --kernels, write dlc's whole kernel table there")
     ap.add_argument("--sample", type=int, default=0, help="after --train-steps, generate this many characters")
     args = ap.parse_args()
     from dlc.text import TextData
@@ -215,6 +217,9 @@ def main() -> None:
         if r.get("kernels"):
             table = r["kernels"]
             total = sum(k["ms"] for k in table)
+            if args.kernels_out:
+                with open(args.kernels_out, "w") as f:
+                    json.dump(table, f, indent=1)
             print(f"\n{name}: {len(table)} kernels, {total:.2f} ms of GPU time a step; the 30 longest:")
             print("| kernel | ms | share | what |\n| --- | --- | --- | --- |")
             for k in sorted(table, key=lambda k: -k["ms"])[:30]:

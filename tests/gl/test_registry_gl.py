@@ -252,14 +252,22 @@ def norm_cases() -> list[Case]:
             Case(op, [(3, 5, 7), *[(7,)] * extra], {"axes": (2,), "eps": 1e-5}),
             Case(op, [(2, 3, 5), *[(3, 5)] * extra], {"axes": (1, 2), "eps": 1e-3}, label="two-axes"),
             Case(op, [("B", 9), *[()] * extra], {"axes": (1,), "eps": 1e-5}, dims={"B": 5}, label="symbolic-scalar"),
-            # a row longer than a work group: each invocation strides over it
+            # 64 lanes a row, 11 elements each, the last past the row in some lanes
             Case(op, [(3, 700), *[(700,)] * extra], {"axes": (1,), "eps": 1e-5}, label="longrow"),
+            # a GPT's rows: 4 rows a work group, the last group's rows past the end partly
+            Case(op, [(5, 384), *[(384,)] * extra], {"axes": (1,), "eps": 1e-5}, label="rows384"),
+            Case(op, [(3, 130), *[(130,)] * extra], {"axes": (1,), "eps": 1e-5}, label="ragged"),
+            # past 16 x 256 elements: one work group a row, each invocation strides over it
+            Case(op, [(2, 4500), *[(4500,)] * extra], {"axes": (1,), "eps": 1e-5}, label="strided"),
         ]
         grad = f"{op}_grad"
         out += [
             Case(grad, [(3, 5, 7), (7,), (3, 5, 7)], {"axes": (2,), "eps": 1e-5}),
             Case(grad, [("B", 6), (), ("B", 6)], {"axes": (1,), "eps": 1e-4}, dims={"B": 4}, label="symbolic-scalar"),
             Case(grad, [(2, 300), (300,), (2, 300)], {"axes": (1,), "eps": 1e-5}, label="longrow"),
+            Case(grad, [(5, 384), (384,), (5, 384)], {"axes": (1,), "eps": 1e-5}, label="rows384"),
+            Case(grad, [(3, 130), (130,), (3, 130)], {"axes": (1,), "eps": 1e-5}, label="ragged"),
+            Case(grad, [(2, 4500), (4500,), (2, 4500)], {"axes": (1,), "eps": 1e-5}, label="strided"),
         ]
     return out
 
