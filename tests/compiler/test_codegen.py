@@ -100,11 +100,11 @@ def test_reductions_pick_a_shape_of_kernel():
     # a long reduction over the batch with many outputs: 16 columns a work group
     (k,) = kernels("input x: [B, 1000]\ny = sum(x, axis=0)\n", "y")
     assert "shared float part[16][17]" in k.source and k.grid["flat"] == [1000] and k.grid["per_group"] == 16
-    # ... cut into chunks of 1024 rows (B is not known to fit one), with a scratch buffer: a
+    # ... cut into chunks of 512 rows (B is not known to fit one), with a scratch buffer: a
     # partial and its scaled twin per chunk (the sum's path when a partial overflows)
-    assert k.grid["split"] == [[1, "B"], 1024] and k.grid["scratch"] == 2
+    assert k.grid["split"] == [[1, "B"], 512] and k.grid["scratch"] == 2
     # a reduction known to fit one chunk is not split
-    (k,) = kernels("input x: [1000, 1000]\ny = sum(x, axis=0)\n", "y")
+    (k,) = kernels("input x: [500, 1000]\ny = sum(x, axis=0)\n", "y")
     assert "split" not in k.grid and "sc.w" not in k.source
     # a long reduction over a middle axis: a work group an output, however many outputs
     (k,) = kernels("input x: [B, 5000, 10]\ny = sum(x, axis=1)\n", "y")
