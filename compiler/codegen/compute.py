@@ -78,9 +78,11 @@ def scratch_buffer(ctx: Context, holds: str) -> str:
 def count_in(em: Emitter, counter: str, chunks: str, flag: str = "last_group") -> None:
     """A split kernel's group after its invocations stored their partials in scratch: it
     counts itself in on `sc.w[counter]`, and all but the last of the `chunks` groups that
-    share the counter leave (the whole group together: `flag` is a `shared bool`). The last
-    one then sees every partial, adds them in chunk order (the same bits every run, whatever
-    the order the groups ran in) and sets the counter back to 0 for the next launch."""
+    share the counter leave (the whole group together: `flag` is a `shared bool` the kernel
+    declares). What follows runs in the last group only, which sees every partial: it adds
+    them in chunk order (the same bits every run, whatever order the groups ran in) and
+    sets the counter back to 0 for the next launch. (The split-K GEMM does the same with
+    its flag in its slab array: kernels_matmul._split_k.)"""
     em.line("memoryBarrierBuffer();")
     em.line("barrier();")
     em.open("if (gl_LocalInvocationIndex == 0u)")

@@ -163,7 +163,10 @@ def render(ctx: Context, options: CodegenOptions) -> KernelSource:
         what += f" and a chunk of {chunk} positions"
     text = "\n".join(header(ctx, what, (cols, 1, 1), extra) + body)
     grid: dict = {"flat": list(_groups(lead, post, cols)), "per_group": cols}
-    if chunk is not None:  # a group per (row block, chunk); scratch: a uint per element, then one per (element, chunk)
+    if chunk is not None:
+        # a group per (row block, chunk); scratch_words gives a word per invocation of the
+        # flat grid, then one per (invocation, chunk): room for a counter per row block, then
+        # a partial per (element, chunk)
         grid["split"] = [list(size_of(idx_shape)), chunk]
         grid["scratch"] = 1
     return kernel_source(ctx, text + "\n", grid, (cols, 1, 1))
