@@ -151,6 +151,26 @@ def test_gather_gradient_split_across_work_groups(gl, rows, axis, width, n, chun
     np.testing.assert_array_equal(again, got)
 
 
+def test_a_gather_gradient_over_many_positions_splits_by_itself(gl):
+    # 3 rows of 8 (3 groups) over 1200 positions: chunks of MIN_CHUNK = 512 chosen by size,
+    # the last 176; the scratch the executor binds is what scratch_words counts (Session.memory)
+    from dlc.runtime.executor import scratch_words
+
+    src = "input t: i32[N]\ninput u: [3, 8]\nparam table: [3, 8]\nloss cost = sum(gather(table, t) * gather(u, t))\n"
+    s = dlc.Session(dlc.compile(src), backend="gl", target="compute")
+    rng = np.random.default_rng(2)
+    feeds = {"t": rng.integers(0, 3, size=1200), "u": rng.normal(size=(3, 8)).astype(np.float32)}
+    got = s.gradients(feeds)["table"]
+    (head,) = _gather_grad_headers(s)
+    assert "a chunk of 512 positions" in head, head
+    np.testing.assert_allclose(got, _scatter_add(feeds["t"], feeds["u"], 3, 0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(s.gradients(feeds)["table"], got)
+    (_, prog, ex) = list(s.backend._programs.values())[0]
+    (i,) = [i for i, k in enumerate(prog.kernels) if "gather_grad into" in k.source]
+    words = scratch_words(prog.spec.kernels[i].grid, {"N": 1200})
+    assert words == 3 * 8 * (1 + 3) and ex.scratch[i].nbytes == 4 * words
+
+
 def test_a_split_gather_gradient_keeps_its_optimizer_update_merged(gl):
     # Adam's update of the table merged into the split kernel, run once per element by the
     # last group from the finished sum: it trains as the reference does
