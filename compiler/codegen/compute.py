@@ -20,7 +20,7 @@ from ..ir import format_shape
 from ..limits import capabilities
 from ..plan import Plan
 from . import glsl, matmul_tuning
-from .glsl import PREAMBLE, Context, KernelSource, comment, source_name, uniform_lines
+from .glsl import PREAMBLE, Context, Emitter, KernelSource, comment, source_name, uniform_lines
 from .options import CodegenOptions, codegen_options
 from .program import dim_index, program_spec
 from .renderer import COMPUTE as RENDERER
@@ -65,6 +65,33 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Seq
 def group_index() -> str:
     """This work group's number on a 3D grid of groups."""
     return RENDERER.group_index()
+
+
+def scratch_buffer(ctx: Context, holds: str) -> str:
+    """The declaration of a kernel's scratch buffer `sc` (uints), bound after its slots: the
+    executor binds one there, sized by its grid (runtime/executor.py `scratch_words`), zeroed
+    when made. Call it before `header` (debug mode's NaN flags bind after the scratch)."""
+    ctx.scratch_buffers = 1
+    return f"layout(std430, binding = {len(ctx.binding)}) coherent buffer BS {{ uint w[]; }} sc;  // scratch: {holds}"
+
+
+def count_in(em: Emitter, counter: str, chunks: str, flag: str = "last_group") -> None:
+    """A split kernel's group after its invocations stored their partials in scratch: it
+    counts itself in on `sc.w[counter]`, and all but the last of the `chunks` groups that
+    share the counter leave (the whole group together: `flag` is a `shared bool` the kernel
+    declares). What follows runs in the last group only, which sees every partial: it adds
+    them in chunk order (the same bits every run, whatever order the groups ran in) and
+    sets the counter back to 0 for the next launch. (The split-K GEMM does the same with
+    its flag in its slab array: kernels_matmul._split_k.)"""
+    em.line("memoryBarrierBuffer();")
+    em.line("barrier();")
+    em.open("if (gl_LocalInvocationIndex == 0u)")
+    em.line(f"{flag} = atomicAdd(sc.w[{counter}], 1u) == uint({chunks} - 1);")
+    em.close()
+    em.line("memoryBarrierShared();")
+    em.line("barrier();")
+    em.line(f"if (!{flag}) return;  // the whole group leaves together")
+    em.line("memoryBarrierBuffer();")
 
 
 TILE_AXES = "xyz"

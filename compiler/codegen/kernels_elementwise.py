@@ -85,7 +85,7 @@ def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     """The compute target's lowering of elementwise kernels: a scatter's rows (kernels_scatter)
     or one invocation per element (vec4s where the options allow)."""
     if kernels_scatter.owns_rows(ctx):
-        return kernels_scatter.render(ctx)
+        return kernels_scatter.render(ctx, options)
     return render(ctx, allow_vec4=options.vec4, local=options.elementwise_local)
 
 

@@ -43,7 +43,7 @@ from .. import registry
 from ..plan import eval_size, size_of
 from . import index
 from . import matmul_tuning as tuning
-from .compute import KEY, TILE, header, kernel_source
+from .compute import KEY, TILE, header, kernel_source, scratch_buffer
 from .glsl import Context, Emitter, Ix, KernelSource
 from .matmul_tuning import Blocking, Variant
 from .options import CodegenOptions, codegen_options
@@ -911,12 +911,7 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
     add(f"        if (row < {gm_.M} && col < {gm_.N}) " + gm_.store("row", "col", "sum"))
     add("    }")
     add("    if (tid == 0) sc.w[tile] = 0u;  // ready for the next launch")
-    scratch = len(ctx.binding)
-    ctx.scratch_buffers = 1
-    return [
-        f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
-        "  // scratch: a counter per tile, then the partial tiles"
-    ]
+    return [scratch_buffer(ctx, "a counter per tile, then the partial tiles")]
 
 
 def _shared(base: int, width: int, off: str | None = None):

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from .. import registry
 from ..plan import size_of
-from .compute import KEY, group_index, header, kernel_source
+from .compute import KEY, count_in, group_index, header, kernel_source, scratch_buffer
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, numel_known
 from .options import CodegenOptions
 
@@ -293,11 +293,8 @@ def render(ctx: Context) -> KernelSource:
         scan()
         result = tree() if per_group or columns else "float(best)" if arg else "acc"
     if split:
-        scratch = len(ctx.binding)
-        ctx.scratch_buffers = 1
         extra += [
-            f"layout(std430, binding = {scratch}) coherent buffer BS {{ uint w[]; }} sc;"
-            "  // scratch: a counter per output (or column block), then the partials",
+            scratch_buffer(ctx, "a counter per output (or column block), then the partials"),
             "shared bool last_group;",
         ]
         em.open("if (nchunk == 1)")
@@ -314,16 +311,8 @@ def render(ctx: Context) -> KernelSource:
         if op == "sum":  # its scaled partial beside it
             em.line(f"sc.w[{parts} + {n_out} * nchunk + chunk] = floatBitsToUint({scaled});")
         em.close()
-        em.line("memoryBarrierBuffer();")
-        em.line("barrier();")
-        em.open("if (gl_LocalInvocationIndex == 0u)")
         counter = "blk" if columns else "o"
-        em.line(f"last_group = atomicAdd(sc.w[{counter}], 1u) == uint(nchunk - 1);")
-        em.close()
-        em.line("memoryBarrierShared();")
-        em.line("barrier();")
-        em.line("if (!last_group) return;  // the whole group leaves together")
-        em.line("memoryBarrierBuffer();")
+        count_in(em, counter, "nchunk")
         em.line(f"acc = {INIT[op]};")
         if arg:
             em.line("best = 0;")

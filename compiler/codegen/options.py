@@ -31,6 +31,7 @@ class CodegenOptions:
     conv: str | None = None  # conv2d: "gemm" or "direct"; None: chosen by shape
     conv_blocking: tuple | Mapping | None = None  # conv as implicit GEMM: its blocking, or a variant
     conv_split: int | None = None  # conv filter gradient: split-K chunk
+    gather_chunk: int | None = None  # gather_grad: positions a split work group sums (0: no split; None: by size)
     attention_unroll: bool | None = None  # attention kernels: rows and words written out (None: by size)
     attention_tile: int | None = None  # attention kernels: floats of the streamed tiles (TILE_FLOATS)
     attention_rows: int | None = None  # attention kernels: a work group's own rows (None: by size)

@@ -97,6 +97,99 @@ def test_gather_gradient_sums_each_row_in_blocks_of_columns(gl, rows, axis, widt
     assert np.count_nonzero(got) > 0
 
 
+def _scatter_add(t, u, rows, axis):
+    """gather(u, t)'s gradient on NumPy with the GL kernels' clamping: u's rows at the
+    clamped ids, added into their rows (float64)."""
+    ids = np.clip(t, 0, rows - 1).ravel()
+    want = np.zeros(u.shape)
+    if axis == 0:
+        np.add.at(want, ids, u[ids].astype(np.float64))
+    else:
+        for b in range(u.shape[0]):
+            np.add.at(want[b], ids, u[b][ids].astype(np.float64))
+    return want
+
+
+def _split_session(src, chunk):
+    m = dlc.compile(src)
+    s = dlc.Session(m, backend="gl", target="compute", seed=1)
+    s.backend.options["gather_chunk"] = chunk
+    return s
+
+
+def _gather_grad_headers(s) -> list[str]:
+    return [
+        k.source.split("\n")[1]
+        for _, prog, _ in s.backend._programs.values()
+        for k in prog.kernels
+        if "gather_grad into" in k.source
+    ]
+
+
+@pytest.mark.parametrize(
+    "rows, axis, width, n, chunk",
+    [(5, 0, 70, 333, 100), (5, 0, 6, 333, 256), (3, 1, 6, 250, 300), (9, 0, 130, 40, 100)],
+)
+def test_gather_gradient_split_across_work_groups(gl, rows, axis, width, n, chunk):
+    # Positions split into chunks (666 of them in chunks of 100: the last 66; a chunk of 100
+    # is no whole number of tiles), each group's partial row added in chunk order by the
+    # last: ids repeat and some are out of range (clamped into the table, as gather clamps);
+    # 80 positions come in one chunk (no partials). The same bits every run.
+    shape = (rows, width) if axis == 0 else (2, rows, width)
+    src = f"input t: i32[N, 2]\ninput u: {list(shape)}\nparam table: {list(shape)}\n"
+    src += f"loss cost = sum(gather(table, t, axis={axis}) * gather(u, t, axis={axis}))\n"
+    s = _split_session(src, chunk)
+    rng = np.random.default_rng(n)
+    feeds = {"t": rng.integers(-2, rows + 2, size=(n, 2)), "u": rng.normal(size=shape).astype(np.float32)}
+    feeds["t"][3] = feeds["t"][0]
+    got = s.gradients(feeds)["table"]
+    assert all(f"a chunk of {chunk} positions" in h for h in _gather_grad_headers(s))
+    want = _scatter_add(feeds["t"], feeds["u"], rows, axis)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert np.count_nonzero(got) > 0
+    again = s.gradients(feeds)["table"]  # the counters were set back for the next launch
+    np.testing.assert_array_equal(again, got)
+
+
+def test_a_gather_gradient_over_many_positions_splits_by_itself(gl):
+    # 3 rows of 8 (3 groups) over 1200 positions: chunks of MIN_CHUNK = 512 chosen by size,
+    # the last 176; the scratch the executor binds is what scratch_words counts (Session.memory)
+    from dlc.runtime.executor import scratch_words
+
+    src = "input t: i32[N]\ninput u: [3, 8]\nparam table: [3, 8]\nloss cost = sum(gather(table, t) * gather(u, t))\n"
+    s = dlc.Session(dlc.compile(src), backend="gl", target="compute")
+    rng = np.random.default_rng(2)
+    feeds = {"t": rng.integers(0, 3, size=1200), "u": rng.normal(size=(3, 8)).astype(np.float32)}
+    got = s.gradients(feeds)["table"]
+    (head,) = _gather_grad_headers(s)
+    assert "a chunk of 512 positions" in head, head
+    np.testing.assert_allclose(got, _scatter_add(feeds["t"], feeds["u"], 3, 0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(s.gradients(feeds)["table"], got)
+    (_, prog, ex) = list(s.backend._programs.values())[0]
+    (i,) = [i for i, k in enumerate(prog.kernels) if "gather_grad into" in k.source]
+    words = scratch_words(prog.spec.kernels[i].grid, {"N": 1200})
+    assert words == 3 * 8 * (1 + 3) and ex.scratch[i].nbytes == 4 * words
+
+
+def test_a_split_gather_gradient_keeps_its_optimizer_update_merged(gl):
+    # Adam's update of the table merged into the split kernel, run once per element by the
+    # last group from the finished sum: it trains as the reference does
+    rng = np.random.default_rng(1)
+    t = rng.integers(0, 7, size=(20, 3))
+    feeds = {"t": t, "y": (t + 1) % 7}
+    ref = dlc.Session(dlc.compile(MODEL), backend="numpy", seed=1)
+    s = _split_session(MODEL, 4)  # 15 positions a batch: four chunks
+    for sess in (ref, s):
+        sess.train(feeds, optimizer=dlc.Adam(0.05), batch_size=5, epochs=3, shuffle=False)
+    (head,) = _gather_grad_headers(s)
+    assert "a chunk of 4 positions" in head
+    (train,) = [p for _, p, _ in s.backend._programs.values() if p.name == "train"]
+    (kernel,) = [k for k in train.kernels if "gather_grad into" in k.source]
+    assert "wte$m" in kernel.source and "wte$v" in kernel.source  # the update is in the kernel
+    np.testing.assert_allclose(s.params["wte"], ref.params["wte"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(s.eval("cost", feeds), ref.eval("cost", feeds), rtol=1e-4)
+
+
 def test_debug_mode_names_a_gather_index_out_of_range(gl):
     from dlc import debug
     from dlc.runtime.errors import DlcError
