@@ -555,8 +555,16 @@ class Emitter:
         shape = self.g.nodes[src].shape
         c = self.coords(ix, node.shape)
         coords, inside = index.pad_coords(c, node.attr("before"), node.attr("after"), shape, self.ctx.dim)
-        v = self.value(src, Ix(multi=coords))
-        return f"({' && '.join(inside)}) ? {v} : 0.0" if inside else v
+        if not inside:
+            return self.value(src, Ix(multi=coords))
+        # the input read only inside (a sum of pads, a split's gradient, reads one input an
+        # element, not every one)
+        out = self.names.claim(f"n{n}pad")
+        self.line(f"float {out} = 0.0;")
+        self.open(f"if ({' && '.join(inside)})")
+        self.line(f"{out} = {self.value(src, Ix(multi=coords))};")
+        self.close()
+        return out
 
     def _concat(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]
@@ -564,8 +572,17 @@ class Emitter:
         c = self.coords(ix, node.shape)
         sizes = [self.g.nodes[j].shape[axis] for j in node.inputs]
         where = index.concat_parts(c, axis, sizes)
-        parts = [(end, self.value(j, Ix(multi=at))) for j, (end, at) in zip(node.inputs, where)]
-        return index.select_concat(c[axis], parts)
+        if len(where) == 1:
+            return self.value(node.inputs[0], Ix(multi=where[0][1]))
+        # each input read only in its range of the axis (one read an element, not one a part)
+        out = self.names.claim(f"n{n}cat")
+        self.line(f"float {out};")
+        for k, (j, (end, at)) in enumerate(zip(node.inputs, where)):
+            last = k == len(where) - 1
+            self.open("else" if last else f"{'else ' if k else ''}if ({c[axis]} < {end})")
+            self.line(f"{out} = {self.value(j, Ix(multi=at))};")
+            self.close()
+        return out
 
     def _one_hot(self, n: int, ix: Ix) -> str:
         node = self.g.nodes[n]

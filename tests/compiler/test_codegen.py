@@ -142,3 +142,19 @@ def test_blocked_matmul_uses_vec4_loads_only_where_aligned():
     assert "b0_a4.v[" in k.source or "_a4.v[" in k.source  # x rows are 64 floats: aligned
     assert "_b4.v[" not in k.source.split("void main")[1]  # W rows are 66 floats: not
     assert k.grid == {"tiles": [[[66], 64], [[1, "B"], 64], [[1], 1]]}
+
+
+def test_pads_and_concats_read_each_input_only_in_its_range():
+    # a split's gradient is a sum of pads: each element reads the one input that covers it
+    src = "input a: [B, 3]\ninput b: [B, 5]\ny = pad(a, [0, 0], [0, 5]) + pad(b, [0, 3], [0, 0])\n"
+    (k,) = kernels(src, "y")
+    body = k.source.split("void main() {")[1]
+    lines = body.split("\n")
+    for buf in ("b0.v[", "b1.v["):
+        assert body.count(buf) == 1
+        (at,) = [i for i, line in enumerate(lines) if buf in line]
+        assert lines[at - 1].strip().startswith("if ("), body
+    (k,) = kernels("input a: [B, 3]\ninput b: [B, 5]\ny = concat([a, b * 2], axis=1)\n", "y")
+    body = k.source.split("void main() {")[1]
+    assert body.count("b0.v[") == 1 and body.count("b1.v[") == 1
+    assert re.search(r"if \(\w+ < 3\) \{\n\s+float n\d+ = b0\.v\[", body), body
