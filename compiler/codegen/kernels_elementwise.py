@@ -1,7 +1,14 @@
-"""Elementwise kernels: one invocation per output element, or (compute target) per four when
-every access is element for element (then buffers are read and written as vec4 and the fused
-expression is evaluated once per lane). `main_body` is the one-per-element body of both targets;
-the renderer says how an invocation finds its element and how it stores."""
+"""Elementwise kernels: one invocation per output element, or (compute target) per four:
+
+- when every access is element for element, buffers are read and written as vec4 and the
+  fused expression is evaluated once per lane (`_render_vec4`);
+- else, where the last axis is a known multiple of 4 (a transpose or slice of heads, a split's
+  gradient), four neighbours along it (`_render_rows4`): their coordinates are found once (the
+  divisions by symbolic dims are most of such a kernel's work), each lane reads its inputs at
+  them, and the four results are stored as one vec4.
+
+`main_body` is the one-per-element body of both targets; the renderer says how an invocation
+finds its element and how it stores."""
 
 from __future__ import annotations
 
@@ -10,9 +17,9 @@ from collections.abc import Sequence
 from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
-from . import kernels_scatter
+from . import index, kernels_scatter
 from .compute import KEY, header, kernel_source
-from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable
+from .glsl import LOCAL, VEC, Context, Emitter, Ix, KernelSource, NotVectorizable, numel_known
 from .options import CodegenOptions
 
 LANES = "xyzw"
@@ -21,22 +28,18 @@ LANES = "xyzw"
 def render(ctx: Context, allow_vec4: bool = True, local: int = LOCAL) -> KernelSource:
     size = size_of(ctx.kernel.shape)
     if allow_vec4 and size[0] % 4 == 0:
-        try:
-            return _render_vec4(
-                Context(
-                    ctx.fusion,
-                    ctx.plan,
-                    ctx.kernel,
-                    ctx.dim_index,
-                    nan_check=ctx.nan_check,
-                    renderer=ctx.renderer,
-                    keys=ctx.keys,
-                ),
-                local,
-            )
-        except NotVectorizable:
-            pass
+        for attempt in (_render_vec4, _render_rows4):
+            try:  # each on a fresh context: a failed attempt leaves no declarations behind
+                return attempt(_fresh(ctx), local)
+            except NotVectorizable:
+                pass
     return _render_scalar(ctx, local)
+
+
+def _fresh(ctx: Context) -> Context:
+    return Context(
+        ctx.fusion, ctx.plan, ctx.kernel, ctx.dim_index, nan_check=ctx.nan_check, renderer=ctx.renderer, keys=ctx.keys
+    )
 
 
 def main_body(em: Emitter, outputs: Sequence[int] | None = None, var: str = "i") -> None:
@@ -78,6 +81,39 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
     text = "\n".join(
         header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation", (LOCAL, 1, 1)) + body
     )
+    return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL}, (LOCAL, 1, 1))
+
+
+def _render_rows4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
+    k = ctx.kernel
+    shape = k.shape
+    last = numel_known(shape[-1:]) if shape else None
+    if last is None or last % 4:
+        raise NotVectorizable("the last axis is no known multiple of 4")
+    if any(ctx.graph.nodes[o].shape != shape for o in k.outputs):
+        raise NotVectorizable("an output of another shape")
+    size = size_of(shape)
+    quarter = (size[0] // 4, *size[1:])
+    em = Emitter(ctx)
+    em.own_element("i4", ctx.numel(quarter))
+    first = em.coords(Ix(flat="(i4 * 4)"), shape)  # the first of the four: found once
+    lanes: dict[int, list[str]] = {o: [] for o in k.outputs}
+    for lane in range(4):
+        em.scopes.append({})
+        em.line(f"// element {lane} of the four")
+        at = Ix(multi=(*first[:-1], index.add(first[-1], str(lane)) if lane else first[-1]))
+        for o in k.outputs:
+            lanes[o].append(em.value(o, at))
+        em.scopes.pop()
+    for o in k.outputs:
+        slot = ctx.plan.slot_of[o]
+        if slot in ctx.read_slots and slot not in ctx.vec_slots:
+            raise NotVectorizable("an in-place output read as scalars")
+        ctx.vec_slots.add(slot)
+        em.line(ctx.renderer.store(ctx.buf(o), "i4", f"vec4({', '.join(lanes[o])})"))
+    body = ["void main() {", *em.lines, "}"]
+    what = f"elementwise over {format_shape(shape)}, 4 neighbours along the last axis an invocation"
+    text = "\n".join(header(ctx, what, (LOCAL, 1, 1)) + body)
     return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL}, (LOCAL, 1, 1))
 
 

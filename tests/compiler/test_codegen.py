@@ -32,14 +32,30 @@ def test_elementwise_over_a_multiple_of_four_is_vec4():
     "src",
     [
         "input x: [B, 7]\ny = relu(x) * 2\n",  # 7*B need not be a multiple of 4
-        "input x: [B, 12]\ninput b: [12]\ny = x + b\n",  # a broadcast read is not per element
-        "input x: [4, 8]\ny = transpose(x) + 1\n",  # nor is a transposed one
+        "input x: [B, 6]\ninput b: [6]\ny = x + b\n",  # a broadcast read is not per element
+        "input x: [6, 8]\ny = transpose(x) + 1\n",  # nor is a transposed one (rows of 6)
     ],
 )
 def test_other_elementwise_kernels_are_scalar_and_bounds_checked(src):
     (k,) = kernels(src, "y")
     assert "vec4" not in k.source.split("void main")[1]
     assert re.search(r"if \(i >= .*\) return;", k.source)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "input x: [B, 12]\ninput b: [12]\ny = x + b\n",
+        "input x: [B, 3, 8]\ny = transpose(x, [1, 0, 2]) * 2\n",  # heads moved, rows of 8 kept
+    ],
+)
+def test_kernels_with_rows_of_a_multiple_of_4_take_four_neighbours_an_invocation(src):
+    (k,) = kernels(src, "y")
+    main = k.source.split("void main")[1]
+    assert "4 neighbours along the last axis" in k.source.split("\n")[1]
+    assert "b1.v[i4] = vec4(" in main or "b2.v[i4] = vec4(" in main
+    # the coordinates found once, for the first of the four: one division by the symbolic B*
+    assert main.count(" / ") <= 4 and re.search(r"if \(i4 >= .*\) return;", main)
 
 
 def test_every_kernel_names_what_it_fuses_and_lists_its_ir_with_lines():
@@ -146,7 +162,8 @@ def test_blocked_matmul_uses_vec4_loads_only_where_aligned():
 
 def test_pads_and_concats_read_each_input_only_in_its_range():
     # a split's gradient is a sum of pads: each element reads the one input that covers it
-    src = "input a: [B, 3]\ninput b: [B, 5]\ny = pad(a, [0, 0], [0, 5]) + pad(b, [0, 3], [0, 0])\n"
+    # (rows of 7: one element an invocation)
+    src = "input a: [B, 3]\ninput b: [B, 4]\ny = pad(a, [0, 0], [0, 4]) + pad(b, [0, 3], [0, 0])\n"
     (k,) = kernels(src, "y")
     body = k.source.split("void main() {")[1]
     lines = body.split("\n")
@@ -154,7 +171,7 @@ def test_pads_and_concats_read_each_input_only_in_its_range():
         assert body.count(buf) == 1
         (at,) = [i for i, line in enumerate(lines) if buf in line]
         assert lines[at - 1].strip().startswith("if ("), body
-    (k,) = kernels("input a: [B, 3]\ninput b: [B, 5]\ny = concat([a, b * 2], axis=1)\n", "y")
+    (k,) = kernels("input a: [B, 3]\ninput b: [B, 4]\ny = concat([a, b * 2], axis=1)\n", "y")
     body = k.source.split("void main() {")[1]
     assert body.count("b0.v[") == 1 and body.count("b1.v[") == 1
     assert re.search(r"if \(\w+ < 3\) \{\n\s+float n\d+ = b0\.v\[", body), body
