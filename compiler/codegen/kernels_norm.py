@@ -151,21 +151,27 @@ def held_layout(width: int) -> tuple[int, int] | None:
     return None if held > HELD else (lanes, held)
 
 
-def _row_sum(em: Emitter, lanes: int, var: str) -> None:
-    """`var` becomes the sum of its row's lanes' `var`: a tree in shared memory within each
-    row's run of lanes, in a fixed order (the same bits every run)."""
+def _row_sum(em: Emitter, lanes: int, *names: str) -> None:
+    """Each of `names` (one, or two summed side by side as a vec2: half the barriers) becomes
+    the sum of its row's lanes' values: a tree in shared memory within each row's run of
+    lanes, in a fixed order (the same bits every run)."""
     if lanes == 1:
         return
-    em.line(f"nm_part[lid] = {var};")
+    part = "nm_part" if len(names) == 1 else "nm_part2"
+    value = names[0] if len(names) == 1 else f"vec2({', '.join(names)})"
+    em.line(f"{part}[lid] = {value};")
     em.line("memoryBarrierShared();")
     em.line("barrier();")
     em.open(f"for (int s = {lanes // 2}; s > 0; s >>= 1)")
-    em.line("if (lane < s) nm_part[lid] += nm_part[lid + s];")
+    em.line(f"if (lane < s) {part}[lid] += {part}[lid + s];")
     em.line("memoryBarrierShared();")
     em.line("barrier();")
     em.close()
-    em.line(f"{var} = nm_part[rl * {lanes}];")
-    em.line("barrier();  // all have read it before the next sum writes nm_part")
+    if len(names) == 1:
+        em.line(f"{names[0]} = {part}[rl * {lanes}];")
+    else:
+        em.line(f"{names[0]} = {part}[rl * {lanes}].x, {names[1]} = {part}[rl * {lanes}].y;")
+    em.line(f"barrier();  // all have read it before the next sum writes {part}")
 
 
 def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
@@ -220,8 +226,7 @@ def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
     if grad:
         em.line(f"float nm_gsum = {' + '.join(ghs)};")
         em.line("float nm_gxsum = " + " + ".join(f"{ghs[i]} * ({ds[i]} * nm_rstd)" for i in range(held)) + ";")
-        _row_sum(em, lanes, "nm_gsum")
-        _row_sum(em, lanes, "nm_gxsum")
+        _row_sum(em, lanes, "nm_gsum", "nm_gxsum")
         em.line(f"float nm_gmean = nm_gsum / {n}, nm_gxmean = nm_gxsum / {n};")
     for i in range(held):
         em.open(f"if ({inside(i)})")
@@ -231,7 +236,8 @@ def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
     local = (group, 1, 1)
     each = f"{held} element{'s' if held > 1 else ''} a lane in registers"
     what = _what(ctx, f"{per_group} rows a work group of {group}, {each}")
-    lines = header(ctx, what, local, [f"shared float nm_part[{group}];"])
+    shared = [f"shared float nm_part[{group}];"] + ([f"shared vec2 nm_part2[{group}];"] if grad else [])
+    lines = header(ctx, what, local, shared)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
     grid = {"flat": list(size_of(rows)), "per_group": per_group}
