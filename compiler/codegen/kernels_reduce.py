@@ -35,12 +35,12 @@ from collections.abc import Callable
 
 from .. import registry
 from ..plan import size_of
+from . import kernels_reduce_rows
 from .compute import KEY, count_in, group_index, header, kernel_source, scratch_buffer
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource, numel_known
 from .options import CodegenOptions
+from .reductions import BETTER, DOWN, INIT, UP
 
-INIT = {"sum": "0.0", "max": "(-DLC_INF)", "min": "DLC_INF", "argmax": "(-DLC_INF)", "argmin": "DLC_INF"}
-BETTER = {"max": ">", "min": "<", "argmax": ">", "argmin": "<"}
 SHORT = 64  # a reduction of at most this many elements runs in one invocation
 THREAD_MAX = 4096  # nor one of more than this many (past it: a work group per output)
 COLS = 16  # outputs per work group of the column template (and invocations per output)
@@ -51,7 +51,6 @@ COLS = 16  # outputs per work group of the column template (and invocations per 
 # took the [16384, 384] column sums from 46.8 to 32.7 us and the weights' squared norms from
 # 17.8 to 14.2 (16: 35.3 and 12.4).
 CHUNK_ITERS = 32
-DOWN, UP = "2.3283064365386963e-10", "4294967296.0"  # 2^-32 and 2^32: a sum's scaled path
 
 
 def geometry(ctx: Context) -> tuple[tuple[int, ...], bool]:
@@ -359,7 +358,11 @@ def render(ctx: Context) -> KernelSource:
 
 
 def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
-    """The compute target's lowering of reduce kernels."""
+    """The compute target's lowering of reduce kernels: rows of a known length over trailing
+    axes, many of them, take kernels_reduce_rows' layout; the rest `render`'s templates."""
+    rows = kernels_reduce_rows.layout(ctx)
+    if rows is not None:
+        return kernels_reduce_rows.render(ctx, *rows)
     return render(ctx)
 
 

@@ -37,9 +37,10 @@ from . import kernels_attention, kernels_elementwise, kernels_norm, kernels_wind
 from .fragment import TextureKernel, TexturePass, finish
 from .glsl import Context, Emitter, Ix, KernelSource, kernel_source, mul, numel_known
 from .index import broadcast_coords
-from .kernels_reduce import BETTER, INIT, UP, geometry
+from .kernels_reduce import geometry
 from .options import CodegenOptions, codegen_options
 from .program import dim_index, program_spec
+from .reductions import BETTER, INIT, UP
 from .renderer import GLSLESTexture, GLSLTexture, Renderer
 from .target import Rendered, Target, TargetError, register_target
 

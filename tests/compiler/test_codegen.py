@@ -105,8 +105,15 @@ def test_preamble_defines_the_helpers_the_registry_uses():
 
 
 def test_reductions_pick_a_shape_of_kernel():
-    # a long row: one work group per output, combined in shared memory
+    # a longer row than 16 x 256: one work group per output, combined in shared memory
+    (k,) = kernels("input x: [B, 5000]\ny = sum(x, axis=1)\n", "y")
+    assert "shared float part[256];" in k.source and k.grid["per_group"] == 1
+    # many rows of 16 to 4096 (B is not known to be few): a run of lanes a row, rows a group
     (k,) = kernels("input x: [B, 1000]\ny = sum(x, axis=1)\n", "y")
+    assert "shared float rd_part[128];" in k.source and k.grid["per_group"] == 2
+    assert "2 rows a work group of 128, 16 elements a lane" in k.source.split("\n")[1]
+    # few rows known (a loss's): still a work group each
+    (k,) = kernels("input x: [8, 1000]\ny = sum(x, axis=1)\n", "y")
     assert "shared float part[256];" in k.source and k.grid["per_group"] == 1
     # a short row or a reduction over the batch: one invocation per output
     (k,) = kernels("input x: [B, 10]\ny = max(x, axis=1)\n", "y")

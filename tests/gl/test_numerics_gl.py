@@ -195,6 +195,16 @@ def test_sum_and_mean_overflow_only_where_the_exact_sum_does(gl, monkeypatch, ge
         assert ref["m"][0] == 0.0 and abs(gl_out["m"][0]) < 1e34
 
 
+def test_sums_over_many_short_rows_overflow_only_where_the_exact_sum_does(gl):
+    # 160 rows of 40: a run of lanes a row (kernels_reduce_rows), every row's case 20 times
+    rows = np.tile(np.stack(_rows(40)), (20, 1)).astype(F32)
+    model = dlc.compile("input x: [160, 40]\ns = sum(x, axis=1)\nm = mean(x, axis=1)\n")
+    with np.errstate(all="ignore"):
+        gl_out = dlc.Session(model, backend="gl").eval(["s", "m"], {"x": rows})
+    _check_sums(gl_out["s"], rows, "sum over rows")
+    _check_sums(gl_out["m"] * F32(40), rows, "mean over rows (times n)")
+
+
 # -- subnormal floats ------------------------------------------------------------------------
 
 

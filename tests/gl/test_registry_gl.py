@@ -147,6 +147,10 @@ def reduce_cases() -> list[Case]:
             Case(op, [(3, 301)], {"axes": (1,), "keepdims": True}, label="longrow"),
             Case(op, [(70, 300)], {"axes": (0,), "keepdims": True}, label="longcol"),
             Case(op, [("B", 3)], {"axes": (0,), "keepdims": False}, dims={"B": 5}, label="symbolic"),
+            # many rows of 16 to 4096 over trailing axes: a run of lanes a row (kernels_reduce_rows)
+            Case(op, [(200, 64)], {"axes": (1,), "keepdims": False}, label="rows64"),
+            Case(op, [(150, 3, 70)], {"axes": (1, 2), "keepdims": True}, label="rows-ragged"),
+            Case(op, [("B", 17)], {"axes": (1,), "keepdims": False}, dims={"B": 300}, label="rows-symbolic"),
         ]
     for op in ("argmax", "argmin"):
         out += [
