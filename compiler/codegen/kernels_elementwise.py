@@ -71,17 +71,7 @@ def _render_vec4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
         for o in k.outputs:
             lanes[o].append(em.value(o, Ix(flat=VEC)))
         em.scopes.pop()
-    for o in k.outputs:
-        slot = ctx.plan.slot_of[o]
-        if slot in ctx.read_slots and slot not in ctx.vec_slots:
-            raise NotVectorizable("an in-place output read as scalars")
-        ctx.vec_slots.add(slot)
-        em.line(ctx.renderer.store(ctx.buf(o), "i4", f"vec4({', '.join(lanes[o])})"))
-    body = ["void main() {", *em.lines, "}"]
-    text = "\n".join(
-        header(ctx, f"elementwise over {format_shape(k.shape)}, 4 elements an invocation", (LOCAL, 1, 1)) + body
-    )
-    return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL}, (LOCAL, 1, 1))
+    return _fours(ctx, em, lanes, quarter, "4 elements an invocation", LOCAL)
 
 
 def _render_rows4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
@@ -105,15 +95,19 @@ def _render_rows4(ctx: Context, LOCAL: int) -> KernelSource:  # noqa: N803
         for o in k.outputs:
             lanes[o].append(em.value(o, at))
         em.scopes.pop()
-    for o in k.outputs:
+    return _fours(ctx, em, lanes, quarter, "4 neighbours along the last axis an invocation", LOCAL)
+
+
+def _fours(ctx: Context, em: Emitter, lanes: dict[int, list[str]], quarter, how: str, LOCAL: int) -> KernelSource:  # noqa: N803
+    """The end of a four-an-invocation kernel: each output's four values stored as a vec4."""
+    for o in ctx.kernel.outputs:
         slot = ctx.plan.slot_of[o]
         if slot in ctx.read_slots and slot not in ctx.vec_slots:
             raise NotVectorizable("an in-place output read as scalars")
         ctx.vec_slots.add(slot)
         em.line(ctx.renderer.store(ctx.buf(o), "i4", f"vec4({', '.join(lanes[o])})"))
     body = ["void main() {", *em.lines, "}"]
-    what = f"elementwise over {format_shape(shape)}, 4 neighbours along the last axis an invocation"
-    text = "\n".join(header(ctx, what, (LOCAL, 1, 1)) + body)
+    text = "\n".join(header(ctx, f"elementwise over {format_shape(ctx.kernel.shape)}, {how}", (LOCAL, 1, 1)) + body)
     return kernel_source(ctx, text + "\n", {"flat": list(quarter), "per_group": LOCAL}, (LOCAL, 1, 1))
 
 

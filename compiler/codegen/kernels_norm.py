@@ -151,6 +151,26 @@ def held_layout(width: int) -> tuple[int, int] | None:
     return None if held > HELD else (lanes, held)
 
 
+def row_lanes(em: Emitter, rows: str, per_group: int, lanes: int, held: int, width: int, row: str) -> list[str]:
+    """The start of a kernel of `per_group` rows a work group, `lanes` lanes a row: declares
+    lid, rl (the row in the group), lane, `row` (the row) and live (the row exists), the
+    whole group leaving past the last row; returns the GLSL of each held element's inside
+    condition (live, and for the last element of a ragged row its column in the row), with
+    the element's column `(lane + i * lanes)`."""
+    em.line(f"if ({group_index()} * {per_group} >= {rows}) return;  // the whole group leaves together")
+    em.line("int lid = int(gl_LocalInvocationID.x);")
+    em.line(f"int rl = lid / {lanes}, lane = lid % {lanes};  // this lane's row in the group, its place in the row")
+    em.line(f"int {row} = {group_index()} * {per_group} + rl;")
+    em.line(f"bool live = {row} < {rows};  // a lane of a row past the last reads nothing, stores nothing")
+    ragged = width % lanes != 0  # the last element of some lanes lies past the row
+    return [f"live && {column(i, lanes)} < {width}" if ragged and i == held - 1 else "live" for i in range(held)]
+
+
+def column(i: int, lanes: int) -> str:
+    """The column of a lane's held element i."""
+    return f"(lane + {i * lanes})" if i else "lane"
+
+
 def _row_sum(em: Emitter, lanes: int, *names: str) -> None:
     """Each of `names` (one, or two summed side by side as a vec2: half the barriers) becomes
     the sum of its row's lanes' values: a tree in shared memory within each row's run of
@@ -186,17 +206,9 @@ def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
-    count = ctx.numel(rows)
-    em.line(f"if ({group_index()} * {per_group} >= {count}) return;  // the whole group leaves together")
-    em.line("int lid = int(gl_LocalInvocationID.x);")
-    em.line(f"int rl = lid / {lanes}, lane = lid % {lanes};  // this lane's row in the group, its place in the row")
-    em.line(f"int r = {group_index()} * {per_group} + rl;")
-    em.line(f"bool live = r < {count};  // a lane of a row past the last computes zeros, stores nothing")
-    cols = [f"(lane + {i * lanes})" if i else "lane" for i in range(held)]
+    inside = row_lanes(em, ctx.numel(rows), per_group, lanes, held, width, "r")
+    cols = [column(i, lanes) for i in range(held)]
     ragged = width % lanes != 0  # the last element of some lanes lies past the row
-
-    def inside(i: int) -> str:
-        return f"live && {cols[i]} < {width}" if ragged and i == held - 1 else "live"
 
     x, gamma = node.inputs[0], node.inputs[1]
     xs = [f"nm_x{i}" for i in range(held)]
@@ -204,7 +216,7 @@ def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
     for i in range(held):
         at = Ix(flat=f"(r * {width} + {cols[i]})")
         em.line(f"float {xs[i]} = 0.0;" + (f" float {ghs[i]} = 0.0;" if grad else ""))
-        em.open(f"if ({inside(i)})")
+        em.open(f"if ({inside[i]})")
         em.line(f"{xs[i]} = {em.value(x, at)};")
         if grad:
             em.line(f"{ghs[i]} = {em.value(node.inputs[2], at)} * {_param(em, gamma, cols[i])};")
@@ -229,7 +241,7 @@ def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
         _row_sum(em, lanes, "nm_gsum", "nm_gxsum")
         em.line(f"float nm_gmean = nm_gsum / {n}, nm_gxmean = nm_gxsum / {n};")
     for i in range(held):
-        em.open(f"if ({inside(i)})")
+        em.open(f"if ({inside[i]})")
         out = _element(ctx, em, "r", cols[i], (xs[i], ghs[i] if grad else ""))
         em.line(f"epilogue(r * {width} + {cols[i]}, {out});")
         em.close()

@@ -19,9 +19,9 @@ sum times 2^32.
 from __future__ import annotations
 
 from ..plan import size_of
-from .compute import group_index, header, kernel_source
+from .compute import header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource, numel_known
-from .kernels_norm import ROWS_GROUP, held_layout
+from .kernels_norm import ROWS_GROUP, column, held_layout, row_lanes
 from .reductions import BETTER, DOWN, INIT, UP
 
 OPS = ("sum", "max", "min")
@@ -59,20 +59,12 @@ def render(ctx: Context, lanes: int, held: int) -> KernelSource:
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
-    count = ctx.numel(node.shape)
-    em.line(f"if ({group_index()} * {per_group} >= {count}) return;  // the whole group leaves together")
-    em.line("int lid = int(gl_LocalInvocationID.x);")
-    em.line(f"int rl = lid / {lanes}, lane = lid % {lanes};  // this lane's row in the group, its place in the row")
-    em.line(f"int o = {group_index()} * {per_group} + rl;")
-    em.line(f"bool live = o < {count};  // a lane of a row past the last reads nothing, stores nothing")
-    cols = [f"(lane + {i * lanes})" if i else "lane" for i in range(held)]
-    ragged = width % lanes != 0  # the last element of some lanes lies past the row
+    inside = row_lanes(em, ctx.numel(node.shape), per_group, lanes, held, width, "o")
     xs = [f"rd_x{i}" for i in range(held)]
     for i in range(held):
-        inside = f"live && {cols[i]} < {width}" if ragged and i == held - 1 else "live"
         em.line(f"float {xs[i]} = {INIT[op]};")
-        em.open(f"if ({inside})")
-        em.line(f"{xs[i]} = {em.value(x, Ix(flat=f'(o * {width} + {cols[i]})'))};")
+        em.open(f"if ({inside[i]})")
+        em.line(f"{xs[i]} = {em.value(x, Ix(flat=f'(o * {width} + {column(i, lanes)})'))};")
         em.close()
 
     def row_result(scaled: bool) -> str:
