@@ -996,7 +996,8 @@ class Device {
   }
 
   /** The first floats of each texture: reads = [[tex, count], ...] -> Float32Arrays. One fence
-   * for all of them; the wait yields to the event loop instead of blocking it. */
+   * for all of them; the wait yields to the event loop instead of blocking it (`block`: a
+   * plain readPixels each instead, which waits for the GPU without yielding: readTimed). */
   async read(reads, block = false) {
     const gl = this.gl;
     const first = reads.find(([tex]) => !tex.flat4 && !tex.layers);
