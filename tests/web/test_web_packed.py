@@ -156,3 +156,58 @@ def test_params_stored_4_a_texel_train_eval_and_restore_as_numpy(web_root, open_
     assert got["error"] and "diverged" in got["error"]
     assert got["restored"] == got["params"]  # bit for bit
     assert not page.errors
+
+
+CONVS = """
+input img: [B, 7, 9, 6]
+param k: [3, 3, 6, 20] = normal(0, 0.5)
+param c: [20]
+param k2: [2, 3, 20, 17] = normal(0, 0.5)
+h = relu(conv2d(img, k, padding="same") + c)
+h2 = conv2d(h, k2, stride=[2, 1], padding="valid")
+loss cost = mean(h2 * h2)
+"""
+
+
+def test_convs_of_8_pixels_x_4_channels_a_fragment_match_numpy(web_root, open_export, tmp_path):
+    """A conv2d over 4 or more input channels with 16 or more output channels renders its
+    products 8 pixels x 4 channels a fragment into 8 render targets (texture_matmul
+    `_quad_conv_rows`): each tap's pixels outside the image add nothing. Here 'same' padding
+    over 7 x 9 pixels (taps outside on every side), a 2 x 3 'valid' window with stride [2, 1],
+    20 and 17 output channels (no multiple of 8 pixels or 4 channels at batch 3), eval and
+    three SGD steps as NumPy's; a context of 4 draw buffers (two draws of 4 pixels) the same
+    numbers bit for bit."""
+    path = tmp_path / "convs.dl"
+    path.write_text(CONVS)
+    sess = reference(str(path), seed=9)
+    np.savez(tmp_path / "w.npz", **sess.params)
+    name = exported(web_root, "convs", path, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.05)
+    shaders = "\n".join(f.read_text() for f in (web_root[0] / name / "shaders").iterdir())
+    quad = "8 rows x 4 columns a fragment into 8 render targets"
+    assert f"conv2d ['B', 7, 9, 6] * [3, 3, 6, 20], stride [1, 1], padding same, {quad}" in shaders
+    assert f"conv2d ['B', 7, 9, 20] * [2, 3, 20, 17], stride [2, 1], padding valid, {quad}" in shaders
+    rng = np.random.default_rng(10)
+    data = {"img": rng.normal(size=(3, 7, 9, 6)).astype(np.float32)}
+    want = sess.eval(["h", "h2"], data)
+    losses = sess.train(data, optimizer=dlc.SGD(0.05), batch_size=3, steps=3, shuffle=False)
+    trained = sess.eval(["h2"], data)["h2"]
+    page = open_export(name)
+    got = page.call(
+        f"{JS_FEEDS} const run = async (m) => {{"
+        "   const before = await m.eval(feeds, ['h', 'h2']);"
+        "   const losses = await m.train(feeds, {steps: 3, batchSize: 3});"
+        "   const after = await m.eval(feeds, ['h2']);"
+        "   return {h: Array.from(before.h.data), h2: Array.from(before.h2.data), losses,"
+        "           after: Array.from(after.h2.data)};"
+        " };"
+        " const { load } = await import('./dlc.js'); const m4 = await load('./', {drawBuffers: 4});"
+        " const out = {eight: await run(m), four: await run(m4)}; m4.dispose(); return out;",
+        {"feeds": feed(data)},
+    )
+    assert got["four"] == got["eight"]  # bit for bit
+    got = got["eight"]
+    np.testing.assert_allclose(np.reshape(got["h"], (3, 7, 9, 20)), want["h"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["h2"], (3, 3, 7, 17)), want["h2"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["losses"], losses, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["after"], (3, 3, 7, 17)), trained, rtol=1e-4, atol=1e-4)
+    assert not page.errors
