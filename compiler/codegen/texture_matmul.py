@@ -28,11 +28,7 @@ matmul kernel renders these passes instead (as tfjs's packed matmul, 4 values a 
 
 conv2d (one group) is the same product per tap: x's rows are its pixels (b, y, x), w's are
 (di, dj, output channel), k runs over input channels, and the products pass loops over the
-taps inside the image; for WebGL2, from 16 output channels (over 4 or more input channels),
-8 output pixels x 4 channels a fragment into 8 render targets as the matmul's `_quad`, a
-pixel's products added only for the taps inside the image (`_quad_conv_rows`: 12 fetches for
-128 products where the 1 x 4 pass takes 5 for 16; SqueezeNet's passes 1.2-1.3x faster in all,
-BENCHMARKS.md 2026-12-02). Its input gradient likewise: dy's pixels, w's (di, dj, input channel)
+taps inside the image. Its input gradient likewise: dy's pixels, w's (di, dj, input channel)
 rows, k over output channels, looping over the output pixels whose windows hold the input
 pixel. The filter gradient packs x's pixels (4 input channels a texel) and dy's (4 output
 channels a texel); its products fragment (di, dj, c) x 4 output channels walks every output
@@ -389,14 +385,12 @@ def _accumulate_rows(
     products: list,
     one_band: bool = False,
     dot: bool = False,
-    guards: list[str] | None = None,
 ) -> None:
     """acc<c> += row ras[i] of packed A times row rbs[j] of packed B for each (i, j) =
     products[c], texel by texel (a row's texel q at column r % width, line (r / width) * quads + q).
     one_band: each side's rows lie in the band of its first (or are never read): one texel
     line a side per q. dot: acc<c> is a float and takes dot() of the two texels (else a vec4
-    of 4 partial sums, summed by the caller). guards: a condition per row of A, its products
-    added only where it holds."""
+    of 4 partial sums, summed by the caller)."""
     for side, rows, width in (("pa", ras, "pa_w"), ("pb", rbs, "pb_w")):
         for i, row in enumerate(rows):
             em.line(f"int {side}{i}_r = {row};")
@@ -411,14 +405,8 @@ def _accumulate_rows(
         for i in range(len(rows)):
             v = f"{side}_v" if one_band else f"(float({side}{i}_y + q) + 0.5) * {side}_inv.y"
             em.line(f"vec4 {side}{i}_t = texture(b{unit}, vec2({side}{i}_u, {v}));")
-    for row in [None] if guards is None else range(len(ras)):
-        if row is not None:
-            em.open(f"if ({guards[row]})")
-        for c, (i, j) in enumerate(products):
-            if row is None or i == row:
-                em.line(f"acc{c} += dot(pa{i}_t, pb{j}_t);" if dot else f"acc{c} += pa{i}_t * pb{j}_t;")
-        if row is not None:
-            em.close()
+    for c, (i, j) in enumerate(products):
+        em.line(f"acc{c} += dot(pa{i}_t, pb{j}_t);" if dot else f"acc{c} += pa{i}_t * pb{j}_t;")
     em.close()
 
 
@@ -494,7 +482,6 @@ QUAD_MIN_LAYERS = 4  # with fewer texture units for the layers' numbers: 4 rows 
 # 4): the 8-row pass then runs as two draws of 4 rows, into layers 0-3 and 4-7 (dlc_rows0)
 FOUR_TARGETS = "DLC_FOUR_TARGETS"
 QUAD_MIN_COLUMNS = 128
-CONV_QUAD_MIN_COLUMNS = 16  # a conv2d's output channels from which its products pass is 8 x 4
 
 
 def _quad(ctx: Context, es: bool) -> int:
@@ -505,15 +492,11 @@ def _quad(ctx: Context, es: bool) -> int:
     fetches for 128 products (4 rows, 8 fetches for 64: twice the pairs' rate; 8 rows are
     1.1x faster again on SwiftShader, matmul 512^3 alone); a small one (the digits MLP's 64
     columns) ran slower than pairs (measured while its unpack pass fetched from 4 textures an
-    output; fewer fragments share the work). A conv2d over 4 or more input channels takes the
-    same form (`_quad_conv_rows`: its rows are output pixels, each tap's 8 rows of x masked
-    where the tap is outside the image) from CONV_QUAD_MIN_COLUMNS output channels."""
-    node = ctx.graph.nodes[ctx.kernel.anchor]
-    conv = node.op == "conv2d" and not _few_channels(ctx, node)
-    if not (es and (_paired(ctx) or conv)):
+    output; fewer fragments share the work)."""
+    if not (es and _paired(ctx)):
         return 0
-    n = node.shape[-1]
-    if not (isinstance(n, int) and n >= (CONV_QUAD_MIN_COLUMNS if conv else QUAD_MIN_COLUMNS)):
+    n = ctx.graph.nodes[ctx.kernel.anchor].shape[-1]
+    if not (isinstance(n, int) and n >= QUAD_MIN_COLUMNS):
         return 0
     for layers in (QUAD_LAYERS, QUAD_MIN_LAYERS):
         if len(ctx.binding) + 2 + layers <= TEXTURE_UNITS:
@@ -531,21 +514,18 @@ def _quad_products_pass(ctx: Context, pa: _Operand, pb: _Operand, depth, layers:
     g, k = ctx.graph, ctx.kernel
     node = g.nodes[k.anchor]
     em = Emitter(ctx)
-    rows_of = _quad_conv_rows if node.op == "conv2d" else _quad_rows
     if layers > 4:
         em.lines = [f"#ifndef {FOUR_TARGETS}"]
-        em.lines += rows_of(ctx, pa, pb, depth, layers, layers, "")
-        em.lines += ["#else"] + rows_of(ctx, pa, pb, depth, layers, 4, " + dlc_rows0") + ["#endif"]
+        em.lines += _quad_rows(ctx, pa, pb, depth, layers, layers, "")
+        em.lines += ["#else"] + _quad_rows(ctx, pa, pb, depth, layers, 4, " + dlc_rows0") + ["#endif"]
     else:
-        em.lines = rows_of(ctx, pa, pb, depth, layers, layers, "")
+        em.lines = _quad_rows(ctx, pa, pb, depth, layers, layers, "")
     ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-    if node.op == "conv2d":
-        what = f"conv2d {list(ash)} * {list(bsh)}, {describe_options(node)}"
-    else:
-        ta = "^T" if node.attr("ta") else ""
-        tb = "^T" if node.attr("tb") else ""
-        what = f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}"
-    what += f", {layers} rows x 4 columns a fragment into {layers} render targets"
+    ta = "^T" if node.attr("ta") else ""
+    tb = "^T" if node.attr("tb") else ""
+    what = (
+        f"matmul {list(ash)}{ta} @ {list(bsh)}{tb}, {layers} rows x 4 columns a fragment into {layers} render targets"
+    )
     text = finish(ctx, em, None, what)
 
     def outs(n: int) -> str:
@@ -591,50 +571,6 @@ def _quad_rows(ctx: Context, pa: _Operand, pb: _Operand, depth, layers: int, row
     # (a band is 4k wide, or all of B)
     products = [(t, c) for t in range(rows) for c in range(4)]
     _accumulate_rows(em, quads, pa, ras, pb, rbs, products, one_band=True, dot=True)
-    for t in range(rows):
-        em.line(f"dlc_out{t} = vec4({', '.join(f'acc{a}' for a in range(4 * t, 4 * t + 4))});")
-    return em.lines
-
-
-def _quad_conv_rows(ctx: Context, pa: _Operand, pb: _Operand, depth, layers: int, rows: int, first: str) -> list[str]:
-    """_quad_rows for a conv2d: rows r0..r0+L-1 are output pixels (b, oy, ox); for each tap
-    (di, dj) the L pixels' rows of packed x (row 0 for a pixel whose tap is outside the image,
-    its products not added) and w's rows (di, dj, j0..j0+3), then the k loop: L + 4 fetches a
-    k texel for 16L products, where the 1 x 4 pass fetches 5 for 16. Each output adds the same dot()
-    products in the same order as that pass (taps inside the image, then k): the same sums."""
-    g, k = ctx.graph, ctx.kernel
-    node = g.nodes[k.anchor]
-    em = Emitter(ctx)
-    ash, bsh = g.nodes[pa.tensor].shape, g.nodes[pb.tensor].shape
-    geo = geometry(ash, bsh[:2], node.attrs)
-    rows_shape, n = tuple(node.shape[:-1]), node.shape[-1]
-    nq, quads, N, R = _quads(ctx, n), _quads(ctx, depth), ctx.dim(n), ctx.numel(rows_shape)
-    em.line(f"int band = {_line_div(nq, True)}, j0 = {_line_mod(nq, True)} * 4;")
-    em.line(f"int r0 = band * dlc_width + {layers} * int(gl_FragCoord.x){first};")
-    em.line(f"int pa_w = textureSize(b{pa.unit}, 0).x, pb_w = textureSize(b{pb.unit}, 0).x;")
-    em.line(f"vec2 pa_inv = 1.0 / vec2(textureSize(b{pa.unit}, 0)), pb_inv = 1.0 / vec2(textureSize(b{pb.unit}, 0));")
-    pixels = []
-    for t in range(rows):  # past the last row: the last row again (never read)
-        em.line(f"int rq{t} = min(r0 + {t}, {R} - 1);")
-        pixels.append(em.coords(Ix(flat=f"rq{t}"), rows_shape))
-    for c in range(4):
-        em.line(f"int jq{c} = min(j0 + {c}, {N} - 1);")
-    for a in range(4 * rows):
-        em.line(f"float acc{a} = 0.0;")
-    em.open(f"for (int di = 0; di < {geo['KH']}; ++di)")
-    em.open(f"for (int dj = 0; dj < {geo['KW']}; ++dj)")
-    ras = []
-    for t, (b, oy, ox) in enumerate(pixels):
-        em.line(f"int iy{t} = {oy} * {geo['SH']} + di * {geo['DH']} - {geo['PT']};")
-        em.line(f"int ix{t} = {ox} * {geo['SW']} + dj * {geo['DW']} - {geo['PL']};")
-        em.line(f"bool ok{t} = iy{t} >= 0 && iy{t} < {geo['H']} && ix{t} >= 0 && ix{t} < {geo['W']};")
-        ras.append(f"ok{t} ? ({b} * {geo['H']} + iy{t}) * {geo['W']} + ix{t} : 0")
-    em.line(f"if (!({' || '.join(f'ok{t}' for t in range(rows))})) continue;")
-    rbs = [f"(di * {geo['KW']} + dj) * {bsh[3]} + jq{c}" for c in range(4)]
-    products = [(t, c) for t in range(rows) for c in range(4)]
-    _accumulate_rows(em, quads, pa, ras, pb, rbs, products, dot=True, guards=[f"ok{t}" for t in range(rows)])
-    em.close()
-    em.close()
     for t in range(rows):
         em.line(f"dlc_out{t} = vec4({', '.join(f'acc{a}' for a in range(4 * t, 4 * t + 4))});")
     return em.lines
