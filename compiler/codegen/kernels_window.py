@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import registry
 from ..ops.window import dilation, window_geometry
 from ..plan import size_of
-from . import kernels_conv
+from . import index, kernels_conv
 from .compute import KEY, header, kernel_source
 from .glsl import LOCAL, Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
@@ -176,7 +176,15 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     X, DY = ctx.buf(x), ctx.buf(dy)
     C = xs[3]
     em.line("float acc = 0.0;")
-    each_window_touching(em, p, y, xx)
+    tiled = _tiled(p)
+    if tiled:  # the windows tile the image: (y, x) lies in one window at most
+        shifts = ctx.renderer.shifts
+        oy = index.div(f"({y} + {p['PT']})", str(p["SH"]), shifts)
+        ox = index.div(f"({xx} + {p['PL']})", str(p["SW"]), shifts)
+        em.line(f"int oy = {oy}, ox = {ox};")
+        em.open(f"if (oy < {p['OH']} && ox < {p['OW']})")
+    else:
+        each_window_touching(em, p, y, xx)
     em.line("float best = -DLC_INF;")
     em.line("int by = -1, bx = -1;")
     each_tap(em, p, "oy", "ox", taps=("ei", "ej"))
@@ -188,8 +196,16 @@ def _max_pool_grad(ctx: Context, em: Emitter, node) -> str:
     dyat = f"(({b} * {p['OH']} + oy) * {p['OW']} + ox) * {C} + {c}"
     em.line(f"if (by == {y} && bx == {xx}) acc += {ctx.load(DY, dyat)};")
     em.close()
-    em.close()
-    return f"max_pool gradient {list(node.attr('size'))} over {list(xs)}"
+    if not tiled:
+        em.close()
+    how = ", windows tiling the image" if tiled else ""
+    return f"max_pool gradient {list(node.attr('size'))} over {list(xs)}{how}"
+
+
+def _tiled(p: dict) -> bool:
+    """Whether the windows tile the image (stride = size, no dilation): each input position
+    lies in the window (y + PT) / SH, (x + PL) / SW (when there is one), at no other."""
+    return p["SH"] == p["KH"] and p["SW"] == p["KW"] and p["DH"] == 1 and p["DW"] == 1
 
 
 def _avg_pool_grad(ctx: Context, em: Emitter, node) -> str:

@@ -225,6 +225,20 @@ def window_cases() -> list[Case]:
     out += _conv((2, 7, 5, 5), (3, 3, 1, 5), {"stride": (2, 1), "padding": "same", "groups": 5}, "depthwise")
     out += _conv((1, 5, 5, 3), (3, 3, 1, 6), {"stride": (1, 1), "padding": "valid", "groups": 3}, "depthwise-x2")
     out += _pools((2, 7, 5, 3), {"size": (3, 3), "stride": (2, 2), "padding": (1, 1, 2, 0)}, "pad1120")
+    # windows tiling the image (stride = size: max_pool_grad's one-window form), with rows
+    # and columns left over (valid), a padded top and left (same, 3 x 3 over 4 x 5) and ties
+    # (the ints domain: many equal values a window, the first maximum takes dy)
+    out += _pools((2, 5, 7, 3), {"size": (2, 2), "stride": (2, 2), "padding": "valid"}, "tiled-valid", ("max",))
+    out += _pools((2, 4, 5, 3), {"size": (3, 3), "stride": (3, 3), "padding": "same"}, "tiled-same", ("max",))
+    out += [
+        Case(
+            "max_pool_grad",
+            [(2, 6, 6, 2), (2, 3, 2, 2)],
+            {"size": (2, 3), "stride": (2, 3), "padding": "valid"},
+            domains=["ints", "normal"],
+            label="tiled-ties",
+        )
+    ]
     out += _pools(
         (2, 7, 5, 3),
         {"size": (3, 2), "stride": (2, 1), "padding": (1, 1, 1, 0), "count_include_pad": True},

@@ -14,7 +14,11 @@
 // every buffer is an R32F texture laid out row-major from the flat index; a kernel is one
 // full-screen pass per output; a pass never renders into a texture it reads (it renders into
 // a spare that takes the slot's place after the kernel). Reads are non-blocking: readPixels
-// into a pixel-pack buffer, a fence, polling it between tasks, then the copy out.
+// into a pixel-pack buffer, a fence, polling it between tasks, then the copy out; but a call
+// whose GPU work measured under options.blockingReadMs the last time it ran (eval of one
+// program, or a training step times the steps) reads with a plain readPixels, which waits for
+// the GPU without returning to the event loop: a fence's status changes only between tasks,
+// and the timers that poll it (clamped to 4 ms once nested) cost more than such a call's work.
 
 const FORMAT = 1;
 const LR = "$lr"; // the learning rate, an input of the train program
@@ -22,6 +26,7 @@ const PERSISTENT = new Set(["param", "state"]);
 const OUTPUTS = "outputs"; // the program (and manifest key) of the model's outputs alone
 const STEADY = new Set(["param", "state", "const"]); // slots no eval writes: packs of them are kept
 const YIELD_EVERY = 32; // training steps queued between returns to the event loop (the page stays live)
+const BLOCKING_READ_MS = 50; // options.blockingReadMs: a call whose GPU work took less reads blocking (a "long task" is one over 50 ms)
 const ES_HEADER = "#version 300 es\nprecision highp float;\nprecision highp int;\nprecision highp sampler2D;\n";
 
 // A triangle covering the viewport, from gl_VertexID alone (no attributes).
@@ -79,10 +84,17 @@ export class DlcError extends Error {
  * "files": the weights, the shaders, a vocabulary), as the shaders compile (stage "shaders")
  * and as the first eval's programs are first drawn (stage "warm-up"); options.drawBuffers:
  * the render targets a draw may use, fewer than the context's (a test of the 4-target form
- * of the 8-row products passes). */
+ * of the 8-row products passes); options.blockingReadMs (default 50; 0: never): an eval or
+ * train call whose GPU work took less than this many ms the last time reads its results
+ * with a blocking readPixels instead of polling a fence (faster for small calls; the page
+ * waits that long without running its other tasks). */
 export async function load(url = ".", options = {}) {
   if (options.drawBuffers !== undefined && !(Number.isInteger(options.drawBuffers) && options.drawBuffers >= 1)) {
     throw new DlcError(`drawBuffers must be a whole number >= 1, not ${show(options.drawBuffers)}`);
+  }
+  const blockMs = options.blockingReadMs === undefined ? BLOCKING_READ_MS : options.blockingReadMs;
+  if (typeof blockMs !== "number" || !(blockMs >= 0)) {
+    throw new DlcError(`blockingReadMs must be a number >= 0, not ${show(options.blockingReadMs)}`);
   }
   if (options.onProgress !== undefined && options.onProgress !== null && typeof options.onProgress !== "function") {
     throw new DlcError("onProgress must be a function ({stage, done, total}) => ...");
@@ -127,6 +139,7 @@ export async function load(url = ".", options = {}) {
   const leaves = readLeaves(manifest, weights, where); // every refusal before any GL call
   if (web.bundle) sources = bundle.sources;
   const device = new Device(options.canvas, options.drawBuffers);
+  device.blockMs = blockMs;
   if (web.bundle) device.ints = bundle.ints;
   try {
     // every program of the model at once (the driver may link them in parallel), and the
@@ -603,6 +616,9 @@ class Device {
     this.pickProgram = this.program(PICK, "dlc_pick");
     this.readFormat = null; // [format, channels] readPixels takes for an R32F framebuffer
     this.timings = null; // Model.profile: each pass's time
+    this.blockMs = BLOCKING_READ_MS; // reads of a call whose GPU work took less block (readTimed)
+    this.waits = new Map(); // a call's key -> the ms its GPU work took the last time, per unit
+    this.blocked = 0; // blocking reads so far (for tests)
   }
 
   /** (width, height) holding `count` floats: near square (a one-row texture wastes half of
@@ -980,46 +996,46 @@ class Device {
   }
 
   /** The first floats of each texture: reads = [[tex, count], ...] -> Float32Arrays. One fence
-   * for all of them; the wait yields to the event loop instead of blocking it. */
-  async read(reads) {
+   * for all of them; the wait yields to the event loop instead of blocking it (`block`: a
+   * plain readPixels each instead, which waits for the GPU without yielding: readTimed). */
+  async read(reads, block = false) {
     const gl = this.gl;
     const first = reads.find(([tex]) => !tex.flat4 && !tex.layers);
     const [format, channels] = this.pickReadFormat(first ? first[0] : null);
     const pending = [];
     for (const [tex, count] of reads) {
-      if (tex.flat4) {
-        // 4 floats a texel, in order: RGBA/FLOAT, which WebGL2 reads from any RGBA32F framebuffer
-        const rows = count ? Math.ceil(Math.ceil(count / 4) / tex.width) : 0;
-        const floats = rows * tex.width * 4;
-        const buffer = gl.createBuffer();
-        gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
-        gl.bufferData(gl.PIXEL_PACK_BUFFER, Math.max(floats, 1) * 4, gl.STREAM_READ);
-        if (rows) {
-          gl.bindFramebuffer(gl.FRAMEBUFFER, tex.fbo);
-          gl.readPixels(0, 0, tex.width, rows, gl.RGBA, gl.FLOAT, 0);
-        }
-        pending.push({ buffer, floats, count, flat4: true });
+      // a packed texture: 4 floats a texel, in order: RGBA/FLOAT, which WebGL2 reads from any RGBA32F framebuffer
+      const flat4 = !!tex.flat4;
+      const rows = count ? Math.ceil((flat4 ? Math.ceil(count / 4) : count) / tex.width) : 0;
+      const floats = rows * tex.width * (flat4 ? 4 : channels);
+      const readPixels = (into) => {
+        if (!rows) return;
+        gl.bindFramebuffer(gl.FRAMEBUFFER, tex.fbo);
+        gl.readPixels(0, 0, tex.width, rows, flat4 ? gl.RGBA : format, gl.FLOAT, into);
+      };
+      if (block) {
+        const all = new Float32Array(floats); // (readPixels waits for the GPU)
+        readPixels(all);
+        pending.push({ all, count, flat4 });
         continue;
       }
-      const rows = count ? Math.ceil(count / tex.width) : 0;
-      const floats = rows * tex.width * channels;
       const buffer = gl.createBuffer();
       gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
       gl.bufferData(gl.PIXEL_PACK_BUFFER, Math.max(floats, 1) * 4, gl.STREAM_READ);
-      if (rows) {
-        gl.bindFramebuffer(gl.FRAMEBUFFER, tex.fbo);
-        gl.readPixels(0, 0, tex.width, rows, format, gl.FLOAT, 0);
-      }
-      pending.push({ buffer, floats, count });
+      readPixels(0);
+      pending.push({ buffer, floats, count, flat4 });
     }
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
-    await drain(gl);
-    return pending.map(({ buffer, floats, count, flat4 }) => {
-      const all = new Float32Array(floats);
-      gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
-      if (floats) gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, all);
-      gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
-      gl.deleteBuffer(buffer);
+    if (block) this.blocked++;
+    else await drain(gl);
+    return pending.map(({ buffer, floats, count, flat4, all }) => {
+      if (!all) {
+        all = new Float32Array(floats);
+        gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
+        if (floats) gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, all);
+        gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
+        gl.deleteBuffer(buffer);
+      }
       if (channels === 1 || flat4) return all.subarray(0, count);
       // Copied as int32 bits: an i32 id's bits may be a NaN, which a float copy may change.
       const bits = new Int32Array(all.buffer);
@@ -1027,6 +1043,20 @@ class Device {
       for (let i = 0; i < count; i++) out[i] = bits[i * channels];
       return new Float32Array(out.buffer);
     });
+  }
+
+  /** read(reads) at the end of a call of `units` units of the work named `key` (an eval of
+   * one program, training steps): blocking where that work took under blockMs the last time
+   * (per unit, times `units`), and that time measured again (the blocking wait, or the
+   * fence's: a fence's includes the timers' clamping, so a call near the bound stays async). */
+  async readTimed(reads, key, units = 1) {
+    const last = this.waits.get(key);
+    const block = this.timings === null && last !== undefined && last * units < this.blockMs;
+    this.gl.flush();
+    const t0 = performance.now();
+    const out = await this.read(reads, block);
+    this.waits.set(key, (performance.now() - t0) / units);
+    return out;
   }
 
   /** RED/FLOAT where the implementation reads it from an R32F framebuffer, else RGBA/FLOAT
@@ -1482,13 +1512,25 @@ class Executor {
     return like.flat4 ? this.device.flat4Texture(like.floats) : this.device.texture(like.count);
   }
 
-  /** After a training step: the updated params and state into the store. */
+  /** After a training step: the updated params and state into the store. A temp's texture of
+   * the param's own layout becomes the param's (and the param's old one the temp's: a step's
+   * temps are dead once its kernels ran), with no copy pass; any other is copied. */
   applyCopies() {
-    for (const c of this.spec.copies) {
-      const info = this.tensors.get(c.tensor);
+    const copies = this.spec.copies;
+    copies.forEach((c, i) => {
+      const s = this.tensors.get(c.tensor).slot;
+      const src = this.slotBuffer(s);
+      const dst = this.store.buffer(c.target);
+      const later = copies.slice(i + 1).some((d) => this.tensors.get(d.tensor).slot === s);
+      if (this.slots[s].kind === "temp" && !later && spareKey(src) === spareKey(dst) && !src.layers) {
+        const held = this.store.hold(this.snapshot, c.target, true); // (the snapshot keeps dst)
+        this.store.replace(c.target, src);
+        this.buffers.set(s, held ? this.takeSpare(src) : dst);
+        return;
+      }
       this.store.hold(this.snapshot, c.target, false);
-      this.device.copy(this.store.buffer(c.target), this.slotBuffer(info.slot), product(bindShape(info.shape, this.dims)));
-    }
+      this.device.copy(dst, src, product(bindShape(this.tensors.get(c.tensor).shape, this.dims)));
+    });
   }
 
   /** [texture, count, shape] of tensor `t` under the current dims. */
@@ -1570,7 +1612,7 @@ class Model {
     ex.upload(arrays);
     ex.launch(kernels);
     const where = tensors.map((t) => ex.where(t));
-    const values = await this.device.read(where.map(([tex, count]) => [tex, count]));
+    const values = await this.device.readTimed(where.map(([tex, count]) => [tex, count]), `eval:${program}`);
     const typed = (n, v) => (this.dtypes[n] === "i32" ? new Int32Array(v.buffer, v.byteOffset, v.length) : v);
     return Object.fromEntries(names.map((n, i) => [n, { data: typed(n, values[i]), shape: where[i][2] }]));
   }
@@ -1661,7 +1703,7 @@ class Model {
         ex.applyCopies();
         if (k % YIELD_EVERY === YIELD_EVERY - 1) await new Promise((resolve) => setTimeout(resolve, 0));
       }
-      const [values] = await device.read([[losses, total]]);
+      const [values] = await device.readTimed([[losses, total]], "train", total);
       const bad = values.findIndex((v) => !Number.isFinite(v));
       if (bad >= 0) {
         for (const tex of this.store.restore(before)) ex.giveSpare(tex);
