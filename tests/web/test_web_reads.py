@@ -15,12 +15,19 @@ import dlc
 SAMPLE = "samples/mlp_digits.dl"
 
 
-def test_blocking_and_fenced_reads_give_the_same_numbers(web_root, open_export, tmp_path):
-    sess = reference(SAMPLE, seed=2)
+def digits_export(web_root, tmp_path, name: str, seed: int, rows: int):
+    """The digits MLP's NumPy session, its SGD export under `name` with the same weights, and
+    a batch of `rows` (from seed + 1)."""
+    sess = reference(SAMPLE, seed=seed)
     np.savez(tmp_path / "w.npz", **sess.params)
-    name = exported(web_root, "reads", SAMPLE, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
-    rng = np.random.default_rng(3)
-    data = {"pixels": rng.integers(0, 17, (9, 64)).astype(np.float32), "labels": rng.integers(0, 10, 9)}
+    name = exported(web_root, name, SAMPLE, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
+    rng = np.random.default_rng(seed + 1)
+    data = {"pixels": rng.integers(0, 17, (rows, 64)).astype(np.float32), "labels": rng.integers(0, 10, rows)}
+    return sess, name, data
+
+
+def test_blocking_and_fenced_reads_give_the_same_numbers(web_root, open_export, tmp_path):
+    sess, name, data = digits_export(web_root, tmp_path, "reads", seed=2, rows=9)
     want = sess.eval(["probs", "prediction"], data)
     losses = sess.train(data, optimizer=dlc.SGD(0.1), batch_size=9, steps=2, shuffle=False)
     page = open_export(name)
@@ -72,11 +79,7 @@ def test_updated_params_take_their_temps_texture_without_a_copy_pass(web_root, o
     """mlp_digits' SGD step writes W2's update into a temp (the input gradient reads the old W2
     after it): the step ends with that temp's texture made W2's, no copy pass, and the params
     after three steps, and after a diverged call put back, are NumPy's."""
-    sess = reference(SAMPLE, seed=4)
-    np.savez(tmp_path / "w.npz", **sess.params)
-    name = exported(web_root, "swaps", SAMPLE, weights=tmp_path / "w.npz", optimizer="sgd", lr=0.1)
-    rng = np.random.default_rng(5)
-    data = {"pixels": rng.integers(0, 17, (8, 64)).astype(np.float32), "labels": rng.integers(0, 10, 8)}
+    sess, name, data = digits_export(web_root, tmp_path, "swaps", seed=4, rows=8)
     losses = sess.train(data, optimizer=dlc.SGD(0.1), batch_size=8, steps=3, shuffle=False)
     page = open_export(name)
     got = page.call(
