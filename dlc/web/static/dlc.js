@@ -1308,6 +1308,12 @@ class Executor {
         }
       });
     });
+    // each update copy whose source a step may hand over (applyCopies): a temp's slot that no
+    // later copy of the step reads
+    this.handover = spec.copies.map((c, i) => {
+      const s = this.tensors.get(c.tensor).slot;
+      return this.slots[s].kind === "temp" && !spec.copies.slice(i + 1).some((d) => this.tensors.get(d.tensor).slot === s);
+    });
     this.buffers = new Map(); // slot -> texture (temps, inputs, consts)
     this.scratch = new Map(); // kernel -> its partial results (split reductions)
     this.packedSize = new Map(); // "kernel:unit" -> [width, height] of a packed texture
@@ -1516,13 +1522,11 @@ class Executor {
    * the param's own layout becomes the param's (and the param's old one the temp's: a step's
    * temps are dead once its kernels ran), with no copy pass; any other is copied. */
   applyCopies() {
-    const copies = this.spec.copies;
-    copies.forEach((c, i) => {
+    this.spec.copies.forEach((c, i) => {
       const s = this.tensors.get(c.tensor).slot;
       const src = this.slotBuffer(s);
       const dst = this.store.buffer(c.target);
-      const later = copies.slice(i + 1).some((d) => this.tensors.get(d.tensor).slot === s);
-      if (this.slots[s].kind === "temp" && !later && spareKey(src) === spareKey(dst) && !src.layers) {
+      if (this.handover[i] && spareKey(src) === spareKey(dst) && !src.layers) {
         const held = this.store.hold(this.snapshot, c.target, true); // (the snapshot keeps dst)
         this.store.replace(c.target, src);
         this.buffers.set(s, held ? this.takeSpare(src) : dst);
