@@ -577,9 +577,9 @@ class Emitter:
         # each input read only in its range of the axis (one read an element, not one a part)
         out = self.names.claim(f"n{n}cat")
         self.line(f"float {out};")
-        for k, (j, (end, at)) in enumerate(zip(node.inputs, where)):
-            last = k == len(where) - 1
-            self.open("else" if last else f"{'else ' if k else ''}if ({c[axis]} < {end})")
+        branches = index.concat_branches(c[axis], [end for end, _ in where])
+        for branch, j, (_, at) in zip(branches, node.inputs, where):
+            self.open(branch)
             self.line(f"{out} = {self.value(j, Ix(multi=at))};")
             self.close()
         return out

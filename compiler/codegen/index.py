@@ -226,9 +226,8 @@ def concat_parts(coords: Sequence[str], axis: int, sizes: Sequence[int]) -> list
     return parts
 
 
-def select_concat(coord: str, parts: Sequence[tuple[int, str]]) -> str:
-    """The value of a concat from each part's (end, value): a chain of selects on `coord`."""
-    expr = parts[-1][1]
-    for end, v in reversed(parts[:-1]):
-        expr = f"({coord} < {end} ? {v} : {expr})"
-    return expr
+def concat_branches(coord: str, ends: Sequence[int]) -> list[str]:
+    """The headers of the chain of branches that picks a concat's part by `coord` (each
+    part's end on the axis): `if (c < e0)`, `else if (c < e1)`, ..., `else`; each part's
+    input is read only in its own branch."""
+    return [f"{'else ' if k else ''}if ({coord} < {end})" for k, end in enumerate(ends[:-1])] + ["else"]

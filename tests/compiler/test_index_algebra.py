@@ -141,15 +141,15 @@ def test_concat_map_is_numpys_concatenate():
     out = np.concatenate(parts, axis=axis)
     names = ["c0", "c1", "c2"]
     where = index.concat_parts(names, axis, [s[axis] for s in shapes])
-    chain = index.select_concat("c1", [(end, f"v{k}") for k, (end, _) in enumerate(where)])
-    py = re.sub(r"\((\w+) < (\d+) \? (\w+) : ", r"(\3 if \1 < \2 else ", chain)  # GLSL's ?: as Python's
+    branches = index.concat_branches("c1", [end for end, _ in where])
+    assert branches[0].startswith("if (") and branches[-1] == "else"
+    conditions = [re.fullmatch(r"(?:else )?if \((.*)\)", b).group(1) for b in branches[:-1]]
     for coords in itertools.product(*(range(n) for n in out.shape)):
         env = dict(zip(names, coords))
-        values = {
-            f"v{k}": parts[k].flat[evaluate(index.flat_of(at, shapes[k], dim), **env)]
-            for k, (_, at) in enumerate(where)
-        }
-        assert eval(py, {}, {**env, **values}) == out[coords]  # noqa: S307
+        # the first branch whose condition holds (GLSL's if / else if / else)
+        k = next((i for i, cond in enumerate(conditions) if evaluate(cond, **env)), len(conditions))
+        read = evaluate(index.flat_of(where[k][1], shapes[k], dim), **env)
+        assert parts[k].flat[read] == out[coords]
 
 
 def test_products_and_sums_fold_literals():
