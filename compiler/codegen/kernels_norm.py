@@ -22,6 +22,7 @@ inversesqrt(var + eps).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from .. import registry
 from ..ir import format_shape
@@ -138,9 +139,29 @@ HELD = 16  # elements of a row each lane keeps in registers, at most
 ROWS_GROUP = 128  # invocations a work group of `render_held`
 
 
-def held_layout(width: int) -> tuple[int, int] | None:
-    """(lanes a row, elements a lane) for `render_held`: 32 lanes (fewer for a row under 32
-    elements; more, up to LOCAL, where 32 would hold more than HELD each); None past
+@dataclass(frozen=True)
+class RowLayout:
+    """`lanes` lanes a row, `held` of the row's elements a lane in registers, `rows` rows a
+    work group of `rows * lanes` invocations (render_held, kernels_reduce_rows)."""
+
+    lanes: int
+    held: int
+
+    @property
+    def rows(self) -> int:
+        return max(1, ROWS_GROUP // self.lanes)
+
+    @property
+    def group(self) -> int:
+        return self.rows * self.lanes
+
+
+ROW_NAMES = ("lid", "rl", "lane", "live", "s")  # what row_lanes and the lanes' trees declare
+
+
+def held_layout(width: int) -> RowLayout | None:
+    """The layout of `render_held` for rows of `width` elements: 32 lanes (fewer for a row
+    under 32 elements; more, up to LOCAL, where 32 would hold more than HELD each); None past
     HELD x LOCAL elements."""
     lanes = 1
     while lanes < min(32, width):
@@ -148,22 +169,25 @@ def held_layout(width: int) -> tuple[int, int] | None:
     while -(-width // lanes) > HELD and lanes < LOCAL:
         lanes *= 2
     held = -(-width // lanes)
-    return None if held > HELD else (lanes, held)
+    return None if held > HELD else RowLayout(lanes, held)
 
 
-def row_lanes(em: Emitter, rows: str, per_group: int, lanes: int, held: int, width: int, row: str) -> list[str]:
-    """The start of a kernel of `per_group` rows a work group, `lanes` lanes a row: declares
+def row_lanes(em: Emitter, count: str, lay: RowLayout, width: int, row: str) -> list[str]:
+    """The start of a kernel of `lay`'s rows a work group (`count` rows in all): declares
     lid, rl (the row in the group), lane, `row` (the row) and live (the row exists), the
     whole group leaving past the last row; returns the GLSL of each held element's inside
     condition (live, and for the last element of a ragged row its column in the row), with
-    the element's column `(lane + i * lanes)`."""
-    em.line(f"if ({group_index()} * {per_group} >= {rows}) return;  // the whole group leaves together")
+    the element's column `column(i, lanes)`."""
+    em.line(f"if ({group_index()} * {lay.rows} >= {count}) return;  // the whole group leaves together")
     em.line("int lid = int(gl_LocalInvocationID.x);")
-    em.line(f"int rl = lid / {lanes}, lane = lid % {lanes};  // this lane's row in the group, its place in the row")
-    em.line(f"int {row} = {group_index()} * {per_group} + rl;")
-    em.line(f"bool live = {row} < {rows};  // a lane of a row past the last reads nothing, stores nothing")
-    ragged = width % lanes != 0  # the last element of some lanes lies past the row
-    return [f"live && {column(i, lanes)} < {width}" if ragged and i == held - 1 else "live" for i in range(held)]
+    em.line(
+        f"int rl = lid / {lay.lanes}, lane = lid % {lay.lanes};  // this lane's row in the group, its place in the row"
+    )
+    em.line(f"int {row} = {group_index()} * {lay.rows} + rl;")
+    em.line(f"bool live = {row} < {count};  // a lane of a row past the last reads nothing, stores nothing")
+    last = lay.held - 1
+    ragged = width % lay.lanes != 0  # the last element of some lanes lies past the row
+    return [f"live && {column(i, lay.lanes)} < {width}" if ragged and i == last else "live" for i in range(lay.held)]
 
 
 def column(i: int, lanes: int) -> str:
@@ -194,19 +218,18 @@ def _row_sum(em: Emitter, lanes: int, *names: str) -> None:
     em.line(f"barrier();  // all have read it before the next sum writes {part}")
 
 
-def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
-    """Several rows a work group, a run of `lanes` lanes a row, `held` elements a lane in
-    registers (the module's docstring)."""
+def render_held(ctx: Context, lay: RowLayout) -> KernelSource:
+    """Several rows a work group, a run of lanes a row, some elements a lane in registers
+    (the module's docstring)."""
     node, rows, width = _geometry(ctx)
     center = node.op.startswith("layer_norm")
     grad = node.op.endswith("_grad")
-    per_group = max(1, ROWS_GROUP // lanes)
-    group = per_group * lanes
-    ctx.names.taken.update({"r", "o", "s", "lid", "rl", "lane", "live"})
+    lanes, held = lay.lanes, lay.held
+    ctx.names.taken.update({"r", "o", *ROW_NAMES})
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
-    inside = row_lanes(em, ctx.numel(rows), per_group, lanes, held, width, "r")
+    inside = row_lanes(em, ctx.numel(rows), lay, width, "r")
     cols = [column(i, lanes) for i in range(held)]
     ragged = width % lanes != 0  # the last element of some lanes lies past the row
 
@@ -245,14 +268,14 @@ def render_held(ctx: Context, lanes: int, held: int) -> KernelSource:
         out = _element(ctx, em, "r", cols[i], (xs[i], ghs[i] if grad else ""))
         em.line(f"epilogue(r * {width} + {cols[i]}, {out});")
         em.close()
-    local = (group, 1, 1)
+    local = (lay.group, 1, 1)
     each = f"{held} element{'s' if held > 1 else ''} a lane in registers"
-    what = _what(ctx, f"{per_group} rows a work group of {group}, {each}")
-    shared = [f"shared float nm_part[{group}];"] + ([f"shared vec2 nm_part2[{group}];"] if grad else [])
+    what = _what(ctx, f"{lay.rows} rows a work group of {lay.group}, {each}")
+    shared = [f"shared float nm_part[{lay.group}];"] + ([f"shared vec2 nm_part2[{lay.group}];"] if grad else [])
     lines = header(ctx, what, local, shared)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
-    grid = {"flat": list(size_of(rows)), "per_group": per_group}
+    grid = {"flat": list(size_of(rows)), "per_group": lay.rows}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
 
 
@@ -260,7 +283,7 @@ def render(ctx: Context) -> KernelSource:
     _, rows, width = _geometry(ctx)
     layout = held_layout(width)
     if layout is not None:
-        return render_held(ctx, *layout)
+        return render_held(ctx, layout)
     group = group_size(width)
     ctx.names.taken.update({"r", "o", "c", "s", "lid"})
     epi = Emitter(ctx, anchor_value="value")

@@ -362,7 +362,7 @@ def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     axes, many of them, take kernels_reduce_rows' layout; the rest `render`'s templates."""
     rows = kernels_reduce_rows.layout(ctx)
     if rows is not None:
-        return kernels_reduce_rows.render(ctx, *rows)
+        return kernels_reduce_rows.render(ctx, rows)
     return render(ctx)
 
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 from ..plan import size_of
 from .compute import header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource, numel_known
-from .kernels_norm import ROWS_GROUP, column, held_layout, row_lanes
+from .kernels_norm import ROW_NAMES, ROWS_GROUP, RowLayout, column, held_layout, row_lanes
 from .reductions import BETTER, DOWN, INIT, UP
 
 OPS = ("sum", "max", "min")
 SHORTEST = 16  # rows shorter than this stay one invocation an output
 
 
-def layout(ctx: Context) -> tuple[int, int] | None:
-    """(lanes a row, elements a lane) where this reduce kernel takes the rows template, else
+def layout(ctx: Context) -> RowLayout | None:
+    """The rows' layout where this reduce kernel takes the rows template, else
     None: sum, max or min over the trailing axes, rows of SHORTEST to 16 x 256 known
     elements, and more rows than one work group's invocations (few rows, as a loss's, take a
     work group each)."""
@@ -47,19 +47,18 @@ def layout(ctx: Context) -> tuple[int, int] | None:
     return held_layout(width)
 
 
-def render(ctx: Context, lanes: int, held: int) -> KernelSource:
+def render(ctx: Context, lay: RowLayout) -> KernelSource:
     node = ctx.graph.nodes[ctx.kernel.anchor]
     op, x = node.op, node.inputs[0]
     xshape = ctx.graph.nodes[x].shape
     axes = tuple(node.attr("axes"))
     width = numel_known(tuple(xshape[a] for a in axes))
-    per_group = max(1, ROWS_GROUP // lanes)
-    group = per_group * lanes
-    ctx.names.taken.update({"o", "s", "lid", "rl", "lane", "live", "acc", "overflowed", "rd_part"})
+    lanes, held = lay.lanes, lay.held
+    ctx.names.taken.update({"o", "acc", "overflowed", "rd_part", *ROW_NAMES})
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
     em = Emitter(ctx)
-    inside = row_lanes(em, ctx.numel(node.shape), per_group, lanes, held, width, "o")
+    inside = row_lanes(em, ctx.numel(node.shape), lay, width, "o")
     xs = [f"rd_x{i}" for i in range(held)]
     for i in range(held):
         em.line(f"float {xs[i]} = {INIT[op]};")
@@ -92,7 +91,7 @@ def render(ctx: Context, lanes: int, held: int) -> KernelSource:
         return f"rd_part[rl * {lanes}]"
 
     em.line("float acc;")
-    extra = [f"shared float rd_part[{group}];"]
+    extra = [f"shared float rd_part[{lay.group}];"]
     if op == "sum":
         extra.append("shared bool overflowed;  // a row of the group sums to inf or NaN")
         em.line("if (lid == 0) overflowed = false;  // seen by all after the tree's first barrier")
@@ -113,11 +112,11 @@ def render(ctx: Context, lanes: int, held: int) -> KernelSource:
         result = "best"
     em.line("if (lane != 0 || !live) return;")
     em.line(f"epilogue(o, {result});")
-    local = (group, 1, 1)
+    local = (lay.group, 1, 1)
     each = f"{held} element{'s' if held > 1 else ''} a lane"
-    what = f"{op} over axes {list(axes)} of {list(xshape)}, {per_group} rows a work group of {group}, {each}"
+    what = f"{op} over axes {list(axes)} of {list(xshape)}, {lay.rows} rows a work group of {lay.group}, {each}"
     lines = header(ctx, what, local, extra)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
-    grid = {"flat": list(size_of(node.shape)), "per_group": per_group}
+    grid = {"flat": list(size_of(node.shape)), "per_group": lay.rows}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
