@@ -22,6 +22,11 @@ eval drops none.
 `pack_attention` (a simplify pass: after autodiff) finds an `attention` and an
 `attention_lse` of the same q, k, causal and scale (a forward and the statistics its gradient
 saves) and computes both as one `attention_packed` node, [..., T, D + 1], read through slices.
+
+`pack_kv_grads` (a simplify pass, after autodiff) finds an `attention_grad` wrt k and one
+wrt v of the same inputs and attrs and computes both as one wrt kv node, [..., T, 2D], read
+through slices: FlashAttention-2's dK/dV loop, the query tiles streamed and p recomputed
+once for both.
 """
 
 from __future__ import annotations
@@ -233,5 +238,36 @@ def pack_attention(g: Graph) -> Graph:
             last = rw.append(Node("slice", (p,), (*lead, 1), col, n.loc))
             return rw.append(Node("reshape", (last,), n.shape, make_attrs(shape=n.shape), n.loc))
         return rw.append(n)
+
+    return rewrite(g, visit)
+
+
+def pack_kv_grads(g: Graph) -> Graph:
+    """`g` with each attention_grad wrt k that has one wrt v of the same inputs and other
+    attrs computed with it by one attention_grad wrt kv node (see the module doc)."""
+    found: dict = {}
+    for i, n in enumerate(g.nodes):
+        if n.op == "attention_grad" and n.attr("wrt") in ("k", "v"):
+            rest = tuple(kv for kv in n.attrs if kv[0] != "wrt")
+            found.setdefault((n.inputs, rest), {})[n.attr("wrt")] = i
+    pairs = {min(w.values()): w for w in found.values() if len(w) == 2}
+    if not pairs:
+        return g
+    column = {}  # node -> (its pair's first node, the column its part starts at)
+    for first, w in pairs.items():
+        d = g.nodes[first].shape[-1]
+        column[w["k"]], column[w["v"]] = (first, 0), (first, d)
+    packed: dict[int, int] = {}
+
+    def visit(rw: Rewriter, i: int, n: Node) -> int:
+        if i not in column:
+            return rw.append(n)
+        first, begin = column[i]
+        *lead, d = n.shape
+        if first not in packed:
+            attrs = make_attrs(**{**dict(n.attrs), "wrt": "kv"})
+            packed[first] = rw.append(Node("attention_grad", n.inputs, (*lead, 2 * d), attrs, n.loc))
+        cols = make_attrs(begin=(*(0,) * len(lead), begin), size=tuple(n.shape))
+        return rw.append(Node("slice", (packed[first],), n.shape, cols, n.loc))
 
     return rewrite(g, visit)

@@ -16,7 +16,7 @@ import numpy as np
 from dlc.runtime.dims import product as dim_product
 
 from . import registry
-from .attention_rewrite import pack_attention
+from .attention_rewrite import pack_attention, pack_kv_grads
 from .dtypes import F32
 from .ir import Graph, Node, Shape, make_attrs
 from .remat import rematerialize
@@ -256,6 +256,7 @@ PASSES: tuple[Callable[[Graph], Graph], ...] = (
     fold_constants,
     eliminate_common_subexpressions,
     pack_attention,  # after CSE: a forward and its gradient's statistics found as one q, k
+    pack_kv_grads,  # after CSE: the k and v gradients of one attention found as one
     eliminate_dead_code,
 )
 

@@ -62,6 +62,15 @@ def header(ctx: Context, kind_line: str, local: tuple[int, int, int], extra: Seq
     return lines
 
 
+def shared_limit(options: CodegenOptions) -> int:
+    """The bytes of shared memory a work group may declare: the device's limit where the
+    option `limits` gives it, else the spec's minimum or, if more, what the tuning table's row
+    of the device named by the option `device` says it has."""
+    if options.limits is not None:
+        return int(device_limits(options.limits)["max_shared_memory"])
+    return max(int(device_limits(None)["max_shared_memory"]), matmul_tuning.entry(options.device)["shared_bytes"])
+
+
 def group_index() -> str:
     """This work group's number on a 3D grid of groups."""
     return RENDERER.group_index()
@@ -161,11 +170,7 @@ class ComputeTarget(Target):
         the 16x16 template (no views at all). A kernel past the limits even so is a compile
         error."""
         o = codegen_options(options)
-        limits = device_limits(o.limits)
-        if o.limits is None:  # the tuning table's row knows the shared memory of the device it names
-            limits["max_shared_memory"] = max(
-                limits["max_shared_memory"], matmul_tuning.entry(o.device)["shared_bytes"]
-            )
+        limits = {**device_limits(o.limits), "max_shared_memory": shared_limit(o)}
         ks = self._render(plan, index, dims, o)
         why = over_limits(ks.source, ks.local_size, limits)
         matmul = plan.fusion.kernels[index].kind == "matmul"

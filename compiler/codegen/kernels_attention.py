@@ -13,7 +13,7 @@ output row in registers; the other side's rows stream through shared memory in t
 - attention_grad wrt q: own query rows, tiles of k and v; p recomputed from the saved lse;
 - attention_grad wrt k or v: own key rows, tiles of q, g, lse and delta (FlashAttention-2's
   dK/dV loop), so each output is summed by one invocation in a fixed order (deterministic,
-  no atomics).
+  no atomics); wrt kv: both in one loop (p recomputed once), each row's dk then its dv.
 
 Dropout (ops/attention.py): each term's weight w = m / (1 - p), m from the random ops' hash of
 the probability's flat index in the [..., T, T] tensor (dlc_random_uniform, as the unfused
@@ -27,20 +27,15 @@ clamped row, take part in every barrier, and store nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .. import registry
 from ..ir import format_shape
-from ..ops.attention import keep_scale
 from ..plan import size_of
-from . import index
+from . import kernels_attention_tiled
+from .attention_rows import dropout_weight, each_word, geometry, row_ix, row_word
 from .compute import KEY, TILE, header, kernel_source
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
-
-# names the dropout code declares (both targets)
-_DROP_NAMES = {"drop_seed", "drop_step", "drop_w"}
 
 ROWS = 64  # own rows a work group (invocations), at any size: taking 16 or 32 where 64 made
 # few groups (a one-sequence prefill: 24 groups of 64) was measured on the lent H200 after it
@@ -58,25 +53,6 @@ TILE_FLOATS = 896
 UNROLL_MAX = 128
 
 
-def _geometry(ctx: Context):
-    node = ctx.graph.nodes[ctx.kernel.anchor]
-    qshape = ctx.graph.nodes[node.inputs[0]].shape
-    return node, qshape[:-2], qshape[-2], int(qshape[-1])
-
-
-def _dropout(ctx: Context, em: Emitter, node) -> Callable[[str], str] | None:
-    """Where `node` drops probabilities: declares its seed and step, and returns the GLSL of
-    w (m / (1 - p)) for a flat index expression of the [..., T, T] probabilities; else None."""
-    p = node.attr("dropout")
-    if p is None:
-        return None
-    ctx.names.taken.update(_DROP_NAMES)
-    counters = node.inputs[-1]  # [$seed, $step]
-    em.line(f"float drop_seed = {em.value(counters, Ix(flat='0'))}, drop_step = {em.value(counters, Ix(flat='1'))};")
-    key, keep, scale = float_lit(float(node.attr("key"))), float_lit(float(p)), float_lit(keep_scale(p))
-    return lambda index: f"dlc_random_uniform(drop_seed, drop_step, {key}, {index}) >= {keep} ? {scale} : 0.0"
-
-
 def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS, own: int = ROWS) -> int:
     """Rows of a streamed tile (a power of two): `streamed` row tensors of width d within
     `tile_floats` floats (the k and v gradients' few row statistics fit beside them), at
@@ -87,37 +63,6 @@ def tile_rows(d: int, streamed: int, tile_floats: int = TILE_FLOATS, own: int = 
     return rows
 
 
-def row_ix(em: Emitter, tensor: int, row: str, col: str, flat: str) -> Ix:
-    """Element `col` of row `row` of a [..., T, D] tensor (`flat`: its flat index). A tensor
-    computed in the kernel (a fused slice-reshape-transpose of the qkv product) is read at
-    coordinates, the row's found once: from the flat index each element would re-derive them,
-    dividing by the symbolic T."""
-    if tensor in em.inside:
-        shape = em.g.nodes[tensor].shape
-        return Ix(multi=(*em.coords(Ix(flat=row), shape[:-1]), index.atom(col)))
-    return Ix(flat=flat)
-
-
-def row_word(em: Emitter, tensor: int, row: str, w: str, d: int, lanes: int) -> str:
-    """Word w of row `row` of a [..., T, D] tensor, as a float (lanes 1) or a vec4 (lanes 4)."""
-    parts = [
-        em.value(tensor, row_ix(em, tensor, row, f"{w} * {lanes} + {c}", f"({row} * {d} + {w} * {lanes} + {c})"))
-        for c in range(lanes)
-    ]
-    return parts[0] if lanes == 1 else f"vec4({', '.join(parts)})"
-
-
-def each_word(em: Emitter, words: int, line, unroll: bool) -> None:
-    """`line(w)` for every word w of a row: written out with constant w (`unroll`), or a loop."""
-    if not unroll:
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(line("w"))
-        em.close()
-        return
-    for w in range(words):
-        em.line(line(str(w)))
-
-
 def render(
     ctx: Context, unroll: bool | None = None, tile_floats: int | None = None, rows: int | None = None
 ) -> KernelSource:
@@ -125,18 +70,19 @@ def render(
     index is a constant (drivers then keep the rows in registers); None: where a tile holds
     UNROLL_MAX words or fewer. `tile_floats`: the streamed tiles' size (TILE_FLOATS); `rows`:
     a group's own rows (None: ROWS)."""
-    node, lead, t_dim, d = _geometry(ctx)
+    node, lead, t_dim, d = geometry(ctx)
     group_rows = rows or ROWS
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
     scale = float_lit(float(node.attr("scale")))
     q, k, v = (*node.inputs[:3], None)[:3]  # attention_lse has no v
     g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
-    by_key = wrt in ("k", "v")  # own rows are key rows
+    by_key = wrt in ("k", "v", "kv")  # own rows are key rows
+    both = wrt == "kv"  # dk and dv: an output row is dk's D columns, then dv's
     packed = op == "attention_packed"
     if packed:  # the forward, and each row's lse after its D outputs
         op = "attention"
-    width = d + 1 if packed else d  # of an output row
+    width = d + 1 if packed else 2 * d if both else d  # of an output row
     streamed = {"attention": [k, v], "attention_lse": [k]}.get(op) or ([q, g] if by_key else [k, v])
     cols = tile_rows(d, len(streamed), tile_floats or TILE_FLOATS, group_rows)
     # rows held as vec4 words where D allows: one shared-memory load feeds four multiply-adds
@@ -170,7 +116,7 @@ def render(
 
     if by_key:
         own_row("kr", k)
-        if wrt == "k":
+        if wrt in ("k", "kv"):
             own_row("vr", v)
     else:
         own_row("qr", q)
@@ -178,10 +124,13 @@ def render(
             own_row("gr", g)
             em.line(f"float row_lse = {em.value(lse, Ix(flat='row'))};")
             em.line(f"float row_delta = {em.value(delta, Ix(flat='row'))};")
-    weight = _dropout(ctx, em, node)
+    weight = dropout_weight(ctx, em, node)
     if op != "attention_lse":
         em.line(f"{ty} acc[{words}];")
         per_word(lambda w: f"acc[{w}] = {zero};")
+    if both:
+        em.line(f"{ty} accv[{words}];")
+        per_word(lambda w: f"accv[{w}] = {zero};")
     if op in ("attention", "attention_lse"):
         em.line("float m = -DLC_INF, l = 0.0;")
 
@@ -202,7 +151,7 @@ def render(
         em.open(f"if (lid < {cols})")
         em.line("int srow = bh * T + min(j0 + lid, T - 1);")
         em.line(f"tile_lse[lid] = {em.value(lse, Ix(flat='srow'))};")
-        if wrt == "k":
+        if wrt in ("k", "kv"):
             em.line(f"tile_delta[lid] = {em.value(delta, Ix(flat='srow'))};")
         em.close()
     em.line("memoryBarrierShared();")
@@ -235,8 +184,8 @@ def render(
         em.line(f"float {var} = 0.0;")
         per_word(lambda w: f"{var} += dot({a}[{w}], {tile}[jj * {words} + {w}]);")
 
-    def accumulate(weight: str, tile: str) -> None:
-        per_word(lambda w: f"acc[{w}] += {weight} * {tile}[jj * {words} + {w}];")
+    def accumulate(weight: str, tile: str, into: str = "acc") -> None:
+        per_word(lambda w: f"{into}[{w}] += {weight} * {tile}[jj * {words} + {w}];")
 
     mine = "kr" if by_key else "qr"
 
@@ -248,9 +197,9 @@ def render(
         if weight is not None:  # the probability (query i, key j)'s flat index
             i, j = ("j0 + jj", "own_clamped") if by_key else ("own_clamped", "j0 + jj")
             em.line(f"float drop_w = {weight(f'(bh * T + {i}) * T + {j}')};")
-        if wrt == "v":  # dv_j += p_ij w_ij g_i
-            accumulate("p" if weight is None else "(p * drop_w)", "tile1")
-        else:  # dp_ij = w_ij g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
+        if wrt in ("v", "kv"):  # dv_j += p_ij w_ij g_i
+            accumulate("p" if weight is None else "(p * drop_w)", "tile1", "accv" if both else "acc")
+        if wrt != "v":  # dp_ij = w_ij g_i . v_j; ds = p (dp - delta_i); dq_i += ds k_j, dk_j += ds q_i
             dot("vr" if by_key else "gr", "tile1", "dp")
             if weight is not None:
                 em.line("dp *= drop_w;")
@@ -290,21 +239,22 @@ def render(
     if op == "attention_lse":
         em.line("epilogue(row, m + log(l));")
     else:
-        post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k") else ""}[op]
-        em.open(f"for (int w = 0; w < {words}; w++)")
-        em.line(f"{ty} result = acc[w]{post};")
-        if lanes == 1:
-            em.line(f"epilogue(row * {width} + w, result);")
-        for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
-            em.line(f"epilogue(row * {width} + w * 4 + {c}, result.{lane});")
-        em.close()
+        post = {"attention": " / l", "attention_grad": f" * {scale}" if wrt in ("q", "k", "kv") else ""}[op]
+        for arr, post_, at in (("acc", post, ""), ("accv", "", f" + {d}"))[: 2 if both else 1]:
+            em.open(f"for (int w = 0; w < {words}; w++)")
+            em.line(f"{ty} result = {arr}[w]{post_};")
+            if lanes == 1:
+                em.line(f"epilogue(row * {width}{at} + w, result);")
+            for c, lane in enumerate("xyzw"[: lanes if lanes > 1 else 0]):
+                em.line(f"epilogue(row * {width}{at} + w * 4 + {c}, result.{lane});")
+            em.close()
         if packed:
             em.line(f"epilogue(row * {width} + {d}, m + log(l));")
 
     shared = [f"shared {ty} tile{i}[{cols * words}];" for i in range(len(streamed))]
     if by_key:
         shared.append(f"shared float tile_lse[{cols}];")
-        if wrt == "k":
+        if wrt in ("k", "kv"):
             shared.append(f"shared float tile_delta[{cols}];")
     local = (group_rows, 1, 1)
     what = (
@@ -324,20 +274,25 @@ def texture_body(ctx: Context, em: Emitter) -> str:
     A fragment has its own row (query row, or key row for a k or v gradient) and one column;
     it loops over the other side's rows (the online softmax of the compute kernels, one row
     at a time): T x D work an element, no T x T storage."""
-    node, lead, t_dim, d = _geometry(ctx)
+    node, lead, t_dim, d = geometry(ctx)
     op, wrt = node.op, node.attr("wrt")
     causal = bool(node.attr("causal"))
     scale = float_lit(float(node.attr("scale")))
     q, k, v = (*node.inputs[:3], None)[:3]
     g, lse, delta = node.inputs[3:6] if op == "attention_grad" else (None, None, None)
-    by_key = wrt in ("k", "v")
+    by_key = wrt in ("k", "v", "kv")
+    both = wrt == "kv"  # a row's dk columns, then its dv columns: each fragment computes one
     packed = op == "attention_packed"
     if packed:  # the forward, and each row's lse in column D
         op = "attention"
-    width = d + 1 if packed else d
+    width = d + 1 if packed else 2 * d if both else d
     em.line(f"int at_T = {ctx.dim(t_dim)};")
     if op == "attention_lse":
         em.line("int at_row = o, at_col = 0;")
+    elif both:
+        em.line(f"int at_row = o / {width}, at_c = o - at_row * {width};")
+        em.line(f"bool at_isv = at_c >= {d};  // a dv column")
+        em.line(f"int at_col = at_isv ? at_c - {d} : at_c;")
     else:
         em.line(f"int at_row = o / {width}, at_col = min(o - at_row * {width}, {d - 1});")
     em.line("int at_base = (at_row / at_T) * at_T, at_own = at_row - at_base;")
@@ -355,7 +310,7 @@ def texture_body(ctx: Context, em: Emitter) -> str:
         em.line(f"{var} += {at(a, a_row, 'at_d')} * {at(b, b_row, 'at_d')};")
         em.close()
 
-    weight = _dropout(ctx, em, node)
+    weight = dropout_weight(ctx, em, node)
     em.line("float at_m = -DLC_INF, at_l = 0.0, at_acc = 0.0;")
     em.open(f"for (int at_j = {lo}; at_j < {hi}; at_j++)")
     em.line("int at_other = at_base + at_j;")
@@ -375,27 +330,38 @@ def texture_body(ctx: Context, em: Emitter) -> str:
         em.line("at_m = at_mt;")
     else:
         em.line(f"float at_p = at_s == -DLC_INF ? 0.0 : exp(at_s - {em.value(lse, Ix(flat=qrow))});")
-        if wrt == "v":
+        if wrt in ("v", "kv"):
+            if both:
+                em.open("if (at_isv)")
             w = "at_p" if weight is None else "(at_p * drop_w)"
             em.line(f"at_acc += {w} * {at(g, 'at_other', 'at_col')};")
-        else:
+            if both:
+                em.close()
+        if wrt != "v":
+            if both:
+                em.open("else")
             dot(g, qrow, v, krow, "at_dp")
             if weight is not None:
                 em.line("at_dp *= drop_w;")
             em.line(f"float at_ds = at_p * (at_dp - {em.value(delta, Ix(flat=qrow))});")
             em.line(f"at_acc += at_ds * {at(k if wrt == 'q' else q, 'at_other', 'at_col')};")
+            if both:
+                em.close()
     em.close()
     result = {
         "attention": f"o - at_row * {width} == {d} ? at_m + log(at_l) : at_acc / at_l" if packed else "at_acc / at_l",
         "attention_lse": "at_m + log(at_l)",
-    }.get(op, f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
+    }.get(op, f"at_isv ? at_acc : at_acc * {scale}" if both else f"at_acc * {scale}" if wrt in ("q", "k") else "at_acc")
     em.line(f"float acc = {result};")
     what = f"{node.op}{f' wrt {wrt}' if wrt else ''} over {format_shape(lead)} x [{t_dim}, {d}]"
     return what + ", one fragment per output"
 
 
 def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
-    """The compute target's lowering of attention kernels."""
+    """The compute target's lowering of attention kernels: a gradient the tiled layout takes
+    is register-tiled (kernels_attention_tiled.py) unless the option attention_tiled is off."""
+    if options.attention_tiled is not False and kernels_attention_tiled.takes(ctx, options):
+        return kernels_attention_tiled.render(ctx)
     return render(ctx, options.attention_unroll, options.attention_tile, options.attention_rows)
 
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
+from .attention_rows import each_word, row_ix, row_word
 from .compute import KEY, TILE, header, kernel_source
 from .fragment import TextureKernel, TexturePass, finish
 from .glsl import Context, Emitter, Ix, KernelSource, mul
-from .kernels_attention import each_word, row_ix, row_word
 from .options import CodegenOptions
 from .renderer import float_lit
 from .texture import KEY as TEXTURE_KEY

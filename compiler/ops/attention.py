@@ -9,10 +9,13 @@ concrete); s = q @ k^T * scale over each leading index, causal: key j > query i 
   attention_grad(q, k, v, g, lse, delta; wrt)                               [..., T, D]
       with p = exp(s - lse), dp = g @ v^T, ds = p * (dp - delta), delta = sum(g * o, -1):
       wrt q: ds @ k * scale;   wrt k: ds^T @ q * scale;   wrt v: p^T @ g
+      wrt kv: each row's dk, then its dv                                    [..., T, 2D]
 
 `attention_packed` is what a training step runs where it needs both the output and the row
 statistics (compiler/attention_rewrite.py: `pack_attention`, after autodiff): one kernel
-for both. The gradient recomputes p from the saved row statistics (FlashAttention-2's
+for both. `attention_grad` wrt kv is the k and v gradients of one q, k, v in one kernel
+(`pack_kv_grads`, after autodiff): both loop over the same query tiles and recompute the
+same p. The gradient recomputes p from the saved row statistics (FlashAttention-2's
 backward), so no op here makes a T x T tensor (codegen/kernels_attention.py: tiled kernels
 with an online softmax on the compute target; a fragment per output element looping over
 the other rows on the texture target). Causal: the masked terms are left out, not added as 0.
@@ -102,9 +105,9 @@ def _grad_shape(ins, attrs):
     for name, s in (("lse", lse), ("delta", delta)):
         if tuple(s) != tuple(q[:-1]):
             raise ShapeError(f"attention_grad's {name} {format_shape(s)} must be {format_shape(q[:-1])}")
-    if attrs["wrt"] not in ("q", "k", "v"):
-        raise ShapeError(f"attention_grad's wrt is q, k or v, got {attrs['wrt']!r}")
-    return tuple(q)
+    if attrs["wrt"] not in ("q", "k", "v", "kv"):
+        raise ShapeError(f"attention_grad's wrt is q, k, v or kv, got {attrs['wrt']!r}")
+    return (*q[:-1], 2 * q[-1]) if attrs["wrt"] == "kv" else tuple(q)
 
 
 def scores(q, k, attrs):
@@ -172,6 +175,9 @@ def _grad_ref(args, attrs, dims):
     causal = attrs["causal"]
     scale = q.dtype.type(attrs["scale"])
     wrt = attrs["wrt"]
+    if wrt == "kv":  # each row's dk, then its dv
+        parts = [_grad_ref(args, {**attrs, "wrt": x}, dims) for x in ("k", "v")]
+        return np.concatenate(parts, axis=-1)
     w = dropout_weights(q, args[6:], attrs)
     if wrt == "v":  # dv = (p * w)^T @ g
         return _product(p if w is None else p * w, g, causal, transposed=True)

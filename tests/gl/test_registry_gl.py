@@ -304,9 +304,11 @@ def attention_cases() -> list[Case]:
             Case("attention_packed", [(2, 70, 8)] * 3, a, label=f"{c}-T70"),
             Case("attention_packed", [(3, 9, 5)] * 3, a, label=f"{c}-head5"),
         ]
-        for wrt in ("q", "k", "v"):
+        for wrt in ("q", "k", "v", "kv"):
             shapes = [(2, 70, 8)] * 4 + [(2, 70)] * 2
             out.append(Case("attention_grad", shapes, {**a, "wrt": wrt}, label=f"{c}-{wrt}-T70"))
+        # dk and dv of one kernel with rows as floats (a head of 5)
+        out.append(Case("attention_grad", [(3, 9, 5)] * 4 + [(3, 9)] * 2, {**a, "wrt": "kv"}, label=f"{c}-kv-head5"))
     out.append(Case("attention", [(1, 2, 40, 64)] * 3, {"causal": True, "scale": 0.125}, label="head64"))
     # a head of 5: rows as floats, not vec4 words
     out.append(Case("attention", [(2, 67, 5)] * 3, {"causal": True, "scale": 0.4}, label="head5"))
