@@ -333,7 +333,8 @@ class Emitter:
         self.lines.append("    " * self.indent + text)
 
     def open(self, header: str) -> None:
-        self.line(header + " {")
+        """`header {` (a bare block where header is ""), and a scope for its values."""
+        self.line(f"{header} {{" if header else "{")
         self.indent += 1
         self.scopes.append({})
 

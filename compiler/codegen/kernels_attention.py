@@ -361,7 +361,7 @@ def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     """The compute target's lowering of attention kernels: a gradient the tiled layout takes
     is register-tiled (kernels_attention_tiled.py) unless the option attention_tiled is off."""
     if options.attention_tiled is not False and kernels_attention_tiled.takes(ctx, options):
-        return kernels_attention_tiled.render(ctx)
+        return kernels_attention_tiled.render(ctx, kernels_attention_tiled.tiling_of(options))
     return render(ctx, options.attention_unroll, options.attention_tile, options.attention_rows)
 
 

@@ -28,6 +28,9 @@ masked rows hold real values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from ..ir import format_shape
 from ..plan import size_of
 from .attention_rows import dropout_weight, geometry, row_word
@@ -36,30 +39,67 @@ from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
 
-OWN = 32  # own rows a work group
-STREAM = 32  # streamed rows a tile (= OWN: the causal diagonal is one whole tile)
-LANES = 128  # invocations a group: 8 x 16 in step 1 (8 x 4 own by 16 x 2 streamed rows)
-MAX_WORDS = 16  # vec4 words of a row: step 2 gives an invocation one word of 4 own rows
+MAX_WORDS = 16  # vec4 words of a row (a head of 64)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """own rows a work group, streamed rows a tile, streamed rows an invocation's block in
+    step 1 (its own rows are 4): the group has (own / 4) x (stream / block) invocations."""
+
+    own: int = 32
+    stream: int = 32
+    block: int = 2
+    prefetch: bool = False  # the next streamed tile loaded into registers during this one's steps
+
+    @property
+    def across(self) -> int:  # invocations along the own rows in step 1 (`to`), and in step 2
+        return self.own // 4
+
+    @property
+    def lanes(self) -> int:
+        return self.across * (self.stream // self.block)
+
+
+TILING = Tiling()
 
 
 # the names the kernel declares (the emitter's own temporaries stay clear of them)
 _NAMES = {
-    *("lid", "blk", "bh", "T", "own0", "to", "ts", "og", "wd", "start", "end", "j0", "e", "r", "w", "s"),
-    *("row", "sj", "p", "o", "value", "srow0", "srow1"),
-    *(f"{stem}{r}" for stem in ("qrow", "lse", "delta", "out", "acc", "dk", "dv", "a1_", "a2_") for r in range(4)),
-    *(f"{stem}{r}{x}" for stem in ("s", "dp", "p", "ds") for r in range(4) for x in range(2)),
-    *("b1_0", "b1_1", "b2_0", "b2_1"),
+    *("lid", "blk", "bh", "T", "own0", "to", "ts", "start", "end", "j0", "e", "r", "w", "s"),
+    *("row", "sj", "p", "o", "value"),
+    *(f"{stem}{r}" for stem in ("qrow", "lse", "delta", "out", "a1_", "a2_") for r in range(4)),
+    *(f"{stem}{r}{x}" for stem in ("s", "dp", "p", "ds") for r in range(4) for x in range(16)),
+    *(f"{stem}{x}" for stem in ("srow", "b1_", "b2_") for x in range(16)),
+    *(f"{stem}{i}_{n}" for stem in ("pf", "ps") for i in range(2) for n in range(16)),
     *(f"tile_{name}" for name in ("a1", "a2", "b1", "b2", "p", "ds", "lse", "delta")),
-    *(f"tile_{name}_s" for name in ("b1", "b2", "p", "ds")),
 }
+# and, for each step-2 item k of an invocation: og<k>, wd<k>, (acc|dk|dv)<k>_<r>, tile_<x>_s<k>
+_ITEM_STEMS = ("og", "wd", "acc", "dk", "dv", "tile_b1_s", "tile_b2_s", "tile_p_s", "tile_ds_s")
 
 
-def shared_bytes(wrt: str, d: int) -> int:
+def shared_bytes(tiling: Tiling, wrt: str, d: int) -> int:
     """The shared memory the kernel for `wrt` and a head of d declares."""
-    words = d // 4
+    words, own, stream = d // 4, tiling.own, tiling.stream
     need_ds, want_dv, by_key = wrt != "v", wrt in ("v", "kv"), wrt != "q"
-    vec4s = OWN * (words + 1) * (2 if need_ds else 1) + STREAM * words * 2 + STREAM * 8 * (need_ds + want_dv)
-    return 16 * vec4s + (4 * STREAM * (1 + need_ds) if by_key else 0)
+    vec4s = own * (words + 1) * (1 + need_ds) + stream * (words + 1) * 2 + stream * tiling.across * (need_ds + want_dv)
+    return 16 * vec4s + (4 * stream * (1 + need_ds) if by_key else 0)
+
+
+def tiling_of(options: CodegenOptions) -> Tiling:
+    """The option attention_tiled's tiling (a mapping of Tiling's fields), else TILING."""
+    chosen = options.attention_tiled
+    if not isinstance(chosen, Mapping):
+        return TILING
+    unknown = set(chosen) - {"own", "stream", "block", "prefetch"}
+    if unknown:
+        raise ValueError(
+            f"codegen option attention_tiled: no field {sorted(unknown)}; it takes own, stream, block, prefetch"
+        )
+    tiling = Tiling(**chosen)
+    if tiling.own % 4 or tiling.stream % tiling.block or tiling.lanes > 1024:
+        raise ValueError(f"codegen option attention_tiled: {tiling} is no tiling (own a multiple of 4, ...)")
+    return tiling
 
 
 def takes(ctx: Context, options: CodegenOptions) -> bool:
@@ -69,11 +109,15 @@ def takes(ctx: Context, options: CodegenOptions) -> bool:
     node, _, _, d = geometry(ctx)
     if node.op != "attention_grad" or d % 4 or d // 4 > MAX_WORDS:
         return False
-    return shared_bytes(node.attr("wrt"), d) <= shared_limit(options)
+    tiling = tiling_of(options)
+    fits = shared_bytes(tiling, node.attr("wrt"), d) <= shared_limit(options)
+    return fits
 
 
-def render(ctx: Context) -> KernelSource:
+def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
     node, lead, t_dim, d = geometry(ctx)
+    own, stream, block, across, lanes = tiling.own, tiling.stream, tiling.block, tiling.across, tiling.lanes
+    down = stream // block  # invocations along the streamed rows in step 1 (`ts`)
     wrt = node.attr("wrt")
     causal = bool(node.attr("causal"))
     scale = float_lit(float(node.attr("scale")))
@@ -84,9 +128,12 @@ def render(ctx: Context) -> KernelSource:
     own1, own2 = (k, v) if by_key else (q, g)
     streamed1, streamed2 = (q, g) if by_key else (k, v)
     words = d // 4
-    stride = words + 1  # vec4 words between own rows in shared memory: each starts a bank over
+    stride = words + 1  # vec4 words between rows in shared memory: each starts a bank over
     width = 2 * d if wrt == "kv" else d  # of an output row
     ctx.names.taken.update(_NAMES)
+    ctx.names.taken.update(
+        f"{stem}{k}{tail}" for stem in _ITEM_STEMS for k in range(8) for tail in ("", "_0", "_1", "_2", "_3")
+    )
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
@@ -95,15 +142,21 @@ def render(ctx: Context) -> KernelSource:
     em.line(f"int blk = int({TILE}.x), bh = int({TILE}.y);")
     em.line("int lid = int(gl_LocalInvocationID.x);")
     em.line(f"int T = {ctx.dim(t_dim)};")
-    em.line(f"int own0 = blk * {OWN};  // this group's first own row")
-    em.line("int to = lid % 8, ts = lid / 8;  // step 1: own rows to + 8r, streamed rows ts + 16x")
-    em.line(f"int og = lid / {words}, wd = lid % {words};  // step 2: own rows og + 8r, word wd")
+    em.line(f"int own0 = blk * {own};  // this group's first own row")
+    em.line(f"int to = lid % {across}, ts = lid / {across};  // step 1: own rows to + {across}r, streamed ts + {down}x")
+    items = across * words  # step 2's: 4 own rows (og + across r) by one word wd
+    per = -(-items // lanes)  # items an invocation
+    for k in range(per):
+        at = f"lid + {lanes * k}" if k else "lid"
+        em.line(
+            f"int og{k} = ({at}) / {words}, wd{k} = ({at}) % {words};  // step 2: rows og{k} + {across}r, word wd{k}"
+        )
     weight = dropout_weight(ctx, em, node)
 
-    def load_rows(dst: list[tuple[str, int]], first: str, zero_past: bool, pitch: int) -> None:
-        """Rows first .. first + 31 of each (shared array, tensor) into shared memory, `pitch`
-        vec4 words apart: rows past T as zeros (`zero_past`) or as the last row."""
-        em.open(f"for (int e = lid; e < {OWN * words}; e += {LANES})")
+    def load_rows(dst: list[tuple[str, int]], first: str, rows: int, zero_past: bool, pitch: int) -> None:
+        """Rows first .. first + rows - 1 of each (shared array, tensor) into shared memory,
+        `pitch` vec4 words apart: rows past T as zeros (`zero_past`) or as the last row."""
+        em.open(f"for (int e = lid; e < {rows * words}; e += {lanes})")
         em.line(f"int r = {first} + e / {words}, w = e % {words};")
         em.line("int row = bh * T + min(r, T - 1);")
         for name, tensor in dst:
@@ -112,61 +165,113 @@ def render(ctx: Context) -> KernelSource:
             em.line(f"{name}[(e / {words}) * {pitch} + w] = {value};")
         em.close()
 
-    load_rows([("tile_a1", own1), ("tile_a2", own2)] if need_ds else [("tile_a1", own1)], "own0", False, stride)
+    load_rows([("tile_a1", own1), ("tile_a2", own2)] if need_ds else [("tile_a1", own1)], "own0", own, False, stride)
     if not by_key:  # each invocation's own query rows' statistics, for step 1
         for r in range(4):
-            em.line(f"int qrow{r} = bh * T + min(own0 + to + {8 * r}, T - 1);")
+            em.line(f"int qrow{r} = bh * T + min(own0 + to + {across * r}, T - 1);")
             em.line(f"float lse{r} = {em.value(lse, Ix(flat=f'qrow{r}'))};")
             if need_ds:
                 em.line(f"float delta{r} = {em.value(delta, Ix(flat=f'qrow{r}'))};")
     outputs = ["dk", "dv"] if wrt == "kv" else ["acc"]
     for out in outputs:
-        em.line(f"vec4 {out}0 = vec4(0.0), {out}1 = vec4(0.0), {out}2 = vec4(0.0), {out}3 = vec4(0.0);")
+        for k in range(per):
+            em.line("vec4 " + ", ".join(f"{out}{k}_{r} = vec4(0.0)" for r in range(4)) + ";")
 
     if by_key:  # causal key blocks see queries from their own first row
         em.line(f"int start = {'own0' if causal else '0'}, end = T;")
     else:  # causal query blocks see keys up to their last row
-        em.line(f"int start = 0, end = {f'min(T, own0 + {OWN})' if causal else 'T'};")
-    em.open(f"for (int j0 = start; j0 < end; j0 += {STREAM})")
-    em.line("barrier();  // every invocation is done with the last tile")
-    load_rows([("tile_b1", streamed1), ("tile_b2", streamed2)], "j0", True, words)
-    if by_key:
-        em.open(f"if (lid < {STREAM})")
-        em.line("int row = bh * T + min(j0 + lid, T - 1);")
-        em.line(f"tile_lse[lid] = {em.value(lse, Ix(flat='row'))};")
-        if need_ds:
-            em.line(f"tile_delta[lid] = {em.value(delta, Ix(flat='row'))};")
+        em.line(f"int start = 0, end = {f'min(T, own0 + {own})' if causal else 'T'};")
+    streamed = [("tile_b1", streamed1), ("tile_b2", streamed2)]
+    stats = [("tile_lse", lse), *([("tile_delta", delta)] if need_ds else [])] if by_key else []
+    fetches = -(-stream * words // lanes)  # vec4 words of each streamed operand an invocation loads
+    stat_fetches = -(-stream // lanes)
+
+    def fetch(first: str) -> None:
+        """Prefetch: the streamed tile from row `first` into this invocation's registers
+        (pf<operand>_<n>, and by key ps<stat>_<n>), rows past T as zeros; a scope of its own,
+        so that no later read reuses its loads."""
+        em.open("")
+        for n in range(fetches):
+            em.line(f"int e = min(lid + {lanes * n}, {stream * words - 1});  // an invocation past the last repeats it")
+            em.line(f"int r = {first} + e / {words}, w = e % {words};")
+            em.line("int row = bh * T + min(r, T - 1);")
+            for i, (_, tensor) in enumerate(streamed):
+                em.line(f"pf{i}_{n} = r < T ? {row_word(em, tensor, 'row', 'w', d, 4)} : vec4(0.0);")
+            em.close()
+            em.open("")
+        for n in range(stat_fetches):
+            em.line(f"int row = bh * T + min({first} + min(lid + {lanes * n}, {stream - 1}), T - 1);")
+            for i, (_, tensor) in enumerate(stats):
+                em.line(f"ps{i}_{n} = {em.value(tensor, Ix(flat='row'))};")
+            em.close()
+            em.open("")
         em.close()
+
+    def keep() -> None:
+        """Prefetch: the registers `fetch` filled into the shared tiles."""
+        for n in range(fetches):
+            e = f"lid + {lanes * n}"
+            guarded = (n + 1) * lanes > stream * words
+            text = f"{{}}[(({e}) / {words}) * {stride} + ({e}) % {words}] = {{}};"
+            for i, (name, _) in enumerate(streamed):
+                line = text.format(name, f"pf{i}_{n}")
+                em.line(f"if ({e} < {stream * words}) {line}" if guarded else line)
+        for n in range(stat_fetches):
+            e = f"lid + {lanes * n}"
+            for i, (name, _) in enumerate(stats):
+                line = f"{name}[{e}] = ps{i}_{n};"
+                em.line(f"if ({e} < {stream}) {line}" if (n + 1) * lanes > stream else line)
+
+    if tiling.prefetch:
+        for n in range(fetches):
+            em.line(f"vec4 {', '.join(f'pf{i}_{n}' for i in range(len(streamed)))};")
+        for n in range(stat_fetches if stats else 0):
+            em.line(f"float {', '.join(f'ps{i}_{n}' for i in range(len(stats)))};")
+        fetch("start")
+    em.open(f"for (int j0 = start; j0 < end; j0 += {stream})")
+    em.line("barrier();  // every invocation is done with the last tile")
+    if tiling.prefetch:
+        keep()
+    else:
+        load_rows(streamed, "j0", stream, True, stride)
+        if by_key:
+            em.open(f"for (int e = lid; e < {stream}; e += {lanes})")
+            em.line("int row = bh * T + min(j0 + e, T - 1);")
+            for name, tensor in stats:
+                em.line(f"{name}[e] = {em.value(tensor, Ix(flat='row'))};")
+            em.close()
     em.line("memoryBarrierShared();")
     em.line("barrier();")
+    if tiling.prefetch:  # the next tile's loads in flight during this one's steps (past end: clamped rows)
+        fetch(f"j0 + {stream}")
 
-    # step 1: s (and dp) of own rows to + 8r and streamed rows ts + 16x
-    pairs = [(r, x) for r in range(4) for x in range(2)]
+    # step 1: s (and dp) of own rows to + across r and streamed rows ts + down x
+    pairs = [(r, x) for r in range(4) for x in range(block)]
     em.line("float " + ", ".join(f"s{r}{x} = 0.0" for r, x in pairs) + ";")
     if need_ds:
         em.line("float " + ", ".join(f"dp{r}{x} = 0.0" for r, x in pairs) + ";")
     em.open(f"for (int w = 0; w < {words}; w++)")
-    for x in range(2):
-        em.line(f"vec4 b1_{x} = tile_b1[(ts + {16 * x}) * {words} + w];")
+    for x in range(block):
+        em.line(f"vec4 b1_{x} = tile_b1[(ts + {down * x}) * {stride} + w];")
         if need_ds:
-            em.line(f"vec4 b2_{x} = tile_b2[(ts + {16 * x}) * {words} + w];")
+            em.line(f"vec4 b2_{x} = tile_b2[(ts + {down * x}) * {stride} + w];")
     for r in range(4):
-        em.line(f"vec4 a1_{r} = tile_a1[(to + {8 * r}) * {stride} + w];")
+        em.line(f"vec4 a1_{r} = tile_a1[(to + {across * r}) * {stride} + w];")
         if need_ds:
-            em.line(f"vec4 a2_{r} = tile_a2[(to + {8 * r}) * {stride} + w];")
+            em.line(f"vec4 a2_{r} = tile_a2[(to + {across * r}) * {stride} + w];")
     for r, x in pairs:
         em.line(f"s{r}{x} += dot(a1_{r}, b1_{x});")
         if need_ds:
             em.line(f"dp{r}{x} += dot(a2_{r}, b2_{x});")
     em.close()
-    for x in range(2):
-        em.line(f"int srow{x} = j0 + ts + {16 * x};  // a streamed row (past T: left out)")
+    for x in range(block):
+        em.line(f"int srow{x} = j0 + ts + {down * x};  // a streamed row (past T: left out)")
     for r, x in pairs:
-        own_row, other = f"(own0 + to + {8 * r})", f"srow{x}"
+        own_row, other = f"(own0 + to + {across * r})", f"srow{x}"
         i, j = (other, own_row) if by_key else (own_row, other)  # query, key
         ok = f"{other} < T" + (f" && {i} >= {j}" if causal else "")
-        row_lse = f"tile_lse[ts + {16 * x}]" if by_key else f"lse{r}"
-        row_delta = f"tile_delta[ts + {16 * x}]" if by_key else f"delta{r}"
+        row_lse = f"tile_lse[ts + {down * x}]" if by_key else f"lse{r}"
+        row_delta = f"tile_delta[ts + {down * x}]" if by_key else f"delta{r}"
         em.line(f"float p{r}{x} = 0.0, ds{r}{x} = 0.0;")
         em.open(f"if ({ok})")
         em.line(f"float sj = s{r}{x} * {scale};")
@@ -179,8 +284,8 @@ def render(ctx: Context) -> KernelSource:
             em.line(f"ds{r}{x} = p * (dp{r}{x}{drop} - {row_delta});")
         em.line(f"p{r}{x} = p{drop};")
         em.close()
-    for x in range(2):
-        at = f"(ts + {16 * x}) * 8 + to"
+    for x in range(block):
+        at = f"(ts + {down * x}) * {across} + to"
         if want_dv:
             em.line(f"tile_p[{at}] = vec4({', '.join(f'p{r}{x}' for r in range(4))});")
         if need_ds:
@@ -188,70 +293,79 @@ def render(ctx: Context) -> KernelSource:
     em.line("memoryBarrierShared();")
     em.line("barrier();")
 
-    # step 2: 4 own rows og + 8r, word wd, over the tile's streamed rows s
+    # step 2: an invocation's items k (4 own rows og_k + across r, word wd_k) over the tile's
+    # streamed rows s
     terms = []  # (accumulator stem, shared array of the weights, streamed operand's tile)
     if need_ds:
         terms.append(("dk" if wrt == "kv" else "acc", "tile_ds", "tile_b1"))
     if want_dv:
         terms.append(("dv" if wrt == "kv" else "acc", "tile_p", "tile_b2"))
+    ragged = items % lanes != 0  # the last item of some invocations is past the last
 
     def add_terms(check: str | None) -> None:
-        em.open(f"for (int s = 0; s < {STREAM}; s++)")
-        for _, weights, operand in terms:
-            em.line(f"vec4 {weights}_s = {weights}[s * 8 + og], {operand}_s = {operand}[s * {words} + wd];")
-        for r, lane in enumerate("xyzw"):
-            for acc, weights, operand in terms:
-                line = f"{acc}{r} += {weights}_s.{lane} * {operand}_s;"
-                em.line(line if check is None else f"if ({check.format(o=f'og + {8 * r}')}) {line}")
+        em.open(f"for (int s = 0; s < {stream}; s++)")
+        for k in range(per):
+            if ragged and k == per - 1:
+                em.open(f"if (og{k} < {across})")
+            for _, weights, operand in terms:
+                em.line(
+                    f"vec4 {weights}_s{k} = {weights}[s * {across} + og{k}], "
+                    f"{operand}_s{k} = {operand}[s * {stride} + wd{k}];"
+                )
+            for r, lane in enumerate("xyzw"):
+                for acc, weights, operand in terms:
+                    line = f"{acc}{k}_{r} += {weights}_s{k}.{lane} * {operand}_s{k};"
+                    em.line(line if check is None else f"if ({check.format(o=f'og{k} + {across * r}')}) {line}")
+            if ragged and k == per - 1:
+                em.close()
         em.close()
 
-    em.line(f"// {8 * words} of the {LANES} invocations hold outputs")
-    em.open("if (og < 8)")
-    if causal:  # the diagonal tile: query i >= key j, own and streamed rows from one start
-        em.open("if (j0 == own0)")
-        add_terms("s >= {o}" if by_key else "s <= {o}")
+    if causal:  # tiles the diagonal crosses: each term checked (query i >= key j)
+        crossed = f"j0 < own0 + {own - 1}" if by_key else f"j0 + {stream - 1} > own0"
+        em.open(f"if ({crossed})")
+        add_terms("j0 + s >= own0 + {o}" if by_key else "j0 + s <= own0 + {o}")
         em.close()
         em.open("else")
         add_terms(None)
         em.close()
     else:
         add_terms(None)
-    em.close()
     em.close()  # the tile loop
 
-    em.open("if (og < 8)")
-    for r in range(4):
-        em.line(f"int out{r} = own0 + og + {8 * r};")
-        em.open(f"if (out{r} < T)")
-        em.line(f"int row = bh * T + out{r};")
-        for out in outputs:  # dq and dk are sums of ds times a row: times scale here
-            post = f" * {scale}" if out != "dv" and need_ds else ""
-            at = f" + {d}" if out == "dv" else ""
-            for c, lane in enumerate("xyzw"):
-                em.line(f"epilogue(row * {width}{at} + wd * 4 + {c}, {out}{r}.{lane}{post});")
+    for k in range(per):
+        em.open(f"if (og{k} < {across})")
+        for r in range(4):
+            em.line(f"int out{r} = own0 + og{k} + {across * r};")
+            em.open(f"if (out{r} < T)")
+            em.line(f"int row = bh * T + out{r};")
+            for out in outputs:  # dq and dk are sums of ds times a row: times scale here
+                post = f" * {scale}" if out != "dv" and need_ds else ""
+                at = f" + {d}" if out == "dv" else ""
+                for c, lane in enumerate("xyzw"):
+                    em.line(f"epilogue(row * {width}{at} + wd{k} * 4 + {c}, {out}{k}_{r}.{lane}{post});")
+            em.close()
         em.close()
-    em.close()
 
     shared = [
-        f"shared vec4 tile_a1[{OWN * stride}];  // own rows",
-        *([f"shared vec4 tile_a2[{OWN * stride}];"] if need_ds else []),
-        f"shared vec4 tile_b1[{STREAM * words}], tile_b2[{STREAM * words}];  // a tile of streamed rows",
+        f"shared vec4 tile_a1[{own * stride}];  // own rows",
+        *([f"shared vec4 tile_a2[{own * stride}];"] if need_ds else []),
+        f"shared vec4 tile_b1[{stream * stride}], tile_b2[{stream * stride}];  // a tile of streamed rows",
     ]
     if want_dv:
-        shared.append(f"shared vec4 tile_p[{STREAM * 8}];  // p w: [streamed row][to] (own rows to + 8r)")
+        shared.append(f"shared vec4 tile_p[{stream * across}];  // p w: [streamed row][to] (own rows to + {across}r)")
     if need_ds:
-        shared.append(f"shared vec4 tile_ds[{STREAM * 8}];  // ds, as tile_p")
+        shared.append(f"shared vec4 tile_ds[{stream * across}];  // ds, as tile_p")
     if by_key:
-        shared.append(f"shared float tile_lse[{STREAM}];")
+        shared.append(f"shared float tile_lse[{stream}];")
         if need_ds:
-            shared.append(f"shared float tile_delta[{STREAM}];")
-    local = (LANES, 1, 1)
+            shared.append(f"shared float tile_delta[{stream}];")
+    local = (lanes, 1, 1)
     what = (
         f"attention_grad wrt {wrt}{' causal' if causal else ''} over {format_shape(lead)} x [{t_dim}, {d}]: "
-        f"a work group per {OWN} {'key' if by_key else 'query'} rows, tiles of {STREAM}, 4 x 2 register tiles"
+        f"a work group per {own} {'key' if by_key else 'query'} rows, tiles of {stream}, 4 x {block} register tiles"
     )
     lines = header(ctx, what, local, shared)
     lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
     lines += ["void main() {", *em.lines, "}"]
-    grid = {"tiles": [[list(size_of((t_dim,))), OWN], [list(size_of(lead)), 1], [[1], 1]]}
+    grid = {"tiles": [[list(size_of((t_dim,))), own], [list(size_of(lead)), 1], [[1], 1]]}
     return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)

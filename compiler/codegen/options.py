@@ -35,7 +35,9 @@ class CodegenOptions:
     attention_unroll: bool | None = None  # attention kernels: rows and words written out (None: by size)
     attention_tile: int | None = None  # attention kernels: floats of the streamed tiles (TILE_FLOATS)
     attention_rows: int | None = None  # attention kernels: a work group's own rows (None: by size)
-    attention_tiled: bool | None = None  # attention gradients: register tiles where the head allows (None: on)
+    # attention gradients: register tiles where the head allows (None or True: on, a mapping:
+    # the tiling, kernels_attention_tiled.Tiling's fields; False: the row layout)
+    attention_tiled: bool | Mapping | None = None
 
     def with_(self, **changes: Any) -> CodegenOptions:
         """A copy with `changes` (e.g. `options.with_(nan_flags=True)`)."""

@@ -154,6 +154,37 @@ def test_tiled_gradients_match_the_row_layout(gl, t, d, causal):
         assert len(grads) == 2 and all(("register tiles" in src) == tiled for src in grads)
 
 
+@pytest.mark.parametrize(
+    "tiling, d",
+    [
+        ({"own": 16, "stream": 32, "block": 4}, 8),  # blocks of 4 x 4, the diagonal across two streamed tiles
+        ({"own": 64, "stream": 16, "block": 1}, 8),  # two own blocks a streamed tile, a diagonal across four
+        ({"own": 32, "stream": 64, "block": 8}, 8),
+        ({"own": 32, "stream": 32, "block": 8}, 32),  # 32 invocations: two items of step 2 each
+        ({"own": 32, "stream": 32, "block": 4}, 20),  # 40 items over 64 invocations
+        ({"own": 32, "stream": 16, "block": 4}, 28),  # 56 items over 32 invocations: the last ragged
+        ({"own": 32, "stream": 32, "block": 2, "prefetch": True}, 16),  # the next tile in registers
+        ({"own": 32, "stream": 16, "block": 4, "prefetch": True}, 28),  # 112 words over 32: the last ragged
+    ],
+)
+@pytest.mark.parametrize("t, causal", [(70, True), (45, False)])
+def test_tilings_match_the_reference(gl, tiling, d, t, causal):
+    """Other tilings (the codegen option attention_tiled) give the reference's gradients."""
+    g, grads = differentiate(training_form(model(d, causal).graph), "l", ["q", "k", "v"])
+    g = simplify(g)
+    roots = [g.names[f"grad${n}"] for n in "qkv"]
+    dims = {"B": 2, "T": t}
+    f = feeds(t, d, 8.0)
+    want = evaluate(g, roots, f, dims)
+    backend = backend_with("compute", f, {"attention_tiled": tiling})
+    got = backend.run(g, roots, {n: f[n] for n in "qkvr"}, dims)
+    for name, a, r in zip(["dq", "dk", "dv"], got, roots):
+        close(a, want[r], f"{name}, {tiling}")
+    (_, compiled, _), *_ = backend._programs.values()
+    grads = [k.source for k in compiled.kernels if "attention_grad" in k.name]
+    assert len(grads) == 2 and all(f"x {tiling['block']} register tiles" in src for src in grads)
+
+
 @pytest.mark.parametrize("target", ["compute", "texture"])
 def test_fused_drops_what_the_written_out_form_drops(gl, target):
     t, d = 11, 4
