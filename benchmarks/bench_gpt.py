@@ -57,11 +57,20 @@ def kernel_table(sess, opt, data, b: int) -> list[dict]:
     return [{**row, "what": heads.get(row["kernel"], "")} for row in per_kernel(ex, reps=3)]
 
 
+OPTIONS: dict = {}  # --options: codegen options of dlc's programs (compiler/codegen/options.py)
+
+
+def gl_backend():
+    from dlc.backends.gl import GLBackend
+
+    return GLBackend(OPTIONS)
+
+
 def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False, sample: int = 0) -> dict:
     import dlc
     from dlc import schedules
 
-    sess = dlc.Session(dlc.compile(model_source(cfg)), backend="gl", seed=0)
+    sess = dlc.Session(dlc.compile(model_source(cfg)), backend=gl_backend(), seed=0)
     opt = dlc.AdamW(
         LR,
         beta2=0.99,
@@ -83,7 +92,7 @@ def dlc_run(cfg, data, steps: int, train_steps: int, kernels: bool = False, samp
     if kernels:
         row["kernels"] = kernel_table(sess, opt, data, b)
     if train_steps:
-        sess = dlc.Session(dlc.compile(model_source(cfg)), backend="gl", seed=0)
+        sess = dlc.Session(dlc.compile(model_source(cfg)), backend=gl_backend(), seed=0)
         t = time.perf_counter()
         sess.train(data, optimizer=opt, batch_size=b, steps=train_steps)
         row["train_s"] = time.perf_counter() - t
@@ -180,8 +189,10 @@ def main() -> None:
     ap.add_argument("--only", choices=("dlc", "torch"), help="run one side only")
     ap.add_argument("--kernels", action="store_true", help="also print dlc's step kernel by kernel (GPU ms)")
     ap.add_argument("--kernels-out", metavar="JSON", help="with --kernels, write dlc's whole kernel table there")
+    ap.add_argument("--options", default="{}", help="codegen options for dlc's programs, as JSON")
     ap.add_argument("--sample", type=int, default=0, help="after --train-steps, generate this many characters")
     args = ap.parse_args()
+    OPTIONS.update(json.loads(args.options))
     from dlc.text import TextData
 
     cfg = dict(SMALL if args.small else FULL)

@@ -50,7 +50,8 @@ class Tiling:
     own: int = 32
     stream: int = 32
     block: int = 2
-    prefetch: bool = False  # the next streamed tile loaded into registers during this one's steps
+    prefetch: bool = True  # the next streamed tile loaded into registers during this one's steps
+    wrt: tuple = ("q", "k", "v", "kv")  # the gradients this layout computes (the row layout the others)
 
     @property
     def across(self) -> int:  # invocations along the own rows in step 1 (`to`), and in step 2
@@ -91,12 +92,12 @@ def tiling_of(options: CodegenOptions) -> Tiling:
     chosen = options.attention_tiled
     if not isinstance(chosen, Mapping):
         return TILING
-    unknown = set(chosen) - {"own", "stream", "block", "prefetch"}
+    unknown = set(chosen) - {"own", "stream", "block", "prefetch", "wrt"}
     if unknown:
         raise ValueError(
-            f"codegen option attention_tiled: no field {sorted(unknown)}; it takes own, stream, block, prefetch"
+            f"codegen option attention_tiled: no field {sorted(unknown)}; it takes own, stream, block, prefetch, wrt"
         )
-    tiling = Tiling(**chosen)
+    tiling = Tiling(**{**chosen, **({"wrt": tuple(chosen["wrt"])} if "wrt" in chosen else {})})
     if tiling.own % 4 or tiling.stream % tiling.block or tiling.lanes > 1024:
         raise ValueError(f"codegen option attention_tiled: {tiling} is no tiling (own a multiple of 4, ...)")
     return tiling
@@ -110,6 +111,8 @@ def takes(ctx: Context, options: CodegenOptions) -> bool:
     if node.op != "attention_grad" or d % 4 or d // 4 > MAX_WORDS:
         return False
     tiling = tiling_of(options)
+    if node.attr("wrt") not in tiling.wrt:
+        return False
     fits = shared_bytes(tiling, node.attr("wrt"), d) <= shared_limit(options)
     return fits
 

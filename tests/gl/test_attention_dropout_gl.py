@@ -158,13 +158,13 @@ def test_tiled_gradients_match_the_row_layout(gl, t, d, causal):
     "tiling, d",
     [
         ({"own": 16, "stream": 32, "block": 4}, 8),  # blocks of 4 x 4, the diagonal across two streamed tiles
-        ({"own": 64, "stream": 16, "block": 1}, 8),  # two own blocks a streamed tile, a diagonal across four
-        ({"own": 32, "stream": 64, "block": 8}, 8),
+        ({"own": 64, "stream": 16, "block": 1, "prefetch": False}, 8),  # a diagonal across four tiles
+        ({"own": 32, "stream": 64, "block": 8, "prefetch": False}, 8),
         ({"own": 32, "stream": 32, "block": 8}, 32),  # 32 invocations: two items of step 2 each
-        ({"own": 32, "stream": 32, "block": 4}, 20),  # 40 items over 64 invocations
-        ({"own": 32, "stream": 16, "block": 4}, 28),  # 56 items over 32 invocations: the last ragged
-        ({"own": 32, "stream": 32, "block": 2, "prefetch": True}, 16),  # the next tile in registers
-        ({"own": 32, "stream": 16, "block": 4, "prefetch": True}, 28),  # 112 words over 32: the last ragged
+        ({"own": 32, "stream": 32, "block": 4, "prefetch": False}, 20),  # 40 items over 64 invocations
+        ({"own": 32, "stream": 16, "block": 4, "prefetch": False}, 28),  # 56 items over 32: the last ragged
+        ({"own": 32, "stream": 16, "block": 4}, 28),  # prefetch: 112 words over 32, the last ragged
+        ({"own": 32, "stream": 32, "block": 2, "wrt": ["kv"]}, 16),  # dq in the row layout
     ],
 )
 @pytest.mark.parametrize("t, causal", [(70, True), (45, False)])
@@ -181,8 +181,10 @@ def test_tilings_match_the_reference(gl, tiling, d, t, causal):
     for name, a, r in zip(["dq", "dk", "dv"], got, roots):
         close(a, want[r], f"{name}, {tiling}")
     (_, compiled, _), *_ = backend._programs.values()
-    grads = [k.source for k in compiled.kernels if "attention_grad" in k.name]
-    assert len(grads) == 2 and all(f"x {tiling['block']} register tiles" in src for src in grads)
+    grads = {"kv" if " wrt kv " in k.source else "q": k.source for k in compiled.kernels if "attention_grad" in k.name}
+    assert sorted(grads) == ["kv", "q"]
+    for wrt, src in grads.items():
+        assert (f"x {tiling['block']} register tiles" in src) == (wrt in tiling.get("wrt", ["q", "kv"])), wrt
 
 
 @pytest.mark.parametrize("target", ["compute", "texture"])
