@@ -26,7 +26,8 @@ saves) and computes both as one `attention_packed` node, [..., T, D + 1], read t
 `pack_kv_grads` (a simplify pass, after autodiff) finds an `attention_grad` wrt k and one
 wrt v of the same inputs and attrs and computes both as one wrt kv node, [..., T, 2D], read
 through slices: FlashAttention-2's dK/dV loop, the query tiles streamed and p recomputed
-once for both.
+once for both. Only for heads `ops.attention.packs_kv` allows (those the compute target's
+register-tiled kernel takes); a wider head keeps two kernels.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from . import registry
 from .ir import Graph, Node, cone, make_attrs
-from .ops.attention import keep_scale
+from .ops.attention import keep_scale, packs_kv
 from .reference import evaluate
 from .rewriter import Rewriter, eliminate_dead_code, rewrite
 
@@ -247,7 +248,7 @@ def pack_kv_grads(g: Graph) -> Graph:
     attrs computed with it by one attention_grad wrt kv node (see the module doc)."""
     found: dict = {}
     for i, n in enumerate(g.nodes):
-        if n.op == "attention_grad" and n.attr("wrt") in ("k", "v"):
+        if n.op == "attention_grad" and n.attr("wrt") in ("k", "v") and packs_kv(n.shape[-1]):
             rest = tuple(kv for kv in n.attrs if kv[0] != "wrt")
             found.setdefault((n.inputs, rest), {})[n.attr("wrt")] = i
     pairs = {min(w.values()): w for w in found.values() if len(w) == 2}

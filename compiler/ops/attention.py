@@ -44,6 +44,18 @@ from .random import random_bits, uniform_from_bits
 MAX_HEAD = 128
 
 
+# The widest head whose k and v gradients are one attention_grad wrt kv node: the compute
+# target's register-tiled kernel takes it (codegen/kernels_attention_tiled.py); past it the
+# row kernel would hold k, v, dk and dv rows an invocation, which spills (H200: one such
+# kernel took 1.01 ms where the two took 0.44 + 0.35).
+KV_PACKED_MAX = 64
+
+
+def packs_kv(d) -> bool:
+    """Whether a head of d packs its k and v gradients into one node (KV_PACKED_MAX)."""
+    return isinstance(d, int) and d % 4 == 0 and d <= KV_PACKED_MAX
+
+
 def check_operands(q, k, v=None) -> None:
     """q, k (and v) of one shape [..., T, D]: D concrete, at most MAX_HEAD."""
     if len(q) < 2:

@@ -117,6 +117,18 @@ def test_char_gpt_trains_through_the_fused_op():
     assert ops_count(g, "attention_packed") == 6 and ops_count(g, "attention_lse") == ops_count(g, "attention") == 0
 
 
+@pytest.mark.parametrize("d, packed", [(64, True), (8, True), (68, False), (5, False)])
+def test_k_and_v_gradients_pack_for_the_heads_the_tiled_kernel_takes(d, packed):
+    """pack_kv_grads computes dk and dv as one node only for heads of vec4 words up to 64
+    (ops/attention.py KV_PACKED_MAX); others keep a node each, as their row kernels measured
+    faster that way."""
+    src = "\n".join(f"input {n}: [2, T, {d}]" for n in "qkvr")
+    g = dlc.compile(src + "\ny = attention(q, k, v, causal=true)\nloss l = sum(y * r)\n").graph
+    g = simplify(differentiate(g, "l", ["q", "k", "v"])[0])
+    want = ["kv", "q"] if packed else ["k", "q", "v"]
+    assert sorted(n.attr("wrt") for n in g.nodes if n.op == "attention_grad") == want
+
+
 def ops_count(g, op: str) -> int:
     return sum(n.op == op for n in g.nodes)
 
