@@ -49,6 +49,7 @@ GPT_SHAPES = {  # samples/char_gpt.dl's step: weight gradients ("splitk" where t
     (16384, 384, 1536, False, True): "GPT fc = X W^T over K = 384",
     (1536, 16384, 384, True, False): "GPT dW fc = X^T G over K = B*T",
     (1152, 16384, 384, True, False): "GPT dW qkv = X^T G over K = B*T",
+    (16384, 1536, 384, False, False): 'GPT MLP projection over N = 384 ("fitted" where the family has it)',
 }
 SMALL_SHAPES = {  # --small: one product of each class at llvmpipe-friendly sizes
     (256, 96, 264, False, True): "big (small)",
@@ -78,6 +79,7 @@ BLOCKINGS = {
     ],
     "splitk": [(128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (64, 128, 32, 4, 8, 2), (128, 64, 32, 8, 4, 2)],
     "shortk": [(128, 256, 16, 8, 8), (128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (256, 128, 16, 8, 8)],
+    "fitted": [(128, 192, 32, 8, 8), (128, 192, 16, 8, 8), (128, 128, 32, 8, 8)],
     "narrow": [(128, 64, 16, 8, 8), (256, 64, 16, 8, 8), (128, 64, 32, 8, 4, 2), (64, 64, 32, 4, 4)],
     "medium": [(64, 64, 32, 4, 4), (64, 64, 16, 4, 4), (64, 64, 32, 4, 4, 2), (64, 32, 32, 4, 4, 2)],
     "thin": [(16, 16, 64, 4, 4, 16), (32, 16, 64, 4, 4, 8), (16, 16, 32, 4, 4, 8), (64, 16, 64, 4, 4, 4)],

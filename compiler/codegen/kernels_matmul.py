@@ -259,6 +259,12 @@ def fit_tile(blk: Blocking, m: int, n: int, ta: bool = False, tb: bool = False) 
     return out
 
 
+def fits_whole(blk: Blocking, m: int, n: int, ta: bool, tb: bool) -> bool:
+    """Whether `blk` covers an m x n output as it is (fit_tile would cut nothing) and the
+    template can fetch its slabs of these operands."""
+    return fit_tile(blk, m, n, ta, tb) == blk and blk.problem() is None and _fetch_fits(blk, ta, tb)
+
+
 def _fetch_fits(blk: Blocking, ta: bool, tb: bool) -> bool:
     """Whether the template's slab fetch (`_operand`) covers each operand's slab with this
     many invocations: a whole number of rounds, or one partial round."""
@@ -325,7 +331,10 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
         _, m, n, _ = _sizes(ctx)
         geo = geometry(ctx)
         fitted = fit_tile(base.blocking, m, n, geo.ta, geo.tb)
-        if fitted != base.blocking:
+        alt = tuning.lookup(device, "fitted") if cls in ("big", "shortk") and fitted != base.blocking else None
+        if alt is not None and fits_whole(alt.blocking, m, n, geo.ta, geo.tb):
+            base, where = alt, f"{tuning.family(device)}, fitted"
+        elif fitted != base.blocking:
             base = dataclasses.replace(base, blocking=fitted)
             where += f", tile fitted to {m}x{n}"
     if o.prefetch is not None:

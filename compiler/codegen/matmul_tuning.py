@@ -164,7 +164,10 @@ def _blocking(blk, where: str) -> Blocking:
 # "thin" (one side under 64 over a long K); "splitk" (optional, None where not measured): a
 # "split" or "medium" product without batches that its variant splits across work groups in
 # an eighth of a wave of tiles or more (a weight gradient over K = B * T); "shortk" (optional):
-# a "big" product over a K of SHORT_K or less (a GPT's projections from 384 channels).
+# a "big" product over a K of SHORT_K or less (a GPT's projections from 384 channels);
+# "fitted" (optional): a "big" or "shortk" product whose class's tile kernels_matmul.fit_tile
+# cuts (a fifth of it or more idle: N = 384 under 256-wide tiles), where the "fitted"
+# variant's own tile fits it whole.
 #
 # "default": the choices measured on the lent H200 before the tuning table
 # (benchmarks/results/h200_tune*.json): 128x128 tiles with 8x8 outputs and K-slabs of 16 for
@@ -184,6 +187,7 @@ _H200_MEASURED = {
     "thin": {"blocking": (16, 16, 64, 4, 4, 16)},
     "splitk": None,  # not measured: such products take "split" or "medium"
     "shortk": None,  # not measured: such products take "big"
+    "fitted": None,  # not measured: such products take their class's blocking, its tile cut
 }
 
 # Measured by `benchmarks/tune_matmul.py` on an H100 80GB HBM3 (2026-11-23): 4096^3 at
@@ -210,6 +214,7 @@ _H100_MEASURED = {
     # ms, [BT, 384] x [384, 1152] 0.579 -> 0.548), 4096^3 lost (4.22 -> 4.46), K = 1152 and
     # 1536 lost 1-2%: the epilogue is a larger share of a short K
     "shortk": {"blocking": (128, 256, 16, 8, 8), "store4": True, "double_buffer": True, "warp": (4, 8)},
+    "fitted": None,  # not measured on the H100
 }
 
 TABLE: dict[str, dict] = {
@@ -218,13 +223,22 @@ TABLE: dict[str, dict] = {
     # benchmarks/tune_matmul.py on the lent H200 (2026-12-01) chose the H100's row for every
     # class it measured (big 128x256 double-buffered: 4096^3 at 32.5 TFLOP/s, 67% of cuBLAS;
     # the old H200 row's 128x128: 31.5): same chip, same shared memory
-    "NVIDIA H200": dict(_H100_MEASURED),
+    "NVIDIA H200": {
+        **_H100_MEASURED,
+        # .devtree probes on the lent H200 (2026-12-02, forced variants beside cuBLAS): products
+        # whose 256-wide tile is cut to 192 for N = 384 ran faster single-buffered over slabs
+        # of 32: [BT, 1536] x [1536, 384] 0.804 -> 0.652 ms (cuBLAS 0.452), [BT, 1152] x
+        # [1152, 384] 0.606 -> 0.498, [BT, 384] x [384, 384] 0.215 -> 0.193, the same with B
+        # transposed 1.104 -> 0.809; uncut products lost with it ([BT, 384] x [384, 1536]
+        # 0.649 -> 0.710 as 128x256, 4096^3 4.21 -> 4.88 as 128x192)
+        "fitted": {"blocking": (128, 192, 32, 8, 8), "warp": (4, 8)},
+    },
     # llvmpipe (Mesa's CPU renderer, the test suite's): the default choices; 32 KiB of shared
     # memory a work group there.
     "llvmpipe": {**_H200_MEASURED, "shared_bytes": 32768},
 }
-CLASSES = ("big", "split", "splitk", "narrow", "medium", "thin", "shortk")
-OPTIONAL = ("splitk", "shortk")  # classes a family's row may hold None for
+CLASSES = ("big", "split", "splitk", "narrow", "medium", "thin", "shortk", "fitted")
+OPTIONAL = ("splitk", "shortk", "fitted")  # classes a family's row may hold None for
 SHORT_K = 512  # "shortk": a "big" product over a K known at compile time up to this
 FAMILIES = tuple(f for f in TABLE if f != "default")
 

@@ -11,11 +11,11 @@ from dlc.compiler.codegen import matmul_tuning as tuning
 from dlc.compiler.pipeline import compile_program
 
 
-def _matmul(m, k, n, batch=None):
+def _matmul(m, k, n, batch=None, ta=False, tb=False):
     b = GraphBuilder()
-    a = b.input("a", (batch, m, k) if batch else (m, k))
-    w = b.input("w", (k, n))
-    y = b.add("matmul", [a, w], ta=False, tb=False)
+    a = b.input("a", ((batch,) if batch else ()) + ((k, m) if ta else (m, k)))
+    w = b.input("w", (n, k) if tb else (k, n))
+    y = b.add("matmul", [a, w], ta=ta, tb=tb)
     return b.build(), y
 
 
@@ -152,6 +152,27 @@ def test_a_weight_gradient_takes_the_splitk_row_where_the_family_has_one():
     assert "(NVIDIA H200, split)" in _head(g, y, {"device": "NVIDIA H200"})
     g, y = _matmul(1152, 16384, 384)
     assert "(llvmpipe, split)" in _head(g, y, {"device": "llvmpipe (LLVM 15)"})
+
+
+def test_a_product_whose_tile_would_be_cut_takes_the_fitted_row_where_the_family_has_one():
+    # [BT, 1536] x [1536, 384] (a GPT's MLP projection): 128x256 tiles would idle a third of
+    # the 384 columns; the H200's "fitted" row's 128x192 tiles over slabs of 32 cover them
+    g, y = _matmul(16384, 1536, 384)
+    head = _head(g, y, {"device": "NVIDIA H200"})
+    assert "(NVIDIA H200, fitted)" in head and "128x192 tiles" in head and "K-slabs of 32" in head
+    # with B transposed too, and over a short K (the "shortk" class's products)
+    g, y = _matmul(16384, 384, 384, tb=True)
+    assert "(NVIDIA H200, fitted)" in _head(g, y, {"device": "NVIDIA H200"})
+    # 1536 columns fill 256-wide tiles: no cut, the class's row; the H100 and llvmpipe rows
+    # have no "fitted" variant: the class's tile, cut
+    g, y = _matmul(16384, 384, 1536)
+    assert "(NVIDIA H200, shortk)" in _head(g, y, {"device": "NVIDIA H200"})
+    g, y = _matmul(16384, 1536, 384)
+    assert "(NVIDIA H100, big, tile fitted to 16384x384)" in _head(g, y, {"device": "NVIDIA H100"})
+    # A transposed: 128x192 slabs of 32 are no whole number of fetch rounds for 384
+    # invocations, so the cut tile stays
+    g, y = _matmul(16384, 1536, 384, ta=True)
+    assert "tile fitted to 16384x384" in _head(g, y, {"device": "NVIDIA H200"})
 
 
 def test_a_big_product_over_a_short_k_takes_the_shortk_row_where_the_family_has_one():
