@@ -1,28 +1,31 @@
 """Attention's gradient as register-tiled kernels on the compute target (FlashAttention-2's
-backward): kernels_attention.py's layout (an invocation per own row, the row in registers)
-stays for the forward, for heads this layout does not take, and on the texture target.
+backward). kernels_attention.py's layout (an invocation per own row, the row in registers)
+stays for the forward, for dq by default (it measured faster), for heads this layout does
+not take, and on the texture target.
 
-A work group of LANES invocations owns OWN rows of one leading index (key rows for wrt k, v
-or kv; query rows for wrt q) and streams the other side's rows through shared memory in
-tiles of STREAM rows. Its two own operands (k and v, or q and g) sit in shared memory for
-the whole kernel; each tile brings the two streamed ones (q and g, or k and v) and, by key,
-the tile's lse and delta. Per tile:
+A work group owns `own` rows of one leading index (key rows for wrt k, v or kv; query rows
+for wrt q) and streams the other side's rows through shared memory in tiles of `stream`
+rows (`Tiling`; the default: 32 and 32, 128 invocations). Its two own operands (k and v, or
+q and g) sit in shared memory for the whole kernel; each tile brings the two streamed ones
+(q and g, or k and v) and, by key, the tile's lse and delta. Rows in shared memory are W + 1
+vec4 words apart (W = D / 4), so that rows a quarter warp reads together fall in distinct
+banks. With `prefetch`, the next tile's rows are loaded into registers while this one's two
+steps run, and stored to shared memory after them. Per tile:
 
-1. Each invocation computes a 4 x 2 block of s = own1 . streamed1 and dp = own2 . streamed2:
-   own rows to + 8r (r < 4), streamed rows ts + 16x (x < 2), so that the 8 invocations of a
-   quarter warp read 8 distinct rows (rows are W + 1 vec4 words apart: a bank each) and
-   share one streamed row. It turns them into p = exp(s scale - lse) (times the dropout
-   weight w where there is dropout) and ds = p (dp w - delta), and stores each as one vec4
-   per streamed row and `to`: the own rows to, to + 8, to + 16, to + 24.
-2. Each invocation adds into 4 own rows (og + 8r) x one vec4 word of D: by key dk += ds q and
-   dv += p w g, by query dq += ds k, reading per streamed row one vec4 of p or ds (its 4
-   rows, a broadcast across its quarter warp) and one of the streamed operand.
+1. Each invocation computes a 4 x `block` block of s = own1 . streamed1 and dp = own2 .
+   streamed2: own rows to + A r (r < 4, A = own / 4 invocations across), streamed rows ts +
+   S x (x < block, S = stream / block). It turns them into p = exp(s scale - lse) (times the
+   dropout weight w where there is dropout) and ds = p (dp w - delta), and stores each as
+   one vec4 per streamed row and `to`: its own rows to, to + A, to + 2A, to + 3A.
+2. Each invocation adds into items of 4 own rows (og + A r) x one vec4 word of D (several
+   items an invocation where the group has fewer invocations than A x W): by key dk += ds q
+   and dv += p w g, by query dq += ds k, reading per streamed row one vec4 of p or ds (its 4
+   rows) and one of the streamed operand.
 
 Each output is summed by one invocation in a fixed order (deterministic, no atomics). Terms
 left out are never added (a NaN there stays out, as in the reference): in step 1 a masked or
 padded term stores 0 without computing; streamed rows past T load as zeros, so step 2 adds
-0 * 0 for them; a causal tile on the diagonal (the first one by key, the last one by query:
-both sides' blocks start at multiples of OWN = STREAM) checks each term in step 2, since its
+0 * 0 for them; causal tiles the diagonal crosses check each term in step 2, since their
 masked rows hold real values.
 """
 
@@ -101,27 +104,37 @@ def tiling_of(options: CodegenOptions) -> Tiling:
         raise ValueError(
             f"codegen option attention_tiled: no field {sorted(unknown)}; it takes own, stream, block, prefetch, wrt"
         )
-    tiling = Tiling(**{**chosen, **({"wrt": tuple(chosen["wrt"])} if "wrt" in chosen else {})})
-    if tiling.own % 4 or tiling.stream % tiling.block or tiling.lanes > 1024:
-        raise ValueError(f"codegen option attention_tiled: {tiling} is no tiling (own a multiple of 4, ...)")
+    sizes = {k: chosen[k] for k in ("own", "stream", "block") if k in chosen}
+    if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in sizes.values()):
+        raise ValueError(f"codegen option attention_tiled: own, stream and block are positive integers, got {sizes}")
+    wrt = tuple(chosen.get("wrt", TILING.wrt))
+    if not set(wrt) <= {"q", "k", "v", "kv"}:
+        raise ValueError(f"codegen option attention_tiled: wrt names gradients among q, k, v, kv, got {list(wrt)}")
+    tiling = Tiling(**{**chosen, "wrt": wrt, "prefetch": bool(chosen.get("prefetch", TILING.prefetch))})
+    if tiling.own % 4 or tiling.stream % tiling.block or tiling.block > 16 or tiling.lanes > 1024:
+        raise ValueError(
+            f"codegen option attention_tiled: own {tiling.own}, stream {tiling.stream}, block {tiling.block} is no"
+            " tiling (own a multiple of 4, stream a multiple of block, block at most 16, at most 1024 invocations)"
+        )
     return tiling
 
 
 def takes(ctx: Context, options: CodegenOptions) -> bool:
     """Whether this layout computes the attention_grad kernel of `ctx`: a head of vec4 words,
-    at most 4 * MAX_WORDS wide, whose tiles fit the device's shared memory (4 operand tiles
-    of 32 rows: a head of 64 takes 42 KiB, past the spec's minimum of 32)."""
+    at most 4 * MAX_WORDS wide, of a gradient the tiling computes, whose tiles fit the
+    device's shared memory (4 operand tiles of 32 rows: a head of 64 takes 43 KiB, past the
+    spec's minimum of 32)."""
     node, _, _, d = geometry(ctx)
     if node.op != "attention_grad" or d % 4 or d // 4 > MAX_WORDS:
         return False
     tiling = tiling_of(options)
     if node.attr("wrt") not in tiling.wrt:
         return False
-    fits = shared_bytes(tiling, node.attr("wrt"), d) <= shared_limit(options)
-    return fits
+    return shared_bytes(tiling, node.attr("wrt"), d) <= shared_limit(options)
 
 
 def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
+    """The attention_grad kernel of `ctx` (one `takes` accepts) in `tiling`'s layout."""
     node, lead, t_dim, d = geometry(ctx)
     own, stream, block, across, lanes = tiling.own, tiling.stream, tiling.block, tiling.across, tiling.lanes
     down = stream // block  # invocations along the streamed rows in step 1 (`ts`)

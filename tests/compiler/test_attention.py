@@ -5,6 +5,7 @@ registry sweep in test_gradients.py; GL: tests/gl/test_registry_gl.py.)"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,25 @@ def test_k_and_v_gradients_pack_for_the_heads_the_tiled_kernel_takes(d, packed):
     g = simplify(differentiate(g, "l", ["q", "k", "v"])[0])
     want = ["kv", "q"] if packed else ["k", "q", "v"]
     assert sorted(n.attr("wrt") for n in g.nodes if n.op == "attention_grad") == want
+
+
+@pytest.mark.parametrize(
+    "tiling, message",
+    [
+        ({"own": 30}, "own a multiple of 4"),
+        ({"stream": 32, "block": 3}, "stream a multiple of block"),
+        ({"own": 0}, "positive integers"),
+        ({"wrt": ["x"]}, "among q, k, v, kv"),
+        ({"lanes": 64}, "no field ['lanes']"),
+        ({"own": 128, "stream": 64, "block": 1}, "at most 1024 invocations"),
+    ],
+)
+def test_a_bad_attention_tiling_option_is_named(tiling, message):
+    from dlc.compiler.codegen.kernels_attention_tiled import tiling_of
+    from dlc.compiler.codegen.options import codegen_options
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tiling_of(codegen_options({"attention_tiled": tiling}))
 
 
 def ops_count(g, op: str) -> int:
