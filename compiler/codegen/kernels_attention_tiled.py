@@ -79,11 +79,12 @@ _NAMES = {
     *(f"{stem}{r}" for stem in ("qrow", "lse", "delta", "out", "a1_", "a2_") for r in range(4)),
     *(f"{stem}{r}{x}" for stem in ("s", "dp", "p", "ds") for r in range(4) for x in range(16)),
     *(f"{stem}{x}" for stem in ("srow", "b1_", "b2_") for x in range(16)),
-    *(f"{stem}{i}_{n}" for stem in ("pf", "ps") for i in range(2) for n in range(16)),
     *(f"tile_{name}" for name in ("a1", "a2", "b1", "b2", "p", "ds", "lse", "delta")),
 }
-# and, for each step-2 item k of an invocation: og<k>, wd<k>, (acc|dk|dv)<k>_<r>, tile_<x>_s<k>
+# and, for each step-2 item k of an invocation: og<k>, wd<k>, (acc|dk|dv)<k>_<r>, tile_<x>_s<k>;
+# for each prefetched word n: pf<i>_<n> (and by key ps<i>_<n>)
 _ITEM_STEMS = ("og", "wd", "acc", "dk", "dv", "tile_b1_s", "tile_b2_s", "tile_p_s", "tile_ds_s")
+_TAILS = ("", "_0", "_1", "_2", "_3")
 
 
 def shared_bytes(tiling: Tiling, wrt: str, d: int) -> int:
@@ -150,10 +151,13 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
     words = d // 4
     stride = words + 1  # vec4 words between rows in shared memory: each starts a bank over
     width = 2 * d if wrt == "kv" else d  # of an output row
+    items = across * words  # step 2's: 4 own rows (og + across r) by one word wd
+    per = -(-items // lanes)  # items an invocation
+    fetches = -(-stream * words // lanes)  # vec4 words of each streamed operand an invocation loads
+    stat_fetches = -(-stream // lanes)
     ctx.names.taken.update(_NAMES)
-    ctx.names.taken.update(
-        f"{stem}{k}{tail}" for stem in _ITEM_STEMS for k in range(8) for tail in ("", "_0", "_1", "_2", "_3")
-    )
+    ctx.names.taken.update(f"{stem}{k}{tail}" for stem in _ITEM_STEMS for k in range(per) for tail in _TAILS)
+    ctx.names.taken.update(f"{stem}{i}_{n}" for stem in ("pf", "ps") for i in range(2) for n in range(fetches))
 
     epi = Emitter(ctx, anchor_value="value")
     epi.store_outputs(Ix(flat="o"))
@@ -164,8 +168,6 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
     em.line(f"int T = {ctx.dim(t_dim)};")
     em.line(f"int own0 = blk * {own};  // this group's first own row")
     em.line(f"int to = lid % {across}, ts = lid / {across};  // step 1: own rows to + {across}r, streamed ts + {down}x")
-    items = across * words  # step 2's: 4 own rows (og + across r) by one word wd
-    per = -(-items // lanes)  # items an invocation
     for k in range(per):
         at = f"lid + {lanes * k}" if k else "lid"
         em.line(
@@ -203,8 +205,6 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
         em.line(f"int start = 0, end = {f'min(T, own0 + {own})' if causal else 'T'};")
     streamed = [("tile_b1", streamed1), ("tile_b2", streamed2)]
     stats = [("tile_lse", lse), *([("tile_delta", delta)] if need_ds else [])] if by_key else []
-    fetches = -(-stream * words // lanes)  # vec4 words of each streamed operand an invocation loads
-    stat_fetches = -(-stream // lanes)
 
     def fetch(first: str) -> None:
         """Prefetch: the streamed tile from row `first` into this invocation's registers
