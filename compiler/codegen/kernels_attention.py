@@ -1,6 +1,8 @@
 """Attention kernels (ops/attention.py): on the compute target FlashAttention's tiling in GLSL
 (`render`), on the texture target a fragment per output (`texture_body`); no kernel writes or
-holds a T x T matrix.
+holds a T x T matrix. The compute target's gradients that kernels_attention_tiled.py takes
+(heads of vec4 words up to 64 whose tiles fit shared memory; by default dk and dv, not dq)
+are register-tiled there instead (`lower`).
 
 One work group per (leading index, block of ROWS own rows, or the codegen option
 attention_rows), one invocation per own row, which keeps that row of its operands and its
