@@ -225,7 +225,7 @@ TABLE: dict[str, dict] = {
     # the old H200 row's 128x128: 31.5): same chip, same shared memory
     "NVIDIA H200": {
         **_H100_MEASURED,
-        # .devtree probes on the lent H200 (2026-12-02, forced variants beside cuBLAS): products
+        # probes on the lent H200 (2026-12-02, benchmarks/probe_matmul.py beside cuBLAS): products
         # whose 256-wide tile is cut to 192 for N = 384 ran faster single-buffered over slabs
         # of 32: [BT, 1536] x [1536, 384] 0.804 -> 0.652 ms (cuBLAS 0.452), [BT, 1152] x
         # [1152, 384] 0.606 -> 0.498, [BT, 384] x [384, 384] 0.215 -> 0.193, the same with B

@@ -4,6 +4,8 @@ split-K across work groups, and the fallbacks where a switch's precondition fail
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from gl_helpers import matmul_graph
@@ -183,6 +185,25 @@ def test_the_tuner_prints_a_table_row_the_table_reads(gl, capsys, tmp_path):
             matmul_tuning.variant(row[cls])
     assert "| thin | thin (small) 300x260x10" in out and "WRONG" not in out
     assert (tmp_path / "tune_matmul.json").exists()
+
+
+def test_the_probe_times_forced_variants_and_names_the_ones_that_cannot_run(gl, capsys):
+    """benchmarks/probe_matmul.py at tiny sizes: every variant checked against float64 (its
+    error printed), and a blocking past this device's shared memory reported, not raised."""
+    import pathlib
+    import re
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    import probe_matmul
+
+    variants = [["table", None], ["too big", {"blocking": [256, 256, 64, 8, 8]}]]
+    args = ["--shapes", "[[72, 40, 68, 1, 0]]", "--variants", json.dumps(variants), "--reps", "1"]
+    assert probe_matmul.main(args) == 0
+    out = capsys.readouterr().out
+    errors = [float(e) for e in re.findall(r"err (\S+)", out)]
+    assert "72x40x68 ta=1 tb=0" in out and len(errors) == 1 and errors[0] < 1e-5
+    assert "too big" in out and "failed: matmul blocking (256, 256, 64" in out
 
 
 @pytest.mark.parametrize("switches", [{}, {"store4": True, "double_buffer": True}])
