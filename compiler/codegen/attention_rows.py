@@ -1,14 +1,17 @@
 """What the attention kernels of both layouts share (kernels_attention.py: a row an
 invocation; kernels_attention_tiled.py: register tiles; kernels_kv_cache.py): the geometry of
-an attention node, the dropout weight's GLSL, and reads of [..., T, D] rows by word."""
+an attention node, the dropout weight's GLSL, reads of [..., T, D] rows by word, and the
+compute shader of a grid of row blocks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ..ops.attention import keep_scale
+from ..plan import size_of
 from . import index
-from .glsl import Context, Emitter, Ix
+from .compute import header, kernel_source
+from .glsl import Context, Emitter, Ix, KernelSource
 from .renderer import float_lit
 
 # names the dropout code declares (both targets)
@@ -64,3 +67,17 @@ def each_word(em: Emitter, words: int, line, unroll: bool) -> None:
         return
     for w in range(words):
         em.line(line(str(w)))
+
+
+def row_blocks_source(
+    ctx: Context, what: str, lanes: int, shared: list[str], epi: Emitter, em: Emitter, t_dim, lead, rows: int
+) -> KernelSource:
+    """The compute shader of a kernel of `lanes` invocations a work group over blocks of `rows`
+    rows of a [..., T] axis (the tile's x) and each leading index (its y): `epi` the body of
+    its epilogue(o, value), `em` that of main(), `shared` its shared declarations."""
+    local = (lanes, 1, 1)
+    lines = header(ctx, what, local, shared)
+    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
+    lines += ["void main() {", *em.lines, "}"]
+    grid = {"tiles": [[list(size_of((t_dim,))), rows], [list(size_of(lead)), 1], [[1], 1]]}
+    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)

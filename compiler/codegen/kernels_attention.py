@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from .. import registry
 from ..ir import format_shape
-from ..plan import size_of
 from . import kernels_attention_tiled
-from .attention_rows import dropout_weight, each_word, geometry, row_ix, row_word
-from .compute import KEY, TILE, header, kernel_source
+from .attention_rows import dropout_weight, each_word, geometry, row_blocks_source, row_ix, row_word
+from .compute import KEY, TILE
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
@@ -258,17 +257,12 @@ def render(
         shared.append(f"shared float tile_lse[{cols}];")
         if wrt in ("k", "kv"):
             shared.append(f"shared float tile_delta[{cols}];")
-    local = (group_rows, 1, 1)
     what = (
         f"{node.op}{f' wrt {wrt}' if wrt else ''}{' causal' if causal else ''} over {format_shape(lead)} x "
         f"[{t_dim}, {d}]: a work group per {group_rows} {'key' if by_key else 'query'} rows, tiles of {cols} rows"
         f"{', vec4 words' if lanes == 4 else ''}"
     )
-    lines = header(ctx, what, local, shared)
-    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
-    lines += ["void main() {", *em.lines, "}"]
-    grid = {"tiles": [[list(size_of((t_dim,))), group_rows], [list(size_of(lead)), 1], [[1], 1]]}
-    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+    return row_blocks_source(ctx, what, group_rows, shared, epi, em, t_dim, lead, group_rows)
 
 
 def texture_body(ctx: Context, em: Emitter) -> str:

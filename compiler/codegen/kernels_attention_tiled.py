@@ -36,9 +36,8 @@ from dataclasses import dataclass
 
 from ..ir import format_shape
 from ..ops.attention import KV_PACKED_MAX
-from ..plan import size_of
-from .attention_rows import dropout_weight, geometry, row_word
-from .compute import TILE, header, kernel_source, shared_limit
+from .attention_rows import dropout_weight, geometry, row_blocks_source, row_word
+from .compute import TILE, shared_limit
 from .glsl import Context, Emitter, Ix, KernelSource
 from .options import CodegenOptions
 from .renderer import float_lit
@@ -379,13 +378,8 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
         shared.append(f"shared float tile_lse[{stream}];")
         if need_ds:
             shared.append(f"shared float tile_delta[{stream}];")
-    local = (lanes, 1, 1)
     what = (
         f"attention_grad wrt {wrt}{' causal' if causal else ''} over {format_shape(lead)} x [{t_dim}, {d}]: "
         f"a work group per {own} {'key' if by_key else 'query'} rows, tiles of {stream}, 4 x {block} register tiles"
     )
-    lines = header(ctx, what, local, shared)
-    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
-    lines += ["void main() {", *em.lines, "}"]
-    grid = {"tiles": [[list(size_of((t_dim,))), own], [list(size_of(lead)), 1], [[1], 1]]}
-    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+    return row_blocks_source(ctx, what, lanes, shared, epi, em, t_dim, lead, own)

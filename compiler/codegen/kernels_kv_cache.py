@@ -19,8 +19,8 @@ from __future__ import annotations
 from .. import registry
 from ..ir import format_shape
 from ..plan import size_of
-from .attention_rows import each_word, row_ix, row_word
-from .compute import KEY, TILE, header, kernel_source
+from .attention_rows import each_word, row_blocks_source, row_ix, row_word
+from .compute import KEY, TILE
 from .fragment import TextureKernel, TexturePass, finish
 from .glsl import Context, Emitter, Ix, KernelSource, mul
 from .options import CodegenOptions
@@ -169,17 +169,12 @@ def render(ctx: Context) -> KernelSource:
         f"shared {ty} kv_q[{words}];",
         *extra,
     ]
-    local = (keys, 1, 1)
     what = (
         f"attention_cached over {format_shape(lead)} x [{n_dim}, {d}] new rows, a cache of {rows} rows: "
         f"a work group per query row, {keys} invocations over its keys{', vec4 words' if lanes == 4 else ''}"
         f"{', the cache read as vec4s' if direct else ''}"
     )
-    lines = header(ctx, what, local, shared)
-    lines += ["void epilogue(int o, float value) {", *epi.lines, "}", ""]
-    lines += ["void main() {", *em.lines, "}"]
-    grid = {"tiles": [[list(size_of((n_dim,))), 1], [list(size_of(lead)), 1], [[1], 1]]}
-    return kernel_source(ctx, "\n".join(lines) + "\n", grid, local)
+    return row_blocks_source(ctx, what, keys, shared, epi, em, n_dim, lead, 1)
 
 
 def _scores_pass(ctx: Context) -> str:
