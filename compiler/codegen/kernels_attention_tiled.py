@@ -174,19 +174,13 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
         )
     weight = dropout_weight(ctx, em, node)
 
-    def load_rows(dst: list[tuple[str, int]], first: str, rows: int, zero_past: bool, pitch: int) -> None:
-        """Rows first .. first + rows - 1 of each (shared array, tensor) into shared memory,
-        `pitch` vec4 words apart: rows past T as zeros (`zero_past`) or as the last row."""
-        em.open(f"for (int e = lid; e < {rows * words}; e += {lanes})")
-        em.line(f"int r = {first} + e / {words}, w = e % {words};")
-        em.line("int row = bh * T + min(r, T - 1);")
-        for name, tensor in dst:
-            word = row_word(em, tensor, "row", "w", d, 4)
-            value = f"r < T ? {word} : vec4(0.0)" if zero_past else word
-            em.line(f"{name}[(e / {words}) * {pitch} + w] = {value};")
-        em.close()
-
-    load_rows([("tile_a1", own1), ("tile_a2", own2)] if need_ds else [("tile_a1", own1)], "own0", own, False, stride)
+    # the own rows into shared memory once (rows past T as the last row: their outputs are not stored)
+    em.open(f"for (int e = lid; e < {own * words}; e += {lanes})")
+    em.line(f"int r = own0 + e / {words}, w = e % {words};")
+    em.line("int row = bh * T + min(r, T - 1);")
+    for name, tensor in [("tile_a1", own1), ("tile_a2", own2)][: 2 if need_ds else 1]:
+        em.line(f"{name}[(e / {words}) * {stride} + w] = {row_word(em, tensor, 'row', 'w', d, 4)};")
+    em.close()
     if not by_key:  # each invocation's own query rows' statistics, for step 1
         for r in range(4):
             em.line(f"int qrow{r} = bh * T + min(own0 + to + {across * r}, T - 1);")
@@ -206,7 +200,7 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
     stats = [("tile_lse", lse), *([("tile_delta", delta)] if need_ds else [])] if by_key else []
 
     def fetch(first: str) -> None:
-        """Prefetch: the streamed tile from row `first` into this invocation's registers
+        """The streamed tile from row `first` into this invocation's registers
         (pf<operand>_<n>, and by key ps<stat>_<n>), rows past T as zeros; a scope of its own,
         so that no later read reuses its loads."""
         em.open("")
@@ -227,7 +221,7 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
         em.close()
 
     def keep() -> None:
-        """Prefetch: the registers `fetch` filled into the shared tiles."""
+        """The registers `fetch` filled into the shared tiles."""
         for n in range(fetches):
             e = f"lid + {lanes * n}"
             guarded = (n + 1) * lanes > stream * words
@@ -241,24 +235,17 @@ def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
                 line = f"{name}[{e}] = ps{i}_{n};"
                 em.line(f"if ({e} < {stream}) {line}" if (n + 1) * lanes > stream else line)
 
+    for n in range(fetches):
+        em.line(f"vec4 {', '.join(f'pf{i}_{n}' for i in range(len(streamed)))};")
+    for n in range(stat_fetches if stats else 0):
+        em.line(f"float {', '.join(f'ps{i}_{n}' for i in range(len(stats)))};")
     if tiling.prefetch:
-        for n in range(fetches):
-            em.line(f"vec4 {', '.join(f'pf{i}_{n}' for i in range(len(streamed)))};")
-        for n in range(stat_fetches if stats else 0):
-            em.line(f"float {', '.join(f'ps{i}_{n}' for i in range(len(stats)))};")
         fetch("start")
     em.open(f"for (int j0 = start; j0 < end; j0 += {stream})")
     em.line("barrier();  // every invocation is done with the last tile")
-    if tiling.prefetch:
-        keep()
-    else:
-        load_rows(streamed, "j0", stream, True, stride)
-        if by_key:
-            em.open(f"for (int e = lid; e < {stream}; e += {lanes})")
-            em.line("int row = bh * T + min(j0 + e, T - 1);")
-            for name, tensor in stats:
-                em.line(f"{name}[e] = {em.value(tensor, Ix(flat='row'))};")
-            em.close()
+    if not tiling.prefetch:  # this tile's rows, just before they are stored
+        fetch("j0")
+    keep()
     em.line("memoryBarrierShared();")
     em.line("barrier();")
     if tiling.prefetch:  # the next tile's loads in flight during this one's steps (past end: clamped rows)
