@@ -1,6 +1,6 @@
 """Attention kernels (ops/attention.py): on the compute target FlashAttention's tiling in GLSL
 (`render`), on the texture target a fragment per output (`texture_body`); no kernel writes or
-holds a T x T matrix. The compute target's gradients that kernels_attention_tiled.py takes
+holds a T x T matrix. The compute target's gradients that kernels_attention_tiled.py tiles
 (heads of vec4 words up to 64 whose tiles fit shared memory; by default dk and dv, not dq)
 are register-tiled there instead (`lower`).
 
@@ -356,8 +356,9 @@ def texture_body(ctx: Context, em: Emitter) -> str:
 def lower(ctx: Context, options: CodegenOptions) -> KernelSource:
     """The compute target's lowering of attention kernels: a gradient the tiled layout takes
     is register-tiled (kernels_attention_tiled.py) unless the option attention_tiled is off."""
-    if options.attention_tiled is not False and kernels_attention_tiled.takes(ctx, options):
-        return kernels_attention_tiled.render(ctx, kernels_attention_tiled.tiling_of(options))
+    tiling = kernels_attention_tiled.tiling_for(ctx, options)
+    if tiling is not None:
+        return kernels_attention_tiled.render(ctx, tiling)
     return render(ctx, options.attention_unroll, options.attention_tile, options.attention_rows)
 
 

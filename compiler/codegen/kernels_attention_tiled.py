@@ -119,22 +119,23 @@ def tiling_of(options: CodegenOptions) -> Tiling:
     return tiling
 
 
-def takes(ctx: Context, options: CodegenOptions) -> bool:
-    """Whether this layout computes the attention_grad kernel of `ctx`: a head of vec4 words,
-    at most 4 * MAX_WORDS wide, of a gradient the tiling computes, whose tiles fit the
-    device's shared memory (4 operand tiles of 32 rows: a head of 64 takes 43 KiB, past the
-    spec's minimum of 32)."""
+def tiling_for(ctx: Context, options: CodegenOptions) -> Tiling | None:
+    """The tiling this layout computes the attention_grad kernel of `ctx` in, or None where it
+    does not: the option attention_tiled off, a head not of vec4 words or wider than 4 *
+    MAX_WORDS, a gradient the tiling leaves to the row layout, or tiles past the device's
+    shared memory (4 operand tiles of 32 rows: a head of 64 takes 43 KiB, past the spec's
+    minimum of 32)."""
     node, _, _, d = geometry(ctx)
-    if node.op != "attention_grad" or d % 4 or d // 4 > MAX_WORDS:
-        return False
+    if options.attention_tiled is False or node.op != "attention_grad" or d % 4 or d // 4 > MAX_WORDS:
+        return None
     tiling = tiling_of(options)
-    if node.attr("wrt") not in tiling.wrt:
-        return False
-    return shared_bytes(tiling, node.attr("wrt"), d) <= shared_limit(options)
+    if node.attr("wrt") not in tiling.wrt or shared_bytes(tiling, node.attr("wrt"), d) > shared_limit(options):
+        return None
+    return tiling
 
 
 def render(ctx: Context, tiling: Tiling = TILING) -> KernelSource:
-    """The attention_grad kernel of `ctx` (one `takes` accepts) in `tiling`'s layout."""
+    """The attention_grad kernel of `ctx` (one `tiling_for` gives a tiling) in `tiling`'s layout."""
     node, lead, t_dim, d = geometry(ctx)
     own, stream, block, across, lanes = tiling.own, tiling.stream, tiling.block, tiling.across, tiling.lanes
     down = stream // block  # invocations along the streamed rows in step 1 (`ts`)
