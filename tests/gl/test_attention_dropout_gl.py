@@ -124,6 +124,28 @@ def test_unrolled_kernels_match_the_reference(gl, t, d, causal, tile, rows):
     assert all(f"a work group per {rows or 64} " in src for src in attention)
 
 
+def gradient_kernels(t: int, d: int, causal: bool, tiled, step: float) -> dict[str, str]:
+    """q, k and v's gradients on the compute target under the codegen option attention_tiled
+    `tiled`, checked against the reference with the dropout mask of `step`; the sources of
+    the two gradient kernels, by wrt ("q", "kv": simplify packs dk and dv)."""
+    g, _ = differentiate(training_form(model(d, causal).graph), "l", ["q", "k", "v"])
+    g = simplify(g)
+    assert sorted(n.attr("wrt") for n in g.nodes if n.op == "attention_grad") == ["kv", "q"]
+    roots = [g.names[f"grad${n}"] for n in "qkv"]
+    dims = {"B": 2, "T": t}
+    f = feeds(t, d, step)
+    want = evaluate(g, roots, f, dims)
+    backend = backend_with("compute", f, {"attention_tiled": tiled})
+    got = backend.run(g, roots, {n: f[n] for n in "qkvr"}, dims)
+    for name, a, r in zip(["dq", "dk", "dv"], got, roots):
+        close(a, want[r], f"{name}, attention_tiled {tiled}")
+    (_, compiled, _), *_ = backend._programs.values()
+    sources = [k.source for k in compiled.kernels if "attention_grad" in k.name]
+    by_wrt = {"kv" if " wrt kv " in src else "q": src for src in sources}
+    assert len(sources) == 2 and sorted(by_wrt) == ["kv", "q"]
+    return by_wrt
+
+
 @pytest.mark.parametrize(
     "t, d, causal",
     [
@@ -137,22 +159,10 @@ def test_unrolled_kernels_match_the_reference(gl, t, d, causal, tile, rows):
 def test_tiled_gradients_match_the_row_layout(gl, t, d, causal):
     """The register-tiled gradient kernels (kernels_attention_tiled.py: dk and dv in one, dq
     in another) give the reference's gradients with the dropout mask, as the row layout does."""
-    g, grads = differentiate(training_form(model(d, causal).graph), "l", ["q", "k", "v"])
-    g = simplify(g)
-    assert sorted(n.attr("wrt") for n in g.nodes if n.op == "attention_grad") == ["kv", "q"]
-    roots = [g.names[f"grad${n}"] for n in "qkv"]
-    dims = {"B": 2, "T": t}
-    f = feeds(t, d, 7.0)
-    want = evaluate(g, roots, f, dims)
     for tiled in (True, False):
         every = {"wrt": ["q", "k", "v", "kv"]}  # dq too (by default it keeps the row layout)
-        backend = backend_with("compute", f, {"attention_tiled": every if tiled else False})
-        got = backend.run(g, roots, {n: f[n] for n in "qkvr"}, dims)
-        for name, a, r in zip(["dq", "dk", "dv"], got, roots):
-            close(a, want[r], f"{name}, tiled {tiled}")
-        (_, compiled, _), *_ = backend._programs.values()
-        grads = [k.source for k in compiled.kernels if "attention_grad" in k.name]
-        assert len(grads) == 2 and all(("register tiles" in src) == tiled for src in grads)
+        grads = gradient_kernels(t, d, causal, every if tiled else False, 7.0)
+        assert all(("register tiles" in src) == tiled for src in grads.values())
 
 
 @pytest.mark.parametrize(
@@ -172,19 +182,7 @@ def test_tiled_gradients_match_the_row_layout(gl, t, d, causal):
 @pytest.mark.parametrize("t, causal", [(70, True), (45, False)])
 def test_tilings_match_the_reference(gl, tiling, d, t, causal):
     """Other tilings (the codegen option attention_tiled) give the reference's gradients."""
-    g, grads = differentiate(training_form(model(d, causal).graph), "l", ["q", "k", "v"])
-    g = simplify(g)
-    roots = [g.names[f"grad${n}"] for n in "qkv"]
-    dims = {"B": 2, "T": t}
-    f = feeds(t, d, 8.0)
-    want = evaluate(g, roots, f, dims)
-    backend = backend_with("compute", f, {"attention_tiled": tiling})
-    got = backend.run(g, roots, {n: f[n] for n in "qkvr"}, dims)
-    for name, a, r in zip(["dq", "dk", "dv"], got, roots):
-        close(a, want[r], f"{name}, {tiling}")
-    (_, compiled, _), *_ = backend._programs.values()
-    grads = {"kv" if " wrt kv " in k.source else "q": k.source for k in compiled.kernels if "attention_grad" in k.name}
-    assert sorted(grads) == ["kv", "q"]
+    grads = gradient_kernels(t, d, causal, tiling, 8.0)
     for wrt, src in grads.items():
         assert (f"x {tiling['block']} register tiles" in src) == (wrt in tiling.get("wrt", ["kv"])), wrt
 
