@@ -234,7 +234,7 @@ def split_k_chunk(ctx: Context, blk: Blocking, device: str | None = None) -> int
     return chunk if k >= 2 * chunk else None
 
 
-def fit_tile(blk: Blocking, m: int, n: int, ta: bool = False, tb: bool = False) -> Blocking:
+def fit_tile(blk: Blocking, m: int, n: int, ta: bool = False, tb: bool = False, along_k: bool = False) -> Blocking:
     """`blk` with a tile side cut to 3/4 or 1/2 (not under 64) where a fifth or more of the
     tiles' area would be idle: 384 columns take two 192-wide tiles, not two 256-wide ones
     (measured on the H100: 192 beat both 256 and 128 there). Only sides the template can
@@ -245,7 +245,7 @@ def fit_tile(blk: Blocking, m: int, n: int, ta: bool = False, tb: bool = False) 
         return (tiles * tile - size) / (tiles * tile)
 
     def fits(b: Blocking) -> bool:
-        return b.problem() is None and _fetch_fits(b, ta, tb)
+        return b.problem() is None and _fetch_fits(b, ta, tb, along_k)
 
     out = blk
     for side, size in (("tn", n), ("tm", m)):
@@ -259,18 +259,20 @@ def fit_tile(blk: Blocking, m: int, n: int, ta: bool = False, tb: bool = False) 
     return out
 
 
-def fits_whole(blk: Blocking, m: int, n: int, ta: bool, tb: bool) -> bool:
+def fits_whole(blk: Blocking, m: int, n: int, ta: bool, tb: bool, along_k: bool = False) -> bool:
     """Whether `blk` covers an m x n output as it is (fit_tile would cut nothing) and the
     template can fetch its slabs of these operands."""
-    return fit_tile(blk, m, n, ta, tb) == blk and blk.problem() is None and _fetch_fits(blk, ta, tb)
+    return fit_tile(blk, m, n, ta, tb, along_k) == blk and blk.problem() is None and _fetch_fits(blk, ta, tb, along_k)
 
 
-def _fetch_fits(blk: Blocking, ta: bool, tb: bool) -> bool:
+def _fetch_fits(blk: Blocking, ta: bool, tb: bool, along_k: bool = False) -> bool:
     """Whether the template's slab fetch (`_operand`) covers each operand's slab with this
-    many invocations: a whole number of rounds, or one partial round."""
-    for tile, contiguous in ((blk.tm, ta), (blk.tn, not tb)):
-        count = tile * blk.bk // (4 if contiguous else 16)
-        if count % blk.threads and count > blk.threads:
+    many invocations in a whole number of rounds, or one partial round (any number for an A
+    kept along K, `along_k`). Other blockings render too, their last round guarded, but
+    fit_tile does not cut to them: the table's choices were measured without such rounds."""
+    for tile, contiguous, any_rounds in ((blk.tm, ta, along_k and not ta), (blk.tn, not tb, False)):
+        count = tile * blk.bk // (4 if contiguous or any_rounds else 16)
+        if count % blk.threads and count > blk.threads and not any_rounds:
             return False
     return True
 
@@ -330,9 +332,9 @@ def resolve(ctx: Context, options: CodegenOptions | Mapping | None = None) -> tu
         base, where = tuning.lookup(device, cls), f"{tuning.family(device)}, {cls}"
         _, m, n, _ = _sizes(ctx)
         geo = geometry(ctx)
-        fitted = fit_tile(base.blocking, m, n, geo.ta, geo.tb)
+        fitted = fit_tile(base.blocking, m, n, geo.ta, geo.tb, base.along_k)
         alt = tuning.lookup(device, "fitted") if cls in ("big", "shortk") and fitted != base.blocking else None
-        if alt is not None and fits_whole(alt.blocking, m, n, geo.ta, geo.tb):
+        if alt is not None and fits_whole(alt.blocking, m, n, geo.ta, geo.tb, alt.along_k):
             base, where = alt, f"{tuning.family(device)}, fitted"
         elif fitted != base.blocking:
             base = dataclasses.replace(base, blocking=fitted)
@@ -722,8 +724,15 @@ def render_gemm(
     store4 = gm_.store4 is not None and split is None
     if var.store4 and not store4:
         notes.append("scalar stores: " + ("split-K partials" if split is not None else gm_.store4_why))
+    per = blk.bk // KS  # slab rows a K-group multiplies
+    along = var.along_k and not gm_.a.contiguous_p and per % 4 == 0
+    if var.along_k and not along:
+        notes.append(
+            "A transposed into [k][m / 4]: "
+            + ("it is stored along M" if gm_.a.contiguous_p else f"a K-group's {per} slab rows are not a multiple of 4")
+        )
     off = "so" if double else None  # the slab pair in use, when double-buffered
-    shared_a = _shared(0, blk.tm // 4, off)
+    shared_a = _shared_rows(0, blk.bk // 4, off) if along else _shared(0, blk.tm // 4, off)
     shared_b = _shared(a_words, blk.tn // 4, off)
     body: list[str] = []
     add = body.append
@@ -757,8 +766,9 @@ def render_gemm(
 
     # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
     def operands(kvar: str, stash_off: str | None = None):
-        sa, sb = _shared(0, blk.tm // 4, stash_off), _shared(a_words, blk.tn // 4, stash_off)
-        a = _operand("A", gm_.a, K, blk.tm, M, blk, T, p0="m0", kvar=kvar, shared=sa, vec=var.load4)
+        sb = _shared(a_words, blk.tn // 4, stash_off)
+        sa = _shared_rows(0, blk.bk // 4, stash_off) if along else _shared(0, blk.tm // 4, stash_off)
+        a = _operand("A", gm_.a, K, blk.tm, M, blk, T, p0="m0", kvar=kvar, shared=sa, vec=var.load4, along_k=along)
         b = _operand("B", gm_.b, K, blk.tn, N, blk, T, p0="n0", kvar=kvar, shared=sb, vec=var.load4)
         return tuple(x + y for x, y in zip(a, b))
 
@@ -788,7 +798,6 @@ def render_gemm(
         add(f"        if (k1 < {k_end}) {{  // fetch the next slab while this one is multiplied")
         body.extend("            " + x for x in fetch_next)
         add("        }")
-    per = blk.bk // KS
 
     def multiply(kk: str) -> None:  # one row of the slab, at K index `kk` (GLSL)
         for g in range(gm):
@@ -800,18 +809,34 @@ def render_gemm(
             for j in range(gn):
                 add(f"            acc{i}_{j} += fa{g}.{'xyzw'[c]} * fb{j};")
 
+    def multiply_along(kq: str) -> None:  # 4 rows of the slab from vec4 `kq` along K (A kept along K)
+        for i in range(blk.rm):  # row i of this invocation's block, 4 neighbouring k
+            g, c = divmod(i, 4)
+            row = f"4 * {_lane('ty', g, ty_count)} + {c}"
+            add(f"            vec4 fa{i} = {shared_a(row, kq)};")
+        for c in range(4):
+            add("            {")
+            for j in range(gn):
+                add(f"                vec4 fb{j} = {shared_b(f'4 * {_paren(kq)} + {c}', _lane('tx', j, tx_count))};")
+            for i in range(blk.rm):
+                for j in range(gn):
+                    add(f"                acc{i}_{j} += fa{i}.{'xyzw'[c]} * fb{j};")
+            add("            }")
+
+    step, each, name = (4, multiply_along, "kq") if along else (1, multiply, "kk")
+    rows = per // step  # iterations of the slab loop in this K-group
     if var.unroll:  # each row of the slab written out, its offsets constant
-        for q in range(per):
-            add(f"        {{  // slab row {q}" + (f" of this K-group's {per}" if KS > 1 else ""))
-            multiply(f"ks * {per} + {q}" if KS > 1 else str(q))
+        for q in range(rows):
+            add(f"        {{  // slab row {q * step}" + (f" of this K-group's {per}" if KS > 1 else ""))
+            each(f"ks * {rows} + {q}" if KS > 1 else str(q))
             add("        }")
     else:
         if KS > 1:
-            add(f"        for (int q = 0; q < {per}; ++q) {{  // this K-group's part of the slab")
-            add(f"            int kk = ks * {per} + q;")
+            add(f"        for (int q = 0; q < {rows}; ++q) {{  // this K-group's part of the slab")
+            add(f"            int {name} = ks * {rows} + q;")
         else:
-            add(f"        for (int kk = 0; kk < {blk.bk}; ++kk) {{")
-        multiply("kk")
+            add(f"        for (int {name} = 0; {name} < {rows}; ++{name}) {{")
+        each(name)
         add("        }")
     if double:
         # the other pair was last read before the previous barrier: store the next slab there
@@ -851,7 +876,7 @@ def render_gemm(
                 add(f"        if ({col} < {N}) " + gm_.store(f"row{i}", col, f"acc{i}_{j}.{'xyzw'[c]}"))
         add("    }")
 
-    layout = f"A slab [k][m / 4] at 0, B slab [k][n / 4] at {a_words}"
+    layout = f"A slab [{'m][k' if along else 'k][m'} / 4] at 0, B slab [k][n / 4] at {a_words}"
     if double:
         layout += f"; the second pair at {slab}"
     extra = [f"shared vec4 sm[{shared_bytes // 16}];  // {layout}" + ("; then partial sums" if KS > 1 else "")]
@@ -863,7 +888,7 @@ def render_gemm(
         )
     if store4:
         extra.extend(d + "  // an output as vec4" for d in gm_.store4_decls)
-    on = dataclasses.replace(var, double_buffer=double, warp=warp, store4=store4, prefetch=prefetch)
+    on = dataclasses.replace(var, double_buffer=double, warp=warp, store4=store4, prefetch=prefetch, along_k=along)
     text = (
         f"{blk.tm}x{blk.tn} tiles, {blk.rm}x{blk.rn} outputs an invocation, "
         f"K-slabs of {blk.bk}"
@@ -934,6 +959,17 @@ def _shared(base: int, width: int, off: str | None = None):
     return at
 
 
+def _shared_rows(base: int, width: int, off: str | None = None):
+    """Index into the shared array for a slab stored [p][k / 4] (an A kept along K; `width`:
+    vec4s a row), at `base` plus `off` as `_shared`."""
+
+    def at(p: str, kq: str) -> str:
+        terms = [t for t in (off if off not in (None, "0") else None, str(base) if base else None) if t]
+        return "sm[" + " + ".join([*terms, f"{_paren(p)} * {width}", kq]) + "]"
+
+    return at
+
+
 def _add_k_groups(blk: Blocking) -> list[str]:
     """Add the K-groups' accumulators pairwise in shared memory (log2(ks) rounds): in each
     round the upper half of the remaining groups stores, the lower half adds. Neighbouring
@@ -974,6 +1010,7 @@ def _operand(
     kvar: str,
     shared,
     vec: bool = True,
+    along_k: bool = False,
 ):
     """Code to fetch a TP x BK slab of an operand into registers and to stash it in shared
     memory as `[k][p / 4]` vec4s (p: the row of A, the column of B).
@@ -983,8 +1020,12 @@ def _operand(
     invocation fetches a 4 x 4 block (4 p, each 4 neighbouring k) and transposes it in
     registers, so that every shared-memory store is a whole vec4 (storing into a vec4
     component chosen at run time compiles to a chain of branches on NVIDIA).
-    `vec`: vec4 loads where the operand has them (`load4`).
+    `vec`: vec4 loads where the operand has them (`load4`). `along_k` (memory along k): each
+    invocation fetches 4 neighbouring k of one p and stores them as they are, `shared(p, kq)`
+    indexing a slab stored [p][k / 4]; the last round of fetches may be partial.
     Returns (index declarations, fetch lines, stash lines, registers)."""
+    if along_k:
+        return _operand_along_k(which, op, K, tp, P, blk, T, p0, kvar, shared, vec)
     contiguous_p = op.contiguous_p
     low = which.lower()
     decls: list[str] = []
@@ -993,13 +1034,11 @@ def _operand(
     regs: list[str] = []
     # elements one invocation fetches: 4 (contiguous) or 16 (a block to transpose)
     per = 4 if contiguous_p else 16
-    count = tp * blk.bk // per  # invocations needed
-    loads = max(1, count // T)
-    assert count % T == 0 or count < T, (tp, blk.bk, T)
+    count = tp * blk.bk // per  # invocations needed (a partial last round is guarded)
     vec_ok = vec and op.load4 is not None
-    for j in range(loads):
+    for j in range(-(-count // T)):
         lid = "tid" if j == 0 else f"(tid + {j * T})"
-        guard = f"if ({lid} < {count}) " if count < T else ""
+        guard = f"if ({lid} < {count}) " if (j + 1) * T > count else ""
         kk, pp = f"{low}k{j}", f"{low}p{j}"
         if contiguous_p:
             per_row = tp // 4
@@ -1037,6 +1076,33 @@ def _operand(
             for c in range(4):
                 lanes = ", ".join(f"{reg}.{'xyzw'[c]}" for reg, _, _ in rows)
                 stash.append(f"{guard}{shared(f'{kk} + {c}', f'{pp} / 4')} = vec4({lanes});")
+    return decls, fetch, stash, regs
+
+
+def _operand_along_k(which, op: Operand, K: str, tp: int, P: str, blk: Blocking, T: int, p0, kvar, shared, vec):
+    """`_operand` for a slab kept along K: a vec4 of 4 neighbouring k an invocation and round,
+    neighbouring invocations along k then p (a warp reads whole runs of K from each row)."""
+    low = which.lower()
+    per_row = blk.bk // 4
+    count = tp * per_row
+    decls, fetch, stash, regs = [], [], [], []
+    vec_ok = vec and op.load4 is not None
+    for j in range(-(-count // T)):
+        lid = "tid" if j == 0 else f"(tid + {j * T})"
+        guard = f"if ({lid} < {count}) " if (j + 1) * T > count else ""
+        kk, pp, reg = f"{low}k{j}", f"{low}p{j}", f"r{low}{j}"
+        decls.append(f"int {kk} = ({lid} % {per_row}) * 4, {pp} = {lid} / {per_row};")
+        gk, gp = f"({kvar} + {kk})", f"({p0} + {pp})"
+        regs.append(reg)
+        comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {op.load(gp, f'{gk} + {c}')} : 0.0" for c in range(4)]
+        slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
+        if vec_ok:
+            fetch.append(f"{guard}if ({gp} < {P} && {gk} + 3 < {K}) {reg} = {op.load4(gp, gk)};")
+            fetch.append("else " + slow[0])
+        else:
+            fetch.append(guard + slow[0])
+        fetch.extend(slow[1:])
+        stash.append(f"{guard}{shared(pp, f'{kk} / 4')} = {reg};")
     return decls, fetch, stash, regs
 
 

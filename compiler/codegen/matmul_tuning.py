@@ -80,7 +80,12 @@ class Variant:
       of invocations span the tile's width;
     - `prefetch`: the next K-slab fetched into registers while this one is multiplied;
     - `unroll`: the loop over a K-slab's rows written out (constant shared-memory offsets;
-      the attention kernels gained from the same on NVIDIA's compiler)."""
+      the attention kernels gained from the same on NVIDIA's compiler);
+    - `along_k`: an A stored along K (not transposed: every forward product's activations)
+      kept so in shared memory, [m][k / 4], each invocation fetching whole vec4s along K and
+      storing them as they are (no 4 x 4 blocks transposed in registers by a few of the
+      invocations), and multiplied 4 slab rows at a time (a K-group's share of the slab must
+      be a multiple of 4)."""
 
     blocking: Blocking
     load4: bool = True
@@ -89,6 +94,7 @@ class Variant:
     warp: tuple[int, int] | None = None
     prefetch: bool = True
     unroll: bool = False
+    along_k: bool = False
 
     def literal(self) -> dict:
         """The variant as a table entry: the blocking as a tuple, switches that differ from
@@ -110,6 +116,7 @@ class Variant:
                 ("double-buffered", self.double_buffer),
                 ("no prefetch", not self.prefetch),
                 ("slab loop written out", self.unroll),
+                ("A kept along K", self.along_k),
             )
             if flag
         ]
@@ -132,7 +139,7 @@ def variant(entry: Mapping, where: str = "matmul variant") -> Variant:
     blk = entry["blocking"]
     blocking = blk if isinstance(blk, Blocking) else _blocking(blk, where)
     kw = {k: v for k, v in entry.items() if k != "blocking"}
-    for k in ("load4", "store4", "double_buffer", "prefetch", "unroll"):
+    for k in ("load4", "store4", "double_buffer", "prefetch", "unroll", "along_k"):
         if k in kw and not isinstance(kw[k], bool):
             raise ValueError(f"{where}: {k} must be true or false, not {kw[k]!r}")
     if kw.get("warp") is not None:
@@ -231,7 +238,31 @@ TABLE: dict[str, dict] = {
         # [1152, 384] 0.606 -> 0.498, [BT, 384] x [384, 384] 0.215 -> 0.193, the same with B
         # transposed 1.104 -> 0.809; uncut products lost with it ([BT, 384] x [384, 1536]
         # 0.649 -> 0.710 as 128x256, 4096^3 4.21 -> 4.88 as 128x192)
-        "fitted": {"blocking": (128, 192, 32, 8, 8), "warp": (4, 8)},
+        #
+        # probes on the lent H200 (2026-12-02, eleventh session, probe_matmul.py beside cuBLAS):
+        # an A stored along K kept so in shared memory (`along_k`) with the slab loop written
+        # out, ms: [BT, 1536] x [1536, 384] 0.654 -> 0.533 (cuBLAS 0.448), [BT, 1152] x
+        # [1152, 384] 0.499 -> 0.411, [BT, 384] x [384, 384] 0.194 -> 0.171, [BT, 1536] x
+        # [384, 1536]^T 0.808 -> 0.701; the same switches on the shortk row: [BT, 384] x [384,
+        # 1536] 0.650 -> 0.573, x [1536, 384]^T 0.764 -> 0.629; on "big" (vec4 stores
+        # off): 4096^3 4.220 -> 3.823 (cuBLAS 2.787; 128x128 tiles over slabs of 32 took
+        # 3.791, but would leave N = 384 uncut, off the fitted row's 0.533 for 0.581)
+        "fitted": {"blocking": (128, 192, 32, 8, 8), "warp": (4, 8), "unroll": True, "along_k": True},
+        "shortk": {
+            "blocking": (128, 256, 16, 8, 8),
+            "store4": True,
+            "double_buffer": True,
+            "warp": (4, 8),
+            "unroll": True,
+            "along_k": True,
+        },
+        "big": {
+            "blocking": (128, 256, 16, 8, 8),
+            "double_buffer": True,
+            "warp": (4, 8),
+            "unroll": True,
+            "along_k": True,
+        },
     },
     # llvmpipe (Mesa's CPU renderer, the test suite's): the default choices; 32 KiB of shared
     # memory a work group there.

@@ -32,6 +32,11 @@ VARIANTS = [
     ((16, 16, 64, 4, 4, 16), {"double_buffer": True, "warp": (4, 8), "store4": True}),  # warp falls back
     ((128, 128, 16, 8, 8), {"warp": (4, 8), "unroll": True}),  # the H100/H200 "splitk" row
     ((64, 128, 32, 4, 8, 2), {"double_buffer": True, "warp": (4, 8), "unroll": True}),
+    # A kept along K: with the written-out loop, double-buffered in K-groups, a partial last
+    # round of fetches (64 x 32 slab rows: 512 vec4s for 384 invocations)
+    ((128, 128, 16, 8, 8), {"warp": (4, 8), "unroll": True, "along_k": True}),
+    ((128, 64, 32, 8, 4, 2), {"double_buffer": True, "warp": (4, 8), "along_k": True}),
+    ((64, 96, 32, 4, 4), {"store4": True, "along_k": True}),
 ]
 IDS = [f"{b}-{'+'.join(f'{k}={v}' for k, v in s.items())}" for b, s in VARIANTS]
 
@@ -90,6 +95,20 @@ def test_store4_falls_back_where_n_is_not_a_multiple_of_4(gl):
     source = _check(_options((64, 64, 16, 4, 4), {"store4": True}), (70, 30), (30, 67), False, False)
     assert "scalar stores: N = 67 is not a multiple of 4" in source.split("\n")[1]
     assert "epilogue4" not in source
+
+
+def test_along_k_falls_back_where_a_k_group_has_under_4_slab_rows(gl):
+    # slabs of 16 among 8 K-groups: 2 rows each, so A is transposed into [k][m / 4] as before
+    options = _options((32, 32, 16, 4, 4, 8), {"along_k": True})
+    source = _check(options, (70, 30), (30, 68), False, False)
+    head = source.split("\n")[1]
+    assert "a K-group's 2 slab rows are not a multiple of 4" in head and "A kept along K" not in head
+    # A stored transposed runs along M already
+    source = _check(_options((64, 64, 16, 4, 4), {"along_k": True}), (30, 70), (30, 68), True, False)
+    assert "A transposed into [k][m / 4]: it is stored along M" in source.split("\n")[1]
+    # and one it applies to says so
+    source = _check(_options((64, 64, 16, 4, 4), {"along_k": True}), (70, 30), (30, 68), False, False)
+    assert "A kept along K" in source.split("\n")[1] and "A slab [m][k / 4]" in source
 
 
 def test_double_buffer_falls_back_past_the_shared_memory_limit(gl):
