@@ -7,10 +7,12 @@ norms imported as constant affine maps, so PyTorch's module runs its batch norms
 mode too), against the same step in PyTorch. Prints a markdown table of ms per batch. The
 inference rows of dlc and PyTorch are timed in turn, call after call (`paired`).
 
-    python benchmarks/bench_resnet.py [--reps 10] [--kernels] [--no-train]
+    python benchmarks/bench_resnet.py [--reps 10] [--kernels] [--no-train] [--options JSON]
 
 `--kernels` also prints dlc's GPU time per kind of kernel at each batch (timer queries, one
 kernel at a time) beside the wall-clock eval: what the host adds is the difference.
+`--options` passes codegen options (compiler/codegen/options.py) to dlc's programs, e.g.
+`'{"conv_blocking": {"along_k": true}}'` for switches over every conv's own blocking.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import glob
 import itertools
+import json
 import os
 import sys
 import time
@@ -25,6 +28,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+OPTIONS: dict = {}  # --options: codegen options of dlc's programs
+
+
+def gl_backend():
+    from dlc.backends.gl import GLBackend
+
+    return GLBackend(OPTIONS)
 
 
 def light_model() -> str:
@@ -92,7 +102,7 @@ def train_rows(imp, in_name: str, out_name: str, reps: int, batch: int = 32) -> 
     import dlc
 
     source = imp.source + f"input label: i32[N]\nloss cost = softmax_cross_entropy({out_name}, label)\n"
-    sess = dlc.Session(dlc.compile(source), backend="gl")
+    sess = dlc.Session(dlc.compile(source), backend=gl_backend())
     sess.set_params(imp.weights)
     rng = np.random.default_rng(0)
     feeds = {in_name: rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
@@ -132,7 +142,9 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--kernels", action="store_true", help="GPU ms by kind of kernel")
     p.add_argument("--no-train", action="store_true", help="leave out the training-step rows")
+    p.add_argument("--options", default="{}", help="codegen options for dlc's programs, as JSON")
     args = p.parse_args()
+    OPTIONS.update(json.loads(args.options))
     import dlc
 
     path = light_model()
@@ -141,7 +153,7 @@ def main() -> None:
     (in_name,) = imp.inputs.values()
     (out_name,) = imp.outputs.values()
     rows = []
-    sess = dlc.Session(imp.model, backend="gl")
+    sess = dlc.Session(imp.model, backend=gl_backend())
     sess.set_params(imp.weights)
     dlc_name = "dlc GL (eval: upload, kernels, read back)"
     torch_name = "PyTorch eager (cuda, torchvision), host in and out"

@@ -48,13 +48,17 @@ def render(
 ) -> KernelSource | None:
     """The GEMM kernel, or None when the sizes suit the direct kernel better (auto choice).
     `blocking` forces a blocked shape (a tuple) or a whole variant (a dict of the matmul
-    table's form: a blocking and switches), `split` a split-K chunk (0: none)."""
+    table's form: a blocking and switches; without a blocking, switches over the one chosen
+    here), `split` a split-K chunk (0: none)."""
     gemm, rows, k_shape = _GEMMS[node.op](ctx, node, p)
     dims = ctx.plan.ref_dims
     m = eval_size(size_of(rows), dims)
     n = int(gemm.N)
     k = eval_size(size_of(k_shape), dims)
     how: mm.Blocking | mm.Variant
+    switches = None  # a Mapping without a blocking: switches over the conv's own blocking
+    if isinstance(blocking, Mapping) and "blocking" not in blocking:
+        switches, blocking = blocking, None
     if isinstance(blocking, Mapping):
         how = mm.tuning.variant(blocking, "codegen option conv_blocking")
     elif blocking is not None:
@@ -65,6 +69,8 @@ def render(
             if variant != "gemm":
                 return None
             how = mm.MEDIUM  # forced: exact at any size
+        if switches is not None:
+            how = mm.tuning.variant({**switches, "blocking": how}, "codegen option conv_blocking")
     blk = how.blocking if isinstance(how, mm.Variant) else how
     if split is None:
         split = _split_chunk(node.op, blk, m, n, k)

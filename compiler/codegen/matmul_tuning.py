@@ -246,12 +246,20 @@ TABLE: dict[str, dict] = {
         # [384, 1536]^T 0.808 -> 0.701; the same switches on the shortk row: [BT, 384] x [384,
         # 1536] 0.650 -> 0.573, x [1536, 384]^T 0.764 -> 0.629; on "big" (vec4 stores
         # off): 4096^3 4.220 -> 3.823 (cuBLAS 2.787; 128x128 tiles over slabs of 32 took
-        # 3.791, but would leave N = 384 uncut, off the fitted row's 0.533 for 0.581)
-        "fitted": {"blocking": (128, 192, 32, 8, 8), "warp": (4, 8), "unroll": True, "along_k": True},
-        "shortk": {
-            "blocking": (128, 256, 16, 8, 8),
+        # 3.791, but would leave N = 384 uncut, off the fitted row's 0.533 for 0.581).
+        # A second call: the fitted row with vec4 stores as well, 0.531 -> 0.523, 0.411 ->
+        # 0.399, 0.170 -> 0.151, and as the shortk row [BT, 384] x [384, 1536] 0.574 (128x256
+        # tiles as above) -> 0.535 ([384, 1152]: 0.478 -> 0.457 without vec4 stores)
+        "fitted": {
+            "blocking": (128, 192, 32, 8, 8),
             "store4": True,
-            "double_buffer": True,
+            "warp": (4, 8),
+            "unroll": True,
+            "along_k": True,
+        },
+        "shortk": {
+            "blocking": (128, 192, 32, 8, 8),
+            "store4": True,
             "warp": (4, 8),
             "unroll": True,
             "along_k": True,

@@ -160,9 +160,13 @@ def test_a_product_whose_tile_would_be_cut_takes_the_fitted_row_where_the_family
     g, y = _matmul(16384, 1536, 384)
     head = _head(g, y, {"device": "NVIDIA H200"})
     assert "(NVIDIA H200, fitted)" in head and "128x192 tiles" in head and "K-slabs of 32" in head
-    # with B transposed too, and over a short K (the "shortk" class's products)
-    g, y = _matmul(16384, 384, 384, tb=True)
+    # with B transposed too, over a long K; over a short K the H200's "shortk" row has 192-wide
+    # tiles already, and nothing is cut
+    g, y = _matmul(16384, 1152, 384, tb=True)
     assert "(NVIDIA H200, fitted)" in _head(g, y, {"device": "NVIDIA H200"})
+    g, y = _matmul(16384, 384, 384, tb=True)
+    head = _head(g, y, {"device": "NVIDIA H200"})
+    assert "(NVIDIA H200, shortk)" in head and "128x192 tiles" in head
     # 1536 columns fill 256-wide tiles: no cut, the class's row; the H100 and llvmpipe rows
     # have no "fitted" variant: the class's tile, cut
     g, y = _matmul(16384, 384, 1536)
@@ -176,10 +180,13 @@ def test_a_product_whose_tile_would_be_cut_takes_the_fitted_row_where_the_family
 
 
 def test_a_big_product_over_a_short_k_takes_the_shortk_row_where_the_family_has_one():
-    # [4096, 384] x [384, 1536] (a GPT's projection from 384 channels): vec4 stores on NVIDIA
+    # [4096, 384] x [384, 1536] (a GPT's projection from 384 channels): vec4 stores on NVIDIA,
+    # and on the H200 192-wide tiles with A kept along K
     g, y = _matmul(4096, 384, 1536)
+    head = _head(g, y, {"device": "NVIDIA H100"})
+    assert "(NVIDIA H100, shortk)" in head and "vec4 stores" in head and "128x256 tiles" in head
     head = _head(g, y, {"device": "NVIDIA H200"})
-    assert "(NVIDIA H200, shortk)" in head and "vec4 stores" in head and "128x256 tiles" in head
+    assert "(NVIDIA H200, shortk)" in head and "128x192 tiles" in head and "A kept along K" in head
     # a long K keeps "big"; llvmpipe has no "shortk" row at all
     g, y = _matmul(4096, 1024, 1536)
     assert "(NVIDIA H200, big)" in _head(g, y, {"device": "NVIDIA H200"})

@@ -25,6 +25,8 @@ BLOCKINGS = [
     (128, 64, 16, 8, 4, 1, False),
     # a whole variant of the matmul table's form: double-buffered slabs, warp tiles
     {"blocking": (64, 64, 16, 4, 4), "double_buffer": True, "warp": (4, 8)},
+    # switches alone, over the blocking the conv chooses: im2col rows kept along K
+    {"along_k": True, "unroll": True},
 ]
 
 
@@ -59,6 +61,14 @@ def test_conv_gemm_matches_reference(gl, op, geo, blocking):
     want = evaluate(g, [y], feeds, {})[y]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     backend.close()
+
+
+def test_switches_alone_apply_over_the_chosen_blocking():
+    big = ((16, 14, 14, 32), (5, 5, 32, 64), {"stride": (1, 1), "padding": "same"})
+    plain = _kernel_line("conv2d", *big)
+    head = _kernel_line("conv2d", *big, options={"conv_blocking": {"along_k": True}})
+    assert "A kept along K" in head and "A kept along K" not in plain
+    assert head.split(" tiles")[0] == plain.split(" tiles")[0]  # the same blocking
 
 
 def test_symbolic_batch_through_the_gemm(gl):
