@@ -270,9 +270,9 @@ def _fetch_fits(blk: Blocking, ta: bool, tb: bool, along_k: bool = False) -> boo
     many invocations in a whole number of rounds, or one partial round (any number for an A
     kept along K, `along_k`). Other blockings render too, their last round guarded, but
     fit_tile does not cut to them: the table's choices were measured without such rounds."""
-    for tile, contiguous, any_rounds in ((blk.tm, ta, along_k and not ta), (blk.tn, not tb, False)):
-        count = tile * blk.bk // (4 if contiguous or any_rounds else 16)
-        if count % blk.threads and count > blk.threads and not any_rounds:
+    for tile, contiguous, guarded in ((blk.tm, ta, along_k and not ta), (blk.tn, not tb, False)):
+        count = tile * blk.bk // (4 if contiguous else 16)
+        if not guarded and count % blk.threads and count > blk.threads:
             return False
     return True
 
@@ -732,7 +732,8 @@ def render_gemm(
             + ("it is stored along M" if gm_.a.contiguous_p else f"a K-group's {per} slab rows are not a multiple of 4")
         )
     off = "so" if double else None  # the slab pair in use, when double-buffered
-    shared_a = _shared_rows(0, blk.bk // 4, off) if along else _shared(0, blk.tm // 4, off)
+    a_width = blk.bk // 4 if along else blk.tm // 4  # vec4s a row of the A slab: [m][k / 4] or [k][m / 4]
+    shared_a = _shared(0, a_width, off)
     shared_b = _shared(a_words, blk.tn // 4, off)
     body: list[str] = []
     add = body.append
@@ -766,8 +767,7 @@ def render_gemm(
 
     # Operand fetch: registers r<A|B><j> hold this invocation's share of the next K-slab.
     def operands(kvar: str, stash_off: str | None = None):
-        sb = _shared(a_words, blk.tn // 4, stash_off)
-        sa = _shared_rows(0, blk.bk // 4, stash_off) if along else _shared(0, blk.tm // 4, stash_off)
+        sa, sb = _shared(0, a_width, stash_off), _shared(a_words, blk.tn // 4, stash_off)
         a = _operand("A", gm_.a, K, blk.tm, M, blk, T, p0="m0", kvar=kvar, shared=sa, vec=var.load4, along_k=along)
         b = _operand("B", gm_.b, K, blk.tn, N, blk, T, p0="n0", kvar=kvar, shared=sb, vec=var.load4)
         return tuple(x + y for x, y in zip(a, b))
@@ -949,23 +949,13 @@ def _split_k(ctx: Context, gm_: Gemm, blk: Blocking, grid: dict, body: list[str]
 
 
 def _shared(base: int, width: int, off: str | None = None):
-    """Index into the shared array for a slab stored [k][p / 4] at `base` (plus `off`, a GLSL
-    int, for the second pair of double-buffered slabs)."""
+    """Index into the shared array for a slab of rows of `width` vec4s at `base` (plus `off`,
+    a GLSL int, for the second pair of double-buffered slabs): `at(row, word)`. A slab stored
+    [k][p / 4] is indexed (k, p / 4); an A kept along K, [p][k / 4], is indexed (p, k / 4)."""
 
-    def at(k: str, p: str) -> str:
+    def at(row: str, word: str) -> str:
         terms = [t for t in (off if off not in (None, "0") else None, str(base) if base else None) if t]
-        return "sm[" + " + ".join([*terms, f"{_paren(k)} * {width}", p]) + "]"
-
-    return at
-
-
-def _shared_rows(base: int, width: int, off: str | None = None):
-    """Index into the shared array for a slab stored [p][k / 4] (an A kept along K; `width`:
-    vec4s a row), at `base` plus `off` as `_shared`."""
-
-    def at(p: str, kq: str) -> str:
-        terms = [t for t in (off if off not in (None, "0") else None, str(base) if base else None) if t]
-        return "sm[" + " + ".join([*terms, f"{_paren(p)} * {width}", kq]) + "]"
+        return "sm[" + " + ".join([*terms, f"{_paren(row)} * {width}", word]) + "]"
 
     return at
 
@@ -1022,18 +1012,16 @@ def _operand(
     component chosen at run time compiles to a chain of branches on NVIDIA).
     `vec`: vec4 loads where the operand has them (`load4`). `along_k` (memory along k): each
     invocation fetches 4 neighbouring k of one p and stores them as they are, `shared(p, kq)`
-    indexing a slab stored [p][k / 4]; the last round of fetches may be partial.
+    indexing a slab stored [p][k / 4]. The last round of fetches may be partial (guarded).
     Returns (index declarations, fetch lines, stash lines, registers)."""
-    if along_k:
-        return _operand_along_k(which, op, K, tp, P, blk, T, p0, kvar, shared, vec)
     contiguous_p = op.contiguous_p
     low = which.lower()
     decls: list[str] = []
     fetch: list[str] = []
     stash: list[str] = []
     regs: list[str] = []
-    # elements one invocation fetches: 4 (contiguous) or 16 (a block to transpose)
-    per = 4 if contiguous_p else 16
+    # elements one invocation fetches: 4 (contiguous, or kept along K) or 16 (a block to transpose)
+    per = 4 if contiguous_p or along_k else 16
     count = tp * blk.bk // per  # invocations needed (a partial last round is guarded)
     vec_ok = vec and op.load4 is not None
     for j in range(-(-count // T)):
@@ -1043,6 +1031,10 @@ def _operand(
         if contiguous_p:
             per_row = tp // 4
             decls.append(f"int {kk} = {lid} / {per_row}, {pp} = ({lid} % {per_row}) * 4;")
+            rows = [(f"r{low}{j}", f"({kvar} + {kk})", f"({p0} + {pp})")]
+        elif along_k:  # neighbouring invocations along k, then p: a warp reads whole runs of K
+            per_row = blk.bk // 4
+            decls.append(f"int {kk} = ({lid} % {per_row}) * 4, {pp} = {lid} / {per_row};")
             rows = [(f"r{low}{j}", f"({kvar} + {kk})", f"({p0} + {pp})")]
         elif blk.swizzle and tp // 4 >= 8:
             # 8 neighbouring invocations take 8 neighbouring p-groups at one k-group (so
@@ -1072,37 +1064,12 @@ def _operand(
             fetch.extend(slow[1:])
         if contiguous_p:
             stash.append(f"{guard}{shared(kk, f'{pp} / 4')} = {rows[0][0]};")
+        elif along_k:
+            stash.append(f"{guard}{shared(pp, f'{kk} / 4')} = {rows[0][0]};")
         else:
             for c in range(4):
                 lanes = ", ".join(f"{reg}.{'xyzw'[c]}" for reg, _, _ in rows)
                 stash.append(f"{guard}{shared(f'{kk} + {c}', f'{pp} / 4')} = vec4({lanes});")
-    return decls, fetch, stash, regs
-
-
-def _operand_along_k(which, op: Operand, K: str, tp: int, P: str, blk: Blocking, T: int, p0, kvar, shared, vec):
-    """`_operand` for a slab kept along K: a vec4 of 4 neighbouring k an invocation and round,
-    neighbouring invocations along k then p (a warp reads whole runs of K from each row)."""
-    low = which.lower()
-    per_row = blk.bk // 4
-    count = tp * per_row
-    decls, fetch, stash, regs = [], [], [], []
-    vec_ok = vec and op.load4 is not None
-    for j in range(-(-count // T)):
-        lid = "tid" if j == 0 else f"(tid + {j * T})"
-        guard = f"if ({lid} < {count}) " if (j + 1) * T > count else ""
-        kk, pp, reg = f"{low}k{j}", f"{low}p{j}", f"r{low}{j}"
-        decls.append(f"int {kk} = ({lid} % {per_row}) * 4, {pp} = {lid} / {per_row};")
-        gk, gp = f"({kvar} + {kk})", f"({p0} + {pp})"
-        regs.append(reg)
-        comps = [f"{gp} < {P} && {gk} + {c} < {K} ? {op.load(gp, f'{gk} + {c}')} : 0.0" for c in range(4)]
-        slow = [f"{reg} = vec4("] + [f"    {c}," for c in comps[:-1]] + [f"    {comps[-1]});"]
-        if vec_ok:
-            fetch.append(f"{guard}if ({gp} < {P} && {gk} + 3 < {K}) {reg} = {op.load4(gp, gk)};")
-            fetch.append("else " + slow[0])
-        else:
-            fetch.append(guard + slow[0])
-        fetch.extend(slow[1:])
-        stash.append(f"{guard}{shared(pp, f'{kk} / 4')} = {reg};")
     return decls, fetch, stash, regs
 
 
